@@ -1,0 +1,3 @@
+from cachesync.cli import main
+
+main()

@@ -1,0 +1,1 @@
+"""One thin module per CLI command."""

@@ -1,0 +1,185 @@
+"""Settings: one YAML file plus ``CACHESYNC_<SECTION>_<FIELD>`` environment overrides.
+
+Declared once, typed, validated at load; every error names the field. Secrets
+(``password``, URLs with credentials) are masked in ``repr`` and never logged. A
+``..._FILE`` variable reads the value from a file (Docker/Kubernetes secrets).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from schema.errors import ConfigError
+from schema.mapping import MappingSet, parse_mappings
+
+ENV_PREFIX = "CACHESYNC_"
+
+
+class Secret(str):
+    """A string that never shows itself in repr/str formatting of settings."""
+
+    def __repr__(self) -> str:
+        return "Secret('***')"
+
+
+def mask_url(url: str) -> str:
+    """``redis://:pw@host`` -> ``redis://:***@host``."""
+    return re.sub(r"(//[^:/@]*:)[^@]*@", r"\1***@", url)
+
+
+@dataclass(frozen=True)
+class MySQLSettings:
+    host: str = "127.0.0.1"
+    port: int = 3306
+    user: str = "cachesync"
+    password: Secret = field(default=Secret(""), repr=False)
+    state_db: str = "cachesync"
+
+
+@dataclass(frozen=True)
+class KafkaSettings:
+    bootstrap_servers: str = "127.0.0.1:9092"
+    topic: str = "cachesync.changes"
+    dead_letter_topic: str = "cachesync.dlq"
+    group_id: str = "cachesync"
+
+
+@dataclass(frozen=True)
+class RedisSettings:
+    url: Secret = Secret("redis://127.0.0.1:6379/0")
+
+    def __repr__(self) -> str:
+        return f"RedisSettings(url={mask_url(self.url)!r})"
+
+
+@dataclass(frozen=True)
+class TailerSettings:
+    name: str = "default"
+    server_id: int = 88001
+    max_inflight: int = 20000
+    checkpoint_interval_s: float = 0.5
+
+
+@dataclass(frozen=True)
+class ConsumerSettings:
+    batch_size: int = 2000
+    poll_timeout_s: float = 0.2
+    claim_lease_s: float = 30.0
+    namespace: str = ""            # dedup namespace; defaults to the Kafka group id
+
+
+@dataclass(frozen=True)
+class Settings:
+    mysql: MySQLSettings
+    kafka: KafkaSettings
+    redis: RedisSettings
+    tailer: TailerSettings
+    consumer: ConsumerSettings
+    tables: MappingSet
+    source: str = "<defaults>"
+
+    @property
+    def dedup_namespace(self) -> str:
+        return self.consumer.namespace or self.kafka.group_id
+
+
+_SECTIONS = {"mysql": MySQLSettings, "kafka": KafkaSettings, "redis": RedisSettings,
+             "tailer": TailerSettings, "consumer": ConsumerSettings}
+
+
+def load(path: str | os.PathLike | None, environ: Mapping[str, str] | None = None) -> Settings:
+    """Load ``path`` (optional) and apply env overrides; raises ConfigError naming the field."""
+    environ = os.environ if environ is None else environ
+    source = str(path) if path else "<environment>"
+    raw = _read_yaml(Path(path)) if path else {}
+    unknown = set(raw) - set(_SECTIONS) - {"tables"}
+    if unknown:
+        raise ConfigError(f"{source}: unknown section(s) {sorted(unknown)}; "
+                          f"expected {sorted([*_SECTIONS, 'tables'])}")
+    sections = {name: _section(name, cls, raw.get(name) or {}, environ, source)
+                for name, cls in _SECTIONS.items()}
+    tables = parse_mappings(raw.get("tables"), source)
+    return Settings(**sections, tables=tables, source=source)
+
+
+def read_env_file(path: str | os.PathLike) -> dict[str, str]:
+    """Parse KEY=VALUE lines (the devstack's env file); raises ConfigError if unreadable."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"cannot read env file {path}: {e.strerror}") from None
+    out = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#") and "=" in line:
+            key, value = line.split("=", 1)
+            out[key.strip()] = value.strip()
+    return out
+
+
+def _read_yaml(path: Path) -> dict:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise ConfigError(f"cannot read config file {path}: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level")
+    return data
+
+
+def _section(name: str, cls, raw: Any, environ: Mapping[str, str], source: str):
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{source}: {name}: expected a mapping")
+    known = {f.name: f for f in fields(cls)}
+    unknown = set(raw) - set(known)
+    if unknown:
+        raise ConfigError(f"{source}: {name}: unknown field(s) {sorted(unknown)}; "
+                          f"expected some of {sorted(known)}")
+    values = {}
+    for fname, f in known.items():
+        where, value = f"{source}: {name}.{fname}", raw.get(fname, dataclasses.MISSING)
+        env_key = f"{ENV_PREFIX}{name.upper()}_{fname.upper()}"
+        if env_key in environ:
+            where, value = f"environment {env_key}", environ[env_key]
+        elif f"{env_key}_FILE" in environ:
+            where, value = f"environment {env_key}_FILE", _read_secret_file(environ[f"{env_key}_FILE"], env_key)
+        if value is not dataclasses.MISSING:
+            values[fname] = _coerce(value, f.type, where)
+    return cls(**values)
+
+
+def _read_secret_file(path: str, env_key: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8").strip()
+    except OSError as e:
+        raise ConfigError(f"{env_key}_FILE: cannot read {path}: {e.strerror}") from None
+
+
+def _coerce(value: Any, type_name: str, where: str):
+    try:
+        if type_name == "int":
+            if isinstance(value, bool):
+                raise ValueError
+            return int(value)
+        if type_name == "float":
+            return float(value)
+        if type_name == "Secret":
+            return Secret(str(value))
+        if isinstance(value, (dict, list)):
+            raise ValueError
+        return str(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{where}: expected {_EXPECTED.get(type_name, type_name)}, "
+                          f"got {value!r}") from None
+
+
+_EXPECTED = {"int": "an integer", "float": "a number", "str": "a string", "Secret": "a string"}

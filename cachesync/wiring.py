@@ -1,0 +1,41 @@
+"""Builds the components from Settings: the one place that knows every adapter."""
+
+from __future__ import annotations
+
+from cachesync.config import Settings
+from consumer.adapters.kafka_source import KafkaDeadLetters, KafkaSource
+from consumer.adapters.mysql_dedup import MySQLDedupStore
+from consumer.adapters.redis_cache import RedisCache
+from consumer.engine import EngineOptions, PythonEngine
+from producer_outbox.checkpoint import MySQLCheckpointStore
+from producer_outbox.mysql import MySQLParams
+from producer_outbox.publisher import KafkaPublisher
+from producer_outbox.tailer import Tailer, TailerOptions
+
+
+def mysql_params(settings: Settings) -> MySQLParams:
+    m = settings.mysql
+    return MySQLParams(m.host, m.port, m.user, str(m.password), database=m.state_db)
+
+
+def build_tailer(settings: Settings) -> Tailer:
+    params = mysql_params(settings)
+    t = settings.tailer
+    return Tailer(params, KafkaPublisher(settings.kafka.bootstrap_servers),
+                  MySQLCheckpointStore(params.connect, t.name), settings.tables,
+                  TailerOptions(topic=settings.kafka.topic, replica_server_id=t.server_id,
+                                max_inflight=t.max_inflight,
+                                checkpoint_interval_s=t.checkpoint_interval_s))
+
+
+def build_engine(settings: Settings, on_batch=None) -> PythonEngine:
+    k, c = settings.kafka, settings.consumer
+    return PythonEngine(
+        source=KafkaSource(k.bootstrap_servers, k.topic, k.group_id),
+        dedup=MySQLDedupStore(mysql_params(settings), settings.dedup_namespace),
+        cache=RedisCache(str(settings.redis.url)),
+        dead_letters=KafkaDeadLetters(k.bootstrap_servers, k.dead_letter_topic),
+        mappings=settings.tables,
+        options=EngineOptions(batch_size=c.batch_size, poll_timeout_s=c.poll_timeout_s,
+                              claim_lease_s=c.claim_lease_s),
+        on_batch=on_batch)

@@ -1,0 +1,1 @@
+"""Everything that applies events to the cache: pure core, adapters, engines."""

@@ -1,0 +1,90 @@
+"""Kafka source (consumer group, manual commits) and dead-letter publisher."""
+
+from __future__ import annotations
+
+import logging
+from typing import Mapping
+
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.errors import CommitFailedError, KafkaError
+from kafka.structs import OffsetAndMetadata
+
+from consumer.core.offsets import Record
+from schema.errors import RetryableError
+
+log = logging.getLogger(__name__)
+
+
+class KafkaSource:
+    """A kafka-python consumer in a group; offsets are committed only explicitly."""
+
+    def __init__(self, bootstrap_servers: str, topic: str, group_id: str,
+                 *, auto_offset_reset: str = "earliest", client_id: str = "cachesync-consumer"):
+        try:
+            self._consumer = KafkaConsumer(
+                topic, bootstrap_servers=bootstrap_servers.split(","), group_id=group_id,
+                client_id=client_id, enable_auto_commit=False, auto_offset_reset=auto_offset_reset,
+                isolation_level="read_committed", max_partition_fetch_bytes=4 * 1024 * 1024)
+        except KafkaError as e:
+            raise RetryableError(f"Kafka unavailable at {bootstrap_servers}: {e}") from e
+
+    def poll(self, max_records: int, timeout_s: float) -> list[Record]:
+        try:
+            polled = self._consumer.poll(timeout_ms=int(timeout_s * 1000), max_records=max_records)
+        except KafkaError as e:
+            raise RetryableError(f"Kafka poll failed: {e}") from e
+        out = []
+        for records in polled.values():
+            for r in records:
+                out.append(Record(r.topic, r.partition, r.offset, r.key, r.value,
+                                  tuple((k, v) for k, v in (r.headers or ())), r.timestamp))
+        return out
+
+    def commit(self, offsets: Mapping[tuple[str, int], int]) -> None:
+        try:
+            self._consumer.commit({TopicPartition(t, p): OffsetAndMetadata(o, "", -1)
+                                   for (t, p), o in offsets.items()})
+        except CommitFailedError as e:
+            # The group rebalanced: the partitions now belong to another member, which
+            # will re-read these records and skip them as duplicates (they are done).
+            log.warning("offset commit lost to a rebalance; duplicates will be skipped: %s", e)
+        except KafkaError as e:
+            raise RetryableError(f"Kafka offset commit failed: {e}") from e
+
+    def close(self) -> None:
+        self._consumer.close(autocommit=False)
+
+
+class KafkaDeadLetters:
+    """Publishes poison records with their reason and origin; the value is the original bytes."""
+
+    def __init__(self, bootstrap_servers: str, topic: str):
+        self._topic = topic
+        self._producer = KafkaProducer(bootstrap_servers=bootstrap_servers.split(","),
+                                       acks="all", enable_idempotence=True,
+                                       client_id="cachesync-dlq")
+        self._futures = []
+
+    def send(self, record: Record, reason: str, detail: str) -> None:
+        headers = [("reason", reason.encode()), ("detail", detail[:1000].encode("utf-8", "replace")),
+                   ("origin", f"{record.topic}/{record.partition}/{record.offset}".encode())]
+        msg_id = record.header("id")
+        if msg_id is not None:
+            headers.append(("id", msg_id))
+        log.warning("dead-lettering %s/%d/%d: %s", record.topic, record.partition,
+                    record.offset, reason)
+        self._futures.append(self._producer.send(self._topic, key=record.key,
+                                                 value=record.value, headers=headers))
+
+    def flush(self) -> None:
+        """Block until every dead letter is acknowledged; raises RetryableError otherwise."""
+        futures, self._futures = self._futures, []
+        try:
+            self._producer.flush(timeout=30)
+            for f in futures:
+                f.get(timeout=0)
+        except KafkaError as e:
+            raise RetryableError(f"dead-letter publish failed: {e}") from e
+
+    def close(self) -> None:
+        self._producer.close(timeout=10)

@@ -1,0 +1,71 @@
+"""In-memory adapters: same contracts as the real ones, for unit tests and --dry-run."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Mapping, Sequence
+
+from consumer.core.dedup import ClaimState
+from consumer.core.offsets import Record
+
+
+class MemoryDedupStore:
+    def __init__(self, clock=time.monotonic):
+        self._clock = clock
+        self.rows: dict[str, tuple[str, str, float]] = {}   # id -> (status, token, until)
+
+    def claim(self, ids: Sequence[str], lease_s: float) -> tuple[str, Mapping[str, ClaimState]]:
+        token, now, states = uuid.uuid4().hex, self._clock(), {}
+        for msg_id in ids:
+            status, owner, until = self.rows.get(msg_id, ("free", "", 0.0))
+            if status == "done":
+                states[msg_id] = ClaimState.DONE
+            elif status == "claimed" and until > now and owner != token:
+                states[msg_id] = ClaimState.BUSY
+            else:
+                self.rows[msg_id] = ("claimed", token, now + lease_s)
+                states[msg_id] = ClaimState.OWNED
+        return token, states
+
+    def confirm(self, token: str, ids: Sequence[str]) -> None:
+        for msg_id in ids:
+            status, owner, until = self.rows.get(msg_id, ("free", "", 0.0))
+            if status == "claimed" and owner == token:
+                self.rows[msg_id] = ("done", token, until)
+
+
+class MemoryCache:
+    def __init__(self):
+        self.data: dict[str, bytes] = {}
+        self.deleted: list[str] = []
+
+    def delete(self, keys: Sequence[str]) -> int:
+        self.deleted.extend(keys)
+        return sum(1 for k in keys if self.data.pop(k, None) is not None)
+
+
+class MemorySource:
+    def __init__(self, records: Sequence[Record] = ()):
+        self.records = list(records)
+        self.committed: dict[tuple[str, int], int] = {}
+        self._pos = 0
+
+    def poll(self, max_records: int, timeout_s: float) -> list[Record]:
+        batch = self.records[self._pos:self._pos + max_records]
+        self._pos += len(batch)
+        return batch
+
+    def commit(self, offsets: Mapping[tuple[str, int], int]) -> None:
+        self.committed.update(offsets)
+
+
+class MemoryDeadLetters:
+    def __init__(self):
+        self.sent: list[tuple[Record, str, str]] = []
+
+    def send(self, record: Record, reason: str, detail: str) -> None:
+        self.sent.append((record, reason, detail))
+
+    def flush(self) -> None:
+        pass

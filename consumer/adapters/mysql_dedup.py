@@ -1,0 +1,100 @@
+"""The dedup table in MySQL: batched claims with a lease, confirmed after the cache is updated."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Mapping, Sequence
+
+import pymysql
+
+from consumer.core.dedup import ClaimState
+from consumer.ports import chunks
+from producer_outbox.mysql import MySQLParams, classify, ensure_state_tables
+
+# Bounds the size of one statement; a batch of N ids costs ceil(N / this) round trips.
+CLAIM_CHUNK = 1000
+
+
+class MySQLDedupStore:
+    """``cachesync_dedup`` rows keyed by (namespace, message id).
+
+    A claim inserts new ids and takes over expired claims in one statement; the
+    row's ``claim_token`` then tells whose claim it is. Done rows are never
+    re-claimed: they are the duplicates the idempotent receiver drops.
+    """
+
+    def __init__(self, params: MySQLParams, namespace: str):
+        self._params = params
+        self._ns = namespace
+        self._conn: pymysql.connections.Connection | None = None
+
+    def _connection(self) -> pymysql.connections.Connection:
+        if self._conn is None or not self._conn.open:
+            self._conn = self._params.connect()
+            ensure_state_tables(self._conn)
+        return self._conn
+
+    def claim(self, ids: Sequence[str], lease_s: float) -> tuple[str, Mapping[str, ClaimState]]:
+        token = uuid.uuid4().hex
+        states: dict[str, ClaimState] = {}
+        try:
+            conn = self._connection()
+            with conn.cursor() as cur:
+                for part in chunks(list(dict.fromkeys(ids)), CLAIM_CHUNK):
+                    states.update(self._claim_chunk(cur, token, part, lease_s))
+            conn.commit()
+        except pymysql.err.MySQLError as e:
+            self._reset()
+            raise classify(e) from e
+        return token, states
+
+    def _claim_chunk(self, cur, token: str, ids: Sequence[str], lease_s: float) -> dict[str, ClaimState]:
+        values = ", ".join(["(%s, %s, 'claimed', %s, NOW(6) + INTERVAL %s MICROSECOND)"] * len(ids))
+        params: list = []
+        lease_us = int(lease_s * 1_000_000)
+        for msg_id in ids:
+            params += [self._ns, msg_id, token, lease_us]
+        # Take over only expired claims. Assignments run left to right, so the
+        # second IF() sees the token the first one may just have written.
+        cur.execute(
+            "INSERT INTO cachesync_dedup (ns, msg_id, status, claim_token, claimed_until) "
+            f"VALUES {values} ON DUPLICATE KEY UPDATE "
+            "claim_token = IF(status = 'claimed' AND claimed_until < NOW(6), "
+            "VALUES(claim_token), claim_token), "
+            "claimed_until = IF(claim_token = VALUES(claim_token), VALUES(claimed_until), "
+            "claimed_until)", params)
+        marks = ", ".join(["%s"] * len(ids))
+        cur.execute(f"SELECT msg_id, status, claim_token FROM cachesync_dedup "
+                    f"WHERE ns = %s AND msg_id IN ({marks})", [self._ns, *ids])
+        out = {}
+        for msg_id, status, owner in cur.fetchall():
+            if status == "done":
+                out[msg_id] = ClaimState.DONE
+            else:
+                out[msg_id] = ClaimState.OWNED if owner == token else ClaimState.BUSY
+        return out
+
+    def confirm(self, token: str, ids: Sequence[str]) -> None:
+        try:
+            conn = self._connection()
+            with conn.cursor() as cur:
+                for part in chunks(list(ids), CLAIM_CHUNK):
+                    marks = ", ".join(["%s"] * len(part))
+                    cur.execute("UPDATE cachesync_dedup SET status = 'done', done_at = NOW(6) "
+                                f"WHERE ns = %s AND claim_token = %s AND msg_id IN ({marks})",
+                                [self._ns, token, *part])
+            conn.commit()
+        except pymysql.err.MySQLError as e:
+            self._reset()
+            raise classify(e) from e
+
+    def _reset(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except Exception:  # already broken; we only want it gone
+                pass
+        self._conn = None
+
+    def close(self) -> None:
+        self._reset()

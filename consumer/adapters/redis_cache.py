@@ -1,0 +1,34 @@
+"""Redis cache writer: pipelined deletes, errors classified as retryable."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import redis
+
+from consumer.ports import chunks
+from schema.errors import FatalError, RetryableError
+
+# Keys per pipeline round trip: large enough to amortise the RTT, small enough
+# that one slow batch does not hold Redis for long.
+PIPELINE_CHUNK = 2000
+
+
+class RedisCache:
+    def __init__(self, url: str, client: redis.Redis | None = None):
+        self._client = client or redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+
+    def delete(self, keys: Sequence[str]) -> int:
+        """UNLINK keys in pipelined chunks; raises RetryableError when Redis is unreachable."""
+        existed = 0
+        try:
+            for part in chunks(list(keys), PIPELINE_CHUNK):
+                existed += int(self._client.unlink(*part))
+        except redis.AuthenticationError as e:
+            raise FatalError(f"Redis refused the credentials: {e}") from e
+        except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError) as e:
+            raise RetryableError(f"Redis unavailable: {e}") from e
+        return existed
+
+    def close(self) -> None:
+        self._client.close()

@@ -1,0 +1,185 @@
+"""The python engine: poll -> decode -> claim -> plan -> apply -> confirm -> commit.
+
+Offsets are committed only after the cache was updated and the ids confirmed;
+a crash anywhere before that re-delivers the batch, and the dedup table plus
+idempotent deletes make the redelivery harmless.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from consumer.core.dedup import decide
+from consumer.core.offsets import Record, commit_offsets
+from consumer.core.plan import EventPlan, plan_batch
+from consumer.core.retry import RetryPolicy
+from consumer.ports import CacheWriter, DeadLetters, DedupStore, Source
+from schema.errors import DecodeError, RetryableError
+from schema.event import ChangeEvent, decode
+from schema.mapping import MappingSet
+
+log = logging.getLogger(__name__)
+
+
+class Stopped(Exception):
+    """Stop was requested while a batch was waiting; nothing of it was committed."""
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    batch_size: int = 2000
+    poll_timeout_s: float = 0.2
+    claim_lease_s: float = 30.0
+
+
+@dataclass
+class Stats:
+    consumed: int = 0
+    applied: int = 0
+    duplicates: int = 0
+    dead_lettered: int = 0
+    keys_deleted: int = 0
+    null_key_skips: int = 0
+    batches: int = 0
+    retries: int = 0
+
+
+@dataclass
+class BatchResult:
+    applied: list[EventPlan] = field(default_factory=list)
+    duplicates: list[str] = field(default_factory=list)
+    dead_lettered: list[tuple[Record, str]] = field(default_factory=list)
+    applied_at: float = 0.0
+
+
+class PythonEngine:
+    def __init__(self, source: Source, dedup: DedupStore, cache: CacheWriter,
+                 dead_letters: DeadLetters, mappings: MappingSet,
+                 options: EngineOptions = EngineOptions(), retry: RetryPolicy = RetryPolicy(),
+                 on_batch: Callable[[BatchResult], None] | None = None):
+        self._source, self._dedup, self._cache = source, dedup, cache
+        self._dlq, self._mappings = dead_letters, mappings
+        self._opts, self._retry, self._on_batch = options, retry, on_batch
+        self._stop = threading.Event()
+        self.stats = Stats()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def run(self) -> None:
+        """Consume until stop(); transient errors are retried forever, fatal ones raise."""
+        while not self._stop.is_set():
+            try:
+                self.step()
+            except Stopped:
+                break
+
+    def step(self) -> BatchResult | None:
+        records = self._with_retry("poll", lambda: self._source.poll(self._opts.batch_size,
+                                                                     self._opts.poll_timeout_s))
+        if not records:
+            return None
+        result = self.process(records)
+        self._with_retry("commit offsets", lambda: self._source.commit(commit_offsets(records)))
+        if self._on_batch is not None:
+            self._on_batch(result)
+        return result
+
+    def process(self, records: Sequence[Record]) -> BatchResult:
+        """Apply one batch up to (not including) the offset commit."""
+        result = BatchResult()
+        events, origin = self._decode(records, result)
+        plan = plan_batch(events, self._mappings)
+        for event, error in plan.poison:
+            self._dead_letter(origin[id(event)], error.reason, error.detail, result)
+        by_id = {ep.event.id: ep for ep in plan.events}
+        claims = self._claim_all(list(by_id), result)
+        apply_ids = [i for _, ids in claims for i in ids]
+        keys = list(dict.fromkeys(k for i in apply_ids for k in by_id[i].keys))
+        if keys:
+            deleted = self._with_retry("redis delete", lambda: self._cache.delete(keys))
+            self.stats.keys_deleted += deleted
+        for token, ids in claims:
+            self._with_retry("dedup confirm", lambda t=token, i=ids: self._dedup.confirm(t, i))
+        if result.dead_lettered:
+            self._with_retry("dead-letter flush", self._dlq.flush)
+        result.applied = [by_id[i] for i in apply_ids]
+        result.applied_at = time.time()
+        result.duplicates += _repeats(ep.event.id for ep in plan.events)
+        self._count(records, plan.null_skips, result)
+        return result
+
+    def _decode(self, records, result) -> tuple[list[ChangeEvent], dict[int, Record]]:
+        events, origin = [], {}
+        for record in records:
+            try:
+                event = decode(record.value or b"")
+            except DecodeError as e:
+                self._dead_letter(record, e.reason, e.detail, result)
+                continue
+            events.append(event)
+            origin[id(event)] = record
+        return events, origin
+
+    def _claim_all(self, ids: list[str], result: BatchResult) -> list[tuple[str, list[str]]]:
+        """Claim until every id is ours or done; busy ids wait for their lease to expire."""
+        claims, pending, attempt = [], ids, 0
+        while pending:
+            token, states = self._with_retry("dedup claim",
+                                             lambda: self._dedup.claim(pending, self._opts.claim_lease_s))
+            decision = decide(pending, states)
+            if decision.apply:
+                claims.append((token, list(decision.apply)))
+            result.duplicates += decision.duplicates
+            pending = list(decision.busy)
+            if pending:
+                attempt += 1
+                wait = min(self._opts.claim_lease_s, self._retry.backoff(attempt) + 0.1)
+                log.info("%d message(s) claimed by another consumer; waiting %.1fs for the lease",
+                         len(pending), wait)
+                if self._stop.wait(wait):
+                    raise Stopped()
+        return claims
+
+    def _dead_letter(self, record: Record, reason: str, detail: str, result: BatchResult) -> None:
+        self._dlq.send(record, reason, detail)
+        result.dead_lettered.append((record, reason))
+
+    def _count(self, records, null_skips: int, result: BatchResult) -> None:
+        s = self.stats
+        s.batches += 1
+        s.consumed += len(records)
+        s.applied += len(result.applied)
+        s.duplicates += len(result.duplicates)
+        s.dead_lettered += len(result.dead_lettered)
+        s.null_key_skips += null_skips
+
+    def _with_retry(self, what: str, fn):
+        attempt = 0
+        while True:
+            try:
+                return fn()
+            except RetryableError as e:
+                attempt += 1
+                if not self._retry.should_retry(e, attempt):
+                    raise
+                wait = self._retry.backoff(attempt)
+                self.stats.retries += 1
+                log.warning("%s failed (attempt %d), retrying in %.2fs: %s", what, attempt, wait, e)
+                if self._stop.wait(wait):
+                    raise Stopped() from e
+
+
+def _repeats(ids) -> list[str]:
+    """Ids seen more than once in one batch (a tailer re-publish landing in the same poll)."""
+    seen: set[str] = set()
+    out = []
+    for msg_id in ids:
+        if msg_id in seen:
+            out.append(msg_id)
+        seen.add(msg_id)
+    return out

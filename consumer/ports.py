@@ -1,0 +1,38 @@
+"""Ports the engines depend on; each has a real adapter and an in-memory one."""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping, Protocol, Sequence
+
+from consumer.core.dedup import ClaimState
+from consumer.core.offsets import Record
+
+
+class DedupStore(Protocol):
+    def claim(self, ids: Sequence[str], lease_s: float) -> tuple[str, Mapping[str, ClaimState]]:
+        """Claim ids in one round trip; returns (claim token, state per id)."""
+
+    def confirm(self, token: str, ids: Sequence[str]) -> None:
+        """Mark ids claimed under ``token`` as done."""
+
+
+class CacheWriter(Protocol):
+    def delete(self, keys: Sequence[str]) -> int:
+        """Delete keys (pipelined); returns how many existed."""
+
+
+class Source(Protocol):
+    def poll(self, max_records: int, timeout_s: float) -> list[Record]: ...
+
+    def commit(self, offsets: Mapping[tuple[str, int], int]) -> None: ...
+
+
+class DeadLetters(Protocol):
+    def send(self, record: Record, reason: str, detail: str) -> None: ...
+
+    def flush(self) -> None: ...
+
+
+def chunks(items: Sequence, size: int) -> Iterable[Sequence]:
+    for i in range(0, len(items), size):
+        yield items[i:i + size]

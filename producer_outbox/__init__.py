@@ -1,0 +1,1 @@
+"""Everything that publishes: binlog tailer, outbox writer and relay, Kafka publisher, checkpoints."""

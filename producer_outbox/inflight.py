@@ -1,0 +1,71 @@
+"""Progress only moves past what Kafka acknowledged (Maxwell's InflightMessageList).
+
+Pure and single-threaded; the tailer guards it with a lock because acks arrive
+on the Kafka sender thread.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+P = TypeVar("P")
+
+
+@dataclass
+class _Txn(Generic[P]):
+    position: P          # the checkpoint that is safe once this txn is fully acked
+    pending: int = 0
+    closed: bool = False
+
+
+class InflightTracker(Generic[P]):
+    """Tracks transactions in commit order and yields the newest safe checkpoint.
+
+    A transaction is safe when it is closed (all its events were handed to the
+    publisher) and every one of them was acknowledged; the checkpoint may only
+    move to the last transaction of the unbroken safe prefix, never mid-transaction.
+    """
+
+    def __init__(self) -> None:
+        self._txns: deque[_Txn[P]] = deque()
+        self._pending_total = 0
+
+    def open(self, position: P) -> _Txn[P]:
+        """Start tracking a transaction; ``position`` is where to resume after it."""
+        txn = _Txn(position)
+        self._txns.append(txn)
+        return txn
+
+    def sent(self, txn: _Txn[P]) -> None:
+        txn.pending += 1
+        self._pending_total += 1
+
+    def acked(self, txn: _Txn[P]) -> None:
+        if txn.pending <= 0:
+            raise ValueError("ack without a matching send")
+        txn.pending -= 1
+        self._pending_total -= 1
+
+    def close(self, txn: _Txn[P], position: P | None = None) -> None:
+        """All events of ``txn`` were sent; optionally correct its resume position."""
+        if position is not None:
+            txn.position = position
+        txn.closed = True
+
+    def advance(self) -> P | None:
+        """Pop the safe prefix and return its last position (None if nothing new is safe)."""
+        safe = None
+        while self._txns and self._txns[0].closed and self._txns[0].pending == 0:
+            safe = self._txns.popleft().position
+        return safe
+
+    @property
+    def pending(self) -> int:
+        """Events sent but not yet acknowledged (bounded by the tailer: back-pressure)."""
+        return self._pending_total
+
+    @property
+    def open_transactions(self) -> int:
+        return len(self._txns)

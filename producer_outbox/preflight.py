@@ -1,0 +1,73 @@
+"""Start-up checks for the binlog tailer: server settings and privileges.
+
+Each failed check says exactly which setting or grant is missing and how to fix it,
+because "no events arrive" is the worst way to find out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+REQUIRED_VARIABLES = {
+    "log_bin": "ON",
+    "binlog_format": "ROW",
+    "binlog_row_image": "FULL",
+    "binlog_row_metadata": "FULL",
+}
+# MariaDB reports REPLICATION CLIENT as BINLOG MONITOR, REPLICATION SLAVE as REPLICATION REPLICA.
+REQUIRED_PRIVILEGES = {
+    "REPLICATION SLAVE": ("REPLICATION SLAVE", "REPLICATION REPLICA", "ALL PRIVILEGES"),
+    "REPLICATION CLIENT": ("REPLICATION CLIENT", "BINLOG MONITOR", "ALL PRIVILEGES"),
+}
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    flavor: str          # "mariadb" | "mysql"
+    server_id: int
+    server_uuid: str | None
+    variables: dict[str, str]
+    grants: tuple[str, ...]
+
+    @property
+    def identity(self) -> str:
+        """Stable server identity used in message ids."""
+        return self.server_uuid or f"{self.flavor}:{self.server_id}"
+
+
+def problems(info: ServerInfo) -> list[str]:
+    """Every reason the tailer cannot run against this server (empty when all is well)."""
+    out = []
+    for name, expected in REQUIRED_VARIABLES.items():
+        actual = info.variables.get(name)
+        if actual is None:
+            out.append(f"server variable {name} is unknown to this server (need {expected}; "
+                       f"MariaDB >= 10.5 or MySQL >= 8.0 required)")
+        elif actual.upper() != expected:
+            out.append(f"server variable {name}={actual}, need {name}={expected} "
+                       f"(set it in my.cnf under [mysqld])")
+    granted = " | ".join(g.upper() for g in info.grants)
+    for privilege, spellings in REQUIRED_PRIVILEGES.items():
+        if not any(s in granted for s in spellings):
+            out.append(f"the cachesync user lacks {privilege}: "
+                       f"GRANT {privilege} ON *.* TO <user>")
+    return out
+
+
+def read_server_info(conn) -> ServerInfo:
+    """Query variables and grants over an open pymysql connection."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT VERSION(), @@server_id")
+        version, server_id = cur.fetchone()
+        flavor = "mariadb" if "mariadb" in version.lower() else "mysql"
+        uuid = None
+        if flavor == "mysql":
+            cur.execute("SELECT @@server_uuid")
+            uuid = cur.fetchone()[0]
+        names = ", ".join(f"'{n}'" for n in REQUIRED_VARIABLES)
+        cur.execute(f"SHOW GLOBAL VARIABLES WHERE Variable_name IN ({names})")
+        variables = {k: str(v) for k, v in cur.fetchall()}
+        cur.execute("SHOW GRANTS FOR CURRENT_USER()")
+        grants = tuple(row[0] for row in cur.fetchall())
+    conn.commit()
+    return ServerInfo(flavor, int(server_id), uuid, variables, grants)

@@ -1,0 +1,46 @@
+"""Kafka publisher: an idempotent producer with per-message ack callbacks."""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+from kafka import KafkaProducer
+from kafka.errors import KafkaError
+
+from schema.errors import RetryableError
+
+log = logging.getLogger(__name__)
+
+
+class KafkaPublisher:
+    """Sends keyed records with an ``id`` header; ``acks=all`` and idempotence on.
+
+    ``max_in_flight=5`` is the most Kafka's idempotent producer allows while still
+    keeping per-partition order (the sequence-number window in the seeds).
+    """
+
+    def __init__(self, bootstrap_servers: str, *, linger_ms: int = 5,
+                 batch_size: int = 256 * 1024, client_id: str = "cachesync-tailer"):
+        try:
+            self._producer = KafkaProducer(
+                bootstrap_servers=bootstrap_servers.split(","), client_id=client_id,
+                acks="all", enable_idempotence=True, max_in_flight_requests_per_connection=5,
+                linger_ms=linger_ms, batch_size=batch_size, compression_type=None,
+                retries=2**31 - 1, delivery_timeout_ms=120_000,
+            )
+        except KafkaError as e:
+            raise RetryableError(f"Kafka unavailable at {bootstrap_servers}: {e}") from e
+
+    def send(self, topic: str, key: str, value: bytes, msg_id: str,
+             on_ack: Callable[[], None], on_error: Callable[[Exception], None]) -> None:
+        future = self._producer.send(topic, key=key.encode("utf-8"), value=value,
+                                     headers=[("id", msg_id.encode("ascii"))])
+        future.add_callback(lambda _meta: on_ack())
+        future.add_errback(on_error)
+
+    def flush(self, timeout_s: float | None = None) -> None:
+        self._producer.flush(timeout=timeout_s)
+
+    def close(self, timeout_s: float = 10) -> None:
+        self._producer.close(timeout=timeout_s)

@@ -1,0 +1,239 @@
+"""Binlog tailer: python-mysql-replication -> ChangeEvent -> Kafka, checkpointed.
+
+The checkpoint only moves past transactions whose every row Kafka acknowledged
+(InflightTracker), so a crash at any point resumes at a transaction boundary and
+re-publishes with the same deterministic ids; the consumer drops the duplicates.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.event import (HeartbeatLogEvent, MariadbGtidEvent, QueryEvent,
+                                      RotateEvent, XidEvent)
+from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+
+from producer_outbox.checkpoint import Checkpoint, MySQLCheckpointStore
+from producer_outbox.inflight import InflightTracker
+from producer_outbox.mysql import MySQLParams
+from producer_outbox.preflight import ServerInfo, problems, read_server_info
+from producer_outbox.rows import TxnContext, row_change
+from schema.errors import FatalError, RetryableError
+from schema.event import encode
+from schema.ids import file_pos_ordinal
+from schema.keys import kafka_key
+from schema.mapping import MappingSet
+
+log = logging.getLogger(__name__)
+
+_ROW_EVENTS = {WriteRowsEvent: "insert", UpdateRowsEvent: "update", DeleteRowsEvent: "delete"}
+_TXN_MARKERS = {"BEGIN", "COMMIT"}
+
+
+@dataclass(frozen=True)
+class TailerOptions:
+    topic: str
+    replica_server_id: int = 88001      # must be unique among the server's replicas
+    max_inflight: int = 20_000          # back-pressure: unacked rows before we block
+    checkpoint_interval_s: float = 0.5
+    heartbeat_s: float = 1.0
+
+
+class Tailer:
+    """Reads the binlog from the stored checkpoint and publishes mapped tables' rows."""
+
+    def __init__(self, mysql: MySQLParams, publisher, checkpoints: MySQLCheckpointStore,
+                 mappings: MappingSet, options: TailerOptions):
+        self._mysql = mysql
+        self._publisher = publisher
+        self._checkpoints = checkpoints
+        self._mappings = mappings
+        self._opts = options
+        self._tracker: InflightTracker[Checkpoint] = InflightTracker()
+        self._lock = threading.Lock()
+        self._failure: Exception | None = None
+        self._stop = threading.Event()
+        self.published = 0
+        self.committed: Checkpoint | None = None
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def preflight(self) -> ServerInfo:
+        """Check settings and grants; raises FatalError listing every problem."""
+        conn = self._mysql.connect()
+        try:
+            info = read_server_info(conn)
+        finally:
+            conn.close()
+        found = problems(info)
+        if found:
+            raise FatalError("the MySQL server is not ready for cachesync:\n  - " + "\n  - ".join(found))
+        return info
+
+    def run(self) -> None:
+        """Tail until stop(); raises RetryableError/FatalError when publishing fails."""
+        info = self.preflight()
+        start = self._checkpoints.load() or self._current_position(info)
+        self._checkpoints.save(start)
+        self.committed = start
+        log.info("tailer starting at %s (server %s, tables %s)", start.describe(),
+                 info.identity, ", ".join(self._mappings.tables))
+        stream = self._open_stream(info, start)
+        try:
+            self._loop(stream, info, start)
+        finally:
+            stream.close()
+            self._drain()
+
+    def _open_stream(self, info: ServerInfo, start: Checkpoint) -> BinLogStreamReader:
+        kwargs = {}
+        if info.flavor == "mariadb" and start.gtid is not None:
+            kwargs.update(is_mariadb=True, auto_position=start.gtid)
+        else:
+            kwargs.update(log_file=start.log_file, log_pos=start.log_pos, resume_stream=True,
+                          is_mariadb=info.flavor == "mariadb")
+        return BinLogStreamReader(
+            connection_settings={"host": self._mysql.host, "port": self._mysql.port,
+                                 "user": self._mysql.user, "passwd": self._mysql.password},
+            server_id=self._opts.replica_server_id, blocking=True,
+            only_events=[MariadbGtidEvent, QueryEvent, XidEvent, RotateEvent, HeartbeatLogEvent,
+                         *_ROW_EVENTS],
+            only_schemas=list(self._mappings.schemas),
+            only_tables=sorted({m.name for m in self._mappings.tables.values()}),
+            slave_heartbeat=self._opts.heartbeat_s, **kwargs)
+
+    def _current_position(self, info: ServerInfo) -> Checkpoint:
+        """First start: begin at the server's current position (history is already cached)."""
+        conn = self._mysql.connect()
+        try:
+            with conn.cursor() as cur:
+                gtid = None
+                if info.flavor == "mariadb":
+                    cur.execute("SELECT @@gtid_binlog_pos")
+                    gtid = cur.fetchone()[0]
+                cur.execute("SHOW MASTER STATUS")
+                row = cur.fetchone()
+        finally:
+            conn.close()
+        if row is None:
+            raise FatalError("binary logging is off (SHOW MASTER STATUS is empty): set log_bin")
+        return Checkpoint(info.identity, gtid, row[0], int(row[1]))
+
+    def _loop(self, stream: BinLogStreamReader, info: ServerInfo, start: Checkpoint) -> None:
+        gtid_state = _parse_gtid_state(start.gtid)
+        txn = ctx = None
+        row_index = 0
+        last_save = time.monotonic()
+
+        def close_txn():
+            cp = Checkpoint(info.identity, _format_gtid_state(gtid_state) or None,
+                            stream.log_file, stream.log_pos)
+            with self._lock:
+                self._tracker.close(txn, cp)
+
+        for event in stream:
+            self._raise_if_failed()
+            if isinstance(event, MariadbGtidEvent):
+                if txn is not None:  # previous group ended without a visible terminator
+                    close_txn()
+                gtid_state[event.domain_id] = event.gtid
+                ctx = TxnContext(info.identity, event.gtid, event.gtid_seq_no, float(event.timestamp))
+                txn, row_index = self._tracker_open(), 0
+            elif type(event) in _ROW_EVENTS:
+                if ctx is None:  # no GTID: the transaction starts at its first row event
+                    position = f"{stream.log_file}:{stream.log_pos}"
+                    ctx = TxnContext(info.identity, position,
+                                     file_pos_ordinal(stream.log_file, stream.log_pos),
+                                     float(event.timestamp))
+                    txn, row_index = self._tracker_open(), 0
+                row_index = self._publish_rows(event, ctx, txn, row_index)
+            elif isinstance(event, (XidEvent, QueryEvent)):
+                text = _query_text(event) if isinstance(event, QueryEvent) else "COMMIT"
+                if text not in _TXN_MARKERS:
+                    # DDL: its own event group. Row decoding keeps working because
+                    # binlog_row_metadata=FULL puts column names in every table map.
+                    log.info("DDL in binlog: %s", text[:200])
+                if text != "BEGIN" and txn is not None:
+                    close_txn()
+                    txn = ctx = None
+            if time.monotonic() - last_save >= self._opts.checkpoint_interval_s:
+                self._save_checkpoint()
+                last_save = time.monotonic()
+            if self._stop.is_set():
+                break
+
+    def _tracker_open(self):
+        with self._lock:
+            return self._tracker.open(None)
+
+    def _publish_rows(self, event, ctx: TxnContext, txn, row_index: int) -> int:
+        op = _ROW_EVENTS[type(event)]
+        for row in event.rows:
+            if op == "update":
+                before, after = row["before_values"], row["after_values"]
+            elif op == "insert":
+                before, after = None, row["values"]
+            else:
+                before, after = row["values"], None
+            change = row_change(ctx, row_index, event.schema, event.table, op,
+                                event.primary_key, before, after)
+            row_index += 1
+            with self._lock:
+                self._tracker.sent(txn)
+            self._publisher.send(self._opts.topic, kafka_key(change.db, change.table, change.pk),
+                                 encode(change), change.id,
+                                 on_ack=lambda t=txn: self._on_ack(t), on_error=self._on_error)
+            self.published += 1
+            if self._tracker.pending >= self._opts.max_inflight:
+                self._publisher.flush()
+                self._raise_if_failed()
+        return row_index
+
+    def _on_ack(self, txn) -> None:
+        with self._lock:
+            self._tracker.acked(txn)
+
+    def _on_error(self, error: Exception) -> None:
+        # Called on the Kafka I/O thread: record it; the main loop stops the tailer
+        # before the checkpoint can move past the failed send.
+        self._failure = error
+
+    def _raise_if_failed(self) -> None:
+        if self._failure is not None:
+            raise RetryableError(f"Kafka send failed after retries, stopping before the "
+                                 f"checkpoint moves: {self._failure}") from self._failure
+
+    def _save_checkpoint(self) -> None:
+        with self._lock:
+            safe = self._tracker.advance()
+        if safe is not None:
+            self._checkpoints.save(safe)
+            self.committed = safe
+
+    def _drain(self) -> None:
+        """On a clean stop: wait for acks, then store the last safe checkpoint."""
+        if self._failure is None:
+            self._publisher.flush(timeout_s=30)
+        if self._failure is None:
+            self._save_checkpoint()
+
+
+def _query_text(event: QueryEvent) -> str:
+    query = event.query
+    return (query.decode("utf-8", "replace") if isinstance(query, bytes) else query).strip()
+
+
+def _parse_gtid_state(gtid: str | None) -> dict[int, str]:
+    """``"0-1-42,1-2-7"`` -> ``{0: "0-1-42", 1: "1-2-7"}`` (MariaDB: one GTID per domain)."""
+    if not gtid:
+        return {}
+    return {int(g.split("-", 1)[0]): g.strip() for g in gtid.split(",") if g.strip()}
+
+
+def _format_gtid_state(state: dict[int, str]) -> str:
+    return ",".join(state[d] for d in sorted(state))

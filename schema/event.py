@@ -1,0 +1,135 @@
+"""The ChangeEvent envelope and its codec: the contract between producer and consumer."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal, Mapping
+
+from schema.errors import DecodeError
+from schema.values import from_json, to_json
+
+ENVELOPE_VERSION = 1
+SUPPORTED_VERSIONS = frozenset({1})
+
+Op = Literal["insert", "update", "delete"]
+OPS = frozenset({"insert", "update", "delete"})
+SOURCE_KINDS = frozenset({"binlog", "outbox"})
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where an event came from: enough to re-derive its id and to measure lag."""
+
+    kind: str                 # "binlog" | "outbox"
+    server: str               # server identity, e.g. "mariadb:1" or a server_uuid
+    position: str             # GTID ("0-1-42") or "file:pos" of the transaction start
+    commit_ts: float          # source commit time, seconds since the epoch
+    row_index: int = 0        # index of this row within its transaction
+
+
+@dataclass(frozen=True)
+class ChangeEvent:
+    """One committed row change (binlog) or one application event (outbox)."""
+
+    id: str
+    source: Source
+    db: str
+    table: str
+    op: Op
+    pk: tuple[tuple[str, Any], ...]
+    before: Mapping[str, Any] | None
+    after: Mapping[str, Any] | None
+    version: int
+    keys: tuple[str, ...] = ()          # explicit keys (outbox), in addition to mapped ones
+    schema_version: int = ENVELOPE_VERSION
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def qualified_table(self) -> str:
+        return f"{self.db}.{self.table}"
+
+    @property
+    def pk_dict(self) -> dict[str, Any]:
+        return dict(self.pk)
+
+
+def encode(event: ChangeEvent) -> bytes:
+    """Serialise an event to compact UTF-8 JSON; raises TypeError on an unencodable value."""
+    doc = {
+        "v": event.schema_version,
+        "id": event.id,
+        "src": [event.source.kind, event.source.server, event.source.position,
+                event.source.commit_ts, event.source.row_index],
+        "db": event.db,
+        "tbl": event.table,
+        "op": event.op,
+        "pk": [[k, to_json(v)] for k, v in event.pk],
+        "b": _row_to_json(event.before),
+        "a": _row_to_json(event.after),
+        "ver": event.version,
+    }
+    if event.keys:
+        doc["keys"] = list(event.keys)
+    if event.extra:
+        doc["x"] = to_json(dict(event.extra))
+    return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def decode(raw: bytes) -> ChangeEvent:
+    """Parse bytes into a ChangeEvent; raises DecodeError with a reason code and the raw bytes."""
+    try:
+        doc = json.loads(raw)
+    except (UnicodeDecodeError, ValueError) as e:
+        raise DecodeError("invalid_json", str(e), raw) from e
+    if not isinstance(doc, dict):
+        raise DecodeError("invalid_envelope", "top level is not an object", raw)
+    version = doc.get("v")
+    if version not in SUPPORTED_VERSIONS:
+        raise DecodeError("unsupported_version", f"envelope version {version!r}", raw)
+    try:
+        return _from_doc(doc)
+    except (KeyError, TypeError, ValueError) as e:
+        raise DecodeError("invalid_envelope", f"{type(e).__name__}: {e}", raw) from e
+
+
+def _from_doc(doc: dict) -> ChangeEvent:
+    kind, server, position, commit_ts, row_index = doc["src"]
+    if kind not in SOURCE_KINDS:
+        raise ValueError(f"source kind {kind!r}")
+    op = doc["op"]
+    if op not in OPS:
+        raise ValueError(f"op {op!r}")
+    pk = tuple((str(k), from_json(v)) for k, v in doc["pk"])
+    return ChangeEvent(
+        id=_require_str(doc["id"], "id"),
+        source=Source(str(kind), str(server), str(position), float(commit_ts), int(row_index)),
+        db=_require_str(doc["db"], "db"),
+        table=_require_str(doc["tbl"], "tbl"),
+        op=op,
+        pk=pk,
+        before=_row_from_json(doc.get("b")),
+        after=_row_from_json(doc.get("a")),
+        version=int(doc["ver"]),
+        keys=tuple(_require_str(k, "keys[]") for k in doc.get("keys", ())),
+        schema_version=doc["v"],
+        extra=from_json(doc.get("x") or {}),
+    )
+
+
+def _require_str(value: Any, name: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{name} must be a non-empty string")
+    return value
+
+
+def _row_to_json(row: Mapping[str, Any] | None) -> dict | None:
+    return None if row is None else {k: to_json(v) for k, v in row.items()}
+
+
+def _row_from_json(row: Any) -> dict | None:
+    if row is None:
+        return None
+    if not isinstance(row, dict):
+        raise ValueError("row image must be an object")
+    return {k: from_json(v) for k, v in row.items()}

@@ -1,0 +1,19 @@
+"""Kafka key rules: every change of one row lands in one partition, in commit order."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from schema.values import canonical_text
+
+_ESCAPES = str.maketrans({"\\": "\\\\", ",": "\\,"})
+
+
+def pk_text(pk: Iterable[tuple[str, Any]]) -> str:
+    """Canonical text of a (possibly composite) primary key: values in column order."""
+    return ",".join(canonical_text(v).translate(_ESCAPES) for _, v in pk)
+
+
+def kafka_key(db: str, table: str, pk: Iterable[tuple[str, Any]]) -> str:
+    """``db.table:pk`` - the partitioning key of a row's changes."""
+    return f"{db}.{table}:{pk_text(pk)}"

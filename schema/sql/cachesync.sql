@@ -1,0 +1,27 @@
+-- cachesync's own tables. They live in the state database (default `cachesync`),
+-- the only place the cachesync user may write. Applied with CREATE TABLE IF NOT
+-- EXISTS at start, so running it twice is harmless.
+
+-- Idempotent receiver: one row per (consumer namespace, message id).
+-- status=claimed + claimed_until is a lease; a crash between claim and done
+-- leaves a claim that expires and the message is applied again.
+CREATE TABLE IF NOT EXISTS cachesync_dedup (
+  ns            VARCHAR(64)  NOT NULL,
+  msg_id        VARCHAR(64)  CHARACTER SET ascii NOT NULL,
+  status        ENUM('claimed','done') NOT NULL,
+  claim_token   CHAR(32)     CHARACTER SET ascii NOT NULL,
+  claimed_until DATETIME(6)  NOT NULL,
+  done_at       DATETIME(6)  NULL,
+  PRIMARY KEY (ns, msg_id),
+  KEY by_done (ns, status, done_at)
+) ENGINE=InnoDB;
+
+-- Tailer checkpoints: advanced only past transactions Kafka fully acknowledged.
+CREATE TABLE IF NOT EXISTS cachesync_checkpoint (
+  name       VARCHAR(64)  NOT NULL PRIMARY KEY,
+  server     VARCHAR(128) NOT NULL,
+  gtid       TEXT         NULL,
+  log_file   VARCHAR(255) NULL,
+  log_pos    BIGINT UNSIGNED NULL,
+  updated_at DATETIME(6)  NOT NULL
+) ENGINE=InnoDB;
