@@ -1,0 +1,52 @@
+import datetime as dt
+import decimal
+import json
+
+import pytest
+
+from schema.errors import DecodeError
+from schema.event import ChangeEvent, Source, decode, encode
+
+
+def make_event(**overrides):
+    fields = dict(
+        id="a" * 32, source=Source("binlog", "mariadb:1", "0-1-42", 1700000000.5, 3),
+        db="shop", table="users", op="update", pk=(("id", 7),),
+        before={"id": 7, "email": "old@example.com"}, after={"id": 7, "email": "new@example.com"},
+        version=42 << 24 | 3)
+    fields.update(overrides)
+    return ChangeEvent(**fields)
+
+
+@pytest.mark.parametrize("value", [
+    None, 0, -1, 2**63 - 1, 1.5, "", "ünïcødé ✓", b"\x00\xff\x10", decimal.Decimal("12.340"),
+    dt.datetime(2024, 2, 29, 23, 59, 59, 123456), dt.date(2024, 1, 1), dt.time(12, 30),
+    dt.timedelta(hours=-3, seconds=1), frozenset({"a", "b"}), {"json": [1, {"n": None}]},
+])
+def test_values_survive_the_round_trip(value):
+    event = make_event(after={"id": 7, "v": value})
+    assert decode(encode(event)).after["v"] == value
+
+
+def test_round_trip_keeps_every_field():
+    event = make_event(pk=(("tenant", "t1"), ("id", b"\x01\x02")), keys=("k:1", "k:2"),
+                       extra={"aggregate": "user"})
+    assert decode(encode(event)) == event
+
+
+@pytest.mark.parametrize("raw, reason", [
+    (b"\xff\xfe not utf8", "invalid_json"),
+    (b"{not json", "invalid_json"),
+    (b"[1, 2]", "invalid_envelope"),
+    (json.dumps({"v": 99, "id": "x"}).encode(), "unsupported_version"),
+    (json.dumps({"id": "x"}).encode(), "unsupported_version"),
+    (json.dumps({"v": 1, "id": "x"}).encode(), "invalid_envelope"),
+    (encode(make_event()).replace(b'"op":"update"', b'"op":"upsert"'), "invalid_envelope"),
+    (encode(make_event()).replace(b'"binlog"', b'"carrier-pigeon"'), "invalid_envelope"),
+    (b"", "invalid_json"),
+])
+def test_bad_bytes_raise_decode_error_with_reason_and_raw(raw, reason):
+    with pytest.raises(DecodeError) as info:
+        decode(raw)
+    assert info.value.reason == reason
+    assert info.value.raw == raw

@@ -1,0 +1,41 @@
+"""Checkpoints advance only to the end of the unbroken prefix of fully acked transactions."""
+
+import pytest
+
+from producer_outbox.inflight import InflightTracker
+
+
+@pytest.mark.parametrize("script, expected", [
+    # (txn, action) steps; txns: "open" implicitly in name order at first use.
+    ([("t1", "send"), ("t1", "close"), ("t1", "ack")], "t1"),
+    ([("t1", "send"), ("t1", "ack")], None),                          # not closed: mid-transaction
+    ([("t1", "send"), ("t1", "close"), ("t2", "send"), ("t2", "close"), ("t2", "ack")], None),
+    ([("t1", "send"), ("t1", "close"), ("t2", "send"), ("t2", "close"), ("t2", "ack"),
+      ("t1", "ack")], "t2"),
+    ([("t1", "send"), ("t1", "send"), ("t1", "close"), ("t1", "ack")], None),
+    ([("t1", "close"), ("t2", "send"), ("t2", "close")], "t1"),      # empty txn is safe at once
+])
+def test_advance(script, expected):
+    tracker, txns = InflightTracker(), {}
+    for name, action in script:
+        if name not in txns:
+            txns[name] = tracker.open(name)
+        {"send": tracker.sent, "ack": tracker.acked, "close": tracker.close}[action](txns[name])
+    assert tracker.advance() == expected
+
+
+def test_advance_pops_what_it_returned_and_counts_pending():
+    tracker = InflightTracker()
+    t1 = tracker.open("p1")
+    tracker.sent(t1)
+    tracker.close(t1, "p1-end")
+    assert tracker.pending == 1 and tracker.advance() is None
+    tracker.acked(t1)
+    assert tracker.advance() == "p1-end" and tracker.advance() is None
+    assert tracker.pending == 0 and tracker.open_transactions == 0
+
+
+def test_ack_without_send_is_a_bug():
+    tracker = InflightTracker()
+    with pytest.raises(ValueError):
+        tracker.acked(tracker.open("p"))
