@@ -1,0 +1,53 @@
+# cachesync - the two quickstart commands are `make demo` and `make test`.
+# Both install what is missing (a virtualenv with the package, the devstack's
+# MariaDB/Redis Debian packages and Kafka jars), start their own services on
+# loopback, and stop them on exit.
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STACK  := devstack/stack.sh
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+
+.PHONY: demo test unit bench install up down status clean help
+
+help:
+	@echo "make demo    run the demo pipeline on the local devstack (stops it on exit)"
+	@echo "make test    install, start services, run every test, stop services"
+	@echo "make unit    pure unit tests only (no services)"
+	@echo "make bench   benchmarks (JSON to bench/results/)"
+	@echo "make up / down / status   the devstack services"
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || { echo ">> creating virtualenv $(VENV)"; $(PYTHON) -m venv $(VENV); }
+	@echo ">> installing cachesync and test dependencies into $(VENV)"
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	@touch $@
+
+demo: install
+	@trap '$(STACK) down' EXIT INT TERM; $(STACK) up && $(BIN)/cachesync demo --env-file .devstack/env
+
+test: install
+	@trap '$(STACK) down' EXIT INT TERM; $(STACK) up && $(BIN)/pytest -p no:cacheprovider tests
+
+unit: install
+	$(BIN)/pytest tests/unit
+
+bench: install
+	@trap '$(STACK) down' EXIT INT TERM; $(STACK) up && $(BIN)/python -m bench
+
+up:
+	$(STACK) up
+
+down:
+	$(STACK) down
+
+status:
+	$(STACK) status
+
+clean:
+	-$(STACK) down
+	rm -rf $(VENV) .devstack

@@ -1,0 +1,226 @@
+"""Helpers for tests on the real services: isolation, child processes, waiting on conditions."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+
+import pymysql
+import redis
+import yaml
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import NewTopic
+from kafka.errors import TopicAlreadyExistsError
+
+from cachesync import config
+from cachesync.wiring import build_engine
+
+
+def wait_for(condition, timeout: float = 30.0, interval: float = 0.02, what: str = "condition"):
+    """Poll ``condition`` until truthy; fail with ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+@dataclass
+class Stack:
+    env: dict[str, str]
+
+    @classmethod
+    def from_env_file(cls, path) -> "Stack":
+        return cls(config.read_env_file(path))
+
+    @property
+    def bootstrap(self) -> str:
+        return self.env["CACHESYNC_KAFKA_BOOTSTRAP_SERVERS"]
+
+    def admin(self, database=None, autocommit=True) -> pymysql.connections.Connection:
+        with open(self.env["DEVSTACK_MYSQL_ADMIN_PASSWORD_FILE"]) as f:
+            password = f.read().strip()
+        return pymysql.connect(host=self.env["CACHESYNC_MYSQL_HOST"],
+                               port=int(self.env["CACHESYNC_MYSQL_PORT"]),
+                               user=self.env["DEVSTACK_MYSQL_ADMIN_USER"], password=password,
+                               database=database, autocommit=autocommit, charset="utf8mb4")
+
+    def redis(self) -> redis.Redis:
+        return redis.Redis.from_url(self.env["CACHESYNC_REDIS_URL"])
+
+    def check(self) -> None:
+        """Fail loudly (never skip) when a service does not answer."""
+        try:
+            self.admin().close()
+            self.redis().ping()
+            KafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=10000).close()
+        except Exception as e:  # any failure here means the stack is not usable
+            raise AssertionError(f"devstack service not reachable: {type(e).__name__}: {e}. "
+                                 "Start it with `devstack/stack.sh up`.") from e
+
+
+class Lab:
+    """Everything one test needs, isolated by a random suffix."""
+
+    def __init__(self, stack: Stack, tmp_path, test_name: str):
+        self.stack = stack
+        self.tmp = tmp_path
+        self.suffix = uuid.uuid4().hex[:8]
+        self.db = f"t_{self.suffix}"
+        self.topic = f"cs.{self.suffix}.changes"
+        self.dlq = f"cs.{self.suffix}.dlq"
+        self.prefix = f"{self.suffix}:"
+        self.redis = stack.redis()
+        self._procs: list[subprocess.Popen] = []
+        self._threads: list[tuple[threading.Thread, object]] = []
+        with stack.admin() as conn, conn.cursor() as cur:
+            cur.execute(f"CREATE DATABASE {self.db}")
+            cur.execute(f"GRANT SELECT ON {self.db}.* TO cachesync@'127.0.0.1'")
+        admin = KafkaAdminClient(bootstrap_servers=stack.bootstrap)
+        try:
+            admin.create_topics([NewTopic(self.topic, 3, 1), NewTopic(self.dlq, 1, 1)])
+        except TopicAlreadyExistsError:
+            pass
+        finally:
+            admin.close()
+
+    # -- configuration -------------------------------------------------------------
+    def write_config(self, tables: dict, tailer: dict | None = None, consumer: dict | None = None,
+                     name: str = "cachesync.yaml") -> str:
+        doc = {"kafka": {"topic": self.topic, "dead_letter_topic": self.dlq,
+                         "group_id": f"g-{self.suffix}"},
+               "tailer": {"name": f"tailer-{self.suffix}", "server_id": 90000 + int(self.suffix[:4], 16),
+                          **(tailer or {})},
+               "consumer": {"poll_timeout_s": 0.05, **(consumer or {})},
+               "tables": {f"{self.db}.{t}": {**spec, "keys": [self.prefix + k for k in spec["keys"]]}
+                          for t, spec in tables.items()}}
+        path = self.tmp / name
+        path.write_text(yaml.safe_dump(doc))
+        return str(path)
+
+    def settings(self, config_path: str):
+        return config.load(config_path, {**os.environ, **self.stack.env})
+
+    # -- processes ------------------------------------------------------------------
+    def spawn(self, command: str, config_path: str) -> subprocess.Popen:
+        log = open(self.tmp / f"{command}-{len(self._procs)}.log", "w")
+        proc = subprocess.Popen([sys.executable, "-m", "cachesync", command, "--config", config_path],
+                                env={**os.environ, **self.stack.env}, stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        proc.log_path = log.name
+        self._procs.append(proc)
+        return proc
+
+    def start_tailer(self, config_path: str) -> subprocess.Popen:
+        """Start `cachesync tail` and wait until it stored its start checkpoint."""
+        before = self.checkpoint_updated_at()
+        proc = self.spawn("tail", config_path)
+        wait_for(lambda: self._alive(proc) and self.checkpoint_updated_at() != before,
+                 60, what="the tailer's start checkpoint")
+        return proc
+
+    def start_engine(self, config_path: str):
+        """The python engine in a thread of this process, so the test can read its stats."""
+        engine = build_engine(self.settings(config_path))
+        thread = threading.Thread(target=engine.run, daemon=True)
+        thread.start()
+        self._threads.append((thread, engine))
+        return engine
+
+    def stop_engine(self, engine) -> None:
+        engine.stop()
+        for thread, e in self._threads:
+            if e is engine:
+                thread.join(30)
+
+    def _alive(self, proc) -> bool:
+        if proc.poll() is not None:
+            raise AssertionError(f"process exited {proc.returncode}:\n{self.log(proc)}")
+        return True
+
+    @staticmethod
+    def log(proc) -> str:
+        with open(proc.log_path) as f:
+            return f.read()[-5000:]
+
+    @staticmethod
+    def kill9(proc) -> None:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+
+    # -- state --------------------------------------------------------------------------
+    def sql(self, statement: str, params=()):
+        with self.stack.admin(self.db) as conn, conn.cursor() as cur:
+            cur.execute(statement, params)
+            return cur.fetchall()
+
+    def checkpoint_updated_at(self):
+        rows = self.sql("SELECT updated_at FROM cachesync.cachesync_checkpoint WHERE name = %s",
+                        (f"tailer-{self.suffix}",)) if self._state_tables_exist() else ()
+        return rows[0][0] if rows else None
+
+    def _state_tables_exist(self) -> bool:
+        return bool(self.sql("SELECT 1 FROM information_schema.tables WHERE table_schema = "
+                             "'cachesync' AND table_name = 'cachesync_checkpoint'"))
+
+    def dedup_rows(self, status: str | None = None) -> int:
+        query = "SELECT COUNT(*) FROM cachesync.cachesync_dedup WHERE ns = %s"
+        params = [f"g-{self.suffix}"]
+        if status:
+            query += " AND status = %s"
+            params.append(status)
+        return self.sql(query, params)[0][0] if self._state_tables_exist() else 0
+
+    def topic_records(self, topic: str | None = None, timeout_s: float = 10.0) -> list:
+        """Every record currently in ``topic`` (default: the change topic)."""
+        topic = topic or self.topic
+        consumer = KafkaConsumer(bootstrap_servers=self.stack.bootstrap, enable_auto_commit=False,
+                                 group_id=None)
+        partitions = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)]
+        consumer.assign(partitions)
+        consumer.seek_to_beginning()
+        end = consumer.end_offsets(partitions)
+        out = []
+        deadline = time.monotonic() + timeout_s
+        while any(consumer.position(tp) < end[tp] for tp in partitions):
+            for records in consumer.poll(timeout_ms=200).values():
+                out.extend(records)
+            if time.monotonic() > deadline:
+                raise AssertionError(f"could not read {topic} to its end")
+        consumer.close()
+        return out
+
+    def produce_raw(self, value: bytes, key: bytes = b"garbage") -> None:
+        producer = KafkaProducer(bootstrap_servers=self.stack.bootstrap, acks="all")
+        producer.send(self.topic, key=key, value=value).get(timeout=30)
+        producer.close()
+
+    def cache(self, *keys: str) -> None:
+        for k in keys:
+            self.redis.set(self.prefix + k, b"cached", ex=600)
+
+    def cached(self, *keys: str) -> list[str]:
+        return [k for k in keys if self.redis.exists(self.prefix + k)]
+
+    def close(self) -> None:
+        for thread, engine in self._threads:
+            engine.stop()
+            thread.join(30)
+        for proc in self._procs:
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+        with self.stack.admin() as conn, conn.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS {self.db}")
