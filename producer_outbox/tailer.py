@@ -64,8 +64,12 @@ class Tailer:
         self._stop.set()
 
     def preflight(self) -> ServerInfo:
-        """Check settings and grants; raises FatalError listing every problem."""
-        conn = self._mysql.connect()
+        """Check settings and grants; raises FatalError listing every problem.
+
+        Connects without a default database so that a missing grant on the state
+        database cannot mask the replication grants it is checking.
+        """
+        conn = self._mysql.connect(database=None)
         try:
             info = read_server_info(conn)
         finally:
