@@ -1,0 +1,12 @@
+-- Same accounts and grants as devstack/stack.sh: least privilege for cachesync.
+CREATE DATABASE IF NOT EXISTS cachesync;
+CREATE DATABASE IF NOT EXISTS demo;
+CREATE USER IF NOT EXISTS 'cachesync'@'%' IDENTIFIED BY 'cachesync-demo-password';
+GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO 'cachesync'@'%';
+GRANT SELECT ON demo.* TO 'cachesync'@'%';
+GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, ALTER, INDEX, DROP ON cachesync.* TO 'cachesync'@'%';
+CREATE TABLE IF NOT EXISTS demo.users (
+  id BIGINT PRIMARY KEY, email VARCHAR(190) NOT NULL, name VARCHAR(100) NOT NULL,
+  updated_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6) ON UPDATE CURRENT_TIMESTAMP(6));
+CREATE TABLE IF NOT EXISTS demo.orders (
+  id BIGINT PRIMARY KEY, user_id BIGINT NOT NULL, total_cents INT NOT NULL);
