@@ -36,7 +36,7 @@ def ensure_demo_schema(admin) -> None:
 
 def demo_writes(count: int):
     """A cycle of insert / email change / order / delete, with ids unique to this run."""
-    base = int(time.time() * 1000) % 10**12 * 1000
+    base = int(time.time()) % 10**6 * 100   # short ids, distinct across runs
     for i in range(count):
         uid = base + i // 4
         email, new_email = f"u{uid}@example.com", f"u{uid}.new@example.com"
@@ -46,11 +46,11 @@ def demo_writes(count: int):
                         "INSERT INTO demo.users (id, email, name) VALUES (%s, %s, %s)",
                         (uid, email, "Ada"), (f"user:{uid}", f"user:email:{email}"))
         elif step == 1:
-            yield Write(f"UPDATE demo.users id={uid} email -> {new_email[:16]}...",
+            yield Write(f"UPDATE demo.users id={uid} SET email",
                         "UPDATE demo.users SET email = %s WHERE id = %s", (new_email, uid),
                         (f"user:{uid}", f"user:email:{email}", f"user:email:{new_email}"))
         elif step == 2:
-            yield Write(f"INSERT demo.orders id={uid} user_id={uid}",
+            yield Write(f"INSERT demo.orders id={uid}",
                         "INSERT INTO demo.orders (id, user_id, total_cents) VALUES (%s, %s, 1999)",
                         (uid, uid), (f"order:{uid}", f"user:orders:{uid}"))
         else:

@@ -70,7 +70,7 @@ def _run_one(write: Write, admin, cache, timeout: float, pipeline: Pipeline) -> 
         pipeline.check_alive()
         time.sleep(0.0005)  # polling Redis for a state change; 0.5 ms resolution
     lag_ms = (time.perf_counter() - committed) * 1000
-    click.echo(f"{write.label:<52} invalidated {', '.join(write.keys):<48} lag {lag_ms:7.1f} ms")
+    click.echo(f"lag {lag_ms:6.1f} ms  {write.label:<36} invalidated {', '.join(write.keys)}")
     return lag_ms
 
 
