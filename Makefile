@@ -1,7 +1,7 @@
 # cachesync - the two quickstart commands are `make demo` and `make test`.
 # Both install what is missing (a virtualenv with the package, the devstack's
-# MariaDB/Redis Debian packages and Kafka jars), start their own services on
-# loopback, and stop them on exit.
+# MariaDB/Redis Debian packages and Kafka jars), start the services on loopback,
+# and on exit stop the ones they started.
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -28,16 +28,16 @@ $(STAMP): pyproject.toml
 	@touch $@
 
 demo: install
-	@trap '$(STACK) down' EXIT INT TERM; $(STACK) up && $(BIN)/cachesync demo --env-file .devstack/env
+	devstack/with-stack.sh $(BIN)/cachesync demo
 
 test: install
-	@trap '$(STACK) down' EXIT INT TERM; $(STACK) up && $(BIN)/pytest -p no:cacheprovider tests
+	devstack/with-stack.sh $(BIN)/pytest -p no:cacheprovider tests
 
 unit: install
 	$(BIN)/pytest tests/unit
 
 bench: install
-	@trap '$(STACK) down' EXIT INT TERM; $(STACK) up && $(BIN)/python -m bench
+	devstack/with-stack.sh $(BIN)/python -m bench
 
 up:
 	$(STACK) up

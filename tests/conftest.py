@@ -12,6 +12,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def devstack_env_path() -> pathlib.Path:
+    if os.environ.get("CACHESYNC_ENV_FILE"):
+        return pathlib.Path(os.environ["CACHESYNC_ENV_FILE"])
     base = os.environ.get("CACHESYNC_DEVSTACK_DIR") or str(ROOT / ".devstack")
     return pathlib.Path(base) / "env"
 

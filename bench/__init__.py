@@ -1,0 +1,1 @@
+"""cachesync benchmarks: `python -m bench` (see bench/__main__.py)."""

@@ -1,0 +1,94 @@
+"""``python -m bench [--quick] [--only NAME] [--runs N]``: run the benchmarks.
+
+Prints one JSON document to stdout (progress goes to stderr) and writes the same
+document to bench/results/<name>-<UTC timestamp>.json. Needs the devstack running
+(`devstack/stack.sh up`, or `make bench`, which starts and stops it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import importlib
+import json
+import logging
+import os
+import platform
+import sys
+import time
+from importlib import metadata
+
+from bench.common import ROOT, Stack, log
+
+BENCHMARKS = ("tailer", "consumer", "lag")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
+    parser.add_argument("--only", choices=BENCHMARKS, action="append",
+                        help="run only this benchmark (repeatable)")
+    parser.add_argument("--runs", type=int, default=3, help="repetitions per figure (default 3)")
+    args = parser.parse_args(argv)
+    if args.runs < 1:
+        parser.error("--runs must be at least 1")
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    stack = Stack()
+    stack.check()
+    selected = args.only or list(BENCHMARKS)
+    started = dt.datetime.now(dt.timezone.utc)
+    t0 = time.perf_counter()
+    doc = {"name": "cachesync-bench", "started_at": started.isoformat(timespec="seconds"),
+           "mode": "quick" if args.quick else "full", "runs": args.runs,
+           "command": "python -m bench " + " ".join(sys.argv[1:] if argv is None else argv),
+           "host": _host(), "versions": {**_versions(), **stack.versions()},
+           "benchmarks": {}, "errors": {}}
+    for name in selected:
+        log(f"== {name} ==")
+        b0 = time.perf_counter()
+        try:
+            result = importlib.import_module(f"bench.{name}").run(stack, args.quick, args.runs)
+            result["duration_s"] = round(time.perf_counter() - b0, 1)
+            doc["benchmarks"][name] = result
+        except KeyboardInterrupt:
+            doc["errors"][name] = "interrupted"
+            break
+        except Exception as e:  # keep the other benchmarks' figures
+            log(f"{name} FAILED: {type(e).__name__}: {e}")
+            logging.getLogger("bench").debug("traceback", exc_info=True)
+            doc["errors"][name] = f"{type(e).__name__}: {e}"
+        log(f"{name} took {time.perf_counter() - b0:.1f}s")
+    doc["duration_s"] = round(time.perf_counter() - t0, 1)
+    if not doc["errors"]:
+        del doc["errors"]
+
+    text = json.dumps(doc, indent=2, default=str)
+    out_dir = ROOT / "bench" / "results"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = "-".join([doc["mode"], *(args.only or [])])
+    path = out_dir / f"{stem}-{started.strftime('%Y%m%dT%H%M%SZ')}.json"
+    path.write_text(text + "\n")
+    print(text)
+    log(f"wrote {path.relative_to(ROOT)} ({doc['duration_s']}s)")
+    return 1 if "errors" in doc else 0
+
+
+def _host() -> dict:
+    return {"cpus": os.cpu_count(), "python": platform.python_version(),
+            "platform": platform.platform(), "machine": platform.machine()}
+
+
+def _versions() -> dict:
+    out = {}
+    for dist in ("cachesync", "mysql-replication", "kafka-python", "redis", "PyMySQL"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = None
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())

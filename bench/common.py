@@ -1,0 +1,341 @@
+"""Setup helpers shared by the benchmarks: the devstack, an isolated sandbox, statistics.
+
+Everything a benchmark creates (schema, grant, topics, consumer groups, checkpoint and
+dedup rows, Redis keys, child processes) is registered on its Sandbox and removed by
+``Sandbox.cleanup()``, which ``__main__`` always calls.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pymysql
+import redis
+import yaml
+from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+
+from cachesync import config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def log(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# -- statistics -------------------------------------------------------------------------
+def median(values):
+    values = sorted(values)
+    n = len(values)
+    if n == 0:
+        return None
+    mid = n // 2
+    return values[mid] if n % 2 else (values[mid - 1] + values[mid]) / 2
+
+
+def percentile(values, q: float):
+    """Linear-interpolated percentile, ``q`` in [0, 100]."""
+    values = sorted(values)
+    if not values:
+        return None
+    pos = (len(values) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(values) - 1)
+    return values[lo] + (values[hi] - values[lo]) * (pos - lo)
+
+
+def summarize(runs: list[dict], fields: list[str]) -> dict:
+    """``{"median": {field: median over runs}, "runs": runs}``."""
+    return {"median": {f: _round(median([r[f] for r in runs if r.get(f) is not None]))
+                       for f in fields},
+            "runs": runs}
+
+
+def ratio(a, b):
+    return _round(a / b) if a is not None and b else None
+
+
+def _round(x):
+    return round(x, 4) if isinstance(x, float) else x
+
+
+def wait_for(condition, timeout: float, what: str, interval: float = 0.02):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+class Worker(threading.Thread):
+    """A daemon thread that keeps the exception its target raised."""
+
+    def __init__(self, target, name: str):
+        super().__init__(target=self._run, name=name, daemon=True)
+        self._target_fn = target
+        self.error: BaseException | None = None
+
+    def _run(self):
+        try:
+            self._target_fn()
+        except BaseException as e:  # reported by the benchmark that owns the thread
+            self.error = e
+
+    def check(self) -> None:
+        if self.error is not None:
+            raise RuntimeError(f"{self.name} failed: {type(self.error).__name__}: "
+                               f"{self.error}") from self.error
+
+
+# -- the devstack -----------------------------------------------------------------------
+class Stack:
+    """Connection settings from the devstack env file (.devstack/env)."""
+
+    def __init__(self, env_path: Path | None = None):
+        base = os.environ.get("CACHESYNC_DEVSTACK_DIR") or str(ROOT / ".devstack")
+        self.env_path = env_path or Path(base) / "env"
+        if not self.env_path.exists():
+            raise SystemExit(f"{self.env_path} is missing: start the devstack first "
+                             "(`devstack/stack.sh up` or `make bench`)")
+        self.env = config.read_env_file(self.env_path)
+        with open(self.env["DEVSTACK_MYSQL_ADMIN_PASSWORD_FILE"]) as f:
+            self._admin_password = f.read().strip()
+
+    @property
+    def bootstrap(self) -> str:
+        return self.env["CACHESYNC_KAFKA_BOOTSTRAP_SERVERS"]
+
+    @property
+    def environ(self) -> dict[str, str]:
+        """The process environment without stray CACHESYNC_* overrides, plus the devstack's."""
+        clean = {k: v for k, v in os.environ.items() if not k.startswith("CACHESYNC_")}
+        return {**clean, **self.env}
+
+    def admin(self, database=None, autocommit=True) -> pymysql.connections.Connection:
+        return pymysql.connect(host=self.env["CACHESYNC_MYSQL_HOST"],
+                               port=int(self.env["CACHESYNC_MYSQL_PORT"]),
+                               user=self.env["DEVSTACK_MYSQL_ADMIN_USER"],
+                               password=self._admin_password, database=database,
+                               autocommit=autocommit, charset="utf8mb4")
+
+    def admin_sql(self, statement: str, params=()):
+        with self.admin() as conn, conn.cursor() as cur:
+            cur.execute(statement, params)
+            return cur.fetchall()
+
+    def redis(self) -> redis.Redis:
+        return redis.Redis.from_url(self.env["CACHESYNC_REDIS_URL"])
+
+    def kafka_admin(self) -> KafkaAdminClient:
+        return KafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=30000)
+
+    def check(self) -> None:
+        try:
+            self.admin().close()
+            self.redis().ping()
+            self.kafka_admin().close()
+        except Exception as e:
+            raise SystemExit(f"devstack service not reachable: {type(e).__name__}: {e}. "
+                             "Start it with `devstack/stack.sh up`.") from e
+
+    def versions(self) -> dict:
+        (version,), = self.admin_sql("SELECT VERSION()")
+        info = self.redis().info("server")
+        return {"mysql": version, "redis": info.get("redis_version")}
+
+
+class EndOffsets:
+    """Sums a topic's end offsets (records Kafka acknowledged) with a group-less consumer."""
+
+    def __init__(self, bootstrap: str, topic: str):
+        self._consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
+                                       enable_auto_commit=False)
+        parts = wait_for(lambda: self._consumer.partitions_for_topic(topic), 30,
+                         f"metadata of {topic}")
+        self._tps = [TopicPartition(topic, p) for p in sorted(parts)]
+
+    def total(self) -> int:
+        return sum(self._consumer.end_offsets(self._tps).values())
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+# -- isolation --------------------------------------------------------------------------
+class Sandbox:
+    """One benchmark's isolated world, named by a random suffix; ``cleanup()`` removes it."""
+
+    def __init__(self, stack: Stack, label: str):
+        self.stack = stack
+        self.suffix = uuid.uuid4().hex[:8]
+        self.label = label
+        self.db = f"bench_{label}_{self.suffix}"
+        self.prefix = f"bench:{self.suffix}:"
+        self.tmp = Path(tempfile.mkdtemp(prefix=f"cachesync-bench-{label}-"))
+        self.topics: list[str] = []
+        self.groups: list[str] = []
+        self.tailer_names: list[str] = []
+        self.procs: list[subprocess.Popen] = []
+        self._schema = False
+        self._count = 0
+
+    # -- resources ------------------------------------------------------------------
+    def create_schema(self, *ddl: str) -> None:
+        with self.stack.admin() as conn, conn.cursor() as cur:
+            cur.execute(f"CREATE DATABASE `{self.db}`")
+            self._schema = True
+            # Tailer.run's preflight runs as the cachesync user, which may only read
+            # the schemas granted to it (like tests/support.py's Lab).
+            cur.execute(f"GRANT SELECT ON `{self.db}`.* TO cachesync@'127.0.0.1'")
+            for statement in ddl:
+                cur.execute(f"USE `{self.db}`")
+                cur.execute(statement)
+
+    def new_topic(self, partitions: int = 3) -> str:
+        name = f"bench.{self.suffix}.{self._next()}"
+        admin = self.stack.kafka_admin()
+        try:
+            admin.create_topics({name: {"num_partitions": partitions, "replication_factor": 1}})
+            self.topics.append(name)
+            admin.wait_for_topics([name], timeout_ms=30000)
+        finally:
+            admin.close()
+        return name
+
+    def new_group(self) -> str:
+        self.groups.append(f"bench-{self.suffix}-{self._next()}")
+        return self.groups[-1]
+
+    def new_tailer_name(self) -> str:
+        self.tailer_names.append(f"bench-{self.suffix}-{self._next()}")
+        return self.tailer_names[-1]
+
+    @staticmethod
+    def new_server_id() -> int:
+        """A replica server_id no other replica uses (two readers with one id kick each other)."""
+        return random.randint(1_000_000_000, 4_000_000_000)
+
+    def _next(self) -> str:
+        self._count += 1
+        return str(self._count)
+
+    # -- configuration --------------------------------------------------------------
+    def write_config(self, tables: dict, *, topic: str, group: str | None = None,
+                     tailer: dict | None = None, consumer: dict | None = None) -> Path:
+        """A cachesync YAML file; connection settings come from the devstack environment."""
+        group = group or self.new_group()
+        doc = {"kafka": {"topic": topic, "dead_letter_topic": f"{topic}.dlq", "group_id": group},
+               "tailer": {"name": self.new_tailer_name(), "server_id": self.new_server_id(),
+                          **(tailer or {})},
+               "tables": tables}
+        if consumer:
+            doc["consumer"] = consumer
+        # the dead-letter topic would be auto-created on first use; register it for deletion
+        self.topics.append(f"{topic}.dlq")
+        path = self.tmp / f"config-{self._next()}.yaml"
+        path.write_text(yaml.safe_dump(doc))
+        return path
+
+    def settings(self, path: Path):
+        return config.load(path, self.stack.environ)
+
+    # -- child processes --------------------------------------------------------------
+    def spawn(self, command: str, config_path: Path) -> subprocess.Popen:
+        out = open(self.tmp / f"{command}-{len(self.procs)}.log", "w")
+        proc = subprocess.Popen([sys.executable, "-m", "cachesync", command, "--config",
+                                 str(config_path)], cwd=ROOT, env=self.stack.environ,
+                                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        proc.log_path = out.name
+        self.procs.append(proc)
+        return proc
+
+    @staticmethod
+    def proc_log(proc, chars: int = 3000) -> str:
+        with open(proc.log_path) as f:
+            return f.read()[-chars:]
+
+    def stop_proc(self, proc, timeout: float = 20) -> int | None:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+        return proc.returncode
+
+    # -- cleanup ----------------------------------------------------------------------
+    def cleanup(self) -> None:
+        for proc in self.procs:
+            _quietly(lambda p=proc: self.stop_proc(p))
+        _quietly(self._drop_mysql)
+        _quietly(self._drop_kafka)
+        _quietly(self._drop_redis)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def _drop_mysql(self) -> None:
+        with self.stack.admin() as conn, conn.cursor() as cur:
+            if self._schema:
+                cur.execute(f"REVOKE SELECT ON `{self.db}`.* FROM cachesync@'127.0.0.1'")
+                cur.execute(f"DROP DATABASE IF EXISTS `{self.db}`")
+            cur.execute("SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = "
+                        "'cachesync' AND table_name IN ('cachesync_checkpoint', 'cachesync_dedup')")
+            if cur.fetchone()[0] == 2:
+                for name in self.tailer_names:
+                    cur.execute("DELETE FROM cachesync.cachesync_checkpoint WHERE name = %s", (name,))
+                for group in self.groups:   # the dedup namespace is the group id
+                    cur.execute("DELETE FROM cachesync.cachesync_dedup WHERE ns = %s", (group,))
+
+    def _drop_kafka(self) -> None:
+        admin = self.stack.kafka_admin()
+        try:
+            existing = set(admin.list_topics())
+            topics = [t for t in dict.fromkeys(self.topics) if t in existing]
+            if topics:
+                admin.delete_topics(topics, timeout_ms=30000, raise_errors=False)
+            if self.groups:
+                # A member that did not leave the group (a killed process) keeps it
+                # non-empty until its session times out; retry for a while.
+                pending, deadline = list(self.groups), time.monotonic() + 15
+                while pending and time.monotonic() < deadline:
+                    result = admin.delete_groups(pending)
+                    # errno 0: deleted, 69 GROUP_ID_NOT_FOUND: already gone
+                    pending = [g for g, err in result if getattr(err, "errno", 0) not in (0, 69)]
+                    if pending:
+                        time.sleep(1)
+                if pending:
+                    log(f"could not delete consumer groups {pending} (still has members)")
+        finally:
+            admin.close()
+
+    def _drop_redis(self) -> None:
+        r = self.stack.redis()
+        batch = []
+        for key in r.scan_iter(match=self.prefix + "*", count=5000):
+            batch.append(key)
+            if len(batch) >= 5000:
+                r.unlink(*batch)
+                batch = []
+        if batch:
+            r.unlink(*batch)
+        r.close()
+
+
+def _quietly(fn) -> None:
+    try:
+        fn()
+    except Exception as e:
+        log(f"cleanup step failed: {type(e).__name__}: {e}")

@@ -1,0 +1,235 @@
+"""Tailer throughput: binlog rows -> Kafka-acknowledged change events per second.
+
+One data set is written once: N row changes (insert/update/delete mix) in multi-row
+transactions of a 5-column table, bracketed by @@gtid_binlog_pos. Each run then reads
+the same binlog range twice, alternating which goes first:
+
+* baseline: raw python-mysql-replication, BinLogStreamReader iterating the rows
+  (touching every value) until it has seen N rows -> rows/s decoded;
+* contender: cachesync's Tailer (build_tailer), checkpoint set to the start GTID,
+  publishing to a fresh topic, until Kafka's end offsets sum to N -> rows/s acked.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+import time
+
+from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+
+from bench.common import EndOffsets, Sandbox, Worker, log, ratio, summarize, wait_for
+from cachesync.wiring import build_tailer, mysql_params
+from producer_outbox.checkpoint import Checkpoint, MySQLCheckpointStore
+from producer_outbox.preflight import read_server_info
+
+NAME = "tailer"
+SIZES = {"full": 50_000, "quick": 5_000}
+TXN_ROWS = (20, 80)              # row changes per transaction, uniform
+MIX = {"insert": 0.5, "update": 0.3, "delete": 0.2}
+DDL = ("CREATE TABLE t (id BIGINT PRIMARY KEY, a INT NOT NULL, b VARCHAR(64) NOT NULL, "
+       "c DOUBLE NOT NULL, d DATETIME(6) NOT NULL)")
+PARTITIONS = 3
+
+
+def run(stack, quick: bool, runs: int) -> dict:
+    n = SIZES["quick" if quick else "full"]
+    box = Sandbox(stack, NAME)
+    try:
+        box.create_schema(DDL)
+        log(f"tailer: writing {n} row changes to {box.db}.t")
+        data = write_changes(box, n)
+        log(f"tailer: wrote {data['transactions']} transactions in {data['write_s']:.1f}s; "
+            f"binlog {data['start_gtid']} -> {data['end_gtid']}")
+        base_runs, tail_runs = [], []
+        for i in range(runs):
+            order = (baseline_run, tailer_run) if i % 2 == 0 else (tailer_run, baseline_run)
+            for fn in order:
+                result = fn(box, data, n)
+                (base_runs if fn is baseline_run else tail_runs).append(result)
+                log(f"tailer: run {i + 1}/{runs} {result['what']}: {result['rows_per_s']:.0f} rows/s")
+        baseline = summarize(base_runs, ["rows_per_s", "elapsed_s"])
+        contender = summarize(tail_runs, ["rows_per_s", "elapsed_s", "published_rows_per_s",
+                                          "startup_s"])
+        return {
+            "description": "binlog -> Kafka-acked rows/s of the cachesync Tailer vs raw "
+                           "python-mysql-replication decoding the same binlog range",
+            "params": {"rows": n, "txn_rows": list(TXN_ROWS), "mix": MIX, "partitions": PARTITIONS,
+                       "table": DDL, "runs": runs},
+            "data": data,
+            "baseline": {"name": "BinLogStreamReader(is_mariadb, auto_position, blocking=False, "
+                                 "only_events=rows, only_schemas) rows decoded/s", **baseline},
+            "contender": {"name": "Tailer.run -> Kafka end offsets == N, rows acked/s",
+                          **contender},
+            "ratio_contender_to_baseline": ratio(contender["median"]["rows_per_s"],
+                                                 baseline["median"]["rows_per_s"]),
+        }
+    finally:
+        box.cleanup()
+
+
+# -- the data set -------------------------------------------------------------------------
+def write_changes(box: Sandbox, n: int, seed: int = 42) -> dict:
+    rng = random.Random(seed)
+    live: list[int] = []
+    next_id, counts, txns = 1, dict.fromkeys(MIX, 0), 0
+    epoch = dt.datetime(2024, 1, 1)
+    conn = box.stack.admin(box.db, autocommit=False)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT @@gtid_binlog_pos")
+            start_gtid = cur.fetchone()[0]
+            cur.execute("SHOW MASTER STATUS")
+            start_file, start_pos = cur.fetchone()[:2]
+            t0 = time.perf_counter()
+            remaining = n
+            while remaining:
+                size = min(remaining, rng.randint(*TXN_ROWS))
+                ups = min(int(size * MIX["update"]), len(live))
+                dels = min(int(size * MIX["delete"]), len(live) - ups)
+                ins = size - ups - dels
+                picked = rng.sample(range(len(live)), ups + dels)
+                up_ids = [live[i] for i in picked[:ups]]
+                del_idx = sorted(picked[ups:], reverse=True)
+                del_ids = [live[i] for i in del_idx]
+                for i in del_idx:               # swap-remove the deleted ids
+                    live[i] = live[-1]
+                    live.pop()
+                rows = []
+                for _ in range(ins):
+                    rows.append((next_id, rng.randint(0, 10**6), f"name-{next_id}-{rng.random():.6f}",
+                                 rng.random() * 1000, epoch + dt.timedelta(seconds=next_id)))
+                    live.append(next_id)
+                    next_id += 1
+                if rows:
+                    cur.executemany("INSERT INTO t (id, a, b, c, d) VALUES (%s, %s, %s, %s, %s)", rows)
+                if up_ids:
+                    marks = ",".join(["%s"] * len(up_ids))
+                    cur.execute(f"UPDATE t SET a = a + 1, b = CONCAT('u', b), c = c * 1.5 "
+                                f"WHERE id IN ({marks})", up_ids)
+                    assert cur.rowcount == len(up_ids), cur.rowcount
+                if del_ids:
+                    marks = ",".join(["%s"] * len(del_ids))
+                    cur.execute(f"DELETE FROM t WHERE id IN ({marks})", del_ids)
+                    assert cur.rowcount == len(del_ids), cur.rowcount
+                conn.commit()
+                counts["insert"] += ins
+                counts["update"] += len(up_ids)
+                counts["delete"] += len(del_ids)
+                txns += 1
+                remaining -= size
+            write_s = time.perf_counter() - t0
+            cur.execute("SELECT @@gtid_binlog_pos")
+            end_gtid = cur.fetchone()[0]
+            cur.execute("SHOW MASTER STATUS")
+            end_file, end_pos = cur.fetchone()[:2]
+            identity = read_server_info(conn).identity
+    finally:
+        conn.close()
+    span = int(end_pos) - int(start_pos) if end_file == start_file else None
+    return {"start_gtid": start_gtid, "end_gtid": end_gtid,
+            "start": f"{start_file}:{start_pos}", "end": f"{end_file}:{end_pos}",
+            "binlog_bytes": span, "transactions": txns, "ops": counts,
+            "write_s": round(write_s, 3), "server": identity}
+
+
+# -- baseline -----------------------------------------------------------------------------
+def baseline_run(box: Sandbox, data: dict, n: int) -> dict:
+    m = box.stack.env
+    with open(m["CACHESYNC_MYSQL_PASSWORD_FILE"]) as f:
+        password = f.read().strip()
+    t0 = time.perf_counter()
+    stream = BinLogStreamReader(
+        connection_settings={"host": m["CACHESYNC_MYSQL_HOST"], "port": int(m["CACHESYNC_MYSQL_PORT"]),
+                             "user": m["CACHESYNC_MYSQL_USER"], "passwd": password},
+        server_id=box.new_server_id(), is_mariadb=True, auto_position=data["start_gtid"],
+        blocking=False, only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent],
+        only_schemas=[box.db])
+    seen = touched = 0
+    try:
+        for event in stream:
+            for row in event.rows:
+                if "after_values" in row:
+                    touched += _touch(row["before_values"]) + _touch(row["after_values"])
+                else:
+                    touched += _touch(row["values"])
+                seen += 1
+            if seen >= n:
+                break
+    finally:
+        stream.close()
+    elapsed = time.perf_counter() - t0
+    if seen != n:
+        raise RuntimeError(f"baseline read {seen} rows from the binlog, expected {n}")
+    return {"what": "baseline", "rows": seen, "values_touched": touched,
+            "elapsed_s": round(elapsed, 4), "rows_per_s": round(n / elapsed, 1)}
+
+
+def _touch(values: dict) -> int:
+    count = 0
+    for v in values.values():
+        if v is not None:
+            count += 1
+    return count
+
+
+# -- contender ----------------------------------------------------------------------------
+def tailer_run(box: Sandbox, data: dict, n: int) -> dict:
+    topic = box.new_topic(PARTITIONS)
+    table = f"{box.db}.t"
+    cfg = box.write_config({table: {"keys": [box.prefix + "t:{id}", box.prefix + "t:b:{b}"]}},
+                           topic=topic)
+    settings = box.settings(cfg)
+    MySQLCheckpointStore(mysql_params(settings).connect, settings.tailer.name).save(
+        Checkpoint(data["server"], gtid=data["start_gtid"]))
+    offsets = EndOffsets(box.stack.bootstrap, topic)
+    tailer = build_tailer(settings)
+    worker = Worker(tailer.run, "tailer")
+    t_published = t_first = None
+    try:
+        t0 = time.perf_counter()
+        worker.start()
+        deadline = time.monotonic() + 300
+        while True:
+            worker.check()
+            if not worker.is_alive():
+                raise RuntimeError("the tailer stopped before publishing every row")
+            published = tailer.published
+            if t_first is None and published:
+                t_first = time.perf_counter()
+            if published >= n:
+                t_published = t_published or time.perf_counter()
+                if offsets.total() >= n:
+                    break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"tailer published {published}/{n} in 300s")
+            time.sleep(0.01)
+        elapsed = time.perf_counter() - t0
+    finally:
+        tailer.stop()
+        worker.join(30)
+        _close_tailer(tailer)
+    worker.check()
+    # nothing beyond N may have been published (a wrong start position would show here)
+    total = wait_for(lambda: offsets.total() or None, 10, "end offsets")
+    offsets.close()
+    if total != n:
+        raise RuntimeError(f"topic {topic} holds {total} records, expected {n}")
+    return {"what": "tailer", "rows": n, "topic_records": total,
+            "elapsed_s": round(elapsed, 4), "rows_per_s": round(n / elapsed, 1),
+            "published_rows_per_s": round(n / (t_published - t0), 1),
+            "startup_s": round(t_first - t0, 4),
+            "checkpoint": tailer.committed.describe() if tailer.committed else None}
+
+
+def _close_tailer(tailer) -> None:
+    # Tailer has no close(): its Kafka producer and checkpoint connection would leak
+    # into the next run otherwise (private attributes, bench-only).
+    for attr in ("_publisher", "_checkpoints"):
+        part = getattr(tailer, attr, None)
+        if part is not None:
+            try:
+                part.close()
+            except Exception as e:
+                log(f"tailer: closing {attr} failed: {e}")
