@@ -17,3 +17,11 @@ def pk_text(pk: Iterable[tuple[str, Any]]) -> str:
 def kafka_key(db: str, table: str, pk: Iterable[tuple[str, Any]]) -> str:
     """``db.table:pk`` - the partitioning key of a row's changes."""
     return f"{db}.{table}:{pk_text(pk)}"
+
+
+LEASE_PREFIX = "cachesync:lease:"
+
+
+def lease_key(key: str) -> str:
+    """The fill-lease companion of a cache key; every invalidation deletes it too."""
+    return LEASE_PREFIX + key

@@ -1,0 +1,50 @@
+"""Application-side helper: cache-aside reads whose fills cannot resurrect stale data.
+
+The race it closes (the seeds' read-write race): a reader misses, reads the OLD
+row, a writer commits and cachesync invalidates, then the reader writes the old
+value back and it stays until the TTL. With ``read_through`` the reader takes a
+lease on its miss; cachesync's invalidation deletes the lease; the late fill finds
+its lease gone and is refused (the reader still returns what it loaded).
+"""
+
+from __future__ import annotations
+
+import functools
+import uuid
+from typing import Callable
+
+import redis
+
+from schema import resource_text
+from schema.keys import lease_key
+
+DEFAULT_LEASE_MS = 10_000   # longer than any sane loader; an expired lease just skips one fill
+
+def read_through(client: redis.Redis, key: str, loader: Callable[[], bytes | str | None],
+                 ttl_s: int, lease_ms: int = DEFAULT_LEASE_MS) -> bytes | str | None:
+    """Return the cached value of ``key`` or ``loader()``, filling the cache only if safe.
+
+    ``loader`` reads the database (it runs after the lease is taken, which is what
+    makes the fill safe). A None from the loader is returned and not cached.
+    Raises whatever ``loader`` raises and redis errors (the cache is optional to
+    callers that catch them).
+    """
+    cached = client.get(key)
+    if cached is not None:
+        return cached
+    token = uuid.uuid4().hex
+    # NX: if another reader holds the lease, load anyway but do not fill.
+    have_lease = client.set(lease_key(key), token, nx=True, px=lease_ms)
+    value = loader()
+    if value is not None and have_lease:
+        _fill_script(client)(keys=[key, lease_key(key)], args=[token, value, ttl_s * 1000])
+    return value
+
+
+@functools.cache
+def _fill_lua() -> str:
+    return resource_text("lua/fill_if_lease.lua")
+
+
+def _fill_script(client: redis.Redis):
+    return client.register_script(_fill_lua())
