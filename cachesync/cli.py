@@ -10,7 +10,7 @@ from __future__ import annotations
 import click
 
 from cachesync import __version__
-from cachesync.commands import consume, demo, tail
+from cachesync.commands import consume, demo, relay, tail
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
@@ -27,6 +27,7 @@ def cli() -> None:
 
 cli.add_command(tail.command)
 cli.add_command(consume.command)
+cli.add_command(relay.command)
 cli.add_command(demo.command)
 
 

@@ -76,6 +76,20 @@ class ConsumerSettings:
 
 
 @dataclass(frozen=True)
+class RelaySettings:
+    outbox_db: str = ""            # the application database holding the outbox; required by relay
+    outbox_table: str = "cachesync_outbox"
+    poll_interval_s: float = 0.1
+    burst_limit: int = 500
+    redeliver_interval_s: float = 30.0
+    warn_after_attempts: int = 5
+    max_unconfirmed: int = 5000
+    retention_s: float = 604800.0  # 7 days
+    purge_batch: int = 1000
+    purge_interval_s: float = 60.0
+
+
+@dataclass(frozen=True)
 class Settings:
     mysql: MySQLSettings
     kafka: KafkaSettings
@@ -84,6 +98,7 @@ class Settings:
     consumer: ConsumerSettings
     tables: MappingSet
     source: str = "<defaults>"
+    relay: RelaySettings = RelaySettings()
 
     @property
     def dedup_namespace(self) -> str:
@@ -91,7 +106,7 @@ class Settings:
 
 
 _SECTIONS = {"mysql": MySQLSettings, "kafka": KafkaSettings, "redis": RedisSettings,
-             "tailer": TailerSettings, "consumer": ConsumerSettings}
+             "tailer": TailerSettings, "consumer": ConsumerSettings, "relay": RelaySettings}
 
 
 def load(path: str | os.PathLike | None, environ: Mapping[str, str] | None = None) -> Settings:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from cachesync.config import Settings
+from schema.errors import ConfigError
 from consumer.adapters.kafka_source import KafkaDeadLetters, KafkaSource
 from consumer.adapters.mysql_dedup import MySQLDedupStore
 from consumer.adapters.redis_cache import RedisCache
@@ -10,6 +11,8 @@ from consumer.engine import EngineOptions, PythonEngine
 from producer_outbox.checkpoint import MySQLCheckpointStore
 from producer_outbox.mysql import MySQLParams
 from producer_outbox.publisher import KafkaPublisher
+from producer_outbox.relay import Relay, RelayOptions
+from producer_outbox.relay_store import OutboxStore
 from producer_outbox.tailer import Tailer, TailerOptions
 
 
@@ -39,3 +42,21 @@ def build_engine(settings: Settings, on_batch=None) -> PythonEngine:
         options=EngineOptions(batch_size=c.batch_size, poll_timeout_s=c.poll_timeout_s,
                               claim_lease_s=c.claim_lease_s),
         on_batch=on_batch)
+
+
+def build_relay(settings: Settings) -> Relay:
+    """The outbox relay for ``relay.outbox_db``; raises ConfigError if it is not set."""
+    r, m = settings.relay, settings.mysql
+    if not r.outbox_db:
+        raise ConfigError("relay.outbox_db is required: the application database holding "
+                          "the outbox table (or CACHESYNC_RELAY_OUTBOX_DB)")
+    params = MySQLParams(m.host, m.port, m.user, str(m.password), database=r.outbox_db)
+    options = RelayOptions(
+        topic=settings.kafka.topic, poll_interval_s=r.poll_interval_s, burst_limit=r.burst_limit,
+        redeliver_interval_s=r.redeliver_interval_s, warn_after_attempts=r.warn_after_attempts,
+        max_unconfirmed=r.max_unconfirmed, retention_s=r.retention_s, purge_batch=r.purge_batch,
+        purge_interval_s=r.purge_interval_s)
+    bootstrap = settings.kafka.bootstrap_servers
+    return Relay(OutboxStore(params.connect, r.outbox_db, r.outbox_table),
+                 lambda: KafkaPublisher(bootstrap, client_id="cachesync-relay"),
+                 options, db=r.outbox_db, server=f"{m.host}:{m.port}")

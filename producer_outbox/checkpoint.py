@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import pymysql
 
-from producer_outbox.mysql import ensure_state_tables
+from producer_outbox.mysql import classify, ensure_state_tables
 
 
 @dataclass(frozen=True)
@@ -37,17 +37,30 @@ class MySQLCheckpointStore:
         return self._conn.cursor()
 
     def load(self) -> Checkpoint | None:
-        with self._cursor() as cur:
-            cur.execute("SELECT server, gtid, log_file, log_pos FROM cachesync_checkpoint "
-                        "WHERE name = %s", (self._name,))
-            row = cur.fetchone()
-        self._conn.commit()
+        """The stored checkpoint or None; raises RetryableError / FatalError."""
+        try:
+            with self._cursor() as cur:
+                cur.execute("SELECT server, gtid, log_file, log_pos FROM cachesync_checkpoint "
+                            "WHERE name = %s", (self._name,))
+                row = cur.fetchone()
+            self._conn.commit()
+        except pymysql.err.MySQLError as e:
+            self.close()
+            raise classify(e) from e
         if row is None:
             return None
         server, gtid, log_file, log_pos = row
         return Checkpoint(server, gtid or None, log_file, int(log_pos) if log_pos is not None else None)
 
     def save(self, cp: Checkpoint) -> None:
+        """Store ``cp`` durably; raises RetryableError / FatalError."""
+        try:
+            self._save(cp)
+        except pymysql.err.MySQLError as e:
+            self.close()
+            raise classify(e) from e
+
+    def _save(self, cp: Checkpoint) -> None:
         with self._cursor() as cur:
             cur.execute(
                 "INSERT INTO cachesync_checkpoint (name, server, gtid, log_file, log_pos, updated_at) "
@@ -59,4 +72,8 @@ class MySQLCheckpointStore:
 
     def close(self) -> None:
         if self._conn is not None and self._conn.open:
-            self._conn.close()
+            try:
+                self._conn.close()
+            except pymysql.err.MySQLError:
+                pass   # closing a broken connection; nothing left to release
+        self._conn = None

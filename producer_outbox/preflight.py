@@ -6,6 +6,7 @@ because "no events arrive" is the worst way to find out.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 REQUIRED_VARIABLES = {
@@ -46,11 +47,24 @@ def problems(info: ServerInfo) -> list[str]:
         elif actual.upper() != expected:
             out.append(f"server variable {name}={actual}, need {name}={expected} "
                        f"(set it in my.cnf under [mysqld])")
-    granted = " | ".join(g.upper() for g in info.grants)
+    granted = global_privileges(info.grants)
     for privilege, spellings in REQUIRED_PRIVILEGES.items():
-        if not any(s in granted for s in spellings):
+        if not granted.intersection(spellings):
             out.append(f"the cachesync user lacks {privilege}: "
                        f"GRANT {privilege} ON *.* TO <user>")
+    return out
+
+
+_GLOBAL_GRANT = re.compile(r"^GRANT (.+?) ON \*\.\* TO ", re.IGNORECASE)
+
+
+def global_privileges(grants: tuple[str, ...]) -> set[str]:
+    """Privileges granted ON *.* (replication grants are global; db-level ones don't count)."""
+    out: set[str] = set()
+    for line in grants:
+        match = _GLOBAL_GRANT.match(line)
+        if match:
+            out.update(p.strip().upper() for p in match.group(1).split(","))
     return out
 
 

@@ -12,6 +12,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from kafka.errors import KafkaError
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import (HeartbeatLogEvent, MariadbGtidEvent, QueryEvent,
                                       RotateEvent, XidEvent)
@@ -143,8 +144,12 @@ class Tailer:
         for event in stream:
             self._raise_if_failed()
             if isinstance(event, MariadbGtidEvent):
-                if txn is not None:  # previous group ended without a visible terminator
-                    close_txn()
+                if txn is not None:
+                    # Every MariaDB event group ends in XID, COMMIT or DDL. A new GTID
+                    # with one open means the stream was cut and replayed (the library
+                    # reconnects silently): restart from the stored checkpoint rather
+                    # than declare half a transaction done.
+                    raise RetryableError(f"binlog stream broke inside transaction {ctx.position}")
                 gtid_state[event.domain_id] = event.gtid
                 ctx = TxnContext(info.identity, event.gtid, event.gtid_seq_no, float(event.timestamp))
                 txn, row_index = self._tracker_open(), 0
@@ -177,6 +182,10 @@ class Tailer:
 
     def _publish_rows(self, event, ctx: TxnContext, txn, row_index: int) -> int:
         op = _ROW_EVENTS[type(event)]
+        # only_schemas x only_tables also admits unmapped pairs (billing.users when
+        # app.users and billing.invoices are mapped); those rows are not ours.
+        if self._mappings.get(event.schema, event.table) is None:
+            return row_index
         for row in event.rows:
             if op == "update":
                 before, after = row["before_values"], row["after_values"]
@@ -189,9 +198,12 @@ class Tailer:
             row_index += 1
             with self._lock:
                 self._tracker.sent(txn)
-            self._publisher.send(self._opts.topic, kafka_key(change.db, change.table, change.pk),
-                                 encode(change), change.id,
-                                 on_ack=lambda t=txn: self._on_ack(t), on_error=self._on_error)
+            try:
+                self._publisher.send(self._opts.topic, kafka_key(change.db, change.table, change.pk),
+                                     encode(change), change.id,
+                                     on_ack=lambda t=txn: self._on_ack(t), on_error=self._on_error)
+            except KafkaError as e:   # e.g. buffer full / metadata timeout, raised synchronously
+                raise RetryableError(f"Kafka send failed: {e}") from e
             self.published += 1
             if self._tracker.pending >= self._opts.max_inflight:
                 self._publisher.flush()

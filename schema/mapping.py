@@ -123,6 +123,9 @@ def _parse_table(name: str, spec: Any, source: str) -> TableMapping:
     except ValueError as e:
         raise ConfigError(f"{where}.keys: {e}") from None
     mode = spec.get("mode", "delete")
+    if mode == "update" or "version_column" in spec or "value_columns" in spec:
+        raise ConfigError(f"{where}: update mode (mode, version_column, value_columns) is not "
+                          "available in this version; use mode: delete")
     if mode not in MODES:
         raise ConfigError(f"{where}.mode: expected one of {list(MODES)}, got {mode!r}")
     ttl = spec.get("ttl", DEFAULT_TTL_S)

@@ -224,3 +224,33 @@ class Lab:
                     proc.kill()
         with self.stack.admin() as conn, conn.cursor() as cur:
             cur.execute(f"DROP DATABASE IF EXISTS {self.db}")
+
+
+# -- outbox helpers (appended for tests/integration/test_outbox.py) -----------------------
+def add_config_sections(config_path: str, **sections) -> str:
+    """Merge extra sections (e.g. ``relay={...}``) into a config file written by Lab."""
+    with open(config_path) as f:
+        doc = yaml.safe_load(f)
+    for name, values in sections.items():
+        doc[name] = {**doc.get(name, {}), **values}
+    with open(config_path, "w") as f:
+        yaml.safe_dump(doc, f)
+    return config_path
+
+
+def prepare_outbox(lab: Lab) -> None:
+    """Create the outbox table in the lab's database and grant the relay its least privilege."""
+    from producer_outbox.outbox import ensure_outbox_table
+    with lab.stack.admin(lab.db, autocommit=False) as conn:
+        ensure_outbox_table(conn)
+        with conn.cursor() as cur:
+            cur.execute(f"GRANT SELECT, UPDATE, DELETE ON {lab.db}.cachesync_outbox "
+                        "TO cachesync@'127.0.0.1'")
+
+
+def stack_command(*args: str) -> None:
+    """Run devstack/stack.sh (e.g. ``"down", "kafka"``) with this process's environment."""
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                          "devstack", "stack.sh")
+    subprocess.run([script, *args], check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.PIPE, timeout=180)

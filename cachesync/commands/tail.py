@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import threading
+
 import click
 
 from cachesync.commands.common import handle_errors, log, on_termination, settings_options
 from cachesync.wiring import build_tailer
+from consumer.core.retry import RetryPolicy
+from schema.errors import RetryableError
 
 
 @click.command("tail")
@@ -20,8 +24,26 @@ def command(settings) -> None:
     REPLICATION SLAVE + REPLICATION CLIENT grants; says which one is missing.
     """
     with handle_errors():
-        tailer = build_tailer(settings)
-        on_termination(tailer.stop)
-        tailer.run()
+        run_with_restarts(lambda: build_tailer(settings))
+
+
+def run_with_restarts(build, policy: RetryPolicy = RetryPolicy(base_s=0.5, cap_s=30.0)) -> None:
+    """Run a fresh tailer until a clean stop; transient failures restart it from the
+    stored checkpoint (never skipping), fatal ones propagate."""
+    stopping = threading.Event()
+    attempt = 0
+    while not stopping.is_set():
+        try:
+            tailer = build()
+            on_termination(lambda t=tailer: (stopping.set(), t.stop()))
+            tailer.run()
+        except RetryableError as e:
+            attempt += 1
+            wait = policy.backoff(attempt)
+            log.warning("tailer failed (%s); restarting from the checkpoint in %.1fs", e, wait)
+            if stopping.wait(wait):
+                break
+            continue
         log.info("tailer stopped after %d row events; checkpoint %s", tailer.published,
                  tailer.committed.describe() if tailer.committed else "-")
+        return

@@ -63,28 +63,37 @@ class KafkaDeadLetters:
         self._producer = KafkaProducer(bootstrap_servers=bootstrap_servers.split(","),
                                        acks="all", enable_idempotence=True,
                                        client_id="cachesync-dlq")
-        self._futures = []
+        self._pending: list = []   # ((record, reason, detail), future)
 
     def send(self, record: Record, reason: str, detail: str) -> None:
+        log.warning("dead-lettering %s/%d/%d: %s", record.topic, record.partition,
+                    record.offset, reason)
+        self._pending.append(((record, reason, detail), self._send(record, reason, detail)))
+
+    def _send(self, record: Record, reason: str, detail: str):
         headers = [("reason", reason.encode()), ("detail", detail[:1000].encode("utf-8", "replace")),
                    ("origin", f"{record.topic}/{record.partition}/{record.offset}".encode())]
         msg_id = record.header("id")
         if msg_id is not None:
             headers.append(("id", msg_id))
-        log.warning("dead-lettering %s/%d/%d: %s", record.topic, record.partition,
-                    record.offset, reason)
-        self._futures.append(self._producer.send(self._topic, key=record.key,
-                                                 value=record.value, headers=headers))
+        return self._producer.send(self._topic, key=record.key, value=record.value, headers=headers)
 
     def flush(self) -> None:
-        """Block until every dead letter is acknowledged; raises RetryableError otherwise."""
-        futures, self._futures = self._futures, []
-        try:
-            self._producer.flush(timeout=30)
-            for f in futures:
-                f.get(timeout=0)
-        except KafkaError as e:
-            raise RetryableError(f"dead-letter publish failed: {e}") from e
+        """Block until every dead letter is acknowledged; raises RetryableError otherwise.
+
+        Failed sends stay pending and are sent again by the next flush, so a retried
+        batch cannot commit its offsets past a poison record that never reached the DLQ.
+        """
+        self._producer.flush(timeout=30)
+        failed = []
+        for letter, future in self._pending:
+            try:
+                future.get(timeout=0)
+            except KafkaError as e:
+                failed.append((letter, e))
+        self._pending = [(letter, self._send(*letter)) for letter, _ in failed]
+        if failed:
+            raise RetryableError(f"{len(failed)} dead letter(s) not acknowledged: {failed[0][1]}")
 
     def close(self) -> None:
         self._producer.close(timeout=10)

@@ -54,15 +54,15 @@ class MySQLDedupStore:
         lease_us = int(lease_s * 1_000_000)
         for msg_id in ids:
             params += [self._ns, msg_id, token, lease_us]
-        # Take over only expired claims. Assignments run left to right, so the
-        # second IF() sees the token the first one may just have written.
+        # Take over only expired claims. Both assignments test the same condition on
+        # the old row and claimed_until comes last, so the result does not depend on
+        # whether the server evaluates assignments in order or simultaneously.
+        expired = "status = 'claimed' AND claimed_until < NOW(6)"
         cur.execute(
             "INSERT INTO cachesync_dedup (ns, msg_id, status, claim_token, claimed_until) "
             f"VALUES {values} ON DUPLICATE KEY UPDATE "
-            "claim_token = IF(status = 'claimed' AND claimed_until < NOW(6), "
-            "VALUES(claim_token), claim_token), "
-            "claimed_until = IF(claim_token = VALUES(claim_token), VALUES(claimed_until), "
-            "claimed_until)", params)
+            f"claim_token = IF({expired}, VALUES(claim_token), claim_token), "
+            f"claimed_until = IF({expired}, VALUES(claimed_until), claimed_until)", params)
         marks = ", ".join(["%s"] * len(ids))
         cur.execute(f"SELECT msg_id, status, claim_token FROM cachesync_dedup "
                     f"WHERE ns = %s AND msg_id IN ({marks})", [self._ns, *ids])

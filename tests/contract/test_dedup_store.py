@@ -71,6 +71,7 @@ def test_an_expired_claim_is_taken_over(make_store, request):
         time.sleep(0.3)   # the lease is measured by the MySQL server's clock: let it pass
     token, states = second.claim(["z"], lease_s=30)
     assert dict(states) == {"z": O}
+    assert dict(make_store().claim(["z"], lease_s=30)[1]) == {"z": B}   # the takeover renewed the lease
     second.confirm(token, ["z"])
     assert dict(make_store().claim(["z"], lease_s=30)[1]) == {"z": D}
 

@@ -15,10 +15,10 @@ def test_ddl_mid_stream_does_not_break_decoding(lab):
     lab.start_tailer(cfg)
     lab.start_engine(cfg)
     lab.sql("INSERT INTO users VALUES (1, 'a@x')")
-    lab.cache("user:1")
+    wait_for(lambda: lab.dedup_rows("done") == 1, what="the insert applied")
     lab.sql("ALTER TABLE users ADD COLUMN nickname VARCHAR(50) NULL FIRST")
+    lab.cache("user:1", "user:email:a@x", "user:email:b@x")   # cached before the write
     lab.sql("UPDATE users SET nickname = 'al', email = 'b@x' WHERE id = 1")
-    lab.cache("user:email:a@x", "user:email:b@x")
     wait_for(lambda: not lab.cached("user:1", "user:email:a@x", "user:email:b@x"),
              what="invalidation after the column was added in front")
     lab.sql("ALTER TABLE users DROP COLUMN nickname")
@@ -43,7 +43,7 @@ def test_composite_binary_and_unicode_primary_keys(lab):
 
 
 def test_a_transaction_far_larger_than_the_inflight_bound(lab):
-    """20,000 rows in one transaction with max_inflight=500: back-pressure, nothing lost."""
+    """20,000 rows in one transaction pass a tailer whose in-flight bound is 500 rows."""
     rows = 20_000
     lab.sql("CREATE TABLE items (id INT PRIMARY KEY, v INT NOT NULL)")
     cfg = lab.write_config({"items": {"keys": ["item:{id}"]}}, tailer={"max_inflight": 500})

@@ -37,6 +37,7 @@ def test_bad_templates_are_rejected(bad):
     ({"d.t": {"keys": ["u:{id}"], "ttl": 0}}, "tables.d.t.ttl: expected a positive"),
     ({"d.t": {"keys": ["u:{id}"], "ttl_jitter": 2}}, "tables.d.t.ttl_jitter"),
     ({"d.t": {"keys": ["u:{id}"], "tll": 5}}, "tables.d.t: unknown field(s) ['tll']"),
+    ({"d.t": {"keys": ["u:{id}"], "mode": "update"}}, "update mode (mode, version_column"),
 ])
 def test_config_errors_name_file_table_and_field(raw, message):
     with pytest.raises(ConfigError) as info:

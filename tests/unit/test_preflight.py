@@ -35,6 +35,8 @@ def test_missing_variable_says_the_server_is_too_old():
     (("GRANT BINLOG MONITOR ON *.* TO `c`@`%`",), "REPLICATION SLAVE"),
     (("GRANT REPLICATION SLAVE ON *.* TO `c`@`%`",), "REPLICATION CLIENT"),
     (("GRANT SELECT ON `app`.* TO `c`@`%`",), "REPLICATION SLAVE"),
+    (("GRANT ALL PRIVILEGES ON `cachesync`.* TO `c`@`%`",), "REPLICATION SLAVE"),
+    (("GRANT REPLICATION SLAVE ADMIN, BINLOG MONITOR ON *.* TO `c`@`%`",), "REPLICATION SLAVE"),
 ])
 def test_missing_privileges_are_named(grants, missing):
     assert any(f"lacks {missing}" in p for p in problems(info(grants=grants)))
@@ -43,3 +45,7 @@ def test_missing_privileges_are_named(grants, missing):
 def test_mysql_spelling_of_grants_is_accepted():
     grants = ("GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO `c`@`%`",)
     assert problems(info(grants=grants)) == []
+
+
+def test_all_privileges_on_star_star_is_enough():
+    assert problems(info(grants=("GRANT ALL PRIVILEGES ON *.* TO `root`@`%` WITH GRANT OPTION",))) == []

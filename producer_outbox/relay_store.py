@@ -1,0 +1,130 @@
+"""The relay's SQL on the outbox table: claim due rows, mark them published, purge.
+
+Claims select rows by state (``published_at IS NULL`` and the lease is over), never
+by an id watermark, so a row whose auto-increment id committed after a higher id was
+published is simply found on the next round.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable, Sequence
+
+import pymysql
+
+from producer_outbox.mysql import classify
+from producer_outbox.outbox import OutboxRow
+
+log = logging.getLogger(__name__)
+
+CLAIM_LOCK_WAIT_S = 5       # how long a claim waits for another relay's claim to finish
+_IN_CHUNK = 1000            # event ids per UPDATE ... IN (...)
+
+# A row is claimable when it is unpublished, its lease is over, and no EARLIER
+# unpublished event of the same aggregate is in flight (leased) elsewhere: that
+# keeps one aggregate's events in seq order on Kafka across several relays.
+_CLAIM = """
+SELECT o.seq, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload,
+       o.cache_keys, UNIX_TIMESTAMP(o.created_at), o.attempts
+FROM {t} o FORCE INDEX (by_pending)
+WHERE o.published_at IS NULL AND o.next_attempt_at <= NOW(6)
+  AND NOT EXISTS (SELECT 1 FROM {t} p
+                  WHERE p.aggregate_type = o.aggregate_type AND p.aggregate_id = o.aggregate_id
+                    AND p.published_at IS NULL AND p.seq < o.seq AND p.next_attempt_at > NOW(6))
+ORDER BY o.seq LIMIT %s
+FOR UPDATE SKIP LOCKED"""
+_LEASE = ("UPDATE {t} SET attempts = attempts + 1, "
+          "next_attempt_at = NOW(6) + INTERVAL %s MICROSECOND WHERE seq IN ({marks})")
+_MARK = "UPDATE {t} SET published_at = NOW(6) WHERE published_at IS NULL AND event_id IN ({marks})"
+_PURGE = "DELETE FROM {t} WHERE published_at < NOW(6) - INTERVAL %s MICROSECOND LIMIT %s"
+
+
+class OutboxStore:
+    """One MySQL session on ``db.table``; every method raises RetryableError or FatalError."""
+
+    def __init__(self, connect: Callable[[], pymysql.connections.Connection], db: str,
+                 table: str):
+        self._connect = connect
+        self._table = f"`{db}`.`{table}`"
+        self._lock_name = f"cachesync_outbox_claim:{db}.{table}"
+        self._conn: pymysql.connections.Connection | None = None
+
+    def claim(self, limit: int, lease_s: float) -> list[OutboxRow]:
+        """Lease up to ``limit`` due rows for ``lease_s`` seconds (attempts + 1) and return them.
+
+        Claims of several relays are serialised by a named lock (GET_LOCK, no grant
+        needed): the aggregate-order check must see the other relays' committed leases.
+        """
+        return self._run(lambda cur: self._claim(cur, limit, lease_s))
+
+    def mark_published(self, event_ids: Sequence[str]) -> int:
+        """Record Kafka's acknowledgement; returns how many rows changed."""
+        def work(cur):
+            changed = 0
+            for i in range(0, len(event_ids), _IN_CHUNK):
+                chunk = list(event_ids[i:i + _IN_CHUNK])
+                changed += cur.execute(_MARK.format(t=self._table, marks=_marks(chunk)), chunk)
+            return changed
+        return self._run(work)
+
+    def purge(self, retention_s: float, batch: int) -> int:
+        """Delete at most ``batch`` rows published more than ``retention_s`` ago."""
+        return self._run(lambda cur: cur.execute(_PURGE.format(t=self._table),
+                                                 (_micros(retention_s), batch)))
+
+    def close(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except pymysql.err.Error:
+                pass
+            self._conn = None
+
+    def _claim(self, cur, limit: int, lease_s: float) -> list[OutboxRow]:
+        cur.execute("SELECT GET_LOCK(%s, %s)", (self._lock_name, CLAIM_LOCK_WAIT_S))
+        if cur.fetchone()[0] != 1:
+            return []          # another relay is claiming; the caller polls again
+        try:
+            cur.execute(_CLAIM.format(t=self._table), (limit,))
+            rows = [_row(r) for r in cur.fetchall()]
+            if rows:
+                cur.execute(_LEASE.format(t=self._table, marks=_marks(rows)),
+                            (_micros(lease_s), *[r.seq for r in rows]))
+            self._conn.commit()
+        finally:
+            cur.execute("SELECT RELEASE_LOCK(%s)", (self._lock_name,))
+        return rows
+
+    def _run(self, work):
+        try:
+            conn = self._session()
+            with conn.cursor() as cur:
+                result = work(cur)
+            conn.commit()
+            return result
+        except pymysql.err.MySQLError as e:
+            self.close()       # the next call reconnects
+            raise classify(e) from e
+
+    def _session(self) -> pymysql.connections.Connection:
+        if self._conn is None:
+            conn = self._connect()
+            with conn.cursor() as cur:
+                # No gap locks: a claim must never block the application's INSERTs.
+                cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+            self._conn = conn
+        return self._conn
+
+
+def _row(r) -> OutboxRow:
+    seq, event_id, agg_type, agg_id, event_type, payload, keys, created, attempts = r
+    return OutboxRow(int(seq), event_id, agg_type, agg_id, event_type, payload, keys,
+                     float(created), int(attempts) + 1)   # attempts as leased now
+
+
+def _marks(items) -> str:
+    return ", ".join(["%s"] * len(items))
+
+
+def _micros(seconds: float) -> int:
+    return int(round(seconds * 1_000_000))
