@@ -1,0 +1,157 @@
+"""The outbox writer API: an application emits events in its own MySQL transaction.
+
+    with conn.cursor() as cur:
+        cur.execute("UPDATE leaderboard SET ...")
+    emit(conn, "leaderboard", board_id, "score_changed", {"board": board_id},
+         keys=[f"leaderboard:{board_id}", "page:home"])
+    conn.commit()          # business rows and the outbox row commit (or roll back) together
+
+The relay (producer_outbox.relay) publishes committed rows to Kafka; the consumer
+deletes the explicit ``keys`` (and keys rendered from ``payload`` when the table
+``<db>.<aggregate_type>`` has a mapping). Everything is validated before the
+INSERT, so a bad payload raises here and leaves the caller's transaction as it was.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+from schema import resource_text
+from schema.errors import CachesyncError
+from schema.event import ChangeEvent, Source
+from schema.ids import new_time_ordered_id
+from schema.keys import kafka_key
+
+OUTBOX_TABLE = "cachesync_outbox"
+# Kafka's default message.max.bytes is 1 MiB; the envelope (ids, keys, source) needs
+# room next to the payload, so payloads are capped below it.
+MAX_PAYLOAD_BYTES = 900_000
+MAX_AGGREGATE_TYPE, MAX_AGGREGATE_ID, MAX_EVENT_TYPE = 64, 191, 64
+MAX_KEYS_BYTES = 60_000            # the cache_keys TEXT column holds 65,535 bytes
+_SERVER_STATUS_IN_TRANS = 1        # MySQL protocol status flag: a transaction is open
+
+_INSERT = ("INSERT INTO {table} (event_id, aggregate_type, aggregate_id, event_type, "
+           "payload, cache_keys) VALUES (%s, %s, %s, %s, %s, %s)")
+
+
+class OutboxError(CachesyncError, ValueError):
+    """emit() refused its input; nothing was written and the transaction is untouched."""
+
+
+@dataclass(frozen=True)
+class OutboxRow:
+    """One row of the outbox table as the relay reads it."""
+
+    seq: int
+    event_id: str
+    aggregate_type: str
+    aggregate_id: str
+    event_type: str
+    payload: str | None
+    cache_keys: str | None
+    created_ts: float          # created_at as seconds since the epoch
+    attempts: int
+
+
+def emit(conn, aggregate_type: str, aggregate_id: str | int, event_type: str,
+         payload: Mapping[str, Any] | None, *, keys: Iterable[str] = (),
+         table: str = OUTBOX_TABLE, max_payload_bytes: int = MAX_PAYLOAD_BYTES) -> str:
+    """Insert one outbox event in ``conn``'s open transaction; returns its event id.
+
+    Raises OutboxError (before any SQL) when the input is invalid or the connection
+    is in autocommit mode outside a transaction; database errors propagate unchanged.
+    """
+    values = outbox_values(aggregate_type, aggregate_id, event_type, payload, keys,
+                           max_payload_bytes)
+    if conn.get_autocommit() and not conn.server_status & _SERVER_STATUS_IN_TRANS:
+        raise OutboxError("emit() needs an open transaction: the connection is in autocommit "
+                          "mode, so the outbox row would commit apart from the business rows")
+    event_id = new_time_ordered_id()
+    with conn.cursor() as cur:
+        cur.execute(_INSERT.format(table=table), (event_id, *values))
+    return event_id
+
+
+def outbox_values(aggregate_type, aggregate_id, event_type, payload, keys,
+                  max_payload_bytes: int = MAX_PAYLOAD_BYTES) -> tuple:
+    """Validate emit()'s input; returns the column values after event_id or raises OutboxError."""
+    aggregate_id = str(aggregate_id) if isinstance(aggregate_id, int) else aggregate_id
+    _check_name("aggregate_type", aggregate_type, MAX_AGGREGATE_TYPE)
+    _check_name("aggregate_id", aggregate_id, MAX_AGGREGATE_ID)
+    _check_name("event_type", event_type, MAX_EVENT_TYPE)
+    payload_text = _payload_text(payload, max_payload_bytes)
+    keys_text = _keys_text(keys)
+    return aggregate_type, aggregate_id, event_type, payload_text, keys_text
+
+
+def _check_name(field: str, value: Any, limit: int) -> None:
+    if not isinstance(value, str) or not value:
+        raise OutboxError(f"{field} must be a non-empty string, got {value!r}")
+    if len(value.encode("utf-8")) > limit:
+        raise OutboxError(f"{field} is longer than {limit} bytes: {value[:40]!r}...")
+
+
+def _payload_text(payload: Any, limit: int) -> str | None:
+    if payload is None:
+        return None
+    if not isinstance(payload, Mapping):
+        raise OutboxError(f"payload must be a JSON object (a dict) or None, "
+                          f"got {type(payload).__name__}")
+    try:
+        text = json.dumps(payload, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as e:
+        raise OutboxError(f"payload is not JSON-serialisable: {e}") from e
+    size = len(text.encode("utf-8"))
+    if size > limit:
+        raise OutboxError(f"payload is {size:,} bytes of JSON; the limit is {limit:,} bytes "
+                          f"(max_payload_bytes, below Kafka's default 1 MiB message.max.bytes)")
+    return text
+
+
+def _keys_text(keys: Iterable[str]) -> str | None:
+    if isinstance(keys, str):
+        raise OutboxError("keys must be a list of strings, not one string")
+    keys = list(dict.fromkeys(keys))
+    bad = [k for k in keys if not isinstance(k, str) or not k]
+    if bad:
+        raise OutboxError(f"keys must be non-empty strings, got {bad[0]!r}")
+    if not keys:
+        return None
+    text = json.dumps(keys, ensure_ascii=False)
+    if len(text.encode("utf-8")) > MAX_KEYS_BYTES:
+        raise OutboxError(f"keys take {len(text.encode('utf-8')):,} bytes of JSON; "
+                          f"the limit is {MAX_KEYS_BYTES:,}")
+    return text
+
+
+def ensure_outbox_table(conn, table: str = OUTBOX_TABLE) -> None:
+    """Create the outbox table in ``conn``'s current database if missing (idempotent)."""
+    sql = resource_text("sql/outbox.sql").replace(OUTBOX_TABLE, table)
+    lines = [line for line in sql.splitlines() if not line.lstrip().startswith("--")]
+    with conn.cursor() as cur:
+        for statement in "\n".join(lines).split(";"):
+            if statement.strip():
+                cur.execute(statement)
+    conn.commit()
+
+
+def to_event(row: OutboxRow, db: str, server: str) -> ChangeEvent:
+    """The ChangeEvent of an outbox row: table = aggregate type, pk = aggregate id."""
+    return ChangeEvent(
+        id=row.event_id,
+        source=Source("outbox", server, str(row.seq), row.created_ts, 0),
+        db=db, table=row.aggregate_type, op="update",
+        pk=(("aggregate_id", row.aggregate_id),),
+        before=None,
+        after=json.loads(row.payload) if row.payload is not None else None,
+        version=row.seq,   # grows with insertion order, per aggregate as overall
+        keys=tuple(json.loads(row.cache_keys)) if row.cache_keys else (),
+        extra={"event_type": row.event_type},
+    )
+
+
+def event_kafka_key(row: OutboxRow, db: str) -> str:
+    """``db.aggregate_type:aggregate_id``: one aggregate's events share a partition."""
+    return kafka_key(db, row.aggregate_type, (("aggregate_id", row.aggregate_id),))

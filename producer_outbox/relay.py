@@ -1,0 +1,273 @@
+"""The outbox relay: publish committed outbox rows to Kafka, at least once.
+
+Each round: record the acks that arrived (``published_at``), purge old rows now and
+then, lease up to ``burst_limit`` due rows (attempts + 1, lease = redeliver interval),
+send them. A row is marked published only after Kafka acknowledged it; a relay that
+dies leaves leased rows that any relay redelivers once the lease ends, with the same
+event id, so the consumer drops the duplicate. Unconfirmed sends are bounded.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from kafka.errors import KafkaError
+
+from consumer.core.retry import RetryPolicy
+from producer_outbox.outbox import OutboxRow, event_kafka_key, to_event
+from producer_outbox.relay_store import OutboxStore
+from schema.errors import ConfigError, RetryableError
+from schema.event import encode
+
+log = logging.getLogger(__name__)
+
+KAFKA_SLOW_S = 5.0          # an unconfirmed send older than this is worth a log line
+WAIT_LOG_EVERY_S = 5.0
+PURGE_BATCHES_PER_ROUND = 100
+SHUTDOWN_FLUSH_S = 10.0
+
+
+@dataclass(frozen=True)
+class RelayOptions:
+    topic: str
+    poll_interval_s: float = 0.1
+    burst_limit: int = 500
+    redeliver_interval_s: float = 30.0
+    warn_after_attempts: int = 5
+    max_unconfirmed: int = 5000
+    retention_s: float = 7 * 24 * 3600.0
+    purge_batch: int = 1000
+    purge_interval_s: float = 60.0
+
+    def validate(self) -> "RelayOptions":
+        """Raises ConfigError naming the first out-of-range setting."""
+        for name in ("burst_limit", "warn_after_attempts", "max_unconfirmed", "purge_batch"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"relay.{name} must be at least 1, got {getattr(self, name)}")
+        for name in ("poll_interval_s", "redeliver_interval_s", "retention_s", "purge_interval_s"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"relay.{name} must be positive, got {getattr(self, name)}")
+        return self
+
+
+class Unconfirmed:
+    """Sends Kafka has not acknowledged yet, and acks not yet recorded in MySQL.
+
+    Thread-safe: acks and errors arrive on the Kafka client's I/O thread.
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._sent: dict[str, float] = {}
+        self._acked: list[str] = []
+        self.failures: list[tuple[str, Exception]] = []
+
+    def add(self, event_id: str, now: float) -> bool:
+        """False if ``event_id`` is still in flight here (a re-claim only renewed its lease)."""
+        with self._lock:
+            if event_id in self._sent:
+                return False
+            self._sent[event_id] = now
+            return True
+
+    def acked(self, event_id: str) -> None:
+        with self._lock:
+            if self._sent.pop(event_id, None) is not None:
+                self._acked.append(event_id)
+
+    def failed(self, event_id: str, error: Exception) -> None:
+        with self._lock:
+            self._sent.pop(event_id, None)
+            self.failures.append((event_id, error))
+
+    def take_acked(self) -> list[str]:
+        with self._lock:
+            out, self._acked = self._acked, []
+            return out
+
+    def restore_acked(self, event_ids: list[str]) -> None:
+        with self._lock:
+            self._acked[:0] = event_ids
+
+    def take_failures(self) -> list[tuple[str, Exception]]:
+        with self._lock:
+            out, self.failures = self.failures, []
+            return out
+
+    @property
+    def pending(self) -> int:
+        return len(self._sent)
+
+    def oldest_age(self, now: float) -> float:
+        with self._lock:
+            return now - min(self._sent.values()) if self._sent else 0.0
+
+
+class Relay:
+    """Publishes one outbox table; ``run()`` until ``stop()``."""
+
+    def __init__(self, store: OutboxStore, publisher_factory: Callable[[], object],
+                 options: RelayOptions, db: str, server: str,
+                 retry: RetryPolicy = RetryPolicy(base_s=0.2, cap_s=10.0),
+                 clock: Callable[[], float] = time.monotonic):
+        self._store, self._factory, self._opts = store, publisher_factory, options.validate()
+        self._db, self._server, self._retry, self._clock = db, server, retry, clock
+        self._publisher = None
+        self._unconfirmed = Unconfirmed()
+        self._stop = threading.Event()
+        self._last_purge = float("-inf")
+        self._waiting_since_log: float | None = None
+        self.published = 0          # rows marked published by this process
+        self.sent = 0
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def run(self) -> None:
+        """Relay until stop(); transient errors back off and retry, FatalError raises."""
+        log.info("relay starting: %s outbox -> topic %s (burst %d, redeliver after %.1fs)",
+                 self._db, self._opts.topic, self._opts.burst_limit,
+                 self._opts.redeliver_interval_s)
+        failures = 0
+        try:
+            while not self._stop.is_set():
+                try:
+                    claimed = self.round()
+                    failures = 0
+                except RetryableError as e:
+                    failures += 1
+                    wait = self._retry.backoff(failures)
+                    log.warning("relay: %s; retrying in %.1fs (attempt %d)", e, wait, failures)
+                    self._stop.wait(wait)
+                    continue
+                if claimed < self._opts.burst_limit:
+                    self._stop.wait(self._opts.poll_interval_s)
+        finally:
+            self._shutdown()
+
+    def round(self) -> int:
+        """One poll: record acks, purge if due, lease and send; returns rows claimed."""
+        self._record_acks()
+        self._handle_failures()
+        self._maybe_purge()
+        self._log_waiting()
+        room = self._opts.max_unconfirmed - self._unconfirmed.pending
+        if room <= 0:
+            return 0       # back-pressure: wait for Kafka's acks before claiming more
+        publisher = self._ensure_publisher()
+        rows = self._store.claim(min(self._opts.burst_limit, room),
+                                 self._opts.redeliver_interval_s)
+        for row in rows:
+            self._send(publisher, row)
+        return len(rows)
+
+    def purge_all(self) -> int:
+        """Purge every row published longer than the retention ago, in bounded batches."""
+        total = 0
+        while True:
+            deleted = self._store.purge(self._opts.retention_s, self._opts.purge_batch)
+            total += deleted
+            if deleted < self._opts.purge_batch:
+                return total
+
+    # -- sending ---------------------------------------------------------------------
+    def _send(self, publisher, row: OutboxRow) -> None:
+        if row.attempts >= self._opts.warn_after_attempts:
+            log.warning("outbox event %s (seq %d, %s %s) leased for attempt %d without a "
+                        "confirmed publish", row.event_id, row.seq, row.aggregate_type,
+                        row.aggregate_id, row.attempts)
+        if not self._unconfirmed.add(row.event_id, self._clock()):
+            return
+        event_id = row.event_id
+        try:
+            value = encode(to_event(row, self._db, self._server))
+            publisher.send(self._opts.topic, event_kafka_key(row, self._db), value, event_id,
+                           on_ack=lambda: self._unconfirmed.acked(event_id),
+                           on_error=lambda e: self._unconfirmed.failed(event_id, e))
+        except (KafkaError, ValueError, TypeError) as e:
+            self._unconfirmed.failed(event_id, e)
+            return
+        self.sent += 1
+
+    def _ensure_publisher(self):
+        if self._publisher is None:
+            self._publisher = self._factory()      # raises RetryableError if Kafka is down
+            log.info("relay connected to Kafka")
+        return self._publisher
+
+    def _handle_failures(self) -> None:
+        """Failed sends stay unpublished and are redelivered when their lease ends."""
+        failures = self._unconfirmed.take_failures()
+        if not failures:
+            return
+        event_id, error = failures[-1]
+        self._reset_publisher()
+        raise RetryableError(f"Kafka did not acknowledge {len(failures)} outbox event(s) "
+                             f"(last {event_id}: {type(error).__name__}: {error}); they will be "
+                             f"redelivered after relay.redeliver_interval_s")
+
+    def _reset_publisher(self) -> None:
+        if self._publisher is not None:
+            publisher, self._publisher = self._publisher, None
+            try:
+                publisher.close(0)
+            except KafkaError as e:
+                log.info("closing the Kafka producer: %s", e)
+
+    # -- bookkeeping -----------------------------------------------------------------
+    def _record_acks(self) -> None:
+        acked = self._unconfirmed.take_acked()
+        if not acked:
+            return
+        try:
+            self.published += self._store.mark_published(acked)
+        except Exception:
+            self._unconfirmed.restore_acked(acked)   # keep them; marked on the next round
+            raise
+
+    def _maybe_purge(self) -> None:
+        now = self._clock()
+        if now - self._last_purge < self._opts.purge_interval_s:
+            return
+        self._last_purge = now
+        total = 0
+        for _ in range(PURGE_BATCHES_PER_ROUND):
+            deleted = self._store.purge(self._opts.retention_s, self._opts.purge_batch)
+            total += deleted
+            if deleted < self._opts.purge_batch:
+                break
+        if total:
+            log.info("purged %d outbox rows published more than %.0fs ago", total,
+                     self._opts.retention_s)
+
+    def _log_waiting(self) -> None:
+        now = self._clock()
+        oldest = self._unconfirmed.oldest_age(now)
+        if oldest >= KAFKA_SLOW_S:
+            if self._waiting_since_log is None or now - self._waiting_since_log >= WAIT_LOG_EVERY_S:
+                log.warning("waiting for Kafka: %d send(s) unconfirmed, the oldest for %.0fs; "
+                            "nothing is marked published until Kafka acknowledges",
+                            self._unconfirmed.pending, oldest)
+                self._waiting_since_log = now
+        elif self._waiting_since_log is not None:
+            log.info("Kafka is acknowledging again; %d send(s) unconfirmed",
+                     self._unconfirmed.pending)
+            self._waiting_since_log = None
+
+    def _shutdown(self) -> None:
+        if self._publisher is not None:
+            try:
+                self._publisher.flush(SHUTDOWN_FLUSH_S)
+            except KafkaError as e:
+                log.warning("relay stopping with unconfirmed sends (redelivered later): %s", e)
+        try:
+            self._record_acks()
+        except RetryableError as e:
+            log.warning("relay stopping; acknowledged rows not marked (redelivered later): %s", e)
+        self._reset_publisher()
+        self._store.close()
+        log.info("relay stopped: %d sent, %d marked published", self.sent, self.published)

@@ -1,0 +1,247 @@
+"""The transactional outbox on real MariaDB, Kafka and Redis: emit() -> relay -> consumer."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+from collections import defaultdict
+
+import pytest
+
+from producer_outbox.outbox import OutboxError, emit
+from tests.support import add_config_sections, prepare_outbox, stack_command, wait_for
+
+pytestmark = pytest.mark.integration
+
+# The consumer needs one mapped table; outbox events here carry explicit keys only.
+TABLES = {"unused": {"keys": ["unused:{id}"]}}
+FAST_RELAY = {"poll_interval_s": 0.05, "redeliver_interval_s": 2.0, "burst_limit": 50}
+
+
+@pytest.fixture
+def outbox(lab):
+    """The outbox table in the lab's database, a business table, and a relay config."""
+    prepare_outbox(lab)
+    lab.sql("CREATE TABLE scores (id BIGINT PRIMARY KEY, points INT NOT NULL)")
+    cfg = add_config_sections(lab.write_config(TABLES),
+                              relay={"outbox_db": lab.db, **FAST_RELAY})
+    return lab, cfg
+
+
+def unpublished(lab) -> int:
+    return lab.sql("SELECT COUNT(*) FROM cachesync_outbox WHERE published_at IS NULL")[0][0]
+
+
+def published(lab) -> int:
+    return lab.sql("SELECT COUNT(*) FROM cachesync_outbox WHERE published_at IS NOT NULL")[0][0]
+
+
+def published_ids(lab) -> list[str]:
+    return [dict(r.headers)["id"].decode() for r in lab.topic_records()]
+
+
+def test_emit_with_explicit_keys_invalidates_them_end_to_end(outbox):
+    lab, cfg = outbox
+    lab.spawn("relay", cfg)
+    engine = lab.start_engine(cfg)
+    lab.cache("leaderboard:1", "page:home", "page:other")
+    with lab.stack.admin(lab.db, autocommit=False) as conn:
+        with conn.cursor() as cur:
+            cur.execute("INSERT INTO scores VALUES (1, 10)")
+        emit(conn, "leaderboard", 1, "score_changed", {"board": 1, "points": 10},
+             keys=[lab.prefix + "leaderboard:1", lab.prefix + "page:home"])
+        conn.commit()
+        emit(conn, "leaderboard", 1, "score_changed", {}, keys=[lab.prefix + "page:other"])
+        conn.rollback()                       # rolled back: publishes nothing
+    wait_for(lambda: not lab.cached("leaderboard:1", "page:home"), 60,
+             what="the explicit keys to be invalidated")
+    wait_for(lambda: unpublished(lab) == 0, what="the row marked published")
+    assert lab.cached("page:other") == ["page:other"]
+    records = lab.topic_records()
+    assert len(records) == 1
+    assert records[0].key.decode() == f"{lab.db}.leaderboard:1"
+    assert engine.stats.applied == 1 and engine.stats.dead_lettered == 0
+
+
+def test_row_committing_after_a_higher_published_id_is_still_published(outbox):
+    """Two transactions commit in reverse seq order; an id watermark would skip the first."""
+    lab, cfg = outbox
+    lab.spawn("relay", cfg)
+    early = lab.stack.admin(lab.db, autocommit=False)
+    late = lab.stack.admin(lab.db, autocommit=False)
+    try:
+        first = emit(early, "order", "a", "created", {"n": 1})      # lower seq, stays open
+        second = emit(late, "order", "b", "created", {"n": 2})
+        late.commit()
+        wait_for(lambda: second in published_ids(lab), 30, interval=0.2,
+                 what="the higher seq published first")
+        with early.cursor() as cur:                  # its own uncommitted row is visible to it
+            cur.execute("SELECT seq FROM cachesync_outbox WHERE event_id = %s", (first,))
+            (low,), = cur.fetchall()
+        (high,), = lab.sql("SELECT seq FROM cachesync_outbox WHERE event_id = %s", (second,))
+        assert low < high and first not in published_ids(lab)
+        early.commit()
+        wait_for(lambda: first in published_ids(lab), 30, interval=0.2,
+                 what="the late-committing lower seq to be published")
+    finally:
+        early.close()
+        late.close()
+    assert unpublished(lab) == 0
+
+
+class Writers:
+    """N threads emitting events per aggregate in transactions; ~1 in 5 rolls back."""
+
+    def __init__(self, lab, n: int, aggregates_per_writer: int = 4):
+        self.lab, self.n, self.aggs = lab, n, aggregates_per_writer
+        self.committed: dict[str, tuple[str, int]] = {}   # event id -> (aggregate, n)
+        self.rolled_back: set[str] = set()
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self._write, args=(w,)) for w in range(n)]
+        self.lock = threading.Lock()
+
+    def __enter__(self):
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        for t in self.threads:
+            t.join(30)
+
+    def _write(self, w: int) -> None:
+        rng, counters = random.Random(w), defaultdict(int)
+        with self.lab.stack.admin(self.lab.db, autocommit=False) as conn:
+            while not self.stop.is_set():
+                agg = f"w{w}-{rng.randrange(self.aggs)}"
+                with conn.cursor() as cur:   # the aggregate row serialises its events
+                    cur.execute("INSERT INTO scores VALUES (%s, 0) ON DUPLICATE KEY UPDATE "
+                                "points = points + 1", (hash(agg) % 10**9,))
+                event_id = emit(conn, "board", agg, "bumped", {"n": counters[agg]},
+                                keys=[f"{self.lab.prefix}board:{agg}"])
+                if rng.random() < 0.2:
+                    conn.rollback()
+                    self.rolled_back.add(event_id)
+                    continue
+                conn.commit()
+                with self.lock:
+                    self.committed[event_id] = (agg, counters[agg])
+                counters[agg] += 1
+                time.sleep(rng.uniform(0, 0.01))
+
+
+def test_relays_killed_9_at_random_lose_nothing_keep_aggregate_order(outbox):
+    lab, cfg = outbox
+    engine = lab.start_engine(cfg)
+    relays = [lab.spawn("relay", cfg), lab.spawn("relay", cfg)]
+    rng = random.Random()
+    with Writers(lab, 4) as writers:
+        for _ in range(4):
+            before = published(lab)      # kill a relay that is doing work, at a random point
+            wait_for(lambda: published(lab) > before + 20, 60, what="progress before a kill")
+            time.sleep(rng.uniform(0.0, 0.5))
+            victim = rng.randrange(len(relays))
+            lab.kill9(relays[victim])
+            time.sleep(rng.uniform(0.0, 0.5))
+            relays[victim] = lab.spawn("relay", cfg)
+        wait_for(lambda: len(writers.committed) >= 200, 60, what="200 committed events")
+    committed = dict(writers.committed)
+    wait_for(lambda: unpublished(lab) == 0, 90, interval=0.2, what="every row published")
+
+    records = lab.topic_records()
+    ids = [dict(r.headers)["id"].decode() for r in records]
+    assert set(committed) <= set(ids)                      # every committed row reached Kafka
+    assert not set(ids) & writers.rolled_back              # rolled-back rows never appear
+    assert set(ids) == set(committed)
+    assert_first_deliveries_in_aggregate_order(records, committed)
+    for record in records:                                 # a duplicate is the same event
+        event = json.loads(record.value)
+        assert event["id"] == dict(record.headers)["id"].decode()
+        assert committed[event["id"]][1] == event["a"]["n"]
+    duplicates = len(ids) - len(set(ids))
+    wait_for(lambda: engine.stats.consumed == len(ids), 60, what="the consumer to read all")
+    assert engine.stats.applied == len(committed)
+    assert engine.stats.duplicates == duplicates           # every re-publish was skipped
+    assert engine.stats.dead_lettered == 0
+    assert duplicates > 0            # kills during publishing re-send leased rows
+    print(f"{len(committed)} committed, {len(writers.rolled_back)} rolled back, "
+          f"{duplicates} duplicates")
+
+
+def assert_first_deliveries_in_aggregate_order(records, committed) -> None:
+    """Per aggregate (one Kafka key, one partition, offset order), first deliveries ascend."""
+    seen, order = set(), defaultdict(list)
+    for r in sorted(records, key=lambda r: (r.partition, r.offset)):
+        event_id = dict(r.headers)["id"].decode()
+        if event_id not in seen:
+            seen.add(event_id)
+            agg, n = committed[event_id]
+            order[agg].append(n)
+    for agg, ns in order.items():
+        assert ns == sorted(ns), f"aggregate {agg} delivered out of order: {ns}"
+
+
+def test_kafka_down_30s_during_writes_everything_arrives_after(outbox):
+    lab, cfg = outbox
+    add_config_sections(cfg, relay={"redeliver_interval_s": 3.0, "warn_after_attempts": 3})
+    relay = lab.spawn("relay", cfg)
+    with Writers(lab, 2) as writers:
+        wait_for(lambda: len(writers.committed) >= 20, 30, what="writes before the outage")
+        wait_for(lambda: unpublished(lab) < len(writers.committed), 30, what="first publishes")
+        stack_command("down", "kafka")
+        try:
+            time.sleep(30)
+        finally:
+            stack_command("up", "kafka")
+    committed = dict(writers.committed)
+    wait_for(lambda: unpublished(lab) == 0, 120, interval=0.5, what="every row published")
+    assert set(committed) <= set(published_ids(lab))
+    assert relay.poll() is None, lab.log(relay)             # it waited, it did not exit
+    log = lab.log(relay)
+    assert "waiting for Kafka" in log
+    assert "without a confirmed publish" in log             # warn_after_attempts fired
+
+
+def test_bad_payloads_fail_at_emit_and_leave_the_transaction_usable(outbox):
+    lab, _ = outbox
+    with lab.stack.admin(lab.db, autocommit=False) as conn:
+        with conn.cursor() as cur:
+            cur.execute("INSERT INTO scores VALUES (5, 1)")
+        with pytest.raises(OutboxError, match="not JSON-serialisable"):
+            emit(conn, "board", 5, "bumped", {"when": object()})
+        with pytest.raises(OutboxError, match=r"limit is 900,000 bytes"):
+            emit(conn, "board", 5, "bumped", {"blob": "x" * 1_000_000})
+        with pytest.raises(OutboxError, match="JSON object"):
+            emit(conn, "board", 5, "bumped", ["not", "a", "dict"])
+        emit(conn, "board", 5, "bumped", {"ok": True})
+        conn.commit()
+    assert lab.sql("SELECT points FROM scores WHERE id = 5") == ((1,),)
+    assert lab.sql("SELECT payload FROM cachesync_outbox") == (('{"ok":true}',),)
+    with lab.stack.admin(lab.db, autocommit=True) as conn:
+        with pytest.raises(OutboxError, match="autocommit"):
+            emit(conn, "board", 5, "bumped", {})
+
+
+def test_purge_only_deletes_old_published_rows_in_batches(outbox):
+    lab, cfg = outbox
+    add_config_sections(cfg, relay={"retention_s": 3600, "purge_batch": 2})
+    with lab.stack.admin(lab.db, autocommit=False) as conn:
+        for i in range(7):
+            emit(conn, "board", i, "bumped", {"i": i})
+        conn.commit()
+    lab.sql("UPDATE cachesync_outbox SET published_at = NOW(6) - INTERVAL 2 HOUR WHERE seq <= "
+            "(SELECT s FROM (SELECT MIN(seq) + 4 AS s FROM cachesync_outbox) m)")   # 5 old
+    lab.sql("UPDATE cachesync_outbox SET published_at = NOW(6) WHERE published_at IS NULL "
+            "ORDER BY seq LIMIT 1")                                               # 1 recent
+    purge = subprocess.run([sys.executable, "-m", "cachesync", "relay", "--config", cfg,
+                            "--purge-only"], env={**os.environ, **lab.stack.env},
+                           capture_output=True, text=True, timeout=60)
+    assert purge.returncode == 0, purge.stderr
+    assert "purged 5 outbox rows" in purge.stderr
+    assert lab.sql("SELECT COUNT(*), COUNT(published_at) FROM cachesync_outbox") == ((2, 1),)
