@@ -176,7 +176,7 @@ class Relay:
 
     # -- sending ---------------------------------------------------------------------
     def _send(self, publisher, row: OutboxRow) -> None:
-        if row.attempts >= self._opts.warn_after_attempts:
+        if _warn_due(row.attempts, self._opts.warn_after_attempts):
             log.warning("outbox event %s (seq %d, %s %s) leased for attempt %d without a "
                         "confirmed publish", row.event_id, row.seq, row.aggregate_type,
                         row.aggregate_id, row.attempts)
@@ -271,3 +271,8 @@ class Relay:
         self._reset_publisher()
         self._store.close()
         log.info("relay stopped: %d sent, %d marked published", self.sent, self.published)
+
+
+def _warn_due(attempts: int, warn_after: int) -> bool:
+    """Warn at the N-th attempt and every N attempts after it, not on every lease."""
+    return attempts >= warn_after and attempts % warn_after == 0
