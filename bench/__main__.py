@@ -16,18 +16,31 @@ import os
 import platform
 import sys
 import time
+import traceback
 from importlib import metadata
 
 from bench.common import ROOT, Stack, log
 
-BENCHMARKS = ("tailer", "consumer", "lag")
+BENCHMARKS = ("tailer", "consumer", "lag", "outbox")          # what a plain `python -m bench` runs
+_NOT_BENCHMARKS = {"__init__", "__main__", "common"}
+
+
+def available() -> list[str]:
+    """BENCHMARKS plus any other bench/<name>.py module (reachable with --only)."""
+    extra = sorted(p.stem for p in (ROOT / "bench").glob("*.py")
+                   if p.stem not in _NOT_BENCHMARKS and p.stem not in BENCHMARKS)
+    return [*BENCHMARKS, *extra]
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="Run the cachesync benchmarks: one JSON document to stdout and to "
+                    "bench/results/; progress on stderr.")
     parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
-    parser.add_argument("--only", choices=BENCHMARKS, action="append",
-                        help="run only this benchmark (repeatable)")
+    parser.add_argument("--only", choices=available(), action="append",
+                        help="run only this benchmark (repeatable); default: "
+                             + ", ".join(BENCHMARKS))
     parser.add_argument("--runs", type=int, default=3, help="repetitions per figure (default 3)")
     args = parser.parse_args(argv)
     if args.runs < 1:
@@ -42,8 +55,8 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     doc = {"name": "cachesync-bench", "started_at": started.isoformat(timespec="seconds"),
            "mode": "quick" if args.quick else "full", "runs": args.runs,
-           "command": "python -m bench " + " ".join(sys.argv[1:] if argv is None else argv),
-           "host": _host(), "versions": {**_versions(), **stack.versions()},
+           "command": " ".join(["python -m bench", *(sys.argv[1:] if argv is None else argv)]),
+           "host": _host(), "loadavg_start": _loadavg(), "versions": {**_versions(), **stack.versions()},
            "benchmarks": {}, "errors": {}}
     for name in selected:
         log(f"== {name} ==")
@@ -51,13 +64,14 @@ def main(argv=None) -> int:
         try:
             result = importlib.import_module(f"bench.{name}").run(stack, args.quick, args.runs)
             result["duration_s"] = round(time.perf_counter() - b0, 1)
+            result["loadavg_after"] = _loadavg()
             doc["benchmarks"][name] = result
         except KeyboardInterrupt:
             doc["errors"][name] = "interrupted"
             break
         except Exception as e:  # keep the other benchmarks' figures
             log(f"{name} FAILED: {type(e).__name__}: {e}")
-            logging.getLogger("bench").debug("traceback", exc_info=True)
+            traceback.print_exc(file=sys.stderr)
             doc["errors"][name] = f"{type(e).__name__}: {e}"
         log(f"{name} took {time.perf_counter() - b0:.1f}s")
     doc["duration_s"] = round(time.perf_counter() - t0, 1)
@@ -78,6 +92,14 @@ def main(argv=None) -> int:
 def _host() -> dict:
     return {"cpus": os.cpu_count(), "python": platform.python_version(),
             "platform": platform.platform(), "machine": platform.machine()}
+
+
+def _loadavg() -> list[float] | None:
+    """1/5/15-minute load: the machine is shared (services, other users' test runs)."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
 
 
 def _versions() -> dict:

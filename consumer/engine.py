@@ -70,6 +70,14 @@ class PythonEngine:
     def stop(self) -> None:
         self._stop.set()
 
+    def close(self) -> None:
+        """Release every adapter; closing the Kafka source leaves the consumer group at
+        once, so a replacement gets the partitions without waiting for the session timeout."""
+        for adapter in (self._source, self._dedup, self._cache, self._dlq):
+            close = getattr(adapter, "close", None)
+            if close is not None:
+                close()
+
     def run(self) -> None:
         """Consume until stop(); transient errors are retried forever, fatal ones raise."""
         while not self._stop.is_set():

@@ -140,6 +140,11 @@ class Tailer:
                             stream.log_file, stream.log_pos)
             with self._lock:
                 self._tracker.close(txn, cp)
+            if cp.gtid is not None:
+                # python-mysql-replication reconnects on its own from auto_position;
+                # keep it at the last transaction boundary so a dropped connection
+                # resumes here instead of replaying everything since start.
+                stream.auto_position = cp.gtid
 
         for event in stream:
             self._raise_if_failed()

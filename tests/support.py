@@ -141,6 +141,7 @@ class Lab:
         for thread, e in self._threads:
             if e is engine:
                 thread.join(30)
+                engine.close()
 
     def _alive(self, proc) -> bool:
         if proc.poll() is not None:
@@ -215,6 +216,7 @@ class Lab:
         for thread, engine in self._threads:
             engine.stop()
             thread.join(30)
+            engine.close()
         for proc in self._procs:
             if proc.poll() is None:
                 proc.terminate()
@@ -224,6 +226,7 @@ class Lab:
                     proc.kill()
         with self.stack.admin() as conn, conn.cursor() as cur:
             cur.execute(f"DROP DATABASE IF EXISTS {self.db}")
+            cur.execute(f"REVOKE SELECT ON {self.db}.* FROM cachesync@'127.0.0.1'")
 
 
 # -- outbox helpers (appended for tests/integration/test_outbox.py) -----------------------

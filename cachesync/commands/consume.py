@@ -21,7 +21,10 @@ def command(settings) -> None:
     with handle_errors():
         engine = build_engine(settings)
         on_termination(engine.stop)
-        engine.run()
+        try:
+            engine.run()
+        finally:
+            engine.close()
         s = engine.stats
         log.info("consumer stopped: %d consumed, %d applied, %d duplicates, %d dead-lettered",
                  s.consumed, s.applied, s.duplicates, s.dead_lettered)

@@ -145,3 +145,36 @@ def test_consumer_kill_9_between_claim_and_confirm_reapplies_after_lease(lab):
                                  "WHERE ns = %s", (f"g-{lab.suffix}",))
     assert status == "done"
     assert done_at >= lease_end   # the dead consumer's claim was honoured until its lease ended
+
+
+def test_a_cleanly_stopped_consumer_leaves_the_group_at_once(lab):
+    """SIGTERM -> the consumer leaves its group; the replacement gets the partitions well
+    before the 45 s session timeout a silently vanished member would hold them for."""
+    lab.sql(USERS_DDL)
+    cfg = lab.write_config(USERS)
+    lab.start_tailer(cfg)
+    first = lab.spawn("consume", cfg)
+    lab.cache("user:1")
+    lab.sql("INSERT INTO users VALUES (1, 'a@x', 'A')")
+    wait_for(lambda: not lab.cached("user:1"), 60, what="the first consumer to work")
+    first.terminate()
+    assert first.wait(30) == 0, lab.log(first)
+    lab.spawn("consume", cfg)
+    lab.cache("user:2")
+    lab.sql("INSERT INTO users VALUES (2, 'b@x', 'B')")
+    wait_for(lambda: not lab.cached("user:2"), 20, what="the replacement consumer (session timeout is 45 s)")
+
+
+def test_a_dropped_binlog_connection_resumes_without_replaying_history(pipeline):
+    lab, _cfg, _tailer, engine = pipeline
+    lab.sql("INSERT INTO users SELECT seq, CONCAT(seq, '@x'), 'n' FROM seq_1_to_200")
+    wait_for(lambda: engine.stats.applied == 200, 60, what="200 rows applied")
+    dumps = [row[0] for row in lab.sql("SELECT id FROM information_schema.processlist "
+                                       "WHERE command LIKE 'Binlog Dump%%' AND user = 'cachesync'")]
+    assert dumps, "no binlog dump connection found"
+    for thread_id in dumps:
+        lab.sql(f"KILL {int(thread_id)}")
+    lab.cache("user:201")
+    lab.sql("INSERT INTO users VALUES (201, '201@x', 'n')")
+    wait_for(lambda: not lab.cached("user:201"), 60, what="invalidation after the reconnect")
+    assert len(lab.topic_records()) == 201       # nothing before the drop was published again

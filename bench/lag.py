@@ -1,0 +1,226 @@
+"""End-to-end lag: MySQL commit -> Redis key gone, through `cachesync tail` and `cachesync consume`.
+
+Both run as child processes (their own interpreters, as deployed). A writer thread
+commits single-row transactions at a fixed rate (open loop: it never waits for the
+pipeline), each after caching that row's key in Redis; a poller thread checks every
+outstanding key with one pipelined EXISTS round trip per loop (~1 ms resolution) and
+records, per key, the time from the writer's commit returning to the first poll that
+found the key gone.
+
+* baseline (measurement floor): same writer, same poller, same running pipeline, but
+  the writer UNLINKs the key itself right after the commit -> what the harness and the
+  loaded machine add on their own;
+* contender: the key is left to cachesync to delete.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from bench.common import Sandbox, Worker, log, median, percentile, summarize, wait_for
+
+NAME = "lag"
+SIZES = {"full": (200, 20.0, 5.0), "quick": (100, 5.0, 2.0)}   # rate/s, seconds, floor seconds
+DDL = "CREATE TABLE lag (id BIGINT PRIMARY KEY, v INT NOT NULL, note VARCHAR(64) NOT NULL)"
+DRAIN_S = 15.0
+POLL_SLEEP_S = 0.0005
+
+
+def run(stack, quick: bool, runs: int) -> dict:
+    rate, seconds, floor_seconds = SIZES["quick" if quick else "full"]
+    box = Sandbox(stack, NAME)
+    try:
+        box.create_schema(DDL)
+        topic = box.new_topic(3)
+        cfg = box.write_config({f"{box.db}.lag": {"keys": [box.prefix + "lag:{id}"]}}, topic=topic)
+        settings = box.settings(cfg)
+        log("lag: starting `cachesync tail` and `cachesync consume`")
+        tail = box.spawn("tail", cfg)
+        wait_for(lambda: _alive(box, tail) and _checkpoint_stored(stack, settings.tailer.name),
+                 60, "the tailer's start checkpoint")
+        consume = box.spawn("consume", cfg)
+        harness = Harness(box)
+        try:
+            warm = harness.warm_up(lambda: _alive(box, tail) and _alive(box, consume))
+            log(f"lag: pipeline warm, first key gone after {warm:.2f}s")
+            floor_runs, lag_runs = [], []
+            for i in range(runs):
+                for self_delete in ((True, False) if i % 2 == 0 else (False, True)):
+                    result = harness.measure(rate, floor_seconds if self_delete else seconds,
+                                             self_delete)
+                    _alive(box, tail)
+                    _alive(box, consume)
+                    (floor_runs if self_delete else lag_runs).append(result)
+                    log(f"lag: run {i + 1}/{runs} {result['what']}: p50 {result['p50_ms']} ms, "
+                        f"p99 {result['p99_ms']} ms, max {result['max_ms']} ms at "
+                        f"{result['achieved_rate']}/s")
+        finally:
+            harness.close()
+        children = {name: _child_report(box, proc) for name, proc in (("tail", tail),
+                                                                        ("consume", consume))}
+        fields = ["p50_ms", "p90_ms", "p99_ms", "max_ms", "achieved_rate", "commit_p50_ms",
+                  "poll_interval_p50_ms", "missing"]
+        baseline, contender = summarize(floor_runs, fields), summarize(lag_runs, fields)
+        return {
+            "description": "commit -> key-gone latency through cachesync tail + consume "
+                           "(child processes) at a fixed write rate",
+            "params": {"rate_per_s": rate, "seconds": seconds, "floor_seconds": floor_seconds,
+                       "runs": runs, "partitions": 3, "poll": "pipelined EXISTS over outstanding "
+                       f"keys, {POLL_SLEEP_S * 1000} ms sleep between polls",
+                       "latency_from": "the writer's commit() returning",
+                       "consumer": "config defaults (batch_size, poll_timeout_s)"},
+            "baseline": {"name": "floor: the writer UNLINKs the key right after its commit",
+                         **baseline},
+            "contender": {"name": "cachesync tail -> Kafka -> cachesync consume -> UNLINK",
+                          **contender},
+            "children": children,
+            "p50_above_floor_ms": _diff(contender["median"]["p50_ms"], baseline["median"]["p50_ms"]),
+            "p99_above_floor_ms": _diff(contender["median"]["p99_ms"], baseline["median"]["p99_ms"]),
+        }
+    finally:
+        box.cleanup()
+
+
+class Harness:
+    """The writer and poller; keys are tracked as outstanding between commit and gone."""
+
+    def __init__(self, box: Sandbox):
+        self._box = box
+        self._conn = box.stack.admin(box.db, autocommit=False)
+        self._writer_redis = box.stack.redis()
+        self._poll_redis = box.stack.redis()
+        self._next_id = 1
+        self._lock = threading.Lock()
+        self._outstanding: dict[str, float] = {}
+        self._latencies: list[float] = []
+        self._poll_intervals: list[float] = []
+        self._stop = threading.Event()
+        self._poller = Worker(self._poll_loop, "lag-poller")
+        self._poller.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._poller.join(10)
+        self._conn.close()
+        self._writer_redis.close()
+        self._poll_redis.close()
+
+    def _write(self, self_delete: bool) -> float:
+        """Cache the key, commit the row, register the key; returns the commit duration."""
+        row_id, self._next_id = self._next_id, self._next_id + 1
+        key = f"{self._box.prefix}lag:{row_id}"
+        self._writer_redis.set(key, b"cached", ex=600)
+        with self._conn.cursor() as cur:
+            cur.execute("INSERT INTO lag (id, v, note) VALUES (%s, %s, %s)",
+                        (row_id, row_id % 1000, f"row {row_id}"))
+        t_commit_start = time.perf_counter()
+        self._conn.commit()
+        t_commit = time.perf_counter()
+        with self._lock:
+            self._outstanding[key] = t_commit
+        if self_delete:
+            self._writer_redis.unlink(key)
+        return t_commit - t_commit_start
+
+    def _poll_loop(self) -> None:
+        last = None
+        while not self._stop.is_set():
+            with self._lock:
+                keys = list(self._outstanding)
+            if keys:
+                pipe = self._poll_redis.pipeline(transaction=False)
+                for k in keys:
+                    pipe.exists(k)
+                found = pipe.execute()
+                now = time.perf_counter()
+                with self._lock:
+                    for k, present in zip(keys, found):
+                        if not present:
+                            self._latencies.append(now - self._outstanding.pop(k))
+                if last is not None:
+                    self._poll_intervals.append(now - last)
+                last = now
+            else:
+                last = None
+            time.sleep(POLL_SLEEP_S)
+
+    def warm_up(self, alive) -> float:
+        """Write until the pipeline deletes keys end to end; returns the first latency."""
+        t0 = time.perf_counter()
+        self._write(False)
+        wait_for(lambda: alive() and not self._outstanding, 90, "the first key to be invalidated")
+        first = time.perf_counter() - t0
+        for _ in range(50):                       # warm connections and batches
+            self._write(False)
+            time.sleep(0.01)
+        wait_for(lambda: not self._outstanding, 30, "the warm-up keys to be invalidated")
+        with self._lock:
+            self._latencies.clear()
+            self._poll_intervals.clear()
+        return first
+
+    def measure(self, rate: float, seconds: float, self_delete: bool) -> dict:
+        with self._lock:
+            self._latencies.clear()
+            self._poll_intervals.clear()
+        count = int(rate * seconds)
+        commits = []
+        t0 = time.perf_counter()
+        for i in range(count):
+            due = t0 + i / rate
+            delay = due - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            commits.append(self._write(self_delete))
+        write_s = time.perf_counter() - t0
+        deadline = time.monotonic() + DRAIN_S
+        while self._outstanding and time.monotonic() < deadline:
+            self._poller.check()
+            time.sleep(0.01)
+        with self._lock:
+            missing = len(self._outstanding)
+            self._outstanding.clear()
+            lat = [x * 1000 for x in self._latencies]
+            intervals = [x * 1000 for x in self._poll_intervals]
+        self._poller.check()
+        return {"what": "floor" if self_delete else "cachesync", "writes": count,
+                "measured": len(lat), "missing": missing,
+                "achieved_rate": round(count / write_s, 1),
+                "p50_ms": _r(percentile(lat, 50)), "p90_ms": _r(percentile(lat, 90)),
+                "p99_ms": _r(percentile(lat, 99)), "max_ms": _r(max(lat) if lat else None),
+                "mean_ms": _r(sum(lat) / len(lat) if lat else None),
+                "commit_p50_ms": _r(percentile([c * 1000 for c in commits], 50)),
+                "poll_interval_p50_ms": _r(median(intervals)),
+                "poll_interval_p99_ms": _r(percentile(intervals, 99))}
+
+
+def _alive(box: Sandbox, proc) -> bool:
+    if proc.poll() is not None:
+        raise RuntimeError(f"`cachesync {proc.args[3]}` exited {proc.returncode}:\n"
+                           f"{box.proc_log(proc)}")
+    return True
+
+
+def _child_report(box: Sandbox, proc) -> dict:
+    """Stop a child and report its exit code and any warnings (a restart would show here)."""
+    code = box.stop_proc(proc)
+    with open(proc.log_path) as f:
+        noisy = [line.rstrip() for line in f if " WARNING " in line or " ERROR " in line]
+    return {"exit_code": code, "warnings": len(noisy), "first_warnings": noisy[:5]}
+
+
+def _checkpoint_stored(stack, name: str) -> bool:
+    try:
+        return bool(stack.admin_sql("SELECT 1 FROM cachesync.cachesync_checkpoint WHERE name = %s",
+                                    (name,)))
+    except Exception:   # the state table may not exist yet
+        return False
+
+
+def _r(x):
+    return None if x is None else round(x, 3)
+
+
+def _diff(a, b):
+    return None if a is None or b is None else round(a - b, 3)
