@@ -19,12 +19,11 @@ import time
 import uuid
 from pathlib import Path
 
-import pymysql
-import redis
 import yaml
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 
 from cachesync import config
+from cachesync.devstack import DevStack, default_env_file, wait_for  # noqa: F401 (benchmarks import wait_for from here)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -69,17 +68,6 @@ def _round(x):
     return round(x, 4) if isinstance(x, float) else x
 
 
-def wait_for(condition, timeout: float, what: str, interval: float = 0.02):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
-
-
 class Worker(threading.Thread):
     """A daemon thread that keeps the exception its target raised."""
 
@@ -101,22 +89,15 @@ class Worker(threading.Thread):
 
 
 # -- the devstack -----------------------------------------------------------------------
-class Stack:
-    """Connection settings from the devstack env file (.devstack/env)."""
+class Stack(DevStack):
+    """The devstack plus what the benchmarks need (a clean environ, admin_sql, versions)."""
 
     def __init__(self, env_path: Path | None = None):
-        base = os.environ.get("CACHESYNC_DEVSTACK_DIR") or str(ROOT / ".devstack")
-        self.env_path = env_path or Path(base) / "env"
+        self.env_path = env_path or default_env_file(ROOT)
         if not self.env_path.exists():
             raise SystemExit(f"{self.env_path} is missing: start the devstack first "
                              "(`devstack/stack.sh up` or `make bench`)")
-        self.env = config.read_env_file(self.env_path)
-        with open(self.env["DEVSTACK_MYSQL_ADMIN_PASSWORD_FILE"]) as f:
-            self._admin_password = f.read().strip()
-
-    @property
-    def bootstrap(self) -> str:
-        return self.env["CACHESYNC_KAFKA_BOOTSTRAP_SERVERS"]
+        super().__init__(config.read_env_file(self.env_path))
 
     @property
     def environ(self) -> dict[str, str]:
@@ -124,32 +105,19 @@ class Stack:
         clean = {k: v for k, v in os.environ.items() if not k.startswith("CACHESYNC_")}
         return {**clean, **self.env}
 
-    def admin(self, database=None, autocommit=True) -> pymysql.connections.Connection:
-        return pymysql.connect(host=self.env["CACHESYNC_MYSQL_HOST"],
-                               port=int(self.env["CACHESYNC_MYSQL_PORT"]),
-                               user=self.env["DEVSTACK_MYSQL_ADMIN_USER"],
-                               password=self._admin_password, database=database,
-                               autocommit=autocommit, charset="utf8mb4")
-
     def admin_sql(self, statement: str, params=None):
         with self.admin() as conn, conn.cursor() as cur:
             cur.execute(statement, params)
             return cur.fetchall()
-
-    def redis(self) -> redis.Redis:
-        return redis.Redis.from_url(self.env["CACHESYNC_REDIS_URL"])
 
     def kafka_admin(self) -> KafkaAdminClient:
         return KafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=30000)
 
     def check(self) -> None:
         try:
-            self.admin().close()
-            self.redis().ping()
-            self.kafka_admin().close()
-        except Exception as e:
-            raise SystemExit(f"devstack service not reachable: {type(e).__name__}: {e}. "
-                             "Start it with `devstack/stack.sh up`.") from e
+            super().check()
+        except ConnectionError as e:
+            raise SystemExit(str(e)) from e
 
     def versions(self) -> dict:
         (version,), = self.admin_sql("SELECT VERSION()")

@@ -9,8 +9,8 @@ its lease gone and is refused (the reader still returns what it loaded).
 
 from __future__ import annotations
 
-import functools
 import uuid
+import weakref
 from typing import Callable
 
 import redis
@@ -41,10 +41,13 @@ def read_through(client: redis.Redis, key: str, loader: Callable[[], bytes | str
     return value
 
 
-@functools.cache
-def _fill_lua() -> str:
-    return resource_text("lua/fill_if_lease.lua")
+# One Script per client: redis-py Script objects hash the Lua once and fall back from
+# EVALSHA to EVAL by themselves; building one per miss would re-hash on a hot path.
+_SCRIPTS: "weakref.WeakKeyDictionary[redis.Redis, object]" = weakref.WeakKeyDictionary()
 
 
 def _fill_script(client: redis.Redis):
-    return client.register_script(_fill_lua())
+    script = _SCRIPTS.get(client)
+    if script is None:
+        script = _SCRIPTS[client] = client.register_script(resource_text("lua/fill_if_lease.lua"))
+    return script

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import pymysql
 
@@ -48,12 +49,56 @@ def classify(error: pymysql.err.MySQLError) -> Exception:
 
 def ensure_state_tables(conn: pymysql.connections.Connection) -> None:
     """Create cachesync's own tables if missing (idempotent)."""
+    execute_script(conn, resource_text("sql/cachesync.sql"))
+
+
+def execute_script(conn: pymysql.connections.Connection, sql: str) -> None:
+    """Run a ``;``-separated SQL file (``--`` comment lines allowed) and commit."""
+    lines = [line for line in sql.splitlines() if not line.lstrip().startswith("--")]
     with conn.cursor() as cur:
-        for statement in _statements(resource_text("sql/cachesync.sql")):
-            cur.execute(statement)
+        for statement in "\n".join(lines).split(";"):
+            if statement.strip():
+                cur.execute(statement)
     conn.commit()
 
 
-def _statements(sql: str) -> list[str]:
-    lines = [line for line in sql.splitlines() if not line.lstrip().startswith("--")]
-    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+class Session:
+    """One lazily opened connection that runs units of work.
+
+    ``run(work)`` calls ``work(cursor)``, commits and returns its result. Any MySQL
+    error drops the connection (the next call reconnects) and is raised as
+    RetryableError or FatalError. ``setup(conn)`` runs once per new connection.
+    """
+
+    def __init__(self, connect: Callable[[], pymysql.connections.Connection],
+                 setup: Callable[[pymysql.connections.Connection], None] | None = None):
+        self._connect = connect
+        self._setup = setup
+        self._conn: pymysql.connections.Connection | None = None
+
+    def run(self, work):
+        try:
+            conn = self._connection()
+            with conn.cursor() as cur:
+                result = work(cur)
+            conn.commit()
+            return result
+        except pymysql.err.MySQLError as e:
+            self.close()
+            raise classify(e) from e
+
+    def _connection(self) -> pymysql.connections.Connection:
+        if self._conn is None or not self._conn.open:
+            conn = self._connect()
+            if self._setup is not None:
+                self._setup(conn)
+            self._conn = conn
+        return self._conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except pymysql.err.Error:
+                pass   # closing a broken connection; nothing left to release
+        self._conn = None

@@ -18,6 +18,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
+from producer_outbox.mysql import execute_script
 from schema import resource_text
 from schema.errors import CachesyncError
 from schema.event import ChangeEvent, Source
@@ -128,13 +129,7 @@ def _keys_text(keys: Iterable[str]) -> str | None:
 
 def ensure_outbox_table(conn, table: str = OUTBOX_TABLE) -> None:
     """Create the outbox table in ``conn``'s current database if missing (idempotent)."""
-    sql = resource_text("sql/outbox.sql").replace(OUTBOX_TABLE, table)
-    lines = [line for line in sql.splitlines() if not line.lstrip().startswith("--")]
-    with conn.cursor() as cur:
-        for statement in "\n".join(lines).split(";"):
-            if statement.strip():
-                cur.execute(statement)
-    conn.commit()
+    execute_script(conn, resource_text("sql/outbox.sql").replace(OUTBOX_TABLE, table))
 
 
 def to_event(row: OutboxRow, db: str, server: str) -> ChangeEvent:

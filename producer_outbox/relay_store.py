@@ -12,7 +12,7 @@ from typing import Callable, Sequence
 
 import pymysql
 
-from producer_outbox.mysql import classify
+from producer_outbox.mysql import Session
 from producer_outbox.outbox import OutboxRow
 
 log = logging.getLogger(__name__)
@@ -44,10 +44,9 @@ class OutboxStore:
 
     def __init__(self, connect: Callable[[], pymysql.connections.Connection], db: str,
                  table: str):
-        self._connect = connect
+        self._session = Session(connect, setup=_read_committed)
         self._table = f"`{db}`.`{table}`"
         self._lock_name = f"cachesync_outbox_claim:{db}.{table}"
-        self._conn: pymysql.connections.Connection | None = None
 
     def claim(self, limit: int, lease_s: float) -> list[OutboxRow]:
         """Lease up to ``limit`` due rows for ``lease_s`` seconds (attempts + 1) and return them.
@@ -55,7 +54,7 @@ class OutboxStore:
         Claims of several relays are serialised by a named lock (GET_LOCK, no grant
         needed): the aggregate-order check must see the other relays' committed leases.
         """
-        return self._run(lambda cur: self._claim(cur, limit, lease_s))
+        return self._session.run(lambda cur: self._claim(cur, limit, lease_s))
 
     def mark_published(self, event_ids: Sequence[str]) -> int:
         """Record Kafka's acknowledgement; returns how many rows changed."""
@@ -65,20 +64,15 @@ class OutboxStore:
                 chunk = list(event_ids[i:i + _IN_CHUNK])
                 changed += cur.execute(_MARK.format(t=self._table, marks=_marks(chunk)), chunk)
             return changed
-        return self._run(work)
+        return self._session.run(work)
 
     def purge(self, retention_s: float, batch: int) -> int:
         """Delete at most ``batch`` rows published more than ``retention_s`` ago."""
-        return self._run(lambda cur: cur.execute(_PURGE.format(t=self._table),
-                                                 (_micros(retention_s), batch)))
+        return self._session.run(lambda cur: cur.execute(_PURGE.format(t=self._table),
+                                                         (_micros(retention_s), batch)))
 
     def close(self) -> None:
-        if self._conn is not None:
-            try:
-                self._conn.close()
-            except pymysql.err.Error:
-                pass
-            self._conn = None
+        self._session.close()
 
     def _claim(self, cur, limit: int, lease_s: float) -> list[OutboxRow]:
         cur.execute("SELECT GET_LOCK(%s, %s)", (self._lock_name, CLAIM_LOCK_WAIT_S))
@@ -90,30 +84,16 @@ class OutboxStore:
             if rows:
                 cur.execute(_LEASE.format(t=self._table, marks=_marks(rows)),
                             (_micros(lease_s), *[r.seq for r in rows]))
-            self._conn.commit()
+            cur.connection.commit()   # the lease must be visible before the lock is released
         finally:
             cur.execute("SELECT RELEASE_LOCK(%s)", (self._lock_name,))
         return rows
 
-    def _run(self, work):
-        try:
-            conn = self._session()
-            with conn.cursor() as cur:
-                result = work(cur)
-            conn.commit()
-            return result
-        except pymysql.err.MySQLError as e:
-            self.close()       # the next call reconnects
-            raise classify(e) from e
 
-    def _session(self) -> pymysql.connections.Connection:
-        if self._conn is None:
-            conn = self._connect()
-            with conn.cursor() as cur:
-                # No gap locks: a claim must never block the application's INSERTs.
-                cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
-            self._conn = conn
-        return self._conn
+def _read_committed(conn: pymysql.connections.Connection) -> None:
+    # No gap locks: a claim must never block the application's INSERTs.
+    with conn.cursor() as cur:
+        cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
 
 
 def _row(r) -> OutboxRow:

@@ -41,7 +41,8 @@ class KeyTemplate:
         fields = tuple(_FIELD.findall(text))
         if not fields:
             raise ValueError(f"key template {text!r} names no {{column}}")
-        if "{" in _FIELD.sub("", text) or "}" in _FIELD.sub("", text):
+        literal = _FIELD.sub("", text)
+        if "{" in literal or "}" in literal:
             raise ValueError(f"key template {text!r} has an unbalanced brace")
         return cls(text, fields)
 

@@ -3,7 +3,6 @@ service FAILS the run (it never skips): `make test` starts them."""
 
 from __future__ import annotations
 
-import os
 import pathlib
 
 import pytest
@@ -11,22 +10,18 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
-def devstack_env_path() -> pathlib.Path:
-    if os.environ.get("CACHESYNC_ENV_FILE"):
-        return pathlib.Path(os.environ["CACHESYNC_ENV_FILE"])
-    base = os.environ.get("CACHESYNC_DEVSTACK_DIR") or str(ROOT / ".devstack")
-    return pathlib.Path(base) / "env"
-
-
 @pytest.fixture(scope="session")
 def stack():
-    from tests.support import Stack
-    path = devstack_env_path()
+    from cachesync.devstack import DevStack, default_env_file
+    path = default_env_file(ROOT)
     if not path.exists():
         pytest.fail(f"{path} is missing: the devstack is not running. Start it with "
                     "`devstack/stack.sh up` or run the whole suite with `make test`.")
-    s = Stack.from_env_file(path)
-    s.check()
+    s = DevStack.from_env_file(path)
+    try:
+        s.check()
+    except ConnectionError as e:
+        pytest.fail(str(e))
     return s
 
 

@@ -9,69 +9,21 @@ import sys
 import threading
 import time
 import uuid
-from dataclasses import dataclass
 
-import pymysql
-import redis
 import yaml
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 from kafka.errors import TopicAlreadyExistsError
 
 from cachesync import config
+from cachesync.devstack import DevStack, wait_for  # noqa: F401 (tests import wait_for from here)
 from cachesync.wiring import build_engine
-
-
-def wait_for(condition, timeout: float = 30.0, interval: float = 0.02, what: str = "condition"):
-    """Poll ``condition`` until truthy; fail with ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
-
-
-@dataclass
-class Stack:
-    env: dict[str, str]
-
-    @classmethod
-    def from_env_file(cls, path) -> "Stack":
-        return cls(config.read_env_file(path))
-
-    @property
-    def bootstrap(self) -> str:
-        return self.env["CACHESYNC_KAFKA_BOOTSTRAP_SERVERS"]
-
-    def admin(self, database=None, autocommit=True) -> pymysql.connections.Connection:
-        with open(self.env["DEVSTACK_MYSQL_ADMIN_PASSWORD_FILE"]) as f:
-            password = f.read().strip()
-        return pymysql.connect(host=self.env["CACHESYNC_MYSQL_HOST"],
-                               port=int(self.env["CACHESYNC_MYSQL_PORT"]),
-                               user=self.env["DEVSTACK_MYSQL_ADMIN_USER"], password=password,
-                               database=database, autocommit=autocommit, charset="utf8mb4")
-
-    def redis(self) -> redis.Redis:
-        return redis.Redis.from_url(self.env["CACHESYNC_REDIS_URL"])
-
-    def check(self) -> None:
-        """Fail loudly (never skip) when a service does not answer."""
-        try:
-            self.admin().close()
-            self.redis().ping()
-            KafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=10000).close()
-        except Exception as e:  # any failure here means the stack is not usable
-            raise AssertionError(f"devstack service not reachable: {type(e).__name__}: {e}. "
-                                 "Start it with `devstack/stack.sh up`.") from e
 
 
 class Lab:
     """Everything one test needs, isolated by a random suffix."""
 
-    def __init__(self, stack: Stack, tmp_path, test_name: str):
+    def __init__(self, stack: DevStack, tmp_path, test_name: str):
         self.stack = stack
         self.tmp = tmp_path
         self.suffix = uuid.uuid4().hex[:8]
@@ -80,6 +32,7 @@ class Lab:
         self.dlq = f"cs.{self.suffix}.dlq"
         self.prefix = f"{self.suffix}:"
         self.redis = stack.redis()
+        self._tables_seen = False
         self._procs: list[subprocess.Popen] = []
         self._threads: list[tuple[threading.Thread, object]] = []
         with stack.admin() as conn, conn.cursor() as cur:
@@ -170,8 +123,12 @@ class Lab:
         return rows[0][0] if rows else None
 
     def _state_tables_exist(self) -> bool:
-        return bool(self.sql("SELECT 1 FROM information_schema.tables WHERE table_schema = "
-                             "'cachesync' AND table_name = 'cachesync_checkpoint'"))
+        # Polled inside wait loops; once the tables exist they stay, so ask only until then.
+        if not self._tables_seen:
+            self._tables_seen = bool(self.sql(
+                "SELECT 1 FROM information_schema.tables WHERE table_schema = "
+                "'cachesync' AND table_name = 'cachesync_checkpoint'"))
+        return self._tables_seen
 
     def dedup_rows(self, status: str | None = None) -> int:
         query = "SELECT COUNT(*) FROM cachesync.cachesync_dedup WHERE ns = %s"

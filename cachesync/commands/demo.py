@@ -9,12 +9,10 @@ import time
 from importlib.resources import files
 
 import click
-import pymysql
-import redis
 
-from cachesync import config
 from cachesync.commands.common import EXIT_CONFIG, EXIT_RUNTIME
 from cachesync.demo_run import Pipeline, Write, demo_writes, ensure_demo_schema
+from cachesync.devstack import DevStack
 
 DEFAULT_ENV_FILE = ".devstack/env"
 
@@ -39,10 +37,11 @@ def command(env_file: str, writes: int, timeout: float) -> None:
         click.echo(f"cachesync demo: {env_file} not found; start the services first: "
                    "devstack/stack.sh up (or: make demo)", err=True)
         sys.exit(EXIT_CONFIG)
-    env = {**os.environ, **config.read_env_file(env_file)}
+    stack = DevStack.from_env_file(env_file)
+    env = {**os.environ, **stack.env}
     cfg = str(files("cachesync").joinpath("examples/demo.yaml"))
-    admin = _admin_connection(env)
-    cache = redis.Redis.from_url(env["CACHESYNC_REDIS_URL"])
+    admin = stack.admin(autocommit=False)
+    cache = stack.redis()
     ensure_demo_schema(admin)
     lags = []
     with Pipeline(cfg, env) as pipeline:
@@ -82,10 +81,3 @@ def _summary(lags: list[float]) -> None:
     click.echo(f"\n{len(lags)} writes: commit->invalidation lag p50 {statistics.median(lags):.1f} ms, "
                f"p99 {p99:.1f} ms, max {ordered[-1]:.1f} ms")
 
-
-def _admin_connection(env) -> pymysql.connections.Connection:
-    with open(env["DEVSTACK_MYSQL_ADMIN_PASSWORD_FILE"], encoding="utf-8") as f:
-        password = f.read().strip()
-    return pymysql.connect(host=env["CACHESYNC_MYSQL_HOST"], port=int(env["CACHESYNC_MYSQL_PORT"]),
-                           user=env["DEVSTACK_MYSQL_ADMIN_USER"], password=password,
-                           autocommit=False, charset="utf8mb4")

@@ -37,7 +37,7 @@ class KafkaSource:
         for records in polled.values():
             for r in records:
                 out.append(Record(r.topic, r.partition, r.offset, r.key, r.value,
-                                  tuple((k, v) for k, v in (r.headers or ())), r.timestamp))
+                                  tuple(r.headers or ()), r.timestamp))
         return out
 
     def commit(self, offsets: Mapping[tuple[str, int], int]) -> None:

@@ -5,11 +5,9 @@ from __future__ import annotations
 import uuid
 from typing import Mapping, Sequence
 
-import pymysql
-
 from consumer.core.dedup import ClaimState
 from consumer.ports import chunks
-from producer_outbox.mysql import MySQLParams, classify, ensure_state_tables
+from producer_outbox.mysql import MySQLParams, Session, ensure_state_tables
 
 # Bounds the size of one statement; a batch of N ids costs ceil(N / this) round trips.
 CLAIM_CHUNK = 1000
@@ -24,29 +22,19 @@ class MySQLDedupStore:
     """
 
     def __init__(self, params: MySQLParams, namespace: str):
-        self._params = params
+        self._session = Session(params.connect, setup=ensure_state_tables)
         self._ns = namespace
-        self._conn: pymysql.connections.Connection | None = None
-
-    def _connection(self) -> pymysql.connections.Connection:
-        if self._conn is None or not self._conn.open:
-            self._conn = self._params.connect()
-            ensure_state_tables(self._conn)
-        return self._conn
 
     def claim(self, ids: Sequence[str], lease_s: float) -> tuple[str, Mapping[str, ClaimState]]:
+        """Claim in one transaction; raises RetryableError / FatalError."""
         token = uuid.uuid4().hex
-        states: dict[str, ClaimState] = {}
-        try:
-            conn = self._connection()
-            with conn.cursor() as cur:
-                for part in chunks(list(dict.fromkeys(ids)), CLAIM_CHUNK):
-                    states.update(self._claim_chunk(cur, token, part, lease_s))
-            conn.commit()
-        except pymysql.err.MySQLError as e:
-            self._reset()
-            raise classify(e) from e
-        return token, states
+
+        def work(cur):
+            states: dict[str, ClaimState] = {}
+            for part in chunks(list(dict.fromkeys(ids)), CLAIM_CHUNK):
+                states.update(self._claim_chunk(cur, token, part, lease_s))
+            return states
+        return token, self._session.run(work)
 
     def _claim_chunk(self, cur, token: str, ids: Sequence[str], lease_s: float) -> dict[str, ClaimState]:
         values = ", ".join(["(%s, %s, 'claimed', %s, NOW(6) + INTERVAL %s MICROSECOND)"] * len(ids))
@@ -75,26 +63,14 @@ class MySQLDedupStore:
         return out
 
     def confirm(self, token: str, ids: Sequence[str]) -> None:
-        try:
-            conn = self._connection()
-            with conn.cursor() as cur:
-                for part in chunks(list(ids), CLAIM_CHUNK):
-                    marks = ", ".join(["%s"] * len(part))
-                    cur.execute("UPDATE cachesync_dedup SET status = 'done', done_at = NOW(6) "
-                                f"WHERE ns = %s AND claim_token = %s AND msg_id IN ({marks})",
-                                [self._ns, token, *part])
-            conn.commit()
-        except pymysql.err.MySQLError as e:
-            self._reset()
-            raise classify(e) from e
-
-    def _reset(self) -> None:
-        if self._conn is not None:
-            try:
-                self._conn.close()
-            except Exception:  # already broken; we only want it gone
-                pass
-        self._conn = None
+        """Mark ids claimed under ``token`` done; raises RetryableError / FatalError."""
+        def work(cur):
+            for part in chunks(list(ids), CLAIM_CHUNK):
+                marks = ", ".join(["%s"] * len(part))
+                cur.execute("UPDATE cachesync_dedup SET status = 'done', done_at = NOW(6) "
+                            f"WHERE ns = %s AND claim_token = %s AND msg_id IN ({marks})",
+                            [self._ns, token, *part])
+        self._session.run(work)
 
     def close(self) -> None:
-        self._reset()
+        self._session.close()
