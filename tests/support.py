@@ -157,6 +157,18 @@ class Lab:
         consumer.close()
         return out
 
+    def settled_records(self, engine, timeout_s: float = 60.0) -> list:
+        """The change topic once ``engine`` has consumed exactly what it holds.
+
+        Late re-publishes (a producer killed after its send, before its checkpoint or
+        mark) can land after the work looks finished; waiting for the two counts to
+        meet gives a snapshot the consumer's stats can be compared with.
+        """
+        def snapshot():
+            records = self.topic_records()
+            return records if engine.stats.consumed == len(records) else None
+        return wait_for(snapshot, timeout_s, interval=0.5, what="the consumer to read every record")
+
     def produce_raw(self, value: bytes, key: bytes = b"garbage") -> None:
         producer = KafkaProducer(bootstrap_servers=self.stack.bootstrap, acks="all")
         producer.send(self.topic, key=key, value=value).get(timeout=30)

@@ -154,7 +154,7 @@ def test_relays_killed_9_at_random_lose_nothing_keep_aggregate_order(outbox):
     committed = dict(writers.committed)
     wait_for(lambda: unpublished(lab) == 0, 90, interval=0.2, what="every row published")
 
-    records = lab.topic_records()
+    records = lab.settled_records(engine)   # re-publishes may land after the work looks done
     ids = [dict(r.headers)["id"].decode() for r in records]
     assert set(committed) <= set(ids)                      # every committed row reached Kafka
     assert not set(ids) & writers.rolled_back              # rolled-back rows never appear
@@ -165,7 +165,6 @@ def test_relays_killed_9_at_random_lose_nothing_keep_aggregate_order(outbox):
         assert event["id"] == dict(record.headers)["id"].decode()
         assert committed[event["id"]][1] == event["a"]["n"]
     duplicates = len(ids) - len(set(ids))
-    wait_for(lambda: engine.stats.consumed == len(ids), 60, what="the consumer to read all")
     assert engine.stats.applied == len(committed)
     assert engine.stats.duplicates == duplicates           # every re-publish was skipped
     assert engine.stats.dead_lettered == 0
