@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from typing import Mapping
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
@@ -14,6 +15,9 @@ from schema.errors import RetryableError
 
 log = logging.getLogger(__name__)
 
+TOPIC_WAIT_S = 60      # how long a consumer waits for its topic's metadata at start
+TOPIC_POLL_S = 0.5
+
 
 class KafkaSource:
     """A kafka-python consumer in a group; offsets are committed only explicitly."""
@@ -22,11 +26,27 @@ class KafkaSource:
                  *, auto_offset_reset: str = "earliest", client_id: str = "cachesync-consumer"):
         try:
             self._consumer = KafkaConsumer(
-                topic, bootstrap_servers=bootstrap_servers.split(","), group_id=group_id,
+                bootstrap_servers=bootstrap_servers.split(","), group_id=group_id,
                 client_id=client_id, enable_auto_commit=False, auto_offset_reset=auto_offset_reset,
                 isolation_level="read_committed", max_partition_fetch_bytes=4 * 1024 * 1024)
+            self._await_partitions(topic)
+            self._consumer.subscribe([topic])
         except KafkaError as e:
             raise RetryableError(f"Kafka unavailable at {bootstrap_servers}: {e}") from e
+
+    def _await_partitions(self, topic: str) -> None:
+        """Block until the broker reports the topic's partitions.
+
+        Joining the group before that (a broker that just started) yields an empty
+        assignment that can stay empty; raises RetryableError after TOPIC_WAIT_S.
+        """
+        deadline = time.monotonic() + TOPIC_WAIT_S
+        while not self._consumer.partitions_for_topic(topic):
+            if time.monotonic() > deadline:
+                raise RetryableError(f"topic {topic!r} has no partitions after {TOPIC_WAIT_S}s; "
+                                     "does it exist?")
+            log.info("waiting for metadata of topic %s", topic)
+            time.sleep(TOPIC_POLL_S)
 
     def poll(self, max_records: int, timeout_s: float) -> list[Record]:
         try:
