@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from kafka.errors import KafkaError
 from pymysqlreplication import BinLogStreamReader
-from pymysqlreplication.event import (HeartbeatLogEvent, MariadbGtidEvent, QueryEvent,
-                                      RotateEvent, XidEvent)
+from pymysqlreplication.event import (GtidEvent, HeartbeatLogEvent, MariadbGtidEvent,
+                                      QueryEvent, RotateEvent, XidEvent)
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from producer_outbox.checkpoint import Checkpoint, MySQLCheckpointStore
@@ -25,6 +25,7 @@ from producer_outbox.preflight import ServerInfo, problems, read_server_info
 from producer_outbox.rows import TxnContext, row_change
 from schema.errors import FatalError, RetryableError
 from schema.event import encode
+from schema.gtid import GtidState, parse_gtid
 from schema.ids import file_pos_ordinal
 from schema.keys import kafka_key
 from schema.mapping import MappingSet
@@ -33,6 +34,8 @@ log = logging.getLogger(__name__)
 
 _ROW_EVENTS = {WriteRowsEvent: "insert", UpdateRowsEvent: "update", DeleteRowsEvent: "delete"}
 _TXN_MARKERS = {"BEGIN", "COMMIT"}
+# MySQL's GtidEvent ("uuid:gno") and MariaDB's ("domain-server-seq"); both open a transaction.
+_GTID_EVENTS = (GtidEvent, MariadbGtidEvent)
 
 
 @dataclass(frozen=True)
@@ -97,8 +100,9 @@ class Tailer:
 
     def _open_stream(self, info: ServerInfo, start: Checkpoint) -> BinLogStreamReader:
         kwargs = {}
-        if info.flavor == "mariadb" and start.gtid is not None:
-            kwargs.update(is_mariadb=True, auto_position=start.gtid)
+        if start.gtid is not None:
+            # MariaDB: @slave_connect_state; MySQL: COM_BINLOG_DUMP_GTID with the GTID set.
+            kwargs.update(is_mariadb=info.flavor == "mariadb", auto_position=start.gtid)
         else:
             kwargs.update(log_file=start.log_file, log_pos=start.log_pos, resume_stream=True,
                           is_mariadb=info.flavor == "mariadb")
@@ -106,7 +110,7 @@ class Tailer:
             connection_settings={"host": self._mysql.host, "port": self._mysql.port,
                                  "user": self._mysql.user, "passwd": self._mysql.password},
             server_id=self._opts.replica_server_id, blocking=True,
-            only_events=[MariadbGtidEvent, QueryEvent, XidEvent, RotateEvent, HeartbeatLogEvent,
+            only_events=[*_GTID_EVENTS, QueryEvent, XidEvent, RotateEvent, HeartbeatLogEvent,
                          *_ROW_EVENTS],
             only_schemas=list(self._mappings.schemas),
             only_tables=sorted({m.name for m in self._mappings.tables.values()}),
@@ -121,6 +125,11 @@ class Tailer:
                 if info.flavor == "mariadb":
                     cur.execute("SELECT @@gtid_binlog_pos")
                     gtid = cur.fetchone()[0]
+                else:
+                    cur.execute("SELECT @@GLOBAL.gtid_mode, @@GLOBAL.gtid_executed")
+                    mode, executed = cur.fetchone()
+                    if str(mode).upper() == "ON":
+                        gtid = str(GtidState.parse(executed)) or None
                 cur.execute("SHOW MASTER STATUS")
                 row = cur.fetchone()
         finally:
@@ -130,13 +139,16 @@ class Tailer:
         return Checkpoint(info.identity, gtid, row[0], int(row[1]))
 
     def _loop(self, stream: BinLogStreamReader, info: ServerInfo, start: Checkpoint) -> None:
-        gtid_state = _parse_gtid_state(start.gtid)
+        try:
+            gtid_state = GtidState.parse(start.gtid)
+        except ValueError as e:
+            raise FatalError(f"stored checkpoint has an unreadable GTID state: {e}") from e
         txn = ctx = None
         row_index = 0
         last_save = time.monotonic()
 
         def close_txn():
-            cp = Checkpoint(info.identity, _format_gtid_state(gtid_state) or None,
+            cp = Checkpoint(info.identity, str(gtid_state) or None,
                             stream.log_file, stream.log_pos)
             with self._lock:
                 self._tracker.close(txn, cp)
@@ -148,15 +160,16 @@ class Tailer:
 
         for event in stream:
             self._raise_if_failed()
-            if isinstance(event, MariadbGtidEvent):
+            if isinstance(event, _GTID_EVENTS):
                 if txn is not None:
-                    # Every MariaDB event group ends in XID, COMMIT or DDL. A new GTID
+                    # Every event group ends in XID, COMMIT or DDL. A new GTID
                     # with one open means the stream was cut and replayed (the library
                     # reconnects silently): restart from the stored checkpoint rather
                     # than declare half a transaction done.
                     raise RetryableError(f"binlog stream broke inside transaction {ctx.position}")
-                gtid_state[event.domain_id] = event.gtid
-                ctx = TxnContext(info.identity, event.gtid, event.gtid_seq_no, float(event.timestamp))
+                gtid = parse_gtid(event.gtid)
+                gtid_state.add(gtid)
+                ctx = TxnContext(info.identity, str(gtid), gtid.ordinal, float(event.timestamp))
                 txn, row_index = self._tracker_open(), 0
             elif type(event) in _ROW_EVENTS:
                 if ctx is None:  # no GTID: the transaction starts at its first row event
@@ -248,13 +261,3 @@ def _query_text(event: QueryEvent) -> str:
     query = event.query
     return (query.decode("utf-8", "replace") if isinstance(query, bytes) else query).strip()
 
-
-def _parse_gtid_state(gtid: str | None) -> dict[int, str]:
-    """``"0-1-42,1-2-7"`` -> ``{0: "0-1-42", 1: "1-2-7"}`` (MariaDB: one GTID per domain)."""
-    if not gtid:
-        return {}
-    return {int(g.split("-", 1)[0]): g.strip() for g in gtid.split(",") if g.strip()}
-
-
-def _format_gtid_state(state: dict[int, str]) -> str:
-    return ",".join(state[d] for d in sorted(state))
