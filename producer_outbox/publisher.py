@@ -28,6 +28,7 @@ class KafkaPublisher:
                 acks="all", enable_idempotence=True, max_in_flight_requests_per_connection=5,
                 linger_ms=linger_ms, batch_size=batch_size, compression_type=None,
                 retries=2**31 - 1, delivery_timeout_ms=120_000,
+                reconnect_backoff_max_ms=2000,   # default 30 s: slow to notice a broker is back
             )
         except KafkaError as e:
             raise RetryableError(f"Kafka unavailable at {bootstrap_servers}: {e}") from e

@@ -161,6 +161,7 @@ class Relay:
         publisher = self._ensure_publisher()
         rows = self._store.claim(min(self._opts.burst_limit, room),
                                  self._opts.redeliver_interval_s)
+        self._warn_repeated(rows)
         for row in rows:
             self._send(publisher, row)
         return len(rows)
@@ -175,11 +176,16 @@ class Relay:
                 return total
 
     # -- sending ---------------------------------------------------------------------
+    def _warn_repeated(self, rows: list[OutboxRow]) -> None:
+        """One line per round for the rows reaching a multiple of warn_after_attempts."""
+        due = [r for r in rows if _warn_due(r.attempts, self._opts.warn_after_attempts)]
+        if due:
+            worst = max(due, key=lambda r: r.attempts)
+            log.warning("%d outbox event(s) leased again without a confirmed publish; the most "
+                        "retried: %s (seq %d, %s %s) at attempt %d", len(due), worst.event_id,
+                        worst.seq, worst.aggregate_type, worst.aggregate_id, worst.attempts)
+
     def _send(self, publisher, row: OutboxRow) -> None:
-        if _warn_due(row.attempts, self._opts.warn_after_attempts):
-            log.warning("outbox event %s (seq %d, %s %s) leased for attempt %d without a "
-                        "confirmed publish", row.event_id, row.seq, row.aggregate_type,
-                        row.aggregate_id, row.attempts)
         if not self._unconfirmed.add(row.event_id, self._clock()):
             return
         event_id = row.event_id

@@ -18,6 +18,10 @@ log = logging.getLogger(__name__)
 TOPIC_WAIT_S = 60      # how long a consumer waits for its topic's metadata at start
 TOPIC_POLL_S = 0.5
 
+# kafka-python backs off reconnects up to 30 s by default, so a broker back from an
+# outage sat idle for most of that; 2 s keeps recovery prompt without a reconnect storm.
+RECONNECT_BACKOFF_MAX_MS = 2000
+
 
 class KafkaSource:
     """A kafka-python consumer in a group; offsets are committed only explicitly."""
@@ -28,7 +32,8 @@ class KafkaSource:
             self._consumer = KafkaConsumer(
                 bootstrap_servers=bootstrap_servers.split(","), group_id=group_id,
                 client_id=client_id, enable_auto_commit=False, auto_offset_reset=auto_offset_reset,
-                isolation_level="read_committed", max_partition_fetch_bytes=4 * 1024 * 1024)
+                isolation_level="read_committed", max_partition_fetch_bytes=4 * 1024 * 1024,
+                reconnect_backoff_max_ms=RECONNECT_BACKOFF_MAX_MS)
             self._await_partitions(topic)
             self._consumer.subscribe([topic])
         except KafkaError as e:
@@ -82,7 +87,8 @@ class KafkaDeadLetters:
         self._topic = topic
         self._producer = KafkaProducer(bootstrap_servers=bootstrap_servers.split(","),
                                        acks="all", enable_idempotence=True,
-                                       client_id="cachesync-dlq")
+                                       client_id="cachesync-dlq",
+                                       reconnect_backoff_max_ms=RECONNECT_BACKOFF_MAX_MS)
         self._pending: list = []   # ((record, reason, detail), future)
 
     def send(self, record: Record, reason: str, detail: str) -> None:

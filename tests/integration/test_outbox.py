@@ -188,7 +188,7 @@ def assert_first_deliveries_in_aggregate_order(records, committed) -> None:
 
 def test_kafka_down_30s_during_writes_everything_arrives_after(outbox):
     lab, cfg = outbox
-    add_config_sections(cfg, relay={"redeliver_interval_s": 3.0, "warn_after_attempts": 3})
+    add_config_sections(cfg, relay={"redeliver_interval_s": 3.0})
     relay = lab.spawn("relay", cfg)
     with Writers(lab, 2) as writers:
         wait_for(lambda: len(writers.committed) >= 20, 30, what="writes before the outage")
@@ -204,7 +204,6 @@ def test_kafka_down_30s_during_writes_everything_arrives_after(outbox):
     assert relay.poll() is None, lab.log(relay)             # it waited, it did not exit
     log = lab.log(relay)
     assert "waiting for Kafka" in log
-    assert "without a confirmed publish" in log             # warn_after_attempts fired
 
 
 def test_bad_payloads_fail_at_emit_and_leave_the_transaction_usable(outbox):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from consumer.core.plan import plan_batch
@@ -131,3 +133,16 @@ def test_a_round_is_bounded_and_marks_only_acknowledged_rows():
     with pytest.raises(RetryableError, match="did not acknowledge 1 outbox event"):
         relay.round()
     assert store.marked == [f"{0:032x}"] and pub.closed   # a fresh producer next round
+
+
+def test_rows_leased_again_warn_once_per_round_naming_the_most_retried(caplog):
+    leased = [OutboxRow(**{**ROW.__dict__, "seq": i, "event_id": f"{i:032x}", "attempts": a})
+              for i, a in enumerate([1, 3, 6, 4])]
+    relay = Relay(FakeStore(leased), FakePublisher, RelayOptions("t", warn_after_attempts=3),
+                  "app", "s")
+    with caplog.at_level(logging.WARNING, logger="producer_outbox.relay"):
+        relay.round()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == [f"2 outbox event(s) leased again without a confirmed publish; the most "
+                        f"retried: {2:032x} (seq 2, {ROW.aggregate_type} {ROW.aggregate_id}) "
+                        f"at attempt 6"]
