@@ -19,12 +19,13 @@ help:
 	@echo "make up / down / status   the devstack services"
 
 install: $(STAMP)
+	devstack/spark/fetch-jars.sh $(BIN)/python
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || { echo ">> creating virtualenv $(VENV)"; $(PYTHON) -m venv $(VENV); }
 	@echo ">> installing cachesync and test dependencies into $(VENV)"
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[test,spark]'
 	@touch $@
 
 demo: install
