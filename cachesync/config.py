@@ -65,6 +65,7 @@ class TailerSettings:
     server_id: int = 88001
     max_inflight: int = 20000
     checkpoint_interval_s: float = 0.5
+    heartbeat_interval_s: float = 2.0  # heartbeat row write interval (lag when idle); 0 = off
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,15 @@ class RelaySettings:
 
 
 @dataclass(frozen=True)
+class MetricsSettings:
+    # host:port of /metrics /healthz /readyz; "auto" = 127.0.0.1 and the role's port
+    # (consume 9464, tail 9465, relay 9466); port 0 = any free port; "off" = no endpoint
+    listen: str = "auto"
+    ready_max_lag_s: float = 30.0     # /readyz fails when the measured lag exceeds this
+    probe_interval_s: float = 5.0     # how often Kafka/MySQL are probed (consumer lag, checkpoint age)
+
+
+@dataclass(frozen=True)
 class Settings:
     mysql: MySQLSettings
     kafka: KafkaSettings
@@ -99,6 +109,7 @@ class Settings:
     tables: MappingSet
     source: str = "<defaults>"
     relay: RelaySettings = RelaySettings()
+    metrics: MetricsSettings = MetricsSettings()
 
     @property
     def dedup_namespace(self) -> str:
@@ -106,7 +117,8 @@ class Settings:
 
 
 _SECTIONS = {"mysql": MySQLSettings, "kafka": KafkaSettings, "redis": RedisSettings,
-             "tailer": TailerSettings, "consumer": ConsumerSettings, "relay": RelaySettings}
+             "tailer": TailerSettings, "consumer": ConsumerSettings, "relay": RelaySettings,
+             "metrics": MetricsSettings}
 
 
 def load(path: str | os.PathLike | None, environ: Mapping[str, str] | None = None) -> Settings:

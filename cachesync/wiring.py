@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from cachesync.config import Settings
 from schema.errors import ConfigError
+from schema.mapping import MappingSet
 from consumer.adapters.kafka_source import KafkaDeadLetters, KafkaSource
 from consumer.adapters.mysql_dedup import MySQLDedupStore
 from consumer.adapters.redis_cache import RedisCache
 from consumer.engine import EngineOptions, PythonEngine
 from producer_outbox.checkpoint import MySQLCheckpointStore
+from producer_outbox.heartbeat import own_rows_only, with_heartbeat
 from producer_outbox.mysql import MySQLParams
 from producer_outbox.publisher import KafkaPublisher
 from producer_outbox.relay import Relay, RelayOptions
@@ -21,14 +23,20 @@ def mysql_params(settings: Settings) -> MySQLParams:
     return MySQLParams(m.host, m.port, m.user, str(m.password), database=m.state_db)
 
 
+def mappings(settings: Settings) -> MappingSet:
+    """The configured tables plus the internal heartbeat table (see producer_outbox.heartbeat)."""
+    return with_heartbeat(settings.tables, settings.mysql.state_db)
+
+
 def build_tailer(settings: Settings) -> Tailer:
     params = mysql_params(settings)
     t = settings.tailer
     return Tailer(params, KafkaPublisher(settings.kafka.bootstrap_servers),
-                  MySQLCheckpointStore(params.connect, t.name), settings.tables,
+                  MySQLCheckpointStore(params.connect, t.name), mappings(settings),
                   TailerOptions(topic=settings.kafka.topic, replica_server_id=t.server_id,
                                 max_inflight=t.max_inflight,
-                                checkpoint_interval_s=t.checkpoint_interval_s))
+                                checkpoint_interval_s=t.checkpoint_interval_s,
+                                row_filter=own_rows_only(settings.mysql.state_db, t.name)))
 
 
 def build_engine(settings: Settings, on_batch=None) -> PythonEngine:
@@ -38,7 +46,7 @@ def build_engine(settings: Settings, on_batch=None) -> PythonEngine:
         dedup=MySQLDedupStore(mysql_params(settings), settings.dedup_namespace),
         cache=RedisCache(str(settings.redis.url)),
         dead_letters=KafkaDeadLetters(k.bootstrap_servers, k.dead_letter_topic),
-        mappings=settings.tables,
+        mappings=mappings(settings),
         options=EngineOptions(batch_size=c.batch_size, poll_timeout_s=c.poll_timeout_s,
                               claim_lease_s=c.claim_lease_s),
         on_batch=on_batch)

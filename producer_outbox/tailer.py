@@ -11,6 +11,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any, Callable, Mapping
 
 from kafka.errors import KafkaError
 from pymysqlreplication import BinLogStreamReader
@@ -45,6 +46,9 @@ class TailerOptions:
     max_inflight: int = 20_000          # back-pressure: unacked rows before we block
     checkpoint_interval_s: float = 0.5
     heartbeat_s: float = 1.0
+    # (db, table, row image) -> False drops the row; used to publish only this
+    # tailer's own heartbeat row (producer_outbox.heartbeat.own_rows_only)
+    row_filter: Callable[[str, str, Mapping[str, Any]], bool] | None = None
 
 
 class Tailer:
@@ -211,6 +215,10 @@ class Tailer:
                 before, after = None, row["values"]
             else:
                 before, after = row["values"], None
+            if self._opts.row_filter is not None and not self._opts.row_filter(
+                    event.schema, event.table, after if after is not None else before):
+                row_index += 1       # ids of the rows that follow do not depend on the filter
+                continue
             change = row_change(ctx, row_index, event.schema, event.table, op,
                                 event.primary_key, before, after)
             row_index += 1

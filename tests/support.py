@@ -51,9 +51,12 @@ class Lab:
                      name: str = "cachesync.yaml") -> str:
         doc = {"kafka": {"topic": self.topic, "dead_letter_topic": self.dlq,
                          "group_id": f"g-{self.suffix}"},
+               # heartbeats off unless a test asks (they add events to exact counts);
+               # any free metrics port, so parallel processes never collide
                "tailer": {"name": f"tailer-{self.suffix}", "server_id": 90000 + int(self.suffix[:4], 16),
-                          **(tailer or {})},
+                          "heartbeat_interval_s": 0, **(tailer or {})},
                "consumer": {"poll_timeout_s": 0.05, **(consumer or {})},
+               "metrics": {"listen": "127.0.0.1:0", "probe_interval_s": 0.5},
                "tables": {f"{self.db}.{t}": {**spec, "keys": [self.prefix + k for k in spec["keys"]]}
                           for t, spec in tables.items()}}
         path = self.tmp / name

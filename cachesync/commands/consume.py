@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from cachesync.commands.common import handle_errors, log, on_termination, settings_options
+from cachesync.operate import consumer_ops
 from cachesync.wiring import build_engine
 
 
@@ -17,14 +18,23 @@ def command(settings) -> None:
     delete the keys rendered from the before and after images, mark the ids done,
     then commit the Kafka offsets. Undecodable records and unknown tables go to the
     dead-letter topic (kafka.dead_letter_topic) with a reason; consumption goes on.
+
+    Serves /metrics, /healthz and /readyz on metrics.listen (default 127.0.0.1:9464);
+    ready = Kafka, MySQL and Redis answer and the commit->apply lag is under
+    metrics.ready_max_lag_s.
     """
     with handle_errors():
-        engine = build_engine(settings)
-        on_termination(engine.stop)
+        engine = None
+        ops, metrics = consumer_ops(settings, lambda: engine.stats if engine else None)
         try:
-            engine.run()
+            engine = build_engine(settings, on_batch=metrics.on_batch)
+            on_termination(engine.stop)
+            try:
+                engine.run()
+            finally:
+                engine.close()
         finally:
-            engine.close()
+            ops.close()
         s = engine.stats
         log.info("consumer stopped: %d consumed, %d applied, %d duplicates, %d dead-lettered",
                  s.consumed, s.applied, s.duplicates, s.dead_lettered)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from cachesync.commands.common import handle_errors, log, on_termination, settings_options
+from cachesync.operate import relay_ops
 from cachesync.wiring import build_relay
 
 
@@ -29,6 +30,8 @@ def command(settings, purge_only: bool) -> None:
     relay.warn_after_attempts times is logged as a warning. While Kafka is
     unreachable the relay logs, backs off and resumes; nothing is marked published
     before Kafka acknowledged it. Needs SELECT, UPDATE, DELETE on the outbox table.
+
+    Serves /metrics, /healthz and /readyz on metrics.listen (default 127.0.0.1:9466).
     """
     with handle_errors():
         relay = build_relay(settings)
@@ -38,4 +41,8 @@ def command(settings, purge_only: bool) -> None:
                      settings.relay.retention_s)
             return
         on_termination(relay.stop)
-        relay.run()
+        ops = relay_ops(settings, relay)
+        try:
+            relay.run()
+        finally:
+            ops.close()

@@ -7,6 +7,8 @@ import threading
 import click
 
 from cachesync.commands.common import handle_errors, log, on_termination, settings_options
+from cachesync.metrics import Cumulative
+from cachesync.operate import tail_ops
 from cachesync.wiring import build_tailer
 from consumer.core.retry import RetryPolicy
 from schema.errors import RetryableError
@@ -22,9 +24,19 @@ def command(settings) -> None:
     checkpoint advances only past transactions Kafka fully acknowledged. Requires
     binlog_format=ROW, binlog_row_image=FULL, binlog_row_metadata=FULL and the
     REPLICATION SLAVE + REPLICATION CLIENT grants; says which one is missing.
+
+    Every tailer.heartbeat_interval_s it rewrites its row in cachesync.cachesync_heartbeat
+    so the consumer measures lag while the application is idle. Serves /metrics,
+    /healthz and /readyz on metrics.listen (default 127.0.0.1:9465); ready = MySQL and
+    Kafka answer and the checkpoint moved within metrics.ready_max_lag_s.
     """
     with handle_errors():
-        run_with_restarts(lambda: build_tailer(settings))
+        tailers = Cumulative(("published",))
+        ops = tail_ops(settings, tailers)
+        try:
+            run_with_restarts(lambda: tailers.track(build_tailer(settings)))
+        finally:
+            ops.close()
 
 
 def run_with_restarts(build, policy: RetryPolicy = RetryPolicy(base_s=0.5, cap_s=30.0)) -> None:

@@ -25,3 +25,24 @@ CREATE TABLE IF NOT EXISTS cachesync_checkpoint (
   log_pos    BIGINT UNSIGNED NULL,
   updated_at DATETIME(6)  NOT NULL
 ) ENGINE=InnoDB;
+
+-- Heartbeat: `cachesync tail` rewrites its row every tailer.heartbeat_interval_s so
+-- commit->apply lag stays measurable while the application is idle. The row flows
+-- through the binlog and Kafka like any mapped row; its only key template names the
+-- always-NULL column cache_key, so the consumer renders no key and never touches Redis.
+-- beat_us (microseconds since the epoch) is exact where binlog timestamps are whole seconds.
+CREATE TABLE IF NOT EXISTS cachesync_heartbeat (
+  name      VARCHAR(64) NOT NULL PRIMARY KEY,
+  beat_us   BIGINT      NOT NULL,
+  cache_key VARCHAR(1)  NULL
+) ENGINE=InnoDB;
+
+-- The newest heartbeat each consumer namespace applied (read by `cachesync status`).
+-- Not mapped, so its own binlog events are never published.
+CREATE TABLE IF NOT EXISTS cachesync_lag (
+  ns           VARCHAR(64) NOT NULL,
+  source       VARCHAR(64) NOT NULL,
+  committed_us BIGINT      NOT NULL,
+  applied_us   BIGINT      NOT NULL,
+  PRIMARY KEY (ns, source)
+) ENGINE=InnoDB;

@@ -1,0 +1,175 @@
+"""Prometheus metrics, one registry per process (never the global default).
+
+Counters are read at scrape time from the components' own ``stats`` objects, so
+they cannot drift from what the pipeline did; the commit->apply lag histogram is
+fed by the engine's ``on_batch`` hook. Heartbeat events (see
+``producer_outbox.heartbeat``) carry a microsecond write time and give an exact lag;
+binlog timestamps are whole seconds, so a row's lag is measured from the start of
+its commit second and may read up to 1 s high.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Callable
+
+from prometheus_client import CollectorRegistry, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily
+
+from producer_outbox.heartbeat import HEARTBEAT_TABLE, beat_time
+
+log = logging.getLogger(__name__)
+
+# seconds; a healthy pipeline sits in the first few, a stalled one shows in the last
+LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 1.5, 2.5, 5.0, 10.0, 30.0, 60.0,
+               300.0)
+
+# metric name -> (help, attribute on the engine's Stats); "fenced" arrives with update mode
+CONSUMER_COUNTERS = {
+    "cachesync_events_consumed": ("Kafka records polled by this consumer", "consumed"),
+    "cachesync_events_applied": ("Events whose cache operations were applied", "applied"),
+    "cachesync_duplicates_skipped": ("Events skipped as already done (dedup table)", "duplicates"),
+    "cachesync_fenced_writes_refused": ("Cache writes refused as older than the cached version",
+                                        "fenced"),
+    "cachesync_retries": ("Transient failures retried (Kafka, MySQL, Redis)", "retries"),
+    "cachesync_dead_letters": ("Records sent to the dead-letter topic", "dead_lettered"),
+    "cachesync_keys_deleted": ("Redis keys that existed and were deleted", "keys_deleted"),
+    "cachesync_batches": ("Batches processed", "batches"),
+}
+TAILER_COUNTERS = {
+    "cachesync_tailer_rows_published": ("Binlog row events sent to Kafka", "published"),
+}
+RELAY_COUNTERS = {
+    "cachesync_relay_rows_sent": ("Outbox rows sent to Kafka", "sent"),
+    "cachesync_relay_rows_published": ("Outbox rows marked published after Kafka's ack",
+                                       "published"),
+}
+
+
+class StatsCollector:
+    """Exposes integer attributes of ``source()`` as counters, read at scrape time."""
+
+    def __init__(self, source: Callable[[], object], counters: dict[str, tuple[str, str]]):
+        self._source, self._counters = source, counters
+
+    def collect(self):
+        stats = self._source()
+        for name, (doc, attr) in self._counters.items():
+            yield CounterMetricFamily(name, doc, value=getattr(stats, attr, 0) if stats else 0)
+
+    def describe(self):
+        return []   # collected lazily; nothing to validate at registration
+
+
+class Cumulative:
+    """Counters summed over successive instances (the tail command rebuilds its tailer on
+    every restart, and each tailer counts from zero)."""
+
+    def __init__(self, attrs: tuple[str, ...]):
+        self._attrs, self._done, self._current = attrs, dict.fromkeys(attrs, 0), None
+        self._lock = threading.Lock()
+
+    def track(self, obj):
+        with self._lock:
+            if self._current is not None:
+                for a in self._attrs:
+                    self._done[a] += getattr(self._current, a, 0)
+            self._current = obj
+        return obj
+
+    def __getattr__(self, attr):
+        if attr.startswith("_") or attr not in self._attrs:
+            raise AttributeError(attr)
+        with self._lock:
+            return self._done[attr] + getattr(self._current, attr, 0)
+
+
+class ConsumerMetrics:
+    """The consumer's metrics; ``on_batch`` is the engine's hook."""
+
+    def __init__(self, registry: CollectorRegistry, stats: Callable[[], object], state_db: str,
+                 on_heartbeat: Callable[[str, float, float], None] | None = None):
+        self._state_db, self._on_heartbeat = state_db, on_heartbeat
+        registry.register(StatsCollector(stats, CONSUMER_COUNTERS))
+        self.lag = Histogram("cachesync_commit_to_apply_seconds",
+                             "Source commit -> cache applied, per event (kind: binlog, outbox, "
+                             "heartbeat)", ["kind"], buckets=LAG_BUCKETS, registry=registry)
+        self.last_lag = Gauge("cachesync_last_commit_to_apply_seconds",
+                              "Commit->apply lag of the newest applied event", registry=registry)
+        self.kafka_lag = Gauge("cachesync_kafka_consumer_lag_messages",
+                               "End offset minus committed offset, per partition",
+                               ["partition"], registry=registry)
+        self.last_apply_at: float | None = None        # time.time() of the newest applied batch
+        self.last_lag_s: float | None = None
+        self.backlog: int | None = None                 # total Kafka consumer lag, last probe
+        self._started_at = time.time()
+
+    def on_batch(self, result) -> None:
+        """Observe every applied event's lag; never raises into the engine."""
+        if not result.applied:
+            return
+        try:
+            for ep in result.applied:
+                self._observe(ep.event, result.applied_at)
+            self.last_apply_at = result.applied_at
+        except Exception:   # noqa: BLE001 - metrics must never stop consumption
+            log.exception("could not record lag metrics for a batch")
+
+    def _observe(self, event, applied_at: float) -> None:
+        committed, kind = event.source.commit_ts, event.source.kind
+        if event.db == self._state_db and event.table == HEARTBEAT_TABLE:
+            committed, kind = beat_time(event.after) or committed, "heartbeat"
+        lag = max(0.0, applied_at - committed)
+        self.lag.labels(kind).observe(lag)
+        self.last_lag.set(lag)
+        self.last_lag_s = lag
+        if kind == "heartbeat" and self._on_heartbeat is not None:
+            self._on_heartbeat(event.pk_dict.get("name", "?"), committed, applied_at)
+
+    def set_kafka_lag(self, per_partition: dict[int, int]) -> None:
+        for partition, lag in per_partition.items():
+            self.kafka_lag.labels(str(partition)).set(lag)
+        self.backlog = sum(per_partition.values())
+
+    def lag_problem(self, max_lag_s: float, now: float | None = None) -> str | None:
+        """Why the consumer is behind, or None. With a backlog in Kafka, time since the last
+        applied batch counts as lag too, so a stalled consumer does not look fresh."""
+        now = time.time() if now is None else now
+        lag = self.last_lag_s or 0.0
+        if self.backlog:
+            lag = max(lag, now - (self.last_apply_at or self._started_at))
+        if lag > max_lag_s:
+            return f"commit->apply lag {lag:.1f}s exceeds {max_lag_s:.1f}s"
+        return None
+
+
+class CheckpointAge:
+    """``cachesync_checkpoint_age_seconds``: how long ago the tailer's checkpoint last moved."""
+
+    def __init__(self, registry: CollectorRegistry):
+        self.gauge = Gauge("cachesync_checkpoint_age_seconds",
+                           "Seconds since the stored tailer checkpoint last advanced",
+                           registry=registry)
+        self.value: float | None = None
+
+    def set(self, age_s: float) -> None:
+        self.gauge.set(age_s)
+        self.value = age_s
+
+
+def counters(registry: CollectorRegistry, source: Callable[[], object],
+             spec: dict[str, tuple[str, str]]) -> None:
+    registry.register(StatsCollector(source, spec))
+
+
+def heartbeat_gauge(registry: CollectorRegistry, writer) -> None:
+    registry.register(StatsCollector(lambda: writer, {
+        "cachesync_heartbeats_written": ("Heartbeat rows written by this tailer", "written"),
+        "cachesync_heartbeat_failures": ("Heartbeat writes that failed", "failures")}))
+
+
+def info(registry: CollectorRegistry, role: str, version: str) -> None:
+    Gauge("cachesync_info", "Process role and version", ["role", "version"],
+          registry=registry).labels(role, version).set(1)

@@ -1,0 +1,149 @@
+"""The operator surface of each long-running command: metrics, probes, heartbeat, health server.
+
+``consume``, ``tail`` and ``relay`` each build one ``Ops`` (its own registry, probe
+thread and HTTP server) plus the role's metrics; the pipeline code itself only
+exposes ``stats`` and hooks.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Callable
+
+import redis
+from prometheus_client import CollectorRegistry
+
+from cachesync import __version__
+from cachesync.config import Settings
+from cachesync.http import OpsServer, parse_listen
+from cachesync.metrics import (RELAY_COUNTERS, TAILER_COUNTERS, CheckpointAge, ConsumerMetrics,
+                               Cumulative, counters, heartbeat_gauge, info)
+from cachesync.probes import KafkaOffsets, Prober, checkpoint_info, record_applied_lag
+from cachesync.wiring import mysql_params
+from producer_outbox.heartbeat import HeartbeatWriter
+from producer_outbox.mysql import Session, ensure_state_tables
+from schema.errors import CachesyncError
+
+log = logging.getLogger(__name__)
+
+REDIS_PROBE_TIMEOUT_S = 2.0
+
+
+class Ops:
+    """One process's registry, probe thread and HTTP server; ``close()`` stops all three."""
+
+    def __init__(self, settings: Settings, role: str):
+        self.settings, self.role = settings, role
+        self.registry = CollectorRegistry(auto_describe=False)
+        info(self.registry, role, __version__)
+        # parsed now: a bad value stops the command before it starts
+        self._address = parse_listen(settings.metrics.listen, role)
+        self._closers: list[Callable[[], None]] = []
+        self.server: OpsServer | None = None
+
+    def session(self) -> Session:
+        """A MySQL session on the state database for probes (closed with the Ops)."""
+        s = Session(mysql_params(self.settings).connect, setup=ensure_state_tables)
+        self._closers.append(s.close)
+        return s
+
+    def kafka(self) -> KafkaOffsets:
+        k = KafkaOffsets(self.settings.kafka.bootstrap_servers)
+        self._closers.append(k.close)
+        return k
+
+    def start(self, probe: Callable[[], None], checks: list[Callable[[], str | None]]) -> "Ops":
+        """Start probing and, unless ``metrics.listen`` is off, serving; raises ConfigError
+        when the address is taken."""
+        prober = Prober(probe, self.settings.metrics.probe_interval_s)
+        if self._address is not None:
+            self.server = OpsServer(self._address, self.registry, [prober.problem, *checks])
+            self._closers.append(self.server.close)
+            self.server.start()
+        prober.start()
+        self._closers.append(prober.stop)
+        return self
+
+    def close(self) -> None:
+        for close in reversed(self._closers):
+            close()
+
+
+def consumer_ops(settings: Settings, stats: Callable[[], object]) -> tuple[Ops, ConsumerMetrics]:
+    """Metrics for ``consume``, started; pass ``metrics.on_batch`` to the engine. ``stats``
+    returns the engine's Stats (or None before the engine exists)."""
+    ops = Ops(settings, "consume")
+    session = ops.session()
+    ns, k = settings.dedup_namespace, settings.kafka
+    recorder = _WarnOnce("could not record applied heartbeat lag in cachesync_lag")
+    metrics = ConsumerMetrics(
+        ops.registry, stats, settings.mysql.state_db,
+        on_heartbeat=lambda src, c, a: recorder.run(lambda: record_applied_lag(session, ns, src, c, a)))
+    kafka = ops.kafka()
+    cache = redis.Redis.from_url(str(settings.redis.url), socket_timeout=REDIS_PROBE_TIMEOUT_S,
+                                 socket_connect_timeout=REDIS_PROBE_TIMEOUT_S)
+    ops._closers.append(cache.close)
+
+    def probe():
+        metrics.set_kafka_lag(kafka.consumer_lag(k.group_id, k.topic))
+        session.run(lambda cur: cur.execute("SELECT 1"))
+        try:
+            cache.ping()
+        except redis.RedisError as e:
+            raise ConnectionError(f"Redis unavailable: {e}") from e
+
+    ops.start(probe, [lambda: metrics.lag_problem(settings.metrics.ready_max_lag_s)])
+    return ops, metrics
+
+
+def tail_ops(settings: Settings, tailers: Cumulative) -> Ops:
+    """Metrics, heartbeat writer and checkpoint-age probe for ``tail``; started."""
+    ops = Ops(settings, "tail")
+    counters(ops.registry, lambda: tailers, TAILER_COUNTERS)
+    t, max_lag = settings.tailer, settings.metrics.ready_max_lag_s
+    if t.heartbeat_interval_s > 0:
+        writer = HeartbeatWriter(mysql_params(settings).connect, t.name, t.heartbeat_interval_s)
+        heartbeat_gauge(ops.registry, writer)
+        stop = threading.Event()
+        threading.Thread(target=writer.run, args=(stop,), name="cachesync-heartbeat",
+                         daemon=True).start()
+        ops._closers.extend([writer.close, stop.set])
+    age, session, kafka = CheckpointAge(ops.registry), ops.session(), ops.kafka()
+
+    def probe():
+        found = checkpoint_info(session, t.name)
+        if found:
+            age.set(found[0].age_s)
+        kafka.depth(settings.kafka.topic)        # proves Kafka answers for our topic
+
+    def checkpoint_fresh():
+        # Without heartbeats an idle database leaves the checkpoint still: not a fault.
+        if t.heartbeat_interval_s > 0 and age.value is not None and age.value > max_lag:
+            return f"checkpoint has not moved for {age.value:.1f}s (limit {max_lag:.1f}s)"
+        return None
+    return ops.start(probe, [checkpoint_fresh])
+
+
+def relay_ops(settings: Settings, relay) -> Ops:
+    """Metrics for ``relay``; started."""
+    ops = Ops(settings, "relay")
+    counters(ops.registry, lambda: relay, RELAY_COUNTERS)
+    kafka = ops.kafka()
+    return ops.start(lambda: kafka.depth(settings.kafka.topic), [])
+
+
+class _WarnOnce:
+    """Runs side work that must not stop the pipeline; logs the first failure of each outage."""
+
+    def __init__(self, what: str):
+        self._what, self._failing = what, False
+
+    def run(self, fn) -> None:
+        try:
+            fn()
+            self._failing = False
+        except CachesyncError as e:
+            if not self._failing:
+                log.warning("%s: %s", self._what, e)
+            self._failing = True

@@ -1,0 +1,191 @@
+"""What the operator surface measures outside the pipeline's own counters.
+
+Kafka consumer lag (end offsets minus committed), topic depth (dead letters), the
+tailer's checkpoint age and the newest applied heartbeat, read from Kafka and
+MySQL. Used by the ``/metrics`` probe thread and by ``cachesync status``. Every
+function raises RetryableError when its server is unreachable.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from kafka import KafkaAdminClient, TopicPartition
+from kafka.admin import OffsetSpec
+from kafka.errors import KafkaError
+
+from schema.errors import RetryableError
+
+log = logging.getLogger(__name__)
+
+KAFKA_TIMEOUT_MS = 5000
+
+
+class KafkaOffsets:
+    """One lazily created admin client; dropped after any error so the next call reconnects."""
+
+    def __init__(self, bootstrap_servers: str, timeout_ms: int = KAFKA_TIMEOUT_MS):
+        self._bootstrap, self._timeout_ms = bootstrap_servers.split(","), timeout_ms
+        self._admin: KafkaAdminClient | None = None
+
+    def consumer_lag(self, group: str, topic: str) -> dict[int, int]:
+        """Per partition: end offset minus the group's committed offset (start if none)."""
+        def work(admin):
+            ends = self._offsets(admin, topic, OffsetSpec.LATEST)
+            committed = admin.list_group_offsets({group: None}).get(group, {})
+            starts = self._offsets(admin, topic, OffsetSpec.EARLIEST)
+            out = {}
+            for tp, end in ends.items():
+                meta = committed.get(tp)
+                base = meta.offset if meta is not None and meta.offset >= 0 else starts[tp]
+                out[tp.partition] = max(0, end - base)
+            return out
+        return self._run(work)
+
+    def depth(self, topic: str) -> int:
+        """Records currently held by ``topic`` (end minus earliest offset, all partitions)."""
+        def work(admin):
+            ends = self._offsets(admin, topic, OffsetSpec.LATEST)
+            starts = self._offsets(admin, topic, OffsetSpec.EARLIEST)
+            return sum(ends[tp] - starts[tp] for tp in ends)
+        return self._run(work)
+
+    def _offsets(self, admin, topic: str, spec: OffsetSpec) -> dict[TopicPartition, int]:
+        described = admin.describe_topics([topic])
+        parts = [p["partition_index"] for t in described for p in t.get("partitions") or []]
+        if not parts:
+            raise RetryableError(f"topic {topic!r} has no partitions (does it exist?)")
+        found = admin.list_partition_offsets({TopicPartition(topic, p): spec for p in parts},
+                                             timeout_ms=self._timeout_ms)
+        return {tp: o.offset for tp, o in found.items()}
+
+    def _run(self, work):
+        try:
+            if self._admin is None:
+                self._admin = KafkaAdminClient(bootstrap_servers=self._bootstrap,
+                                               client_id="cachesync-probe",
+                                               request_timeout_ms=self._timeout_ms)
+            return work(self._admin)
+        except (KafkaError, OSError) as e:
+            self.close()
+            raise RetryableError(f"Kafka unavailable at {','.join(self._bootstrap)}: {e}") from e
+
+    def close(self) -> None:
+        if self._admin is not None:
+            try:
+                self._admin.close()
+            except (KafkaError, OSError):
+                pass    # closing a broken client; nothing left to release
+        self._admin = None
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    name: str
+    server: str
+    position: str
+    updated_at: str
+    age_s: float
+
+
+def checkpoint_info(session, name: str | None = None) -> list[CheckpointInfo]:
+    """Stored tailer checkpoints (all, or the one named), age measured on the server's clock."""
+    def work(cur):
+        cur.execute("SELECT name, server, gtid, log_file, log_pos, updated_at, "
+                    "TIMESTAMPDIFF(MICROSECOND, updated_at, NOW(6)) FROM cachesync_checkpoint"
+                    + (" WHERE name = %s" if name else "") + " ORDER BY name",
+                    (name,) if name else ())
+        return cur.fetchall()
+    return [CheckpointInfo(n, server, f"gtid={gtid}" if gtid else f"{f}:{pos}",
+                           updated.isoformat(), age_us / 1e6)
+            for n, server, gtid, f, pos, updated, age_us in session.run(work)]
+
+
+@dataclass(frozen=True)
+class AppliedLag:
+    namespace: str
+    source: str
+    commit_to_apply_s: float
+    measured_s_ago: float
+
+
+def applied_lag(session, namespace: str) -> list[AppliedLag]:
+    """The newest heartbeat each tailer got applied in ``namespace`` (cachesync_lag)."""
+    def work(cur):
+        cur.execute("SELECT source, committed_us, applied_us FROM cachesync_lag WHERE ns = %s "
+                    "ORDER BY source", (namespace,))
+        return cur.fetchall()
+    now_us = time.time() * 1e6
+    return [AppliedLag(namespace, src, (applied - committed) / 1e6, (now_us - applied) / 1e6)
+            for src, committed, applied in session.run(work)]
+
+
+def record_applied_lag(session, namespace: str, source: str, committed_s: float,
+                       applied_s: float) -> None:
+    """Upsert the newest applied heartbeat of ``source`` for ``namespace``."""
+    session.run(lambda cur: cur.execute(
+        "INSERT INTO cachesync_lag (ns, source, committed_us, applied_us) VALUES (%s, %s, %s, %s) "
+        "ON DUPLICATE KEY UPDATE committed_us = VALUES(committed_us), applied_us = VALUES(applied_us)",
+        (namespace, source, int(committed_s * 1e6), int(applied_s * 1e6))))
+
+
+def dedup_counts(session, namespace: str) -> dict[str, int]:
+    """Rows of ``namespace`` in cachesync_dedup by status (index range scan on (ns, status))."""
+    def work(cur):
+        cur.execute("SELECT status, COUNT(*) FROM cachesync_dedup WHERE ns = %s GROUP BY status",
+                    (namespace,))
+        return cur.fetchall()
+    counts = {"claimed": 0, "done": 0}
+    counts.update({status: int(n) for status, n in session.run(work)})
+    return counts
+
+
+class Prober:
+    """Runs ``probe()`` every ``interval_s`` on a daemon thread and remembers the outcome.
+
+    ``probe`` raises RetryableError (or any cachesync error) when a dependency is down;
+    ``error`` is then its message and ``ok_at`` stops moving.
+    """
+
+    def __init__(self, probe: Callable[[], None], interval_s: float,
+                 clock: Callable[[], float] = time.monotonic):
+        self._probe, self._interval, self._clock = probe, interval_s, clock
+        self._stop = threading.Event()
+        self.ok_at: float | None = None
+        self.error: str | None = "not probed yet"
+        self._thread = threading.Thread(target=self._loop, name="cachesync-probe", daemon=True)
+
+    def start(self) -> "Prober":
+        self._thread.start()
+        return self
+
+    def stale_after(self) -> float:
+        return 2 * self._interval + KAFKA_TIMEOUT_MS / 1000
+
+    def problem(self) -> str | None:
+        """Why the dependencies do not look healthy, or None."""
+        if self.error:
+            return self.error
+        if self.ok_at is None or self._clock() - self.ok_at > self.stale_after():
+            return "probe has not succeeded recently"
+        return None
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._probe()
+                if self.error and self.ok_at is not None:
+                    log.info("dependencies reachable again")
+                self.ok_at, self.error = self._clock(), None
+            except Exception as e:   # noqa: BLE001 - any probe failure means "not ready", never a crash
+                if self.error != str(e):
+                    log.warning("probe failed: %s", e)
+                self.error = str(e)
+            self._stop.wait(self._interval)
+
+    def stop(self) -> None:
+        self._stop.set()
