@@ -1,0 +1,110 @@
+"""Running components in threads of one process: restarts, one stop, one outcome.
+
+Used by ``cachesync run`` (tailer + consumer) and ``cachesync run --direct``
+(tailer + in-process engine). Signals are handled by the caller in the main
+thread; everything here is stoppable from any thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Callable, Protocol
+
+from consumer.core.retry import RetryPolicy
+from schema.errors import ConfigError, FatalError, RetryableError
+
+log = logging.getLogger("cachesync")
+
+RESTART_POLICY = RetryPolicy(base_s=0.5, cap_s=30.0)
+JOIN_TIMEOUT_S = 60.0
+
+
+class Runnable(Protocol):
+    def run(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+class RestartingTailer:
+    """Runs a freshly built tailer until a clean stop; a transient failure restarts it from
+    the stored checkpoint (never skipping), a fatal one (also when it is the cause of a
+    transient-looking publish failure, e.g. Redis refusing credentials in direct mode)
+    propagates."""
+
+    def __init__(self, build: Callable[[], Runnable], policy: RetryPolicy = RESTART_POLICY):
+        self._build, self._policy = build, policy
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+        self._current: Runnable | None = None
+        self.last: Runnable | None = None
+
+    def run(self) -> None:
+        attempt = 0
+        while not self._stopping.is_set():
+            try:
+                self._start_one()
+                self.last.run()
+                return
+            except RetryableError as e:
+                if isinstance(e.__cause__, FatalError):
+                    raise e.__cause__ from e
+                attempt += 1
+                wait = self._policy.backoff(attempt)
+                log.warning("tailer failed (%s); restarting from the checkpoint in %.1fs", e, wait)
+                if self._stopping.wait(wait):
+                    return
+
+    def _start_one(self) -> None:
+        tailer = self._build()
+        with self._lock:
+            self._current = self.last = tailer
+            if self._stopping.is_set():   # stop() arrived while we were building
+                tailer.stop()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        with self._lock:
+            if self._current is not None:
+                self._current.stop()
+
+
+class Component:
+    """A Runnable in a thread that records how it ended and signals ``done``."""
+
+    def __init__(self, name: str, runnable: Runnable, done: threading.Event):
+        self.name, self.runnable, self._done = name, runnable, done
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._main, name=f"cachesync-{name}", daemon=True)
+
+    def _main(self) -> None:
+        try:
+            self.runnable.run()
+        except BaseException as e:  # noqa: BLE001 - re-raised by run_together in the main thread
+            self.error = e
+        finally:
+            self._done.set()
+
+
+def run_together(components: dict[str, Runnable], install_stop: Callable[[Callable], None]) -> None:
+    """Run every component in its own thread until one ends or stop is requested, then
+    stop all and wait for them. Raises the most severe error any of them raised
+    (configuration > fatal > transient > other)."""
+    done = threading.Event()
+    threads = [Component(name, r, done) for name, r in components.items()]
+    install_stop(done.set)
+    for c in threads:
+        c.thread.start()
+    done.wait()
+    for c in threads:
+        c.runnable.stop()
+    for c in threads:
+        c.thread.join(JOIN_TIMEOUT_S)
+        if c.thread.is_alive():
+            raise RetryableError(f"{c.name} did not stop within {JOIN_TIMEOUT_S:.0f}s")
+    errors = [c.error for c in threads if c.error is not None]
+    for kind in (ConfigError, FatalError, RetryableError, BaseException):
+        for error in errors:
+            if isinstance(error, kind):
+                raise error
+    log.info("stopped: %s", ", ".join(c.name for c in threads))
