@@ -1,0 +1,37 @@
+"""The ``cachesync`` command line. Each command lives in ``cachesync/commands/``.
+
+Exit codes: 0 success; 1 runtime failure (a dependency stayed unavailable);
+2 usage or configuration error; 3 the server is not ready for cachesync
+(settings, privileges, credentials).
+"""
+
+from __future__ import annotations
+
+import click
+
+from cachesync import __version__
+from cachesync.commands import consume, demo, relay, run, status, tail
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+             epilog="Exit codes: 0 ok, 1 runtime failure, 2 usage/config error, "
+                    "3 server not ready (settings, grants, credentials).")
+@click.version_option(__version__, prog_name="cachesync")
+def cli() -> None:
+    """Keep Redis consistent with MySQL: binlog -> Kafka -> idempotent cache invalidation.
+
+    Settings come from a YAML file (--config) and CACHESYNC_<SECTION>_<FIELD>
+    environment variables, which win; a ..._FILE variable reads a secret from a file.
+    """
+
+
+cli.add_command(tail.command)
+cli.add_command(consume.command)
+cli.add_command(relay.command)
+cli.add_command(demo.command)
+cli.add_command(run.command)
+cli.add_command(status.command)
+
+
+def main() -> None:
+    cli()

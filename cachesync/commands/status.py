@@ -1,0 +1,95 @@
+"""``cachesync status``: checkpoint, lag, Kafka consumer lag, dedup size, dead letters."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from cachesync.commands.common import EXIT_RUNTIME, handle_errors, settings_options
+from cachesync.probes import (KafkaOffsets, applied_lag, checkpoint_info, dedup_counts)
+from cachesync.wiring import mysql_params
+from producer_outbox.mysql import Session, ensure_state_tables
+from schema.errors import CachesyncError
+
+SCHEMA_VERSION = 1
+
+
+@click.command("status")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of a table.")
+@settings_options
+def command(settings, as_json: bool) -> None:
+    """Show the pipeline's state as stored in MySQL and Kafka.
+
+    Checkpoint position and age (every tailer), commit->apply lag of the newest
+    heartbeat the consumer group applied, Kafka consumer lag (end minus committed
+    offsets), dedup table rows of the group's namespace, dead-letter topic depth.
+    A part whose server is unreachable shows its error; the exit code is then 1.
+    """
+    with handle_errors():
+        report = collect(settings)
+    click.echo(json.dumps(report, indent=2) if as_json else render(report))
+    if report["errors"]:
+        sys.exit(EXIT_RUNTIME)
+
+
+def collect(settings) -> dict:
+    """The status document (schema version SCHEMA_VERSION); errors are collected, not raised."""
+    k, ns = settings.kafka, settings.dedup_namespace
+    session = Session(mysql_params(settings).connect, setup=ensure_state_tables)
+    kafka = KafkaOffsets(k.bootstrap_servers)
+    errors: dict[str, str] = {}
+
+    def part(name, fn):
+        try:
+            return fn()
+        except CachesyncError as e:
+            errors[name] = str(e)
+            return None
+    try:
+        checkpoints = part("checkpoints", lambda: [vars(c) for c in checkpoint_info(session)])
+        lag = part("lag", lambda: [vars(a) for a in applied_lag(session, ns)])
+        dedup = part("dedup", lambda: dedup_counts(session, ns))
+        per_partition = part("kafka", lambda: kafka.consumer_lag(k.group_id, k.topic))
+        depth = part("dead_letters", lambda: kafka.depth(k.dead_letter_topic))
+    finally:
+        session.close()
+        kafka.close()
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "checkpoints": checkpoints,
+        "lag": lag,
+        "kafka": None if per_partition is None else {
+            "topic": k.topic, "group": k.group_id, "consumer_lag": sum(per_partition.values()),
+            "partitions": {str(p): n for p, n in sorted(per_partition.items())}},
+        "dedup": None if dedup is None else {"namespace": ns, **dedup,
+                                             "total": sum(dedup.values())},
+        "dead_letters": None if depth is None else {"topic": k.dead_letter_topic, "depth": depth},
+        "errors": errors,
+    }
+
+
+def render(report: dict) -> str:
+    rows: list[tuple[str, str]] = []
+    for c in report["checkpoints"] or []:
+        rows.append((f"checkpoint {c['name']}", f"{c['position']}  (moved {c['age_s']:.1f}s ago)"))
+    if report["checkpoints"] == []:
+        rows.append(("checkpoint", "none stored yet"))
+    for a in report["lag"] or []:
+        rows.append((f"commit->apply lag ({a['source']})",
+                     f"{a['commit_to_apply_s'] * 1000:.1f} ms  (measured {a['measured_s_ago']:.1f}s ago)"))
+    if report["lag"] == []:
+        rows.append(("commit->apply lag", "no heartbeat applied yet (is `cachesync tail` running?)"))
+    if report["kafka"]:
+        kf = report["kafka"]
+        rows.append((f"kafka consumer lag ({kf['group']})", f"{kf['consumer_lag']} messages on {kf['topic']}"))
+    if report["dedup"]:
+        d = report["dedup"]
+        rows.append((f"dedup rows ({d['namespace']})", f"{d['total']} ({d['done']} done, {d['claimed']} claimed)"))
+    if report["dead_letters"]:
+        rows.append((f"dead letters ({report['dead_letters']['topic']})", str(report["dead_letters"]["depth"])))
+    for name, error in report["errors"].items():
+        rows.append((f"{name}", f"ERROR: {error}"))
+    width = max(len(r[0]) for r in rows)
+    return "\n".join(f"{label:<{width}}  {value}" for label, value in rows)
