@@ -28,3 +28,5 @@ def setup(level: str = "INFO", json_format: bool = False) -> None:
     root.setLevel(level.upper())
     # kafka-python logs every connection state change at INFO.
     logging.getLogger("kafka").setLevel(max(logging.WARNING, root.level))
+    # python-mysql-replication logs its whole stream configuration at INFO on every connect.
+    logging.getLogger("pymysqlreplication").setLevel(max(logging.WARNING, root.level))

@@ -1,0 +1,121 @@
+"""/metrics, /readyz and the heartbeat on real MariaDB, Kafka and Redis (`cachesync tail` and
+`cachesync consume` as child processes, scraped over HTTP)."""
+
+from __future__ import annotations
+
+import re
+import urllib.error
+import urllib.request
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.support import stack_command, wait_for
+
+USERS = {"users": {"keys": ["user:{id}"]}}
+
+
+def address(lab, proc) -> str:
+    """The host:port the child logged for its metrics server."""
+    def find():
+        lab._alive(proc)
+        m = re.search(r"metrics and health on http://(\S+) ", lab.log(proc))
+        return m and m.group(1)
+    return wait_for(find, 60, interval=0.1, what="the metrics server's address")
+
+
+def scrape(addr: str) -> dict[tuple[str, tuple], float]:
+    """Every sample as {(name, sorted labels): value}."""
+    with urllib.request.urlopen(f"http://{addr}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+
+def status_of(addr: str, path: str) -> int:
+    try:
+        with urllib.request.urlopen(f"http://{addr}{path}", timeout=10) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def start_pipeline(lab, tailer=None):
+    lab.sql("CREATE TABLE users (id INT PRIMARY KEY, name VARCHAR(50))")
+    cfg = lab.write_config(USERS, tailer=tailer)
+    tail = lab.start_tailer(cfg)
+    consume = lab.spawn("consume", cfg)
+    return cfg, tail, consume
+
+
+def test_counters_and_lag_histogram_count_a_known_number_of_events(lab):
+    _, tail, consume = start_pipeline(lab)
+    addr, tail_addr = address(lab, consume), address(lab, tail)
+    wait_for(lambda: status_of(addr, "/readyz") == 200, 60, interval=0.2, what="consumer ready")
+    for i in range(4):   # 4 transactions x 5 rows, then 5 updates: 25 row events
+        lab.sql("INSERT INTO users VALUES " + ",".join(f"({i * 5 + j}, 'u')" for j in range(5)))
+    lab.sql("UPDATE users SET name = 'v' WHERE id < 5")
+    first = wait_for(lambda: lab.topic_records(), 30, interval=0.2, what="a published record")[0]
+    lab.produce_raw(first.value, first.key)     # the same message id again: a duplicate
+    lab.produce_raw(b"not an event")            # undecodable: a dead letter
+
+    m = wait_for(lambda: (lambda s: s if s[("cachesync_events_consumed_total", ())] == 27 else None)(
+        scrape(addr)), 60, interval=0.2, what="27 records consumed")
+    assert m[("cachesync_events_applied_total", ())] == 25
+    assert m[("cachesync_duplicates_skipped_total", ())] == 1
+    assert m[("cachesync_dead_letters_total", ())] == 1
+    assert m[("cachesync_fenced_writes_refused_total", ())] == 0
+    assert m[("cachesync_retries_total", ())] == 0
+    binlog = (("kind", "binlog"),)
+    assert m[("cachesync_commit_to_apply_seconds_count", binlog)] == 25
+    assert m[("cachesync_commit_to_apply_seconds_bucket", (*binlog, ("le", "+Inf")))] == 25
+    # binlog commit times are whole seconds: each lag is under 1 s of rounding + real lag
+    assert m[("cachesync_commit_to_apply_seconds_bucket", (*binlog, ("le", "10.0")))] == 25
+    assert 0 < m[("cachesync_commit_to_apply_seconds_sum", binlog)] < 25 * 10
+    assert ("cachesync_commit_to_apply_seconds_count", (("kind", "heartbeat"),)) not in m
+
+    def caught_up():
+        s = scrape(addr)
+        lags = [v for (name, _), v in s.items() if name == "cachesync_kafka_consumer_lag_messages"]
+        return len(lags) == 3 and sum(lags) == 0
+    wait_for(caught_up, 30, interval=0.2, what="Kafka consumer lag 0 on all 3 partitions")
+    t = scrape(tail_addr)
+    assert t[("cachesync_tailer_rows_published_total", ())] == 25
+    assert t[("cachesync_checkpoint_age_seconds", ())] >= 0
+    assert status_of(addr, "/healthz") == 200 and status_of(tail_addr, "/readyz") == 200
+
+
+def test_heartbeat_measures_lag_while_idle_without_touching_redis(lab):
+    _, tail, consume = start_pipeline(lab, tailer={"heartbeat_interval_s": 0.2})
+    addr, tail_addr = address(lab, consume), address(lab, tail)
+    unlinks = lab.redis.info("commandstats").get("cmdstat_unlink", {}).get("calls", 0)
+    beats = (("kind", "heartbeat"),)
+    m = wait_for(lambda: (lambda s: s if s.get(("cachesync_commit_to_apply_seconds_count", beats),
+                                                 0) >= 5 else None)(scrape(addr)),
+                 60, interval=0.2, what="5 heartbeats applied")
+    applied = m[("cachesync_commit_to_apply_seconds_count", beats)]
+    # heartbeats carry a microsecond write time: exact lag, well under a second here
+    assert m[("cachesync_commit_to_apply_seconds_sum", beats)] / applied < 1.0
+    assert m[("cachesync_keys_deleted_total", ())] == 0
+    assert m[("cachesync_dead_letters_total", ())] == 0
+    assert lab.redis.info("commandstats").get("cmdstat_unlink", {}).get("calls", 0) == unlinks
+    t = scrape(tail_addr)
+    assert t[("cachesync_heartbeats_written_total", ())] >= applied
+    assert t[("cachesync_checkpoint_age_seconds", ())] < 30
+
+
+def test_readyz_is_unready_while_kafka_is_down_and_ready_after(lab):
+    _, _, consume = start_pipeline(lab)
+    addr = address(lab, consume)
+    wait_for(lambda: status_of(addr, "/readyz") == 200, 60, interval=0.2, what="consumer ready")
+    try:
+        stack_command("down", "kafka")
+        wait_for(lambda: status_of(addr, "/readyz") == 503, 60, interval=0.2,
+                 what="/readyz 503 with Kafka down")
+        assert status_of(addr, "/healthz") == 200        # alive, just not ready
+    finally:
+        stack_command("up", "kafka")
+    wait_for(lambda: status_of(addr, "/readyz") == 200, 120, interval=0.5,
+             what="/readyz 200 after Kafka is back")
+    lab.sql("INSERT INTO users VALUES (1, 'after')")
+    wait_for(lambda: scrape(addr)[("cachesync_events_applied_total", ())] >= 1, 120, interval=0.5,
+             what="an event applied after the restart")
