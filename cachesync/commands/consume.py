@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from cachesync.commands import consume_spark
 from cachesync.commands.common import handle_errors, log, on_termination, settings_options
 from cachesync.operate import consumer_ops
 from cachesync.wiring import build_engine
@@ -11,7 +12,11 @@ from cachesync.wiring import build_engine
 
 @click.command("consume")
 @settings_options
-def command(settings) -> None:
+@click.option("--engine", "engine_kind", type=click.Choice(["python", "spark"]), default="python",
+              show_default=True, help="python: one process in the Kafka group; spark: a "
+              "Structured Streaming query (consumer/spark/).")
+@consume_spark.spark_options
+def command(settings, engine_kind, **spark) -> None:
     """Consume change events and invalidate the mapped Redis keys.
 
     Per batch: claim the message ids in the dedup table, skip those already done,
@@ -23,6 +28,10 @@ def command(settings) -> None:
     ready = Kafka, MySQL and Redis answer and the commit->apply lag is under
     metrics.ready_max_lag_s.
     """
+    if engine_kind == "spark":
+        with handle_errors():
+            consume_spark.run(settings, **spark)
+        return
     with handle_errors():
         engine = None
         ops, metrics = consumer_ops(settings, lambda: engine.stats if engine else None)

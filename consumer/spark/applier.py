@@ -1,0 +1,100 @@
+"""Per-partition work of the Spark engine, run inside Spark's Python workers (no pyspark import).
+
+A Spark task gets one Kafka partition's slice of a micro-batch, in offset order. It
+runs the python engine's ``process`` on it (decode -> claim -> plan -> delete -> confirm,
+dead letters flushed) with the real adapters, so both engines share one implementation
+of the consumer semantics. Spark, not Kafka's group, owns the offsets: they move in the
+checkpoint only after every task of the batch returned.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import asdict, dataclass, field
+from typing import Iterable, Iterator
+
+from consumer.adapters.memory import MemorySource
+from consumer.engine import EngineOptions, PythonEngine, Stats
+from consumer.spark.records import to_record
+from producer_outbox.mysql import MySQLParams
+from schema.mapping import MappingSet
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ApplyConfig:
+    """Everything a task needs to build its adapters; pickled to the workers with the job."""
+
+    mysql: MySQLParams
+    namespace: str                  # dedup namespace (the python engine's: the group id)
+    redis_url: str
+    bootstrap_servers: str
+    dead_letter_topic: str
+    mappings: MappingSet
+    options: EngineOptions = EngineOptions()
+    # Identifies one engine run: worker processes keep that run's connections under it.
+    token: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+
+class _LazyDeadLetters:
+    """A Kafka dead-letter producer created on the first poison record, not per task."""
+
+    def __init__(self, bootstrap_servers: str, topic: str):
+        self._args = (bootstrap_servers, topic)
+        self._producer = None
+
+    def send(self, record, reason: str, detail: str) -> None:
+        if self._producer is None:
+            from consumer.adapters.kafka_source import KafkaDeadLetters
+            self._producer = KafkaDeadLetters(*self._args)
+        self._producer.send(record, reason, detail)
+
+    def flush(self) -> None:
+        if self._producer is not None:
+            self._producer.flush()
+
+
+# Spark reuses its Python worker processes across tasks (spark.python.worker.reuse), so
+# the connections of one engine run are opened once per worker, not once per batch.
+_ADAPTERS: dict[str, tuple] = {}
+
+
+def _adapters(config: ApplyConfig) -> tuple:
+    found = _ADAPTERS.get(config.token)
+    if found is None:
+        from consumer.adapters.mysql_dedup import MySQLDedupStore
+        from consumer.adapters.redis_cache import RedisCache
+        found = (MySQLDedupStore(config.mysql, config.namespace), RedisCache(config.redis_url),
+                 _LazyDeadLetters(config.bootstrap_servers, config.dead_letter_topic))
+        _ADAPTERS[config.token] = found
+    return found
+
+
+def consume_partition(rows: Iterable, config: ApplyConfig, batch_id: int) -> Iterator[dict]:
+    """Apply one partition's records of micro-batch ``batch_id``; yields one Stats dict.
+
+    Records are processed in chunks of ``options.batch_size`` (one dedup round trip
+    each). Transient errors are retried inside ``process`` and never skipped; anything
+    else fails the task, so Spark does not commit the batch and runs it again.
+    """
+    dedup, cache, dead_letters = _adapters(config)
+    engine = PythonEngine(MemorySource(), dedup, cache, dead_letters, config.mappings,
+                          config.options)
+    chunk = []
+    for row in rows:
+        chunk.append(to_record(row))
+        if len(chunk) >= config.options.batch_size:
+            engine.process(chunk)
+            chunk = []
+    if chunk:
+        engine.process(chunk)
+    log.debug("batch %d: partition done: %s", batch_id, engine.stats)
+    yield asdict(engine.stats)
+
+
+def add_stats(total: Stats, part: dict) -> None:
+    """Add one partition's Stats dict into ``total``."""
+    for name, value in part.items():
+        setattr(total, name, getattr(total, name) + value)
