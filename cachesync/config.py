@@ -74,6 +74,10 @@ class ConsumerSettings:
     poll_timeout_s: float = 0.2
     claim_lease_s: float = 30.0
     namespace: str = ""            # dedup namespace; defaults to the Kafka group id
+    dedup_store: str = "mysql"     # "mysql" (cachesync_dedup table) or "redis"
+    dedup_retention_s: float = 691200.0   # 8 days: must exceed the topic's retention (7 d default)
+    purge_interval_s: float = 300.0       # periodic purge of done dedup records; 0 = off
+    purge_batch: int = 5000
 
 
 @dataclass(frozen=True)

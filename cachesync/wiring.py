@@ -8,6 +8,7 @@ from schema.mapping import MappingSet
 from consumer.adapters.kafka_source import KafkaDeadLetters, KafkaSource
 from consumer.adapters.mysql_dedup import MySQLDedupStore
 from consumer.adapters.redis_cache import RedisCache
+from consumer.adapters.redis_dedup import RedisDedupStore
 from consumer.engine import EngineOptions, PythonEngine
 from producer_outbox.checkpoint import MySQLCheckpointStore
 from producer_outbox.heartbeat import own_rows_only, with_heartbeat
@@ -39,16 +40,33 @@ def build_tailer(settings: Settings) -> Tailer:
                                 row_filter=own_rows_only(settings.mysql.state_db, t.name)))
 
 
+def build_dedup(settings: Settings):
+    """The dedup store ``consumer.dedup_store`` names; raises ConfigError for an unknown one."""
+    c = settings.consumer
+    if c.dedup_store == "mysql":
+        return MySQLDedupStore(mysql_params(settings), settings.dedup_namespace)
+    if c.dedup_store == "redis":
+        return RedisDedupStore(str(settings.redis.url), settings.dedup_namespace,
+                               c.dedup_retention_s)
+    raise ConfigError(f"consumer.dedup_store: expected 'mysql' or 'redis', got {c.dedup_store!r}")
+
+
+def engine_options(settings: Settings) -> EngineOptions:
+    c = settings.consumer
+    return EngineOptions(batch_size=c.batch_size, poll_timeout_s=c.poll_timeout_s,
+                         claim_lease_s=c.claim_lease_s, dedup_retention_s=c.dedup_retention_s,
+                         purge_interval_s=c.purge_interval_s, purge_batch=c.purge_batch)
+
+
 def build_engine(settings: Settings, on_batch=None) -> PythonEngine:
-    k, c = settings.kafka, settings.consumer
+    k = settings.kafka
     return PythonEngine(
         source=KafkaSource(k.bootstrap_servers, k.topic, k.group_id),
-        dedup=MySQLDedupStore(mysql_params(settings), settings.dedup_namespace),
+        dedup=build_dedup(settings),
         cache=RedisCache(str(settings.redis.url)),
         dead_letters=KafkaDeadLetters(k.bootstrap_servers, k.dead_letter_topic),
         mappings=mappings(settings),
-        options=EngineOptions(batch_size=c.batch_size, poll_timeout_s=c.poll_timeout_s,
-                              claim_lease_s=c.claim_lease_s),
+        options=engine_options(settings),
         on_batch=on_batch)
 
 

@@ -7,6 +7,7 @@ idempotent deletes make the redelivery harmless.
 
 from __future__ import annotations
 
+import heapq
 import logging
 import threading
 import time
@@ -16,6 +17,7 @@ from typing import Callable, Sequence
 from consumer.core.dedup import decide
 from consumer.core.offsets import Record, commit_offsets
 from consumer.core.plan import EventPlan, plan_batch
+from consumer.core.writes import merge_writes
 from consumer.core.retry import RetryPolicy
 from consumer.ports import CacheWriter, DeadLetters, DedupStore, Source
 from schema.errors import DecodeError, RetryableError
@@ -34,6 +36,12 @@ class EngineOptions:
     batch_size: int = 2000
     poll_timeout_s: float = 0.2
     claim_lease_s: float = 30.0
+    # Done dedup records older than this are purged; it must exceed the topic's
+    # retention, or a message still in Kafka could be applied again after a rewind.
+    dedup_retention_s: float = 8 * 24 * 3600.0
+    purge_interval_s: float = 300.0     # 0 turns the periodic purge off
+    purge_batch: int = 5000
+    purge_batches_per_run: int = 20     # bounds the time one purge takes from consuming
 
 
 @dataclass
@@ -43,7 +51,13 @@ class Stats:
     duplicates: int = 0
     dead_lettered: int = 0
     keys_deleted: int = 0
+    keys_written: int = 0
+    fenced: int = 0                # update-mode writes refused: Redis held a newer version
+    oversized: int = 0             # values over max_value_bytes, invalidated instead
+    unversioned: int = 0           # NULL version column, invalidated instead
     null_key_skips: int = 0
+    double_deletes: int = 0        # delayed second deletes run
+    purged: int = 0                # done dedup records purged
     batches: int = 0
     retries: int = 0
 
@@ -60,11 +74,16 @@ class PythonEngine:
     def __init__(self, source: Source, dedup: DedupStore, cache: CacheWriter,
                  dead_letters: DeadLetters, mappings: MappingSet,
                  options: EngineOptions = EngineOptions(), retry: RetryPolicy = RetryPolicy(),
-                 on_batch: Callable[[BatchResult], None] | None = None):
+                 on_batch: Callable[[BatchResult], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic):
         self._source, self._dedup, self._cache = source, dedup, cache
         self._dlq, self._mappings = dead_letters, mappings
         self._opts, self._retry, self._on_batch = options, retry, on_batch
+        self._clock = clock
         self._stop = threading.Event()
+        self._delayed: list[tuple[float, int, list[str]]] = []   # (due, seq, keys) heap
+        self._delayed_seq = 0
+        self._next_purge = clock() + options.purge_interval_s
         self.stats = Stats()
 
     def stop(self) -> None:
@@ -80,13 +99,18 @@ class PythonEngine:
 
     def run(self) -> None:
         """Consume until stop(); transient errors are retried forever, fatal ones raise."""
-        while not self._stop.is_set():
-            try:
-                self.step()
-            except Stopped:
-                break
+        try:
+            while not self._stop.is_set():
+                try:
+                    self.step()
+                except Stopped:
+                    break
+        finally:
+            self._run_delayed_deletes(force=True)
 
     def step(self) -> BatchResult | None:
+        self._run_delayed_deletes()
+        self._maybe_purge()
         records = self._with_retry("poll", lambda: self._source.poll(self._opts.batch_size,
                                                                      self._opts.poll_timeout_s))
         if not records:
@@ -107,19 +131,73 @@ class PythonEngine:
         by_id = {ep.event.id: ep for ep in plan.events}
         claims = self._claim_all(list(by_id), result)
         apply_ids = [i for _, ids in claims for i in ids]
-        keys = list(dict.fromkeys(k for i in apply_ids for k in by_id[i].keys))
-        if keys:
-            deleted = self._with_retry("redis delete", lambda: self._cache.delete(keys))
-            self.stats.keys_deleted += deleted
+        applied = [by_id[i] for i in apply_ids]
+        self._apply(applied)
         for token, ids in claims:
             self._with_retry("dedup confirm", lambda t=token, i=ids: self._dedup.confirm(t, i))
         if result.dead_lettered:
             self._with_retry("dead-letter flush", self._dlq.flush)
-        result.applied = [by_id[i] for i in apply_ids]
+        result.applied = applied
         result.applied_at = time.time()
         result.duplicates += _repeats(ep.event.id for ep in plan.events)
         self._count(records, plan.null_skips, result)
         return result
+
+    def _apply(self, applied: list[EventPlan]) -> None:
+        """Invalidate, then write the fenced values; schedule delayed second deletes."""
+        keys = list(dict.fromkeys(k for ep in applied for k in ep.keys))
+        if keys:
+            self.stats.keys_deleted += self._with_retry("redis delete",
+                                                        lambda: self._cache.delete(keys))
+        writes = merge_writes(w for ep in applied for w in ep.writes)
+        if writes:
+            done = self._with_retry("redis fenced write", lambda: self._cache.write(writes))
+            self.stats.keys_written += done.applied
+            self.stats.fenced += done.refused
+        for ep in applied:
+            self.stats.oversized += ep.oversized
+            self.stats.unversioned += ep.unversioned
+            if ep.double_delete_s and ep.keys:
+                self._delayed_seq += 1
+                heapq.heappush(self._delayed, (self._clock() + ep.double_delete_s,
+                                               self._delayed_seq, list(ep.keys)))
+
+    def _run_delayed_deletes(self, force: bool = False) -> None:
+        """The seeds' delayed double delete: invalidate again once the delay has passed.
+
+        It is an extra, not the guarantee (the first delete, fencing and leases are):
+        on stop the pending ones run early, and a crash loses them.
+        """
+        now, keys = self._clock(), []
+        while self._delayed and (force or self._delayed[0][0] <= now):
+            keys += heapq.heappop(self._delayed)[2]
+        if not keys:
+            return
+        keys = list(dict.fromkeys(keys))
+        try:
+            if force:
+                self._cache.delete(keys)
+            else:
+                self._with_retry("delayed delete", lambda: self._cache.delete(keys))
+            self.stats.double_deletes += len(keys)
+        except RetryableError as e:
+            log.warning("stopping with %d delayed second delete(s) not run: %s", len(keys), e)
+
+    def _maybe_purge(self) -> None:
+        """Purge done dedup records past the retention, a bounded amount per run."""
+        if self._opts.purge_interval_s <= 0 or self._clock() < self._next_purge:
+            return
+        self._next_purge = self._clock() + self._opts.purge_interval_s
+        try:
+            total = purge_dedup(self._dedup, self._opts.dedup_retention_s, self._opts.purge_batch,
+                                self._opts.purge_batches_per_run)
+        except RetryableError as e:
+            log.warning("dedup purge skipped until the next interval: %s", e)
+            return
+        self.stats.purged += total
+        if total:
+            log.info("purged %d dedup record(s) done more than %.0fs ago", total,
+                     self._opts.dedup_retention_s)
 
     def _decode(self, records, result) -> tuple[list[ChangeEvent], dict[int, Record]]:
         events, origin = [], {}
@@ -180,6 +258,21 @@ class PythonEngine:
                 log.warning("%s failed (attempt %d), retrying in %.2fs: %s", what, attempt, wait, e)
                 if self._stop.wait(wait):
                     raise Stopped() from e
+
+
+def purge_dedup(dedup: DedupStore, retention_s: float, batch: int,
+                max_batches: int | None = None) -> int:
+    """Delete done records older than ``retention_s`` in batches of ``batch``; returns the count.
+
+    Stops at the first short batch, or after ``max_batches`` (None: until done).
+    """
+    total, n = 0, 0
+    while max_batches is None or n < max_batches:
+        deleted = dedup.purge(retention_s, batch)
+        total, n = total + deleted, n + 1
+        if deleted < batch:
+            break
+    return total
 
 
 def _repeats(ids) -> list[str]:

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping, Protocol, Sequence
+from typing import Iterable, Mapping, NamedTuple, Protocol, Sequence
 
 from consumer.core.dedup import ClaimState
 from consumer.core.offsets import Record
+from consumer.core.writes import CacheWrite
+
+
+class WriteResult(NamedTuple):
+    applied: int
+    refused: int          # fenced: Redis held a newer version
 
 
 class DedupStore(Protocol):
@@ -15,10 +21,16 @@ class DedupStore(Protocol):
     def confirm(self, token: str, ids: Sequence[str]) -> None:
         """Mark ids claimed under ``token`` as done."""
 
+    def purge(self, retention_s: float, limit: int) -> int:
+        """Delete up to ``limit`` done records older than ``retention_s``; returns how many."""
+
 
 class CacheWriter(Protocol):
     def delete(self, keys: Sequence[str]) -> int:
         """Delete keys (pipelined); returns how many existed."""
+
+    def write(self, writes: Sequence[CacheWrite]) -> WriteResult:
+        """Fenced writes (update mode); a write older than the stored version is refused."""
 
 
 class Source(Protocol):

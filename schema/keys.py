@@ -25,3 +25,11 @@ LEASE_PREFIX = "cachesync:lease:"
 def lease_key(key: str) -> str:
     """The fill-lease companion of a cache key; every invalidation deletes it too."""
     return LEASE_PREFIX + key
+
+
+VERSION_PREFIX = "cachesync:ver:"
+
+
+def version_key(key: str) -> str:
+    """Where update mode keeps the version of the value (or tombstone) at ``key``."""
+    return VERSION_PREFIX + key

@@ -14,8 +14,14 @@ from schema.errors import ConfigError, PoisonError
 from schema.values import canonical_text
 
 MODES = ("delete", "update")
+VALUE_FORMATS = ("json", "hash")
 DEFAULT_TTL_S = 3600
 DEFAULT_TTL_JITTER = 0.1
+# A rendered value larger than this is not written: the key is invalidated instead
+# (readers refill it), so one huge row cannot stall Redis or be lost.
+DEFAULT_MAX_VALUE_BYTES = 512 * 1024
+_FIELDS = frozenset({"keys", "mode", "ttl", "ttl_jitter", "value", "value_columns",
+                     "version_column", "tombstone_ttl", "double_delete", "max_value_bytes"})
 _FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_$]*)\}")
 _TABLE = re.compile(r"^[^.\s]+\.[^.\s]+$")
 
@@ -68,11 +74,23 @@ class TableMapping:
 
     table: str                       # "db.table"
     keys: tuple[KeyTemplate, ...]
-    mode: str = "delete"
+    mode: str = "delete"             # "delete": invalidate; "update": write the new value, fenced
     ttl_s: int = DEFAULT_TTL_S
     ttl_jitter: float = DEFAULT_TTL_JITTER
-    version_column: str | None = None
-    value_columns: tuple[str, ...] | None = None
+    value_format: str = "json"       # update mode: "json" string or Redis "hash"
+    value_columns: tuple[str, ...] | None = None    # update mode; None = every column
+    version_column: str | None = None               # update mode; None = source position
+    tombstone_ttl_s: int | None = None              # update mode; None = ttl_s
+    double_delete_s: float | None = None            # delete mode: delayed second delete
+    max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES
+
+    @property
+    def updates(self) -> bool:
+        return self.mode == "update"
+
+    @property
+    def tombstone_s(self) -> int:
+        return self.tombstone_ttl_s or self.ttl_s
 
     @property
     def db(self) -> str:
@@ -113,9 +131,10 @@ def _parse_table(name: str, spec: Any, source: str) -> TableMapping:
         raise ConfigError(f"{where}: table must be written as db.table")
     if not isinstance(spec, Mapping):
         raise ConfigError(f"{where}: expected a mapping with at least 'keys'")
-    unknown = set(spec) - {"keys", "mode", "ttl", "ttl_jitter", "version_column", "value_columns"}
+    unknown = set(spec) - _FIELDS
     if unknown:
-        raise ConfigError(f"{where}: unknown field(s) {sorted(unknown)}")
+        raise ConfigError(f"{where}: unknown field(s) {sorted(unknown)}; "
+                          f"expected some of {sorted(_FIELDS)}")
     keys = spec.get("keys")
     if not isinstance(keys, list) or not keys or not all(isinstance(k, str) for k in keys):
         raise ConfigError(f"{where}.keys: expected a non-empty list of key templates")
@@ -124,22 +143,51 @@ def _parse_table(name: str, spec: Any, source: str) -> TableMapping:
     except ValueError as e:
         raise ConfigError(f"{where}.keys: {e}") from None
     mode = spec.get("mode", "delete")
-    if mode == "update" or "version_column" in spec or "value_columns" in spec:
-        raise ConfigError(f"{where}: update mode (mode, version_column, value_columns) is not "
-                          "available in this version; use mode: delete")
     if mode not in MODES:
         raise ConfigError(f"{where}.mode: expected one of {list(MODES)}, got {mode!r}")
-    ttl = spec.get("ttl", DEFAULT_TTL_S)
-    if not isinstance(ttl, int) or isinstance(ttl, bool) or ttl <= 0:
-        raise ConfigError(f"{where}.ttl: expected a positive number of seconds, got {ttl!r}")
+    ttl = _positive_int(spec, "ttl", DEFAULT_TTL_S, where)
     jitter = spec.get("ttl_jitter", DEFAULT_TTL_JITTER)
-    if not isinstance(jitter, (int, float)) or not 0 <= jitter < 1:
+    if not isinstance(jitter, (int, float)) or isinstance(jitter, bool) or not 0 <= jitter < 1:
         raise ConfigError(f"{where}.ttl_jitter: expected a fraction in [0, 1), got {jitter!r}")
+    update_only = sorted({"value", "value_columns", "version_column", "tombstone_ttl"} & set(spec))
+    if mode != "update" and update_only:
+        raise ConfigError(f"{where}: {', '.join(update_only)} only apply to mode: update")
+    if mode == "update" and "double_delete" in spec:
+        raise ConfigError(f"{where}.double_delete: only applies to mode: delete (update mode "
+                          "writes fenced values; a second delete would only cause misses)")
+    value_format = spec.get("value", "json")
+    if value_format not in VALUE_FORMATS:
+        raise ConfigError(f"{where}.value: expected one of {list(VALUE_FORMATS)}, "
+                          f"got {value_format!r}")
     value_columns = spec.get("value_columns")
-    if value_columns is not None and (not isinstance(value_columns, list) or not value_columns):
-        raise ConfigError(f"{where}.value_columns: expected a non-empty list of columns")
+    if value_columns is not None and (not isinstance(value_columns, list) or not value_columns
+                                      or not all(isinstance(c, str) for c in value_columns)):
+        raise ConfigError(f"{where}.value_columns: expected a non-empty list of column names")
+    version_column = spec.get("version_column")
+    if version_column is not None and (not isinstance(version_column, str) or not version_column):
+        raise ConfigError(f"{where}.version_column: expected a column name such as "
+                          f"updated_at or version, got {version_column!r}")
+    double_delete = spec.get("double_delete")
+    if double_delete is not None and (not isinstance(double_delete, (int, float))
+                                      or isinstance(double_delete, bool)
+                                      or not 0 < double_delete <= 60):
+        raise ConfigError(f"{where}.double_delete: expected a delay in seconds in (0, 60], "
+                          f"got {double_delete!r}")
     return TableMapping(
         table=name, keys=templates, mode=mode, ttl_s=ttl, ttl_jitter=float(jitter),
-        version_column=spec.get("version_column"),
+        value_format=value_format,
         value_columns=tuple(value_columns) if value_columns else None,
+        version_column=version_column,
+        tombstone_ttl_s=_positive_int(spec, "tombstone_ttl", None, where),
+        double_delete_s=float(double_delete) if double_delete is not None else None,
+        max_value_bytes=_positive_int(spec, "max_value_bytes", DEFAULT_MAX_VALUE_BYTES, where),
     )
+
+
+def _positive_int(spec: Mapping, name: str, default, where: str):
+    value = spec.get(name, default)
+    if value is default:
+        return value
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ConfigError(f"{where}.{name}: expected a positive whole number, got {value!r}")
+    return value

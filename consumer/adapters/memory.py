@@ -8,6 +8,8 @@ from typing import Mapping, Sequence
 
 from consumer.core.dedup import ClaimState
 from consumer.core.offsets import Record
+from consumer.core.writes import KIND_DELETE, CacheWrite
+from consumer.ports import WriteResult
 
 
 class MemoryDedupStore:
@@ -32,17 +34,40 @@ class MemoryDedupStore:
         for msg_id in ids:
             status, owner, until = self.rows.get(msg_id, ("free", "", 0.0))
             if status == "claimed" and owner == token:
-                self.rows[msg_id] = ("done", token, until)
+                self.rows[msg_id] = ("done", token, self._clock())   # done: until = done at
+
+    def purge(self, retention_s: float, limit: int) -> int:
+        cutoff = self._clock() - retention_s
+        old = [i for i, (status, _, at) in self.rows.items() if status == "done" and at < cutoff]
+        for msg_id in old[:limit]:
+            del self.rows[msg_id]
+        return min(len(old), limit)
 
 
 class MemoryCache:
+    """Values and versions without TTLs; the same fencing rule as fenced_write.lua."""
+
     def __init__(self):
-        self.data: dict[str, bytes] = {}
+        self.data: dict[str, object] = {}
+        self.versions: dict[str, str] = {}
         self.deleted: list[str] = []
 
     def delete(self, keys: Sequence[str]) -> int:
         self.deleted.extend(keys)
         return sum(1 for k in keys if self.data.pop(k, None) is not None)
+
+    def write(self, writes: Sequence[CacheWrite]) -> WriteResult:
+        applied = 0
+        for w in writes:
+            if self.versions.get(w.key, "") > w.version:
+                continue
+            if w.kind == KIND_DELETE:
+                self.data.pop(w.key, None)
+            else:
+                self.data[w.key] = w.value
+            self.versions[w.key] = w.version
+            applied += 1
+        return WriteResult(applied, len(writes) - applied)
 
 
 class MemorySource:

@@ -72,5 +72,17 @@ class MySQLDedupStore:
                             [self._ns, token, *part])
         self._session.run(work)
 
+    def purge(self, retention_s: float, limit: int) -> int:
+        """Delete up to ``limit`` of this namespace's done records older than the retention.
+
+        Uses the (ns, status, done_at) index; each call is one short transaction, so
+        a purge of millions of rows never holds long locks.
+        """
+        def work(cur):
+            return cur.execute("DELETE FROM cachesync_dedup WHERE ns = %s AND status = 'done' "
+                               "AND done_at < NOW(6) - INTERVAL %s MICROSECOND LIMIT %s",
+                               [self._ns, int(retention_s * 1_000_000), int(limit)])
+        return self._session.run(work)
+
     def close(self) -> None:
         self._session.close()

@@ -1,8 +1,14 @@
-"""Which Redis keys a batch of events invalidates.
+"""What a batch of events does to Redis.
 
 Keys are rendered from the before AND the after image: an update that changes
 ``email`` must drop both ``user:email:old`` and ``user:email:new``; a delete has
-only a before image. A NULL key column means no key exists for that template.
+only a before image. A NULL key column means no key exists for that template
+(counted, never a crash).
+
+Delete-mode tables (the default) turn into plain invalidations. Update-mode tables
+turn into fenced writes: every key of the after image gets the new value, and a
+key only the before image renders (the row moved away from it, or was deleted)
+gets a delete that leaves a version tombstone behind.
 """
 
 from __future__ import annotations
@@ -10,18 +16,28 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from consumer.core.writes import (KIND_DELETE, CacheWrite, merge_writes, render_value,
+                                  version_text)
 from schema.errors import PoisonError, UnknownTableError
 from schema.event import ChangeEvent
-from schema.mapping import MappingSet
+from schema.mapping import MappingSet, TableMapping
 
 
 @dataclass(frozen=True)
 class EventPlan:
-    """The keys one event invalidates (for reporting and lag metrics)."""
+    """What one event does: keys to invalidate, fenced writes, and what was skipped."""
 
     event: ChangeEvent
-    keys: tuple[str, ...]
-    null_skips: int = 0
+    keys: tuple[str, ...]                       # plain invalidations (delete mode, explicit keys)
+    null_skips: int = 0                         # templates skipped for a NULL key column
+    writes: tuple[CacheWrite, ...] = ()         # update mode
+    double_delete_s: float | None = None        # delete mode: invalidate ``keys`` again later
+    oversized: int = 0                          # values over max_value_bytes, invalidated instead
+    unversioned: bool = False                   # NULL version column: invalidated, not written
+
+    @property
+    def all_keys(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys([*self.keys, *(w.key for w in self.writes)]))
 
 
 @dataclass
@@ -29,6 +45,7 @@ class Plan:
     """A batch's work: unique keys to delete, per-event detail, and the poison found."""
 
     keys: list[str] = field(default_factory=list)
+    writes: list[CacheWrite] = field(default_factory=list)
     events: list[EventPlan] = field(default_factory=list)
     poison: list[tuple[ChangeEvent, PoisonError]] = field(default_factory=list)
 
@@ -38,29 +55,66 @@ class Plan:
 
 
 def event_keys(event: ChangeEvent, mappings: MappingSet) -> EventPlan:
-    """Keys for one event; raises UnknownTableError or MissingColumnError (both poison)."""
+    """Plan one event; raises UnknownTableError, MissingColumnError or BadVersionError (poison)."""
     mapping = mappings.get(event.db, event.table)
     if mapping is None and not event.keys:
         raise UnknownTableError(event.qualified_table)
-    keys: dict[str, None] = dict.fromkeys(event.keys)
-    nulls = 0
-    if mapping is not None:
-        for image in (event.before, event.after):
-            if image is None:
-                continue
-            for template in mapping.keys:
-                key = template.render(image)
-                if key is None:
-                    nulls += 1
-                else:
-                    keys[key] = None
-    return EventPlan(event, tuple(keys), nulls)
+    explicit = tuple(event.keys)
+    if mapping is None:
+        return EventPlan(event, tuple(dict.fromkeys(explicit)))
+    before, nulls_b = _render(mapping, event.before)
+    after, nulls_a = _render(mapping, event.after)
+    nulls = nulls_b + nulls_a
+    if not mapping.updates:
+        keys = tuple(dict.fromkeys([*explicit, *before, *after]))
+        return EventPlan(event, keys, nulls, double_delete_s=mapping.double_delete_s)
+    version = version_text(event, mapping)
+    if version is None:                      # no order to fence with: invalidate instead
+        keys = tuple(dict.fromkeys([*explicit, *before, *after]))
+        return EventPlan(event, keys, nulls, unversioned=True)
+    writes, oversized = _update_writes(event, mapping, version, before, after)
+    return EventPlan(event, tuple(dict.fromkeys(explicit)), nulls, tuple(writes),
+                     oversized=oversized)
+
+
+def _render(mapping: TableMapping, image) -> tuple[list[str], int]:
+    if image is None:
+        return [], 0
+    keys, nulls = [], 0
+    for template in mapping.keys:
+        key = template.render(image)
+        if key is None:
+            nulls += 1
+        else:
+            keys.append(key)
+    return keys, nulls
+
+
+def _update_writes(event: ChangeEvent, mapping: TableMapping, version: str,
+                   before: list[str], after: list[str]) -> tuple[list[CacheWrite], int]:
+    writes, oversized = [], 0
+    if event.after is not None and after:
+        kind, value = render_value(event.after, mapping)
+        if len(value.encode("utf-8")) > mapping.max_value_bytes:
+            oversized = 1
+            writes += [_tombstone(k, version, mapping) for k in after]
+        else:
+            writes += [CacheWrite(k, kind, version, value, mapping.ttl_s, mapping.ttl_jitter)
+                       for k in after]
+    gone = [k for k in dict.fromkeys(before) if k not in after]
+    writes += [_tombstone(k, version, mapping) for k in gone]
+    return writes, oversized
+
+
+def _tombstone(key: str, version: str, mapping: TableMapping) -> CacheWrite:
+    return CacheWrite(key, KIND_DELETE, version, "", mapping.tombstone_s, 0.0)
 
 
 def plan_batch(events: Iterable[ChangeEvent], mappings: MappingSet) -> Plan:
-    """Plan a batch; repeated keys collapse into one delete, poison is set aside."""
+    """Plan a batch; repeated keys collapse into one operation, poison is set aside."""
     plan = Plan()
     seen: dict[str, None] = {}
+    writes: list[CacheWrite] = []
     for event in events:
         try:
             ep = event_keys(event, mappings)
@@ -69,5 +123,7 @@ def plan_batch(events: Iterable[ChangeEvent], mappings: MappingSet) -> Plan:
             continue
         plan.events.append(ep)
         seen.update(dict.fromkeys(ep.keys))
+        writes += ep.writes
     plan.keys = list(seen)
+    plan.writes = merge_writes(writes)
     return plan

@@ -1,4 +1,4 @@
-"""One contract, two backends: the in-memory dedup store and the real MySQL one."""
+"""One contract, three backends: the in-memory dedup store and the real MySQL and Redis ones."""
 
 from __future__ import annotations
 
@@ -9,13 +9,15 @@ import pytest
 
 from consumer.adapters.memory import MemoryDedupStore
 from consumer.adapters.mysql_dedup import CLAIM_CHUNK, MySQLDedupStore
+from consumer.adapters.redis_dedup import RedisDedupStore
+from consumer.engine import purge_dedup
 from consumer.core.dedup import ClaimState
 from producer_outbox.mysql import MySQLParams
 
 O, D, B = ClaimState.OWNED, ClaimState.DONE, ClaimState.BUSY
 
 
-@pytest.fixture(params=["memory", "mysql"])
+@pytest.fixture(params=["memory", "mysql", "redis"])
 def make_store(request):
     """A factory: stores made by one call share a namespace (two consumers, one group)."""
     if request.param == "memory":
@@ -24,14 +26,19 @@ def make_store(request):
         return
     stack = request.getfixturevalue("stack")
     env = stack.env
-    with open(env["CACHESYNC_MYSQL_PASSWORD_FILE"]) as f:
-        params = MySQLParams(env["CACHESYNC_MYSQL_HOST"], int(env["CACHESYNC_MYSQL_PORT"]),
-                             env["CACHESYNC_MYSQL_USER"], f.read().strip(), database="cachesync")
     ns = f"contract-{uuid.uuid4().hex[:8]}"
+    if request.param == "mysql":
+        with open(env["CACHESYNC_MYSQL_PASSWORD_FILE"]) as f:
+            params = MySQLParams(env["CACHESYNC_MYSQL_HOST"], int(env["CACHESYNC_MYSQL_PORT"]),
+                                 env["CACHESYNC_MYSQL_USER"], f.read().strip(),
+                                 database="cachesync")
+        build = lambda: MySQLDedupStore(params, ns)                      # noqa: E731
+    else:
+        build = lambda: RedisDedupStore(env["CACHESYNC_REDIS_URL"], ns, retention_s=3600)  # noqa: E731
     stores = []
 
     def make():
-        stores.append(MySQLDedupStore(params, ns))
+        stores.append(build())
         return stores[-1]
     yield make
     for s in stores:
@@ -68,7 +75,7 @@ def test_an_expired_claim_is_taken_over(make_store, request):
     if isinstance(first, MemoryDedupStore):
         first._clock = lambda: time.monotonic() + 1   # no real waiting for the in-memory clock
     else:
-        time.sleep(0.3)   # the lease is measured by the MySQL server's clock: let it pass
+        time.sleep(0.3)   # the lease is measured by the server's clock: let it pass
     token, states = second.claim(["z"], lease_s=30)
     assert dict(states) == {"z": O}
     assert dict(make_store().claim(["z"], lease_s=30)[1]) == {"z": B}   # the takeover renewed the lease
@@ -83,3 +90,30 @@ def test_batches_larger_than_one_statement(make_store):
     assert set(states) == set(ids) and set(states.values()) == {O}
     store.confirm(token, ids)
     assert set(make_store().claim(ids, lease_s=30)[1].values()) == {D}
+
+
+def test_purge_removes_only_done_records_past_the_retention_in_bounded_batches(make_store):
+    store = make_store()
+    token, _ = store.claim([f"p{i}" for i in range(5)] + ["open"], lease_s=30)
+    store.confirm(token, [f"p{i}" for i in range(5)])          # "open" stays claimed
+    assert store.purge(retention_s=3600, limit=10) == 0         # nothing is that old
+    if isinstance(store, MemoryDedupStore):
+        store._clock = lambda: time.monotonic() + 1
+    else:
+        time.sleep(0.01)   # done_at is the server's clock, to the microsecond: let it move on
+    assert [store.purge(retention_s=0, limit=2) for _ in range(4)] == [2, 2, 1, 0]
+    _, states = make_store().claim([f"p{i}" for i in range(5)] + ["open"], lease_s=30)
+    assert dict(states) == {**{f"p{i}": O for i in range(5)}, "open": B}   # forgotten; claim kept
+
+
+def test_purge_dedup_loops_batches_until_a_short_one(make_store):
+    store = make_store()
+    ids = [f"q{i}" for i in range(7)]
+    token, _ = store.claim(ids, lease_s=30)
+    store.confirm(token, ids)
+    if isinstance(store, MemoryDedupStore):
+        store._clock = lambda: time.monotonic() + 1
+    else:
+        time.sleep(0.01)
+    assert purge_dedup(store, retention_s=0, batch=3, max_batches=2) == 6
+    assert purge_dedup(store, retention_s=0, batch=3) == 1

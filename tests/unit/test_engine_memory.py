@@ -2,7 +2,7 @@
 
 from consumer.adapters.memory import MemoryCache, MemoryDeadLetters, MemoryDedupStore, MemorySource
 from consumer.core.offsets import Record
-from consumer.engine import PythonEngine
+from consumer.engine import EngineOptions, PythonEngine
 from schema.event import ChangeEvent, Source, encode
 from schema.mapping import parse_mappings
 
@@ -62,3 +62,71 @@ def test_an_expired_claim_is_taken_over():
     clock[0] = 6.0                          # lease over
     engine, *_ = engine_for([record(0, change("a", 1))], dedup)
     assert [p.event.id for p in engine.step().applied] == ["a"]
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_update_mode_counts_fenced_writes_and_keeps_the_newest():
+    m = parse_mappings({"shop.users": {"keys": ["user:{id}"], "mode": "update",
+                                       "value_columns": ["id", "n"]}})
+
+    def upd(msg_id, n, version):
+        return encode(ChangeEvent(msg_id, Source("binlog", "s", "0-1-1", 0.0), "shop", "users",
+                                  "update", (("id", 1),), {"id": 1, "n": 0}, {"id": 1, "n": n},
+                                  version))
+    cache = MemoryCache()
+    engine = PythonEngine(MemorySource([record(0, upd("new", 2, 20)), record(1, upd("old", 1, 10))]),
+                          MemoryDedupStore(), cache, MemoryDeadLetters(), m)
+    engine.step()
+    assert cache.data["user:1"] == '{"id":1,"n":2}'          # merged in the batch: one write
+    engine2 = PythonEngine(MemorySource([record(2, upd("late", 0, 5))]), MemoryDedupStore(),
+                           cache, MemoryDeadLetters(), m)
+    engine2.step()                                            # a late, older update: refused
+    assert cache.data["user:1"] == '{"id":1,"n":2}' and engine2.stats.fenced == 1
+
+
+def test_delayed_second_delete_runs_after_its_delay_and_on_stop():
+    m = parse_mappings({"shop.users": {"keys": ["user:{id}"], "double_delete": 0.5}})
+    clock, cache = Clock(), MemoryCache()
+    source = MemorySource([record(0, change("a", 1))])
+    engine = PythonEngine(source, MemoryDedupStore(), cache, MemoryDeadLetters(), m, clock=clock)
+    engine.step()
+    assert cache.deleted == ["user:1"]
+    cache.data["user:1"] = "refilled from a stale read"
+    clock.now += 0.4
+    engine.step()
+    assert cache.data["user:1"] == "refilled from a stale read"   # not yet due
+    clock.now += 0.2
+    engine.step()
+    assert "user:1" not in cache.data and engine.stats.double_deletes == 1
+    source.records.append(record(1, change("b", 2)))
+    engine.step()
+    engine.stop()
+    engine.run()                                                  # stopping runs what is pending
+    assert cache.deleted == ["user:1", "user:1", "user:2", "user:2"]
+
+
+def test_the_periodic_purge_runs_on_its_interval_and_is_bounded():
+    clock, dedup = Clock(), MemoryDedupStore()
+    dedup._clock = clock
+    token, _ = dedup.claim([f"d{i}" for i in range(25)], 30)
+    dedup.confirm(token, [f"d{i}" for i in range(25)])
+    opts = EngineOptions(dedup_retention_s=60, purge_interval_s=300, purge_batch=10,
+                         purge_batches_per_run=2)
+    engine = PythonEngine(MemorySource(), dedup, MemoryCache(), MemoryDeadLetters(), MAPPINGS,
+                          options=opts, clock=clock)
+    clock.now += 299
+    engine.step()
+    assert engine.stats.purged == 0                 # interval not reached
+    clock.now += 2
+    engine.step()
+    assert engine.stats.purged == 20                # two batches of ten, then it yields
+    clock.now += 300
+    engine.step()
+    assert engine.stats.purged == 25 and not dedup.rows

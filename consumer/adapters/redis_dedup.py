@@ -1,0 +1,110 @@
+"""The dedup store on Redis (``consumer.dedup_store: redis``): same contract as MySQL's.
+
+One string per message id, ``cachesync:dedup:<ns>:<id>``, holding ``c <token>
+<until_ms>`` while claimed and ``d <done_ms>`` once done. Claims and confirms are
+Lua scripts over a whole chunk (one round trip each), timed by Redis's clock.
+Every record carries the retention as its TTL, so done records expire on their
+own; ``purge`` removes those written under a longer retention than today's.
+
+Choose it when MySQL round trips dominate and the Redis holding it is durable
+(AOF): a Redis that loses its data forgets which messages were applied, and
+replays them (harmless for deletes and fenced writes, but no longer deduplicated).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Mapping, Sequence
+
+import redis
+
+from consumer.core.dedup import ClaimState
+from consumer.ports import chunks
+from schema import resource_text
+from schema.errors import FatalError, RetryableError
+
+CLAIM_CHUNK = 1000
+SCAN_COUNT = 1000
+PREFIX = "cachesync:dedup:"
+_STATES = {b"owned": ClaimState.OWNED, b"done": ClaimState.DONE, b"busy": ClaimState.BUSY}
+
+
+class RedisDedupStore:
+    def __init__(self, url: str, namespace: str, retention_s: float,
+                 client: redis.Redis | None = None):
+        self._client = client or redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+        self._prefix = f"{PREFIX}{namespace}:"
+        self._retention_ms = max(1, int(retention_s * 1000))
+        self._claim = self._client.register_script(resource_text("lua/dedup_claim.lua"))
+        self._confirm = self._client.register_script(resource_text("lua/dedup_confirm.lua"))
+
+    def claim(self, ids: Sequence[str], lease_s: float) -> tuple[str, Mapping[str, ClaimState]]:
+        token = uuid.uuid4().hex
+        unique = list(dict.fromkeys(ids))
+
+        def run():
+            states: dict[str, ClaimState] = {}
+            pipe = self._client.pipeline(transaction=False)
+            parts = list(chunks(unique, CLAIM_CHUNK))
+            for part in parts:
+                self._claim(keys=[self._prefix + i for i in part],
+                            args=[token, max(1, int(lease_s * 1000)), self._retention_ms],
+                            client=pipe)
+            for part, answer in zip(parts, pipe.execute()):
+                states.update((i, _STATES[a]) for i, a in zip(part, answer))
+            return states
+        return token, self._call(run)
+
+    def confirm(self, token: str, ids: Sequence[str]) -> None:
+        def run():
+            pipe = self._client.pipeline(transaction=False)
+            for part in chunks(list(ids), CLAIM_CHUNK):
+                self._confirm(keys=[self._prefix + i for i in part],
+                              args=[token, self._retention_ms], client=pipe)
+            pipe.execute()
+        self._call(run)
+
+    def purge(self, retention_s: float, limit: int) -> int:
+        """Delete up to ``limit`` done records older than ``retention_s`` (a SCAN of the namespace)."""
+        def run():
+            seconds, micros = self._client.time()
+            cutoff_ms = seconds * 1000 + micros // 1000 - int(retention_s * 1000)
+            deleted = 0
+            batch: list[bytes] = []
+            for key in self._client.scan_iter(match=_glob_escape(self._prefix) + "*",
+                                              count=SCAN_COUNT):
+                batch.append(key)
+                if len(batch) >= SCAN_COUNT:
+                    deleted += self._purge_keys(batch, cutoff_ms, limit - deleted)
+                    batch = []
+                    if deleted >= limit:
+                        return deleted
+            if batch:
+                deleted += self._purge_keys(batch, cutoff_ms, limit - deleted)
+            return deleted
+        return self._call(run)
+
+    def _purge_keys(self, keys: list[bytes], cutoff_ms: int, room: int) -> int:
+        old = []
+        for key, record in zip(keys, self._client.mget(keys)):
+            if record and record.startswith(b"d ") and int(record[2:]) < cutoff_ms:
+                old.append(key)
+        old = old[:room]
+        if old:
+            self._client.delete(*old)     # done records never change back: no race
+        return len(old)
+
+    def _call(self, fn):
+        try:
+            return fn()
+        except redis.AuthenticationError as e:
+            raise FatalError(f"Redis (dedup store) refused the credentials: {e}") from e
+        except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError) as e:
+            raise RetryableError(f"Redis (dedup store) unavailable: {e}") from e
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)

@@ -1,0 +1,135 @@
+"""Update mode: the fenced writes an event turns into, and their version strings.
+
+A version is a string that sorts like the row's history: the fencing script in
+Redis compares versions as strings, so numbers are zero-padded to a fixed width
+and datetimes always carry microseconds. With a ``version_column`` the column's
+value comes first and the source position breaks ties (two updates in one second
+of ``updated_at``); without it the source position alone is the version.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+from schema.errors import PoisonError
+from schema.event import ChangeEvent
+from schema.mapping import MissingColumnError, TableMapping
+from schema.values import canonical_text
+
+VERSION_DIGITS = 24      # binlog versions reach 2**68 (file number << 56); 10**24 covers it
+KIND_JSON, KIND_HASH, KIND_DELETE = "json", "hash", "del"
+
+
+class BadVersionError(PoisonError):
+    """The version column holds a value that has no order cachesync can compare."""
+
+    def __init__(self, column: str, value: Any):
+        super().__init__("bad_version", f"version column {column!r} holds {value!r} "
+                                        f"({type(value).__name__}); expected a non-negative "
+                                        "integer, a date or a datetime")
+
+
+@dataclass(frozen=True)
+class CacheWrite:
+    """One fenced operation on one key: write ``value`` (json/hash) or delete with a tombstone.
+
+    ``value`` is the JSON text for ``json``, a JSON array ``[field, value, ...]`` for
+    ``hash``, and empty for ``del``. ``ttl_s`` is the value's TTL, or the tombstone's.
+    """
+
+    key: str
+    kind: str
+    version: str
+    value: str
+    ttl_s: int
+    ttl_jitter: float
+
+
+def padded(n: int) -> str:
+    if n < 0:
+        raise ValueError(f"negative version {n}")
+    return f"{n:0{VERSION_DIGITS}d}"
+
+
+def version_text(event: ChangeEvent, mapping: TableMapping) -> str | None:
+    """The event's version for ``mapping``; None when the version column is NULL.
+
+    Raises BadVersionError (poison) for a value without a usable order and
+    MissingColumnError when the image lacks the column.
+    """
+    source = padded(event.version)
+    column = mapping.version_column
+    if column is None:
+        return source
+    image = event.after if event.after is not None else event.before
+    if image is None or column not in image:
+        raise MissingColumnError(f"version_column of {mapping.table}", column)
+    value = image[column]
+    if value is None:
+        return None
+    return f"{_column_order_text(column, value)}/{source}"
+
+
+def _column_order_text(column: str, value: Any) -> str:
+    if isinstance(value, bool):
+        raise BadVersionError(column, value)
+    if isinstance(value, int):
+        if value < 0:
+            raise BadVersionError(column, value)
+        return padded(value)
+    if isinstance(value, dt.datetime):
+        return value.replace(tzinfo=None).strftime("%Y-%m-%dT%H:%M:%S.%f")
+    if isinstance(value, dt.date):
+        return value.strftime("%Y-%m-%dT00:00:00.000000")
+    raise BadVersionError(column, value)
+
+
+def render_value(row: Mapping[str, Any], mapping: TableMapping) -> tuple[str, str]:
+    """(kind, text) of the value update mode writes for ``row``.
+
+    JSON keeps numbers, strings, booleans and NULL as they are; DECIMAL, dates and
+    times become their canonical text and binary ``0x``-hex, as in keys. A hash gets
+    one field per non-NULL column. Raises MissingColumnError for an absent column.
+    """
+    columns = mapping.value_columns or tuple(row)
+    values = {}
+    for column in columns:
+        if column not in row:
+            raise MissingColumnError(f"value_columns of {mapping.table}", column)
+        values[column] = _plain(row[column])
+    if mapping.value_format == KIND_HASH:
+        flat: list[str] = []
+        for column, value in values.items():
+            if value is not None:
+                flat += [column, value if isinstance(value, str) else json.dumps(value)]
+        return KIND_HASH, json.dumps(flat, ensure_ascii=False, separators=(",", ":"))
+    return KIND_JSON, json.dumps(values, ensure_ascii=False, separators=(",", ":"))
+
+
+def _plain(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if value == value and value not in (float("inf"), float("-inf")) else str(value)
+    if isinstance(value, (dict, list)):          # a JSON column stays JSON
+        return json.loads(json.dumps(value, default=canonical_text))
+    if isinstance(value, (set, frozenset)):
+        return sorted(value)
+    return canonical_text(value)
+
+
+def merge_writes(writes: Iterable[CacheWrite]) -> list[CacheWrite]:
+    """One write per key: the newest version wins, a later equal version replaces an earlier.
+
+    The fencing script would refuse the older ones anyway; sending only the newest
+    turns repeated updates of a hot key within a batch into one Redis operation.
+    """
+    newest: dict[str, CacheWrite] = {}
+    for w in writes:
+        have = newest.get(w.key)
+        if have is None or w.version >= have.version:
+            newest[w.key] = w
+    return list(newest.values())
