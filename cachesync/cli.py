@@ -10,12 +10,13 @@ from __future__ import annotations
 import click
 
 from cachesync import __version__
-from cachesync.commands import consume, demo, relay, run, status, tail
+from cachesync.commands import consume, demo, explain, lint, relay, run, status, tail
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
              epilog="Exit codes: 0 ok, 1 runtime failure, 2 usage/config error, "
-                    "3 server not ready (settings, grants, credentials).")
+                    "3 server not ready (settings, grants, credentials), "
+                    "4 explain/lint found a problem.")
 @click.version_option(__version__, prog_name="cachesync")
 def cli() -> None:
     """Keep Redis consistent with MySQL: binlog -> Kafka -> idempotent cache invalidation.
@@ -30,6 +31,8 @@ cli.add_command(consume.command)
 cli.add_command(relay.command)
 cli.add_command(demo.command)
 cli.add_command(run.command)
+cli.add_command(explain.command)
+cli.add_command(lint.command)
 cli.add_command(status.command)
 
 

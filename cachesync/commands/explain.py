@@ -1,0 +1,60 @@
+"""``cachesync explain``: the Redis operations cachesync would run for one row change."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from cachesync.commands.common import EXIT_CONFIG, handle_errors, settings_options
+from cachesync.explain import explain_event, infer_op, make_event, parse_row, table_header
+from cachesync.wiring import mappings as all_mappings
+
+EXIT_FINDINGS = 4
+
+
+@click.command("explain")
+@click.argument("table")
+@click.option("--row", "row_json", metavar="JSON",
+              help="The row as a JSON object; shows insert, update (unchanged row) and delete.")
+@click.option("--before", "before_json", metavar="JSON", help="Before image (update, delete).")
+@click.option("--after", "after_json", metavar="JSON", help="After image (insert, update).")
+@settings_options
+def command(settings, table: str, row_json, before_json, after_json) -> None:
+    """Print the keys and Redis operations cachesync would run for a change of TABLE.
+
+    TABLE is db.table as written in the mapping. Give --row, or --before and/or
+    --after (both: update; only --after: insert; only --before: delete). Values are
+    JSON; tagged values such as {"$dt": "2024-01-02T03:04:05"} are decoded as the
+    tailer encodes them. Uses the consumer's own planner, nothing is written and no
+    server is contacted. Exit 4 when the change would be dead-lettered.
+    """
+    with handle_errors():
+        mappings = all_mappings(settings)
+        mapping = mappings.tables.get(table)
+        if mapping is None:
+            _usage(f"no mapping for table {table!r}; mapped: {', '.join(settings.tables.tables)}")
+        try:
+            row = parse_row(row_json, "--row")
+            before, after = parse_row(before_json, "--before"), parse_row(after_json, "--after")
+        except ValueError as e:
+            _usage(str(e))
+        if (row is None) == (before is None and after is None):
+            _usage("give either --row, or --before and/or --after")
+        cases = ([("insert", None, row), ("update", row, row), ("delete", row, None)]
+                 if row is not None else [(infer_op(before, after), before, after)])
+        click.echo(table_header(mapping))
+        poison = False
+        for op, b, a in cases:
+            lines, bad = explain_event(make_event(table, op, b, a), mappings)
+            poison |= bad
+            click.echo(f"{op}:")
+            for line in lines:
+                click.echo(f"  {line}")
+    if poison:
+        sys.exit(EXIT_FINDINGS)
+
+
+def _usage(message: str) -> None:
+    click.echo(f"cachesync explain: {message}", err=True)
+    sys.exit(EXIT_CONFIG)

@@ -1,0 +1,75 @@
+"""``cachesync lint``: find mapping templates that could leave keys behind in Redis."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+import pymysql
+import redis
+
+from cachesync.commands.common import handle_errors, settings_options
+from cachesync.explain import keys_without_ttl, lint, live_columns
+from cachesync.wiring import mysql_params
+from producer_outbox.mysql import classify
+from schema.errors import FatalError, RetryableError
+
+EXIT_FINDINGS = 4
+
+
+@click.command("lint")
+@click.option("--offline", is_flag=True,
+              help="Only the checks that need no server (the delete path).")
+@click.option("--sample", default=1000, show_default=True, type=click.IntRange(1, 1_000_000),
+              help="Keys per template to examine for a missing TTL (SCAN, never KEYS).")
+@settings_options
+def command(settings, offline: bool, sample: int) -> None:
+    """Warn about key templates in the mapping that could leave keys behind.
+
+    \b
+    delete-path     a delete or key-column change that does not touch the old key
+                    (the template is rendered only from the after image)
+    missing-column  a template, version or value column the live table does not
+                    have (information_schema; every event would be dead-lettered)
+    missing-table   a mapped table that does not exist or is not visible
+    no-ttl          live Redis keys matching a template that have no TTL
+
+    Exit 0 when clean, 4 when it found something; 1/3 when MySQL or Redis is
+    unreachable or refuses (use --offline to check without servers).
+    """
+    with handle_errors():
+        columns = no_ttl = None
+        if not offline:
+            columns = _columns(settings)
+            no_ttl = _no_ttl(settings, sample)
+        findings = lint(settings.tables, columns, no_ttl)
+    for finding in findings:
+        click.echo(f"warning: {finding}")
+    checked = "delete-path" if offline else "delete-path, columns, TTLs"
+    click.echo(f"{len(settings.tables.tables)} table(s), {len(findings)} warning(s) ({checked})")
+    if findings:
+        sys.exit(EXIT_FINDINGS)
+
+
+def _columns(settings) -> dict[str, set[str]]:
+    conn = mysql_params(settings).connect(database=None)
+    try:
+        return live_columns(conn, settings.tables.tables)
+    except pymysql.err.MySQLError as e:
+        raise classify(e) from e
+    finally:
+        conn.close()
+
+
+def _no_ttl(settings, sample: int) -> dict[str, list[str]]:
+    client = redis.Redis.from_url(str(settings.redis.url), socket_timeout=5,
+                                  socket_connect_timeout=5)
+    try:
+        return {t.text: keys_without_ttl(client, t, sample)
+                for m in settings.tables.tables.values() for t in m.keys}
+    except redis.AuthenticationError as e:
+        raise FatalError(f"Redis refused the credentials: {e}") from e
+    except redis.RedisError as e:
+        raise RetryableError(f"Redis unavailable: {e}") from e
+    finally:
+        client.close()

@@ -1,0 +1,167 @@
+"""cachesync explain / lint without servers: known rows, each lint check, exit codes."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from cachesync.cli import cli
+from cachesync.explain import (check_columns, check_delete_path, explain_event, key_pattern,
+                               lint, make_event)
+from consumer.core.plan import Plan, plan_batch
+from schema.mapping import KeyTemplate, parse_mappings
+
+TABLES = {"app.users": {"keys": ["user:{id}", "user:email:{email}"], "ttl": 600}}
+MAPPINGS = parse_mappings(TABLES)
+USERS = MAPPINGS.tables["app.users"]
+
+
+def explain(op, before, after):
+    lines, poison = explain_event(make_event("app.users", op, before, after), MAPPINGS)
+    return lines, poison
+
+
+@pytest.mark.parametrize("op, before, after, expected", [
+    ("insert", None, {"id": 1, "email": "a@x"},
+     ["UNLINK user:1 cachesync:lease:user:1",
+      "UNLINK user:email:a@x cachesync:lease:user:email:a@x"]),
+    ("update", {"id": 1, "email": "a@x"}, {"id": 1, "email": "b@x"},
+     ["UNLINK user:1 cachesync:lease:user:1",
+      "UNLINK user:email:a@x cachesync:lease:user:email:a@x",
+      "UNLINK user:email:b@x cachesync:lease:user:email:b@x"]),
+    ("delete", {"id": 1, "email": "a@x"}, None,
+     ["UNLINK user:1 cachesync:lease:user:1",
+      "UNLINK user:email:a@x cachesync:lease:user:email:a@x"]),
+    ("insert", None, {"id": 2, "email": None},
+     ["UNLINK user:2 cachesync:lease:user:2",
+      "skipped 1 template rendering(s): a key column is NULL"]),
+    ("insert", None, {"id": {"$dec": "7.50"}, "email": "c@x"},          # tagged JSON values
+     ["UNLINK user:7.50 cachesync:lease:user:7.50",
+      "UNLINK user:email:c@x cachesync:lease:user:email:c@x"]),
+])
+def test_explain_known_rows(op, before, after, expected):
+    assert explain(op, before, after) == (expected, False)
+
+
+def test_explain_shows_a_dead_letter():
+    lines, poison = explain("delete", {"id": 1}, None)
+    assert poison and lines[0].startswith("dead letter (missing_column)")
+
+
+# -- lint --------------------------------------------------------------------------------
+def after_only_planner(events, mappings):
+    """A planner with the bug the delete-path check exists for: it ignores before images."""
+    events = list(events)
+    plan = plan_batch([_after_only(e) for e in events], mappings)
+    return plan
+
+
+def _after_only(event):
+    from dataclasses import replace
+    return replace(event, before=None)
+
+
+def test_delete_path_is_clean_with_the_real_planner():
+    assert check_delete_path(USERS, MAPPINGS) == []
+
+
+def test_delete_path_flags_a_planner_that_renders_only_the_after_image():
+    found = check_delete_path(USERS, MAPPINGS, after_only_planner)
+    assert [(f.check, f.message.split(" path")[0]) for f in found] == [
+        ("delete-path", "the delete"), ("delete-path", "the delete"),
+        ("delete-path", "the key-column change"), ("delete-path", "the key-column change")]
+    assert "'user:email:{email}'" in found[1].message
+
+
+def test_delete_path_reports_a_planner_that_cannot_plan():
+    def poisoned(events, mappings):
+        plan = Plan()
+        plan.poison = [(e, _Poison()) for e in events]
+        return plan
+    found = check_delete_path(USERS, MAPPINGS, poisoned)
+    assert [f.check for f in found] == ["delete-path", "delete-path"]
+
+
+class _Poison(Exception):
+    reason = "bad"
+
+
+@pytest.mark.parametrize("live, expected", [
+    ({"id", "email", "name"}, []),
+    ({"ID", "Email"}, []),                                       # MySQL column names are case-insensitive
+    ({"id", "name"}, [("missing-column", "column 'email' (named by 'user:email:{email}')")]),
+    (None, [("missing-table", "the table does not exist")]),
+])
+def test_columns_check(live, expected):
+    found = check_columns(USERS, live)
+    assert [(f.check, f.message[:len(e)]) for f, (_, e) in zip(found, expected)] == expected
+    assert len(found) == len(expected)
+
+
+def test_lint_combines_all_three_checks():
+    found = lint(MAPPINGS, columns={"app.users": {"id"}},
+                 no_ttl={"user:{id}": ["user:1", "user:2"], "user:email:{email}": []},
+                 planner=after_only_planner)
+    assert sorted({f.check for f in found}) == ["delete-path", "missing-column", "no-ttl"]
+    no_ttl = [f for f in found if f.check == "no-ttl"]
+    assert len(no_ttl) == 1 and "2 sampled key(s) matching 'user:{id}'" in no_ttl[0].message
+
+
+def test_lint_without_live_data_checks_only_the_delete_path():
+    assert lint(MAPPINGS) == []
+
+
+@pytest.mark.parametrize("template, pattern", [
+    ("user:{id}", "user:*"),
+    ("user:email:{email}", "user:email:*"),
+    ("a*b?[x]:{id}:{k}", r"a\*b\?\[x\]:*:*"),
+])
+def test_key_pattern_escapes_the_literal_text(template, pattern):
+    assert key_pattern(KeyTemplate.parse(template)) == pattern
+
+
+# -- commands ------------------------------------------------------------------------------
+@pytest.fixture
+def config(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"tables": TABLES}))
+    return str(path)
+
+
+def run(*args):
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def test_explain_command_prints_every_op_for_a_row(config):
+    result = run("explain", "app.users", "--row", '{"id": 1, "email": "a@x"}', "-c", config)
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[0] == ("app.users: mode delete, TTL 600s ±10%, "
+                                             "keys user:{id}, user:email:{email}")
+    assert [l for l in result.output.splitlines() if l.endswith(":")] == ["insert:", "update:",
+                                                                          "delete:"]
+
+
+def test_explain_command_infers_the_op(config):
+    result = run("explain", "app.users", "--before", '{"id": 1, "email": "a@x"}', "-c", config)
+    assert result.exit_code == 0 and "delete:" in result.output
+
+
+@pytest.mark.parametrize("args, code, message", [
+    (["app.nope", "--row", "{}"], 2, "no mapping for table 'app.nope'; mapped: app.users"),
+    (["app.users"], 2, "give either --row, or --before and/or --after"),
+    (["app.users", "--row", "{}", "--after", "{}"], 2, "give either --row"),
+    (["app.users", "--row", "[1]"], 2, "--row must be a JSON object"),
+    (["app.users", "--after", "{bad"], 2, "--after is not valid JSON"),
+    (["app.users", "--after", '{"id": 1}'], 4, "dead letter (missing_column)"),
+])
+def test_explain_command_exit_codes(config, args, code, message):
+    result = CliRunner().invoke(cli, ["explain", *args, "-c", config])
+    assert result.exit_code == code
+    assert message in result.output
+
+
+def test_lint_offline_is_clean_for_a_good_mapping(config):
+    result = run("lint", "--offline", "-c", config)
+    assert result.exit_code == 0
+    assert result.output.strip() == "1 table(s), 0 warning(s) (delete-path)"
