@@ -52,7 +52,10 @@ def collect(settings) -> dict:
         lag = part("lag", lambda: [vars(a) for a in applied_lag(session, ns)])
         dedup = part("dedup", lambda: dedup_counts(session, ns))
         per_partition = part("kafka", lambda: kafka.consumer_lag(k.group_id, k.topic))
-        depth = part("dead_letters", lambda: kafka.depth(k.dead_letter_topic))
+        if "kafka" in errors:        # unreachable: do not wait for the same timeout twice
+            errors["dead_letters"], depth = errors["kafka"], None
+        else:
+            depth = part("dead_letters", lambda: kafka.depth(k.dead_letter_topic))
     finally:
         session.close()
         kafka.close()

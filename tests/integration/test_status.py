@@ -1,0 +1,65 @@
+"""`cachesync status --json` against a running pipeline on the real services."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from tests.support import wait_for
+
+USERS = {"users": {"keys": ["user:{id}"]}}
+
+
+def status(lab, cfg: str) -> tuple[int, dict]:
+    out = subprocess.run([sys.executable, "-m", "cachesync", "status", "--json", "--config", cfg],
+                         env={**os.environ, **lab.stack.env}, capture_output=True, text=True,
+                         timeout=60)
+    return out.returncode, json.loads(out.stdout)
+
+
+def test_status_json_reports_every_part(lab):
+    lab.sql("CREATE TABLE users (id INT PRIMARY KEY, name VARCHAR(50))")
+    cfg = lab.write_config(USERS, tailer={"heartbeat_interval_s": 0.2})
+    lab.start_tailer(cfg)
+    lab.spawn("consume", cfg)
+    lab.sql("INSERT INTO users VALUES (1, 'a'), (2, 'b'), (3, 'c')")
+    lab.produce_raw(b"not an event")
+    wait_for(lambda: lab.dedup_rows("done") >= 3, 60, interval=0.2, what="3 rows applied")
+
+    def settled():
+        rc, doc = status(lab, cfg)
+        ok = (rc == 0 and doc["lag"] and doc["kafka"]["consumer_lag"] == 0
+              and doc["dead_letters"]["depth"] == 1)
+        return doc if ok else None
+    doc = wait_for(settled, 60, interval=0.5, what="status showing lag, no backlog, 1 dead letter")
+
+    assert set(doc) == {"schema_version", "checkpoints", "lag", "kafka", "dedup", "dead_letters",
+                        "errors"}
+    assert doc["schema_version"] == 1 and doc["errors"] == {}
+    mine = [c for c in doc["checkpoints"] if c["name"] == f"tailer-{lab.suffix}"]
+    assert len(mine) == 1
+    assert set(mine[0]) == {"name", "server", "position", "updated_at", "age_s"}
+    assert mine[0]["position"].startswith(("gtid=", "mysql-bin")) and mine[0]["age_s"] < 30
+    (lag,) = doc["lag"]
+    assert lag["namespace"] == f"g-{lab.suffix}" and lag["source"] == f"tailer-{lab.suffix}"
+    assert 0 <= lag["commit_to_apply_s"] < 5 and lag["measured_s_ago"] < 30
+    assert doc["kafka"]["topic"] == lab.topic and doc["kafka"]["group"] == f"g-{lab.suffix}"
+    assert set(doc["kafka"]["partitions"]) == {"0", "1", "2"}
+    d = doc["dedup"]
+    assert d["namespace"] == f"g-{lab.suffix}" and d["total"] == d["done"] + d["claimed"]
+    assert d["done"] >= 3 + 1        # the rows plus at least one heartbeat
+    assert doc["dead_letters"] == {"topic": lab.dlq, "depth": 1}
+
+
+def test_status_names_an_unreachable_kafka_and_exits_1(lab):
+    cfg = lab.write_config(USERS)
+    env = {**os.environ, **lab.stack.env, "CACHESYNC_KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1"}
+    out = subprocess.run([sys.executable, "-m", "cachesync", "status", "--json", "--config", cfg],
+                         env=env, capture_output=True, text=True, timeout=120)
+    doc = json.loads(out.stdout)
+    assert out.returncode == 1
+    assert set(doc["errors"]) == {"kafka", "dead_letters"}
+    assert doc["kafka"] is None and doc["dead_letters"] is None
+    assert doc["dedup"] == {"namespace": f"g-{lab.suffix}", "claimed": 0, "done": 0, "total": 0}
