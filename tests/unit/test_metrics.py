@@ -1,0 +1,156 @@
+"""Metrics, readiness and the HTTP server, without services (real sockets on loopback)."""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+
+from cachesync.http import OpsServer, parse_listen
+from cachesync.metrics import ConsumerMetrics, Cumulative
+from consumer.core.plan import EventPlan
+from producer_outbox.heartbeat import own_rows_only, with_heartbeat
+from schema.errors import ConfigError
+from schema.event import ChangeEvent, Source
+from schema.mapping import parse_mappings
+
+
+@dataclass
+class Stats:
+    consumed: int = 7
+    applied: int = 5
+    duplicates: int = 1
+    dead_lettered: int = 1
+    retries: int = 2
+
+
+@dataclass
+class Batch:
+    applied: list = field(default_factory=list)
+    applied_at: float = 0.0
+
+
+def event(db="app", table="users", commit_ts=100.0, kind="binlog", after=None) -> EventPlan:
+    e = ChangeEvent(id="x", source=Source(kind, "s", "0-1-1", commit_ts), db=db, table=table,
+                    op="update", pk=(("name", "t1"),), before=None, after=after or {"id": 1},
+                    version=1)
+    return EventPlan(e, ())
+
+
+def samples(registry) -> dict:
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in registry.collect() for s in fam.samples}
+
+
+def test_counters_come_from_stats_and_fenced_defaults_to_zero():
+    reg = CollectorRegistry()
+    ConsumerMetrics(reg, lambda: Stats(), "cachesync")
+    m = samples(reg)
+    assert m[("cachesync_events_consumed_total", ())] == 7
+    assert m[("cachesync_retries_total", ())] == 2
+    assert m[("cachesync_fenced_writes_refused_total", ())] == 0   # Stats has no `fenced` yet
+
+
+def test_lag_uses_commit_time_and_the_heartbeats_microsecond_time():
+    reg, beats = CollectorRegistry(), []
+    cm = ConsumerMetrics(reg, lambda: None, "cachesync", on_heartbeat=lambda *a: beats.append(a))
+    hb = event("cachesync", "cachesync_heartbeat", commit_ts=100.0,
+               after={"name": "t1", "beat_us": 100_400_000})
+    cm.on_batch(Batch([event(commit_ts=100.0), hb], applied_at=100.5))
+    m = samples(reg)
+    assert m[("cachesync_commit_to_apply_seconds_sum", (("kind", "binlog"),))] == pytest.approx(0.5)
+    assert m[("cachesync_commit_to_apply_seconds_sum", (("kind", "heartbeat"),))] == pytest.approx(0.1)
+    assert m[("cachesync_commit_to_apply_seconds_bucket", (("kind", "binlog"), ("le", "0.5")))] == 1
+    assert beats == [("t1", 100.4, 100.5)]
+
+
+def test_a_failing_hook_never_raises_into_the_engine():
+    cm = ConsumerMetrics(CollectorRegistry(), lambda: None, "cachesync",
+                         on_heartbeat=lambda *a: 1 / 0)
+    hb = event("cachesync", "cachesync_heartbeat", after={"name": "t", "beat_us": 1})
+    cm.on_batch(Batch([hb], applied_at=2.0))          # logged, not raised
+
+
+@pytest.mark.parametrize("last_lag, backlog, last_apply, now, ready", [
+    (0.5, 0, 0.0, 1000.0, True),      # idle and caught up: old applies do not matter
+    (45.0, 0, 990.0, 1000.0, False),  # the newest event arrived 45 s late
+    (0.5, 10, 990.0, 1000.0, True),   # backlog, but applying within the limit
+    (0.5, 10, 900.0, 1000.0, False),  # backlog and nothing applied for 100 s: stalled
+])
+def test_lag_problem(last_lag, backlog, last_apply, now, ready):
+    cm = ConsumerMetrics(CollectorRegistry(), lambda: None, "cachesync")
+    cm.last_lag_s, cm.last_apply_at = last_lag, last_apply
+    cm.set_kafka_lag({0: backlog})
+    assert (cm.lag_problem(30.0, now=now) is None) is ready
+
+
+def test_cumulative_sums_restarted_instances():
+    @dataclass
+    class T:
+        published: int = 0
+    c, a, b = Cumulative(("published",)), T(3), T(0)
+    c.track(a)
+    a.published = 5
+    c.track(b)
+    b.published = 2
+    assert c.published == 7
+
+
+def test_registries_are_per_process_objects_not_the_global_default():
+    a, b = CollectorRegistry(), CollectorRegistry()
+    ConsumerMetrics(a, lambda: Stats(), "cachesync")
+    ConsumerMetrics(b, lambda: Stats(), "cachesync")      # no "duplicated timeseries" error
+    assert b"cachesync_events_applied_total 5.0" in generate_latest(a)
+
+
+@pytest.mark.parametrize("listen, expected", [
+    ("127.0.0.1:9464", ("127.0.0.1", 9464)), ("0.0.0.0:0", ("0.0.0.0", 0)),
+    ("[::1]:9000", ("::1", 9000)), ("auto", ("127.0.0.1", 9465)), ("off", None)])
+def test_parse_listen(listen, expected):
+    assert parse_listen(listen, "tail") == expected
+
+
+@pytest.mark.parametrize("listen", ["9464", "host:", "host:http", "h:70000"])
+def test_parse_listen_rejects(listen):
+    with pytest.raises(ConfigError, match="metrics.listen"):
+        parse_listen(listen, "tail")
+
+
+def get(addr, path):
+    try:
+        with urllib.request.urlopen(f"http://{addr}{path}", timeout=5) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def test_server_endpoints_and_a_taken_port():
+    reg, problems = CollectorRegistry(), []
+    ConsumerMetrics(reg, lambda: Stats(), "cachesync")
+    server = OpsServer(("127.0.0.1", 0), reg, [lambda: problems[0] if problems else None]).start()
+    try:
+        assert server.address.startswith("127.0.0.1:")
+        assert get(server.address, "/healthz") == (200, "ok\n")
+        assert get(server.address, "/readyz") == (200, "ready\n")
+        problems.append("Kafka unavailable")
+        assert get(server.address, "/readyz") == (503, "Kafka unavailable\n")
+        assert "cachesync_events_applied_total 5.0" in get(server.address, "/metrics")[1]
+        assert get(server.address, "/nope")[0] == 404
+        host, port = server.address.split(":")
+        with pytest.raises(ConfigError, match="cannot listen"):
+            OpsServer((host, int(port)), reg, [])
+    finally:
+        server.close()
+
+
+def test_heartbeat_mapping_renders_no_key_and_tailers_keep_only_their_row():
+    m = with_heartbeat(parse_mappings({"app.users": {"keys": ["user:{id}"]}}), "cachesync")
+    hb = m.get("cachesync", "cachesync_heartbeat")
+    assert [t.render({"name": "a", "beat_us": 1, "cache_key": None}) for t in hb.keys] == [None]
+    keep = own_rows_only("cachesync", "t1")
+    assert keep("cachesync", "cachesync_heartbeat", {"name": "t1"})
+    assert not keep("cachesync", "cachesync_heartbeat", {"name": "t2"})
+    assert keep("app", "users", {"id": 1})
