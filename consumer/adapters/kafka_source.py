@@ -97,12 +97,8 @@ class KafkaDeadLetters:
         self._pending.append(((record, reason, detail), self._send(record, reason, detail)))
 
     def _send(self, record: Record, reason: str, detail: str):
-        headers = [("reason", reason.encode()), ("detail", detail[:1000].encode("utf-8", "replace")),
-                   ("origin", f"{record.topic}/{record.partition}/{record.offset}".encode())]
-        msg_id = record.header("id")
-        if msg_id is not None:
-            headers.append(("id", msg_id))
-        return self._producer.send(self._topic, key=record.key, value=record.value, headers=headers)
+        return self._producer.send(self._topic, key=record.key, value=record.value,
+                                   headers=dead_letter_headers(record, reason, detail))
 
     def flush(self) -> None:
         """Block until every dead letter is acknowledged; raises RetryableError otherwise.
@@ -123,3 +119,22 @@ class KafkaDeadLetters:
 
     def close(self) -> None:
         self._producer.close(timeout=10)
+
+
+def dead_letter_headers(record: Record, reason: str, detail: str) -> list[tuple[str, bytes]]:
+    """reason, detail, the origin (topic, partition, offset) and attempts.
+
+    ``attempts`` counts how often this message was dead-lettered: a replayed dead
+    letter carries its headers back to the change topic, so a second failure says 2.
+    The message id header is kept, so a replay is deduplicated like the original.
+    """
+    previous = record.header("attempts")
+    attempts = int(previous) + 1 if previous and previous.isdigit() else 1
+    headers = [("reason", reason.encode()), ("detail", detail[:1000].encode("utf-8", "replace")),
+               ("origin", f"{record.topic}/{record.partition}/{record.offset}".encode()),
+               ("topic", record.topic.encode()), ("partition", str(record.partition).encode()),
+               ("offset", str(record.offset).encode()), ("attempts", str(attempts).encode())]
+    msg_id = record.header("id")
+    if msg_id is not None:
+        headers.append(("id", msg_id))
+    return headers

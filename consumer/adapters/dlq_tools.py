@@ -1,0 +1,137 @@
+"""Operator tools over the dead-letter topic: list what is there, replay it.
+
+``replay`` re-publishes dead letters to the change topic with their original
+bytes and headers (the ``id`` header keeps the dedup identity, ``attempts``
+counts the tries). Which letters were already replayed is remembered by a
+consumer group of its own (``<group>.dlq-replay``) whose offsets are committed
+only after Kafka acknowledged the re-publish, so running it twice replays
+nothing twice (and the dedup table would drop a duplicate anyway).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+from kafka import KafkaConsumer, KafkaProducer, OffsetAndMetadata, TopicPartition
+from kafka.errors import KafkaError
+
+from schema.errors import RetryableError
+
+HEADER_FIELDS = ("reason", "detail", "topic", "partition", "offset", "attempts", "id")
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    partition: int
+    offset: int
+    timestamp_ms: int
+    key: bytes | None
+    value: bytes
+    headers: tuple[tuple[str, bytes], ...]
+
+    def header(self, name: str) -> str:
+        for k, v in self.headers:
+            if k == name:
+                return v.decode("utf-8", "replace")
+        return ""
+
+    def summary(self) -> dict:
+        """JSON-friendly: position, the known headers, the size of the original bytes."""
+        out = {"partition": self.partition, "offset": self.offset,
+               "timestamp_ms": self.timestamp_ms, "bytes": len(self.value or b"")}
+        out.update({name: self.header(name) for name in HEADER_FIELDS})
+        return out
+
+
+def read_dead_letters(bootstrap: str, topic: str, *, group: str | None = None,
+                      limit: int | None = None, timeout_s: float = 30.0) -> list[DeadLetter]:
+    """Dead letters from the start (or, with ``group``, from its committed offsets) to the end."""
+    with _reader(bootstrap, topic, group) as (consumer, partitions):
+        return list(_read(consumer, partitions, limit, timeout_s))
+
+
+def replay_dead_letters(bootstrap: str, dlq_topic: str, target_topic: str, group: str, *,
+                        accept: Callable[[DeadLetter], bool] = lambda _: True,
+                        dry_run: bool = False, timeout_s: float = 60.0) -> tuple[int, int]:
+    """Re-publish the dead letters ``group`` has not replayed yet; returns (replayed, skipped).
+
+    Letters ``accept`` rejects are skipped and stay in the topic, but the group moves
+    past them too: replay is "everything from here on that matches". ``dry_run`` only
+    counts. Raises RetryableError when Kafka does not acknowledge.
+    """
+    with _reader(bootstrap, dlq_topic, group) as (consumer, partitions):
+        letters = list(_read(consumer, partitions, None, timeout_s))
+        chosen = [d for d in letters if accept(d)]
+        if dry_run:
+            return len(chosen), len(letters) - len(chosen)
+        producer = KafkaProducer(bootstrap_servers=bootstrap.split(","), acks="all",
+                                 enable_idempotence=True, client_id="cachesync-dlq-replay")
+        try:
+            futures = [producer.send(target_topic, key=d.key, value=d.value,
+                                     headers=list(d.headers)) for d in chosen]
+            producer.flush(timeout=timeout_s)
+            for f in futures:
+                f.get(timeout=0)
+        except KafkaError as e:
+            raise RetryableError(f"replay not acknowledged by Kafka (nothing committed; "
+                                 f"run it again): {e}") from e
+        finally:
+            producer.close(timeout=10)
+        ends: dict[TopicPartition, int] = {}
+        for d in letters:
+            tp = TopicPartition(dlq_topic, d.partition)
+            ends[tp] = max(ends.get(tp, 0), d.offset + 1)
+        if ends:
+            consumer.commit({tp: OffsetAndMetadata(o, "", -1) for tp, o in ends.items()})
+        return len(chosen), len(letters) - len(chosen)
+
+
+class _reader:
+    def __init__(self, bootstrap: str, topic: str, group: str | None):
+        self._args = bootstrap, topic, group
+
+    def __enter__(self):
+        bootstrap, topic, group = self._args
+        try:
+            self._consumer = KafkaConsumer(bootstrap_servers=bootstrap.split(","), group_id=group,
+                                           enable_auto_commit=False, auto_offset_reset="earliest",
+                                           client_id="cachesync-dlq-tools")
+            ids = self._consumer.partitions_for_topic(topic)
+        except KafkaError as e:
+            raise RetryableError(f"Kafka unavailable at {bootstrap}: {e}") from e
+        if not ids:
+            self._consumer.close()
+            raise RetryableError(f"dead-letter topic {topic!r} does not exist (yet)")
+        partitions = [TopicPartition(topic, p) for p in sorted(ids)]
+        self._consumer.assign(partitions)
+        committed = {tp: self._consumer.committed(tp) if group else None for tp in partitions}
+        for tp in partitions:
+            if committed[tp] is None:
+                self._consumer.seek_to_beginning(tp)
+            else:
+                self._consumer.seek(tp, committed[tp])
+        return self._consumer, partitions
+
+    def __exit__(self, *exc):
+        self._consumer.close()
+        return False
+
+
+def _read(consumer, partitions, limit: int | None, timeout_s: float) -> Iterator[DeadLetter]:
+    end = consumer.end_offsets(partitions)
+    deadline, n = time.monotonic() + timeout_s, 0
+    while any(consumer.position(tp) < end[tp] for tp in partitions):
+        for batch in consumer.poll(timeout_ms=200).values():
+            for r in batch:
+                if r.offset >= end[TopicPartition(r.topic, r.partition)]:
+                    continue
+                yield DeadLetter(r.partition, r.offset, r.timestamp, r.key, r.value or b"",
+                                 tuple(r.headers or ()))
+                n += 1
+                if limit is not None and n >= limit:
+                    return
+        if time.monotonic() > deadline:
+            raise RetryableError("could not read the dead-letter topic to its end in "
+                                 f"{timeout_s:.0f}s")
