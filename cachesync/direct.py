@@ -15,15 +15,16 @@ import logging
 import threading
 import time
 from collections import deque
+from dataclasses import replace
 from typing import Callable, Mapping
 
 from cachesync import wiring
 from cachesync.config import Settings
-from consumer.adapters.mysql_dedup import MySQLDedupStore
 from consumer.adapters.redis_cache import RedisCache
 from consumer.core.offsets import Record
-from consumer.engine import EngineOptions, PythonEngine
+from consumer.engine import PythonEngine
 from producer_outbox.checkpoint import MySQLCheckpointStore
+from producer_outbox.heartbeat import own_rows_only
 from producer_outbox.tailer import Tailer, TailerOptions
 from schema.errors import FatalError
 
@@ -156,19 +157,22 @@ class LogDeadLetters:
 def build_direct(settings: Settings) -> DirectSidecar:
     """The tailer, the engine and the queue between them, from Settings.
 
-    The dedup namespace is ``consumer.namespace`` or ``direct-<tailer.name>``, so a
-    direct sidecar never shares dedup rows with a Kafka consumer group.
+    Same adapters as ``wiring.build_tailer`` and ``wiring.build_engine`` except the
+    queue for Kafka and LogDeadLetters for the dead-letter topic. The dedup namespace
+    is ``consumer.namespace`` or ``direct-<tailer.name>``, so a direct sidecar never
+    shares dedup records with a Kafka consumer group.
     """
-    params, t, c = wiring.mysql_params(settings), settings.tailer, settings.consumer
+    params, t = wiring.mysql_params(settings), settings.tailer
+    namespace = settings.consumer.namespace or f"direct-{t.name}"
+    settings = replace(settings, consumer=replace(settings.consumer, namespace=namespace))
     queue = InProcessQueue()
-    tailer = Tailer(params, queue, MySQLCheckpointStore(params.connect, t.name), settings.tables,
+    tailer = Tailer(params, queue, MySQLCheckpointStore(params.connect, t.name),
+                    wiring.mappings(settings),
                     TailerOptions(topic="direct", replica_server_id=t.server_id,
                                   max_inflight=t.max_inflight,
-                                  checkpoint_interval_s=t.checkpoint_interval_s))
-    engine = PythonEngine(
-        source=queue, dedup=MySQLDedupStore(params, c.namespace or f"direct-{t.name}"),
-        cache=RedisCache(str(settings.redis.url)), dead_letters=LogDeadLetters(),
-        mappings=settings.tables,
-        options=EngineOptions(batch_size=c.batch_size, poll_timeout_s=c.poll_timeout_s,
-                              claim_lease_s=c.claim_lease_s))
+                                  checkpoint_interval_s=t.checkpoint_interval_s,
+                                  row_filter=own_rows_only(settings.mysql.state_db, t.name)))
+    engine = PythonEngine(source=queue, dedup=wiring.build_dedup(settings),
+                          cache=RedisCache(str(settings.redis.url)), dead_letters=LogDeadLetters(),
+                          mappings=wiring.mappings(settings), options=wiring.engine_options(settings))
     return DirectSidecar(tailer, engine, queue)

@@ -165,3 +165,18 @@ def test_lint_offline_is_clean_for_a_good_mapping(config):
     result = run("lint", "--offline", "-c", config)
     assert result.exit_code == 0
     assert result.output.strip() == "1 table(s), 0 warning(s) (delete-path)"
+
+
+def test_explain_renders_update_mode_writes():
+    mappings = parse_mappings({"app.users": {"keys": ["user:{id}", "user:email:{email}"],
+                                             "mode": "update", "version_column": "v",
+                                             "value_columns": ["id", "email"]}})
+    event = make_event("app.users", "update", {"id": 1, "email": "a@x", "v": 5},
+                       {"id": 1, "email": "b@x", "v": 6})
+    lines, poison = explain_event(event, mappings)
+    assert not poison
+    assert [line.split(" if stored version < ")[0] for line in lines] == [
+        "fenced SET user:1", "fenced SET user:email:b@x", "fenced DEL user:email:a@x"]
+    assert lines[0].endswith(': {"id":1,"email":"b@x"}  (TTL 3600s ±10%)')
+    assert lines[2].endswith("; tombstone for 3600s")
+    assert check_delete_path(mappings.tables["app.users"], mappings) == []

@@ -1,0 +1,156 @@
+"""Direct mode and the sidecar supervisor without servers: acks follow applies, one stop."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from cachesync.direct import InProcessQueue
+from cachesync.supervisor import RestartingTailer, run_together
+from consumer.adapters.memory import MemoryCache, MemoryDeadLetters, MemoryDedupStore
+from consumer.core.retry import RetryPolicy
+from consumer.engine import PythonEngine
+from schema.errors import FatalError, RetryableError
+from schema.event import ChangeEvent, Source, encode
+from schema.mapping import parse_mappings
+
+MAPPINGS = parse_mappings({"shop.users": {"keys": ["user:{id}"]}})
+
+
+def change(msg_id: str, uid: int) -> bytes:
+    return encode(ChangeEvent(msg_id, Source("binlog", "s", "0-1-1", 0.0), "shop", "users",
+                              "update", (("id", uid),), {"id": uid}, {"id": uid}, 1))
+
+
+class FlakyCache(MemoryCache):
+    """Fails the first ``failures`` deletes, as Redis being down would."""
+
+    def __init__(self, failures: int = 0):
+        super().__init__()
+        self.failures = failures
+
+    def delete(self, keys):
+        if self.failures:
+            self.failures -= 1
+            raise RetryableError("redis down")
+        return super().delete(keys)
+
+
+def send(queue, log, cache, msg_id, uid):
+    """Send one event; its ack records whether its key was already deleted at ack time."""
+    queue.send("direct", f"shop.users:{uid}", change(msg_id, uid), msg_id,
+               on_ack=lambda: log.append((msg_id, f"user:{uid}" in cache.deleted)),
+               on_error=lambda e: log.append((msg_id, e)))
+
+
+def engine(queue, cache):
+    return PythonEngine(queue, MemoryDedupStore(), cache, MemoryDeadLetters(), MAPPINGS,
+                        retry=RetryPolicy(base_s=0.001, cap_s=0.002))
+
+
+def test_queue_hands_records_to_the_engine_in_send_order():
+    queue = InProcessQueue()
+    for i in range(3):
+        queue.send("direct", f"k{i}", b"v", f"id{i}", on_ack=lambda: None, on_error=print)
+    records = queue.poll(2, 0)
+    assert [(r.offset, r.key, r.header("id")) for r in records] == [(0, b"k0", b"id0"),
+                                                                   (1, b"k1", b"id1")]
+    assert [r.offset for r in queue.poll(10, 0)] == [2]
+    assert queue.poll(10, 0) == [] and queue.pending == 3
+
+
+def test_acks_come_only_after_the_keys_were_deleted():
+    queue, cache, log = InProcessQueue(), FlakyCache(failures=2), []
+    for i in range(3):
+        send(queue, log, cache, f"m{i}", i)
+    e = engine(queue, cache)
+    assert log == []                                    # nothing acked before the engine ran
+    e.step()                                            # two failed deletes, retried, then applied
+    assert log == [("m0", True), ("m1", True), ("m2", True)]
+    assert queue.pending == 0
+    queue.flush(timeout_s=0)                            # nothing left: returns at once
+
+
+def test_an_engine_failure_fails_pending_and_later_sends():
+    queue, cache, log = InProcessQueue(), MemoryCache(), []
+    send(queue, log, cache, "m0", 0)
+    queue.fail(FatalError("redis refused the credentials"))
+    send(queue, log, cache, "m1", 1)
+    assert [(m, str(e)) for m, e in log] == [("m0", "redis refused the credentials"),
+                                             ("m1", "redis refused the credentials")]
+
+
+def test_flush_waits_for_the_engine():
+    queue, cache, log = InProcessQueue(), MemoryCache(), []
+    send(queue, log, cache, "m0", 0)
+    e = engine(queue, cache)
+    worker = threading.Thread(target=e.run)
+    worker.start()
+    queue.flush(timeout_s=10)
+    e.stop()
+    worker.join(10)
+    assert log == [("m0", True)]
+
+
+class FakeTailer:
+    def __init__(self, error=None):
+        self.error, self.stopped, self.published, self.committed = error, threading.Event(), 0, None
+
+    def run(self):
+        if self.error is not None:
+            raise self.error
+        self.stopped.wait(10)
+
+    def stop(self):
+        self.stopped.set()
+
+
+FAST = RetryPolicy(base_s=0.001, cap_s=0.002)
+
+
+def test_a_transient_failure_rebuilds_the_tailer():
+    built = [FakeTailer(RetryableError("mysql gone")), FakeTailer()]
+    loop = RestartingTailer(lambda: built.pop(0), FAST)
+    thread = threading.Thread(target=loop.run)
+    thread.start()
+    while built:                                       # the second tailer was taken
+        thread.join(0.01)
+    loop.stop()
+    thread.join(10)
+    assert not thread.is_alive() and loop.last.stopped.is_set()
+
+
+def test_a_fatal_cause_behind_a_publish_failure_is_fatal():
+    cause = FatalError("redis refused the credentials")
+    try:
+        raise RetryableError("send failed") from cause
+    except RetryableError as e:
+        failing = e
+    loop = RestartingTailer(lambda: FakeTailer(failing), FAST)
+    with pytest.raises(FatalError, match="refused"):
+        loop.run()
+
+
+def test_one_fatal_component_stops_the_others_and_is_raised():
+    healthy = FakeTailer()
+    with pytest.raises(FatalError, match="bad grants"):
+        run_together({"tailer": FakeTailer(FatalError("bad grants")), "consumer": healthy},
+                      install_stop=lambda stop: None)
+    assert healthy.stopped.is_set()
+
+
+def test_the_stop_request_stops_everything_cleanly():
+    a, b = FakeTailer(), FakeTailer()
+    run_together({"a": a, "b": b}, install_stop=lambda stop: stop())   # as if SIGTERM came at once
+    assert a.stopped.is_set() and b.stopped.is_set()
+
+
+@pytest.mark.parametrize("errors, expected", [
+    ([RetryableError("r"), FatalError("f")], FatalError),
+    ([ValueError("v"), RetryableError("r")], RetryableError),
+])
+def test_the_most_severe_error_wins(errors, expected):
+    with pytest.raises(expected):
+        run_together({str(i): FakeTailer(e) for i, e in enumerate(errors)},
+                     install_stop=lambda stop: None)
