@@ -17,12 +17,14 @@ from cachesync.wiring import build_engine
               "Structured Streaming query (consumer/spark/).")
 @consume_spark.spark_options
 def command(settings, engine_kind, **spark) -> None:
-    """Consume change events and invalidate the mapped Redis keys.
+    """Consume change events and invalidate (or, in update mode, write) the mapped Redis keys.
 
-    Per batch: claim the message ids in the dedup table, skip those already done,
-    delete the keys rendered from the before and after images, mark the ids done,
+    Per batch: claim the message ids in the dedup store (consumer.dedup_store), skip
+    those already done, delete the keys rendered from the before and after images
+    (update-mode tables: fenced writes, newest version wins), mark the ids done,
     then commit the Kafka offsets. Undecodable records and unknown tables go to the
     dead-letter topic (kafka.dead_letter_topic) with a reason; consumption goes on.
+    Done dedup records past consumer.dedup_retention_s are purged periodically.
 
     Serves /metrics, /healthz and /readyz on metrics.listen (default 127.0.0.1:9464);
     ready = Kafka, MySQL and Redis answer and the commit->apply lag is under
