@@ -98,3 +98,58 @@ def add_stats(total: Stats, part: dict) -> None:
     """Add one partition's Stats dict into ``total``."""
     for name, value in part.items():
         setattr(total, name, getattr(total, name) + value)
+
+
+@dataclass(frozen=True)
+class ReplayConfig:
+    """What a replay task needs; ``redis_url=None`` is a dry run (counts, touches nothing)."""
+
+    mappings: MappingSet
+    redis_url: str | None
+    tables: tuple[str, ...] = ()
+    rate_per_task: float | None = None
+    batch_size: int = 2000
+    token: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+
+# (table, key, events, existed, poison, records): one row per distinct key of a table,
+# one per table with its event count (key None), one per task with its totals (table "").
+REPLAY_ROW_SCHEMA = ("`table` STRING, key STRING, events LONG, existed LONG, poison LONG, "
+                     "records LONG")
+
+
+def replay_partition(rows: Iterable, config: ReplayConfig, progress) -> Iterator[tuple]:
+    """Replay one task's records (any order is fine: deletes only); yields REPLAY_ROW_SCHEMA rows.
+
+    ``progress`` is a Spark accumulator of records read, for the driver's progress bar.
+    """
+    from consumer.replay import RateLimiter, ReplayApplier
+    cache = None if config.redis_url is None else _redis(config)
+    applier = ReplayApplier(config.mappings, cache, config.tables, config.batch_size)
+    limiter = RateLimiter(config.rate_per_task)
+    chunk = []
+    for row in rows:
+        chunk.append(to_record(row))
+        if len(chunk) >= config.batch_size:
+            limiter.acquire(len(chunk))
+            applier.apply(chunk)
+            progress.add(len(chunk))
+            chunk = []
+    if chunk:
+        limiter.acquire(len(chunk))
+        applier.apply(chunk)
+        progress.add(len(chunk))
+    c = applier.counts
+    for table, keys in c.keys.items():
+        yield (table, None, c.events[table], 0, 0, 0)
+        for key in keys:
+            yield (table, key, 0, 0, 0, 0)
+    yield ("", None, 0, c.keys_existed, c.poison, c.records)
+
+
+def _redis(config: ReplayConfig):
+    found = _ADAPTERS.get(config.token)
+    if found is None:
+        from consumer.adapters.redis_cache import RedisCache
+        found = _ADAPTERS[config.token] = RedisCache(config.redis_url)
+    return found

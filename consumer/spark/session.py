@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sys
 from pathlib import Path
@@ -50,10 +51,15 @@ def jar_paths() -> list[str]:
 
 
 @contextlib.contextmanager
-def spark_session(app_name: str, master: str | None = None,
-                  conf: Mapping[str, str] | None = None) -> Iterator["SparkSession"]:  # noqa: F821
-    """The active session if there is one (tests share one), else a new one stopped on exit."""
+def spark_session(app_name: str, master: str | None = None, conf: Mapping[str, str] | None = None,
+                  jars: list[str] | None = None) -> Iterator["SparkSession"]:  # noqa: F821
+    """The active session if there is one (tests share one), else a new one stopped on exit.
+
+    ``jars`` defaults to :func:`jar_paths`; raises FatalError when there are none.
+    """
     from pyspark.sql import SparkSession
+
+    logging.getLogger("py4j").setLevel(logging.WARNING)     # one INFO line per callback
 
     active = SparkSession.getActiveSession()
     if active is not None:
@@ -65,7 +71,7 @@ def spark_session(app_name: str, master: str | None = None,
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name).master(
         master or os.environ.get(MASTER_ENV) or DEFAULT_MASTER)
-    for key, value in {**LEAN_CONF, "spark.jars": ",".join(jar_paths()), **(conf or {})}.items():
+    for key, value in {**LEAN_CONF, "spark.jars": ",".join(jars or jar_paths()), **(conf or {})}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")

@@ -1,0 +1,132 @@
+"""``cachesync replay``: invalidate the keys of a range of the change topic again."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from contextlib import nullcontext
+
+import click
+
+from cachesync.commands.common import handle_errors, settings_options
+from cachesync.config import Settings
+from cachesync.wiring import mappings as configured_mappings
+
+
+class _BoundType(click.ParamType):
+    name = "BOUND"
+
+    def convert(self, value, param, ctx):
+        from consumer.replay import Bound, parse_bound
+        if isinstance(value, Bound):
+            return value
+        try:
+            return parse_bound(value)
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
+
+
+@click.command("replay")
+@settings_options
+@click.option("--engine", "engine_kind", type=click.Choice(["python", "spark"]),
+              default="python", show_default=True)
+@click.option("--from", "start", type=_BoundType(), default="earliest", show_default=True,
+              help="earliest, latest, an offset (every partition), 0:120,1:98, an ISO 8601 "
+                   "time (2026-11-22T12:00:00Z) or @<epoch ms>.")
+@click.option("--to", "end", type=_BoundType(), default="latest", show_default=True,
+              help="exclusive end, same forms as --from.")
+@click.option("--table", "tables", multiple=True, metavar="DB.TABLE",
+              help="replay only these mapped tables (repeatable).")
+@click.option("--dry-run", is_flag=True,
+              help="count the distinct keys per table it would delete; touch nothing.")
+@click.option("--rate", type=click.FloatRange(min=0, min_open=True),
+              help="at most this many events per second (default: unlimited).")
+@click.option("--spark-master", envvar="CACHESYNC_SPARK_MASTER", help="[spark] master URL.")
+def command(settings: Settings, engine_kind, start, end, tables, dry_run, rate,
+            spark_master) -> None:
+    """Delete again the keys that events in a range of the change topic map to.
+
+    Invalidate-only, also for tables in update mode: deletes are safe in any order
+    and any number of times, so a replay can run beside the consumer and twice.
+    Prints a JSON report on stdout and a table on stderr.
+    """
+    with handle_errors():
+        mappings = configured_mappings(settings)
+        unknown = [t for t in tables if t not in mappings.tables]
+        if unknown:
+            raise click.UsageError(f"--table {', '.join(unknown)}: not a mapped table "
+                                   f"(mapped: {', '.join(sorted(settings.tables.tables))})")
+        report = run_replay(settings, mappings, engine_kind, start, end, tuple(tables), dry_run,
+                            rate, spark_master)
+        click.echo(json.dumps(report.to_dict(), indent=2))
+        click.echo(render_table(report), err=True)
+
+
+def run_replay(settings: Settings, mappings, engine_kind: str, start, end, tables=(),
+               dry_run: bool = False, rate: float | None = None, spark_master=None,
+               spark=None, show_progress: bool = True):
+    """Resolve the range, replay it on the chosen engine; returns a ReplayReport."""
+    from consumer.replay import report_from_counts
+    k = settings.kafka
+    ranges = _ranges(k.bootstrap_servers, k.topic, start, end)
+    total = sum(hi - lo for lo, hi in ranges.values())
+    t0 = time.perf_counter()
+    with click.progressbar(length=total, label=f"replay {k.topic}", file=sys.stderr,
+                           hidden=not show_progress) as bar:
+        if engine_kind == "spark":
+            counts = _replay_spark(settings, mappings, ranges, tables, dry_run, rate,
+                                   spark_master, spark, bar.update)
+        else:
+            counts = _replay_python(settings, mappings, ranges, tables, dry_run, rate, bar.update)
+    return report_from_counts(engine_kind, dry_run, ranges, counts, time.perf_counter() - t0)
+
+
+def _ranges(bootstrap: str, topic: str, start, end):
+    from kafka import KafkaConsumer
+    from consumer.replay import resolve_ranges
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap.split(","), group_id=None,
+                             enable_auto_commit=False)
+    try:
+        return resolve_ranges(consumer, topic, start, end)
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
+    finally:
+        consumer.close()
+
+
+def _replay_python(settings, mappings, ranges, tables, dry_run, rate, progress):
+    from consumer.adapters.redis_cache import RedisCache
+    from consumer.replay import ReplayApplier, replay_python
+    cache = None if dry_run else RedisCache(str(settings.redis.url))
+    try:
+        applier = ReplayApplier(mappings, cache, tables, settings.consumer.batch_size)
+        return replay_python(settings.kafka.bootstrap_servers, settings.kafka.topic, ranges,
+                             applier, rate, settings.consumer.batch_size, progress)
+    finally:
+        if cache is not None:
+            cache.close()
+
+
+def _replay_spark(settings, mappings, ranges, tables, dry_run, rate, master, spark, progress):
+    from consumer.spark.applier import ReplayConfig
+    from consumer.spark.replay import replay_spark
+    from consumer.spark.session import spark_session
+    with spark_session("cachesync-replay", master) if spark is None else nullcontext(spark) as session:
+        # Tasks run at most defaultParallelism at a time: each gets its share of the rate.
+        per_task = rate / session.sparkContext.defaultParallelism if rate else None
+        config = ReplayConfig(mappings, None if dry_run else str(settings.redis.url), tables,
+                              per_task, settings.consumer.batch_size)
+        return replay_spark(session, settings.kafka.bootstrap_servers, settings.kafka.topic,
+                            ranges, config, progress)
+
+
+def render_table(report) -> str:
+    kind = "dry run: would delete" if report.dry_run else "deleted"
+    lines = [f"replay ({report.engine}, {kind}) of {report.records} records in "
+             f"{report.elapsed_s:.1f}s ({report.events_per_s:,.0f} records/s); "
+             f"{report.poison} poison skipped; {report.keys_existed} keys existed",
+             f"{'table':<40} {'events':>10} {'keys':>10}"]
+    for table, n in report.tables.items():
+        lines.append(f"{table:<40} {n['events']:>10} {n['keys']:>10}")
+    return "\n".join(lines)

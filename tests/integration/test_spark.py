@@ -1,0 +1,296 @@
+"""The Spark engine, replay and audit on the real services (local[2] Spark, Kafka, MariaDB, Redis).
+
+One SparkSession is shared by the module (starting one costs ~8 s on the 2-core CI
+machine); the kill/restart test runs `cachesync consume --engine spark` as a child
+process because it must be killed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+from cachesync.cli import cli
+from cachesync.commands.consume_spark import build_spark_engine
+from cachesync.commands.replay import run_replay
+from consumer.replay import parse_bound
+from producer_outbox.rows import TxnContext, row_change
+from schema.event import encode
+from schema.keys import kafka_key
+from tests.support import add_config_sections, wait_for
+
+pytestmark = pytest.mark.integration
+USERS = {"keys": ["user:{id}", "user:email:{email}"]}
+ORDERS = {"keys": ["order:{id}"]}
+
+
+@pytest.fixture(scope="module")
+def spark(stack):
+    from consumer.spark.session import spark_session
+    jars = sorted(str(p) for p in (Path(stack.env["DEVSTACK_DIR"]) / "spark" / "jars").glob("*.jar"))
+    assert jars, "no Spark jars: run `make install` (devstack/spark/fetch-jars.sh)"
+    with spark_session("cachesync-tests", "local[2]", jars=jars) as session:
+        yield session
+
+
+# -- a recorded topic -----------------------------------------------------------------------
+class Recorder:
+    """Produces binlog-shaped events (as the tailer would) and remembers every key they name."""
+
+    def __init__(self, lab):
+        self.lab = lab
+        self.producer = KafkaProducer(bootstrap_servers=lab.stack.bootstrap, acks="all",
+                                      linger_ms=5)
+        self.keys: dict[str, set[str]] = {}      # table -> keys (without the lab prefix)
+        self.count = 0
+        self.ids: set[str] = set()
+        self._txn = 0
+
+    def change(self, table: str, op: str, before, after, *, republish: bool = False) -> None:
+        self._txn += 1
+        ctx = TxnContext("mariadb:rec", f"0-1-{self._txn}", self._txn, time.time())
+        event = row_change(ctx, 0, self.lab.db, table, op, "id", before, after)
+        for _ in range(2 if republish else 1):
+            self.send(kafka_key(self.lab.db, table, event.pk).encode(), encode(event),
+                      event.id.encode())
+        self.ids.add(event.id)
+        spec = {"users": USERS, "orders": ORDERS}[table]
+        for image in (before, after):
+            if image is not None:
+                self.keys.setdefault(f"{self.lab.db}.{table}", set()).update(
+                    t.format(**image) for t in spec["keys"])
+
+    def send(self, key: bytes, value: bytes, msg_id: bytes | None = None) -> None:
+        headers = [("id", msg_id)] if msg_id else []
+        self.producer.send(self.lab.topic, key=key, value=value, headers=headers)
+        self.count += 1
+
+    def flush(self) -> None:
+        self.producer.flush(30)
+
+    def all_keys(self) -> set[str]:
+        return set().union(*self.keys.values())
+
+
+def record_history(lab, users: int = 120) -> Recorder:
+    """Inserts, email changes, deletes, re-publishes, one poison record, one unmapped table."""
+    rec = Recorder(lab)
+    for i in range(users):
+        row = {"id": i, "email": f"u{i}@x.org", "name": f"user {i}"}
+        rec.change("users", "insert", None, row, republish=(i % 10 == 0))
+        if i % 3 == 0:
+            rec.change("users", "update", row, {**row, "email": f"u{i}.new@x.org"})
+        if i % 7 == 0:
+            rec.change("users", "delete", row, None)
+        rec.change("orders", "insert", None, {"id": 1000 + i, "user_id": i})
+    rec.send(b"garbage", b"\xff not json")
+    ctx = TxnContext("mariadb:rec", "0-1-999999", 999999, time.time())
+    stray = row_change(ctx, 0, lab.db, "unmapped", "insert", "id", None, {"id": 1})
+    rec.send(kafka_key(lab.db, "unmapped", stray.pk).encode(), encode(stray), stray.id.encode())
+    rec.flush()
+    return rec
+
+
+def cache_everything(lab, keys, extra=("user:untouched:1", "user:untouched:2")) -> None:
+    pipe = lab.redis.pipeline(transaction=False)
+    for k in [*keys, *extra]:
+        pipe.set(lab.prefix + k, b"cached", ex=900)
+    pipe.execute()
+
+
+def redis_state(lab) -> dict[bytes, bytes]:
+    return {k: lab.redis.get(k) for k in lab.redis.scan_iter(match=lab.prefix + "*", count=1000)}
+
+
+def dedup_records(lab, namespace: str) -> set[tuple[str, str]]:
+    rows = lab.sql("SELECT msg_id, status FROM cachesync.cachesync_dedup WHERE ns = %s",
+                   (namespace,))
+    return set(rows)
+
+
+def config_for_group(lab, tables, group: str, name: str, **consumer) -> str:
+    path = lab.write_config(tables, consumer=consumer or None, name=name)
+    return add_config_sections(path, kafka={"group_id": group})
+
+
+def dlq_count(lab) -> int:
+    return len(lab.topic_records(lab.dlq))
+
+
+def run_spark_engine(lab, spark, config_path: str, checkpoint: Path, expected: int, **kw):
+    engine = build_spark_engine(lab.settings(config_path), spark, str(checkpoint), **kw)
+    thread = threading.Thread(target=engine.run, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: engine.stats.consumed >= expected or not thread.is_alive(), 180,
+                 what=f"the spark engine to consume {expected} records", interval=0.2)
+    finally:
+        engine.stop()
+        thread.join(60)
+    assert not thread.is_alive(), "the spark engine did not stop"
+    return engine
+
+
+# -- consume: python engine vs spark engine --------------------------------------------------
+def test_python_and_spark_engines_leave_identical_redis_and_dedup_state(lab, spark):
+    rec = record_history(lab)
+    tables = {"users": USERS, "orders": ORDERS}
+
+    cache_everything(lab, rec.all_keys())
+    py_cfg = config_for_group(lab, tables, f"py-{lab.suffix}", "py.yaml")
+    engine = lab.start_engine(py_cfg)
+    wait_for(lambda: engine.stats.consumed >= rec.count, 60, what="the python engine")
+    lab.stop_engine(engine)
+    py_redis, py_stats = redis_state(lab), engine.stats
+    py_dedup = dedup_records(lab, f"py-{lab.suffix}")
+    assert dlq_count(lab) == 2                      # the garbage record and the unmapped table
+
+    cache_everything(lab, rec.all_keys())
+    sp_cfg = config_for_group(lab, tables, f"sp-{lab.suffix}", "sp.yaml", batch_size=100)
+    sp = run_spark_engine(lab, spark, sp_cfg, lab.tmp / "ck", rec.count,
+                          max_offsets_per_trigger=200)
+    sp_redis, sp_dedup = redis_state(lab), dedup_records(lab, f"sp-{lab.suffix}")
+
+    assert sp.stats.consumed == py_stats.consumed == rec.count
+    assert (sp.stats.applied, sp.stats.duplicates, sp.stats.dead_lettered) == \
+        (py_stats.applied, py_stats.duplicates, py_stats.dead_lettered) == (len(rec.ids), 12, 2)
+    assert sp_redis == py_redis
+    assert set(sp_redis) == {(lab.prefix + k).encode() for k in ("user:untouched:1", "user:untouched:2")}
+    assert sp_dedup == py_dedup and {status for _, status in sp_dedup} == {"done"}
+    assert {msg_id for msg_id, _ in sp_dedup} == rec.ids
+    assert dlq_count(lab) == 4
+    assert len(sp.batches) >= rec.count // 200
+
+
+# -- consume: kill -9 mid-stream, restart from the checkpoint -----------------------------------
+def spawn_spark_consumer(lab, config_path: str, checkpoint: Path, log_name: str):
+    log = open(lab.tmp / log_name, "w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cachesync", "consume", "--engine", "spark", "--config",
+         config_path, "--checkpoint-location", str(checkpoint), "--max-offsets-per-trigger", "60"],
+        env={**os.environ, **lab.stack.env, "CACHESYNC_SPARK_MASTER": "local[2]"},
+        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    proc.log_path = log.name
+    return proc
+
+
+def done_count(lab, ns: str) -> int:
+    return lab.sql("SELECT COUNT(*) FROM cachesync.cachesync_dedup WHERE ns = %s AND "
+                   "status = 'done'", (ns,))[0][0]
+
+
+def forget_last_commit(checkpoint: Path) -> int:
+    """Make the checkpoint look like a crash after the sink wrote batch N, before Spark
+    committed it: drop commits/N (and an offsets file of a batch that never committed)."""
+    commits = sorted(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+    offsets = sorted(int(p.name) for p in (checkpoint / "offsets").iterdir() if p.name.isdigit())
+    last = commits[-1]
+    doomed = [("offsets", b) for b in offsets if b > last] + [("commits", last)]
+    for log_dir, batch in doomed:
+        (checkpoint / log_dir / str(batch)).unlink()
+        (checkpoint / log_dir / f".{batch}.crc").unlink(missing_ok=True)   # Hadoop's checksum
+    return last
+
+
+BATCH_LINE = re.compile(r"spark batch (\d+): (\d+) consumed, (\d+) applied, (\d+) duplicates")
+
+
+def test_spark_consumer_killed_mid_stream_resumes_from_its_checkpoint(lab, spark):
+    rec = Recorder(lab)
+    for i in range(1500):
+        rec.change("users", "insert", None, {"id": i, "email": f"k{i}@x.org", "name": "n"})
+    rec.flush()
+    cache_everything(lab, rec.all_keys(), extra=())
+    ns = f"kill-{lab.suffix}"
+    cfg = config_for_group(lab, {"users": USERS}, ns, "kill.yaml", batch_size=20, claim_lease_s=2)
+    checkpoint = lab.tmp / "kill-ck"
+
+    first = spawn_spark_consumer(lab, cfg, checkpoint, "spark-1.log")
+    try:
+        wait_for(lambda: done_count(lab, ns) >= 300 or first.poll() is not None, 180,
+                 what="the first spark consumer to apply 300 events", interval=0.1)
+        assert first.poll() is None, Path(first.log_path).read_text()[-3000:]
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait(30)
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+    at_kill = done_count(lab, ns)
+    assert 300 <= at_kill < 1500, "the kill was not mid-stream"
+    rerun = forget_last_commit(checkpoint)
+
+    second = spawn_spark_consumer(lab, cfg, checkpoint, "spark-2.log")
+    try:
+        wait_for(lambda: done_count(lab, ns) == 1500 or second.poll() is not None, 180,
+                 what="the restarted spark consumer to finish", interval=0.2)
+        assert second.poll() is None, Path(second.log_path).read_text()[-3000:]
+        wait_for(lambda: len(BATCH_LINE.findall(Path(second.log_path).read_text())) > 0, 30,
+                 what="a batch line in the restarted consumer's log")
+        second.send_signal(signal.SIGTERM)
+        assert second.wait(60) == 0, Path(second.log_path).read_text()[-3000:]
+    finally:
+        if second.poll() is None:
+            os.killpg(second.pid, signal.SIGKILL)
+
+    batches = [tuple(map(int, m)) for m in BATCH_LINE.findall(Path(second.log_path).read_text())]
+    batch_id, consumed, applied, duplicates = batches[0]
+    assert batch_id == rerun                    # the uncommitted batch ran again, same batchId
+    assert consumed > 0 and duplicates == consumed and applied == 0
+    assert sum(b[2] for b in batches) == 1500 - at_kill    # every id applied exactly once
+    assert done_count(lab, ns) == 1500 == len(rec.ids)
+    assert lab.sql("SELECT COUNT(*) FROM cachesync.cachesync_dedup WHERE ns = %s AND "
+                   "status <> 'done'", (ns,))[0][0] == 0
+    assert lab.cached(*rec.all_keys()) == []    # nothing lost
+
+
+# -- replay ----------------------------------------------------------------------------------------
+def test_replay_dry_run_counts_match_what_the_replay_then_deletes(lab, spark):
+    rec = record_history(lab, users=60)
+    cfg = lab.write_config({"users": USERS, "orders": ORDERS})
+    settings = lab.settings(cfg)
+    mappings = settings.tables
+    everything = (parse_bound("earliest"), parse_bound("latest"))
+    cache_everything(lab, rec.all_keys())
+    before = redis_state(lab)
+
+    dry = run_replay(settings, mappings, "spark", *everything, dry_run=True, spark=spark,
+                     show_progress=False)
+    assert redis_state(lab) == before               # a dry run touches nothing
+    py_dry = run_replay(settings, mappings, "python", *everything, dry_run=True,
+                        show_progress=False)
+    expected = {t: len(keys) for t, keys in rec.keys.items()}
+    assert {t: n["keys"] for t, n in dry.tables.items()} == expected
+    assert dry.tables == py_dry.tables and dry.records == py_dry.records == rec.count
+    assert dry.poison == 2 and dry.keys_existed == 0
+
+    users = f"{lab.db}.users"
+    only_users = run_replay(settings, mappings, "spark", *everything, tables=(users,),
+                            spark=spark, show_progress=False)
+    assert only_users.tables == {users: dry.tables[users]}
+    assert lab.cached(*rec.keys[users]) == [] and \
+        len(lab.cached(*rec.keys[f"{lab.db}.orders"])) == expected[f"{lab.db}.orders"]
+
+    cache_everything(lab, rec.all_keys())
+    real = run_replay(settings, mappings, "spark", *everything, spark=spark, rate=20_000,
+                      show_progress=False)
+    assert real.tables == dry.tables
+    assert real.keys_existed == sum(expected.values()) == len(rec.all_keys())
+    assert set(redis_state(lab)) == {(lab.prefix + k).encode()
+                                     for k in ("user:untouched:1", "user:untouched:2")}
+    again = run_replay(settings, mappings, "spark", *everything, spark=spark, show_progress=False)
+    assert again.tables == real.tables and again.keys_existed == 0   # idempotent
+
+    result = CliRunner().invoke(cli, ["replay", "--config", cfg, "--dry-run", "--from", "0",
+                                      "--to", "latest"], env=lab.stack.env)
+    assert result.exit_code == 0, result.output
+    assert '"dry_run": true' in result.stdout
