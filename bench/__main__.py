@@ -21,7 +21,7 @@ from importlib import metadata
 
 from bench.common import ROOT, Stack, log
 
-BENCHMARKS = ("tailer", "consumer", "lag", "outbox")          # what a plain `python -m bench` runs
+BENCHMARKS = ("tailer", "consumer", "lag", "outbox", "consistency")          # what a plain `python -m bench` runs
 _NOT_BENCHMARKS = {"__init__", "__main__", "common"}
 
 

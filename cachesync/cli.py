@@ -10,7 +10,7 @@ from __future__ import annotations
 import click
 
 from cachesync import __version__
-from cachesync.commands import consume, dedup, demo, dlq, explain, lint, relay, replay, run, status, tail
+from cachesync.commands import audit, consume, dedup, demo, dlq, explain, lint, relay, replay, run, status, tail
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
@@ -37,6 +37,7 @@ cli.add_command(status.command)
 cli.add_command(dlq.command)
 cli.add_command(dedup.command)
 cli.add_command(replay.command)
+cli.add_command(audit.command)
 
 
 def main() -> None:

@@ -2,8 +2,9 @@
 
 ``cachesync tail`` rewrites one row of ``<state_db>.cachesync_heartbeat`` every few
 seconds. The table is mapped internally (``with_heartbeat``), so the row's binlog
-event is published and consumed like any other; its only key template names the
-always-NULL ``cache_key`` column, so the consumer renders no Redis key for it.
+event is published and consumed like any other; the mapping has no key template
+(only internal mappings may), so the consumer renders no Redis key for it and
+counts no NULL-key skip.
 """
 
 from __future__ import annotations
@@ -15,12 +16,11 @@ from typing import Any, Mapping
 
 from producer_outbox.mysql import Session, ensure_state_tables
 from schema.errors import FatalError, RetryableError
-from schema.mapping import KeyTemplate, MappingSet, TableMapping
+from schema.mapping import MappingSet, TableMapping
 
 log = logging.getLogger(__name__)
 
 HEARTBEAT_TABLE = "cachesync_heartbeat"
-_NO_KEY = KeyTemplate.parse("{cache_key}")   # cache_key is always NULL: no key, no Redis call
 
 
 def heartbeat_table(state_db: str) -> str:
@@ -30,7 +30,7 @@ def heartbeat_table(state_db: str) -> str:
 def with_heartbeat(mappings: MappingSet, state_db: str) -> MappingSet:
     """``mappings`` plus the internal heartbeat table (a new set; the argument is unchanged)."""
     name = heartbeat_table(state_db)
-    return replace(mappings, tables={**mappings.tables, name: TableMapping(table=name, keys=(_NO_KEY,))})
+    return replace(mappings, tables={**mappings.tables, name: TableMapping(table=name, keys=())})
 
 
 def beat_time(after: Mapping[str, Any] | None) -> float | None:

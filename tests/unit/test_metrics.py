@@ -7,6 +7,9 @@ import urllib.request
 from dataclasses import dataclass, field
 
 import pytest
+
+from consumer.core.plan import plan_batch
+from schema.event import ChangeEvent, Source
 from prometheus_client import CollectorRegistry, generate_latest
 
 from cachesync.http import OpsServer, parse_listen
@@ -148,8 +151,11 @@ def test_server_endpoints_and_a_taken_port():
 
 def test_heartbeat_mapping_renders_no_key_and_tailers_keep_only_their_row():
     m = with_heartbeat(parse_mappings({"app.users": {"keys": ["user:{id}"]}}), "cachesync")
-    hb = m.get("cachesync", "cachesync_heartbeat")
-    assert [t.render({"name": "a", "beat_us": 1, "cache_key": None}) for t in hb.keys] == [None]
+    beat = ChangeEvent("h", Source("binlog", "s", "0-1-1", 0.0), "cachesync", "cachesync_heartbeat",
+                       "update", (("name", "a"),), {"name": "a", "beat_us": 1},
+                       {"name": "a", "beat_us": 2}, 1)
+    plan = plan_batch([beat], m)
+    assert not plan.poison and not plan.keys and not plan.writes and plan.null_skips == 0
     keep = own_rows_only("cachesync", "t1")
     assert keep("cachesync", "cachesync_heartbeat", {"name": "t1"})
     assert not keep("cachesync", "cachesync_heartbeat", {"name": "t2"})
