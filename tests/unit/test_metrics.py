@@ -7,14 +7,11 @@ import urllib.request
 from dataclasses import dataclass, field
 
 import pytest
-
-from consumer.core.plan import plan_batch
-from schema.event import ChangeEvent, Source
 from prometheus_client import CollectorRegistry, generate_latest
 
 from cachesync.http import OpsServer, parse_listen
 from cachesync.metrics import ConsumerMetrics, Cumulative
-from consumer.core.plan import EventPlan
+from consumer.core.plan import EventPlan, plan_batch
 from producer_outbox.heartbeat import own_rows_only, with_heartbeat
 from schema.errors import ConfigError
 from schema.event import ChangeEvent, Source
