@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import uuid
 import weakref
-from typing import Callable
+from typing import Awaitable, Callable
 
 import redis
+import redis.asyncio
 
 from schema import resource_text
 from schema.keys import lease_key
@@ -41,12 +42,27 @@ def read_through(client: redis.Redis, key: str, loader: Callable[[], bytes | str
     return value
 
 
+async def read_through_async(client: redis.asyncio.Redis, key: str,
+                             loader: Callable[[], Awaitable[bytes | str | None]], ttl_s: int,
+                             lease_ms: int = DEFAULT_LEASE_MS) -> bytes | str | None:
+    """The asyncio twin of :func:`read_through` (``redis.asyncio`` client, awaitable loader)."""
+    cached = await client.get(key)
+    if cached is not None:
+        return cached
+    token = uuid.uuid4().hex
+    have_lease = await client.set(lease_key(key), token, nx=True, px=lease_ms)
+    value = await loader()
+    if value is not None and have_lease:
+        await _fill_script(client)(keys=[key, lease_key(key)], args=[token, value, ttl_s * 1000])
+    return value
+
+
 # One Script per client: redis-py Script objects hash the Lua once and fall back from
 # EVALSHA to EVAL by themselves; building one per miss would re-hash on a hot path.
-_SCRIPTS: "weakref.WeakKeyDictionary[redis.Redis, object]" = weakref.WeakKeyDictionary()
+_SCRIPTS: "weakref.WeakKeyDictionary[object, object]" = weakref.WeakKeyDictionary()
 
 
-def _fill_script(client: redis.Redis):
+def _fill_script(client):
     script = _SCRIPTS.get(client)
     if script is None:
         script = _SCRIPTS[client] = client.register_script(resource_text("lua/fill_if_lease.lua"))

@@ -7,11 +7,13 @@ fill the cache. Plain cache-aside leaves the old value cached; read_through does
 
 from __future__ import annotations
 
+import asyncio
 import threading
 
 import pytest
+import redis.asyncio
 
-from cachesync.client import read_through
+from cachesync.client import read_through, read_through_async
 from tests.support import wait_for
 
 pytestmark = pytest.mark.integration
@@ -73,3 +75,26 @@ def test_read_through_refuses_the_stale_fill(race):
     assert returned == [b"old"]                             # the caller still got its read
     fresh = read_through(lab.redis, lab.prefix + "user:1", lambda: b"new", ttl_s=600)
     assert fresh == b"new" and lab.redis.get(lab.prefix + "user:1") == b"new"
+
+
+def test_the_async_twin_refuses_the_stale_fill_too(race):
+    lab, engine = race
+    returned = []
+
+    def async_reader(key, loader):
+        async def main():
+            client = redis.asyncio.Redis.from_url(lab.stack.env["CACHESYNC_REDIS_URL"])
+            try:
+                returned.append(await read_through_async(
+                    client, key, lambda: asyncio.to_thread(loader), ttl_s=600))
+                fresh_key = lab.prefix + "user:2"
+                returned.append(await read_through_async(client, fresh_key,
+                                                         lambda: asyncio.sleep(0, b"two"), 600))
+            finally:
+                await client.aclose()
+        asyncio.run(main())
+
+    assert run_race(lab, engine, async_reader) is None      # stale fill refused
+    assert returned == [b"old", b"two"]
+    assert lab.redis.get(lab.prefix + "user:2") == b"two"   # an unraced fill is cached
+    assert 0 < lab.redis.ttl(lab.prefix + "user:2") <= 600
