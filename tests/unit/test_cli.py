@@ -9,15 +9,26 @@ from click.testing import CliRunner
 
 from cachesync.cli import cli
 
-COMMANDS = sorted(cli.commands)
-SETTINGS_COMMANDS = [n for n in COMMANDS
-                     if any(p.name == "config_path" for p in cli.commands[n].params)]
+
+
+def _walk(group: click.Group, path: tuple[str, ...] = ()):
+    """Every command under ``group`` as (path, command), subcommands of groups included."""
+    for name, command in sorted(group.commands.items()):
+        yield (*path, name), command
+        if isinstance(command, click.Group):
+            yield from _walk(command, (*path, name))
+
+
+ALL = dict(_walk(cli))
+COMMANDS = [" ".join(path) for path in ALL]
+SETTINGS_COMMANDS = [" ".join(path) for path, c in ALL.items()
+                     if any(p.name == "config_path" for p in c.params)]
 
 
 def test_the_group_lists_every_command():
     result = CliRunner().invoke(cli, ["--help"])
     assert result.exit_code == 0
-    for name in COMMANDS:
+    for name in cli.commands:
         assert f"  {name} " in result.output
     assert "Exit codes: 0 ok, 1 runtime failure, 2 usage/config error" in result.output
 
@@ -25,10 +36,10 @@ def test_the_group_lists_every_command():
 @pytest.mark.parametrize("name", COMMANDS)
 @pytest.mark.parametrize("flag", ["--help", "-h"])
 def test_every_command_has_help(name, flag):
-    result = CliRunner().invoke(cli, [name, flag])
+    result = CliRunner().invoke(cli, [*name.split(), flag])
     assert result.exit_code == 0, result.output
     assert result.output.startswith(f"Usage: cli {name} ")
-    assert cli.commands[name].help.strip()           # a docstring, not just the options
+    assert ALL[tuple(name.split())].help.strip()     # a docstring, not just the options
 
 
 def test_the_operator_commands_take_settings():
@@ -36,9 +47,16 @@ def test_the_operator_commands_take_settings():
 
 
 def _args_for(name: str) -> list[str]:
-    """Placeholders for required arguments, so that the config is what fails."""
-    return ["x.y" for p in cli.commands[name].params
-            if isinstance(p, click.Argument) and p.required]
+    """The command path plus placeholders for required arguments and options, so that the
+    config is what fails."""
+    command = ALL[tuple(name.split())]
+    args = name.split()
+    for p in command.params:
+        if p.required and isinstance(p, click.Option):
+            args += [p.opts[0], "1"]
+        elif p.required:
+            args.append("x.y")
+    return args
 
 
 # (yaml document, the field the error must name)
@@ -57,7 +75,7 @@ BAD_CONFIGS = [
 def test_a_bad_config_exits_2_naming_the_field(tmp_path, name, doc, field):
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(doc))
-    result = CliRunner().invoke(cli, [name, *_args_for(name), "--config", str(path)], env={})
+    result = CliRunner().invoke(cli, [*_args_for(name), "--config", str(path)], env={})
     assert result.exit_code == 2, result.output
     assert "configuration error" in result.output and field in result.output
 
@@ -66,7 +84,7 @@ def test_a_bad_config_exits_2_naming_the_field(tmp_path, name, doc, field):
 def test_a_bad_environment_override_exits_2_naming_the_variable(tmp_path, name):
     path = tmp_path / "ok.yaml"
     path.write_text(yaml.safe_dump({"tables": {"app.users": {"keys": ["u:{id}"]}}}))
-    result = CliRunner().invoke(cli, [name, *_args_for(name), "--config", str(path)],
+    result = CliRunner().invoke(cli, [*_args_for(name), "--config", str(path)],
                                 env={"CACHESYNC_TAILER_SERVER_ID": "seven"})
     assert result.exit_code == 2, result.output
     assert "CACHESYNC_TAILER_SERVER_ID" in result.output
