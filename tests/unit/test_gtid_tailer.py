@@ -191,3 +191,50 @@ def test_resume_asks_the_server_by_gtid(info, gtid, is_mariadb):
                     TailerOptions(topic="t"))
     stream = tailer._open_stream(info, Checkpoint(info.identity, gtid, "binlog.000003", 4))
     assert (stream.auto_position, stream.is_mariadb) == (gtid, is_mariadb)
+
+
+class _Cursor:
+    """Answers the tailer's first-start queries the way MySQL 8.0 with gtid_mode=ON does."""
+
+    def __init__(self, answers):
+        self._answers, self._row = answers, None
+
+    def execute(self, sql):
+        self._row = self._answers[sql]
+
+    def fetchone(self):
+        return self._row
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+class _Server:
+    def __init__(self, answers):
+        self.answers = answers
+
+    def connect(self, **_):
+        server = self
+
+        class Conn:
+            def cursor(self):
+                return _Cursor(server.answers)
+
+            def close(self):
+                pass
+        return Conn()
+
+
+@pytest.mark.parametrize("mode, executed, expected", [
+    ("ON", f"{OTHER.upper()}:1-3,\n{UUID}:1-5", f"{UUID}:1-5,{OTHER}:1-3"),
+    ("ON", "", None),                           # GTIDs on, nothing executed yet
+    ("OFF", "", None),                          # file:pos only
+])
+def test_first_start_on_mysql_begins_at_gtid_executed(mode, executed, expected):
+    server = _Server({"SELECT @@GLOBAL.gtid_mode, @@GLOBAL.gtid_executed": (mode, executed),
+                      "SHOW MASTER STATUS": ("binlog.000007", 1234)})
+    tailer = Tailer(server, _Publisher(), _Checkpoints(), MAPPINGS, TailerOptions(topic="t"))
+    assert tailer._current_position(MYSQL) == Checkpoint(UUID, expected, "binlog.000007", 1234)
