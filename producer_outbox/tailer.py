@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+import pymysql
 from kafka.errors import KafkaError
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import (GtidEvent, HeartbeatLogEvent, MariadbGtidEvent,
@@ -134,12 +135,11 @@ class Tailer:
                     mode, executed = cur.fetchone()
                     if str(mode).upper() == "ON":
                         gtid = str(GtidState.parse(executed)) or None
-                cur.execute("SHOW MASTER STATUS")
-                row = cur.fetchone()
+                row = _binlog_status(cur)
         finally:
             conn.close()
         if row is None:
-            raise FatalError("binary logging is off (SHOW MASTER STATUS is empty): set log_bin")
+            raise FatalError("binary logging is off (SHOW BINARY LOG STATUS is empty): set log_bin")
         return Checkpoint(info.identity, gtid, row[0], int(row[1]))
 
     def _loop(self, stream: BinLogStreamReader, info: ServerInfo, start: Checkpoint) -> None:
@@ -263,6 +263,21 @@ class Tailer:
             self._publisher.flush(timeout_s=30)
         if self._failure is None:
             self._save_checkpoint()
+
+
+_ER_PARSE_ERROR = 1064
+
+
+def _binlog_status(cur):
+    """(file, position, ...) of the server's binlog: SHOW BINARY LOG STATUS (MySQL >= 8.2;
+    8.4 removed SHOW MASTER STATUS), else SHOW MASTER STATUS (MariaDB, older MySQL)."""
+    try:
+        cur.execute("SHOW BINARY LOG STATUS")
+    except pymysql.err.ProgrammingError as e:
+        if not e.args or e.args[0] != _ER_PARSE_ERROR:
+            raise
+        cur.execute("SHOW MASTER STATUS")
+    return cur.fetchone()
 
 
 def _query_text(event: QueryEvent) -> str:

@@ -9,6 +9,7 @@ table, primary_key, rows), because decoding rows needs a table map from a server
 import struct
 import uuid
 
+import pymysql
 import pytest
 from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
@@ -200,6 +201,8 @@ class _Cursor:
         self._answers, self._row = answers, None
 
     def execute(self, sql):
+        if sql not in self._answers:       # e.g. SHOW BINARY LOG STATUS before MySQL 8.2
+            raise pymysql.err.ProgrammingError(1064, f"You have an error in your SQL syntax: {sql}")
         self._row = self._answers[sql]
 
     def fetchone(self):
@@ -228,13 +231,14 @@ class _Server:
         return Conn()
 
 
+@pytest.mark.parametrize("status", ["SHOW BINARY LOG STATUS", "SHOW MASTER STATUS"])  # 8.4 / 8.0
 @pytest.mark.parametrize("mode, executed, expected", [
     ("ON", f"{OTHER.upper()}:1-3,\n{UUID}:1-5", f"{UUID}:1-5,{OTHER}:1-3"),
     ("ON", "", None),                           # GTIDs on, nothing executed yet
     ("OFF", "", None),                          # file:pos only
 ])
-def test_first_start_on_mysql_begins_at_gtid_executed(mode, executed, expected):
+def test_first_start_on_mysql_begins_at_gtid_executed(status, mode, executed, expected):
     server = _Server({"SELECT @@GLOBAL.gtid_mode, @@GLOBAL.gtid_executed": (mode, executed),
-                      "SHOW MASTER STATUS": ("binlog.000007", 1234)})
+                      status: ("binlog.000007", 1234)})
     tailer = Tailer(server, _Publisher(), _Checkpoints(), MAPPINGS, TailerOptions(topic="t"))
     assert tailer._current_position(MYSQL) == Checkpoint(UUID, expected, "binlog.000007", 1234)
