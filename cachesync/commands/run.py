@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from contextlib import ExitStack
+from dataclasses import replace
+
 import click
 
 from cachesync.commands.common import handle_errors, log, on_termination, settings_options
 from cachesync.direct import build_direct
+from cachesync.http import parse_listen
+from cachesync.metrics import Cumulative
+from cachesync.operate import consumer_ops, tail_ops
 from cachesync.supervisor import RestartingTailer, run_together
 from cachesync.wiring import build_engine, build_tailer
 
@@ -28,18 +34,26 @@ def command(settings, direct: bool) -> None:
 
     SIGTERM or SIGINT stops both cleanly (the tailer drains what it sent). A fatal error in
     either stops both with its exit code.
+
+    Without --direct it writes heartbeats and serves /metrics, /healthz, /readyz like
+    `tail` and `consume` (metrics.listen auto: 9465 and 9464; port 0: two free ports; a
+    fixed host:port serves the consumer's). --direct serves no metrics endpoint yet.
     """
     with handle_errors():
         if direct:
             tailer = RestartingTailer(lambda: build_direct(settings))
             run_together({"direct": tailer}, on_termination)
         else:
-            engine = build_engine(settings)
-            tailer = RestartingTailer(lambda: build_tailer(settings))
-            try:
+            engine = None
+            tailers = Cumulative(("published",))
+            with ExitStack() as closing:
+                closing.callback(tail_ops(_tail_metrics(settings), tailers).close)
+                ops, metrics = consumer_ops(settings, lambda: engine.stats if engine else None)
+                closing.callback(ops.close)
+                engine = build_engine(settings, on_batch=metrics.on_batch)
+                closing.callback(engine.close)
+                tailer = RestartingTailer(lambda: tailers.track(build_tailer(settings)))
                 run_together({"tailer": tailer, "consumer": engine}, on_termination)
-            finally:
-                engine.close()
             s = engine.stats
             log.info("consumer: %d consumed, %d applied, %d duplicates, %d dead-lettered",
                      s.consumed, s.applied, s.duplicates, s.dead_lettered)
@@ -47,3 +61,13 @@ def command(settings, direct: bool) -> None:
         if last is not None:
             log.info("tailer: %d row events; checkpoint %s", last.published,
                      last.committed.describe() if last.committed else "-")
+
+
+def _tail_metrics(settings):
+    """The tailer's half of the settings for its metrics endpoint: with ``auto`` (role
+    ports) or port 0 both halves serve; a fixed host:port belongs to the consumer, and the
+    tailer then only writes heartbeats and probes."""
+    address = parse_listen(settings.metrics.listen, "consume")
+    if settings.metrics.listen == "auto" or address is None or address[1] == 0:
+        return settings
+    return replace(settings, metrics=replace(settings.metrics, listen="off"))
