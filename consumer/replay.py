@@ -94,8 +94,9 @@ def resolve_ranges(consumer, topic: str, start: Bound, end: Bound) -> dict[int, 
 
 
 def invalidate_only(mappings: MappingSet) -> MappingSet:
-    """The same tables with every mode forced to ``delete``: safe under reordering."""
-    return MappingSet({name: dataclasses.replace(m, mode="delete")
+    """The same tables with every mode forced to ``delete`` (no delayed second delete):
+    safe under reordering."""
+    return MappingSet({name: dataclasses.replace(m, mode="delete", double_delete_s=None)
                        for name, m in mappings.tables.items()})
 
 

@@ -153,3 +153,45 @@ def _redis(config: ReplayConfig):
         from consumer.adapters.redis_cache import RedisCache
         found = _ADAPTERS[config.token] = RedisCache(config.redis_url)
     return found
+
+
+@dataclass(frozen=True)
+class AuditConfig:
+    mapping: "TableMapping"  # noqa: F821 (schema.mapping.TableMapping, pickled)
+    redis_url: str
+    chunk: int = 500
+
+
+def audit_partition(rows: Iterable, config: AuditConfig) -> Iterator[tuple[str, str]]:
+    """Yields ``(verdict, key)`` for every key the partition's rows render.
+
+    Values are read in chunks: one MGET (JSON values) and one pipelined HGETALL
+    (update mode ``hash`` values) per chunk.
+    """
+    import redis
+    from consumer.audit import expected_entries, verdict
+    client = redis.Redis.from_url(config.redis_url, socket_timeout=10)
+    try:
+        chunk = []
+        for row in rows:
+            chunk += expected_entries(row.asDict(), config.mapping)
+            if len(chunk) >= config.chunk:
+                yield from _judge(client, config.mapping, chunk, verdict)
+                chunk = []
+        if chunk:
+            yield from _judge(client, config.mapping, chunk, verdict)
+    finally:
+        client.close()
+
+
+def _judge(client, mapping, entries, verdict) -> Iterator[tuple[str, str]]:
+    keys = [k for k, _ in entries]
+    if mapping.updates and mapping.value_format == "hash":
+        pipe = client.pipeline(transaction=False)
+        for k in keys:
+            pipe.hgetall(k)
+        values = pipe.execute()
+    else:
+        values = client.mget(keys)
+    for (key, expected), cached in zip(entries, values):
+        yield verdict(mapping, expected, cached), key

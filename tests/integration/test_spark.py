@@ -7,6 +7,7 @@ process because it must be killed.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -294,3 +295,53 @@ def test_replay_dry_run_counts_match_what_the_replay_then_deletes(lab, spark):
                                       "--to", "latest"], env=lab.stack.env)
     assert result.exit_code == 0, result.output
     assert '"dry_run": true' in result.stdout
+
+
+# -- audit -------------------------------------------------------------------------------------------
+def test_audit_finds_exactly_the_planted_stale_keys_and_repair_removes_them(lab, spark):
+    lab.sql("CREATE TABLE users (id INT PRIMARY KEY, email VARCHAR(64), name VARCHAR(64), "
+            "score DECIMAL(8,2))")
+    rows = [(i, f"a{i}@x.org", f"name {i}", f"{i}.50") for i in range(1, 201)]
+    with lab.stack.admin(lab.db) as conn, conn.cursor() as cur:
+        cur.executemany("INSERT INTO users VALUES (%s, %s, %s, %s)", rows)
+    cfg = lab.write_config({"users": USERS})
+    table = f"{lab.db}.users"
+
+    def value(i, name=None):
+        return ('{"id": %d, "email": "a%d@x.org", "name": "%s", "score": "%d.50"}'
+                % (i, i, name or f"name {i}", i)).encode()
+    pipe = lab.redis.pipeline(transaction=False)
+    for i, email, _, _ in rows:
+        if i not in (5, 6):                                   # planted: 2 rows not cached
+            pipe.set(f"{lab.prefix}user:{i}", value(i), ex=900)
+        pipe.set(f"{lab.prefix}user:email:{email}", value(i), ex=900)
+    stale = {f"{lab.prefix}user:{i}" for i in (10, 20, 30)} | {f"{lab.prefix}user:email:a40@x.org"}
+    for key in stale:
+        pipe.set(key, value(int(re.search(r"\d+", key.rsplit(":", 1)[1]).group()), "old name"))
+    pipe.set(f"{lab.prefix}user:999", value(999), ex=900)      # planted: a deleted row's key
+    pipe.set(f"{lab.prefix}user:7", b"opaque-binary", ex=900)  # planted: not checkable
+    pipe.execute()
+
+    runner = CliRunner()
+    result = runner.invoke(cli, ["audit", "--config", cfg, "--table", table, "--partitions", "3"],
+                           env=lab.stack.env)
+    assert result.exit_code == 4, result.output               # 5/399 cached entries are wrong
+    report = json.loads(result.stdout)
+    assert set(report["stale_keys"]) == stale
+    assert report["extra_keys"] == [f"{lab.prefix}user:999"]
+    assert (report["rows"], report["stale"], report["missing"], report["extra"],
+            report["unverified"], report["consistent"]) == (200, 4, 2, 1, 1, 400 - 4 - 2 - 1)
+    assert report["staleness_ratio"] == round(5 / (393 + 4 + 1 + 1), 6)
+    assert lab.cached(*(k[len(lab.prefix):] for k in stale)) != []   # nothing touched
+
+    result = runner.invoke(cli, ["audit", "--config", cfg, "--table", table, "--repair"],
+                           env=lab.stack.env)
+    assert json.loads(result.stdout)["repaired"] == 5, result.output
+    assert not any(lab.redis.exists(k) for k in [*stale, f"{lab.prefix}user:999"])
+    assert lab.redis.exists(f"{lab.prefix}user:11") and lab.redis.exists(f"{lab.prefix}user:7")
+
+    result = runner.invoke(cli, ["audit", "--config", cfg, "--table", table, "--sample", "50"],
+                           env=lab.stack.env)
+    assert result.exit_code == 0, result.output
+    sampled = json.loads(result.stdout)
+    assert sampled["stale"] == 0 and sampled["extra"] is None and sampled["rows"] == 50

@@ -1,0 +1,122 @@
+"""``cachesync audit``: compare a MySQL table with the Redis keys it maps to (Spark, JDBC)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from contextlib import nullcontext
+
+import click
+
+from cachesync.commands.common import handle_errors, settings_options
+from cachesync.config import Settings
+from producer_outbox.mysql import MySQLParams
+
+EXIT_STALE = 4        # the staleness ratio is over --max-stale-ratio (for cron)
+_INTEGER_TYPES = {"tinyint", "smallint", "mediumint", "int", "integer", "bigint"}
+
+
+@click.command("audit")
+@settings_options
+@click.option("--table", required=True, metavar="DB.TABLE", help="a mapped table.")
+@click.option("--repair", is_flag=True, help="delete the stale and the extra keys found.")
+@click.option("--sample", type=click.IntRange(min=1), metavar="N",
+              help="check about N random rows instead of all (extra keys are not looked for).")
+@click.option("--partitions", type=click.IntRange(min=1), default=4, show_default=True,
+              help="JDBC queries the table is split into, by primary key.")
+@click.option("--max-stale-ratio", type=click.FloatRange(min=0), default=0.01, show_default=True,
+              help=f"exit {EXIT_STALE} when the staleness ratio is above this.")
+@click.option("--spark-master", envvar="CACHESYNC_SPARK_MASTER", help="master URL (default local[2]).")
+def command(settings: Settings, table, repair, sample, partitions, max_stale_ratio,
+            spark_master) -> None:
+    """Audit one table: consistent, stale, missing and extra keys, and the staleness ratio.
+
+    Reads the table with Spark's JDBC source split by primary key, renders every row's
+    keys (and, for update-mode tables, the value cachesync would write), reads them with
+    MGET per partition and compares. The staleness ratio is (stale + extra) / cached
+    entries. JSON on stdout, a table on stderr; exit 4 when the ratio is over the limit.
+    """
+    with handle_errors():
+        report = run_audit(settings, table, repair, sample, partitions, spark_master)
+        click.echo(json.dumps({**report.to_dict(), "max_stale_ratio": max_stale_ratio}, indent=2))
+        click.echo(render_table(report), err=True)
+    if report.staleness_ratio > max_stale_ratio:
+        sys.exit(EXIT_STALE)
+
+
+def run_audit(settings: Settings, table: str, repair: bool = False, sample: int | None = None,
+              partitions: int = 4, spark_master: str | None = None, spark=None):
+    from consumer.adapters.redis_cache import RedisCache
+    from consumer.spark.audit import audit_table
+    from consumer.spark.session import spark_session
+    mapping = settings.tables.tables.get(table)
+    if mapping is None:
+        raise click.UsageError(f"--table {table}: not a mapped table "
+                               f"(mapped: {', '.join(sorted(settings.tables.tables))})")
+    source = table_source(settings, table)
+    cache = RedisCache(str(settings.redis.url))
+    try:
+        with spark_session("cachesync-audit", spark_master) if spark is None \
+                else nullcontext(spark) as session:
+            report, to_repair = audit_table(session, source, mapping, str(settings.redis.url),
+                                            partitions, sample, scan=_scanner(settings))
+        if repair and to_repair:
+            cache.delete(to_repair)
+            report.repaired = len(to_repair)
+    finally:
+        cache.close()
+    return report
+
+
+def _scanner(settings: Settings):
+    import redis
+
+    def scan(glob: str):
+        client = redis.Redis.from_url(str(settings.redis.url))
+        try:
+            for key in client.scan_iter(match=glob, count=1000):
+                yield key.decode("utf-8", "replace")
+        finally:
+            client.close()
+    return scan
+
+
+def table_source(settings: Settings, table: str):
+    """Primary key, bounds and row count of ``table`` (as the cachesync user)."""
+    from consumer.spark.audit import TableSource
+    db, name = table.split(".", 1)
+    m = settings.mysql
+    conn = MySQLParams(m.host, m.port, m.user, str(m.password), database=db).connect()
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT k.column_name, c.data_type FROM information_schema.key_column_usage k "
+                        "JOIN information_schema.columns c ON c.table_schema = k.table_schema AND "
+                        "c.table_name = k.table_name AND c.column_name = k.column_name "
+                        "WHERE k.table_schema = %s AND k.table_name = %s AND "
+                        "k.constraint_name = 'PRIMARY' ORDER BY k.ordinal_position", (db, name))
+            pk = cur.fetchall()
+            if not pk:
+                raise click.UsageError(f"{table} has no primary key (or cachesync may not read it)")
+            integer = len(pk) == 1 and pk[0][1].lower() in _INTEGER_TYPES
+            col = pk[0][0]
+            if integer:
+                cur.execute(f"SELECT MIN(`{col}`), MAX(`{col}`), COUNT(*) FROM `{name}`")
+                lo, hi, rows = cur.fetchone()
+            else:
+                cur.execute(f"SELECT COUNT(*) FROM `{name}`")
+                (rows,), lo, hi = cur.fetchone(), None, None
+    finally:
+        conn.close()
+    # Spark picks its MySQL dialect (backtick quoting) by the jdbc:mysql prefix; the MariaDB
+    # driver accepts that scheme with permitMysqlScheme.
+    return TableSource(f"jdbc:mysql://{m.host}:{m.port}/{db}?permitMysqlScheme", m.user, str(m.password), name,
+                       tuple(c for c, _ in pk), integer, lo, hi, rows)
+
+
+def render_table(report) -> str:
+    extra = "n/a (sampled)" if report.extra is None else report.extra
+    rows = [("rows" + (" (sampled)" if report.sampled else ""), report.rows),
+            ("consistent", report.consistent), ("stale", report.stale),
+            ("missing", report.missing), ("extra", extra), ("unverified", report.unverified),
+            ("staleness ratio", f"{report.staleness_ratio:.4%}"), ("repaired", report.repaired)]
+    return "\n".join([f"audit {report.table}", *(f"  {k:<18} {v}" for k, v in rows)])

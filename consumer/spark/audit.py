@@ -1,0 +1,85 @@
+"""Audit on Spark: read a MySQL table over JDBC, partitioned by its primary key, and compare
+the keys (and values) its rows map to with what Redis holds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from consumer.audit import STALE, AuditReport, key_pattern
+from consumer.spark.applier import AuditConfig, audit_partition
+
+JDBC_DRIVER = "org.mariadb.jdbc.Driver"
+SCAN_COUNT = 1000
+
+
+@dataclass(frozen=True)
+class TableSource:
+    """Where the table is and how to split it: ``pk`` columns and, for one integer
+    column, its bounds (``lo``..``hi``) and row count from a quick query."""
+
+    url: str                 # jdbc:mysql://host:port/db?permitMysqlScheme (MariaDB driver)
+    user: str
+    password: str
+    table: str               # the table name inside the url's database
+    pk: tuple[str, ...]
+    integer_pk: bool
+    lo: int | None
+    hi: int | None
+    rows: int
+
+
+def read_table(spark, source: TableSource, partitions: int):
+    """The table as a DataFrame, ``partitions`` JDBC queries split by primary key."""
+    props = {"user": source.user, "password": source.password, "driver": JDBC_DRIVER,
+             "preferTimestampNTZ": "true"}
+    quoted = f"`{source.table}`"
+    if source.integer_pk and source.lo is not None:
+        return spark.read.jdbc(source.url, quoted, column=source.pk[0], lowerBound=source.lo,
+                               upperBound=source.hi + 1, numPartitions=partitions,
+                               properties=props)
+    # Composite or non-integer key: split by a hash of the key columns.
+    cols = ", ".join(f"`{c}`" for c in source.pk)
+    predicates = [f"MOD(CRC32(CONCAT_WS(',', {cols})), {partitions}) = {i}"
+                  for i in range(partitions)]
+    return spark.read.jdbc(source.url, quoted, predicates=predicates, properties=props)
+
+
+def audit_table(spark, source: TableSource, mapping, redis_url: str, partitions: int = 4,
+                sample: int | None = None, scan=None) -> tuple[AuditReport, list[str]]:
+    """Returns the report and every key to repair (stale values and extra keys).
+
+    ``scan(glob)`` iterates the Redis keys matching a glob (SCAN); extra keys are those
+    matching one of the table's templates that no row renders. Not looked for when
+    sampling: a key of a row outside the sample would look extra.
+    """
+    frame = read_table(spark, source, partitions)
+    if sample:
+        fraction = min(1.0, 1.5 * sample / max(source.rows, 1))
+        frame = frame.sample(fraction=fraction, seed=7).limit(sample)
+    config = AuditConfig(mapping, redis_url)
+    judged = spark.createDataFrame(frame.rdd.mapPartitions(lambda rows: audit_partition(rows, config)),
+                                   "verdict STRING, key STRING").cache()
+    try:
+        counts = {r["verdict"]: r["count"] for r in judged.groupBy("verdict").count().collect()}
+        stale = sorted(r["key"] for r in judged.where(f"verdict = '{STALE}'").select("key").collect())
+        report = AuditReport(mapping.table, source.rows if not sample else min(sample, source.rows),
+                             sampled=bool(sample), stale_keys=stale,
+                             **{v: counts.get(v, 0) for v in ("consistent", "stale", "missing",
+                                                              "unverified")})
+        if not sample and scan is not None:
+            extra = _extra_keys(spark, judged, mapping, scan)
+            report.extra, report.extra_keys = len(extra), extra
+    finally:
+        judged.unpersist()
+    return report, [*stale, *report.extra_keys]
+
+
+def _extra_keys(spark, judged, mapping, scan) -> list[str]:
+    found = set()
+    for template in mapping.keys:
+        glob, regex = key_pattern(template.text)
+        found.update(k for k in scan(glob) if regex.fullmatch(k))
+    if not found:
+        return []
+    scanned = spark.createDataFrame([(k,) for k in sorted(found)], "key STRING")
+    return sorted(r["key"] for r in scanned.join(judged, "key", "left_anti").collect())
