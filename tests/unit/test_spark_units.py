@@ -1,0 +1,110 @@
+"""Pure parts of replay, audit and the Spark applier: bounds, rate limit, verdicts, records."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from consumer.adapters.memory import MemoryCache
+from consumer.audit import CONSISTENT, MISSING, STALE, UNVERIFIED, expected_entries, key_pattern, verdict
+from consumer.core.offsets import Record
+from consumer.replay import Bound, RateLimiter, ReplayApplier, invalidate_only, parse_bound
+from consumer.spark.records import to_record
+from producer_outbox.rows import TxnContext, row_change
+from schema.event import encode
+from schema.mapping import parse_mappings
+
+MAPPINGS = parse_mappings({"app.users": {"keys": ["user:{id}", "user:email:{email}"]},
+                           "app.orders": {"keys": ["order:{id}"], "mode": "update"}})
+
+
+@pytest.mark.parametrize("text, bound", [
+    ("earliest", Bound("earliest")),
+    ("latest", Bound("latest")),
+    ("120", Bound("offset", offset=120)),
+    ("0:5,2:9", Bound("offsets", offsets={0: 5, 2: 9})),
+    ("@1700000000000", Bound("time", time_ms=1700000000000)),
+    ("2023-11-14T22:13:20Z", Bound("time", time_ms=1700000000000)),
+    ("2023-11-14T22:13:20", Bound("time", time_ms=1700000000000)),     # naive = UTC
+])
+def test_parse_bound(text, bound):
+    assert parse_bound(text) == bound
+
+
+@pytest.mark.parametrize("text", ["", "yesterday", "0:5,x", "-3"])
+def test_parse_bound_rejects(text):
+    with pytest.raises(ValueError, match="expected earliest"):
+        parse_bound(text)
+
+
+def test_rate_limiter_waits_for_the_previous_batch_to_fit():
+    now, slept = [0.0], []
+    limiter = RateLimiter(100, clock=lambda: now[0], sleep=lambda s: (slept.append(s),
+                                                                        now.__setitem__(0, now[0] + s)))
+    for _ in range(3):
+        limiter.acquire(50)            # 50 events at 100/s: 0.5 s each
+    assert slept == [0.5, 0.5]
+    RateLimiter(None, sleep=lambda s: pytest.fail("unlimited must not sleep")).acquire(10**9)
+
+
+def test_invalidate_only_turns_update_mode_into_deletes():
+    modes = {t: m.mode for t, m in invalidate_only(MAPPINGS).tables.items()}
+    assert modes == {"app.users": "delete", "app.orders": "delete"}
+    assert MAPPINGS.tables["app.orders"].mode == "update"     # the input is left alone
+
+
+def _record(offset, event):
+    return Record("t", 0, offset, f"{event.db}.{event.table}:x".encode(), encode(event))
+
+
+def test_replay_applier_counts_distinct_keys_per_table_and_filters_tables():
+    ctx = TxnContext("s", "0-1-1", 1, 0.0)
+    user = row_change(ctx, 0, "app", "users", "update", "id", {"id": 1, "email": "a"},
+                      {"id": 1, "email": "b"})
+    order = row_change(ctx, 1, "app", "orders", "insert", "id", None, {"id": 7, "v": 1})
+    records = [_record(0, user), _record(1, order), _record(2, user),
+               Record("t", 0, 3, b"app.users:9", b"garbage")]
+    cache = MemoryCache()
+    applier = ReplayApplier(MAPPINGS, cache)
+    applier.apply(records)
+    assert applier.counts.distinct_keys() == {"app.users": 3, "app.orders": 1}
+    assert applier.counts.poison == 1 and applier.counts.records == 4
+    assert sorted(cache.deleted) == ["order:7", "user:1", "user:email:a", "user:email:b"]
+
+    only_orders = ReplayApplier(MAPPINGS, None, tables=("app.orders",))
+    only_orders.apply(records)
+    assert only_orders.counts.distinct_keys() == {"app.orders": 1}
+
+
+def test_audit_verdicts():
+    users, orders = MAPPINGS.tables["app.users"], MAPPINGS.tables["app.orders"]
+    row = {"id": 1, "email": "a@x", "name": "n", "score": __import__("decimal").Decimal("1.50")}
+    (key, expected), (email_key, _) = expected_entries(row, users)
+    assert (key, email_key) == ("user:1", "user:email:a@x")
+    assert verdict(users, expected, None) == MISSING
+    assert verdict(users, expected, b'{"id": 1, "name": "n", "score": 1.5}') == CONSISTENT
+    assert verdict(users, expected, b'{"id": 1, "name": "old"}') == STALE
+    assert verdict(users, expected, b"\x00binary") == UNVERIFIED
+    assert verdict(users, expected, b'{"unrelated": 1}') == UNVERIFIED
+    (_, written), = expected_entries({"id": 7, "v": 1}, orders)
+    assert verdict(orders, written, b'{"id":7,"v":1}') == CONSISTENT
+    assert verdict(orders, written, b'{"id":7,"v":0}') == STALE
+    hashed = dataclasses.replace(orders, value_format="hash")
+    (_, fields), = expected_entries({"id": 7, "v": 1}, hashed)
+    assert verdict(hashed, fields, {b"id": b"7", b"v": b"1"}) == CONSISTENT
+    assert verdict(hashed, fields, {b"id": b"7", b"v": b"2"}) == STALE
+
+
+def test_key_pattern_matches_one_template_only():
+    glob, regex = key_pattern("p:user:{id}")
+    assert glob == "p:user:*"
+    assert regex.fullmatch("p:user:42") and not regex.fullmatch("p:user:email:a@x")
+    assert key_pattern("a*b:{x}")[0] == "a\\*b:*"
+
+
+def test_to_record_from_a_spark_row():
+    row = {"topic": "t", "partition": 2, "offset": 9, "key": bytearray(b"k"),
+           "value": bytearray(b"v"), "headers": [{"key": "id", "value": bytearray(b"m1")}],
+           "timestamp_ms": 1700000000123}
+    assert to_record(row) == Record("t", 2, 9, b"k", b"v", (("id", b"m1"),), 1700000000123)
