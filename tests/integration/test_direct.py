@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from schema.gtid import GtidState, parse_gtid
-from tests.support import wait_for
+from tests.support import stack_command, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -98,18 +98,44 @@ def test_direct_mode_kill9_mid_stream_loses_nothing(lab):
     wait_for(lambda: done_ids(lab) == 2 * ROWS, 30, what="one done id per row change")
 
 
+def stored_gtid(lab) -> GtidState:
+    return GtidState.parse(lab.sql("SELECT gtid FROM cachesync.cachesync_checkpoint WHERE "
+                                   "name = %s", (f"tailer-{lab.suffix}",))[0][0])
+
+
+def insert_returning_gtid(lab, statement: str):
+    with lab.stack.admin(lab.db) as conn, conn.cursor() as cur:
+        cur.execute(statement)
+        cur.execute("SELECT @@last_gtid")
+        return parse_gtid(cur.fetchone()[0])
+
+
+def test_direct_mode_holds_the_checkpoint_while_redis_is_down(lab):
+    """The checkpoint must not pass a transaction whose invalidation has not reached Redis."""
+    lab.sql(USERS_DDL)
+    cfg = lab.write_config(USERS)
+    proc = start(lab, cfg, "run", "--direct")
+    stack_command("down", "redis")
+    try:
+        gtid = insert_returning_gtid(lab, "INSERT INTO users VALUES (9, 'i@x', 'Ida')")
+        wait_for(lambda: "redis delete failed (attempt 3)" in lab.log(proc), 60,
+                 what="the engine to retry the delete")
+        assert gtid not in stored_gtid(lab)
+        assert done_ids(lab) == 0
+    finally:
+        stack_command("up", "redis")
+    wait_for(lambda: done_ids(lab) == 1, 60, what="the delete to be applied once Redis is back")
+    wait_for(lambda: gtid in stored_gtid(lab), 30, what="the checkpoint to pass the insert")
+    assert proc.poll() is None, lab.log(proc)
+
+
 def test_sigterm_stops_direct_mode_cleanly_and_checkpoints(lab):
     lab.sql(USERS_DDL)
     cfg = lab.write_config(USERS)
     proc = start(lab, cfg, "run", "--direct")
-    with lab.stack.admin(lab.db) as conn, conn.cursor() as cur:
-        cur.execute("INSERT INTO users VALUES (5, 'e@x', 'Eve')")
-        cur.execute("SELECT @@last_gtid")
-        insert_gtid = parse_gtid(cur.fetchone()[0])
+    insert_gtid = insert_returning_gtid(lab, "INSERT INTO users VALUES (5, 'e@x', 'Eve')")
     wait_for(lambda: done_ids(lab) == 1, what="the insert to be applied")
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(60) == 0, lab.log(proc)
-    stored = lab.sql("SELECT gtid FROM cachesync.cachesync_checkpoint WHERE name = %s",
-                     (f"tailer-{lab.suffix}",))[0][0]
-    assert insert_gtid in GtidState.parse(stored)
+    assert insert_gtid in stored_gtid(lab)
     assert "tailer: 1 row events" in lab.log(proc)
