@@ -154,7 +154,7 @@ class LogDeadLetters:
         """Nothing buffered: every dead letter was logged when it was sent."""
 
 
-def build_direct(settings: Settings) -> DirectSidecar:
+def build_direct(settings: Settings, on_batch=None) -> DirectSidecar:
     """The tailer, the engine and the queue between them, from Settings.
 
     Same adapters as ``wiring.build_tailer`` and ``wiring.build_engine`` except the
@@ -174,5 +174,6 @@ def build_direct(settings: Settings) -> DirectSidecar:
                                   row_filter=own_rows_only(settings.mysql.state_db, t.name)))
     engine = PythonEngine(source=queue, dedup=wiring.build_dedup(settings),
                           cache=RedisCache(str(settings.redis.url)), dead_letters=LogDeadLetters(),
-                          mappings=wiring.mappings(settings), options=wiring.engine_options(settings))
+                          mappings=wiring.mappings(settings), options=wiring.engine_options(settings),
+                          on_batch=on_batch)
     return DirectSidecar(tailer, engine, queue)

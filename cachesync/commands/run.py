@@ -9,6 +9,7 @@ import click
 
 from cachesync.commands.common import handle_errors, log, on_termination, settings_options
 from cachesync.direct import build_direct
+from cachesync.direct_ops import DirectOps
 from cachesync.http import parse_listen
 from cachesync.metrics import Cumulative
 from cachesync.operate import consumer_ops, tail_ops
@@ -35,14 +36,22 @@ def command(settings, direct: bool) -> None:
     SIGTERM or SIGINT stops both cleanly (the tailer drains what it sent). A fatal error in
     either stops both with its exit code.
 
-    Without --direct it writes heartbeats and serves /metrics, /healthz, /readyz like
-    `tail` and `consume` (metrics.listen auto: 9465 and 9464; port 0: two free ports; a
-    fixed host:port serves the consumer's). --direct serves no metrics endpoint yet.
+    It writes heartbeats and serves /metrics, /healthz, /readyz like `tail` and `consume`
+    (metrics.listen auto: 9465 and 9464; port 0: two free ports; a fixed host:port serves
+    the consumer's). --direct serves one endpoint with both roles' metrics (auto: 9464);
+    ready = MySQL and Redis answer and the lag is under metrics.ready_max_lag_s.
     """
     with handle_errors():
         if direct:
-            tailer = RestartingTailer(lambda: build_direct(settings))
-            run_together({"direct": tailer}, on_termination)
+            tailer = None
+            current = lambda: tailer.last if tailer else None   # noqa: E731 - rebuilt on restarts
+            ops = DirectOps(settings, lambda: current() and current().engine.stats,
+                            lambda: current() and current().tailer)
+            try:
+                tailer = RestartingTailer(lambda: build_direct(settings, ops.metrics.on_batch))
+                run_together({"direct": tailer}, on_termination)
+            finally:
+                ops.close()
         else:
             engine = None
             tailers = Cumulative(("published",))

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
 import threading
+import urllib.error
+import urllib.request
 
 import pytest
 
@@ -39,6 +42,26 @@ def start(lab, cfg, *args):
     wait_for(lambda: lab._alive(proc) and lab.checkpoint_updated_at() != before, 60,
              what=f"`cachesync {' '.join(args)}` to store its start checkpoint")
     return proc
+
+
+def endpoints(lab, proc, count: int) -> list[str]:
+    """The metrics endpoints the process logged (the lab's config asks for port 0)."""
+    def found():
+        urls = re.findall(r"metrics and health on (http://\S+) ", lab.log(proc))
+        return urls if len(urls) == count else None
+    return wait_for(found, 30, what=f"{count} metrics endpoint(s) in the log")
+
+
+def http_get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return response.read().decode()
+
+
+def _ready(url: str) -> bool:
+    try:
+        return http_get(url + "/readyz") == "ready\n"
+    except urllib.error.HTTPError:          # 503 until the first probe succeeded
+        return False
 
 
 def done_ids(lab) -> int:
@@ -135,6 +158,12 @@ def test_sigterm_stops_direct_mode_cleanly_and_checkpoints(lab):
     proc = start(lab, cfg, "run", "--direct")
     insert_gtid = insert_returning_gtid(lab, "INSERT INTO users VALUES (5, 'e@x', 'Eve')")
     wait_for(lambda: done_ids(lab) == 1, what="the insert to be applied")
+    [url] = endpoints(lab, proc, 1)
+    scraped = http_get(url + "/metrics")
+    assert "cachesync_tailer_rows_published_total 1.0" in scraped
+    assert "cachesync_events_applied_total 1.0" in scraped
+    assert 'cachesync_commit_to_apply_seconds_count{kind="binlog"} 1.0' in scraped
+    wait_for(lambda: _ready(url), 30, what="/readyz to answer 200 (MySQL, Redis, lag)")
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(60) == 0, lab.log(proc)
     assert insert_gtid in stored_gtid(lab)

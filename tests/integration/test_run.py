@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import re
 import signal
-import urllib.request
 
 import pytest
 
-from tests.integration.test_direct import USERS, USERS_DDL, spawn, start
+from tests.integration.test_direct import USERS, USERS_DDL, endpoints, http_get, spawn, start
 from tests.support import wait_for
 
 pytestmark = pytest.mark.integration
@@ -23,7 +21,7 @@ def test_run_invalidates_through_kafka_and_stops_on_sigterm(lab):
     wait_for(lambda: not lab.cached("user:1", "user:email:a@x"), 60, what="insert invalidation")
     assert len(lab.topic_records()) == 1               # it went through the topic
     wait_for(lambda: lab.dedup_rows("done") == 1, what="the consumer to confirm the id")
-    scraped = "\n".join(_get(url + "/metrics") for url in _endpoints(lab, proc))
+    scraped = "\n".join(http_get(url + "/metrics") for url in endpoints(lab, proc, 2))
     assert "cachesync_tailer_rows_published_total 1.0" in scraped
     assert "cachesync_events_applied_total 1.0" in scraped
     proc.send_signal(signal.SIGTERM)
@@ -41,13 +39,3 @@ def test_a_fatal_error_in_one_thread_stops_the_process_with_exit_3(lab):
     assert proc.wait(90) == 3, lab.log(proc)
     assert "MySQL refused" in lab.log(proc)
 
-
-def _endpoints(lab, proc) -> list[str]:
-    """The two metrics endpoints `run` logs (tailer and consumer; the lab asks for port 0)."""
-    found = lambda: re.findall(r"metrics and health on (http://\S+) ", lab.log(proc))  # noqa: E731
-    return wait_for(lambda: len(found()) == 2 and found(), 30, what="two metrics endpoints")
-
-
-def _get(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=10) as response:
-        return response.read().decode()
