@@ -42,34 +42,43 @@ def command(settings, direct: bool) -> None:
     ready = MySQL and Redis answer and the lag is under metrics.ready_max_lag_s.
     """
     with handle_errors():
-        if direct:
-            tailer = None
-            current = lambda: tailer.last if tailer else None   # noqa: E731 - rebuilt on restarts
-            ops = DirectOps(settings, lambda: current() and current().engine.stats,
-                            lambda: current() and current().tailer)
-            try:
-                tailer = RestartingTailer(lambda: build_direct(settings, ops.metrics.on_batch))
-                run_together({"direct": tailer}, on_termination)
-            finally:
-                ops.close()
-        else:
-            engine = None
-            tailers = Cumulative(("published",))
-            with ExitStack() as closing:
-                closing.callback(tail_ops(_tail_metrics(settings), tailers).close)
-                ops, metrics = consumer_ops(settings, lambda: engine.stats if engine else None)
-                closing.callback(ops.close)
-                engine = build_engine(settings, on_batch=metrics.on_batch)
-                closing.callback(engine.close)
-                tailer = RestartingTailer(lambda: tailers.track(build_tailer(settings)))
-                run_together({"tailer": tailer, "consumer": engine}, on_termination)
-            s = engine.stats
-            log.info("consumer: %d consumed, %d applied, %d duplicates, %d dead-lettered",
-                     s.consumed, s.applied, s.duplicates, s.dead_lettered)
+        tailer = _run_direct(settings) if direct else _run_pipeline(settings)
         last = tailer.last
         if last is not None:
             log.info("tailer: %d row events; checkpoint %s", last.published,
                      last.committed.describe() if last.committed else "-")
+
+
+def _run_direct(settings) -> RestartingTailer:
+    """Tailer + in-process engine (rebuilt together on a restart) and their ops endpoint."""
+    tailer = None
+    current = lambda: tailer.last if tailer else None   # noqa: E731 - rebuilt on restarts
+    ops = DirectOps(settings, lambda: current() and current().engine.stats,
+                    lambda: current() and current().tailer)
+    try:
+        tailer = RestartingTailer(lambda: build_direct(settings, ops.metrics.on_batch))
+        run_together({"direct": tailer}, on_termination)
+    finally:
+        ops.close()
+    return tailer
+
+
+def _run_pipeline(settings) -> RestartingTailer:
+    """Tailer -> Kafka and the consumer in two threads, each with its ops endpoint."""
+    engine = None
+    tailers = Cumulative(("published",))
+    with ExitStack() as closing:
+        closing.callback(tail_ops(_tail_metrics(settings), tailers).close)
+        ops, metrics = consumer_ops(settings, lambda: engine.stats if engine else None)
+        closing.callback(ops.close)
+        engine = build_engine(settings, on_batch=metrics.on_batch)
+        closing.callback(engine.close)
+        tailer = RestartingTailer(lambda: tailers.track(build_tailer(settings)))
+        run_together({"tailer": tailer, "consumer": engine}, on_termination)
+    s = engine.stats
+    log.info("consumer: %d consumed, %d applied, %d duplicates, %d dead-lettered",
+             s.consumed, s.applied, s.duplicates, s.dead_lettered)
+    return tailer
 
 
 def _tail_metrics(settings):
