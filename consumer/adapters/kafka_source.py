@@ -7,7 +7,8 @@ import time
 from typing import Mapping
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.errors import CommitFailedError, KafkaError
+from kafka.errors import (CommitFailedError, IllegalGenerationError, KafkaError,
+                          RebalanceInProgressError, UnknownMemberIdError)
 from kafka.structs import OffsetAndMetadata
 
 from consumer.core.offsets import Record
@@ -17,6 +18,9 @@ log = logging.getLogger(__name__)
 
 TOPIC_WAIT_S = 60      # how long a consumer waits for its topic's metadata at start
 TOPIC_POLL_S = 0.5
+
+_REBALANCING = (CommitFailedError, RebalanceInProgressError, IllegalGenerationError,
+                UnknownMemberIdError)
 
 # kafka-python backs off reconnects up to 30 s by default, so a broker back from an
 # outage sat idle for most of that; 2 s keeps recovery prompt without a reconnect storm.
@@ -69,9 +73,10 @@ class KafkaSource:
         try:
             self._consumer.commit({TopicPartition(t, p): OffsetAndMetadata(o, "", -1)
                                    for (t, p), o in offsets.items()})
-        except CommitFailedError as e:
-            # The group rebalanced: the partitions now belong to another member, which
-            # will re-read these records and skip them as duplicates (they are done).
+        except _REBALANCING as e:
+            # The group is rebalancing (or did): only a poll() can finish it, so retrying
+            # the commit here would spin. Whoever owns the partitions next re-reads these
+            # records from the last committed offset and skips them as duplicates.
             log.warning("offset commit lost to a rebalance; duplicates will be skipped: %s", e)
         except KafkaError as e:
             raise RetryableError(f"Kafka offset commit failed: {e}") from e
