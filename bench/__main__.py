@@ -19,10 +19,11 @@ import time
 import traceback
 from importlib import metadata
 
+from bench import perf_table
 from bench.common import ROOT, Stack, log
 
 BENCHMARKS = ("tailer", "consumer", "lag", "outbox", "consistency")          # what a plain `python -m bench` runs
-_NOT_BENCHMARKS = {"__init__", "__main__", "common"}
+_NOT_BENCHMARKS = {"__init__", "__main__", "common", "perf_table"}
 
 
 def available() -> list[str]:
@@ -42,6 +43,8 @@ def main(argv=None) -> int:
                         help="run only this benchmark (repeatable); default: "
                              + ", ".join(BENCHMARKS))
     parser.add_argument("--runs", type=int, default=3, help="repetitions per figure (default 3)")
+    parser.add_argument("--minutes", type=float, default=None,
+                        help="length of the soak (--only soak; default 10, 1 with --quick)")
     args = parser.parse_args(argv)
     if args.runs < 1:
         parser.error("--runs must be at least 1")
@@ -62,7 +65,9 @@ def main(argv=None) -> int:
         log(f"== {name} ==")
         b0 = time.perf_counter()
         try:
-            result = importlib.import_module(f"bench.{name}").run(stack, args.quick, args.runs)
+            extra = {"minutes": args.minutes} if name == "soak" else {}
+            result = importlib.import_module(f"bench.{name}").run(stack, args.quick, args.runs,
+                                                                  **extra)
             result["duration_s"] = round(time.perf_counter() - b0, 1)
             result["loadavg_after"] = _loadavg()
             doc["benchmarks"][name] = result
@@ -85,6 +90,7 @@ def main(argv=None) -> int:
     path = out_dir / f"{stem}-{started.strftime('%Y%m%dT%H%M%SZ')}.json"
     path.write_text(text + "\n")
     print(text)
+    print(perf_table.render(doc), file=sys.stderr)
     log(f"wrote {path.relative_to(ROOT)} ({doc['duration_s']}s)")
     return 1 if "errors" in doc else 0
 

@@ -20,6 +20,7 @@ from kafka import KafkaProducer
 from bench.common import Sandbox, Worker, log, ratio, summarize, wait_for
 from cachesync.wiring import build_engine
 from consumer.adapters.redis_cache import PIPELINE_CHUNK
+from consumer.adapters.redis_dedup import PREFIX as REDIS_DEDUP_PREFIX
 from producer_outbox.rows import TxnContext, row_change
 from schema.event import encode
 from schema.keys import kafka_key
@@ -30,6 +31,7 @@ PARTITIONS = 3
 TXN_ROWS = 10
 CHUNK = 2000
 OPS = ("insert", "update", "delete")
+DEDUP_STORES = ("redis", "mysql")
 
 
 def run(stack, quick: bool, runs: int) -> dict:
@@ -42,33 +44,42 @@ def run(stack, quick: bool, runs: int) -> dict:
         templates = [box.prefix + "item:{id}", box.prefix + "item:sku:{sku}"]
         keys, prefill_s = prefill(box, topic, box.db, "items", m)
         log(f"consumer: {m} events ({len(keys)} keys) produced to {topic} in {prefill_s:.1f}s")
-        base_runs, engine_runs = [], []
+        base_runs, engine_runs = [], {store: [] for store in DEDUP_STORES}
+        tables = {table: {"keys": templates}}
         for i in range(runs):
-            order = (baseline_run, engine_run) if i % 2 == 0 else (engine_run, baseline_run)
-            for fn in order:
+            # alternate the order so neither side always runs on a warmer machine
+            order = ["baseline", *DEDUP_STORES]
+            order = order if i % 2 == 0 else order[::-1]
+            for what in order:
                 populate(r, keys)
-                if fn is baseline_run:
+                if what == "baseline":
                     result = baseline_run(r, keys)
                     base_runs.append(result)
                 else:
-                    result = engine_run(box, topic, {table: {"keys": templates}}, m, len(keys))
-                    engine_runs.append(result)
+                    result = engine_run(box, topic, tables, m, len(keys), what)
+                    engine_runs[what].append(result)
                 log(f"consumer: run {i + 1}/{runs} {result['what']}: {result['keys_per_s']:.0f} keys/s")
+        fields = ["events_per_s", "keys_per_s", "elapsed_s", "steady_events_per_s",
+                  "steady_keys_per_s", "startup_s"]
         baseline = summarize(base_runs, ["keys_per_s", "elapsed_s"])
-        contender = summarize(engine_runs, ["events_per_s", "keys_per_s", "elapsed_s",
-                                            "steady_events_per_s", "steady_keys_per_s",
-                                            "startup_s"])
+        contender = summarize(engine_runs["redis"], fields)
+        mysql = summarize(engine_runs["mysql"], fields)
         return {
-            "description": "PythonEngine events/s and keys/s (dedup on, MySQL dedup store, "
-                           "real Redis) vs redis-py pipelined UNLINK of the same keys",
+            "description": "PythonEngine events/s and keys/s (dedup on; Redis dedup store as "
+                           "the contender, MySQL dedup store beside it; real Redis) vs "
+                           "redis-py pipelined UNLINK of the same keys",
             "params": {"events": m, "keys": len(keys), "keys_per_event": 2, "ops": list(OPS),
                        "partitions": PARTITIONS, "engine_batch_size": "config default",
                        "unlink_chunk": CHUNK, "runs": runs, "prefill_s": round(prefill_s, 2)},
             "baseline": {"name": f"redis-py pipeline: UNLINK of {CHUNK} keys per round trip",
                          **baseline},
-            "contender": {"name": "build_engine(...).run() until stats.consumed == M", **contender},
+            "contender": {"name": "build_engine(...).run() with consumer.dedup_store: redis, "
+                                  "until stats.consumed == M", **contender},
             "fraction_of_redis_ceiling": ratio(contender["median"]["keys_per_s"],
                                                baseline["median"]["keys_per_s"]),
+            "mysql_dedup": {"name": "the same with consumer.dedup_store: mysql", **mysql,
+                            "fraction_of_redis_ceiling": ratio(mysql["median"]["keys_per_s"],
+                                                               baseline["median"]["keys_per_s"])},
         }
     finally:
         r.close()
@@ -123,8 +134,11 @@ def baseline_run(r, keys: list[str]) -> dict:
             "keys_per_s": round(len(keys) / elapsed, 1)}
 
 
-def engine_run(box: Sandbox, topic: str, tables: dict, m: int, n_keys: int) -> dict:
-    cfg = box.write_config(tables, topic=topic)
+def engine_run(box: Sandbox, topic: str, tables: dict, m: int, n_keys: int,
+               dedup_store: str) -> dict:
+    group = box.new_group()
+    cfg = box.write_config(tables, topic=topic, group=group,
+                           consumer={"dedup_store": dedup_store})
     batches: list[tuple[float, int, int]] = []     # (time, events, keys) per batch
 
     def on_batch(result):
@@ -146,6 +160,8 @@ def engine_run(box: Sandbox, topic: str, tables: dict, m: int, n_keys: int) -> d
         engine.stop()
         worker.join(30)
         _close_engine(engine)
+        if dedup_store == "redis":
+            _drop_redis_dedup(box, group)
     worker.check()
     s = engine.stats
     keys = sum(b[2] for b in batches)
@@ -154,12 +170,23 @@ def engine_run(box: Sandbox, topic: str, tables: dict, m: int, n_keys: int) -> d
     elapsed = t_end - t0
     first_t, first_events, first_keys = batches[0]
     steady = t_end - first_t
-    return {"what": "engine", "events": s.consumed, "keys": keys, "keys_existed": s.keys_deleted,
+    return {"what": f"engine ({dedup_store} dedup)", "dedup_store": dedup_store, "events": s.consumed, "keys": keys, "keys_existed": s.keys_deleted,
             "batches": s.batches, "elapsed_s": round(elapsed, 4),
             "events_per_s": round(m / elapsed, 1), "keys_per_s": round(keys / elapsed, 1),
             "startup_s": round(first_t - t0, 4),
             "steady_events_per_s": round((m - first_events) / steady, 1) if steady else None,
             "steady_keys_per_s": round((keys - first_keys) / steady, 1) if steady else None}
+
+
+def _drop_redis_dedup(box: Sandbox, group: str) -> None:
+    """The Redis dedup records (TTL = the dedup retention, days) of this run's namespace."""
+    r = box.stack.redis()
+    try:
+        batch = list(r.scan_iter(match=f"{REDIS_DEDUP_PREFIX}{group}:*", count=5000))
+        for i in range(0, len(batch), 5000):
+            r.unlink(*batch[i:i + 5000])
+    finally:
+        r.close()
 
 
 def _close_engine(engine) -> None:

@@ -123,8 +123,16 @@ def _require_str(value: Any, name: str) -> str:
     return value
 
 
+# Values JSON carries as they are; checked by exact type first because most columns
+# are one of these and to_json's isinstance chain is the codec's hot spot.
+_PLAIN = frozenset({str, int, float, type(None)})
+
+
 def _row_to_json(row: Mapping[str, Any] | None) -> dict | None:
-    return None if row is None else {k: to_json(v) for k, v in row.items()}
+    if row is None:
+        return None
+    plain = _PLAIN
+    return {k: v if type(v) in plain else to_json(v) for k, v in row.items()}
 
 
 def _row_from_json(row: Any) -> dict | None:
@@ -132,4 +140,5 @@ def _row_from_json(row: Any) -> dict | None:
         return None
     if not isinstance(row, dict):
         raise ValueError("row image must be an object")
-    return {k: from_json(v) for k, v in row.items()}
+    plain = _PLAIN
+    return {k: v if type(v) in plain else from_json(v) for k, v in row.items()}

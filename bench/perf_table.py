@@ -1,0 +1,103 @@
+"""The throughput-and-lag targets as a table: each median beside its same-run baseline.
+
+``render(doc)`` takes the JSON document ``python -m bench`` writes and returns text;
+figures a run did not measure are left out. FOUNDATION holds the figures measured
+before the throughput work (README, bench/results/full-20261122T130129Z.json), so the
+table also shows how far each figure moved.
+"""
+
+from __future__ import annotations
+
+FOUNDATION = {
+    "tailer": "4,152 rows/s (0.215x raw)",
+    "consumer": "10,038 keys/s (MySQL dedup, 2.75 % of ceiling)",
+    "lag": "at 200/s: p50 12.3 ms, p99 61.7 ms",
+}
+
+
+def render(doc: dict) -> str:
+    rows: list[tuple[str, str, str, str, str]] = []
+    b = doc.get("benchmarks", {})
+    if "tailer" in b:
+        rows += _tailer(b["tailer"])
+    if "consumer" in b:
+        rows += _consumer(b["consumer"])
+    if "lag" in b:
+        rows += _lag(b["lag"])
+    if "soak" in b:
+        rows += _soak(b["soak"])
+    if not rows:
+        return ""
+    head = ("figure", "cachesync (median)", "baseline, same run (median)", "target", "before")
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    line = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths))  # noqa: E731
+    return "\n".join([line(head), line(tuple("-" * w for w in widths)), *map(line, rows)])
+
+
+def _met(ok: bool | None) -> str:
+    return "?" if ok is None else ("MET" if ok else "missed")
+
+
+def _n(x, unit: str = "") -> str:
+    return "-" if x is None else f"{x:,.0f}{unit}"
+
+
+def _tailer(t: dict) -> list:
+    out = []
+    for fig, label in ((t, "5 cols"), (t.get("wide"), "30 cols")):
+        if not fig:
+            continue
+        r = fig["ratio_contender_to_baseline"]
+        rows = fig.get("table", {}).get("rows") or t.get("params", {}).get("rows")
+        target = f">= 10x raw: {_met(r is not None and r >= 10)}" if label == "5 cols" else "(reported)"
+        out.append((f"tailer binlog->Kafka acked, {label}, {rows:,} rows",
+                    f"{_n(fig['contender']['median']['rows_per_s'])} rows/s = {r}x",
+                    f"raw pymysqlreplication {_n(fig['baseline']['median']['rows_per_s'])} rows/s",
+                    target, FOUNDATION["tailer"] if label == "5 cols" else "-"))
+    return out
+
+
+def _consumer(c: dict) -> list:
+    ceiling = c["baseline"]["median"]["keys_per_s"]
+    out = []
+    for fig, label in ((c["contender"], "redis dedup"), (c.get("mysql_dedup"), "mysql dedup")):
+        if not fig:
+            continue
+        keys = fig["median"]["keys_per_s"]
+        frac = keys / ceiling if keys and ceiling else None
+        target = (f">= 50k keys/s: {_met(keys is not None and keys >= 50_000)}; "
+                  f">= 0.6x: {_met(frac is not None and frac >= 0.6)}")
+        out.append((f"consumer Kafka->Redis, {label}",
+                    f"{_n(keys)} keys/s = {frac:.3f}x" if frac else _n(keys),
+                    f"redis-py pipelined UNLINK {_n(ceiling)} keys/s", target,
+                    FOUNDATION["consumer"] if label == "mysql dedup" else "-"))
+    return out
+
+
+def _lag(lag: dict) -> list:
+    out = []
+    for rate, fig in lag.get("rates", {}).items():
+        m, f = fig["contender"]["median"], fig["baseline"]["median"]
+        target = (f"p99 <= {fig['target_p99_ms']:.0f} ms: {_met(m['p99_ms'] is not None and m['p99_ms'] <= fig['target_p99_ms'])}"
+                  if rate == "1000" else "(reported)")
+        out.append((f"commit->Redis at {rate}/s for {fig['seconds']:.0f}s "
+                    f"(achieved {_n(m['achieved_rate'])}/s)",
+                    f"p50 {m['p50_ms']} / p99 {m['p99_ms']} / max {m['max_ms']} ms",
+                    f"floor p50 {f['p50_ms']} / p99 {f['p99_ms']} ms", target,
+                    FOUNDATION["lag"] if rate == "1000" else "-"))
+    return out
+
+
+def _soak(s: dict) -> list:
+    out = []
+    for name, g in s.get("rss_growth", {}).items():
+        growth = g.get("growth")
+        out.append((f"soak RSS growth, {name}, {s['params']['minutes']:g} min",
+                    "-" if growth is None else f"{g['from_mb']} -> {g['to_mb']} MB ({growth:+.1%})",
+                    "-", f"<= 10 %: {_met(None if growth is None else growth <= 0.10)}", "-"))
+    big = s.get("big_transaction")
+    if big:
+        peaks = ", ".join(f"{n} +{mb} MB" for n, mb in big["peak_above_before_mb"].items())
+        out.append((f"one {big['rows']:,}-row transaction", f"applied in {big['applied_s']} s; "
+                    f"peak RSS {peaks}", "-", "bounded memory", "-"))
+    return out
