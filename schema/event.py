@@ -100,7 +100,8 @@ def _from_doc(doc: dict) -> ChangeEvent:
     op = doc["op"]
     if op not in OPS:
         raise ValueError(f"op {op!r}")
-    pk = tuple((str(k), from_json(v)) for k, v in doc["pk"])
+    plain = _PLAIN
+    pk = tuple([(str(k), v if type(v) in plain else from_json(v)) for k, v in doc["pk"]])
     return ChangeEvent(
         id=_require_str(doc["id"], "id"),
         source=Source(str(kind), str(server), str(position), float(commit_ts), int(row_index)),
@@ -113,7 +114,7 @@ def _from_doc(doc: dict) -> ChangeEvent:
         version=int(doc["ver"]),
         keys=tuple(_require_str(k, "keys[]") for k in doc.get("keys", ())),
         schema_version=doc["v"],
-        extra=from_json(doc.get("x") or {}),
+        extra=from_json(doc["x"]) if doc.get("x") else {},
     )
 
 
