@@ -25,8 +25,9 @@ NAME = "lag"
 SIZES = {"full": (((1000, 60.0), (5000, 60.0)), 10.0), "quick": (((1000, 5.0), (5000, 5.0)), 2.0)}
 TARGET_P99_MS = 100.0
 # Transactions per second the writer commits at most; above it rows are grouped into
-# multi-row transactions (one Python writer thread cannot commit 5,000 times a second).
-MAX_TXN_PER_S = 500
+# multi-row transactions (one Python writer thread on a loaded 2-core host keeps up ~250 commits/s with
+# the pipeline running beside it).
+MAX_TXN_PER_S = 250
 DDL = "CREATE TABLE lag (id BIGINT PRIMARY KEY, v INT NOT NULL, note VARCHAR(64) NOT NULL)"
 DRAIN_S = 15.0
 POLL_SLEEP_S = 0.0005
