@@ -10,6 +10,7 @@ checkpoint only after every task of the batch returned.
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Iterable, Iterator
@@ -18,6 +19,7 @@ from consumer.adapters.memory import MemorySource
 from consumer.engine import EngineOptions, PythonEngine, Stats
 from consumer.spark.records import to_record
 from producer_outbox.mysql import MySQLParams
+from schema.errors import RetryableError
 from schema.mapping import MappingSet
 
 log = logging.getLogger(__name__)
@@ -86,12 +88,36 @@ def consume_partition(rows: Iterable, config: ApplyConfig, batch_id: int) -> Ite
     for row in rows:
         chunk.append(to_record(row))
         if len(chunk) >= config.options.batch_size:
-            engine.process(chunk)
+            _schedule_double_deletes(engine.process(chunk), cache)
             chunk = []
     if chunk:
-        engine.process(chunk)
+        _schedule_double_deletes(engine.process(chunk), cache)
     log.debug("batch %d: partition done: %s", batch_id, engine.stats)
     yield asdict(engine.stats)
+
+
+def _schedule_double_deletes(result, cache) -> None:
+    """Delete-mode ``double_delete_s``: invalidate the keys again after the delay.
+
+    The python engine keeps these in its loop; a task's engine ends with the task, so
+    the worker process (which Spark keeps) runs them on a timer. Like the python
+    engine's, they are an extra, not the guarantee: a worker that dies loses them.
+    """
+    by_delay: dict[float, dict[str, None]] = {}
+    for ep in result.applied:
+        if getattr(ep, "double_delete_s", None) and ep.keys:
+            by_delay.setdefault(ep.double_delete_s, {}).update(dict.fromkeys(ep.keys))
+    for delay, keys in by_delay.items():
+        timer = threading.Timer(delay, _delete_quietly, (cache, list(keys)))
+        timer.daemon = True
+        timer.start()
+
+
+def _delete_quietly(cache, keys: list[str]) -> None:
+    try:
+        cache.delete(keys)
+    except RetryableError as e:
+        log.warning("%d delayed second delete(s) not run: %s", len(keys), e)
 
 
 def add_stats(total: Stats, part: dict) -> None:

@@ -345,3 +345,18 @@ def test_audit_finds_exactly_the_planted_stale_keys_and_repair_removes_them(lab,
     assert result.exit_code == 0, result.output
     sampled = json.loads(result.stdout)
     assert sampled["stale"] == 0 and sampled["extra"] is None and sampled["rows"] == 50
+
+
+def test_spark_engine_runs_the_delayed_second_delete(lab, spark):
+    rec = Recorder(lab)
+    rec.change("users", "update", {"id": 1, "email": "d@x.org"}, {"id": 1, "email": "d2@x.org"})
+    rec.flush()
+    cfg = lab.write_config({"users": {**USERS, "double_delete": 1.5}})
+    refilled = []
+
+    def refill(report):                  # a reader refills the old row right after the delete
+        lab.cache("user:1")
+        refilled.append(lab.cached("user:1"))
+    engine = run_spark_engine(lab, spark, cfg, lab.tmp / "dd-ck", 1, on_batch=refill)
+    assert engine.stats.applied == 1 and refilled == [["user:1"]]
+    wait_for(lambda: lab.cached("user:1") == [], 15, what="the delayed second delete")
