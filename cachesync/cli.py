@@ -16,7 +16,7 @@ from cachesync.commands import audit, consume, dedup, demo, dlq, explain, lint, 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
              epilog="Exit codes: 0 ok, 1 runtime failure, 2 usage/config error, "
                     "3 server not ready (settings, grants, credentials), "
-                    "4 explain/lint found a problem.")
+                    "4 explain/lint found a problem, audit over its staleness limit.")
 @click.version_option(__version__, prog_name="cachesync")
 def cli() -> None:
     """Keep Redis consistent with MySQL: binlog -> Kafka -> idempotent cache invalidation.

@@ -108,3 +108,20 @@ def test_to_record_from_a_spark_row():
            "value": bytearray(b"v"), "headers": [{"key": "id", "value": bytearray(b"m1")}],
            "timestamp_ms": 1700000000123}
     assert to_record(row) == Record("t", 2, 9, b"k", b"v", (("id", b"m1"),), 1700000000123)
+
+
+def test_pyspark_is_imported_only_inside_consumer_spark():
+    import ast
+    import pathlib
+    root = pathlib.Path(__file__).resolve().parents[2]
+    offenders = []
+    for package in ("schema", "consumer", "cachesync", "producer_outbox", "bench"):
+        for path in (root / package).rglob("*.py"):
+            if "spark" in path.relative_to(root).parts[:2]:
+                continue
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                         [node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
+                offenders += [(str(path.relative_to(root)), n) for n in names
+                              if n.split(".")[0] == "pyspark"]
+    assert offenders == []
