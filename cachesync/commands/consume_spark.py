@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import functools
-
 import click
 
 from cachesync.commands.common import log, on_termination
@@ -16,18 +14,19 @@ DEFAULT_MAX_OFFSETS = 20_000
 
 def spark_options(fn):
     """--checkpoint-location, --max-offsets-per-trigger, --spark-master (used by --engine spark)."""
-    @click.option("--checkpoint-location", envvar="CACHESYNC_SPARK_CHECKPOINT", show_envvar=True,
-                  help="[spark] durable checkpoint directory (offsets and committed batches); "
-                       "required with --engine spark.")
-    @click.option("--max-offsets-per-trigger", type=click.IntRange(min=1),
-                  default=DEFAULT_MAX_OFFSETS, show_default=True,
-                  help="[spark] records per micro-batch, over all partitions.")
-    @click.option("--spark-master", envvar="CACHESYNC_SPARK_MASTER", show_envvar=True,
-                  help="[spark] master URL (default local[2]).")
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        return fn(*args, **kwargs)
-    return wrapper
+    options = [
+        click.option("--checkpoint-location", envvar="CACHESYNC_SPARK_CHECKPOINT", show_envvar=True,
+                     help="[spark] durable checkpoint directory (offsets and committed "
+                          "batches); required with --engine spark."),
+        click.option("--max-offsets-per-trigger", type=click.IntRange(min=1),
+                     default=DEFAULT_MAX_OFFSETS, show_default=True,
+                     help="[spark] records per micro-batch, over all partitions."),
+        click.option("--spark-master", envvar="CACHESYNC_SPARK_MASTER", show_envvar=True,
+                     help="[spark] master URL (default local[2])."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
 
 
 def apply_config(settings: Settings):

@@ -188,24 +188,27 @@ class AuditConfig:
     chunk: int = 500
 
 
-def audit_partition(rows: Iterable, config: AuditConfig) -> Iterator[tuple[str, str]]:
+def audit_partition(rows: Iterable, config: AuditConfig, rows_read) -> Iterator[tuple[str, str]]:
     """Yields ``(verdict, key)`` for every key the partition's rows render.
 
     Values are read in chunks: one MGET (JSON values) and one pipelined HGETALL
-    (update mode ``hash`` values) per chunk.
+    (update mode ``hash`` values) per chunk. ``rows_read`` is a Spark accumulator.
     """
     import redis
     from consumer.audit import expected_entries, verdict
     client = redis.Redis.from_url(config.redis_url, socket_timeout=10)
+    seen = 0
     try:
         chunk = []
         for row in rows:
+            seen += 1
             chunk += expected_entries(row.asDict(), config.mapping)
             if len(chunk) >= config.chunk:
                 yield from _judge(client, config.mapping, chunk, verdict)
                 chunk = []
         if chunk:
             yield from _judge(client, config.mapping, chunk, verdict)
+        rows_read.add(seen)
     finally:
         client.close()
 

@@ -57,13 +57,14 @@ def audit_table(spark, source: TableSource, mapping, redis_url: str, partitions:
         fraction = min(1.0, 1.5 * sample / max(source.rows, 1))
         frame = frame.sample(fraction=fraction, seed=7).limit(sample)
     config = AuditConfig(mapping, redis_url)
-    judged = spark.createDataFrame(frame.rdd.mapPartitions(lambda rows: audit_partition(rows, config)),
-                                   "verdict STRING, key STRING").cache()
+    rows_read = spark.sparkContext.accumulator(0)
+    judged = spark.createDataFrame(
+        frame.rdd.mapPartitions(lambda rows: audit_partition(rows, config, rows_read)),
+        "verdict STRING, key STRING").cache()
     try:
         counts = {r["verdict"]: r["count"] for r in judged.groupBy("verdict").count().collect()}
         stale = sorted(r["key"] for r in judged.where(f"verdict = '{STALE}'").select("key").collect())
-        report = AuditReport(mapping.table, source.rows if not sample else min(sample, source.rows),
-                             sampled=bool(sample), stale_keys=stale,
+        report = AuditReport(mapping.table, rows_read.value, sampled=bool(sample), stale_keys=stale,
                              **{v: counts.get(v, 0) for v in ("consistent", "stale", "missing",
                                                               "unverified")})
         if not sample and scan is not None:
