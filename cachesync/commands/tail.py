@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import threading
-
 import click
 
 from cachesync.commands.common import handle_errors, log, on_termination, settings_options
 from cachesync.metrics import Cumulative
 from cachesync.operate import tail_ops
+from cachesync.supervisor import RestartingTailer
 from cachesync.wiring import build_tailer
-from consumer.core.retry import RetryPolicy
-from schema.errors import RetryableError
 
 
 @click.command("tail")
@@ -33,29 +30,13 @@ def command(settings) -> None:
     with handle_errors():
         tailers = Cumulative(("published",))
         ops = tail_ops(settings, tailers)
+        supervisor = RestartingTailer(lambda: tailers.track(build_tailer(settings)))
+        on_termination(supervisor.stop)
         try:
-            run_with_restarts(lambda: tailers.track(build_tailer(settings)))
+            supervisor.run()
         finally:
             ops.close()
-
-
-def run_with_restarts(build, policy: RetryPolicy = RetryPolicy(base_s=0.5, cap_s=30.0)) -> None:
-    """Run a fresh tailer until a clean stop; transient failures restart it from the
-    stored checkpoint (never skipping), fatal ones propagate."""
-    stopping = threading.Event()
-    attempt = 0
-    while not stopping.is_set():
-        try:
-            tailer = build()
-            on_termination(lambda t=tailer: (stopping.set(), t.stop()))
-            tailer.run()
-        except RetryableError as e:
-            attempt += 1
-            wait = policy.backoff(attempt)
-            log.warning("tailer failed (%s); restarting from the checkpoint in %.1fs", e, wait)
-            if stopping.wait(wait):
-                break
-            continue
-        log.info("tailer stopped after %d row events; checkpoint %s", tailer.published,
-                 tailer.committed.describe() if tailer.committed else "-")
-        return
+        tailer = supervisor.last
+        if tailer is not None:
+            log.info("tailer stopped after %d row events; checkpoint %s", tailer.published,
+                     tailer.committed.describe() if tailer.committed else "-")
