@@ -15,18 +15,22 @@ found the key gone.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
 from bench.common import Sandbox, Worker, log, median, percentile, summarize, wait_for
+from bench.consumer import _drop_redis_dedup
 
 NAME = "lag"
 # (row changes/s, seconds) per figure, and the floor's seconds; the first rate is the target's
 SIZES = {"full": (((1000, 60.0), (5000, 60.0)), 10.0), "quick": (((1000, 5.0), (5000, 5.0)), 2.0)}
 TARGET_P99_MS = 100.0
+# The consumer's dedup store (config default: mysql); BENCH_LAG_DEDUP_STORE=redis compares.
+DEDUP_STORE = os.environ.get("BENCH_LAG_DEDUP_STORE", "mysql")
 # Transactions per second the writer commits at most; above it rows are grouped into
-# multi-row transactions (one Python writer thread on a loaded 2-core host keeps up ~250 commits/s with
-# the pipeline running beside it).
+# multi-row transactions (one Python writer thread keeps up ~250 commits/s on the
+# loaded 2-core host with the pipeline running beside it).
 MAX_TXN_PER_S = 250
 DDL = "CREATE TABLE lag (id BIGINT PRIMARY KEY, v INT NOT NULL, note VARCHAR(64) NOT NULL)"
 DRAIN_S = 15.0
@@ -36,10 +40,12 @@ POLL_SLEEP_S = 0.0005
 def run(stack, quick: bool, runs: int) -> dict:
     rates, floor_seconds = SIZES["quick" if quick else "full"]
     box = Sandbox(stack, NAME)
+    settings = None
     try:
         box.create_schema(DDL)
         topic = box.new_topic(3)
-        cfg = box.write_config({f"{box.db}.lag": {"keys": [box.prefix + "lag:{id}"]}}, topic=topic)
+        cfg = box.write_config({f"{box.db}.lag": {"keys": [box.prefix + "lag:{id}"]}}, topic=topic,
+                               consumer={"dedup_store": DEDUP_STORE})
         settings = box.settings(cfg)
         log("lag: starting `cachesync tail` and `cachesync consume`")
         tail = box.spawn("tail", cfg)
@@ -90,11 +96,14 @@ def run(stack, quick: bool, runs: int) -> dict:
                        "poll": "pipelined EXISTS over outstanding "
                        f"keys, {POLL_SLEEP_S * 1000} ms sleep between polls",
                        "latency_from": "the writer's commit() returning",
-                       "consumer": "config defaults (batch_size, poll_timeout_s)"},
+                       "consumer": "config defaults (batch_size, poll_timeout_s)",
+                       "dedup_store": DEDUP_STORE},
             "rates": figures,
             "children": children,
         }
     finally:
+        if DEDUP_STORE == "redis" and settings is not None:
+            _drop_redis_dedup(box, settings.kafka.group_id)
         box.cleanup()
 
 
