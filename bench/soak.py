@@ -56,19 +56,22 @@ def run(stack, quick: bool, runs: int, minutes: float | None = None) -> dict:
             harness.warm_up(lambda: _alive(box, tail) and _alive(box, consume))
             sampler.start()
             windows = _sustain(harness, box, procs, minutes)
+            sustained_until = time.monotonic()     # growth is measured up to here
             steady = sampler.snapshot()
             big = _big_transaction(box, procs, sampler, harness, big_rows)
         finally:
             sampler.stop()
             harness.close()
         children = {name: _child_report(box, proc) for name, proc in procs.items()}
-        growth = {name: _growth(sampler.series[name], sampler.t0) for name in procs}
+        growth = {name: _growth(sampler.series[name], sampler.t0, sustained_until)
+                  for name in procs}
         return {
             "description": "RSS of the tail and consume child processes over a sustained "
                            f"{WRITE_RATE} row changes/s, then one {big_rows}-row transaction",
             "params": {"minutes": minutes, "rate_per_s": WRITE_RATE, "window_s": WINDOW_S,
                        "sample_s": SAMPLE_S, "settle_s": SETTLE_S, "big_txn_rows": big_rows,
-                       "target_growth": TARGET_GROWTH},
+                       "target_growth": TARGET_GROWTH,
+                       "sustained_s": round(sustained_until - sampler.t0, 1)},
             "rss_growth": growth,
             "met": all(g["growth"] is not None and g["growth"] <= TARGET_GROWTH
                        for g in growth.values()),
@@ -180,8 +183,9 @@ class Sampler:
             self._worker.join(10)
 
 
-def _growth(series: list[tuple[float, float]], t0: float) -> dict:
-    settled = [mb for t, mb in series if t - t0 >= SETTLE_S]
+def _growth(series: list[tuple[float, float]], t0: float, until: float) -> dict:
+    """RSS growth over the sustained load: after SETTLE_S, before the big transaction."""
+    settled = [mb for t, mb in series if t - t0 >= SETTLE_S and t <= until]
     if len(settled) < 2:
         return {"from_mb": None, "to_mb": None, "growth": None,
                 "note": "run shorter than the settle time plus one sample"}
