@@ -82,11 +82,11 @@ def explain_event(event: ChangeEvent, mappings: MappingSet, planner: Planner = p
 
 def _write_line(write) -> str:
     if write.kind == "del":
-        return (f"fenced DEL {write.key} if stored version < {write.version}; "
+        return (f"fenced DEL {write.key} unless stored version > {write.version}; "
                 f"tombstone for {write.ttl_s}s")
     value = write.value if len(write.value) <= 80 else write.value[:77] + "..."
     command = "HSET" if write.kind == "hash" else "SET"
-    return (f"fenced {command} {write.key} if stored version < {write.version}: {value}  "
+    return (f"fenced {command} {write.key} unless stored version > {write.version}: {value}  "
             f"(TTL {write.ttl_s}s ±{write.ttl_jitter:.0%})")
 
 

@@ -175,7 +175,7 @@ def test_explain_renders_update_mode_writes():
                        {"id": 1, "email": "b@x", "v": 6})
     lines, poison = explain_event(event, mappings)
     assert not poison
-    assert [line.split(" if stored version < ")[0] for line in lines] == [
+    assert [line.split(" unless stored version > ")[0] for line in lines] == [
         "fenced SET user:1", "fenced SET user:email:b@x", "fenced DEL user:email:a@x"]
     assert lines[0].endswith(': {"id":1,"email":"b@x"}  (TTL 3600s ±10%)')
     assert lines[2].endswith("; tombstone for 3600s")
