@@ -8,17 +8,12 @@ MySQL and Redis answer and the lag is under ``metrics.ready_max_lag_s``.
 
 from __future__ import annotations
 
-import threading
 from contextlib import ExitStack
 from typing import Callable
 
-import redis
-
 from cachesync.config import Settings
-from cachesync.metrics import TAILER_COUNTERS, ConsumerMetrics, counters, heartbeat_gauge
-from cachesync.operate import REDIS_PROBE_TIMEOUT_S, Ops
-from cachesync.wiring import mysql_params
-from producer_outbox.heartbeat import HeartbeatWriter
+from cachesync.metrics import TAILER_COUNTERS, ConsumerMetrics, counters
+from cachesync.operate import Ops
 
 
 class DirectOps:
@@ -38,27 +33,12 @@ class DirectOps:
         self._closing.callback(ops.close)
         counters(ops.registry, tailer, TAILER_COUNTERS)
         self.metrics = ConsumerMetrics(ops.registry, engine_stats, settings.mysql.state_db)
-        t = settings.tailer
-        if t.heartbeat_interval_s > 0:
-            writer = HeartbeatWriter(mysql_params(settings).connect, t.name, t.heartbeat_interval_s)
-            heartbeat_gauge(ops.registry, writer)
-            stop = threading.Event()
-            thread = threading.Thread(target=writer.run, args=(stop,), daemon=True,
-                                      name="cachesync-heartbeat")
-            thread.start()
-            self._closing.callback(writer.close)
-            self._closing.callback(stop.set)
-        session = ops.session()
-        cache = redis.Redis.from_url(str(settings.redis.url), socket_timeout=REDIS_PROBE_TIMEOUT_S,
-                                     socket_connect_timeout=REDIS_PROBE_TIMEOUT_S)
-        self._closing.callback(cache.close)
+        ops.heartbeat()
+        session, redis_ping = ops.session(), ops.redis_ping()
 
         def probe():
             session.run(lambda cur: cur.execute("SELECT 1"))
-            try:
-                cache.ping()
-            except redis.RedisError as e:
-                raise ConnectionError(f"Redis unavailable: {e}") from e
+            redis_ping()
 
         max_lag = settings.metrics.ready_max_lag_s
         ops.start(probe, [lambda: self.metrics.lag_problem(max_lag)])

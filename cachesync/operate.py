@@ -53,6 +53,32 @@ class Ops:
         self._closers.append(k.close)
         return k
 
+    def heartbeat(self) -> None:
+        """Rewrite this tailer's heartbeat row every tailer.heartbeat_interval_s (0: never)."""
+        t = self.settings.tailer
+        if t.heartbeat_interval_s <= 0:
+            return
+        writer = HeartbeatWriter(mysql_params(self.settings).connect, t.name, t.heartbeat_interval_s)
+        heartbeat_gauge(self.registry, writer)
+        stop = threading.Event()
+        threading.Thread(target=writer.run, args=(stop,), name="cachesync-heartbeat",
+                         daemon=True).start()
+        self._closers.extend([writer.close, stop.set])
+
+    def redis_ping(self) -> Callable[[], None]:
+        """A probe step: raises ConnectionError unless Redis answers within the probe timeout."""
+        cache = redis.Redis.from_url(str(self.settings.redis.url),
+                                     socket_timeout=REDIS_PROBE_TIMEOUT_S,
+                                     socket_connect_timeout=REDIS_PROBE_TIMEOUT_S)
+        self._closers.append(cache.close)
+
+        def ping() -> None:
+            try:
+                cache.ping()
+            except redis.RedisError as e:
+                raise ConnectionError(f"Redis unavailable: {e}") from e
+        return ping
+
     def start(self, probe: Callable[[], None], checks: list[Callable[[], str | None]]) -> "Ops":
         """Start probing and, unless ``metrics.listen`` is off, serving; raises ConfigError
         when the address is taken."""
@@ -80,18 +106,12 @@ def consumer_ops(settings: Settings, stats: Callable[[], object]) -> tuple[Ops, 
     metrics = ConsumerMetrics(
         ops.registry, stats, settings.mysql.state_db,
         on_heartbeat=lambda src, c, a: recorder.run(lambda: record_applied_lag(session, ns, src, c, a)))
-    kafka = ops.kafka()
-    cache = redis.Redis.from_url(str(settings.redis.url), socket_timeout=REDIS_PROBE_TIMEOUT_S,
-                                 socket_connect_timeout=REDIS_PROBE_TIMEOUT_S)
-    ops._closers.append(cache.close)
+    kafka, redis_ping = ops.kafka(), ops.redis_ping()
 
     def probe():
         metrics.set_kafka_lag(kafka.consumer_lag(k.group_id, k.topic))
         session.run(lambda cur: cur.execute("SELECT 1"))
-        try:
-            cache.ping()
-        except redis.RedisError as e:
-            raise ConnectionError(f"Redis unavailable: {e}") from e
+        redis_ping()
 
     ops.start(probe, [lambda: metrics.lag_problem(settings.metrics.ready_max_lag_s)])
     return ops, metrics
@@ -102,13 +122,7 @@ def tail_ops(settings: Settings, tailers: Cumulative) -> Ops:
     ops = Ops(settings, "tail")
     counters(ops.registry, lambda: tailers, TAILER_COUNTERS)
     t, max_lag = settings.tailer, settings.metrics.ready_max_lag_s
-    if t.heartbeat_interval_s > 0:
-        writer = HeartbeatWriter(mysql_params(settings).connect, t.name, t.heartbeat_interval_s)
-        heartbeat_gauge(ops.registry, writer)
-        stop = threading.Event()
-        threading.Thread(target=writer.run, args=(stop,), name="cachesync-heartbeat",
-                         daemon=True).start()
-        ops._closers.extend([writer.close, stop.set])
+    ops.heartbeat()
     age, session, kafka = CheckpointAge(ops.registry), ops.session(), ops.kafka()
 
     def probe():

@@ -16,8 +16,7 @@ from typing import Callable, Sequence
 
 from consumer.core.dedup import decide
 from consumer.core.offsets import Record, commit_offsets
-from consumer.core.plan import EventPlan, plan_batch
-from consumer.core.writes import merge_writes
+from consumer.core.plan import EventPlan, batch_keys, batch_writes, plan_batch
 from consumer.core.retry import RetryPolicy
 from consumer.ports import CacheWriter, DeadLetters, DedupStore, Source
 from schema.errors import DecodeError, RetryableError
@@ -145,11 +144,11 @@ class PythonEngine:
 
     def _apply(self, applied: list[EventPlan]) -> None:
         """Invalidate, then write the fenced values; schedule delayed second deletes."""
-        keys = list(dict.fromkeys(k for ep in applied for k in ep.keys))
+        keys = batch_keys(applied)
         if keys:
             self.stats.keys_deleted += self._with_retry("redis delete",
                                                         lambda: self._cache.delete(keys))
-        writes = merge_writes(w for ep in applied for w in ep.writes)
+        writes = batch_writes(applied)
         if writes:
             done = self._with_retry("redis fenced write", lambda: self._cache.write(writes))
             self.stats.keys_written += done.applied

@@ -11,6 +11,7 @@ nothing twice (and the dedup table would drop a duplicate anyway).
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
@@ -88,35 +89,34 @@ def replay_dead_letters(bootstrap: str, dlq_topic: str, target_topic: str, group
         return len(chosen), len(letters) - len(chosen)
 
 
-class _reader:
-    def __init__(self, bootstrap: str, topic: str, group: str | None):
-        self._args = bootstrap, topic, group
-
-    def __enter__(self):
-        bootstrap, topic, group = self._args
+@contextmanager
+def _reader(bootstrap: str, topic: str, group: str | None):
+    """A consumer assigned to every partition of ``topic``, at ``group``'s committed
+    offsets (or the beginning); closed on exit, also when positioning fails."""
+    try:
+        consumer = KafkaConsumer(bootstrap_servers=bootstrap.split(","), group_id=group,
+                                 enable_auto_commit=False, auto_offset_reset="earliest",
+                                 client_id="cachesync-dlq-tools")
+    except KafkaError as e:
+        raise RetryableError(f"Kafka unavailable at {bootstrap}: {e}") from e
+    try:
         try:
-            self._consumer = KafkaConsumer(bootstrap_servers=bootstrap.split(","), group_id=group,
-                                           enable_auto_commit=False, auto_offset_reset="earliest",
-                                           client_id="cachesync-dlq-tools")
-            ids = self._consumer.partitions_for_topic(topic)
+            ids = consumer.partitions_for_topic(topic)
         except KafkaError as e:
             raise RetryableError(f"Kafka unavailable at {bootstrap}: {e}") from e
         if not ids:
-            self._consumer.close()
             raise RetryableError(f"dead-letter topic {topic!r} does not exist (yet)")
         partitions = [TopicPartition(topic, p) for p in sorted(ids)]
-        self._consumer.assign(partitions)
-        committed = {tp: self._consumer.committed(tp) if group else None for tp in partitions}
+        consumer.assign(partitions)
         for tp in partitions:
-            if committed[tp] is None:
-                self._consumer.seek_to_beginning(tp)
+            committed = consumer.committed(tp) if group else None
+            if committed is None:
+                consumer.seek_to_beginning(tp)
             else:
-                self._consumer.seek(tp, committed[tp])
-        return self._consumer, partitions
-
-    def __exit__(self, *exc):
-        self._consumer.close()
-        return False
+                consumer.seek(tp, committed)
+        yield consumer, partitions
+    finally:
+        consumer.close()
 
 
 def _read(consumer, partitions, limit: int | None, timeout_s: float) -> Iterator[DeadLetter]:

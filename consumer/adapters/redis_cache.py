@@ -45,7 +45,7 @@ class RedisCache:
                 pipe.unlink(*(lease_key(k) for k in part))
                 existed += int(pipe.execute()[0])
             return existed
-        return self._call(run)
+        return redis_call(run)
 
     def write(self, writes: Sequence[CacheWrite]) -> WriteResult:
         """Apply fenced writes (update mode); returns how many were applied and refused.
@@ -69,15 +69,18 @@ class RedisCache:
                 applied += ok
                 refused += len(result) - ok
             return WriteResult(applied, refused)
-        return self._call(run) if writes else WriteResult(0, 0)
-
-    def _call(self, fn):
-        try:
-            return fn()
-        except redis.AuthenticationError as e:
-            raise FatalError(f"Redis refused the credentials: {e}") from e
-        except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError) as e:
-            raise RetryableError(f"Redis unavailable: {e}") from e
+        return redis_call(run) if writes else WriteResult(0, 0)
 
     def close(self) -> None:
         self._client.close()
+
+
+def redis_call(fn, what: str = "Redis"):
+    """Run ``fn()``; refused credentials raise FatalError, an unreachable or loading
+    server RetryableError (the engines retry those and never skip)."""
+    try:
+        return fn()
+    except redis.AuthenticationError as e:
+        raise FatalError(f"{what} refused the credentials: {e}") from e
+    except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError) as e:
+        raise RetryableError(f"{what} unavailable: {e}") from e

@@ -18,14 +18,15 @@ from typing import Mapping, Sequence
 
 import redis
 
+from consumer.adapters.redis_cache import redis_call
 from consumer.core.dedup import ClaimState
 from consumer.ports import chunks
 from schema import resource_text
-from schema.errors import FatalError, RetryableError
 
 CLAIM_CHUNK = 1000
 SCAN_COUNT = 1000
 PREFIX = "cachesync:dedup:"
+WHAT = "Redis (dedup store)"
 _STATES = {b"owned": ClaimState.OWNED, b"done": ClaimState.DONE, b"busy": ClaimState.BUSY}
 
 
@@ -53,7 +54,7 @@ class RedisDedupStore:
             for part, answer in zip(parts, pipe.execute()):
                 states.update((i, _STATES[a]) for i, a in zip(part, answer))
             return states
-        return token, self._call(run)
+        return token, redis_call(run, WHAT)
 
     def confirm(self, token: str, ids: Sequence[str]) -> None:
         def run():
@@ -62,7 +63,7 @@ class RedisDedupStore:
                 self._confirm(keys=[self._prefix + i for i in part],
                               args=[token, self._retention_ms], client=pipe)
             pipe.execute()
-        self._call(run)
+        redis_call(run, WHAT)
 
     def purge(self, retention_s: float, limit: int) -> int:
         """Delete up to ``limit`` done records older than ``retention_s`` (a SCAN of the namespace)."""
@@ -82,7 +83,7 @@ class RedisDedupStore:
             if batch:
                 deleted += self._purge_keys(batch, cutoff_ms, limit - deleted)
             return deleted
-        return self._call(run)
+        return redis_call(run, WHAT)
 
     def _purge_keys(self, keys: list[bytes], cutoff_ms: int, room: int) -> int:
         old = []
@@ -93,14 +94,6 @@ class RedisDedupStore:
         if old:
             self._client.delete(*old)     # done records never change back: no race
         return len(old)
-
-    def _call(self, fn):
-        try:
-            return fn()
-        except redis.AuthenticationError as e:
-            raise FatalError(f"Redis (dedup store) refused the credentials: {e}") from e
-        except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError) as e:
-            raise RetryableError(f"Redis (dedup store) unavailable: {e}") from e
 
     def close(self) -> None:
         self._client.close()

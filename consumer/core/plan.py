@@ -42,16 +42,36 @@ class EventPlan:
 
 @dataclass
 class Plan:
-    """A batch's work: unique keys to delete, per-event detail, and the poison found."""
+    """A batch's work: per-event detail and the poison found.
 
-    keys: list[str] = field(default_factory=list)
-    writes: list[CacheWrite] = field(default_factory=list)
+    ``keys`` and ``writes`` are what the whole batch does to Redis; the engine asks
+    :func:`batch_keys` / :func:`batch_writes` for the events it claimed instead.
+    """
+
     events: list[EventPlan] = field(default_factory=list)
     poison: list[tuple[ChangeEvent, PoisonError]] = field(default_factory=list)
 
     @property
+    def keys(self) -> list[str]:
+        return batch_keys(self.events)
+
+    @property
+    def writes(self) -> list[CacheWrite]:
+        return batch_writes(self.events)
+
+    @property
     def null_skips(self) -> int:
         return sum(e.null_skips for e in self.events)
+
+
+def batch_keys(events: Iterable[EventPlan]) -> list[str]:
+    """The events' invalidations, each key once, in first-seen order."""
+    return list(dict.fromkeys(k for ep in events for k in ep.keys))
+
+
+def batch_writes(events: Iterable[EventPlan]) -> list[CacheWrite]:
+    """The events' fenced writes, only the newest per key (one Redis operation each)."""
+    return merge_writes(w for ep in events for w in ep.writes)
 
 
 def event_keys(event: ChangeEvent, mappings: MappingSet) -> EventPlan:
@@ -111,19 +131,11 @@ def _tombstone(key: str, version: str, mapping: TableMapping) -> CacheWrite:
 
 
 def plan_batch(events: Iterable[ChangeEvent], mappings: MappingSet) -> Plan:
-    """Plan a batch; repeated keys collapse into one operation, poison is set aside."""
+    """Plan each event of a batch; poison is set aside."""
     plan = Plan()
-    seen: dict[str, None] = {}
-    writes: list[CacheWrite] = []
     for event in events:
         try:
-            ep = event_keys(event, mappings)
+            plan.events.append(event_keys(event, mappings))
         except PoisonError as e:
             plan.poison.append((event, e))
-            continue
-        plan.events.append(ep)
-        seen.update(dict.fromkeys(ep.keys))
-        writes += ep.writes
-    plan.keys = list(seen)
-    plan.writes = merge_writes(writes)
     return plan

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
@@ -113,7 +114,7 @@ def _plain(value: Any) -> Any:
     if value is None or isinstance(value, (bool, int, str)):
         return value
     if isinstance(value, float):
-        return value if value == value and value not in (float("inf"), float("-inf")) else str(value)
+        return value if math.isfinite(value) else str(value)   # JSON has no NaN or infinity
     if isinstance(value, (dict, list)):          # a JSON column stays JSON
         return json.loads(json.dumps(value, default=canonical_text))
     if isinstance(value, (set, frozenset)):
