@@ -65,7 +65,18 @@ class TailerSettings:
     server_id: int = 88001
     max_inflight: int = 20000
     checkpoint_interval_s: float = 0.5
+    # > 1 packs the rows of one transaction, table and partition into one Kafka record
+    # (consumers read both forms); 1 = one record per row
+    pack_rows: int = 1
+    pack_bytes: int = 262144
     heartbeat_interval_s: float = 2.0  # heartbeat row write interval (lag when idle); 0 = off
+
+    def __post_init__(self):
+        if self.pack_rows < 1:
+            raise ConfigError(f"tailer.pack_rows: must be at least 1, got {self.pack_rows}")
+        if not 1024 <= self.pack_bytes <= 900_000:
+            raise ConfigError("tailer.pack_bytes: must be between 1024 and 900000 (under "
+                              f"Kafka's default 1 MB record limit), got {self.pack_bytes}")
 
 
 @dataclass(frozen=True)

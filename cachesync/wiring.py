@@ -37,6 +37,7 @@ def build_tailer(settings: Settings) -> Tailer:
                   TailerOptions(topic=settings.kafka.topic, replica_server_id=t.server_id,
                                 max_inflight=t.max_inflight,
                                 checkpoint_interval_s=t.checkpoint_interval_s,
+                                pack_rows=t.pack_rows, pack_bytes=t.pack_bytes,
                                 row_filter=own_rows_only(settings.mysql.state_db, t.name)))
 
 

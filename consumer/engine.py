@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 from consumer.core.dedup import decide
 from consumer.core.offsets import Record, commit_offsets
@@ -20,7 +20,8 @@ from consumer.core.plan import EventPlan, batch_keys, batch_writes, plan_batch
 from consumer.core.retry import RetryPolicy
 from consumer.ports import CacheWriter, DeadLetters, DedupStore, Source
 from schema.errors import DecodeError, RetryableError
-from schema.event import ChangeEvent, decode
+from schema.event import ChangeEvent, decode_record, encode
+from schema.keys import kafka_key
 from schema.mapping import MappingSet
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,7 @@ class Stats:
 
 @dataclass
 class BatchResult:
+    consumed: int = 0          # events decoded, plus records that could not be decoded
     applied: list[EventPlan] = field(default_factory=list)
     duplicates: list[str] = field(default_factory=list)
     dead_lettered: list[tuple[Record, str]] = field(default_factory=list)
@@ -83,6 +85,7 @@ class PythonEngine:
         self._delayed: list[tuple[float, int, list[str]]] = []   # (due, seq, keys) heap
         self._delayed_seq = 0
         self._next_purge = clock() + options.purge_interval_s
+        self._events_per_record = 1     # of the last batch: packed records hold many
         self.stats = Stats()
 
     def stop(self) -> None:
@@ -110,11 +113,14 @@ class PythonEngine:
     def step(self) -> BatchResult | None:
         self._run_delayed_deletes()
         self._maybe_purge()
-        records = self._with_retry("poll", lambda: self._source.poll(self._opts.batch_size,
+        # batch_size counts events; a packed record carries many of them
+        max_records = max(1, self._opts.batch_size // self._events_per_record)
+        records = self._with_retry("poll", lambda: self._source.poll(max_records,
                                                                      self._opts.poll_timeout_s))
         if not records:
             return None
         result = self.process(records)
+        self._events_per_record = max(1, result.consumed // len(records))
         self._with_retry("commit offsets", lambda: self._source.commit(commit_offsets(records)))
         if self._on_batch is not None:
             self._on_batch(result)
@@ -126,7 +132,11 @@ class PythonEngine:
         events, origin = self._decode(records, result)
         plan = plan_batch(events, self._mappings)
         for event, error in plan.poison:
-            self._dead_letter(origin[id(event)], error.reason, error.detail, result)
+            where = origin[id(event)]
+            if isinstance(where, _LazyElement):
+                where = pack_element(where.record, where.index, encode(event),
+                                     kafka_key(event.db, event.table, event.pk), event.id)
+            self._dead_letter(where, error.reason, error.detail, result)
         by_id = {ep.event.id: ep for ep in plan.events}
         claims = self._claim_all(list(by_id), result)
         apply_ids = [i for _, ids in claims for i in ids]
@@ -199,15 +209,27 @@ class PythonEngine:
                      self._opts.dedup_retention_s)
 
     def _decode(self, records, result) -> tuple[list[ChangeEvent], dict[int, Record]]:
+        """Events in record order; ``origin`` maps each to what is dead-lettered if it is poison.
+
+        That is the record itself when it holds one event, else a record of the same
+        origin holding only that event, so the rest of a pack still applies.
+        """
         events, origin = [], {}
         for record in records:
             try:
-                event = decode(record.value or b"")
+                items = decode_record(record.value or b"")
             except DecodeError as e:
+                result.consumed += 1
                 self._dead_letter(record, e.reason, e.detail, result)
                 continue
-            events.append(event)
-            origin[id(event)] = record
+            result.consumed += len(items)
+            for index, item in enumerate(items):
+                if isinstance(item, DecodeError):
+                    self._dead_letter(pack_element(record, index, item.raw), item.reason,
+                                      item.detail, result)
+                    continue
+                events.append(item)
+                origin[id(item)] = record if len(items) == 1 else _LazyElement(record, index)
         return events, origin
 
     def _claim_all(self, ids: list[str], result: BatchResult) -> list[tuple[str, list[str]]]:
@@ -237,7 +259,7 @@ class PythonEngine:
     def _count(self, records, null_skips: int, result: BatchResult) -> None:
         s = self.stats
         s.batches += 1
-        s.consumed += len(records)
+        s.consumed += result.consumed
         s.applied += len(result.applied)
         s.duplicates += len(result.duplicates)
         s.dead_lettered += len(result.dead_lettered)
@@ -272,6 +294,30 @@ def purge_dedup(dedup: DedupStore, retention_s: float, batch: int,
         if deleted < batch:
             break
     return total
+
+
+class _LazyElement(NamedTuple):
+    """Event ``index`` of a packed record; becomes a record of its own only if poison."""
+
+    record: Record
+    index: int
+
+
+def pack_element(record: Record, index: int, value: bytes | None, key: str | None = None,
+                 msg_id: str | None = None) -> Record:
+    """Element ``index`` of a packed record as a record of its own, for the dead-letter topic.
+
+    Same origin (topic, partition, offset), the element's bytes, a ``pack_index``
+    header, and the element's own key and ``id`` header when they are known (the
+    record's ``id`` header names its first element, so it is not kept).
+    """
+    headers = [(k, v) for k, v in record.headers if k != "id"]
+    if msg_id:
+        headers.append(("id", msg_id.encode()))
+    headers.append(("pack_index", str(index).encode()))
+    return Record(record.topic, record.partition, record.offset,
+                  key.encode() if key is not None else record.key, value, tuple(headers),
+                  record.timestamp_ms)
 
 
 def _repeats(ids) -> list[str]:

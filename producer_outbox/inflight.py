@@ -38,15 +38,16 @@ class InflightTracker(Generic[P]):
         self._txns.append(txn)
         return txn
 
-    def sent(self, txn: _Txn[P]) -> None:
-        txn.pending += 1
-        self._pending_total += 1
+    def sent(self, txn: _Txn[P], events: int = 1) -> None:
+        """``events`` rows went out in one record (more than one when packed)."""
+        txn.pending += events
+        self._pending_total += events
 
-    def acked(self, txn: _Txn[P]) -> None:
-        if txn.pending <= 0:
+    def acked(self, txn: _Txn[P], events: int = 1) -> None:
+        if txn.pending < events:
             raise ValueError("ack without a matching send")
-        txn.pending -= 1
-        self._pending_total -= 1
+        txn.pending -= events
+        self._pending_total -= events
 
     def close(self, txn: _Txn[P], position: P | None = None) -> None:
         """All events of ``txn`` were sent; optionally correct its resume position."""

@@ -34,11 +34,21 @@ class KafkaPublisher:
             raise RetryableError(f"Kafka unavailable at {bootstrap_servers}: {e}") from e
 
     def send(self, topic: str, key: str, value: bytes, msg_id: str,
-             on_ack: Callable[[], None], on_error: Callable[[Exception], None]) -> None:
+             on_ack: Callable[[], None], on_error: Callable[[Exception], None],
+             partition: int | None = None) -> None:
+        """``partition`` None: Kafka's default partitioner picks it from the key."""
         future = self._producer.send(topic, key=key.encode("utf-8"), value=value,
-                                     headers=[("id", msg_id.encode("ascii"))])
+                                     headers=[("id", msg_id.encode("ascii"))],
+                                     partition=partition)
         future.add_callback(lambda _meta: on_ack())
         future.add_errback(on_error)
+
+    def partitions(self, topic: str) -> list[int]:
+        """The topic's partition ids, sorted (from the producer's metadata; waits for it)."""
+        try:
+            return sorted(self._producer.partitions_for(topic))
+        except KafkaError as e:
+            raise RetryableError(f"no metadata for topic {topic!r}: {e}") from e
 
     def flush(self, timeout_s: float | None = None) -> None:
         self._producer.flush(timeout=timeout_s)

@@ -23,6 +23,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 from producer_outbox.checkpoint import Checkpoint, MySQLCheckpointStore
 from producer_outbox.inflight import InflightTracker
 from producer_outbox.mysql import MySQLParams
+from producer_outbox.packing import Pack, Packer
 from producer_outbox.preflight import ServerInfo, problems, read_server_info
 from producer_outbox.rows import TxnContext, row_change
 from schema.errors import FatalError, RetryableError
@@ -45,6 +46,8 @@ class TailerOptions:
     topic: str
     replica_server_id: int = 88001      # must be unique among the server's replicas
     max_inflight: int = 20_000          # back-pressure: unacked rows before we block
+    pack_rows: int = 1                  # > 1: rows of one txn, table and partition share a record
+    pack_bytes: int = 256 * 1024        # a pack closes at this size (below Kafka's 1 MB limit)
     checkpoint_interval_s: float = 0.5
     heartbeat_s: float = 1.0
     # (db, table, row image) -> False drops the row; used to publish only this
@@ -63,10 +66,13 @@ class Tailer:
         self._mappings = mappings
         self._opts = options
         self._tracker: InflightTracker[Checkpoint] = InflightTracker()
+        self._packer = Packer(options.pack_rows, options.pack_bytes) if options.pack_rows > 1 else None
+        self._partitions = 0          # the topic's partition count, read once per transaction
         self._lock = threading.Lock()
         self._failure: Exception | None = None
         self._stop = threading.Event()
-        self.published = 0
+        self.published = 0      # rows handed to the publisher
+        self.acked = 0          # rows Kafka acknowledged
         self.committed: Checkpoint | None = None
 
     def stop(self) -> None:
@@ -152,6 +158,9 @@ class Tailer:
         last_save = time.monotonic()
 
         def close_txn():
+            if self._packer is not None:
+                for pack in self._packer.drain():
+                    self._send_pack(pack, txn)
             cp = Checkpoint(info.identity, str(gtid_state) or None,
                             stream.log_file, stream.log_pos)
             with self._lock:
@@ -199,6 +208,8 @@ class Tailer:
                 break
 
     def _tracker_open(self):
+        if self._packer is not None:
+            self._partitions = len(self._publisher.partitions(self._opts.topic))
         with self._lock:
             return self._tracker.open(None)
 
@@ -222,23 +233,38 @@ class Tailer:
             change = row_change(ctx, row_index, event.schema, event.table, op,
                                 event.primary_key, before, after)
             row_index += 1
-            with self._lock:
-                self._tracker.sent(txn)
-            try:
-                self._publisher.send(self._opts.topic, kafka_key(change.db, change.table, change.pk),
-                                     encode(change), change.id,
-                                     on_ack=lambda t=txn: self._on_ack(t), on_error=self._on_error)
-            except KafkaError as e:   # e.g. buffer full / metadata timeout, raised synchronously
-                raise RetryableError(f"Kafka send failed: {e}") from e
-            self.published += 1
-            if self._tracker.pending >= self._opts.max_inflight:
-                self._publisher.flush()
-                self._raise_if_failed()
+            key = kafka_key(change.db, change.table, change.pk)
+            if self._packer is None:
+                self._send(key, encode(change), change.id, txn, 1, None)
+            else:
+                full = self._packer.add(change.db, change.table, key, encode(change), change.id,
+                                        self._partitions)
+                if full is not None:
+                    self._send_pack(full, txn)
         return row_index
 
-    def _on_ack(self, txn) -> None:
+    def _send_pack(self, pack: Pack, txn) -> None:
+        self._send(pack.key, pack.record_value(), pack.msg_id, txn, pack.rows, pack.partition)
+
+    def _send(self, key: str, value: bytes, msg_id: str, txn, rows: int,
+              partition: int | None) -> None:
         with self._lock:
-            self._tracker.acked(txn)
+            self._tracker.sent(txn, rows)
+        try:
+            self._publisher.send(self._opts.topic, key, value, msg_id,
+                                 on_ack=lambda: self._on_ack(txn, rows), on_error=self._on_error,
+                                 partition=partition)
+        except KafkaError as e:   # e.g. buffer full / metadata timeout, raised synchronously
+            raise RetryableError(f"Kafka send failed: {e}") from e
+        self.published += rows
+        if self._tracker.pending >= self._opts.max_inflight:
+            self._publisher.flush()
+            self._raise_if_failed()
+
+    def _on_ack(self, txn, rows: int) -> None:
+        with self._lock:
+            self._tracker.acked(txn, rows)
+            self.acked += rows
 
     def _on_error(self, error: Exception) -> None:
         # Called on the Kafka I/O thread: record it; the main loop stops the tailer

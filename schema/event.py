@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping
+from typing import Any, Literal, Mapping, Sequence
 
 from schema.errors import DecodeError
 from schema.values import from_json, to_json
@@ -76,8 +76,52 @@ def encode(event: ChangeEvent) -> bytes:
     return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
+def encode_pack(encoded: Sequence[bytes]) -> bytes:
+    """Several encoded events as one record: ``{"v":1,"pack":[event,...]}``.
+
+    The tailer packs the rows of one transaction, table and partition this way
+    (``tailer.pack_rows``) so that Kafka carries one record per pack instead of
+    one per row; every element keeps its own id, so dedup stays per row.
+    """
+    return b'{"v":%d,"pack":[' % ENVELOPE_VERSION + b",".join(encoded) + b"]}"
+
+
 def decode(raw: bytes) -> ChangeEvent:
-    """Parse bytes into a ChangeEvent; raises DecodeError with a reason code and the raw bytes."""
+    """Parse one event's bytes; raises DecodeError with a reason code and the raw bytes."""
+    doc = _envelope(raw)
+    if "pack" in doc:
+        raise DecodeError("invalid_envelope", "a pack of events where one event was expected", raw)
+    return _event(doc, raw)
+
+
+def decode_record(raw: bytes) -> list[ChangeEvent | DecodeError]:
+    """The events of one Kafka record: a plain envelope gives one, a pack each element.
+
+    Raises DecodeError when the record as a whole is unreadable. An element of a pack
+    that is not an event comes back as a DecodeError in its place (its ``raw`` is that
+    element's JSON), so the rest of the pack still applies and only it is dead-lettered.
+    """
+    doc = _envelope(raw)
+    pack = doc.get("pack")
+    if pack is None:
+        return [_event(doc, raw)]
+    if not isinstance(pack, list) or not pack:
+        raise DecodeError("invalid_envelope", "pack must be a non-empty list", raw)
+    out: list[ChangeEvent | DecodeError] = []
+    for element in pack:
+        try:
+            if not isinstance(element, dict):
+                raise DecodeError("invalid_envelope", "pack element is not an object")
+            if element.get("v") not in SUPPORTED_VERSIONS:
+                raise DecodeError("unsupported_version", f"envelope version {element.get('v')!r}")
+            out.append(_event(element, None))
+        except DecodeError as e:
+            e.raw = json.dumps(element, separators=(",", ":"), ensure_ascii=False).encode()
+            out.append(e)
+    return out
+
+
+def _envelope(raw: bytes) -> dict:
     try:
         doc = json.loads(raw)
     except (UnicodeDecodeError, ValueError) as e:
@@ -87,6 +131,10 @@ def decode(raw: bytes) -> ChangeEvent:
     version = doc.get("v")
     if version not in SUPPORTED_VERSIONS:
         raise DecodeError("unsupported_version", f"envelope version {version!r}", raw)
+    return doc
+
+
+def _event(doc: dict, raw: bytes | None) -> ChangeEvent:
     try:
         return _from_doc(doc)
     except (KeyError, TypeError, ValueError) as e:

@@ -20,7 +20,7 @@ from kafka.errors import KafkaError
 
 from schema.errors import RetryableError
 
-HEADER_FIELDS = ("reason", "detail", "topic", "partition", "offset", "attempts", "id")
+HEADER_FIELDS = ("reason", "detail", "topic", "partition", "offset", "pack_index", "attempts", "id")
 
 
 @dataclass(frozen=True)

@@ -127,7 +127,7 @@ class KafkaDeadLetters:
 
 
 def dead_letter_headers(record: Record, reason: str, detail: str) -> list[tuple[str, bytes]]:
-    """reason, detail, the origin (topic, partition, offset) and attempts.
+    """reason, detail, the origin (topic, partition, offset, and pack_index) and attempts.
 
     ``attempts`` counts how often this message was dead-lettered: a replayed dead
     letter carries its headers back to the change topic, so a second failure says 2.
@@ -139,7 +139,8 @@ def dead_letter_headers(record: Record, reason: str, detail: str) -> list[tuple[
                ("origin", f"{record.topic}/{record.partition}/{record.offset}".encode()),
                ("topic", record.topic.encode()), ("partition", str(record.partition).encode()),
                ("offset", str(record.offset).encode()), ("attempts", str(attempts).encode())]
-    msg_id = record.header("id")
-    if msg_id is not None:
-        headers.append(("id", msg_id))
+    for name in ("id", "pack_index"):    # pack_index: which element of a packed record
+        value = record.header(name)
+        if value is not None:
+            headers.append((name, value))
     return headers
