@@ -23,6 +23,7 @@ import yaml
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 
 from cachesync import config
+from schema.event import decode_record
 from cachesync.devstack import DevStack, default_env_file, wait_for  # noqa: F401 (benchmarks import wait_for from here)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -135,11 +136,47 @@ class EndOffsets:
                          f"metadata of {topic}")
         self._tps = [TopicPartition(topic, p) for p in sorted(parts)]
 
+    def ends(self) -> dict[TopicPartition, int]:
+        return self._consumer.end_offsets(self._tps)
+
     def total(self) -> int:
-        return sum(self._consumer.end_offsets(self._tps).values())
+        return sum(self.ends().values())
 
     def close(self) -> None:
         self._consumer.close()
+
+
+def topic_events(bootstrap: str, topic: str) -> tuple[int, int, set[str]]:
+    """Read a topic to its end: (records, change events in them, distinct event ids).
+
+    Packed records hold several events; this is how a benchmark checks that exactly
+    the rows it wrote arrived, once each, whatever the packing.
+    """
+    offsets = EndOffsets(bootstrap, topic)
+    try:
+        ends = offsets.ends()
+    finally:
+        offsets.close()
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
+                             max_partition_fetch_bytes=8 * 1024 * 1024)
+    records = events = 0
+    ids: set[str] = set()
+    try:
+        consumer.assign(list(ends))
+        consumer.seek_to_beginning()
+        deadline = time.monotonic() + 120
+        while any(consumer.position(tp) < end for tp, end in ends.items()):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"reading {topic} to its end took over 120s")
+            for batch in consumer.poll(timeout_ms=500, max_records=5000).values():
+                for r in batch:
+                    records += 1
+                    for event in decode_record(r.value):
+                        events += 1
+                        ids.add(event.id)
+    finally:
+        consumer.close()
+    return records, events, ids
 
 
 # -- isolation --------------------------------------------------------------------------

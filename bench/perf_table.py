@@ -50,17 +50,24 @@ def _tailer(t: dict) -> list:
         r = fig["ratio_contender_to_baseline"]
         rows = fig.get("table", {}).get("rows") or t.get("params", {}).get("rows")
         target = f">= 10x raw: {_met(r is not None and r >= 10)}" if label == "5 cols" else "(reported)"
-        out.append((f"tailer binlog->Kafka acked, {label}, {rows:,} rows",
-                    f"{_n(fig['contender']['median']['rows_per_s'])} rows/s = {r}x",
-                    f"raw pymysqlreplication {_n(fig['baseline']['median']['rows_per_s'])} rows/s",
+        raw = f"raw pymysqlreplication {_n(fig['baseline']['median']['rows_per_s'])} rows/s"
+        out.append((f"tailer binlog->Kafka acked, {label}, {rows:,} rows, packed",
+                    f"{_n(fig['contender']['median']['rows_per_s'])} rows/s = {r}x", raw,
                     target, FOUNDATION["tailer"] if label == "5 cols" else "-"))
+        unpacked = fig.get("unpacked")
+        if unpacked:
+            out.append((f"  same, one record per row (pack_rows 1)",
+                        f"{_n(unpacked['median']['rows_per_s'])} rows/s = "
+                        f"{unpacked['ratio_to_baseline']}x", raw, "(reported)", "-"))
     return out
 
 
 def _consumer(c: dict) -> list:
     ceiling = c["baseline"]["median"]["keys_per_s"]
+    unlink = (c.get("multi_key_unlink") or {}).get("median", {}).get("keys_per_s")
     out = []
-    for fig, label in ((c["contender"], "redis dedup"), (c.get("mysql_dedup"), "mysql dedup")):
+    for fig, label in ((c["contender"], "redis dedup, packed"), (c.get("mysql_dedup"), "mysql dedup, packed"),
+                       (c.get("unpacked"), "redis dedup, one record per row")):
         if not fig:
             continue
         keys = fig["median"]["keys_per_s"]
@@ -69,8 +76,11 @@ def _consumer(c: dict) -> list:
                   f">= 0.6x: {_met(frac is not None and frac >= 0.6)}")
         out.append((f"consumer Kafka->Redis, {label}",
                     f"{_n(keys)} keys/s = {frac:.3f}x" if frac else _n(keys),
-                    f"redis-py pipelined UNLINK {_n(ceiling)} keys/s", target,
-                    FOUNDATION["consumer"] if label == "mysql dedup" else "-"))
+                    f"redis-py pipelined DEL {_n(ceiling)} keys/s", target,
+                    FOUNDATION["consumer"] if label.startswith("mysql") else "-"))
+    if unlink:
+        out.append(("  reference: one UNLINK of 2000 keys per round trip", "-",
+                    f"{_n(unlink)} keys/s", "(reported)", "-"))
     return out
 
 

@@ -9,8 +9,11 @@ the same binlog range twice, alternating which goes first:
   blocking=True (plus a heartbeat so a shortfall times out): with blocking=False this
   MariaDB resets the dump connection part-way and python-mysql-replication silently
   reconnects from the original auto_position, re-reading rows (see BASELINE_NOTE);
-* contender: cachesync's Tailer (build_tailer), checkpoint set to the start GTID,
-  publishing to a fresh topic, until Kafka's end offsets sum to N -> rows/s acked.
+* contender: cachesync's Tailer (build_tailer) with ``tailer.pack_rows: PACK_ROWS``,
+  checkpoint set to the start GTID, publishing to a fresh topic, until Kafka acknowledged
+  all N rows -> rows/s acked; then the topic is read back and must hold exactly the N
+  row ids, once each;
+* the same Tailer with ``pack_rows: 1`` (one record per row), reported beside it.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import HeartbeatLogEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from bench.common import EndOffsets, Sandbox, Worker, log, ratio, summarize, wait_for
+from bench.common import Sandbox, Worker, log, ratio, summarize, topic_events
 from cachesync.wiring import build_tailer, mysql_params
 from producer_outbox.checkpoint import Checkpoint, MySQLCheckpointStore
 from producer_outbox.preflight import read_server_info
@@ -44,6 +47,7 @@ WIDE_DDL = ("CREATE TABLE w (id BIGINT PRIMARY KEY, a INT NOT NULL, b VARCHAR(64
                                           ("t", "DATETIME(6) NOT NULL")))
             + ")")
 PARTITIONS = 3
+PACK_ROWS = 500                  # the contender's tailer.pack_rows
 BASELINE_NOTE = ("blocking=True instead of blocking=False: in non-blocking mode MariaDB "
                  "10.11 resets the binlog dump connection after ~1,600 rows and "
                  "python-mysql-replication 1.0.17 reconnects from the original auto_position "
@@ -75,26 +79,35 @@ def _table_figures(box: Sandbox, table: str, ddl: str, n: int, runs: int) -> dic
     data = write_changes(box, table, n)
     log(f"tailer: wrote {data['transactions']} transactions in {data['write_s']:.1f}s; "
         f"binlog {data['start_gtid']} -> {data['end_gtid']}")
-    base_runs, tail_runs = [], []
+    sides = {"baseline": [], "packed": [], "unpacked": []}
     for i in range(runs):
-        order = (baseline_run, tailer_run) if i % 2 == 0 else (tailer_run, baseline_run)
-        for fn in order:
-            result = fn(box, table, data, n)
-            (base_runs if fn is baseline_run else tail_runs).append(result)
+        # alternate the order so neither side always runs on a warmer machine
+        order = ["baseline", "packed", "unpacked"]
+        for what in (order if i % 2 == 0 else order[::-1]):
+            if what == "baseline":
+                result = baseline_run(box, table, data, n)
+            else:
+                result = tailer_run(box, table, data, n, PACK_ROWS if what == "packed" else 1)
+            sides[what].append(result)
             log(f"tailer[{table}]: run {i + 1}/{runs} {result['what']}: "
                 f"{result['rows_per_s']:.0f} rows/s")
-    baseline = summarize(base_runs, ["rows_per_s", "elapsed_s"])
-    contender = summarize(tail_runs, ["rows_per_s", "elapsed_s", "published_rows_per_s",
-                                      "startup_s"])
+    fields = ["rows_per_s", "elapsed_s", "published_rows_per_s", "startup_s", "records"]
+    baseline = summarize(sides["baseline"], ["rows_per_s", "elapsed_s"])
+    contender = summarize(sides["packed"], fields)
+    unpacked = summarize(sides["unpacked"], fields)
     return {
         "table": {"name": table, "ddl": ddl, "columns": 5 if table == "t" else 5 + WIDE_EXTRA, "rows": n},
         "data": data,
         "baseline": {"name": "BinLogStreamReader(is_mariadb, auto_position, blocking=True, "
                              "only_events=rows, only_schemas) rows decoded/s",
                      "note": BASELINE_NOTE, **baseline},
-        "contender": {"name": "Tailer.run -> Kafka end offsets == N, rows acked/s", **contender},
+        "contender": {"name": f"Tailer.run, pack_rows {PACK_ROWS} -> N rows acked by Kafka, "
+                              "rows/s", **contender},
         "ratio_contender_to_baseline": ratio(contender["median"]["rows_per_s"],
                                              baseline["median"]["rows_per_s"]),
+        "unpacked": {"name": "the same with pack_rows 1 (one record per row)", **unpacked,
+                     "ratio_to_baseline": ratio(unpacked["median"]["rows_per_s"],
+                                                baseline["median"]["rows_per_s"])},
     }
 
 
@@ -220,16 +233,15 @@ def _touch(values: dict) -> int:
 
 
 # -- contender ----------------------------------------------------------------------------
-def tailer_run(box: Sandbox, table_name: str, data: dict, n: int) -> dict:
+def tailer_run(box: Sandbox, table_name: str, data: dict, n: int, pack_rows: int) -> dict:
     topic = box.new_topic(PARTITIONS)
     table = f"{box.db}.{table_name}"
     cfg = box.write_config({table: {"keys": [box.prefix + table_name + ":{id}",
                                              box.prefix + table_name + ":b:{b}"]}},
-                           topic=topic)
+                           topic=topic, tailer={"pack_rows": pack_rows})
     settings = box.settings(cfg)
     MySQLCheckpointStore(mysql_params(settings).connect, settings.tailer.name).save(
         Checkpoint(data["server"], gtid=data["start_gtid"]))
-    offsets = EndOffsets(box.stack.bootstrap, topic)
     tailer = build_tailer(settings)
     worker = Worker(tailer.run, "tailer")
     t_published = t_first = None
@@ -246,7 +258,7 @@ def tailer_run(box: Sandbox, table_name: str, data: dict, n: int) -> dict:
                 t_first = time.perf_counter()
             if published >= n:
                 t_published = t_published or time.perf_counter()
-                if offsets.total() >= n:
+                if tailer.acked >= n:
                     break
             if time.monotonic() > deadline:
                 raise TimeoutError(f"tailer published {published}/{n} in 300s")
@@ -257,12 +269,12 @@ def tailer_run(box: Sandbox, table_name: str, data: dict, n: int) -> dict:
         worker.join(30)
         _close_tailer(tailer)
     worker.check()
-    # nothing beyond N may have been published (a wrong start position would show here)
-    total = wait_for(lambda: offsets.total() or None, 10, "end offsets")
-    offsets.close()
-    if total != n:
-        raise RuntimeError(f"topic {topic} holds {total} records, expected {n}")
-    return {"what": "tailer", "rows": n, "topic_records": total,
+    # exactly the N rows, once each, and nothing beyond (a wrong start would show here)
+    records, events, ids = topic_events(box.stack.bootstrap, topic)
+    if (events, len(ids)) != (n, n):
+        raise RuntimeError(f"topic {topic} holds {events} events ({len(ids)} distinct ids) "
+                           f"in {records} records, expected {n}")
+    return {"what": f"tailer pack_rows={pack_rows}", "rows": n, "records": records,
             "elapsed_s": round(elapsed, 4), "rows_per_s": round(n / elapsed, 1),
             "published_rows_per_s": round(n / (t_published - t0), 1),
             "startup_s": round(t_first - t0, 4),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Mapping
 
 from schema.errors import ConfigError, PoisonError
@@ -57,15 +58,27 @@ class KeyTemplate:
 
         Raises MissingColumnError when the row has no such column.
         """
-        values = {}
+        values = []
         for name in self.fields:
-            if name not in row:
-                raise MissingColumnError(self.text, name)
-            value = row[name]
+            try:
+                value = row[name]
+            except KeyError:
+                raise MissingColumnError(self.text, name) from None
             if value is None:
                 return None
-            values[name] = canonical_text(value)
-        return _FIELD.sub(lambda m: values[m.group(1)], self.text)
+            kind = type(value)
+            values.append(value if kind is str else str(value) if kind is int else
+                          canonical_text(value))
+        return self._format.format(*values)
+
+    @cached_property
+    def _format(self) -> str:
+        """The template as a positional format string: ``user:{0}``, literal braces doubled."""
+        parts, at = [], 0
+        for i, m in enumerate(_FIELD.finditer(self.text)):
+            parts += [self.text[at:m.start()].replace("{", "{{").replace("}", "}}"), "{%d}" % i]
+            at = m.end()
+        return "".join([*parts, self.text[at:].replace("{", "{{").replace("}", "}}")])
 
 
 @dataclass(frozen=True)

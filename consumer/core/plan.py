@@ -23,9 +23,13 @@ from schema.event import ChangeEvent
 from schema.mapping import MappingSet, TableMapping
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class EventPlan:
-    """What one event does: keys to invalidate, fenced writes, and what was skipped."""
+    """What one event does: keys to invalidate, fenced writes, and what was skipped.
+
+    Not frozen: a frozen dataclass's ``__init__`` costs several times more, and the
+    engine builds one per event; nothing mutates a plan after ``event_keys``.
+    """
 
     event: ChangeEvent
     keys: tuple[str, ...]                       # plain invalidations (delete mode, explicit keys)
