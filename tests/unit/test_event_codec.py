@@ -4,8 +4,19 @@ import json
 
 import pytest
 
+from schema import jsonfast
 from schema.errors import DecodeError
 from schema.event import ChangeEvent, Source, decode, encode
+
+
+@pytest.fixture(autouse=True, params=["stdlib", "orjson"])
+def parser(request):
+    """Every codec test runs on the pure-Python parser and on the accelerator."""
+    if request.param == "orjson" and jsonfast.orjson is None:
+        pytest.fail("orjson is a dependency (pyproject.toml) but is not installed")
+    jsonfast.use_stdlib(request.param == "stdlib")
+    yield request.param
+    jsonfast.use_stdlib(False)
 
 
 def make_event(**overrides):
@@ -19,7 +30,8 @@ def make_event(**overrides):
 
 
 @pytest.mark.parametrize("value", [
-    None, 0, -1, 2**63 - 1, 1.5, "", "ünïcødé ✓", b"\x00\xff\x10", decimal.Decimal("12.340"),
+    None, 0, -1, 2**63 - 1, 2**64 - 1, -(2**63), 2**64, -(2**100), 10**30 + 1, 1.5, 1e300,
+    float("nan") if False else 0.1, "", "ünïcødé ✓", b"\x00\xff\x10", decimal.Decimal("12.340"),
     dt.datetime(2024, 2, 29, 23, 59, 59, 123456), dt.date(2024, 1, 1), dt.time(12, 30),
     dt.timedelta(hours=-3, seconds=1), frozenset({"a", "b"}), {"json": [1, {"n": None}]},
 ])
@@ -50,3 +62,14 @@ def test_bad_bytes_raise_decode_error_with_reason_and_raw(raw, reason):
         decode(raw)
     assert info.value.reason == reason
     assert info.value.raw == raw
+
+
+def test_out_of_range_floats_and_huge_integers_decode_exactly(parser):
+    event = make_event(after={"id": 7, "inf": float("inf"), "big": 123456789012345678901234567890,
+                              "neg": -(2**70)})
+    after = decode(encode(event)).after
+    assert after["inf"] == float("inf") and type(after["big"]) is int
+    assert (after["big"], after["neg"]) == (123456789012345678901234567890, -(2**70))
+    nan = decode(encode(make_event(after={"id": 7, "x": float("nan")}))).after["x"]
+    assert nan != nan
+    assert jsonfast.ACCELERATED == (parser == "orjson")
