@@ -28,7 +28,7 @@ LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 1.5, 2.5, 5.0, 10.
 
 # metric name -> (help, attribute on the engine's Stats); "fenced" arrives with update mode
 CONSUMER_COUNTERS = {
-    "cachesync_events_consumed": ("Kafka records polled by this consumer", "consumed"),
+    "cachesync_events_consumed": ("change events consumed (each element of a packed record; an undecodable record counts once)", "consumed"),
     "cachesync_events_applied": ("Events whose cache operations were applied", "applied"),
     "cachesync_duplicates_skipped": ("Events skipped as already done (dedup table)", "duplicates"),
     "cachesync_fenced_writes_refused": ("Cache writes refused as older than the cached version",
