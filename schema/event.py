@@ -74,7 +74,11 @@ def encode(event: ChangeEvent) -> bytes:
         doc["keys"] = list(event.keys)
     if event.extra:
         doc["x"] = to_json(dict(event.extra))
-    return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return _ENCODER.encode(doc).encode("utf-8")
+
+
+# json.dumps with these options builds a new JSONEncoder per call; one is enough
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
 def encode_pack(encoded: Sequence[bytes]) -> bytes:
@@ -193,9 +197,11 @@ def _require_str(value: Any, name: str) -> str:
 _PLAIN = frozenset({str, int, float, bool, type(None)})
 
 
-def _row_to_json(row: Mapping[str, Any] | None) -> dict | None:
+def _row_to_json(row: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
     if row is None:
         return None
+    if type(row) is dict and _PLAIN.issuperset(map(type, row.values())):
+        return row                                    # nothing to tag: serialise it as is
     plain = _PLAIN
     return {k: v if type(v) in plain else to_json(v) for k, v in row.items()}
 
