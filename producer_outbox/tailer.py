@@ -21,6 +21,7 @@ from pymysqlreplication.event import (GtidEvent, HeartbeatLogEvent, MariadbGtidE
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from producer_outbox.checkpoint import Checkpoint, MySQLCheckpointStore
+from producer_outbox.fastrows import decode_rows
 from producer_outbox.inflight import InflightTracker
 from producer_outbox.mysql import MySQLParams
 from producer_outbox.packing import Pack, Packer
@@ -219,7 +220,8 @@ class Tailer:
         # app.users and billing.invoices are mapped); those rows are not ours.
         if self._mappings.get(event.schema, event.table) is None:
             return row_index
-        for row in event.rows:
+        rows = decode_rows(event)      # the per-table fast decoder, or None: the library's
+        for row in rows if rows is not None else event.rows:
             if op == "update":
                 before, after = row["before_values"], row["after_values"]
             elif op == "insert":

@@ -84,6 +84,7 @@ def rows(cls, *images, table="users"):
     else:
         decoded = [{"values": v} for v in images]
     event._RowsEvent__rows = decoded       # what RowsEvent.rows returns once fetched
+    event.complete = False                 # no packet behind it: fastrows steps aside
     return event
 
 
