@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping, Sequence
 
@@ -74,11 +75,18 @@ def encode(event: ChangeEvent) -> bytes:
         doc["keys"] = list(event.keys)
     if event.extra:
         doc["x"] = to_json(dict(event.extra))
-    return _ENCODER.encode(doc).encode("utf-8")
+        return jsonfast.dumps(doc, exact=False)
+    return jsonfast.dumps(doc, exact=_finite(event.before) and _finite(event.after)
+                          and _finite(dict(event.pk)) and math.isfinite(event.source.commit_ts))
 
 
-# json.dumps with these options builds a new JSONEncoder per call; one is enough
-_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+def _finite(row: Mapping[str, Any] | None) -> bool:
+    """No float in the image is NaN or infinite (their sum is finite; a sum that merely
+    overflows says False too, which only costs the exact path)."""
+    return row is None or math.isfinite(sum(filter(_is_float, row.values()), 0.0))
+
+
+_is_float = float.__instancecheck__
 
 
 def encode_pack(encoded: Sequence[bytes]) -> bytes:

@@ -23,6 +23,8 @@ _TAG_SET = "$set"
 
 def to_json(value: Any) -> Any:
     """Return a JSON-safe form of one column value; raises TypeError if unsupported."""
+    if type(value) is dt.datetime:         # the commonest tagged type: no isinstance chain
+        return {_TAG_DATETIME: value.isoformat()}
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, (bytes, bytearray, memoryview)):
