@@ -25,6 +25,9 @@ from schema.event import encode_pack
 from schema.partition import partition_for
 
 
+_PARTITION_CACHE = 100_000      # keys whose partition is remembered (cleared when full)
+
+
 @dataclass
 class Pack:
     partition: int            # index into the topic's sorted partition ids
@@ -50,11 +53,18 @@ class Packer:
             raise ValueError("pack limits must be positive")
         self._max_rows, self._max_bytes = max_rows, max_bytes
         self._open: dict[tuple[str, str, int], Pack] = {}
+        # murmur2 in Python costs ~2 us a key; rows updated again soon after hit this
+        self._partitions: dict[tuple[str, int], int] = {}
 
     def add(self, db: str, table: str, key: str, value: bytes, msg_id: str,
             partitions: int) -> Pack | None:
         """Add one encoded row; returns its pack if that is now full (and no longer open)."""
-        partition = partition_for(key.encode("utf-8"), partitions)
+        partition = self._partitions.get((key, partitions))
+        if partition is None:
+            if len(self._partitions) >= _PARTITION_CACHE:
+                self._partitions.clear()
+            partition = self._partitions[(key, partitions)] = partition_for(
+                key.encode("utf-8"), partitions)
         group = (db, table, partition)
         pack = self._open.get(group)
         if pack is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from schema.event import ChangeEvent, Source
+from schema.event import ENVELOPE_VERSION, ChangeEvent, Source, build_checked
 from schema.ids import binlog_message_id, binlog_version
 
 
@@ -37,10 +37,12 @@ def row_change(ctx: TxnContext, row_index: int, db: str, table: str, op: str,
                after: Mapping[str, Any] | None) -> ChangeEvent:
     """Build the event for one row; the id depends only on (server, position, row_index)."""
     image = after if after is not None else before
-    pk = tuple((c, image[c]) for c in pk_columns(primary_key, image))
-    return ChangeEvent(
-        id=binlog_message_id(ctx.server, ctx.position, row_index),
-        source=Source("binlog", ctx.server, ctx.position, ctx.commit_ts, row_index),
-        db=db, table=table, op=op, pk=pk, before=before, after=after,
-        version=binlog_version(ctx.ordinal, row_index),
-    )
+    pk = tuple([(c, image[c]) for c in pk_columns(primary_key, image)])
+    source = build_checked(Source, {"kind": "binlog", "server": ctx.server,
+                                    "position": ctx.position, "commit_ts": ctx.commit_ts,
+                                    "row_index": row_index})
+    return build_checked(ChangeEvent, {
+        "id": binlog_message_id(ctx.server, ctx.position, row_index), "source": source,
+        "db": db, "table": table, "op": op, "pk": pk, "before": before, "after": after,
+        "version": binlog_version(ctx.ordinal, row_index), "keys": (),
+        "schema_version": ENVELOPE_VERSION, "extra": {}})

@@ -165,9 +165,9 @@ def _from_doc(doc: dict) -> ChangeEvent:
     pk = tuple([(str(k), v if type(v) in plain else from_json(v)) for k, v in doc["pk"]])
     keys = doc.get("keys")
     extra = doc.get("x")
-    return _built(ChangeEvent, {
+    return build_checked(ChangeEvent, {
         "id": _require_str(doc["id"], "id"),
-        "source": _built(Source, {"kind": kind, "server": str(server), "position": str(position),
+        "source": build_checked(Source, {"kind": kind, "server": str(server), "position": str(position),
                                   "commit_ts": float(commit_ts), "row_index": int(row_index)}),
         "db": _require_str(doc["db"], "db"),
         "table": _require_str(doc["tbl"], "tbl"),
@@ -182,12 +182,12 @@ def _from_doc(doc: dict) -> ChangeEvent:
     })
 
 
-def _built(cls, fields: dict):
-    """A frozen dataclass instance from a complete, checked field dict.
+def build_checked(cls, fields: dict):
+    """A ChangeEvent or Source from a complete dict of fields the caller already checked.
 
     Equal to ``cls(**fields)``; the generated ``__init__`` of a frozen dataclass sets
     every field through ``object.__setattr__``, which made object creation a third of
-    decoding, and the decoder creates two objects per event.
+    decoding, and the decoder (and the tailer) create two objects per row.
     """
     obj = object.__new__(cls)
     obj.__dict__.update(fields)

@@ -73,3 +73,16 @@ def test_out_of_range_floats_and_huge_integers_decode_exactly(parser):
     nan = decode(encode(make_event(after={"id": 7, "x": float("nan")}))).after["x"]
     assert nan != nan
     assert jsonfast.ACCELERATED == (parser == "orjson")
+
+
+def test_row_change_builds_the_same_event_as_the_constructor():
+    from producer_outbox.rows import TxnContext, row_change
+    from schema.ids import binlog_message_id, binlog_version
+    ctx = TxnContext("mariadb:1", "0-1-9", 9, 1700000000.25)
+    built = row_change(ctx, 4, "shop", "users", "update", "id", {"id": 1, "e": "a"}, {"id": 1, "e": "b"})
+    assert built == ChangeEvent(binlog_message_id("mariadb:1", "0-1-9", 4),
+                                Source("binlog", "mariadb:1", "0-1-9", 1700000000.25, 4),
+                                "shop", "users", "update", (("id", 1),), {"id": 1, "e": "a"},
+                                {"id": 1, "e": "b"}, binlog_version(9, 4))
+    assert vars(built).keys() == vars(make_event()).keys() and hash(built.source)
+    assert decode(encode(built)) == built
