@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, NamedTuple, Sequence
+from typing import Callable, Sequence
 
 from consumer.core.dedup import decide
 from consumer.core.offsets import Record, commit_offsets
@@ -129,14 +129,16 @@ class PythonEngine:
     def process(self, records: Sequence[Record]) -> BatchResult:
         """Apply one batch up to (not including) the offset commit."""
         result = BatchResult()
-        events, origin = self._decode(records, result)
+        events, origins = self._decode(records, result)
         plan = plan_batch(events, self._mappings)
-        for event, error in plan.poison:
-            where = origin[id(event)]
-            if isinstance(where, _LazyElement):
-                where = pack_element(where.record, where.index, encode(event),
-                                     kafka_key(event.db, event.table, event.pk), event.id)
-            self._dead_letter(where, error.reason, error.detail, result)
+        if plan.poison:
+            position = {id(event): i for i, event in enumerate(events)}
+            for event, error in plan.poison:
+                record, index = origins[position[id(event)]]
+                if index is not None:      # one element of a pack: dead-letter it alone
+                    record = pack_element(record, index, encode(event),
+                                          kafka_key(event.db, event.table, event.pk), event.id)
+                self._dead_letter(record, error.reason, error.detail, result)
         by_id = {ep.event.id: ep for ep in plan.events}
         claims = self._claim_all(list(by_id), result)
         apply_ids = [i for _, ids in claims for i in ids]
@@ -208,13 +210,12 @@ class PythonEngine:
             log.info("purged %d dedup record(s) done more than %.0fs ago", total,
                      self._opts.dedup_retention_s)
 
-    def _decode(self, records, result) -> tuple[list[ChangeEvent], dict[int, Record]]:
-        """Events in record order; ``origin`` maps each to what is dead-lettered if it is poison.
-
-        That is the record itself when it holds one event, else a record of the same
-        origin holding only that event, so the rest of a pack still applies.
+    def _decode(self, records, result) -> tuple[list[ChangeEvent], list[tuple[Record, int | None]]]:
+        """Events in record order, and beside each its record and index in the pack
+        (None: the record holds only that event). A poison element of a pack is
+        dead-lettered alone, so the rest of the pack still applies.
         """
-        events, origin = [], {}
+        events, origins = [], []
         for record in records:
             try:
                 items = decode_record(record.value or b"")
@@ -223,14 +224,18 @@ class PythonEngine:
                 self._dead_letter(record, e.reason, e.detail, result)
                 continue
             result.consumed += len(items)
+            if len(items) == 1 and not isinstance(items[0], DecodeError):
+                events.append(items[0])
+                origins.append((record, None))
+                continue
             for index, item in enumerate(items):
                 if isinstance(item, DecodeError):
                     self._dead_letter(pack_element(record, index, item.raw), item.reason,
                                       item.detail, result)
                     continue
                 events.append(item)
-                origin[id(item)] = record if len(items) == 1 else _LazyElement(record, index)
-        return events, origin
+                origins.append((record, index))
+        return events, origins
 
     def _claim_all(self, ids: list[str], result: BatchResult) -> list[tuple[str, list[str]]]:
         """Claim until every id is ours or done; busy ids wait for their lease to expire."""
@@ -294,13 +299,6 @@ def purge_dedup(dedup: DedupStore, retention_s: float, batch: int,
         if deleted < batch:
             break
     return total
-
-
-class _LazyElement(NamedTuple):
-    """Event ``index`` of a packed record; becomes a record of its own only if poison."""
-
-    record: Record
-    index: int
 
 
 def pack_element(record: Record, index: int, value: bytes | None, key: str | None = None,

@@ -6,27 +6,29 @@
 -- A record is "c <token> <until_ms>" (claimed) or "d <done_ms>" (done). New ids
 -- and expired claims become ours; done ids are duplicates; live claims of another
 -- token are busy. Returns one of 'owned', 'done', 'busy' per key. The clock is
--- Redis's own, so consumers on different hosts agree on lease expiry.
+-- Redis's own, so consumers on different hosts agree on lease expiry. A new id
+-- (the common case) costs one SET NX; only an existing record is read.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local mine = 'c ' .. ARGV[1] .. ' ' .. (now + tonumber(ARGV[2]))
 local out = {}
 for i, key in ipairs(KEYS) do
-  local record = redis.call('GET', key)
-  if not record then
-    redis.call('SET', key, mine, 'PX', ARGV[3])
+  if redis.call('SET', key, mine, 'PX', ARGV[3], 'NX') then
     out[i] = 'owned'
-  elseif string.sub(record, 1, 1) == 'd' then
-    out[i] = 'done'
   else
-    local owner, untl = string.match(record, '^c (%S+) (%d+)$')
-    if owner == ARGV[1] then
-      out[i] = 'owned'
-    elseif tonumber(untl) < now then
-      redis.call('SET', key, mine, 'PX', ARGV[3])
-      out[i] = 'owned'
+    local record = redis.call('GET', key)
+    if string.sub(record, 1, 1) == 'd' then
+      out[i] = 'done'
     else
-      out[i] = 'busy'
+      local owner, untl = string.match(record, '^c (%S+) (%d+)$')
+      if owner == ARGV[1] then
+        out[i] = 'owned'
+      elseif tonumber(untl) < now then
+        redis.call('SET', key, mine, 'PX', ARGV[3])
+        out[i] = 'owned'
+      else
+        out[i] = 'busy'
+      end
     end
   end
 end

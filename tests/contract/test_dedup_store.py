@@ -69,6 +69,18 @@ def test_confirm_with_a_stale_token_does_not_mark_done(make_store):
     assert dict(states) == {"y": B}
 
 
+def test_confirm_of_an_unclaimed_or_foreign_done_id_changes_nothing(make_store):
+    store, other = make_store(), make_store()
+    token, _ = store.claim(["z"], lease_s=30)
+    store.confirm(token, ["never-claimed"])
+    _, states = other.claim(["never-claimed"], lease_s=30)
+    assert dict(states) == {"never-claimed": O}           # not created as done
+    store.confirm(token, ["z"])
+    store.confirm("not-the-token", ["z"])
+    _, states = other.claim(["z"], lease_s=30)
+    assert dict(states) == {"z": D}                       # still done
+
+
 def test_an_expired_claim_is_taken_over(make_store, request):
     first, second = make_store(), make_store()
     first.claim(["z"], lease_s=0.2)
