@@ -65,6 +65,7 @@ class Stats:
 @dataclass
 class BatchResult:
     consumed: int = 0          # events decoded, plus records that could not be decoded
+    widest: int = 0            # the most events one record held
     applied: list[EventPlan] = field(default_factory=list)
     duplicates: list[str] = field(default_factory=list)
     dead_lettered: list[tuple[Record, str]] = field(default_factory=list)
@@ -85,7 +86,9 @@ class PythonEngine:
         self._delayed: list[tuple[float, int, list[str]]] = []   # (due, seq, keys) heap
         self._delayed_seq = 0
         self._next_purge = clock() + options.purge_interval_s
-        self._events_per_record = 1     # of the last batch: packed records hold many
+        # the most events one record held in the last batch (packed records hold many);
+        # the first poll of a packed topic is bounded by the source's fetch size instead
+        self._events_per_record = 1
         self.stats = Stats()
 
     def stop(self) -> None:
@@ -120,7 +123,7 @@ class PythonEngine:
         if not records:
             return None
         result = self.process(records)
-        self._events_per_record = max(1, result.consumed // len(records))
+        self._events_per_record = max(1, result.widest)
         self._with_retry("commit offsets", lambda: self._source.commit(commit_offsets(records)))
         if self._on_batch is not None:
             self._on_batch(result)
@@ -224,6 +227,7 @@ class PythonEngine:
                 self._dead_letter(record, e.reason, e.detail, result)
                 continue
             result.consumed += len(items)
+            result.widest = max(result.widest, len(items))
             if len(items) == 1 and not isinstance(items[0], DecodeError):
                 events.append(items[0])
                 origins.append((record, None))

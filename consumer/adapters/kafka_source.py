@@ -37,6 +37,8 @@ class KafkaSource:
                 bootstrap_servers=bootstrap_servers.split(","), group_id=group_id,
                 client_id=client_id, enable_auto_commit=False, auto_offset_reset=auto_offset_reset,
                 isolation_level="read_committed", max_partition_fetch_bytes=4 * 1024 * 1024,
+                # what one poll can hold at most, whatever the records pack (50 MB by default)
+                fetch_max_bytes=16 * 1024 * 1024,
                 reconnect_backoff_max_ms=RECONNECT_BACKOFF_MAX_MS)
             self._await_partitions(topic)
             self._consumer.subscribe([topic])
