@@ -56,7 +56,7 @@ def _tailer(t: dict) -> list:
                     target, FOUNDATION["tailer"] if label == "5 cols" else "-"))
         unpacked = fig.get("unpacked")
         if unpacked:
-            out.append((f"  same, one record per row (pack_rows 1)",
+            out.append(("  same, one record per row (pack_rows 1)",
                         f"{_n(unpacked['median']['rows_per_s'])} rows/s = "
                         f"{unpacked['ratio_to_baseline']}x", raw, "(reported)", "-"))
     return out

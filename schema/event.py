@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Iterable, Literal, Mapping, Sequence
 
 from schema import jsonfast
 from schema.errors import DecodeError
@@ -77,13 +77,18 @@ def encode(event: ChangeEvent) -> bytes:
         doc["x"] = to_json(dict(event.extra))
         return jsonfast.dumps(doc, exact=False)
     return jsonfast.dumps(doc, exact=_finite(event.before) and _finite(event.after)
-                          and _finite(dict(event.pk)) and math.isfinite(event.source.commit_ts))
+                          and _finite_values(v for _, v in event.pk)
+                          and math.isfinite(event.source.commit_ts))
 
 
 def _finite(row: Mapping[str, Any] | None) -> bool:
-    """No float in the image is NaN or infinite (their sum is finite; a sum that merely
+    return row is None or _finite_values(row.values())
+
+
+def _finite_values(values: Iterable[Any]) -> bool:
+    """No float among ``values`` is NaN or infinite (their sum is finite; a sum that merely
     overflows says False too, which only costs the exact path)."""
-    return row is None or math.isfinite(sum(filter(_is_float, row.values()), 0.0))
+    return math.isfinite(sum(filter(_is_float, values), 0.0))
 
 
 _is_float = float.__instancecheck__

@@ -66,9 +66,7 @@ class KeyTemplate:
                 raise MissingColumnError(self.text, name) from None
             if value is None:
                 return None
-            kind = type(value)
-            values.append(value if kind is str else str(value) if kind is int else
-                          canonical_text(value))
+            values.append(canonical_text(value))
         return self._format.format(*values)
 
     @cached_property

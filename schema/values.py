@@ -79,6 +79,11 @@ def canonical_text(value: Any) -> str:
     Bytes become ``0x``-hex (keys must be text and binary PKs are common);
     everything else its natural ``str``.
     """
+    kind = type(value)
+    if kind is str:                        # the common key columns: no isinstance chain
+        return value
+    if kind is int:
+        return str(value)
     if value is None:
         raise ValueError("NULL has no key text")
     if isinstance(value, bool):

@@ -201,6 +201,35 @@ class Lab:
             cur.execute(f"REVOKE SELECT ON {self.db}.* FROM cachesync@'127.0.0.1'")
 
 
+class UsersWriter(threading.Thread):
+    """Commits ``rows_per_txn`` new ``users`` rows per transaction until ``stop()``.
+
+    ``committed`` holds the ids of every committed row, in commit order.
+    """
+
+    def __init__(self, lab: Lab, rows_per_txn: int):
+        super().__init__(daemon=True)
+        self._lab, self._n = lab, rows_per_txn
+        self._stop_writing = threading.Event()
+        self.committed: list[int] = []
+
+    def run(self) -> None:
+        n = self._n
+        with self._lab.stack.admin(self._lab.db, autocommit=False) as conn:
+            i = 0
+            while not self._stop_writing.is_set():
+                with conn.cursor() as cur:
+                    cur.executemany("INSERT INTO users VALUES (%s, %s, 'w')",
+                                    [(i * n + j, f"{i}-{j}@x") for j in range(n)])
+                conn.commit()
+                self.committed.extend(range(i * n, i * n + n))
+                i += 1
+
+    def stop(self) -> None:
+        self._stop_writing.set()
+        self.join()
+
+
 # -- outbox helpers (appended for tests/integration/test_outbox.py) -----------------------
 def add_config_sections(config_path: str, **sections) -> str:
     """Merge extra sections (e.g. ``relay={...}``) into a config file written by Lab."""

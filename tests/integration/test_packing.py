@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import random
-import threading
 import time
 
 import pytest
 
 from schema.event import decode_record
 from tests.integration.test_poison import cli
-from tests.support import wait_for
+from tests.support import UsersWriter, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -56,21 +55,9 @@ def test_kill_9_of_a_packing_tailer_loses_nothing_and_skips_duplicates(lab):
     cfg = lab.write_config(USERS, tailer={"pack_rows": 7, "checkpoint_interval_s": 3600})
     tailer = lab.start_tailer(cfg)
     engine = lab.start_engine(cfg)
-    committed, stop = [], threading.Event()
-
-    def writer():
-        with lab.stack.admin(lab.db, autocommit=False) as conn:
-            i = 0
-            while not stop.is_set():
-                with conn.cursor() as cur:   # 20 rows per transaction
-                    cur.executemany("INSERT INTO users VALUES (%s, %s, 'w')",
-                                    [(i * 20 + j, f"{i}-{j}@x") for j in range(20)])
-                conn.commit()
-                committed.extend(range(i * 20, i * 20 + 20))
-                i += 1
-
-    thread = threading.Thread(target=writer)
-    thread.start()
+    writer = UsersWriter(lab, 20)
+    writer.start()
+    committed = writer.committed
     try:
         wait_for(lambda: len(committed) >= 2000, what="writes before the kill")
         wait_for(lambda: len(events_of(lab.topic_records())) >= 1000, interval=0.5,
@@ -80,8 +67,7 @@ def test_kill_9_of_a_packing_tailer_loses_nothing_and_skips_duplicates(lab):
         lab.start_tailer(cfg)
         time.sleep(random.uniform(0.0, 0.5))  # vary where the restart meets the write stream
     finally:
-        stop.set()
-        thread.join()
+        writer.stop()
     expected = set(committed)
     wait_for(lambda: lab.dedup_rows("done") == len(expected), 90,
              what=f"all {len(expected)} committed rows applied")

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import random
-import threading
 import time
 
 import pytest
 
-from tests.support import wait_for
+from tests.support import UsersWriter, wait_for
 
 USERS = {"users": {"keys": ["user:{id}", "user:email:{email}"]}}
 USERS_DDL = ("CREATE TABLE users (id BIGINT PRIMARY KEY, email VARCHAR(190) NOT NULL, "
@@ -78,29 +77,16 @@ def test_tailer_kill_9_mid_stream_loses_nothing_and_duplicates_are_skipped(lab, 
     cfg = lab.write_config(USERS, tailer={"checkpoint_interval_s": checkpoint_interval_s})
     tailer = lab.start_tailer(cfg)
     engine = lab.start_engine(cfg)
-    committed, stop = [], threading.Event()
-
-    def writer():
-        with lab.stack.admin(lab.db, autocommit=False) as conn:
-            i = 0
-            while not stop.is_set():
-                with conn.cursor() as cur:   # 3 rows per transaction
-                    for j in range(3):
-                        cur.execute("INSERT INTO users VALUES (%s, %s, 'w')", (i * 3 + j, f"{i}-{j}@x"))
-                conn.commit()
-                committed.extend(range(i * 3, i * 3 + 3))
-                i += 1
-
-    thread = threading.Thread(target=writer)
-    thread.start()
+    writer = UsersWriter(lab, 3)
+    writer.start()
+    committed = writer.committed
     wait_for(lambda: len(committed) >= 300, what="writes before the kill")
     wait_for(lambda: len(lab.topic_records()) >= 150, interval=0.5, what="publishing before the kill")
     lab.kill9(tailer)
     wait_for(lambda: len(committed) >= 900, what="writes while the tailer is down")
     lab.start_tailer(cfg)
     time.sleep(random.uniform(0.0, 0.5))  # vary where the restart meets the write stream
-    stop.set()
-    thread.join()
+    writer.stop()
 
     expected = set(committed)
     wait_for(lambda: lab.dedup_rows("done") == len(expected), 90,
