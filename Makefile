@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || { echo ">> creating virtualenv $(VENV)"; $(PYTHON) -m venv $(VENV); }
 	@echo ">> installing cachesync and test dependencies into $(VENV)"
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test,spark,bench]'
+	$(BIN)/pip install -q -e '.[sidecar,test,spark,bench]'
 	@touch $@
 
 demo: install

@@ -23,7 +23,7 @@ import yaml
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 
 from cachesync import config
-from schema.event import decode_record
+from cachesync.schema.event import decode_record
 from cachesync.devstack import DevStack, default_env_file, wait_for  # noqa: F401 (benchmarks import wait_for from here)
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -26,12 +26,12 @@ from kafka import KafkaProducer
 
 from bench.common import Sandbox, Worker, log, ratio, summarize, wait_for
 from cachesync.wiring import build_engine
-from consumer.adapters.redis_cache import PIPELINE_CHUNK
-from consumer.adapters.redis_dedup import PREFIX as REDIS_DEDUP_PREFIX
-from producer_outbox.packing import Packer
-from producer_outbox.rows import TxnContext, row_change
-from schema.event import encode
-from schema.keys import kafka_key
+from cachesync.consumer.adapters.redis_cache import PIPELINE_CHUNK
+from cachesync.consumer.adapters.redis_dedup import PREFIX as REDIS_DEDUP_PREFIX
+from cachesync.producer_outbox.packing import Packer
+from cachesync.producer_outbox.rows import TxnContext, row_change
+from cachesync.schema.event import encode
+from cachesync.schema.keys import kafka_key
 
 NAME = "consumer"
 SIZES = {"full": 100_000, "quick": 10_000}

@@ -17,12 +17,12 @@ import threading
 import time
 
 from bench.common import Sandbox, Worker, log, percentile, ratio, wait_for
-from producer_outbox.mysql import MySQLParams
-from producer_outbox.outbox import OutboxRow, emit, ensure_outbox_table, event_kafka_key, to_event
-from producer_outbox.publisher import KafkaPublisher
-from producer_outbox.relay import Relay, RelayOptions
-from producer_outbox.relay_store import OutboxStore
-from schema.event import encode
+from cachesync.producer_outbox.mysql import MySQLParams
+from cachesync.producer_outbox.outbox import OutboxRow, emit, ensure_outbox_table, event_kafka_key, to_event
+from cachesync.producer_outbox.publisher import KafkaPublisher
+from cachesync.producer_outbox.relay import Relay, RelayOptions
+from cachesync.producer_outbox.relay_store import OutboxStore
+from cachesync.schema.event import encode
 
 NAME = "outbox"
 SIZES = {"full": (50_000, 4, 15.0), "quick": (5_000, 4, 5.0)}   # rows, writers, seconds

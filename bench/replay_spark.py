@@ -17,7 +17,7 @@ import time
 from bench.common import Sandbox, log, ratio, summarize
 from bench.consumer import populate, prefill
 from cachesync.commands.replay import run_replay
-from consumer.replay import parse_bound
+from cachesync.consumer.replay import parse_bound
 
 NAME = "replay_spark"
 SIZES = {"full": 1_000_000, "quick": 50_000}
@@ -25,7 +25,7 @@ PARTITIONS = 3
 
 
 def run(stack, quick: bool, runs: int) -> dict:
-    from consumer.spark.session import spark_session
+    from cachesync.consumer.spark.session import spark_session
     m = SIZES["quick" if quick else "full"]
     box = Sandbox(stack, NAME)
     r = stack.redis()

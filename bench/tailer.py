@@ -28,8 +28,8 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 
 from bench.common import Sandbox, Worker, log, ratio, summarize, topic_events
 from cachesync.wiring import build_tailer, mysql_params
-from producer_outbox.checkpoint import Checkpoint, MySQLCheckpointStore
-from producer_outbox.preflight import read_server_info
+from cachesync.producer_outbox.checkpoint import Checkpoint, MySQLCheckpointStore
+from cachesync.producer_outbox.preflight import read_server_info
 
 NAME = "tailer"
 SIZES = {"full": 200_000, "quick": 10_000}

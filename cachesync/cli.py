@@ -7,7 +7,17 @@ Exit codes: 0 success; 1 runtime failure (a dependency stayed unavailable);
 
 from __future__ import annotations
 
-import click
+import sys
+
+try:
+    import click
+    import kafka  # noqa: F401 - the sidecar's dependencies, checked before any command
+    import pymysql  # noqa: F401
+    import yaml  # noqa: F401
+except ModuleNotFoundError as missing:      # the base install is the application client only
+    sys.stderr.write(f"cachesync: the command line needs the sidecar's dependencies "
+                     f"({missing.name} is missing): pip install 'cachesync[sidecar]'\n")
+    sys.exit(2)
 
 from cachesync import __version__
 from cachesync.commands import audit, consume, dedup, demo, dlq, explain, lint, relay, replay, run, status, tail

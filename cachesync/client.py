@@ -16,8 +16,8 @@ from typing import Awaitable, Callable
 import redis
 import redis.asyncio
 
-from schema import resource_text
-from schema.keys import lease_key
+from cachesync.schema import resource_text
+from cachesync.schema.keys import lease_key
 
 DEFAULT_LEASE_MS = 10_000   # longer than any sane loader; an expired lease just skips one fill
 

@@ -16,8 +16,8 @@ from typing import Any, Mapping
 
 import yaml
 
-from schema.errors import ConfigError
-from schema.mapping import MappingSet, parse_mappings
+from cachesync.schema.errors import ConfigError
+from cachesync.schema.mapping import MappingSet, parse_mappings
 
 ENV_PREFIX = "CACHESYNC_"
 

@@ -20,13 +20,13 @@ from typing import Callable, Mapping
 
 from cachesync import wiring
 from cachesync.config import Settings
-from consumer.adapters.redis_cache import RedisCache
-from consumer.core.offsets import Record
-from consumer.engine import PythonEngine
-from producer_outbox.checkpoint import MySQLCheckpointStore
-from producer_outbox.heartbeat import own_rows_only
-from producer_outbox.tailer import Tailer, TailerOptions
-from schema.errors import FatalError
+from cachesync.consumer.adapters.redis_cache import RedisCache
+from cachesync.consumer.core.offsets import Record
+from cachesync.consumer.engine import PythonEngine
+from cachesync.producer_outbox.checkpoint import MySQLCheckpointStore
+from cachesync.producer_outbox.heartbeat import own_rows_only
+from cachesync.producer_outbox.tailer import Tailer, TailerOptions
+from cachesync.schema.errors import FatalError
 
 log = logging.getLogger(__name__)
 

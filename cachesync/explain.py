@@ -1,6 +1,6 @@
 """What cachesync would do to Redis for a row change, and a linter for the mapping file.
 
-``explain_event`` runs the consumer's own planner (``consumer.core.plan.plan_batch``)
+``explain_event`` runs the consumer's own planner (``cachesync.consumer.core.plan.plan_batch``)
 on a hand-made event and prints its plan, so what it shows is what the consumer
 does, whichever modes the planner supports. ``lint`` looks for templates that could
 leave keys behind:
@@ -23,11 +23,11 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
-from consumer.core.plan import plan_batch
-from schema.event import ChangeEvent, Source
-from schema.keys import lease_key
-from schema.mapping import KeyTemplate, MappingSet, TableMapping
-from schema.values import from_json
+from cachesync.consumer.core.plan import plan_batch
+from cachesync.schema.event import ChangeEvent, Source
+from cachesync.schema.keys import lease_key
+from cachesync.schema.mapping import KeyTemplate, MappingSet, TableMapping
+from cachesync.schema.values import from_json
 
 Planner = Callable[[Iterable[ChangeEvent], MappingSet], Any]
 EXPLAIN_ID = "explain"

@@ -14,7 +14,7 @@ from typing import Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from schema.errors import ConfigError
+from cachesync.schema.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 Counters are read at scrape time from the components' own ``stats`` objects, so
 they cannot drift from what the pipeline did; the commit->apply lag histogram is
 fed by the engine's ``on_batch`` hook. Heartbeat events (see
-``producer_outbox.heartbeat``) carry a microsecond write time and give an exact lag;
+``cachesync.producer_outbox.heartbeat``) carry a microsecond write time and give an exact lag;
 binlog timestamps are whole seconds, so a row's lag is measured from the start of
 its commit second and may read up to 1 s high.
 """
@@ -18,7 +18,7 @@ from typing import Callable
 from prometheus_client import CollectorRegistry, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily
 
-from producer_outbox.heartbeat import HEARTBEAT_TABLE, beat_time
+from cachesync.producer_outbox.heartbeat import HEARTBEAT_TABLE, beat_time
 
 log = logging.getLogger(__name__)
 

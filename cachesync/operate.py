@@ -21,9 +21,9 @@ from cachesync.metrics import (RELAY_COUNTERS, TAILER_COUNTERS, CheckpointAge, C
                                Cumulative, counters, heartbeat_gauge, info)
 from cachesync.probes import KafkaOffsets, Prober, checkpoint_info, record_applied_lag
 from cachesync.wiring import mysql_params
-from producer_outbox.heartbeat import HeartbeatWriter
-from producer_outbox.mysql import Session, ensure_state_tables
-from schema.errors import CachesyncError
+from cachesync.producer_outbox.heartbeat import HeartbeatWriter
+from cachesync.producer_outbox.mysql import Session, ensure_state_tables
+from cachesync.schema.errors import CachesyncError
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from kafka import KafkaAdminClient, TopicPartition
 from kafka.admin import OffsetSpec
 from kafka.errors import KafkaError
 
-from schema.errors import RetryableError
+from cachesync.schema.errors import RetryableError
 
 log = logging.getLogger(__name__)
 

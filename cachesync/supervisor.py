@@ -11,8 +11,8 @@ import logging
 import threading
 from typing import Callable, Protocol
 
-from consumer.core.retry import RetryPolicy
-from schema.errors import ConfigError, FatalError, RetryableError
+from cachesync.consumer.core.retry import RetryPolicy
+from cachesync.schema.errors import ConfigError, FatalError, RetryableError
 
 log = logging.getLogger("cachesync")
 

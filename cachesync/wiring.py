@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 from cachesync.config import Settings
-from schema.errors import ConfigError
-from schema.mapping import MappingSet
-from consumer.adapters.kafka_source import KafkaDeadLetters, KafkaSource
-from consumer.adapters.mysql_dedup import MySQLDedupStore
-from consumer.adapters.redis_cache import RedisCache
-from consumer.adapters.redis_dedup import RedisDedupStore
-from consumer.engine import EngineOptions, PythonEngine
-from producer_outbox.checkpoint import MySQLCheckpointStore
-from producer_outbox.heartbeat import own_rows_only, with_heartbeat
-from producer_outbox.mysql import MySQLParams
-from producer_outbox.publisher import KafkaPublisher
-from producer_outbox.relay import Relay, RelayOptions
-from producer_outbox.relay_store import OutboxStore
-from producer_outbox.tailer import Tailer, TailerOptions
+from cachesync.schema.errors import ConfigError
+from cachesync.schema.mapping import MappingSet
+from cachesync.consumer.adapters.kafka_source import KafkaDeadLetters, KafkaSource
+from cachesync.consumer.adapters.mysql_dedup import MySQLDedupStore
+from cachesync.consumer.adapters.redis_cache import RedisCache
+from cachesync.consumer.adapters.redis_dedup import RedisDedupStore
+from cachesync.consumer.engine import EngineOptions, PythonEngine
+from cachesync.producer_outbox.checkpoint import MySQLCheckpointStore
+from cachesync.producer_outbox.heartbeat import own_rows_only, with_heartbeat
+from cachesync.producer_outbox.mysql import MySQLParams
+from cachesync.producer_outbox.publisher import KafkaPublisher
+from cachesync.producer_outbox.relay import Relay, RelayOptions
+from cachesync.producer_outbox.relay_store import OutboxStore
+from cachesync.producer_outbox.tailer import Tailer, TailerOptions
 
 
 def mysql_params(settings: Settings) -> MySQLParams:
@@ -25,7 +25,7 @@ def mysql_params(settings: Settings) -> MySQLParams:
 
 
 def mappings(settings: Settings) -> MappingSet:
-    """The configured tables plus the internal heartbeat table (see producer_outbox.heartbeat)."""
+    """The configured tables plus the internal heartbeat table (see cachesync.producer_outbox.heartbeat)."""
     return with_heartbeat(settings.tables, settings.mysql.state_db)
 
 

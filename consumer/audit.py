@@ -1,7 +1,7 @@
 """Audit verdicts: what a table's rows say its cached keys should hold (no I/O imports).
 
 For an update-mode table cachesync writes the values itself, so a cached value must
-equal :func:`consumer.core.writes.render_value` of the row. A delete-mode table's
+equal :func:`cachesync.consumer.core.writes.render_value` of the row. A delete-mode table's
 values are written by the application (cache-aside); when such a value is a JSON
 object, every field it shares with the row's columns must equal the row's value
 (rendered the same way), otherwise the value cannot be checked and is "unverified".
@@ -15,8 +15,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from consumer.core.writes import KIND_HASH, render_value
-from schema.mapping import TableMapping
+from cachesync.consumer.core.writes import KIND_HASH, render_value
+from cachesync.schema.mapping import TableMapping
 
 CONSISTENT, STALE, MISSING, UNVERIFIED = "consistent", "stale", "missing", "unverified"
 KEYS_IN_REPORT = 100          # stale/extra keys listed in the report (all are repaired)

@@ -14,15 +14,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from consumer.core.dedup import decide
-from consumer.core.offsets import Record, commit_offsets
-from consumer.core.plan import EventPlan, batch_keys, batch_writes, plan_batch
-from consumer.core.retry import RetryPolicy
-from consumer.ports import CacheWriter, DeadLetters, DedupStore, Source
-from schema.errors import DecodeError, RetryableError
-from schema.event import ChangeEvent, decode_record, encode
-from schema.keys import kafka_key
-from schema.mapping import MappingSet
+from cachesync.consumer.core.dedup import decide
+from cachesync.consumer.core.offsets import Record, commit_offsets
+from cachesync.consumer.core.plan import EventPlan, batch_keys, batch_writes, plan_batch
+from cachesync.consumer.core.retry import RetryPolicy
+from cachesync.consumer.ports import CacheWriter, DeadLetters, DedupStore, Source
+from cachesync.schema.errors import DecodeError, RetryableError
+from cachesync.schema.event import ChangeEvent, decode_record, encode
+from cachesync.schema.keys import kafka_key
+from cachesync.schema.mapping import MappingSet
 
 log = logging.getLogger(__name__)
 

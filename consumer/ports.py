@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping, NamedTuple, Protocol, Sequence
 
-from consumer.core.dedup import ClaimState
-from consumer.core.offsets import Record
-from consumer.core.writes import CacheWrite
+from cachesync.consumer.core.dedup import ClaimState
+from cachesync.consumer.core.offsets import Record
+from cachesync.consumer.core.writes import CacheWrite
 
 
 class WriteResult(NamedTuple):

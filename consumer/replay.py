@@ -19,11 +19,11 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
-from consumer.adapters.memory import MemoryCache, MemoryDeadLetters, MemoryDedupStore, MemorySource
-from consumer.core.offsets import Record
-from consumer.engine import EngineOptions, PythonEngine
-from consumer.ports import CacheWriter
-from schema.mapping import MappingSet
+from cachesync.consumer.adapters.memory import MemoryCache, MemoryDeadLetters, MemoryDedupStore, MemorySource
+from cachesync.consumer.core.offsets import Record
+from cachesync.consumer.engine import EngineOptions, PythonEngine
+from cachesync.consumer.ports import CacheWriter
+from cachesync.schema.mapping import MappingSet
 
 _PARTITION_OFFSETS = re.compile(r"^\d+:\d+(,\d+:\d+)*$")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from producer_outbox.mysql import Session, ensure_state_tables
+from cachesync.producer_outbox.mysql import Session, ensure_state_tables
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,9 @@ import threading
 from dataclasses import replace
 from typing import Any, Mapping
 
-from producer_outbox.mysql import Session, ensure_state_tables
-from schema.errors import FatalError, RetryableError
-from schema.mapping import MappingSet, TableMapping
+from cachesync.producer_outbox.mysql import Session, ensure_state_tables
+from cachesync.schema.errors import FatalError, RetryableError
+from cachesync.schema.mapping import MappingSet, TableMapping
 
 log = logging.getLogger(__name__)
 

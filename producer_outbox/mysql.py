@@ -7,8 +7,8 @@ from typing import Callable
 
 import pymysql
 
-from schema import resource_text
-from schema.errors import FatalError, RetryableError
+from cachesync.schema import resource_text
+from cachesync.schema.errors import FatalError, RetryableError
 
 # Client-side error codes that mean "the server went away / is unreachable".
 _TRANSIENT_CODES = {2002, 2003, 2006, 2013, 2055, 1205, 1213, 1040, 1053}

@@ -6,7 +6,7 @@
          keys=[f"leaderboard:{board_id}", "page:home"])
     conn.commit()          # business rows and the outbox row commit (or roll back) together
 
-The relay (producer_outbox.relay) publishes committed rows to Kafka; the consumer
+The relay (cachesync.producer_outbox.relay) publishes committed rows to Kafka; the consumer
 deletes the explicit ``keys`` (and keys rendered from ``payload`` when the table
 ``<db>.<aggregate_type>`` has a mapping). Everything is validated before the
 INSERT, so a bad payload raises here and leaves the caller's transaction as it was.
@@ -18,12 +18,12 @@ import json
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from producer_outbox.mysql import execute_script
-from schema import resource_text
-from schema.errors import CachesyncError
-from schema.event import ChangeEvent, Source
-from schema.ids import new_time_ordered_id
-from schema.keys import kafka_key
+from cachesync.producer_outbox.mysql import execute_script
+from cachesync.schema import resource_text
+from cachesync.schema.errors import CachesyncError
+from cachesync.schema.event import ChangeEvent, Source
+from cachesync.schema.ids import new_time_ordered_id
+from cachesync.schema.keys import kafka_key
 
 OUTBOX_TABLE = "cachesync_outbox"
 # Kafka's default message.max.bytes is 1 MiB; the envelope (ids, keys, source) needs

@@ -3,7 +3,7 @@
 Kafka clients pay per record (kafka-python's ``send`` costs tens of microseconds),
 so a tailer that sends one record per row cannot go faster than its client. With
 ``tailer.pack_rows`` > 1 the tailer groups a transaction's rows by (db, table,
-partition) and sends each group as one record (``schema.event.encode_pack``),
+partition) and sends each group as one record (``cachesync.schema.event.encode_pack``),
 closing a pack at ``pack_rows`` rows or ``pack_bytes`` bytes, and every open pack
 when the transaction ends. What stays the same:
 
@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from schema.event import encode_pack
-from schema.partition import partition_for
+from cachesync.schema.event import encode_pack
+from cachesync.schema.partition import partition_for
 
 
 _PARTITION_CACHE = 100_000      # keys whose partition is remembered (cleared when full)

@@ -8,7 +8,7 @@ from typing import Callable
 from kafka import KafkaProducer
 from kafka.errors import KafkaError
 
-from schema.errors import RetryableError
+from cachesync.schema.errors import RetryableError
 
 log = logging.getLogger(__name__)
 

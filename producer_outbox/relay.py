@@ -17,11 +17,11 @@ from typing import Callable
 
 from kafka.errors import KafkaError
 
-from consumer.core.retry import RetryPolicy
-from producer_outbox.outbox import OutboxRow, event_kafka_key, to_event
-from producer_outbox.relay_store import OutboxStore
-from schema.errors import ConfigError, RetryableError
-from schema.event import encode
+from cachesync.consumer.core.retry import RetryPolicy
+from cachesync.producer_outbox.outbox import OutboxRow, event_kafka_key, to_event
+from cachesync.producer_outbox.relay_store import OutboxStore
+from cachesync.schema.errors import ConfigError, RetryableError
+from cachesync.schema.event import encode
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,8 @@ from typing import Callable, Sequence
 
 import pymysql
 
-from producer_outbox.mysql import Session
-from producer_outbox.outbox import OutboxRow
+from cachesync.producer_outbox.mysql import Session
+from cachesync.producer_outbox.outbox import OutboxRow
 
 log = logging.getLogger(__name__)
 

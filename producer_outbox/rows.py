@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from schema.event import ENVELOPE_VERSION, ChangeEvent, Source, build_checked
-from schema.ids import binlog_message_id, binlog_version
+from cachesync.schema.event import ENVELOPE_VERSION, ChangeEvent, Source, build_checked
+from cachesync.schema.ids import binlog_message_id, binlog_version
 
 
 @dataclass(frozen=True)

@@ -20,19 +20,19 @@ from pymysqlreplication.event import (GtidEvent, HeartbeatLogEvent, MariadbGtidE
                                       QueryEvent, RotateEvent, XidEvent)
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from producer_outbox.checkpoint import Checkpoint, MySQLCheckpointStore
-from producer_outbox.fastrows import decode_rows
-from producer_outbox.inflight import InflightTracker
-from producer_outbox.mysql import MySQLParams
-from producer_outbox.packing import Pack, Packer
-from producer_outbox.preflight import ServerInfo, problems, read_server_info
-from producer_outbox.rows import TxnContext, row_change
-from schema.errors import FatalError, RetryableError
-from schema.event import encode
-from schema.gtid import GtidState, parse_gtid
-from schema.ids import file_pos_ordinal
-from schema.keys import kafka_key
-from schema.mapping import MappingSet
+from cachesync.producer_outbox.checkpoint import Checkpoint, MySQLCheckpointStore
+from cachesync.producer_outbox.fastrows import decode_rows
+from cachesync.producer_outbox.inflight import InflightTracker
+from cachesync.producer_outbox.mysql import MySQLParams
+from cachesync.producer_outbox.packing import Pack, Packer
+from cachesync.producer_outbox.preflight import ServerInfo, problems, read_server_info
+from cachesync.producer_outbox.rows import TxnContext, row_change
+from cachesync.schema.errors import FatalError, RetryableError
+from cachesync.schema.event import encode
+from cachesync.schema.gtid import GtidState, parse_gtid
+from cachesync.schema.ids import file_pos_ordinal
+from cachesync.schema.keys import kafka_key
+from cachesync.schema.mapping import MappingSet
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ class TailerOptions:
     checkpoint_interval_s: float = 0.5
     heartbeat_s: float = 1.0
     # (db, table, row image) -> False drops the row; used to publish only this
-    # tailer's own heartbeat row (producer_outbox.heartbeat.own_rows_only)
+    # tailer's own heartbeat row (cachesync.producer_outbox.heartbeat.own_rows_only)
     row_filter: Callable[[str, str, Mapping[str, Any]], bool] | None = None
 
 

@@ -7,9 +7,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Literal, Mapping, Sequence
 
-from schema import jsonfast
-from schema.errors import DecodeError
-from schema.values import from_json, to_json
+from cachesync.schema import jsonfast
+from cachesync.schema.errors import DecodeError
+from cachesync.schema.values import from_json, to_json
 
 ENVELOPE_VERSION = 1
 SUPPORTED_VERSIONS = frozenset({1})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from schema.values import canonical_text
+from cachesync.schema.values import canonical_text
 
 _ESCAPES = str.maketrans({"\\": "\\\\", ",": "\\,"})
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Mapping
 
-from schema.errors import ConfigError, PoisonError
-from schema.values import canonical_text
+from cachesync.schema.errors import ConfigError, PoisonError
+from cachesync.schema.values import canonical_text
 
 MODES = ("delete", "update")
 VALUE_FORMATS = ("json", "hash")

@@ -12,8 +12,8 @@ import json
 
 from hypothesis import strategies as st
 
-from schema.event import ChangeEvent, Source
-from schema.mapping import parse_mappings
+from cachesync.schema.event import ChangeEvent, Source
+from cachesync.schema.mapping import parse_mappings
 
 TABLE = "shop.users"
 

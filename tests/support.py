@@ -244,7 +244,7 @@ def add_config_sections(config_path: str, **sections) -> str:
 
 def prepare_outbox(lab: Lab) -> None:
     """Create the outbox table in the lab's database and grant the relay its least privilege."""
-    from producer_outbox.outbox import ensure_outbox_table
+    from cachesync.producer_outbox.outbox import ensure_outbox_table
     with lab.stack.admin(lab.db, autocommit=False) as conn:
         ensure_outbox_table(conn)
         with conn.cursor() as cur:

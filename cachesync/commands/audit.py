@@ -10,7 +10,7 @@ import click
 
 from cachesync.commands.common import handle_errors, settings_options
 from cachesync.config import Settings
-from producer_outbox.mysql import MySQLParams
+from cachesync.producer_outbox.mysql import MySQLParams
 
 EXIT_STALE = 4        # the staleness ratio is over --max-stale-ratio (for cron)
 _INTEGER_TYPES = {"tinyint", "smallint", "mediumint", "int", "integer", "bigint"}
@@ -46,9 +46,9 @@ def command(settings: Settings, table, repair, sample, partitions, max_stale_rat
 
 def run_audit(settings: Settings, table: str, repair: bool = False, sample: int | None = None,
               partitions: int = 4, spark_master: str | None = None, spark=None):
-    from consumer.adapters.redis_cache import RedisCache
-    from consumer.spark.audit import audit_table
-    from consumer.spark.session import spark_session
+    from cachesync.consumer.adapters.redis_cache import RedisCache
+    from cachesync.consumer.spark.audit import audit_table
+    from cachesync.consumer.spark.session import spark_session
     mapping = settings.tables.tables.get(table)
     if mapping is None:
         raise click.UsageError(f"--table {table}: not a mapped table "
@@ -83,7 +83,7 @@ def _scanner(settings: Settings):
 
 def table_source(settings: Settings, table: str):
     """Primary key, bounds and row count of ``table`` (as the cachesync user)."""
-    from consumer.spark.audit import TableSource
+    from cachesync.consumer.spark.audit import TableSource
     db, name = table.split(".", 1)
     m = settings.mysql
     conn = MySQLParams(m.host, m.port, m.user, str(m.password), database=db).connect()

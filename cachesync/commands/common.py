@@ -11,7 +11,7 @@ import sys
 import click
 
 from cachesync import config, logs
-from schema.errors import ConfigError, FatalError, RetryableError
+from cachesync.schema.errors import ConfigError, FatalError, RetryableError
 
 EXIT_RUNTIME, EXIT_CONFIG, EXIT_NOT_READY = 1, 2, 3
 log = logging.getLogger("cachesync")

@@ -9,8 +9,8 @@ import click
 from cachesync.commands.common import log, on_termination
 from cachesync.config import Settings
 from cachesync.wiring import build_dedup, engine_options, mappings as configured_mappings, mysql_params
-from consumer.engine import purge_dedup
-from schema.errors import RetryableError
+from cachesync.consumer.engine import purge_dedup
+from cachesync.schema.errors import RetryableError
 
 DEFAULT_MAX_OFFSETS = 20_000
 
@@ -34,7 +34,7 @@ def spark_options(fn):
 
 def apply_config(settings: Settings):
     """What each Spark task needs to rebuild the python engine's adapters."""
-    from consumer.spark.applier import ApplyConfig
+    from cachesync.consumer.spark.applier import ApplyConfig
     k = settings.kafka
     return ApplyConfig(
         mysql=mysql_params(settings), namespace=settings.dedup_namespace,
@@ -45,7 +45,7 @@ def apply_config(settings: Settings):
 
 def build_spark_engine(settings: Settings, spark, checkpoint_location: str,
                        max_offsets_per_trigger: int = DEFAULT_MAX_OFFSETS, on_batch=None):
-    from consumer.spark.stream import SparkEngine, StreamOptions
+    from cachesync.consumer.spark.stream import SparkEngine, StreamOptions
     return SparkEngine(spark, settings.kafka.bootstrap_servers, settings.kafka.topic,
                        apply_config(settings),
                        StreamOptions(checkpoint_location, max_offsets_per_trigger),
@@ -57,7 +57,7 @@ def run(settings: Settings, checkpoint_location: str | None, max_offsets_per_tri
     """Run the streaming query until SIGTERM/SIGINT; the batch in progress completes first."""
     if not checkpoint_location:
         raise click.UsageError("--engine spark needs --checkpoint-location (a durable directory)")
-    from consumer.spark.session import spark_session
+    from cachesync.consumer.spark.session import spark_session
     purger = DedupPurger(settings)
     with spark_session("cachesync-consume", spark_master) as spark:
         engine = build_spark_engine(settings, spark, checkpoint_location, max_offsets_per_trigger)

@@ -7,7 +7,7 @@ import json
 import click
 
 from cachesync.commands.common import handle_errors, settings_options
-from consumer.adapters.dlq_tools import read_dead_letters, replay_dead_letters
+from cachesync.consumer.adapters.dlq_tools import read_dead_letters, replay_dead_letters
 
 
 @click.group("dlq")

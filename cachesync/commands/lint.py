@@ -11,8 +11,8 @@ import redis
 from cachesync.commands.common import handle_errors, settings_options
 from cachesync.explain import keys_without_ttl, lint, live_columns
 from cachesync.wiring import mysql_params
-from producer_outbox.mysql import classify
-from schema.errors import FatalError, RetryableError
+from cachesync.producer_outbox.mysql import classify
+from cachesync.schema.errors import FatalError, RetryableError
 
 EXIT_FINDINGS = 4
 

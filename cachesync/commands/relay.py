@@ -19,7 +19,7 @@ def command(settings, purge_only: bool) -> None:
     """Publish outbox rows (table relay.outbox_table in relay.outbox_db) to Kafka.
 
     Applications insert outbox rows in their own transactions with
-    producer_outbox.outbox.emit(). Each round the relay leases up to relay.burst_limit
+    cachesync.producer_outbox.outbox.emit(). Each round the relay leases up to relay.burst_limit
     unpublished rows (attempts + 1, lease = relay.redeliver_interval_s) with
     SELECT ... FOR UPDATE SKIP LOCKED, sends them keyed db.aggregate_type:aggregate_id
     with header id = event id, and sets published_at only after Kafka acknowledged.

@@ -18,7 +18,7 @@ class _BoundType(click.ParamType):
     name = "BOUND"
 
     def convert(self, value, param, ctx):
-        from consumer.replay import Bound, parse_bound
+        from cachesync.consumer.replay import Bound, parse_bound
         if isinstance(value, Bound):
             return value
         try:
@@ -67,7 +67,7 @@ def run_replay(settings: Settings, mappings, engine_kind: str, start, end, table
                dry_run: bool = False, rate: float | None = None, spark_master=None,
                spark=None, show_progress: bool = True):
     """Resolve the range, replay it on the chosen engine; returns a ReplayReport."""
-    from consumer.replay import report_from_counts
+    from cachesync.consumer.replay import report_from_counts
     k = settings.kafka
     ranges = _ranges(k.bootstrap_servers, k.topic, start, end)
     total = sum(hi - lo for lo, hi in ranges.values())
@@ -84,7 +84,7 @@ def run_replay(settings: Settings, mappings, engine_kind: str, start, end, table
 
 def _ranges(bootstrap: str, topic: str, start, end):
     from kafka import KafkaConsumer
-    from consumer.replay import resolve_ranges
+    from cachesync.consumer.replay import resolve_ranges
     consumer = KafkaConsumer(bootstrap_servers=bootstrap.split(","), group_id=None,
                              enable_auto_commit=False)
     try:
@@ -96,8 +96,8 @@ def _ranges(bootstrap: str, topic: str, start, end):
 
 
 def _replay_python(settings, mappings, ranges, tables, dry_run, rate, progress):
-    from consumer.adapters.redis_cache import RedisCache
-    from consumer.replay import ReplayApplier, replay_python
+    from cachesync.consumer.adapters.redis_cache import RedisCache
+    from cachesync.consumer.replay import ReplayApplier, replay_python
     cache = None if dry_run else RedisCache(str(settings.redis.url))
     try:
         applier = ReplayApplier(mappings, cache, tables, settings.consumer.batch_size)
@@ -109,9 +109,9 @@ def _replay_python(settings, mappings, ranges, tables, dry_run, rate, progress):
 
 
 def _replay_spark(settings, mappings, ranges, tables, dry_run, rate, master, spark, progress):
-    from consumer.spark.applier import ReplayConfig
-    from consumer.spark.replay import replay_spark
-    from consumer.spark.session import spark_session
+    from cachesync.consumer.spark.applier import ReplayConfig
+    from cachesync.consumer.spark.replay import replay_spark
+    from cachesync.consumer.spark.session import spark_session
     with spark_session("cachesync-replay", master) if spark is None else nullcontext(spark) as session:
         # Tasks run at most defaultParallelism at a time: each gets its share of the rate.
         per_task = rate / session.sparkContext.defaultParallelism if rate else None

@@ -10,8 +10,8 @@ import click
 from cachesync.commands.common import EXIT_RUNTIME, handle_errors, settings_options
 from cachesync.probes import (KafkaOffsets, applied_lag, checkpoint_info, dedup_counts)
 from cachesync.wiring import mysql_params
-from producer_outbox.mysql import Session, ensure_state_tables
-from schema.errors import CachesyncError
+from cachesync.producer_outbox.mysql import Session, ensure_state_tables
+from cachesync.schema.errors import CachesyncError
 
 SCHEMA_VERSION = 1
 

@@ -18,7 +18,7 @@ from typing import Callable, Iterator
 from kafka import KafkaConsumer, KafkaProducer, OffsetAndMetadata, TopicPartition
 from kafka.errors import KafkaError
 
-from schema.errors import RetryableError
+from cachesync.schema.errors import RetryableError
 
 HEADER_FIELDS = ("reason", "detail", "topic", "partition", "offset", "pack_index", "attempts", "id")
 

@@ -11,8 +11,8 @@ from kafka.errors import (CommitFailedError, IllegalGenerationError, KafkaError,
                           RebalanceInProgressError, UnknownMemberIdError)
 from kafka.structs import OffsetAndMetadata
 
-from consumer.core.offsets import Record
-from schema.errors import RetryableError
+from cachesync.consumer.core.offsets import Record
+from cachesync.schema.errors import RetryableError
 
 log = logging.getLogger(__name__)
 

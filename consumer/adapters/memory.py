@@ -6,10 +6,10 @@ import time
 import uuid
 from typing import Mapping, Sequence
 
-from consumer.core.dedup import ClaimState
-from consumer.core.offsets import Record
-from consumer.core.writes import KIND_DELETE, CacheWrite
-from consumer.ports import WriteResult
+from cachesync.consumer.core.dedup import ClaimState
+from cachesync.consumer.core.offsets import Record
+from cachesync.consumer.core.writes import KIND_DELETE, CacheWrite
+from cachesync.consumer.ports import WriteResult
 
 
 class MemoryDedupStore:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import uuid
 from typing import Mapping, Sequence
 
-from consumer.core.dedup import ClaimState
-from consumer.ports import chunks
-from producer_outbox.mysql import MySQLParams, Session, ensure_state_tables
+from cachesync.consumer.core.dedup import ClaimState
+from cachesync.consumer.ports import chunks
+from cachesync.producer_outbox.mysql import MySQLParams, Session, ensure_state_tables
 
 # Bounds the size of one statement; a batch of N ids costs ceil(N / this) round trips.
 CLAIM_CHUNK = 1000

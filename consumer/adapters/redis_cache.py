@@ -7,11 +7,11 @@ from typing import Sequence
 
 import redis
 
-from consumer.core.writes import CacheWrite
-from consumer.ports import WriteResult, chunks
-from schema import resource_text
-from schema.errors import FatalError, RetryableError
-from schema.keys import lease_key, version_key
+from cachesync.consumer.core.writes import CacheWrite
+from cachesync.consumer.ports import WriteResult, chunks
+from cachesync.schema import resource_text
+from cachesync.schema.errors import FatalError, RetryableError
+from cachesync.schema.keys import lease_key, version_key
 
 # Keys per pipeline round trip: large enough to amortise the RTT, small enough
 # that one slow batch does not hold Redis for long.

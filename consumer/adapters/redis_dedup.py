@@ -18,10 +18,10 @@ from typing import Mapping, Sequence
 
 import redis
 
-from consumer.adapters.redis_cache import redis_call
-from consumer.core.dedup import ClaimState
-from consumer.ports import chunks
-from schema import resource_text
+from cachesync.consumer.adapters.redis_cache import redis_call
+from cachesync.consumer.core.dedup import ClaimState
+from cachesync.consumer.ports import chunks
+from cachesync.schema import resource_text
 
 CLAIM_CHUNK = 1000
 SCAN_COUNT = 1000

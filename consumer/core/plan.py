@@ -16,11 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from consumer.core.writes import (KIND_DELETE, CacheWrite, merge_writes, render_value,
+from cachesync.consumer.core.writes import (KIND_DELETE, CacheWrite, merge_writes, render_value,
                                   version_text)
-from schema.errors import PoisonError, UnknownTableError
-from schema.event import ChangeEvent
-from schema.mapping import MappingSet, TableMapping
+from cachesync.schema.errors import PoisonError, UnknownTableError
+from cachesync.schema.event import ChangeEvent
+from cachesync.schema.mapping import MappingSet, TableMapping
 
 
 @dataclass(slots=True)

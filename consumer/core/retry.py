@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from schema.errors import RetryableError
+from cachesync.schema.errors import RetryableError
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,10 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from schema.errors import PoisonError
-from schema.event import ChangeEvent
-from schema.mapping import MissingColumnError, TableMapping
-from schema.values import canonical_text
+from cachesync.schema.errors import PoisonError
+from cachesync.schema.event import ChangeEvent
+from cachesync.schema.mapping import MissingColumnError, TableMapping
+from cachesync.schema.values import canonical_text
 
 VERSION_DIGITS = 24      # binlog versions reach 2**68 (file number << 56); 10**24 covers it
 KIND_JSON, KIND_HASH, KIND_DELETE = "json", "hash", "del"

@@ -15,12 +15,12 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Iterable, Iterator
 
-from consumer.adapters.memory import MemorySource
-from consumer.engine import EngineOptions, PythonEngine, Stats
-from consumer.spark.records import to_record
-from producer_outbox.mysql import MySQLParams
-from schema.errors import RetryableError
-from schema.mapping import MappingSet
+from cachesync.consumer.adapters.memory import MemorySource
+from cachesync.consumer.engine import EngineOptions, PythonEngine, Stats
+from cachesync.consumer.spark.records import to_record
+from cachesync.producer_outbox.mysql import MySQLParams
+from cachesync.schema.errors import RetryableError
+from cachesync.schema.mapping import MappingSet
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ class _LazyDeadLetters:
 
     def send(self, record, reason: str, detail: str) -> None:
         if self._producer is None:
-            from consumer.adapters.kafka_source import KafkaDeadLetters
+            from cachesync.consumer.adapters.kafka_source import KafkaDeadLetters
             self._producer = KafkaDeadLetters(*self._args)
         self._producer.send(record, reason, detail)
 
@@ -66,8 +66,8 @@ _ADAPTERS: dict[str, tuple] = {}
 def _adapters(config: ApplyConfig) -> tuple:
     found = _ADAPTERS.get(config.token)
     if found is None:
-        from consumer.adapters.mysql_dedup import MySQLDedupStore
-        from consumer.adapters.redis_cache import RedisCache
+        from cachesync.consumer.adapters.mysql_dedup import MySQLDedupStore
+        from cachesync.consumer.adapters.redis_cache import RedisCache
         found = (MySQLDedupStore(config.mysql, config.namespace), RedisCache(config.redis_url),
                  _LazyDeadLetters(config.bootstrap_servers, config.dead_letter_topic))
         _ADAPTERS[config.token] = found
@@ -149,7 +149,7 @@ def replay_partition(rows: Iterable, config: ReplayConfig, progress) -> Iterator
 
     ``progress`` is a Spark accumulator of records read, for the driver's progress bar.
     """
-    from consumer.replay import RateLimiter, ReplayApplier
+    from cachesync.consumer.replay import RateLimiter, ReplayApplier
     cache = None if config.redis_url is None else _redis(config)
     applier = ReplayApplier(config.mappings, cache, config.tables, config.batch_size)
     limiter = RateLimiter(config.rate_per_task)
@@ -176,14 +176,14 @@ def replay_partition(rows: Iterable, config: ReplayConfig, progress) -> Iterator
 def _redis(config: ReplayConfig):
     found = _ADAPTERS.get(config.token)
     if found is None:
-        from consumer.adapters.redis_cache import RedisCache
+        from cachesync.consumer.adapters.redis_cache import RedisCache
         found = _ADAPTERS[config.token] = RedisCache(config.redis_url)
     return found
 
 
 @dataclass(frozen=True)
 class AuditConfig:
-    mapping: "TableMapping"  # noqa: F821 (schema.mapping.TableMapping, pickled)
+    mapping: "TableMapping"  # noqa: F821 (cachesync.schema.mapping.TableMapping, pickled)
     redis_url: str
     chunk: int = 500
 
@@ -195,7 +195,7 @@ def audit_partition(rows: Iterable, config: AuditConfig, rows_read) -> Iterator[
     (update mode ``hash`` values) per chunk. ``rows_read`` is a Spark accumulator.
     """
     import redis
-    from consumer.audit import expected_entries, verdict
+    from cachesync.consumer.audit import expected_entries, verdict
     client = redis.Redis.from_url(config.redis_url, socket_timeout=10)
     seen = 0
     try:

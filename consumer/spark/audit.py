@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from consumer.audit import STALE, AuditReport, key_pattern
-from consumer.spark.applier import AuditConfig, audit_partition
+from cachesync.consumer.audit import STALE, AuditReport, key_pattern
+from cachesync.consumer.spark.applier import AuditConfig, audit_partition
 
 JDBC_DRIVER = "org.mariadb.jdbc.Driver"
 SCAN_COUNT = 1000

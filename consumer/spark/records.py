@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from consumer.core.offsets import Record
+from cachesync.consumer.core.offsets import Record
 
 # What every Spark job selects from the Kafka source (includeHeaders=true). The timestamp
 # is taken as epoch millis in SQL: PySpark would turn it into a naive local datetime.

@@ -13,9 +13,9 @@ import threading
 import time
 from typing import Callable, Mapping
 
-from consumer.replay import ReplayCounts
-from consumer.spark.applier import REPLAY_ROW_SCHEMA, ReplayConfig, replay_partition
-from consumer.spark.records import KAFKA_SELECT
+from cachesync.consumer.replay import ReplayCounts
+from cachesync.consumer.spark.applier import REPLAY_ROW_SCHEMA, ReplayConfig, replay_partition
+from cachesync.consumer.spark.records import KAFKA_SELECT
 
 RECORDS_PER_TASK = 50_000      # progress granularity and task size
 PROGRESS_EVERY_S = 0.5

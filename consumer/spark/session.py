@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Iterator, Mapping
 
-from schema.errors import FatalError
+from cachesync.schema.errors import FatalError
 
 JARS_ENV = "CACHESYNC_SPARK_JARS_DIR"
 MASTER_ENV = "CACHESYNC_SPARK_MASTER"

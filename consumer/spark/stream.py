@@ -14,9 +14,9 @@ import logging
 import threading
 from dataclasses import dataclass, field
 
-from consumer.engine import Stats
-from consumer.spark.applier import ApplyConfig, add_stats, consume_partition
-from consumer.spark.records import KAFKA_SELECT
+from cachesync.consumer.engine import Stats
+from cachesync.consumer.spark.applier import ApplyConfig, add_stats, consume_partition
+from cachesync.consumer.spark.records import KAFKA_SELECT
 
 log = logging.getLogger(__name__)
 

@@ -7,12 +7,12 @@ import uuid
 
 import pytest
 
-from consumer.adapters.memory import MemoryDedupStore
-from consumer.adapters.mysql_dedup import CLAIM_CHUNK, MySQLDedupStore
-from consumer.adapters.redis_dedup import RedisDedupStore
-from consumer.engine import purge_dedup
-from consumer.core.dedup import ClaimState
-from producer_outbox.mysql import MySQLParams
+from cachesync.consumer.adapters.memory import MemoryDedupStore
+from cachesync.consumer.adapters.mysql_dedup import CLAIM_CHUNK, MySQLDedupStore
+from cachesync.consumer.adapters.redis_dedup import RedisDedupStore
+from cachesync.consumer.engine import purge_dedup
+from cachesync.consumer.core.dedup import ClaimState
+from cachesync.producer_outbox.mysql import MySQLParams
 
 O, D, B = ClaimState.OWNED, ClaimState.DONE, ClaimState.BUSY
 

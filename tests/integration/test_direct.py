@@ -13,7 +13,7 @@ import urllib.request
 
 import pytest
 
-from schema.gtid import GtidState, parse_gtid
+from cachesync.schema.gtid import GtidState, parse_gtid
 from tests.support import stack_command, wait_for
 
 pytestmark = pytest.mark.integration

@@ -18,7 +18,7 @@ import pytest
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from producer_outbox import fastrows
+from cachesync.producer_outbox import fastrows
 from tests.unit.test_fastrows_unit import difference
 
 ROW_EVENTS = [WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent]

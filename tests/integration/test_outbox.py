@@ -13,7 +13,7 @@ from collections import defaultdict
 
 import pytest
 
-from producer_outbox.outbox import OutboxError, emit
+from cachesync.producer_outbox.outbox import OutboxError, emit
 from tests.support import add_config_sections, prepare_outbox, stack_command, wait_for
 
 pytestmark = pytest.mark.integration

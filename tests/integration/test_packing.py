@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from schema.event import decode_record
+from cachesync.schema.event import decode_record
 from tests.integration.test_poison import cli
 from tests.support import UsersWriter, wait_for
 

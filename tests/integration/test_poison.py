@@ -11,7 +11,7 @@ import sys
 import pytest
 from kafka import KafkaProducer
 
-from schema.event import ChangeEvent, Source, encode
+from cachesync.schema.event import ChangeEvent, Source, encode
 from tests.support import wait_for
 
 pytestmark = pytest.mark.integration

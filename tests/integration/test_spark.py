@@ -24,10 +24,10 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from cachesync.cli import cli
 from cachesync.commands.consume_spark import build_spark_engine
 from cachesync.commands.replay import run_replay
-from consumer.replay import parse_bound
-from producer_outbox.rows import TxnContext, row_change
-from schema.event import encode
-from schema.keys import kafka_key
+from cachesync.consumer.replay import parse_bound
+from cachesync.producer_outbox.rows import TxnContext, row_change
+from cachesync.schema.event import encode
+from cachesync.schema.keys import kafka_key
 from tests.support import add_config_sections, wait_for
 
 pytestmark = pytest.mark.integration
@@ -37,7 +37,7 @@ ORDERS = {"keys": ["order:{id}"]}
 
 @pytest.fixture(scope="module")
 def spark(stack):
-    from consumer.spark.session import spark_session
+    from cachesync.consumer.spark.session import spark_session
     jars = sorted(str(p) for p in (Path(stack.env["DEVSTACK_DIR"]) / "spark" / "jars").glob("*.jar"))
     assert jars, "no Spark jars: run `make install` (devstack/spark/fetch-jars.sh)"
     with spark_session("cachesync-tests", "local[2]", jars=jars) as session:

@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from kafka import KafkaProducer
 from kafka.admin import KafkaAdminClient, NewTopic
 
-from consumer.adapters.redis_cache import RedisCache
-from consumer.core.plan import plan_batch
+from cachesync.consumer.adapters.redis_cache import RedisCache
+from cachesync.consumer.core.plan import plan_batch
 from tests.histories import all_keys, decode_values, deliveries, expected_state, mappings
 from tests.support import add_config_sections, stack_command, wait_for
 

@@ -1,7 +1,7 @@
 import pytest
 
 from cachesync.config import load, mask_url
-from schema.errors import ConfigError
+from cachesync.schema.errors import ConfigError
 
 YAML = """
 mysql: {host: db.internal, port: 3307}

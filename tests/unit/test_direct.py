@@ -8,12 +8,12 @@ import pytest
 
 from cachesync.direct import InProcessQueue
 from cachesync.supervisor import RestartingTailer, run_together
-from consumer.adapters.memory import MemoryCache, MemoryDeadLetters, MemoryDedupStore
-from consumer.core.retry import RetryPolicy
-from consumer.engine import PythonEngine
-from schema.errors import FatalError, RetryableError
-from schema.event import ChangeEvent, Source, encode
-from schema.mapping import parse_mappings
+from cachesync.consumer.adapters.memory import MemoryCache, MemoryDeadLetters, MemoryDedupStore
+from cachesync.consumer.core.retry import RetryPolicy
+from cachesync.consumer.engine import PythonEngine
+from cachesync.schema.errors import FatalError, RetryableError
+from cachesync.schema.event import ChangeEvent, Source, encode
+from cachesync.schema.mapping import parse_mappings
 
 MAPPINGS = parse_mappings({"shop.users": {"keys": ["user:{id}"]}})
 

@@ -1,10 +1,10 @@
 """The python engine's protocol over the in-memory adapters (the real ones are in integration)."""
 
-from consumer.adapters.memory import MemoryCache, MemoryDeadLetters, MemoryDedupStore, MemorySource
-from consumer.core.offsets import Record
-from consumer.engine import EngineOptions, PythonEngine
-from schema.event import ChangeEvent, Source, encode
-from schema.mapping import parse_mappings
+from cachesync.consumer.adapters.memory import MemoryCache, MemoryDeadLetters, MemoryDedupStore, MemorySource
+from cachesync.consumer.core.offsets import Record
+from cachesync.consumer.engine import EngineOptions, PythonEngine
+from cachesync.schema.event import ChangeEvent, Source, encode
+from cachesync.schema.mapping import parse_mappings
 
 MAPPINGS = parse_mappings({"shop.users": {"keys": ["user:{id}"]}})
 

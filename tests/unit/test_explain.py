@@ -9,8 +9,8 @@ from click.testing import CliRunner
 from cachesync.cli import cli
 from cachesync.explain import (check_columns, check_delete_path, explain_event, key_pattern,
                                lint, make_event)
-from consumer.core.plan import Plan, plan_batch
-from schema.mapping import KeyTemplate, parse_mappings
+from cachesync.consumer.core.plan import Plan, plan_batch
+from cachesync.schema.mapping import KeyTemplate, parse_mappings
 
 TABLES = {"app.users": {"keys": ["user:{id}", "user:email:{email}"], "ttl": 600}}
 MAPPINGS = parse_mappings(TABLES)

@@ -24,7 +24,7 @@ from pymysqlreplication.packet import BinLogPacketWrapper
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 from pymysqlreplication.table import Table
 
-from producer_outbox import fastrows
+from cachesync.producer_outbox import fastrows
 
 EVENT_TYPES = {WriteRowsEvent: BINLOG.WRITE_ROWS_EVENT_V2,
                UpdateRowsEvent: BINLOG.UPDATE_ROWS_EVENT_V2,

@@ -14,14 +14,14 @@ import pytest
 from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from producer_outbox.checkpoint import Checkpoint
-from producer_outbox.mysql import MySQLParams
-from producer_outbox.preflight import ServerInfo
-from producer_outbox.tailer import Tailer, TailerOptions
-from schema.errors import RetryableError
-from schema.event import decode
-from schema.ids import binlog_message_id, binlog_version
-from schema.mapping import parse_mappings
+from cachesync.producer_outbox.checkpoint import Checkpoint
+from cachesync.producer_outbox.mysql import MySQLParams
+from cachesync.producer_outbox.preflight import ServerInfo
+from cachesync.producer_outbox.tailer import Tailer, TailerOptions
+from cachesync.schema.errors import RetryableError
+from cachesync.schema.event import decode
+from cachesync.schema.ids import binlog_message_id, binlog_version
+from cachesync.schema.mapping import parse_mappings
 
 UUID = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
 OTHER = "4c9e3dfc-9d25-11e9-8d2e-0242ac1cfd7e"

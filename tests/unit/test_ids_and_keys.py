@@ -1,7 +1,7 @@
 import pytest
 
-from schema.ids import binlog_message_id, binlog_version, file_pos_ordinal, new_time_ordered_id
-from schema.keys import kafka_key
+from cachesync.schema.ids import binlog_message_id, binlog_version, file_pos_ordinal, new_time_ordered_id
+from cachesync.schema.keys import kafka_key
 
 
 def test_binlog_ids_are_deterministic_and_distinct():

@@ -2,7 +2,7 @@
 
 import pytest
 
-from producer_outbox.inflight import InflightTracker
+from cachesync.producer_outbox.inflight import InflightTracker
 
 
 @pytest.mark.parametrize("script, expected", [

@@ -4,8 +4,8 @@ import pytest
 from kafka.errors import (CommitFailedError, IllegalGenerationError, NodeNotReadyError,
                           RebalanceInProgressError, UnknownMemberIdError)
 
-from consumer.adapters.kafka_source import KafkaSource
-from schema.errors import RetryableError
+from cachesync.consumer.adapters.kafka_source import KafkaSource
+from cachesync.schema.errors import RetryableError
 
 
 class Refusing:

@@ -1,7 +1,7 @@
 import pytest
 
-from schema.errors import ConfigError
-from schema.mapping import KeyTemplate, MissingColumnError, parse_mappings
+from cachesync.schema.errors import ConfigError
+from cachesync.schema.mapping import KeyTemplate, MissingColumnError, parse_mappings
 
 
 @pytest.mark.parametrize("template, row, expected", [

@@ -11,11 +11,11 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from cachesync.http import OpsServer, parse_listen
 from cachesync.metrics import ConsumerMetrics, Cumulative
-from consumer.core.plan import EventPlan, plan_batch
-from producer_outbox.heartbeat import own_rows_only, with_heartbeat
-from schema.errors import ConfigError
-from schema.event import ChangeEvent, Source
-from schema.mapping import parse_mappings
+from cachesync.consumer.core.plan import EventPlan, plan_batch
+from cachesync.producer_outbox.heartbeat import own_rows_only, with_heartbeat
+from cachesync.schema.errors import ConfigError
+from cachesync.schema.event import ChangeEvent, Source
+from cachesync.schema.mapping import parse_mappings
 
 
 @dataclass

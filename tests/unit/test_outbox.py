@@ -6,13 +6,13 @@ import logging
 
 import pytest
 
-from consumer.core.plan import plan_batch
-from producer_outbox.outbox import (MAX_PAYLOAD_BYTES, OutboxError, OutboxRow, event_kafka_key,
+from cachesync.consumer.core.plan import plan_batch
+from cachesync.producer_outbox.outbox import (MAX_PAYLOAD_BYTES, OutboxError, OutboxRow, event_kafka_key,
                                     outbox_values, to_event)
-from producer_outbox.relay import Relay, RelayOptions, Unconfirmed, _warn_due
-from schema.errors import ConfigError, RetryableError
-from schema.event import decode, encode
-from schema.mapping import parse_mappings
+from cachesync.producer_outbox.relay import Relay, RelayOptions, Unconfirmed, _warn_due
+from cachesync.schema.errors import ConfigError, RetryableError
+from cachesync.schema.event import decode, encode
+from cachesync.schema.mapping import parse_mappings
 
 
 @pytest.mark.parametrize("args, message", [
@@ -140,7 +140,7 @@ def test_rows_leased_again_warn_once_per_round_naming_the_most_retried(caplog):
               for i, a in enumerate([1, 3, 6, 4])]
     relay = Relay(FakeStore(leased), FakePublisher, RelayOptions("t", warn_after_attempts=3),
                   "app", "s")
-    with caplog.at_level(logging.WARNING, logger="producer_outbox.relay"):
+    with caplog.at_level(logging.WARNING, logger="cachesync.producer_outbox.relay"):
         relay.round()
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert warnings == [f"2 outbox event(s) leased again without a confirmed publish; the most "

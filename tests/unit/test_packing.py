@@ -6,19 +6,19 @@ import random
 import pytest
 from kafka.partitioner.default import murmur2 as kafka_murmur2
 
-from consumer.adapters.memory import MemoryCache, MemoryDeadLetters, MemoryDedupStore, MemorySource
-from consumer.core.offsets import Record
-from consumer.engine import EngineOptions, PythonEngine
-from producer_outbox.checkpoint import Checkpoint
-from producer_outbox.mysql import MySQLParams
-from producer_outbox.packing import Packer
-from producer_outbox.tailer import Tailer, TailerOptions
+from cachesync.consumer.adapters.memory import MemoryCache, MemoryDeadLetters, MemoryDedupStore, MemorySource
+from cachesync.consumer.core.offsets import Record
+from cachesync.consumer.engine import EngineOptions, PythonEngine
+from cachesync.producer_outbox.checkpoint import Checkpoint
+from cachesync.producer_outbox.mysql import MySQLParams
+from cachesync.producer_outbox.packing import Packer
+from cachesync.producer_outbox.tailer import Tailer, TailerOptions
 from pymysqlreplication.row_event import UpdateRowsEvent, WriteRowsEvent
-from schema.errors import DecodeError
-from schema.event import ChangeEvent, Source, decode, decode_record, encode, encode_pack
-from schema.keys import kafka_key
-from schema.mapping import parse_mappings
-from schema.partition import murmur2, partition_for
+from cachesync.schema.errors import DecodeError
+from cachesync.schema.event import ChangeEvent, Source, decode, decode_record, encode, encode_pack
+from cachesync.schema.keys import kafka_key
+from cachesync.schema.mapping import parse_mappings
+from cachesync.schema.partition import murmur2, partition_for
 from tests.unit.test_gtid_tailer import MARIADB, _Checkpoints, _Stream, mariadb_gtid, rows, u, xid
 
 MAPPINGS = parse_mappings({"shop.users": {"keys": ["user:{id}"]}})

@@ -1,9 +1,9 @@
 import pytest
 
-from consumer.core.dedup import ClaimState, decide
-from consumer.core.plan import plan_batch
-from schema.event import ChangeEvent, Source
-from schema.mapping import parse_mappings
+from cachesync.consumer.core.dedup import ClaimState, decide
+from cachesync.consumer.core.plan import plan_batch
+from cachesync.schema.event import ChangeEvent, Source
+from cachesync.schema.mapping import parse_mappings
 
 MAPPINGS = parse_mappings({
     "shop.users": {"keys": ["user:{id}", "user:email:{email}"]},

@@ -1,6 +1,6 @@
 import pytest
 
-from producer_outbox.preflight import ServerInfo, problems
+from cachesync.producer_outbox.preflight import ServerInfo, problems
 
 GOOD_VARS = {"log_bin": "ON", "binlog_format": "ROW", "binlog_row_image": "FULL",
              "binlog_row_metadata": "FULL"}

@@ -11,7 +11,7 @@ import threading
 
 from cachesync import config, logs
 from cachesync.wiring import mysql_params
-from producer_outbox.heartbeat import HeartbeatWriter
+from cachesync.producer_outbox.heartbeat import HeartbeatWriter
 
 PASSWORD = "s3cr3t-Pw-4f9a"
 REDIS_PASSWORD = "r3dis-Pw-77c1"

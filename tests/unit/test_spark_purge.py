@@ -4,7 +4,7 @@ import time
 
 from cachesync.commands.consume_spark import DedupPurger
 from cachesync.config import load
-from consumer.adapters.memory import MemoryDedupStore
+from cachesync.consumer.adapters.memory import MemoryDedupStore
 
 
 class ClosingStore(MemoryDedupStore):

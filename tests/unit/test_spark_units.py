@@ -6,14 +6,14 @@ import dataclasses
 
 import pytest
 
-from consumer.adapters.memory import MemoryCache
-from consumer.audit import CONSISTENT, MISSING, STALE, UNVERIFIED, expected_entries, key_pattern, verdict
-from consumer.core.offsets import Record
-from consumer.replay import Bound, RateLimiter, ReplayApplier, invalidate_only, parse_bound
-from consumer.spark.records import to_record
-from producer_outbox.rows import TxnContext, row_change
-from schema.event import encode
-from schema.mapping import parse_mappings
+from cachesync.consumer.adapters.memory import MemoryCache
+from cachesync.consumer.audit import CONSISTENT, MISSING, STALE, UNVERIFIED, expected_entries, key_pattern, verdict
+from cachesync.consumer.core.offsets import Record
+from cachesync.consumer.replay import Bound, RateLimiter, ReplayApplier, invalidate_only, parse_bound
+from cachesync.consumer.spark.records import to_record
+from cachesync.producer_outbox.rows import TxnContext, row_change
+from cachesync.schema.event import encode
+from cachesync.schema.mapping import parse_mappings
 
 MAPPINGS = parse_mappings({"app.users": {"keys": ["user:{id}", "user:email:{email}"]},
                            "app.orders": {"keys": ["order:{id}"], "mode": "update"}})

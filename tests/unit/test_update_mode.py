@@ -8,11 +8,11 @@ import json
 import pytest
 from hypothesis import given, settings
 
-from consumer.adapters.memory import MemoryCache
-from consumer.core.plan import plan_batch
-from consumer.core.writes import CacheWrite, merge_writes, padded
-from schema.event import ChangeEvent, Source
-from schema.mapping import parse_mappings
+from cachesync.consumer.adapters.memory import MemoryCache
+from cachesync.consumer.core.plan import plan_batch
+from cachesync.consumer.core.writes import CacheWrite, merge_writes, padded
+from cachesync.schema.event import ChangeEvent, Source
+from cachesync.schema.mapping import parse_mappings
 from tests.histories import all_keys, decode_values, deliveries, expected_state, mappings
 
 
