@@ -19,7 +19,6 @@ caller, see ``live_columns`` and ``keys_without_ttl``.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
@@ -212,21 +211,13 @@ def live_columns(conn, tables: Iterable[str]) -> dict[str, set[str]]:
     return out
 
 
-_GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
-_FIELD = re.compile(r"\{[A-Za-z_][A-Za-z0-9_$]*\}")
 SCAN_COUNT = 1000
-
-
-def key_pattern(template: KeyTemplate) -> str:
-    """``user:email:{email}`` -> ``user:email:*`` (literal text glob-escaped)."""
-    parts = _FIELD.split(template.text)
-    return "*".join(_GLOB_SPECIAL.sub(r"\\\1", p) for p in parts)
 
 
 def keys_without_ttl(client, template: KeyTemplate, sample: int) -> list[str]:
     """Up to ``sample`` keys matching the template (SCAN, never KEYS) that have no TTL."""
     keys = []
-    for key in client.scan_iter(match=key_pattern(template), count=SCAN_COUNT):
+    for key in client.scan_iter(match=template.glob, count=SCAN_COUNT):
         keys.append(key)
         if len(keys) >= sample:
             break

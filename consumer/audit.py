@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -57,18 +56,6 @@ def verdict(mapping: TableMapping, expected: tuple[str, str], cached: Any) -> st
     if not shared:
         return UNVERIFIED
     return CONSISTENT if all(_same(value[f], row[f]) for f in shared) else STALE
-
-
-def key_pattern(template_text: str) -> tuple[str, re.Pattern]:
-    """(SCAN glob, full-match regex) of a key template, to find keys no row accounts for.
-
-    A field matches text without ':' (the key separator), so ``user:{id}`` does not
-    claim ``user:email:x`` of another template.
-    """
-    parts = re.split(r"(\{[A-Za-z_][A-Za-z0-9_$]*\})", template_text)
-    glob = "".join("*" if p.startswith("{") else re.sub(r"([*?\[\]\\])", r"\\\1", p) for p in parts)
-    regex = "".join("[^:]+" if p.startswith("{") else re.escape(p) for p in parts)
-    return glob, re.compile(regex)
 
 
 @dataclass

@@ -25,6 +25,7 @@ _FIELDS = frozenset({"keys", "mode", "ttl", "ttl_jitter", "value", "value_column
                      "version_column", "tombstone_ttl", "double_delete", "max_value_bytes"})
 _FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_$]*)\}")
 _TABLE = re.compile(r"^[^.\s]+\.[^.\s]+$")
+_GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
 
 
 class MissingColumnError(PoisonError):
@@ -68,6 +69,20 @@ class KeyTemplate:
                 return None
             values.append(canonical_text(value))
         return self._format.format(*values)
+
+    @cached_property
+    def glob(self) -> str:
+        """The Redis SCAN pattern of every key this template renders: ``user:email:*``
+        (the literal text glob-escaped, each field ``*``)."""
+        return "*".join(_GLOB_SPECIAL.sub(r"\\\1", part) for part in _FIELD.split(self.text)[::2])
+
+    @cached_property
+    def regex(self) -> re.Pattern:
+        """Full-match pattern of this template's keys, a field being text without ``:`` (the
+        key separator), so ``user:{id}`` does not claim ``user:email:x`` of another template."""
+        parts = _FIELD.split(self.text)
+        return re.compile("".join(re.escape(p) if i % 2 == 0 else "[^:]+"
+                                  for i, p in enumerate(parts)))
 
     @cached_property
     def _format(self) -> str:

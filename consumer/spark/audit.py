@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cachesync.consumer.audit import STALE, AuditReport, key_pattern
+from cachesync.consumer.audit import STALE, AuditReport
 from cachesync.consumer.spark.applier import AuditConfig, audit_partition
 
 JDBC_DRIVER = "org.mariadb.jdbc.Driver"
@@ -78,8 +78,7 @@ def audit_table(spark, source: TableSource, mapping, redis_url: str, partitions:
 def _extra_keys(spark, judged, mapping, scan) -> list[str]:
     found = set()
     for template in mapping.keys:
-        glob, regex = key_pattern(template.text)
-        found.update(k for k in scan(glob) if regex.fullmatch(k))
+        found.update(k for k in scan(template.glob) if template.regex.fullmatch(k))
     if not found:
         return []
     scanned = spark.createDataFrame([(k,) for k in sorted(found)], "key STRING")

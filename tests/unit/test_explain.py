@@ -7,7 +7,7 @@ import yaml
 from click.testing import CliRunner
 
 from cachesync.cli import cli
-from cachesync.explain import (check_columns, check_delete_path, explain_event, key_pattern,
+from cachesync.explain import (check_columns, check_delete_path, explain_event,
                                lint, make_event)
 from cachesync.consumer.core.plan import Plan, plan_batch
 from cachesync.schema.mapping import KeyTemplate, parse_mappings
@@ -117,8 +117,14 @@ def test_lint_without_live_data_checks_only_the_delete_path():
     ("user:email:{email}", "user:email:*"),
     ("a*b?[x]:{id}:{k}", r"a\*b\?\[x\]:*:*"),
 ])
-def test_key_pattern_escapes_the_literal_text(template, pattern):
-    assert key_pattern(KeyTemplate.parse(template)) == pattern
+def test_template_glob_escapes_the_literal_text(template, pattern):
+    assert KeyTemplate.parse(template).glob == pattern
+
+
+def test_template_regex_matches_its_own_keys_only():
+    regex = KeyTemplate.parse("p:user:{id}").regex
+    assert regex.fullmatch("p:user:42") and not regex.fullmatch("p:user:email:a@x")
+    assert KeyTemplate.parse("a*b:{x}").regex.fullmatch("a*b:1")
 
 
 # -- commands ------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from cachesync.consumer.adapters.memory import MemoryCache
-from cachesync.consumer.audit import CONSISTENT, MISSING, STALE, UNVERIFIED, expected_entries, key_pattern, verdict
+from cachesync.consumer.audit import CONSISTENT, MISSING, STALE, UNVERIFIED, expected_entries, verdict
 from cachesync.consumer.core.offsets import Record
 from cachesync.consumer.replay import Bound, RateLimiter, ReplayApplier, invalidate_only, parse_bound
 from cachesync.consumer.spark.records import to_record
@@ -94,13 +94,6 @@ def test_audit_verdicts():
     (_, fields), = expected_entries({"id": 7, "v": 1}, hashed)
     assert verdict(hashed, fields, {b"id": b"7", b"v": b"1"}) == CONSISTENT
     assert verdict(hashed, fields, {b"id": b"7", b"v": b"2"}) == STALE
-
-
-def test_key_pattern_matches_one_template_only():
-    glob, regex = key_pattern("p:user:{id}")
-    assert glob == "p:user:*"
-    assert regex.fullmatch("p:user:42") and not regex.fullmatch("p:user:email:a@x")
-    assert key_pattern("a*b:{x}")[0] == "a\\*b:*"
 
 
 def test_to_record_from_a_spark_row():
