@@ -89,6 +89,7 @@ class ConsumerSettings:
     dedup_retention_s: float = 691200.0   # 8 days: must exceed the topic's retention (7 d default)
     purge_interval_s: float = 300.0       # periodic purge of done dedup records; 0 = off
     purge_batch: int = 5000
+    purge_batches_per_run: int = 20       # bounds the time one purge takes from consuming
 
 
 @dataclass(frozen=True)

@@ -96,9 +96,12 @@ class Ops:
             close()
 
 
-def consumer_ops(settings: Settings, stats: Callable[[], object]) -> tuple[Ops, ConsumerMetrics]:
+def consumer_ops(settings: Settings, stats: Callable[[], object],
+                 committed: Callable[[], dict[int, int]] | None = None
+                 ) -> tuple[Ops, ConsumerMetrics]:
     """Metrics for ``consume``, started; pass ``metrics.on_batch`` to the engine. ``stats``
-    returns the engine's Stats (or None before the engine exists)."""
+    returns the engine's Stats (or None before the engine exists); ``committed`` the
+    next offset per partition when the group does not hold them (Spark's checkpoint)."""
     ops = Ops(settings, "consume")
     session = ops.session()
     ns, k = settings.dedup_namespace, settings.kafka
@@ -109,7 +112,10 @@ def consumer_ops(settings: Settings, stats: Callable[[], object]) -> tuple[Ops, 
     kafka, redis_ping = ops.kafka(), ops.redis_ping()
 
     def probe():
-        metrics.set_kafka_lag(kafka.consumer_lag(k.group_id, k.topic))
+        if committed is None:
+            metrics.set_kafka_lag(kafka.consumer_lag(k.group_id, k.topic))
+        else:
+            metrics.set_kafka_lag(kafka.lag_behind(k.topic, committed()))
         session.run(lambda cur: cur.execute("SELECT 1"))
         redis_ping()
 

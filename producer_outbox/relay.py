@@ -17,7 +17,7 @@ from typing import Callable
 
 from kafka.errors import KafkaError
 
-from cachesync.consumer.core.retry import RetryPolicy
+from cachesync.schema.retry import RetryPolicy, Stopped, call, purge_in_batches
 from cachesync.producer_outbox.outbox import OutboxRow, event_kafka_key, to_event
 from cachesync.producer_outbox.relay_store import OutboxStore
 from cachesync.schema.errors import ConfigError, RetryableError
@@ -132,20 +132,13 @@ class Relay:
         log.info("relay starting: %s outbox -> topic %s (burst %d, redeliver after %.1fs)",
                  self._db, self._opts.topic, self._opts.burst_limit,
                  self._opts.redeliver_interval_s)
-        failures = 0
         try:
             while not self._stop.is_set():
-                try:
-                    claimed = self.round()
-                    failures = 0
-                except RetryableError as e:
-                    failures += 1
-                    wait = self._retry.backoff(failures)
-                    log.warning("relay: %s; retrying in %.1fs (attempt %d)", e, wait, failures)
-                    self._stop.wait(wait)
-                    continue
+                claimed = call(self.round, "relay round", self._stop, self._retry)
                 if claimed < self._opts.burst_limit:
                     self._stop.wait(self._opts.poll_interval_s)
+        except Stopped:
+            pass
         finally:
             self._shutdown()
 
@@ -168,12 +161,7 @@ class Relay:
 
     def purge_all(self) -> int:
         """Purge every row published longer than the retention ago, in bounded batches."""
-        total = 0
-        while True:
-            deleted = self._store.purge(self._opts.retention_s, self._opts.purge_batch)
-            total += deleted
-            if deleted < self._opts.purge_batch:
-                return total
+        return purge_in_batches(self._purge, self._opts.purge_batch)
 
     # -- sending ---------------------------------------------------------------------
     def _warn_repeated(self, rows: list[OutboxRow]) -> None:
@@ -240,15 +228,13 @@ class Relay:
         if now - self._last_purge < self._opts.purge_interval_s:
             return
         self._last_purge = now
-        total = 0
-        for _ in range(PURGE_BATCHES_PER_ROUND):
-            deleted = self._store.purge(self._opts.retention_s, self._opts.purge_batch)
-            total += deleted
-            if deleted < self._opts.purge_batch:
-                break
+        total = purge_in_batches(self._purge, self._opts.purge_batch, PURGE_BATCHES_PER_ROUND)
         if total:
             log.info("purged %d outbox rows published more than %.0fs ago", total,
                      self._opts.retention_s)
+
+    def _purge(self, limit: int) -> int:
+        return self._store.purge(self._opts.retention_s, limit)
 
     def _log_waiting(self) -> None:
         now = self._clock()

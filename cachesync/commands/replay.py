@@ -96,9 +96,9 @@ def _ranges(bootstrap: str, topic: str, start, end):
 
 
 def _replay_python(settings, mappings, ranges, tables, dry_run, rate, progress):
-    from cachesync.consumer.adapters.redis_cache import RedisCache
     from cachesync.consumer.replay import ReplayApplier, replay_python
-    cache = None if dry_run else RedisCache(str(settings.redis.url))
+    from cachesync.wiring import build_cache
+    cache = None if dry_run else build_cache(settings)
     try:
         applier = ReplayApplier(mappings, cache, tables, settings.consumer.batch_size)
         return replay_python(settings.kafka.bootstrap_servers, settings.kafka.topic, ranges,
@@ -115,7 +115,7 @@ def _replay_spark(settings, mappings, ranges, tables, dry_run, rate, master, spa
     with spark_session("cachesync-replay", master) if spark is None else nullcontext(spark) as session:
         # Tasks run at most defaultParallelism at a time: each gets its share of the rate.
         per_task = rate / session.sparkContext.defaultParallelism if rate else None
-        config = ReplayConfig(mappings, None if dry_run else str(settings.redis.url), tables,
+        config = ReplayConfig(mappings, None if dry_run else settings, tables,
                               per_task, settings.consumer.batch_size)
         return replay_spark(session, settings.kafka.bootstrap_servers, settings.kafka.topic,
                             ranges, config, progress)

@@ -8,13 +8,12 @@ from dataclasses import replace
 import click
 
 from cachesync.commands.common import handle_errors, log, on_termination, settings_options
-from cachesync.direct import build_direct
 from cachesync.direct_ops import DirectOps
 from cachesync.http import parse_listen
 from cachesync.metrics import Cumulative
 from cachesync.operate import consumer_ops, tail_ops
 from cachesync.supervisor import RestartingTailer, run_together
-from cachesync.wiring import build_engine, build_tailer
+from cachesync.wiring import build_direct, build_engine, build_tailer
 
 
 @click.command("run")

@@ -9,7 +9,7 @@ import pytest
 from cachesync.direct import InProcessQueue
 from cachesync.supervisor import RestartingTailer, run_together
 from cachesync.consumer.adapters.memory import MemoryCache, MemoryDeadLetters, MemoryDedupStore
-from cachesync.consumer.core.retry import RetryPolicy
+from cachesync.schema.retry import RetryPolicy
 from cachesync.consumer.engine import PythonEngine
 from cachesync.schema.errors import FatalError, RetryableError
 from cachesync.schema.event import ChangeEvent, Source, encode

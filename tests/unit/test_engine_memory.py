@@ -2,7 +2,8 @@
 
 from cachesync.consumer.adapters.memory import MemoryCache, MemoryDeadLetters, MemoryDedupStore, MemorySource
 from cachesync.consumer.core.offsets import Record
-from cachesync.consumer.engine import EngineOptions, PythonEngine
+from cachesync.config import ConsumerSettings
+from cachesync.consumer.engine import PythonEngine
 from cachesync.schema.event import ChangeEvent, Source, encode
 from cachesync.schema.mapping import parse_mappings
 
@@ -117,7 +118,7 @@ def test_the_periodic_purge_runs_on_its_interval_and_is_bounded():
     dedup._clock = clock
     token, _ = dedup.claim([f"d{i}" for i in range(25)], 30)
     dedup.confirm(token, [f"d{i}" for i in range(25)])
-    opts = EngineOptions(dedup_retention_s=60, purge_interval_s=300, purge_batch=10,
+    opts = ConsumerSettings(dedup_retention_s=60, purge_interval_s=300, purge_batch=10,
                          purge_batches_per_run=2)
     engine = PythonEngine(MemorySource(), dedup, MemoryCache(), MemoryDeadLetters(), MAPPINGS,
                           options=opts, clock=clock)

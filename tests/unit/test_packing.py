@@ -8,7 +8,8 @@ from kafka.partitioner.default import murmur2 as kafka_murmur2
 
 from cachesync.consumer.adapters.memory import MemoryCache, MemoryDeadLetters, MemoryDedupStore, MemorySource
 from cachesync.consumer.core.offsets import Record
-from cachesync.consumer.engine import EngineOptions, PythonEngine
+from cachesync.config import ConsumerSettings
+from cachesync.consumer.engine import PythonEngine
 from cachesync.producer_outbox.checkpoint import Checkpoint
 from cachesync.producer_outbox.mysql import MySQLParams
 from cachesync.producer_outbox.packing import Packer
@@ -177,7 +178,7 @@ def test_the_engine_polls_fewer_records_when_they_are_packed():
     poll = source.poll
     source.poll = lambda n, t: asked.append(n) or poll(n, t)
     engine = PythonEngine(source, MemoryDedupStore(), MemoryCache(), MemoryDeadLetters(), MAPPINGS,
-                          EngineOptions(batch_size=8))
+                          ConsumerSettings(batch_size=8))
     for _ in range(4):
         engine.step()
     # nothing seen yet: batch_size records; then batch_size // the widest record seen (4)
