@@ -140,17 +140,6 @@ def record_applied_lag(session, namespace: str, source: str, committed_s: float,
         (namespace, source, int(committed_s * 1e6), int(applied_s * 1e6))))
 
 
-def dedup_counts(session, namespace: str) -> dict[str, int]:
-    """Rows of ``namespace`` in cachesync_dedup by status (index range scan on (ns, status))."""
-    def work(cur):
-        cur.execute("SELECT status, COUNT(*) FROM cachesync_dedup WHERE ns = %s GROUP BY status",
-                    (namespace,))
-        return cur.fetchall()
-    counts = {"claimed": 0, "done": 0}
-    counts.update({status: int(n) for status, n in session.run(work)})
-    return counts
-
-
 class Prober:
     """Runs ``probe()`` every ``interval_s`` on a daemon thread and remembers the outcome.
 

@@ -22,13 +22,15 @@ from click.testing import CliRunner
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from cachesync.cli import cli
-from cachesync.commands.consume_spark import build_spark_engine
+from cachesync.commands.consume_spark import build_spark_engine, dedup_purge
 from cachesync.commands.replay import run_replay
+from cachesync.consumer.adapters.redis_dedup import PREFIX as REDIS_DEDUP_PREFIX
+from cachesync.consumer.applier import Stats
 from cachesync.consumer.replay import parse_bound
 from cachesync.producer_outbox.rows import TxnContext, row_change
 from cachesync.schema.event import encode
 from cachesync.schema.keys import kafka_key
-from tests.support import add_config_sections, wait_for
+from tests.support import add_config_sections, status_json, wait_for
 
 pytestmark = pytest.mark.integration
 USERS = {"keys": ["user:{id}", "user:email:{email}"]}
@@ -171,6 +173,36 @@ def test_python_and_spark_engines_leave_identical_redis_and_dedup_state(lab, spa
     assert {msg_id for msg_id, _ in sp_dedup} == rec.ids
     assert dlq_count(lab) == 4
     assert len(sp.batches) >= rec.count // 200
+
+
+def redis_dedup_records(lab, namespace: str) -> dict[str, bytes]:
+    prefix = f"{REDIS_DEDUP_PREFIX}{namespace}:"
+    return {k.decode()[len(prefix):]: lab.redis.get(k)
+            for k in lab.redis.scan_iter(match=prefix + "*", count=1000)}
+
+
+def test_spark_with_the_redis_dedup_store_claims_confirms_and_purges_in_redis(lab, spark):
+    rec = record_history(lab, users=30)
+    ns = f"rd-{lab.suffix}"
+    cfg = config_for_group(lab, {"users": USERS, "orders": ORDERS}, ns, "rd.yaml",
+                           dedup_store="redis", batch_size=50)
+    sp = run_spark_engine(lab, spark, cfg, lab.tmp / "rd-ck", rec.count)
+    assert sp.stats.applied == len(rec.ids) and sp.stats.duplicates == 3
+    done = redis_dedup_records(lab, ns)
+    assert set(done) == rec.ids and all(v.startswith(b"d ") for v in done.values())
+    assert dedup_records(lab, ns) == set()                     # nothing claimed in MySQL
+
+    returncode, doc = status_json(lab, cfg)                    # status reads the same store
+    assert doc["errors"] == {} and returncode == 0
+    assert doc["dedup"] == {"namespace": ns, "claimed": 0, "done": len(rec.ids),
+                            "total": len(rec.ids)}
+
+    purge_cfg = add_config_sections(cfg, consumer={"dedup_retention_s": 0,
+                                                   "purge_interval_s": 0.05})
+    stats = Stats()
+    with dedup_purge(lab.settings(purge_cfg), stats):          # what the Spark driver runs
+        wait_for(lambda: not redis_dedup_records(lab, ns), 30, what="the driver's purge in Redis")
+    assert stats.purged == len(rec.ids)
 
 
 # -- consume: kill -9 mid-stream, restart from the checkpoint -----------------------------------

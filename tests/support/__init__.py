@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -258,3 +259,11 @@ def stack_command(*args: str) -> None:
                           "devstack", "stack.sh")
     subprocess.run([script, *args], check=True, stdout=subprocess.DEVNULL,
                    stderr=subprocess.PIPE, timeout=180)
+
+
+def status_json(lab: Lab, config_path: str, env: dict | None = None) -> tuple[int, dict]:
+    """``cachesync status --json`` as a child process: (exit code, document)."""
+    out = subprocess.run([sys.executable, "-m", "cachesync", "status", "--json", "--config",
+                          config_path], env={**os.environ, **lab.stack.env, **(env or {})},
+                         capture_output=True, text=True, timeout=120)
+    return out.returncode, json.loads(out.stdout)
