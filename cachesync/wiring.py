@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import redis
+from kafka import KafkaConsumer
+
 from cachesync.config import Settings
 from cachesync.consumer.adapters.kafka_source import KafkaDeadLetters, KafkaSource
 from cachesync.consumer.adapters.mysql_dedup import MySQLDedupStore
@@ -17,8 +20,9 @@ from cachesync.consumer.adapters.redis_cache import RedisCache
 from cachesync.consumer.adapters.redis_dedup import RedisDedupStore
 from cachesync.consumer.engine import PythonEngine
 from cachesync.producer_outbox.checkpoint import MySQLCheckpointStore
-from cachesync.producer_outbox.heartbeat import own_rows_only, with_heartbeat
-from cachesync.producer_outbox.mysql import MySQLParams
+from cachesync.producer_outbox.heartbeat import HeartbeatWriter, own_rows_only, with_heartbeat
+from cachesync.probes import KafkaOffsets
+from cachesync.producer_outbox.mysql import MySQLParams, Session, ensure_state_tables
 from cachesync.producer_outbox.publisher import KafkaPublisher
 from cachesync.producer_outbox.relay import Relay, RelayOptions
 from cachesync.producer_outbox.relay_store import OutboxStore
@@ -36,6 +40,32 @@ def mysql_params(settings: Settings, database: str | None = None) -> MySQLParams
 def mappings(settings: Settings) -> MappingSet:
     """The configured tables plus the internal heartbeat table (see cachesync.producer_outbox.heartbeat)."""
     return with_heartbeat(settings.tables, settings.mysql.state_db)
+
+
+def state_session(settings: Settings) -> Session:
+    """A MySQL session on the state database (checkpoints, heartbeats, lag), tables ensured."""
+    return Session(mysql_params(settings).connect, setup=ensure_state_tables)
+
+
+def kafka_offsets(settings: Settings) -> KafkaOffsets:
+    return KafkaOffsets(settings.kafka.bootstrap_servers)
+
+
+def redis_client(settings: Settings, timeout_s: float | None = None) -> redis.Redis:
+    """A plain client of ``redis.url`` for reads outside the cache port (probes, audit, scans)."""
+    return redis.Redis.from_url(str(settings.redis.url), socket_timeout=timeout_s,
+                                socket_connect_timeout=timeout_s)
+
+
+def range_reader(settings: Settings, **options) -> KafkaConsumer:
+    """A group-less Kafka consumer (replay reads offset ranges; nothing is committed)."""
+    return KafkaConsumer(bootstrap_servers=settings.kafka.bootstrap_servers.split(","),
+                         group_id=None, enable_auto_commit=False, **options)
+
+
+def build_heartbeat(settings: Settings) -> HeartbeatWriter:
+    t = settings.tailer
+    return HeartbeatWriter(mysql_params(settings).connect, t.name, t.heartbeat_interval_s)
 
 
 def build_cache(settings: Settings) -> RedisCache:

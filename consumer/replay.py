@@ -200,14 +200,16 @@ def report_from_counts(engine: str, dry_run: bool, ranges, counts: ReplayCounts,
                         counts.keys_existed, tables, round(elapsed_s, 3))
 
 
-def replay_python(bootstrap_servers: str, topic: str, ranges: Mapping[int, tuple[int, int]],
+# what replay_python needs of its group-less kafka-python consumer
+READER_OPTIONS = {"isolation_level": "read_committed", "max_partition_fetch_bytes": 4 * 1024 * 1024}
+
+
+def replay_python(consumer, topic: str, ranges: Mapping[int, tuple[int, int]],
                   applier: ReplayApplier, rate: float | None = None, batch_size: int = 2000,
                   progress: Callable[[int], None] = lambda n: None) -> ReplayCounts:
-    """Read the ranges with a group-less consumer and apply them in batches."""
-    from kafka import KafkaConsumer, TopicPartition
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap_servers.split(","), group_id=None,
-                             enable_auto_commit=False, isolation_level="read_committed",
-                             max_partition_fetch_bytes=4 * 1024 * 1024)
+    """Read the ranges with a group-less consumer (READER_OPTIONS; closed here) and apply
+    them in batches."""
+    from kafka import TopicPartition
     try:
         todo = {TopicPartition(topic, p): hi for p, (lo, hi) in ranges.items() if hi > lo}
         consumer.assign(list(todo))

@@ -8,9 +8,8 @@ import sys
 import click
 
 from cachesync.commands.common import EXIT_RUNTIME, handle_errors, settings_options
-from cachesync.probes import KafkaOffsets, applied_lag, checkpoint_info
-from cachesync.wiring import build_dedup, mysql_params
-from cachesync.producer_outbox.mysql import Session, ensure_state_tables
+from cachesync import wiring
+from cachesync.probes import applied_lag, checkpoint_info
 from cachesync.schema.errors import CachesyncError
 
 SCHEMA_VERSION = 1
@@ -38,8 +37,8 @@ def command(settings, as_json: bool) -> None:
 def collect(settings) -> dict:
     """The status document (schema version SCHEMA_VERSION); errors are collected, not raised."""
     k, ns = settings.kafka, settings.dedup_namespace
-    session = Session(mysql_params(settings).connect, setup=ensure_state_tables)
-    kafka, dedup_store = KafkaOffsets(k.bootstrap_servers), build_dedup(settings)
+    session, kafka = wiring.state_session(settings), wiring.kafka_offsets(settings)
+    dedup_store = wiring.build_dedup(settings)
     errors: dict[str, str] = {}
 
     def part(name, fn):

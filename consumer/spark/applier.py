@@ -24,6 +24,8 @@ from cachesync.schema.mapping import MappingSet
 
 log = logging.getLogger(__name__)
 
+AUDIT_TIMEOUT_S = 10.0      # one MGET or pipelined HGETALL of a chunk
+
 
 @dataclass(frozen=True)
 class ApplyConfig:
@@ -161,7 +163,7 @@ def _replay_cache(config: ReplayConfig):
 @dataclass(frozen=True)
 class AuditConfig:
     mapping: "TableMapping"  # noqa: F821 (cachesync.schema.mapping.TableMapping, pickled)
-    redis_url: str
+    settings: "Settings"     # noqa: F821 (cachesync.config.Settings): the Redis client
     chunk: int = 500
 
 
@@ -171,9 +173,9 @@ def audit_partition(rows: Iterable, config: AuditConfig, rows_read) -> Iterator[
     Values are read in chunks: one MGET (JSON values) and one pipelined HGETALL
     (update mode ``hash`` values) per chunk. ``rows_read`` is a Spark accumulator.
     """
-    import redis
     from cachesync.consumer.audit import expected_entries, verdict
-    client = redis.Redis.from_url(config.redis_url, socket_timeout=10)
+    from cachesync.wiring import redis_client
+    client = redis_client(config.settings, AUDIT_TIMEOUT_S)
     seen = 0
     try:
         chunk = []
