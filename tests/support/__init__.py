@@ -20,6 +20,8 @@ from cachesync import config
 from cachesync.devstack import DevStack, wait_for  # noqa: F401 (tests import wait_for from here)
 from cachesync.wiring import build_engine
 
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 
 class Lab:
     """Everything one test needs, isolated by a random suffix."""
@@ -255,8 +257,7 @@ def prepare_outbox(lab: Lab) -> None:
 
 def stack_command(*args: str) -> None:
     """Run devstack/stack.sh (e.g. ``"down", "kafka"``) with this process's environment."""
-    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                          "devstack", "stack.sh")
+    script = os.path.join(REPO, "devstack", "stack.sh")
     subprocess.run([script, *args], check=True, stdout=subprocess.DEVNULL,
                    stderr=subprocess.PIPE, timeout=180)
 
