@@ -30,7 +30,7 @@ from cachesync.consumer.replay import parse_bound
 from cachesync.producer_outbox.rows import TxnContext, row_change
 from cachesync.schema.event import encode
 from cachesync.schema.keys import kafka_key
-from tests.support import add_config_sections, status_json, wait_for
+from tests.support import add_config_sections, address, scrape, status_json, wait_for
 
 pytestmark = pytest.mark.integration
 USERS = {"keys": ["user:{id}", "user:email:{email}"]}
@@ -233,6 +233,36 @@ def forget_last_commit(checkpoint: Path) -> int:
         (checkpoint / log_dir / str(batch)).unlink()
         (checkpoint / log_dir / f".{batch}.crc").unlink(missing_ok=True)   # Hadoop's checksum
     return last
+
+
+def test_spark_consume_serves_the_consumer_metrics_with_kafka_lag_from_its_checkpoint(lab, spark):
+    rec = Recorder(lab)
+    for i in range(40):
+        rec.change("users", "insert", None, {"id": i, "email": f"m{i}@x.org", "name": "n"})
+    rec.flush()
+    cfg = config_for_group(lab, {"users": USERS}, f"m-{lab.suffix}", "metrics.yaml")
+    proc = spawn_spark_consumer(lab, cfg, lab.tmp / "m-ck", "spark-m.log")
+    try:
+        addr = address(lab, proc)
+
+        def caught_up():
+            m = scrape(addr)
+            lag = {k: v for (name, k), v in m.items()
+                   if name == "cachesync_kafka_consumer_lag_messages"}
+            done = m.get(("cachesync_events_applied_total", ())) == 40
+            return (m, lag) if done and len(lag) == 3 and sum(lag.values()) == 0 else None
+        m, lag = wait_for(caught_up, 180, interval=0.5, what="metrics showing 40 applied, no lag")
+    finally:
+        proc.terminate()            # the driver only: it stops its query and its JVM itself
+        try:
+            proc.wait(90)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+    assert m[("cachesync_events_consumed_total", ())] == 40
+    assert m[("cachesync_commit_to_apply_seconds_count", (("kind", "binlog"),))] == 40
+    assert set(lag) == {(("partition", str(p)),) for p in range(3)}
+    assert proc.returncode == 0, lab.log(proc)
 
 
 BATCH_LINE = re.compile(r"spark batch (\d+): (\d+) consumed, (\d+) applied, (\d+) duplicates")

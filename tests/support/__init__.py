@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
+import urllib.request
 import subprocess
 import sys
 import threading
@@ -12,6 +14,7 @@ import time
 import uuid
 
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 from kafka.errors import TopicAlreadyExistsError
@@ -268,3 +271,20 @@ def status_json(lab: Lab, config_path: str, env: dict | None = None) -> tuple[in
                           config_path], env={**os.environ, **lab.stack.env, **(env or {})},
                          capture_output=True, text=True, timeout=120)
     return out.returncode, json.loads(out.stdout)
+
+
+def address(lab, proc) -> str:
+    """The host:port the child logged for its metrics server."""
+    def find():
+        lab._alive(proc)
+        m = re.search(r"metrics and health on http://(\S+) ", lab.log(proc))
+        return m and m.group(1)
+    return wait_for(find, 60, interval=0.1, what="the metrics server's address")
+
+
+def scrape(addr: str) -> dict[tuple[str, tuple], float]:
+    """Every sample as {(name, sorted labels): value}."""
+    with urllib.request.urlopen(f"http://{addr}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in text_string_to_metric_families(text) for s in fam.samples}
