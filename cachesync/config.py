@@ -31,8 +31,22 @@ class Secret(str):
 
 
 def mask_url(url: str) -> str:
-    """``redis://:pw@host`` -> ``redis://:***@host``."""
-    return re.sub(r"(//[^:/@]*:)[^@]*@", r"\1***@", url)
+    """``redis://user:pw@host/0?password=x`` -> ``redis://user:***@host/0?password=***``.
+
+    The user info ends at the LAST ``@`` before the query (a password may contain ``@``);
+    ``password`` query parameters are masked too.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    head, q, query = rest.partition("?")
+    at = head.rfind("@")
+    if at >= 0:
+        user, colon, _ = head[:at].partition(":")
+        head = f"{user}{colon}***{head[at:]}" if colon else head
+    if q:
+        query = re.sub(r"(^|&)(password=)[^&]*", r"\1\2***", query)
+    return f"{scheme}{sep}{head}{q}{query}"
 
 
 @dataclass(frozen=True)

@@ -48,9 +48,17 @@ def test_unknown_fields_are_named(tmp_path):
         load(path, {})
 
 
-def test_mask_url():
-    assert mask_url("redis://user:pw@h:1/0") == "redis://user:***@h:1/0"
-    assert mask_url("redis://h:1/0") == "redis://h:1/0"
+@pytest.mark.parametrize("url, masked", [
+    ("redis://user:pw@h:1/0", "redis://user:***@h:1/0"),
+    ("redis://h:1/0", "redis://h:1/0"),
+    ("redis://:p@ss@word@h:1/0", "redis://:***@h:1/0"),
+    ("rediss://u:a:b@h", "rediss://u:***@h"),
+    ("redis://h:1/0?password=s3cret&db=2", "redis://h:1/0?password=***&db=2"),
+    ("redis://u@h:1/0?db=2&password=s3cret", "redis://u@h:1/0?db=2&password=***"),
+    ("not a url", "not a url"),
+])
+def test_mask_url(url, masked):
+    assert mask_url(url) == masked
 
 
 @pytest.mark.parametrize("env, message", [
