@@ -157,6 +157,23 @@ class KafkaSettings(_Validated):
     topic: str = setting("cachesync.changes", **TOPIC)
     dead_letter_topic: str = setting("cachesync.dlq", **TOPIC)
     group_id: str = setting("cachesync", **NON_EMPTY)
+    # Group membership (see README "Consumer group failover"): a consumer that dies is replaced
+    # after the session timeout; with a group_instance_id (static membership) one restarted
+    # under the same id within it takes its partitions back without a rebalance.
+    session_timeout_ms: int = setting(10_000, lo=1_000, hi=1_800_000)
+    heartbeat_interval_ms: int = setting(2_000, lo=100, hi=600_000)
+    max_poll_interval_ms: int = setting(300_000, lo=1_000, hi=86_400_000)
+    group_instance_id: str = setting("", pattern=r"[A-Za-z0-9._-]{0,249}",
+                                     what="an instance id ([A-Za-z0-9._-], up to 249), unique per consumer")
+    assignment_strategy: str = setting("cooperative-sticky",
+                                       choices=("cooperative-sticky", "sticky", "range", "roundrobin"))
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.heartbeat_interval_ms * 3 > self.session_timeout_ms:
+            raise ConfigError(f"kafka.heartbeat_interval_ms: must be at most a third of "
+                              f"kafka.session_timeout_ms ({self.session_timeout_ms}), got "
+                              f"{self.heartbeat_interval_ms}")
 
 
 @dataclass(frozen=True)

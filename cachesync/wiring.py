@@ -5,7 +5,7 @@ from __future__ import annotations
 from cachesync.config import Settings
 from cachesync.schema.errors import ConfigError
 from cachesync.schema.mapping import MappingSet
-from cachesync.consumer.adapters.kafka_source import KafkaDeadLetters, KafkaSource
+from cachesync.consumer.adapters.kafka_source import KafkaDeadLetters, KafkaSource, group_config
 from cachesync.consumer.adapters.mysql_dedup import MySQLDedupStore
 from cachesync.consumer.adapters.redis_cache import RedisCache
 from cachesync.consumer.adapters.redis_dedup import RedisDedupStore
@@ -59,10 +59,17 @@ def engine_options(settings: Settings) -> EngineOptions:
                          purge_interval_s=c.purge_interval_s, purge_batch=c.purge_batch)
 
 
+def kafka_group(settings: Settings) -> dict:
+    """The consumer group membership settings of ``kafka``, as kafka-python takes them."""
+    k = settings.kafka
+    return group_config(k.session_timeout_ms, k.heartbeat_interval_ms, k.max_poll_interval_ms,
+                        k.group_instance_id, k.assignment_strategy)
+
+
 def build_engine(settings: Settings, on_batch=None) -> PythonEngine:
     k = settings.kafka
     return PythonEngine(
-        source=KafkaSource(k.bootstrap_servers, k.topic, k.group_id),
+        source=KafkaSource(k.bootstrap_servers, k.topic, k.group_id, group=kafka_group(settings)),
         dedup=build_dedup(settings),
         cache=RedisCache(str(settings.redis.url)),
         dead_letters=KafkaDeadLetters(k.bootstrap_servers, k.dead_letter_topic),
