@@ -201,6 +201,9 @@ class TailerSettings(_Validated):
     pack_bytes: int = setting(262144, lo=1024, hi=900_000)
     # heartbeat row write interval (lag when idle); 0 = off
     heartbeat_interval_s: float = setting(2.0, **NOT_NEGATIVE)
+    # a standby takes over at most this long after the active tailer's host or network is
+    # lost (a killed process releases the lock at once)
+    lock_lease_s: float = setting(10.0, lo=2, hi=3600)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from cachesync.consumer.adapters.redis_dedup import RedisDedupStore
 from cachesync.consumer.engine import EngineOptions, PythonEngine
 from cachesync.producer_outbox.checkpoint import MySQLCheckpointStore
 from cachesync.producer_outbox.heartbeat import own_rows_only, with_heartbeat
+from cachesync.producer_outbox.leader import TailerLock
 from cachesync.producer_outbox.mysql import MySQLParams
 from cachesync.producer_outbox.publisher import KafkaPublisher
 from cachesync.producer_outbox.relay import Relay, RelayOptions
@@ -39,6 +40,12 @@ def build_tailer(settings: Settings) -> Tailer:
                                 checkpoint_interval_s=t.checkpoint_interval_s,
                                 pack_rows=t.pack_rows, pack_bytes=t.pack_bytes,
                                 row_filter=own_rows_only(settings.mysql.state_db, t.name)))
+
+
+def build_tailer_lock(settings: Settings) -> TailerLock:
+    """The named lock that makes one of the tailers named ``tailer.name`` the active one."""
+    return TailerLock(mysql_params(settings).connect, settings.tailer.name,
+                      settings.tailer.lock_lease_s)
 
 
 def build_dedup(settings: Settings):
