@@ -18,6 +18,7 @@ from kafka import KafkaAdminClient, TopicPartition
 from kafka.admin import OffsetSpec
 from kafka.errors import KafkaError
 
+from cachesync.producer_outbox.leader import lock_name
 from cachesync.schema.errors import RetryableError
 
 log = logging.getLogger(__name__)
@@ -97,19 +98,31 @@ class CheckpointInfo:
     position: str
     updated_at: str
     age_s: float
+    active: str | None = None          # host:pid of the tailer holding the name's lock
+    active_since: str | None = None
 
 
 def checkpoint_info(session, name: str | None = None) -> list[CheckpointInfo]:
-    """Stored tailer checkpoints (all, or the one named), age measured on the server's clock."""
+    """Stored tailer checkpoints (all, or the one named), age measured on the server's clock,
+    with the active tailer of each name (None when no process holds its lock)."""
     def work(cur):
-        cur.execute("SELECT name, server, gtid, log_file, log_pos, updated_at, "
-                    "TIMESTAMPDIFF(MICROSECOND, updated_at, NOW(6)) FROM cachesync_checkpoint"
-                    + (" WHERE name = %s" if name else "") + " ORDER BY name",
-                    (name,) if name else ())
-        return cur.fetchall()
+        cur.execute("SELECT c.name, c.server, c.gtid, c.log_file, c.log_pos, c.updated_at, "
+                    "TIMESTAMPDIFF(MICROSECOND, c.updated_at, NOW(6)), l.holder, l.since "
+                    "FROM cachesync_checkpoint c LEFT JOIN cachesync_tailer_lock l "
+                    "ON l.name = c.name" + (" WHERE c.name = %s" if name else "")
+                    + " ORDER BY c.name", (name,) if name else ())
+        rows = cur.fetchall()
+        live = {}
+        for n, *_ in rows:
+            cur.execute("SELECT IS_USED_LOCK(%s)", (lock_name(n),))
+            live[n] = cur.fetchone()[0] is not None
+        return rows, live
+    rows, live = session.run(work)
     return [CheckpointInfo(n, server, f"gtid={gtid}" if gtid else f"{f}:{pos}",
-                           updated.isoformat(), age_us / 1e6)
-            for n, server, gtid, f, pos, updated, age_us in session.run(work)]
+                           updated.isoformat(), age_us / 1e6,
+                           holder if live[n] else None,
+                           since.isoformat() if live[n] and since else None)
+            for n, server, gtid, f, pos, updated, age_us, holder, since in rows]
 
 
 @dataclass(frozen=True)

@@ -14,14 +14,15 @@ import redis
 from kafka import KafkaConsumer
 
 from cachesync.config import Settings
-from cachesync.consumer.adapters.kafka_source import KafkaDeadLetters, KafkaSource
+from cachesync.consumer.adapters.kafka_source import KafkaDeadLetters, KafkaSource, group_config
 from cachesync.consumer.adapters.mysql_dedup import MySQLDedupStore
 from cachesync.consumer.adapters.redis_cache import RedisCache
 from cachesync.consumer.adapters.redis_dedup import RedisDedupStore
 from cachesync.consumer.engine import PythonEngine
 from cachesync.producer_outbox.checkpoint import MySQLCheckpointStore
-from cachesync.producer_outbox.heartbeat import HeartbeatWriter, own_rows_only, with_heartbeat
 from cachesync.probes import KafkaOffsets
+from cachesync.producer_outbox.heartbeat import HeartbeatWriter, own_rows_only, with_heartbeat
+from cachesync.producer_outbox.leader import TailerLock
 from cachesync.producer_outbox.mysql import MySQLParams, Session, ensure_state_tables
 from cachesync.producer_outbox.publisher import KafkaPublisher
 from cachesync.producer_outbox.relay import Relay, RelayOptions
@@ -72,6 +73,12 @@ def build_cache(settings: Settings) -> RedisCache:
     return RedisCache(str(settings.redis.url))
 
 
+def build_tailer_lock(settings: Settings) -> TailerLock:
+    """The named lock that makes one of the tailers named ``tailer.name`` the active one."""
+    return TailerLock(mysql_params(settings).connect, settings.tailer.name,
+                      settings.tailer.lock_lease_s)
+
+
 def build_dedup(settings: Settings):
     """The dedup store ``consumer.dedup_store`` names; raises ConfigError for an unknown one."""
     c = settings.consumer
@@ -87,11 +94,19 @@ def build_dead_letters(settings: Settings) -> KafkaDeadLetters:
     return KafkaDeadLetters(settings.kafka.bootstrap_servers, settings.kafka.dead_letter_topic)
 
 
+def kafka_group(settings: Settings) -> dict:
+    """The consumer group membership settings of ``kafka``, as kafka-python takes them."""
+    k = settings.kafka
+    return group_config(k.session_timeout_ms, k.heartbeat_interval_ms, k.max_poll_interval_ms,
+                        k.group_instance_id, k.assignment_strategy)
+
+
 def build_engine(settings: Settings, on_batch=None, source=None, dead_letters=None) -> PythonEngine:
     """The python engine on the Kafka group (or on ``source``, direct mode's queue)."""
     k = settings.kafka
     return PythonEngine(
-        source=source or KafkaSource(k.bootstrap_servers, k.topic, k.group_id),
+        source=source or KafkaSource(k.bootstrap_servers, k.topic, k.group_id,
+                                     group=kafka_group(settings)),
         dedup=build_dedup(settings), cache=build_cache(settings),
         dead_letters=dead_letters or build_dead_letters(settings),
         mappings=mappings(settings), options=settings.consumer, on_batch=on_batch)

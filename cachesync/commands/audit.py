@@ -11,6 +11,7 @@ import click
 from cachesync.commands.common import handle_errors, settings_options
 from cachesync.config import Settings
 from cachesync import wiring
+from cachesync.schema.sqlnames import quote
 
 EXIT_STALE = 4        # the staleness ratio is over --max-stale-ratio (for cron)
 _INTEGER_TYPES = {"tinyint", "smallint", "mediumint", "int", "integer", "bigint"}
@@ -97,10 +98,10 @@ def table_source(settings: Settings, table: str):
             integer = len(pk) == 1 and pk[0][1].lower() in _INTEGER_TYPES
             col = pk[0][0]
             if integer:
-                cur.execute(f"SELECT MIN(`{col}`), MAX(`{col}`), COUNT(*) FROM `{name}`")
+                cur.execute(f"SELECT MIN({quote(col)}), MAX({quote(col)}), COUNT(*) FROM {quote(name)}")
                 lo, hi, rows = cur.fetchone()
             else:
-                cur.execute(f"SELECT COUNT(*) FROM `{name}`")
+                cur.execute(f"SELECT COUNT(*) FROM {quote(name)}")
                 (rows,), lo, hi = cur.fetchone(), None, None
     finally:
         conn.close()

@@ -21,7 +21,7 @@ SCHEMA_VERSION = 1
 def command(settings, as_json: bool) -> None:
     """Show the pipeline's state as stored in MySQL and Kafka.
 
-    Checkpoint position and age (every tailer), commit->apply lag of the newest
+    Checkpoint position and age, and the active process, of every tailer; commit->apply lag of the newest
     heartbeat the consumer group applied, Kafka consumer lag (end minus committed
     offsets), dedup records of the group's namespace in consumer.dedup_store, dead-letter
     topic depth.
@@ -78,6 +78,8 @@ def render(report: dict) -> str:
     rows: list[tuple[str, str]] = []
     for c in report["checkpoints"] or []:
         rows.append((f"checkpoint {c['name']}", f"{c['position']}  (moved {c['age_s']:.1f}s ago)"))
+        rows.append((f"active tailer {c['name']}",
+                     f"{c['active']} (since {c['active_since']})" if c["active"] else "none"))
     if report["checkpoints"] == []:
         rows.append(("checkpoint", "none stored yet"))
     for a in report["lag"] or []:

@@ -10,7 +10,7 @@ USERS = {"users": {"keys": ["user:{id}"]}}
 def test_status_json_reports_every_part(lab):
     lab.sql("CREATE TABLE users (id INT PRIMARY KEY, name VARCHAR(50))")
     cfg = lab.write_config(USERS, tailer={"heartbeat_interval_s": 0.2})
-    lab.start_tailer(cfg)
+    tailer = lab.start_tailer(cfg)
     lab.spawn("consume", cfg)
     lab.sql("INSERT INTO users VALUES (1, 'a'), (2, 'b'), (3, 'c')")
     lab.produce_raw(b"not an event")
@@ -28,7 +28,9 @@ def test_status_json_reports_every_part(lab):
     assert doc["schema_version"] == 1 and doc["errors"] == {}
     mine = [c for c in doc["checkpoints"] if c["name"] == f"tailer-{lab.suffix}"]
     assert len(mine) == 1
-    assert set(mine[0]) == {"name", "server", "position", "updated_at", "age_s"}
+    assert set(mine[0]) == {"name", "server", "position", "updated_at", "age_s", "active",
+                            "active_since"}
+    assert mine[0]["active"].endswith(f":{tailer.pid}") and mine[0]["active_since"]
     assert mine[0]["position"].startswith(("gtid=", "mysql-bin")) and mine[0]["age_s"] < 30
     (lag,) = doc["lag"]
     assert lag["namespace"] == f"g-{lab.suffix}" and lag["source"] == f"tailer-{lab.suffix}"

@@ -146,3 +146,20 @@ def test_rows_leased_again_warn_once_per_round_naming_the_most_retried(caplog):
     assert warnings == [f"2 outbox event(s) leased again without a confirmed publish; the most "
                         f"retried: {2:032x} (seq 2, {ROW.aggregate_type} {ROW.aggregate_id}) "
                         f"at attempt 6"]
+
+
+@pytest.mark.parametrize("name, quoted", [
+    ("cachesync_outbox", "`cachesync_outbox`"),
+    ("app.cachesync_outbox", "`app`.`cachesync_outbox`"),
+    ("o`; DROP TABLE users; --", "`o``; DROP TABLE users; --`"),
+])
+def test_the_outbox_table_name_is_quoted_never_pasted(name, quoted):
+    from cachesync.producer_outbox.outbox import _table_name
+    assert _table_name(name) == quoted
+
+
+@pytest.mark.parametrize("name", ["", "x" * 65, "a\0b"])
+def test_a_table_name_mysql_cannot_have_is_refused(name):
+    from cachesync.producer_outbox.outbox import OutboxError, _table_name
+    with pytest.raises(OutboxError, match="table: not a MySQL identifier"):
+        _table_name(name)
