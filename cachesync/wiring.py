@@ -25,7 +25,7 @@ from cachesync.producer_outbox.heartbeat import HeartbeatWriter, own_rows_only, 
 from cachesync.producer_outbox.leader import TailerLock
 from cachesync.producer_outbox.mysql import MySQLParams, Session, ensure_state_tables
 from cachesync.producer_outbox.publisher import KafkaPublisher
-from cachesync.producer_outbox.relay import Relay, RelayOptions
+from cachesync.producer_outbox.relay import Relay
 from cachesync.producer_outbox.relay_store import OutboxStore
 from cachesync.producer_outbox.tailer import Tailer, TailerOptions
 from cachesync.schema.errors import ConfigError
@@ -118,10 +118,7 @@ def build_tailer(settings: Settings, publisher=None, topic: str | None = None) -
     t = settings.tailer
     return Tailer(params, publisher or KafkaPublisher(settings.kafka.bootstrap_servers),
                   MySQLCheckpointStore(params.connect, t.name), mappings(settings),
-                  TailerOptions(topic=topic or settings.kafka.topic, replica_server_id=t.server_id,
-                                max_inflight=t.max_inflight,
-                                checkpoint_interval_s=t.checkpoint_interval_s,
-                                pack_rows=t.pack_rows, pack_bytes=t.pack_bytes,
+                  TailerOptions(topic or settings.kafka.topic, t,
                                 row_filter=own_rows_only(settings.mysql.state_db, t.name)))
 
 
@@ -151,12 +148,7 @@ def build_relay(settings: Settings) -> Relay:
         raise ConfigError("relay.outbox_db is required: the application database holding "
                           "the outbox table (or CACHESYNC_RELAY_OUTBOX_DB)")
     params = mysql_params(settings, r.outbox_db)
-    options = RelayOptions(
-        topic=settings.kafka.topic, poll_interval_s=r.poll_interval_s, burst_limit=r.burst_limit,
-        redeliver_interval_s=r.redeliver_interval_s, warn_after_attempts=r.warn_after_attempts,
-        max_unconfirmed=r.max_unconfirmed, retention_s=r.retention_s, purge_batch=r.purge_batch,
-        purge_interval_s=r.purge_interval_s)
     bootstrap = settings.kafka.bootstrap_servers
     return Relay(OutboxStore(params.connect, r.outbox_db, r.outbox_table),
                  lambda: KafkaPublisher(bootstrap, client_id="cachesync-relay"),
-                 options, db=r.outbox_db, server=f"{m.host}:{m.port}")
+                 r, settings.kafka.topic, db=r.outbox_db, server=f"{m.host}:{m.port}")

@@ -17,6 +17,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 from cachesync.producer_outbox.checkpoint import Checkpoint
 from cachesync.producer_outbox.mysql import MySQLParams
 from cachesync.producer_outbox.preflight import ServerInfo
+from cachesync.config import TailerSettings
 from cachesync.producer_outbox.tailer import Tailer, TailerOptions
 from cachesync.schema.errors import RetryableError
 from cachesync.schema.event import decode
@@ -120,7 +121,7 @@ class _Checkpoints:
 def tail(events, info, start_gtid):
     publisher, checkpoints = _Publisher(), _Checkpoints()
     tailer = Tailer(MySQLParams("h", 1, "u", "p"), publisher, checkpoints, MAPPINGS,
-                    TailerOptions(topic="t", checkpoint_interval_s=0))
+                    TailerOptions("t", TailerSettings(checkpoint_interval_s=0)))
     tailer._loop(_Stream(events), info, Checkpoint(info.identity, start_gtid, "binlog.000003", 4))
     tailer._save_checkpoint()
     return publisher.sent, [cp.gtid for cp in checkpoints.saved]
@@ -190,7 +191,7 @@ def test_gtid_inside_an_open_transaction_restarts_from_the_checkpoint():
 ])
 def test_resume_asks_the_server_by_gtid(info, gtid, is_mariadb):
     tailer = Tailer(MySQLParams("h", 1, "u", "p"), _Publisher(), _Checkpoints(), MAPPINGS,
-                    TailerOptions(topic="t"))
+                    TailerOptions("t"))
     stream = tailer._open_stream(info, Checkpoint(info.identity, gtid, "binlog.000003", 4))
     assert (stream.auto_position, stream.is_mariadb) == (gtid, is_mariadb)
 
@@ -241,5 +242,5 @@ class _Server:
 def test_first_start_on_mysql_begins_at_gtid_executed(status, mode, executed, expected):
     server = _Server({"SELECT @@GLOBAL.gtid_mode, @@GLOBAL.gtid_executed": (mode, executed),
                       status: ("binlog.000007", 1234)})
-    tailer = Tailer(server, _Publisher(), _Checkpoints(), MAPPINGS, TailerOptions(topic="t"))
+    tailer = Tailer(server, _Publisher(), _Checkpoints(), MAPPINGS, TailerOptions("t"))
     assert tailer._current_position(MYSQL) == Checkpoint(UUID, expected, "binlog.000007", 1234)

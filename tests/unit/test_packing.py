@@ -8,7 +8,7 @@ from kafka.partitioner.default import murmur2 as kafka_murmur2
 
 from cachesync.consumer.adapters.memory import MemoryCache, MemoryDeadLetters, MemoryDedupStore, MemorySource
 from cachesync.consumer.core.offsets import Record
-from cachesync.config import ConsumerSettings
+from cachesync.config import ConsumerSettings, TailerSettings
 from cachesync.consumer.engine import PythonEngine
 from cachesync.producer_outbox.checkpoint import Checkpoint
 from cachesync.producer_outbox.mysql import MySQLParams
@@ -125,7 +125,7 @@ def test_the_tailer_packs_each_transaction_by_partition():
     publisher, checkpoints = _PackPublisher(), _Checkpoints()
     tailer = Tailer(MySQLParams("h", 1, "u", "p"), publisher, checkpoints,
                     parse_mappings({"app.users": {"keys": ["user:{id}"]}}),
-                    TailerOptions(topic="t", checkpoint_interval_s=0, pack_rows=5))
+                    TailerOptions("t", TailerSettings(checkpoint_interval_s=0, pack_rows=5)))
     tailer._loop(_Stream(events), MARIADB, Checkpoint(MARIADB.identity, "0-1-41", "b.1", 4))
     tailer._save_checkpoint()
     assert tailer.published == tailer.acked == 21
