@@ -12,15 +12,10 @@ from cachesync.consumer.adapters.memory import MemoryCache, MemoryDeadLetters, M
 from cachesync.schema.retry import RetryPolicy
 from cachesync.consumer.engine import PythonEngine
 from cachesync.schema.errors import FatalError, RetryableError
-from cachesync.schema.event import ChangeEvent, Source, encode
 from cachesync.schema.mapping import parse_mappings
+from tests.support.events import change
 
 MAPPINGS = parse_mappings({"shop.users": {"keys": ["user:{id}"]}})
-
-
-def change(msg_id: str, uid: int) -> bytes:
-    return encode(ChangeEvent(msg_id, Source("binlog", "s", "0-1-1", 0.0), "shop", "users",
-                              "update", (("id", uid),), {"id": uid}, {"id": uid}, 1))
 
 
 class FlakyCache(MemoryCache):

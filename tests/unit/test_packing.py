@@ -16,18 +16,14 @@ from cachesync.producer_outbox.packing import Packer
 from cachesync.producer_outbox.tailer import Tailer, TailerOptions
 from pymysqlreplication.row_event import UpdateRowsEvent, WriteRowsEvent
 from cachesync.schema.errors import DecodeError
-from cachesync.schema.event import ChangeEvent, Source, decode, decode_record, encode, encode_pack
+from cachesync.schema.event import decode, decode_record, encode, encode_pack
 from cachesync.schema.keys import kafka_key
 from cachesync.schema.mapping import parse_mappings
+from tests.support.events import event as change
 from cachesync.schema.partition import murmur2, partition_for
 from tests.unit.test_gtid_tailer import MARIADB, _Checkpoints, _Stream, mariadb_gtid, rows, u, xid
 
 MAPPINGS = parse_mappings({"shop.users": {"keys": ["user:{id}"]}})
-
-
-def change(msg_id, uid, table="users", version=1):
-    return ChangeEvent(msg_id, Source("binlog", "s", "0-1-1", 0.0), "shop", table, "update",
-                       (("id", uid),), {"id": uid}, {"id": uid}, version)
 
 
 def test_murmur2_is_kafkas():
