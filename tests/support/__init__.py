@@ -74,13 +74,7 @@ class Lab:
 
     # -- processes ------------------------------------------------------------------
     def spawn(self, command: str, config_path: str) -> subprocess.Popen:
-        log = open(self.tmp / f"{command}-{len(self._procs)}.log", "w")
-        proc = subprocess.Popen([sys.executable, "-m", "cachesync", command, "--config", config_path],
-                                env={**os.environ, **self.stack.env}, stdout=log,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        proc.log_path = log.name
-        self._procs.append(proc)
-        return proc
+        return spawn(self, config_path, command)
 
     def start_tailer(self, config_path: str) -> subprocess.Popen:
         """Start `cachesync tail` and wait until it stored its start checkpoint."""
@@ -288,3 +282,41 @@ def scrape(addr: str) -> dict[tuple[str, tuple], float]:
         text = r.read().decode()
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+
+def cli(lab, *args):
+    return subprocess.run([sys.executable, "-m", "cachesync", *args], capture_output=True,
+                          text=True, env={**os.environ, **lab.stack.env}, timeout=120)
+
+
+def spawn(lab, cfg, *args, env=None):
+    """`cachesync <args> --config cfg` as a child process, output in the lab's tmp dir."""
+    log = open(lab.tmp / f"{'-'.join(args)}-{len(lab._procs)}.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "cachesync", *args, "--config", cfg],
+                            env={**os.environ, **lab.stack.env, **(env or {})}, stdout=log,
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    proc.log_path = log.name
+    lab._procs.append(proc)     # lab.close() terminates what is still running
+    return proc
+
+
+def start(lab, cfg, *args):
+    """Spawn and wait until its tailer stored the start checkpoint."""
+    before = lab.checkpoint_updated_at()
+    proc = spawn(lab, cfg, *args)
+    wait_for(lambda: lab._alive(proc) and lab.checkpoint_updated_at() != before, 60,
+             what=f"`cachesync {' '.join(args)}` to store its start checkpoint")
+    return proc
+
+
+def endpoints(lab, proc, count: int) -> list[str]:
+    """The metrics endpoints the process logged (the lab's config asks for port 0)."""
+    def found():
+        urls = re.findall(r"metrics and health on (http://\S+) ", lab.log(proc))
+        return urls if len(urls) == count else None
+    return wait_for(found, 30, what=f"{count} metrics endpoint(s) in the log")
+
+
+def http_get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return response.read().decode()

@@ -21,7 +21,7 @@ from cachesync.schema.keys import kafka_key
 from cachesync.schema.mapping import parse_mappings
 from tests.support.events import event as change
 from cachesync.schema.partition import murmur2, partition_for
-from tests.unit.test_gtid_tailer import MARIADB, _Checkpoints, _Stream, mariadb_gtid, rows, u, xid
+from tests.support.binlog import MARIADB, _Checkpoints, _Stream, mariadb_gtid, rows, u, xid
 
 MAPPINGS = parse_mappings({"shop.users": {"keys": ["user:{id}"]}})
 
