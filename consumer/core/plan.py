@@ -40,10 +40,6 @@ class EventPlan:
     oversized: int = 0                          # values over max_value_bytes, invalidated instead
     unversioned: bool = False                   # NULL version column: invalidated, not written
 
-    @property
-    def all_keys(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys([*self.keys, *(w.key for w in self.writes)]))
-
 
 @dataclass
 class Plan:
