@@ -16,6 +16,7 @@ from cachesync.schema.event import encode_pack, pack_elements
 from cachesync.schema.mapping import parse_mappings
 from cachesync.schema.retry import RetryPolicy, Stopped, call, purge_in_batches
 from tests.support.events import change, record
+from tests.support.fakes import FlakyCache
 
 MAPPINGS = parse_mappings({"shop.users": {"keys": ["user:{id}"]}})
 FAST = RetryPolicy(base_s=0.001, cap_s=0.002)
@@ -79,18 +80,6 @@ def test_an_id_busy_elsewhere_waits_and_a_stop_ends_the_wait():
                       stop=stop)
     with pytest.raises(Stopped):
         applier.apply([record(0, change("a", 1))])
-
-
-class FlakyCache(MemoryCache):
-    def __init__(self, failures):
-        super().__init__()
-        self.failures = failures
-
-    def delete(self, keys):
-        if self.failures:
-            self.failures -= 1
-            raise RetryableError("redis down")
-        return super().delete(keys)
 
 
 def test_transient_errors_are_retried_and_counted():

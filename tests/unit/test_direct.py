@@ -14,22 +14,9 @@ from cachesync.consumer.engine import PythonEngine
 from cachesync.schema.errors import FatalError, RetryableError
 from cachesync.schema.mapping import parse_mappings
 from tests.support.events import change
+from tests.support.fakes import FlakyCache
 
 MAPPINGS = parse_mappings({"shop.users": {"keys": ["user:{id}"]}})
-
-
-class FlakyCache(MemoryCache):
-    """Fails the first ``failures`` deletes, as Redis being down would."""
-
-    def __init__(self, failures: int = 0):
-        super().__init__()
-        self.failures = failures
-
-    def delete(self, keys):
-        if self.failures:
-            self.failures -= 1
-            raise RetryableError("redis down")
-        return super().delete(keys)
 
 
 def send(queue, log, cache, msg_id, uid):
