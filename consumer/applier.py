@@ -47,6 +47,10 @@ class Stats:
     batches: int = 0
     retries: int = 0
 
+    def summary(self) -> str:
+        return (f"{self.consumed} consumed, {self.applied} applied, {self.duplicates} duplicates, "
+                f"{self.dead_lettered} dead-lettered")
+
     def add(self, other: "Stats | dict") -> None:
         """Add another Stats (or its dict, as a Spark task returns it) into this one."""
         values = other if isinstance(other, dict) else vars(other)

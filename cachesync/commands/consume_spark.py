@@ -65,9 +65,7 @@ def run(settings: Settings, checkpoint_location: str | None, max_offsets_per_tri
                 engine.run()
     finally:
         ops.close()
-    s = engine.stats
-    log.info("spark consumer stopped: %d consumed, %d applied, %d duplicates, %d dead-lettered",
-             s.consumed, s.applied, s.duplicates, s.dead_lettered)
+    log.info("spark consumer stopped: %s", engine.stats.summary())
 
 
 @contextmanager
