@@ -2,11 +2,14 @@
 # cachesync local dev stack: MariaDB (binlog, GTID) + Redis + single-node Kafka (KRaft).
 # No Docker; everything lives under ${CACHESYNC_DEVSTACK_DIR:-<repo>/.devstack}, loopback only.
 #
-#   devstack/stack.sh up     [mariadb|redis|kafka ...]   start (installs missing pieces first)
-#   devstack/stack.sh down   [--wipe] [service ...]      stop (keeps data unless --wipe)
-#   devstack/stack.sh wipe                               stop everything and delete the data dir
-#   devstack/stack.sh status                             one line per service
-#   devstack/stack.sh env                                print the env file path
+#   devstack/stack.sh up      [service|variant ...]     start (default: mariadb redis kafka)
+#   devstack/stack.sh down    [--wipe] [service ...]    stop (default: everything; keeps data unless --wipe)
+#   devstack/stack.sh wipe                              stop everything and delete the data dir
+#   devstack/stack.sh status                            one line per service and variant
+#   devstack/stack.sh env                               print the env file path
+#   devstack/stack.sh promote mariadb-replica           make the replica a writable primary
+# Variants (started only by name): kafka-sasl mariadb-tls redis-tls redis-cluster
+# redis-sentinel mariadb-replica; see devstack/README.md.
 set -euo pipefail
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -14,6 +17,8 @@ REPO_ROOT="$(cd "$SCRIPT_DIR/.." && pwd)"
 export PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
 
 ALL_SERVICES=(mariadb redis kafka)
+# Extra services started only by name (`up kafka-sasl`), one file each under devstack/variants/.
+VARIANTS=(kafka-sasl)
 
 MYSQL_PORT="${DEVSTACK_MYSQL_PORT:-13306}"
 REDIS_PORT="${DEVSTACK_REDIS_PORT:-16379}"
@@ -44,6 +49,8 @@ RUN="$DIR/run"
 LOGS="$DIR/logs"
 SECRETS="$DIR/secrets"
 ENV_FILE="$DIR/env"
+ENV_D="$DIR/env.d"                      # one KEY=VALUE file per running variant, appended to env
+TLS_DIR="$DIR/tls"
 
 MYSQL_BASE="$DIR/mariadb"
 MYSQL_DATA="$MYSQL_BASE/data"
@@ -131,10 +138,24 @@ ensure_dirs() {
 }
 
 # ---------------------------------------------------------------- install
-ensure_packages() { # services...
-  local pkgs=() s
+package_needs() { # services/variants... -> the base pieces they need, one per line
+  local s
   for s in "$@"; do
     case "$s" in
+      mariadb|mariadb-*) echo mariadb; echo tls ;;   # MariaDB always serves TLS too
+      kafka-sasl) echo kafka; echo tls ;;
+      redis-tls) echo redis; echo tls ;;
+      redis-*) echo redis ;;
+      *) echo "$s" ;;
+    esac
+  done | sort -u
+}
+
+ensure_packages() { # services...
+  local pkgs=() s
+  for s in $(package_needs "$@"); do
+    case "$s" in
+      tls) command -v openssl >/dev/null || pkgs+=(openssl) ;;
       mariadb)
         if ! command -v mariadbd >/dev/null || ! command -v mariadb-install-db >/dev/null; then pkgs+=(mariadb-server); fi
         if ! command -v mariadb >/dev/null || ! command -v mariadb-admin >/dev/null; then pkgs+=(mariadb-client); fi ;;
@@ -370,25 +391,27 @@ kafka_format() {
 }
 
 # prints "topic partitions" lines for the cachesync topics; fails if the broker can't be queried
-kafka_describe() {
+kafka_describe() { # [BOOTSTRAP [TOOL-ARGS...]]  (default: the plain broker)
+  local bootstrap="${1:-127.0.0.1:$KAFKA_PORT}"; [ $# -gt 0 ] && shift
   timeout 60 java -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
     -Dlog4j2.configurationFile="$SCRIPT_DIR/kafka/log4j2-tools.xml" \
     -cp "$KAFKA_LIBS/*" org.apache.kafka.tools.TopicCommand \
-    --bootstrap-server "127.0.0.1:$KAFKA_PORT" --describe --if-exists --topic 'cachesync\..*' </dev/null \
+    --bootstrap-server "$bootstrap" "$@" --describe --if-exists --topic 'cachesync\..*' </dev/null \
     2>>"$LOGS/kafka-tools.log" \
   | awk '/^Topic:/ && /PartitionCount:/ { t=""; p=""; for (i=1;i<=NF;i++) { if ($i=="Topic:") t=$(i+1); if ($i=="PartitionCount:") p=$(i+1) } print t, p }'
   return "${PIPESTATUS[0]}"
 }
 
-kafka_ensure_topics() {
+kafka_ensure_topics() { # [BOOTSTRAP [TOOL-ARGS...]]
+  local bootstrap="${1:-127.0.0.1:$KAFKA_PORT}"; [ $# -gt 0 ] && shift
   local desc spec name parts have
-  desc="$(kafka_describe)" || fail_with_log kafka "metadata request (TopicCommand --describe) failed; see $LOGS/kafka-tools.log"
+  desc="$(kafka_describe "$bootstrap" "$@")" || fail_with_log kafka "metadata request (TopicCommand --describe) failed; see $LOGS/kafka-tools.log"
   for spec in "${KAFKA_TOPICS[@]}"; do
     name="${spec%%:*}"; parts="${spec##*:}"
     have="$(awk -v t="$name" '$1==t {print $2}' <<<"$desc")"
     if [ -z "$have" ]; then
       log "creating topic $name (partitions=$parts, replication=1)"
-      kafka_tool org.apache.kafka.tools.TopicCommand --bootstrap-server "127.0.0.1:$KAFKA_PORT" \
+      kafka_tool org.apache.kafka.tools.TopicCommand --bootstrap-server "$bootstrap" "$@" \
         --create --if-not-exists --topic "$name" --partitions "$parts" --replication-factor 1 \
         >>"$LOGS/kafka-tools.log" 2>&1 || fail_with_log kafka "creating topic $name failed; see $LOGS/kafka-tools.log"
     elif [ "$have" != "$parts" ]; then
@@ -457,25 +480,26 @@ DEVSTACK_MYSQL_ADMIN_USER=devadmin
 DEVSTACK_MYSQL_ADMIN_PASSWORD_FILE=$SECRETS/admin.password
 DEVSTACK_MYSQL_SOCKET=$MYSQL_SOCKET
 EOF
+  local f
+  for f in "$ENV_D"/*.env; do if [ -f "$f" ]; then cat "$f" >>"$ENV_FILE.tmp"; fi; done
   mv "$ENV_FILE.tmp" "$ENV_FILE"
 }
 
 # ---------------------------------------------------------------- down / status
-stop_service() { # SERVICE
-  local svc="$1" pidfile pattern pid
-  pidfile="$(svc_pidfile "$svc")"; pattern="$(svc_pattern "$svc")"
+stop_pid() { # LABEL PIDFILE PATTERN: SIGTERM, SIGKILL after STOP_WAIT; 0 if it was not running
+  local label="$1" pidfile="$2" pattern="$3" pid
   if ! pid="$(pid_alive "$pidfile" "$pattern")"; then
     rm -f "$pidfile" "$pidfile.launch"
-    log "$svc not running"
+    log "$label not running"
     return 0
   fi
-  log "stopping $svc (pid $pid)"
+  log "stopping $label (pid $pid)"
   kill -TERM "$pid" 2>/dev/null || true
   local i=0 limit=$((STOP_WAIT * 4))
   while kill -0 "$pid" 2>/dev/null; do
     i=$((i + 1))
     if [ "$i" -gt "$limit" ]; then
-      log "$svc did not stop within ${STOP_WAIT}s; sending SIGKILL"
+      log "$label did not stop within ${STOP_WAIT}s; sending SIGKILL"
       kill -KILL "$pid" 2>/dev/null || true
       sleep 0.5
       break
@@ -483,8 +507,12 @@ stop_service() { # SERVICE
     sleep 0.25
   done
   rm -f "$pidfile" "$pidfile.launch"
-  [ "$svc" = mariadb ] && rm -f "$MYSQL_SOCKET" "$MYSQL_SOCKET.lock" 2>/dev/null || true
-  log "$svc stopped"
+  log "$label stopped"
+}
+
+stop_service() { # SERVICE
+  stop_pid "$1" "$(svc_pidfile "$1")" "$(svc_pattern "$1")"
+  [ "$1" = mariadb ] && rm -f "$MYSQL_SOCKET" "$MYSQL_SOCKET.lock" 2>/dev/null || true
 }
 
 status_line() { # SERVICE
@@ -499,52 +527,77 @@ status_line() { # SERVICE
   printf '%-8s %-8s pid=%-8s port=%s\n' "$svc" "$state" "$pid" "$port"
 }
 
+# ---------------------------------------------------------------- variants
+for f in "$SCRIPT_DIR"/variants/*.sh; do . "$f"; done
+
 # ---------------------------------------------------------------- main
 usage() {
-  sed -n '2,10p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
-parse_services() { # args... -> SERVICES array
+is_variant() { local v; for v in "${VARIANTS[@]}"; do [ "$1" = "$v" ] && return 0; done; return 1; }
+
+parse_services() { # DEFAULT(base|all) args... -> SERVICES array
+  local default="$1"; shift
   SERVICES=()
   local a s ok
   for a in "$@"; do
     ok=0
-    for s in "${ALL_SERVICES[@]}"; do [ "$a" = "$s" ] && ok=1; done
-    [ "$ok" = 1 ] || die "unknown service '$a' (expected: ${ALL_SERVICES[*]})"
+    for s in "${ALL_SERVICES[@]}" "${VARIANTS[@]}"; do [ "$a" = "$s" ] && ok=1; done
+    [ "$ok" = 1 ] || die "unknown service '$a' (expected: ${ALL_SERVICES[*]} ${VARIANTS[*]})"
     SERVICES+=("$a")
   done
-  [ "${#SERVICES[@]}" -gt 0 ] || SERVICES=("${ALL_SERVICES[@]}")
+  if [ "${#SERVICES[@]}" -eq 0 ]; then
+    if [ "$default" = all ]; then SERVICES=("${VARIANTS[@]}" "${ALL_SERVICES[@]}")
+    else SERVICES=("${ALL_SERVICES[@]}"); fi
+  fi
 }
+
+# stop dependants before the services they use
+STOP_ORDER=(mariadb-replica redis-sentinel redis-cluster redis-tls mariadb-tls kafka-sasl kafka redis mariadb)
 
 cmd="${1:-}"; [ $# -gt 0 ] && shift
 case "$cmd" in
   up)
-    parse_services "$@"
+    parse_services base "$@"
     ensure_dirs
     ensure_packages "${SERVICES[@]}"
-    for s in "${SERVICES[@]}"; do "${s}_up"; done
+    for s in "${SERVICES[@]}"; do
+      if is_variant "$s"; then variant_up "$s"; else "${s}_up"; fi
+    done
     write_env
     log "env file: $ENV_FILE"
     ;;
   down)
     wipe=0; args=()
     for a in "$@"; do if [ "$a" = --wipe ]; then wipe=1; else args+=("$a"); fi; done
-    parse_services "${args[@]+"${args[@]}"}"
-    if [ "$wipe" = 1 ]; then SERVICES=("${ALL_SERVICES[@]}"); fi
-    # stop in reverse dependency order
-    for s in kafka redis mariadb; do
-      case " ${SERVICES[*]} " in *" $s "*) stop_service "$s";; esac
+    parse_services all "${args[@]+"${args[@]}"}"
+    if [ "$wipe" = 1 ]; then SERVICES=("${VARIANTS[@]}" "${ALL_SERVICES[@]}"); fi
+    named="${#args[@]}"
+    for s in "${STOP_ORDER[@]}"; do
+      case " ${SERVICES[*]} " in *" $s "*) ;; *) continue;; esac
+      if ! is_variant "$s"; then stop_service "$s"
+      # a plain `down` stops the variants that are up, without a line for every other one
+      elif [ "$named" -gt 0 ] || variant_active "$s"; then variant_down "$s"; fi
     done
-    if [ "$wipe" = 1 ] && [ -d "$DIR" ]; then log "deleting $DIR"; rm -rf "$DIR"; fi
+    if [ "$wipe" = 1 ] && [ -d "$DIR" ]; then log "deleting $DIR"; rm -rf "$DIR"
+    elif [ -f "$ENV_FILE" ]; then write_env; fi
     ;;
   wipe)
     "${BASH_SOURCE[0]}" down --wipe
     ;;
   status)
     for s in "${ALL_SERVICES[@]}"; do status_line "$s"; done
+    for s in "${VARIANTS[@]}"; do variant_status "$s"; done
     ;;
   env)
     echo "$ENV_FILE"
+    ;;
+  promote)
+    [ "${1:-}" = mariadb-replica ] || die "usage: $0 promote mariadb-replica"
+    ensure_dirs
+    mariadb_replica_promote
+    write_env
     ;;
   ""|-h|--help|help)
     usage
