@@ -18,7 +18,7 @@ export PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
 
 ALL_SERVICES=(mariadb redis kafka)
 # Extra services started only by name (`up kafka-sasl`), one file each under devstack/variants/.
-VARIANTS=(kafka-sasl)
+VARIANTS=(kafka-sasl mariadb-tls)
 
 MYSQL_PORT="${DEVSTACK_MYSQL_PORT:-13306}"
 REDIS_PORT="${DEVSTACK_REDIS_PORT:-16379}"
@@ -53,8 +53,6 @@ ENV_D="$DIR/env.d"                      # one KEY=VALUE file per running variant
 TLS_DIR="$DIR/tls"
 
 MYSQL_BASE="$DIR/mariadb"
-MYSQL_DATA="$MYSQL_BASE/data"
-MYSQL_BINLOG_DIR="$MYSQL_BASE/binlog"
 MYSQL_SOCKET="$MYSQL_BASE/mysqld.sock"
 MYSQL_PID="$RUN/mariadb.pid"
 MYSQL_LOG="$LOGS/mariadb.log"
@@ -219,86 +217,124 @@ ensure_kafka_libs() {
 }
 
 # ---------------------------------------------------------------- mariadb
-mysql_sock() { # extra args...
-  mariadb --no-defaults --protocol=socket --socket="$MYSQL_SOCKET" -u"$MYSQL_SOCKET_USER" "$@"
+mysql_at() { # SOCKET extra args...: the admin client over an instance's unix socket
+  local sock="$1"; shift
+  mariadb --no-defaults --protocol=socket --socket="$sock" -u"$MYSQL_SOCKET_USER" "$@"
 }
-mysql_ready() { mysql_sock -N -e 'SELECT 1' </dev/null >/dev/null 2>&1; }
+mysql_sock() { mysql_at "$MYSQL_SOCKET" "$@"; }
+mysql_ready_at() { mysql_at "$1" -N -e 'SELECT 1' </dev/null >/dev/null 2>&1; }
+mysql_ready() { mysql_ready_at "$MYSQL_SOCKET"; }
 
 mariadb_up() {
-  local pid
-  if pid="$(pid_alive "$MYSQL_PID" mariadbd)" && mysql_ready; then
-    local cur; cur="$(mysql_sock -N -e 'SELECT @@port' </dev/null 2>/dev/null || true)"
-    [ "$cur" = "$MYSQL_PORT" ] || die "mariadb (pid $pid) is running on port $cur, not $MYSQL_PORT: run '$0 down mariadb' first"
-    log "mariadb already running (pid $pid, port $MYSQL_PORT)"
-  else
-    if [ -n "${pid:-}" ]; then
-      log "mariadb pid $pid alive but not answering yet; waiting"
-    else
-      port_open "$MYSQL_PORT" && die "port $MYSQL_PORT is in use by another process (set DEVSTACK_MYSQL_PORT)"
-      mkdir -p "$MYSQL_BASE" "$MYSQL_BINLOG_DIR"
-      if [ ! -d "$MYSQL_DATA/mysql" ]; then
-        log "initialising MariaDB data dir $MYSQL_DATA"
-        rm -rf "$MYSQL_DATA"; mkdir -p "$MYSQL_DATA"
-        if ! mariadb-install-db --no-defaults --datadir="$MYSQL_DATA" --user="$ME" \
-              --auth-root-authentication-method=socket --skip-test-db \
-              </dev/null >"$LOGS/mariadb-install-db.log" 2>&1; then
-          echo "----- $LOGS/mariadb-install-db.log -----" >&2; tail -n 40 "$LOGS/mariadb-install-db.log" >&2
-          rm -rf "$MYSQL_DATA"
-          die "mariadb-install-db failed"
-        fi
-      fi
-      local args=(
-        --no-defaults
-        --datadir="$MYSQL_DATA"
-        --socket="$MYSQL_SOCKET"
-        --port="$MYSQL_PORT"
-        --bind-address=127.0.0.1
-        --skip-name-resolve
-        --pid-file="$MYSQL_PID"
-        --log-error="$MYSQL_LOG"
-        --server-id=1
-        --log-bin="$MYSQL_BINLOG_DIR/mysql-bin"
-        --binlog-format=ROW
-        --binlog-row-image=FULL
-        --binlog-row-metadata=FULL
-        --log-slave-updates
-        --gtid-strict-mode=ON
-        --binlog-expire-logs-seconds=86400
-        --innodb-buffer-pool-size=256M
-        --max-connections=300
-        --character-set-server=utf8mb4
-        --collation-server=utf8mb4_unicode_ci
-      )
-      [ "$IS_ROOT" = 1 ] && args+=(--user=root)
-      rm -f "$MYSQL_PID"
-      log "starting mariadb on 127.0.0.1:$MYSQL_PORT"
-      setsid nohup mariadbd "${args[@]}" </dev/null >>"$LOGS/mariadb.out" 2>&1 &
-      echo $! >"$MYSQL_PID.launch"
-    fi
-    local i=0
-    until mysql_ready; do
-      i=$((i + 1))
-      if [ "$i" -gt "$MYSQL_WAIT" ]; then fail_with_log mariadb "not ready after ${MYSQL_WAIT}s"; fi
-      local lp; lp="$(read_pid "$MYSQL_PID.launch")"
-      if [ -n "$lp" ] && ! kill -0 "$lp" 2>/dev/null && ! pid_alive "$MYSQL_PID" mariadbd >/dev/null; then
-        fail_with_log mariadb "mariadbd exited during startup"
-      fi
-      sleep 1
-    done
-    rm -f "$MYSQL_PID.launch"
-    log "mariadb ready (pid $(read_pid "$MYSQL_PID"), port $MYSQL_PORT)"
-  fi
+  mariadb_instance_up mariadb "$MYSQL_BASE" "$MYSQL_PORT" DEVSTACK_MYSQL_PORT 1
   mariadb_bootstrap
 }
 
-mariadb_bootstrap() {
+# mariadb_instance_up LABEL BASE PORT PORT-VARIABLE SERVER-ID [EXTRA-ARGS...]
+# starts (or finds running) one MariaDB with its data, binlog and socket under BASE, pid file
+# $RUN/LABEL.pid and logs $LOGS/LABEL.*; binlog ROW/FULL/FULL, GTID strict, on 127.0.0.1.
+mariadb_instance_up() {
+  local label="$1" base="$2" port="$3" portvar="$4" server_id="$5"; shift 5
+  local data="$base/data" sock="$base/mysqld.sock" pidfile="$RUN/$label.pid" pid
+  if pid="$(pid_alive "$pidfile" mariadbd)" && mysql_ready_at "$sock"; then
+    local cur; cur="$(mysql_at "$sock" -N -e 'SELECT @@port' </dev/null 2>/dev/null || true)"
+    [ "$cur" = "$port" ] || die "$label (pid $pid) is running on port $cur, not $port: run '$0 down $label' first"
+    log "$label already running (pid $pid, port $port)"
+    return 0
+  fi
+  if [ -n "${pid:-}" ]; then
+    log "$label pid $pid alive but not answering yet; waiting"
+  else
+    port_open "$port" && die "port $port is in use by another process (set $portvar)"
+    mkdir -p "$base" "$base/binlog"
+    [ -d "$data/mysql" ] || mariadb_install_db "$label" "$data"
+    local args=(
+      --no-defaults
+      --datadir="$data"
+      --socket="$sock"
+      --port="$port"
+      --bind-address=127.0.0.1
+      --skip-name-resolve
+      --pid-file="$pidfile"
+      --log-error="$LOGS/$label.log"
+      --server-id="$server_id"
+      --log-bin="$base/binlog/mysql-bin"
+      --binlog-format=ROW
+      --binlog-row-image=FULL
+      --binlog-row-metadata=FULL
+      --log-slave-updates
+      --gtid-strict-mode=ON
+      --binlog-expire-logs-seconds=86400
+      --innodb-buffer-pool-size=256M
+      --max-connections=300
+      --character-set-server=utf8mb4
+      --collation-server=utf8mb4_unicode_ci
+      "$@"
+    )
+    [ "$IS_ROOT" = 1 ] && args+=(--user=root)
+    rm -f "$pidfile"
+    log "starting $label on 127.0.0.1:$port"
+    setsid nohup mariadbd "${args[@]}" </dev/null >>"$LOGS/$label.out" 2>&1 &
+    echo $! >"$pidfile.launch"
+  fi
+  local i=0
+  until mysql_ready_at "$sock"; do
+    i=$((i + 1))
+    if [ "$i" -gt "$MYSQL_WAIT" ]; then mariadb_fail "$label" "not ready after ${MYSQL_WAIT}s"; fi
+    local lp; lp="$(read_pid "$pidfile.launch")"
+    if [ -n "$lp" ] && ! kill -0 "$lp" 2>/dev/null && ! pid_alive "$pidfile" mariadbd >/dev/null; then
+      mariadb_fail "$label" "mariadbd exited during startup"
+    fi
+    sleep 1
+  done
+  rm -f "$pidfile.launch"
+  log "$label ready (pid $(read_pid "$pidfile"), port $port)"
+}
+
+mariadb_install_db() { # LABEL DATADIR
+  log "initialising MariaDB data dir $2"
+  rm -rf "$2"; mkdir -p "$2"
+  if ! mariadb-install-db --no-defaults --datadir="$2" --user="$ME" \
+        --auth-root-authentication-method=socket --skip-test-db \
+        </dev/null >"$LOGS/$1-install-db.log" 2>&1; then
+    echo "----- $LOGS/$1-install-db.log -----" >&2; tail -n 40 "$LOGS/$1-install-db.log" >&2
+    rm -rf "$2"
+    die "mariadb-install-db failed"
+  fi
+}
+
+mariadb_fail() { # LABEL MESSAGE: the main instance shows its logs the usual way
+  if [ "$1" = mariadb ]; then fail_with_log mariadb "$2"; fi
+  [ -s "$LOGS/$1.out" ] && { echo "----- last 20 lines of $LOGS/$1.out -----" >&2; tail -n 20 "$LOGS/$1.out" >&2; }
+  show_log_and_die "$LOGS/$1.log" "$1: $2"
+}
+
+# the least-privilege account's SQL; NAME PASSWORD [REQUIRE-CLAUSE] (`REQUIRE SSL` for cachesync_tls)
+cachesync_user_sql() {
+  local u="'$1'@'127.0.0.1'" require="${3:+ $3}"
+  cat <<SQL
+CREATE USER IF NOT EXISTS $u IDENTIFIED BY '$2'$require;
+ALTER USER $u IDENTIFIED BY '$2'$require;
+REVOKE ALL PRIVILEGES, GRANT OPTION FROM $u;
+GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO $u;
+GRANT SELECT ON demo.* TO $u;
+GRANT SELECT, INSERT, UPDATE, DELETE, CREATE ON cachesync.* TO $u;
+SQL
+}
+
+read_password() { # FILE: its content, refused if it could break out of an SQL string
+  local p; p="$(cat "$1")"
+  case "$p" in *"'"*|*"\\"*) die "$1 must not contain quotes/backslashes";; esac
+  echo "$p"
+}
+
+mariadb_bootstrap() { # [CLIENT-FUNCTION]: users and databases, over the socket (default: mysql_sock)
+  local client="${1:-mysql_sock}" ap cp
   ensure_secret "$SECRETS/admin.password"
   ensure_secret "$SECRETS/cachesync.password"
-  local ap cp
-  ap="$(cat "$SECRETS/admin.password")"; cp="$(cat "$SECRETS/cachesync.password")"
-  case "$ap$cp" in *"'"*|*"\\"*) die "password files must not contain quotes/backslashes";; esac
+  ap="$(read_password "$SECRETS/admin.password")"; cp="$(read_password "$SECRETS/cachesync.password")"
   # SQL goes through stdin so passwords never appear in argv; not written to the binlog.
-  if ! mysql_sock >"$LOGS/mariadb-bootstrap.log" 2>&1 <<SQL
+  if ! "$client" >"$LOGS/mariadb-bootstrap.log" 2>&1 <<SQL
 SET SESSION sql_log_bin = 0;
 CREATE DATABASE IF NOT EXISTS cachesync CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci;
 CREATE DATABASE IF NOT EXISTS demo CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci;
@@ -310,12 +346,7 @@ CREATE USER IF NOT EXISTS 'devadmin'@'localhost' IDENTIFIED BY '$ap';
 ALTER USER 'devadmin'@'localhost' IDENTIFIED BY '$ap';
 GRANT ALL PRIVILEGES ON *.* TO 'devadmin'@'localhost' WITH GRANT OPTION;
 
-CREATE USER IF NOT EXISTS 'cachesync'@'127.0.0.1' IDENTIFIED BY '$cp';
-ALTER USER 'cachesync'@'127.0.0.1' IDENTIFIED BY '$cp';
-REVOKE ALL PRIVILEGES, GRANT OPTION FROM 'cachesync'@'127.0.0.1';
-GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO 'cachesync'@'127.0.0.1';
-GRANT SELECT ON demo.* TO 'cachesync'@'127.0.0.1';
-GRANT SELECT, INSERT, UPDATE, DELETE, CREATE ON cachesync.* TO 'cachesync'@'127.0.0.1';
+$(cachesync_user_sql cachesync "$cp")
 FLUSH PRIVILEGES;
 SQL
   then

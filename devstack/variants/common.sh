@@ -3,9 +3,8 @@
 # A variant NAME (e.g. kafka-sasl) is implemented by functions named after it with `_`
 # for `-` (kafka_sasl_*):
 #   <fn>_up       start it (idempotent), waiting until it answers
-#   <fn>_procs    one line "PIDFILE PATTERN PORT" per process it runs (may print nothing)
+#   <fn>_procs    one line "PIDFILE PATTERN PORT" per process it runs, in starting order
 #   <fn>_env      its KEY=VALUE lines for the env file (paths absolute, secrets as *_FILE)
-#   <fn>_ready    optional: succeeds when a variant without processes of its own is usable
 
 variant_fn() { echo "${1//-/_}"; }
 
@@ -25,7 +24,6 @@ variant_down() { # NAME: stop its processes, last started first, and drop its en
     read -r pidfile pattern port <<<"${lines[$i]}"
     stop_pid "$1:$port" "$pidfile" "$pattern"
   done
-  [ "${#lines[@]}" -gt 0 ] || log "$1 stopped (it runs no process of its own)"
   rm -f "$ENV_D/$1.env"
 }
 
@@ -51,11 +49,7 @@ variant_status() { # NAME: running | starting | degraded (some processes down) |
       pids+=("-")
     fi
   done < <("${fn}_procs")
-  if [ "$total" -eq 0 ]; then
-    state=stopped
-    if [ -f "$ENV_D/$1.env" ] && "${fn}_ready"; then state=running; fi
-    pids=("-"); ports=("-")
-  elif [ "$alive" -eq 0 ]; then state=stopped
+  if [ "$alive" -eq 0 ]; then state=stopped
   elif [ "$alive" -lt "$total" ]; then state=degraded
   elif [ "$open" -lt "$total" ]; then state=starting
   else state=running; fi

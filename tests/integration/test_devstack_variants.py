@@ -8,6 +8,7 @@ import pathlib
 import subprocess
 import uuid
 
+import pymysql
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.errors import KafkaTimeoutError
@@ -76,3 +77,27 @@ def test_kafka_sasl_ssl_carries_records_for_every_mechanism_and_refuses_a_wrong_
     with pytest.raises(KafkaTimeoutError, match="Unable to bootstrap"):
         KafkaProducer(bootstrap_timeout_ms=3000, **_kafka_sasl(env, "SCRAM-SHA-512", "wrong"))
     wait_for(lambda: _failed_logins(env) > before, 10, what="the broker logging the refused login")
+
+
+# ---------------------------------------------------------------- mariadb-tls
+def _mysql_tls(env: dict[str, str], **kwargs) -> pymysql.connections.Connection:
+    return pymysql.connect(host=env["DEVSTACK_MYSQL_TLS_HOST"], port=int(env["DEVSTACK_MYSQL_TLS_PORT"]),
+                           user=env["DEVSTACK_MYSQL_TLS_USER"],
+                           password=secret(env, "DEVSTACK_MYSQL_TLS_PASSWORD_FILE"), **kwargs)
+
+
+def test_mariadb_tls_user_connects_over_verified_tls_and_is_refused_without():
+    env = start("mariadb-tls")
+    ca_only = {"ca": env["DEVSTACK_MYSQL_SSL_CA"]}   # pymysql then checks the host name too
+    with_cert = {**ca_only, "cert": env["DEVSTACK_MYSQL_SSL_CERT"], "key": env["DEVSTACK_MYSQL_SSL_KEY"]}
+    for ssl in (ca_only, with_cert):
+        with _mysql_tls(env, ssl=ssl) as conn, conn.cursor() as cur:
+            cur.execute("SHOW SESSION STATUS LIKE 'Ssl_version'")
+            assert cur.fetchone()[1].startswith("TLSv1.")
+            cur.execute("SHOW GRANTS")
+            grants = " ".join(row[0] for row in cur.fetchall())
+            assert "REQUIRE SSL" in grants and "SELECT, INSERT, UPDATE, DELETE, CREATE ON `cachesync`.*" in grants
+
+    with pytest.raises(pymysql.err.OperationalError) as refused:
+        _mysql_tls(env, ssl_disabled=True)   # PyMySQL would otherwise try TLS unverified
+    assert refused.value.args[0] == 1045   # access denied: the account requires TLS
