@@ -10,10 +10,19 @@ import uuid
 
 import pymysql
 import pytest
+import redis
+from redis.backoff import ExponentialBackoff, NoBackoff
+from redis.cluster import ClusterNode, RedisCluster
+from redis.sentinel import Sentinel
+from redis.retry import Retry
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.errors import KafkaTimeoutError
 
 from cachesync import config
+from cachesync.client import read_through
+from cachesync.consumer.adapters.redis_cache import RedisCache
+from cachesync.consumer.adapters.redis_dedup import RedisDedupStore
+from cachesync.consumer.core.writes import CacheWrite, padded
 from cachesync.devstack import default_env_file
 from tests.support import stack_command, wait_for
 
@@ -101,3 +110,88 @@ def test_mariadb_tls_user_connects_over_verified_tls_and_is_refused_without():
     with pytest.raises(pymysql.err.OperationalError) as refused:
         _mysql_tls(env, ssl_disabled=True)   # PyMySQL would otherwise try TLS unverified
     assert refused.value.args[0] == 1045   # access denied: the account requires TLS
+
+
+# ---------------------------------------------------------------- redis-tls
+def _redis_tls(env: dict[str, str], **kwargs) -> redis.Redis:
+    return redis.Redis.from_url(env["DEVSTACK_REDIS_TLS_URL"], ssl_ca_certs=env["DEVSTACK_REDIS_SSL_CA"],
+                                ssl_check_hostname=True, socket_timeout=5, **kwargs)
+
+
+def test_redis_tls_acl_user_can_do_what_the_consumer_and_read_through_do_and_nothing_more():
+    env = start("redis-tls")
+    client = _redis_tls(env, username=env["DEVSTACK_REDIS_TLS_USER"],
+                        password=secret(env, "DEVSTACK_REDIS_TLS_PASSWORD_FILE"))
+    key = f"variant:{uuid.uuid4().hex[:8]}"
+
+    assert read_through(client, key, lambda: b"row", ttl_s=60) == b"row"
+    assert client.get(key) == b"row"
+    cache = RedisCache("", client=client)
+    assert cache.delete([key]) == 1
+    assert cache.write([CacheWrite(key, "json", padded(2), '{"v": 2}', 60, 0.1),
+                        CacheWrite(key, "json", padded(1), '{"v": 1}', 60, 0.1)]).refused == 1
+    assert client.get(key) == b'{"v": 2}'
+    dedup = RedisDedupStore("", namespace=key, retention_s=60, client=client)
+    token, _ = dedup.claim(["m1", "m2"], lease_s=30)
+    dedup.confirm(token, ["m1", "m2"])
+    wait_for(lambda: dedup.purge(0.001, 10) == 2, 10, what="the purge of two done records")
+
+    for refused in (client.flushall, lambda: client.config_get("maxmemory"), lambda: client.keys("*")):
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            refused()
+    with pytest.raises(redis.exceptions.AuthenticationError):   # the default user is off
+        _redis_tls(env).ping()
+    plain = redis.Redis(host="127.0.0.1", port=client.connection_pool.connection_kwargs["port"],
+                        socket_timeout=2, retry=Retry(NoBackoff(), 0))
+    with pytest.raises(redis.exceptions.ConnectionError):       # TLS only: plain text is dropped
+        plain.ping()
+
+
+# ---------------------------------------------------------------- redis-cluster
+def _addresses(value: str) -> list[tuple[str, int]]:
+    return [(host, int(port)) for host, port in (a.rsplit(":", 1) for a in value.split(","))]
+
+
+def test_redis_cluster_serves_keys_on_each_of_its_three_masters():
+    env = start("redis-cluster")
+    nodes = [ClusterNode(h, p) for h, p in _addresses(env["DEVSTACK_REDIS_CLUSTER_NODES"])]
+    cluster = RedisCluster(startup_nodes=nodes, socket_timeout=5)
+    assert len(cluster.get_primaries()) == 3
+    by_node: dict[str, str] = {}
+    for i in range(1000):   # keys until one lands on each master
+        key = f"variant:{uuid.uuid4().hex[:8]}:{i}"
+        by_node.setdefault(cluster.get_node_from_key(key).name, key)
+        if len(by_node) == 3:
+            break
+    assert len({cluster.keyslot(k) for k in by_node.values()}) == 3
+    for node, key in by_node.items():
+        assert cluster.set(key, node, px=60000)
+        assert cluster.get(key) == node.encode()
+    cluster.close()
+
+
+# ---------------------------------------------------------------- redis-sentinel
+def test_redis_sentinel_client_keeps_working_through_a_failover():
+    env = start("redis-sentinel")
+    name = env["DEVSTACK_REDIS_SENTINEL_MASTER_NAME"]
+    sentinels = _addresses(env["DEVSTACK_REDIS_SENTINELS"])
+    sentinel = Sentinel(sentinels, socket_timeout=2)
+    # the application's side: a client that retries a write refused by a demoted master
+    master = sentinel.master_for(name, socket_timeout=2, retry=Retry(ExponentialBackoff(cap=1, base=0.05), 30),
+                                 retry_on_error=[redis.exceptions.ReadOnlyError])
+    before = sentinel.discover_master(name)
+    key = f"variant:{uuid.uuid4().hex[:8]}"
+    master.set(key, "written before", px=600000)
+    assert master.execute_command("WAIT", 1, 5000) == 1   # the replica has it
+
+    host, port = sentinels[0]
+    out = subprocess.run(["redis-cli", "-h", host, "-p", str(port), "SENTINEL", "FAILOVER", name],
+                         capture_output=True, text=True, timeout=10, check=True).stdout
+    assert out.strip() == "OK"
+    after = wait_for(lambda: (a := sentinel.discover_master(name)) != before and a, 30,
+                     what="the sentinels to promote the replica")
+
+    master.set(f"{key}:after", "written after", px=600000)
+    assert master.get(key) == b"written before"
+    assert master.get(f"{key}:after") == b"written after"
+    assert master.connection_pool.get_master_address() == after
