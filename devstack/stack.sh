@@ -18,7 +18,7 @@ export PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
 
 ALL_SERVICES=(mariadb redis kafka)
 # Extra services started only by name (`up kafka-sasl`), one file each under devstack/variants/.
-VARIANTS=(kafka-sasl mariadb-tls redis-tls redis-cluster redis-sentinel)
+VARIANTS=(kafka-sasl mariadb-tls redis-tls redis-cluster redis-sentinel mariadb-replica)
 
 MYSQL_PORT="${DEVSTACK_MYSQL_PORT:-13306}"
 REDIS_PORT="${DEVSTACK_REDIS_PORT:-16379}"

@@ -195,3 +195,41 @@ def test_redis_sentinel_client_keeps_working_through_a_failover():
     assert master.get(key) == b"written before"
     assert master.get(f"{key}:after") == b"written after"
     assert master.connection_pool.get_master_address() == after
+
+
+# ---------------------------------------------------------------- mariadb-replica
+def test_mariadb_replica_follows_the_primary_and_promote_makes_it_writable(stack):
+    env = start("mariadb-replica")
+    table = f"cachesync.variant_replica_{uuid.uuid4().hex[:8]}"
+    with stack.admin() as primary, primary.cursor() as cur:
+        cur.execute(f"CREATE TABLE {table} (id INT PRIMARY KEY, v VARCHAR(20))")
+        cur.execute(f"INSERT INTO {table} VALUES (1, 'from primary')")
+
+    def replica_as_cachesync():
+        return pymysql.connect(host=env["DEVSTACK_MYSQL_REPLICA_HOST"],
+                               port=int(env["DEVSTACK_MYSQL_REPLICA_PORT"]), user="cachesync",
+                               password=secret(env, "CACHESYNC_MYSQL_PASSWORD_FILE"), autocommit=True)
+
+    def replicated_row():
+        with replica_as_cachesync() as conn, conn.cursor() as cur:
+            cur.execute("SELECT COUNT(*) FROM information_schema.tables WHERE CONCAT(table_schema, '.', table_name) = %s", (table,))
+            if cur.fetchone()[0] == 0:
+                return None
+            cur.execute(f"SELECT v FROM {table} WHERE id = 1")
+            return cur.fetchone()
+    assert wait_for(replicated_row, 30, what="the primary's row on the replica") == ("from primary",)
+
+    with replica_as_cachesync() as conn, conn.cursor() as cur:
+        cur.execute("SELECT @@server_id, @@read_only, @@log_slave_updates, @@binlog_format, @@gtid_strict_mode")
+        assert cur.fetchone() == (2, 1, 1, "ROW", 1)
+        with pytest.raises(pymysql.err.OperationalError) as refused:
+            cur.execute(f"INSERT INTO {table} VALUES (2, 'on the replica')")
+        assert refused.value.args[0] == 1290   # read-only
+
+    stack_command("promote", "mariadb-replica")
+    with replica_as_cachesync() as conn, conn.cursor() as cur:
+        cur.execute(f"INSERT INTO {table} VALUES (2, 'after promote')")
+        cur.execute("SELECT @@read_only")
+        assert cur.fetchone() == (0,)
+    with stack.admin() as primary, primary.cursor() as cur:
+        cur.execute(f"DROP TABLE {table}")
