@@ -140,7 +140,8 @@ package_needs() { # services/variants... -> the base pieces they need, one per l
   local s
   for s in "$@"; do
     case "$s" in
-      mariadb|mariadb-*) echo mariadb; echo tls ;;   # MariaDB always serves TLS too
+      mariadb-tls) echo mariadb; echo tls ;;
+      mariadb-*) echo mariadb ;;
       kafka-sasl) echo kafka; echo tls ;;
       redis-tls) echo redis; echo tls ;;
       redis-*) echo redis ;;
@@ -563,7 +564,7 @@ for f in "$SCRIPT_DIR"/variants/*.sh; do . "$f"; done
 
 # ---------------------------------------------------------------- main
 usage() {
-  sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 is_variant() { local v; for v in "${VARIANTS[@]}"; do [ "$1" = "$v" ] && return 0; done; return 1; }
