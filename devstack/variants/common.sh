@@ -57,6 +57,10 @@ variant_status() { # NAME: running | starting | degraded (some processes down) |
   printf '%-15s %-8s pid=%-8s port=%s\n' "$1" "$state" "${pids[*]}" "${ports[*]}"
 }
 
+write_private() { # FILE: stdin to FILE, mode 600
+  ( umask 077; cat >"$1.tmp" ) && mv "$1.tmp" "$1"
+}
+
 check_port_free() { # PORT ENVVAR
   if port_open "$1"; then die "port $1 is in use by another process (set $2)"; fi
 }

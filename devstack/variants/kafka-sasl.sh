@@ -61,22 +61,19 @@ EOF
 
 kafka_sasl_render_config() {
   mkdir -p "$KSASL_DATA"
-  ( umask 077
-    # the plain broker's template minus what the SASL broker sets itself
+  { # the plain broker's template minus what the SASL broker sets itself
     grep -vE '^(listeners|advertised\.listeners|listener\.security\.protocol\.map|controller\.quorum\.voters|inter\.broker\.listener\.name|log\.dirs)=' \
       "$SCRIPT_DIR/kafka/server.properties.in"
     echo "log.dirs=$KSASL_DATA"
     kafka_sasl_security_props
-  ) >"$KSASL_PROPS.tmp"
-  mv "$KSASL_PROPS.tmp" "$KSASL_PROPS"
-  ( umask 077; cat >"$KSASL_ADMIN_PROPS" <<EOF
+  } | write_private "$KSASL_PROPS"
+  write_private "$KSASL_ADMIN_PROPS" <<EOF
 security.protocol=SASL_SSL
 sasl.mechanism=SCRAM-SHA-512
 sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="admin" password="$(cat "$SECRETS/kafka-admin.password")";
 ssl.truststore.type=PEM
 ssl.truststore.location=$TLS_DIR/ca.crt
 EOF
-  )
 }
 
 kafka_sasl_format() { # once; the SCRAM users go in through a java @argfile, so not in argv

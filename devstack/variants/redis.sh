@@ -41,10 +41,6 @@ redis_start() { # LABEL CONF [ARGS...]: unless its pid file names a live redis-s
     show_log_and_die "$LOGS/$label.log" "$label: redis-server failed to start"
 }
 
-write_private() { # FILE: stdin to FILE, mode 600
-  ( umask 077; cat >"$1.tmp" ) && mv "$1.tmp" "$1"
-}
-
 # ---------------------------------------------------------------- redis-tls
 redis_tls_procs() { echo "$RUN/redis-tls.pid redis-server $REDIS_TLS_PORT"; }
 
