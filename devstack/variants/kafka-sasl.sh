@@ -5,8 +5,8 @@
 # formatted (`kafka-storage format --add-scram`), so they exist before the broker first starts.
 # A second process rather than a listener on the plain broker: starting it never restarts
 # the broker the rest of the suite uses.
-KSASL_PORT="${DEVSTACK_KAFKA_SASL_PORT:-19094}"
-KSASL_CONTROLLER_PORT="${DEVSTACK_KAFKA_SASL_CONTROLLER_PORT:-19095}"
+KSASL_PORT="${DEVSTACK_KAFKA_SASL_PORT:-$((KAFKA_PORT + 2))}"                        # 19094
+KSASL_CONTROLLER_PORT="${DEVSTACK_KAFKA_SASL_CONTROLLER_PORT:-$((KAFKA_PORT + 3))}"  # 19095
 KSASL_BASE="$DIR/kafka-sasl"
 KSASL_DATA="$KSASL_BASE/data"
 KSASL_PROPS="$KSASL_BASE/server.properties"   # holds the PLAIN user list: mode 600

@@ -7,7 +7,7 @@
 # position; the accounts (devadmin, cachesync, same passwords) are made on it as on the primary.
 # `stack.sh promote mariadb-replica` stops replication and makes it writable (a failover);
 # the next `up mariadb-replica` rebuilds a promoted replica from the primary.
-MYSQL_REPLICA_PORT="${DEVSTACK_MYSQL_REPLICA_PORT:-13307}"
+MYSQL_REPLICA_PORT="${DEVSTACK_MYSQL_REPLICA_PORT:-$((MYSQL_PORT + 1))}"   # 13307
 MYSQL_REPLICA_BASE="$DIR/mariadb-replica"
 MYSQL_REPLICA_SEEDED="$MYSQL_REPLICA_BASE/seeded"     # replication configured
 MYSQL_REPLICA_PROMOTED="$MYSQL_REPLICA_BASE/promoted" # no longer a replica

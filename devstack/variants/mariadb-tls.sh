@@ -4,7 +4,7 @@
 # the plain MariaDB (devadmin, cachesync) exist on it too. A separate server, because a TLS
 # capable server makes PyMySQL (1.2: TLS "preferred") encrypt every connection, and the
 # default stack's clients and benchmarks must stay as they are.
-MYSQL_TLS_PORT="${DEVSTACK_MYSQL_TLS_PORT:-13308}"
+MYSQL_TLS_PORT="${DEVSTACK_MYSQL_TLS_PORT:-$((MYSQL_PORT + 2))}"   # 13308
 MYSQL_TLS_BASE="$DIR/mariadb-tls"
 MYSQL_TLS_USER=cachesync_tls
 

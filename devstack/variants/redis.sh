@@ -6,11 +6,12 @@
 #                   `devadmin` (everything) and `cachesync` (least privilege, see REDIS_ACL_CACHESYNC)
 #   redis-cluster   three masters (cluster-enabled), slots spread by `redis-cli --cluster create`
 #   redis-sentinel  a master, one replica and three sentinels watching master name `cachesync`
-REDIS_TLS_PORT="${DEVSTACK_REDIS_TLS_PORT:-16380}"
-REDIS_CLUSTER_PORT="${DEVSTACK_REDIS_CLUSTER_PORT:-17001}"          # nodes: this port and the next two
-REDIS_CLUSTER_BUS_PORT="${DEVSTACK_REDIS_CLUSTER_BUS_PORT:-17101}"  # their cluster bus ports, likewise
-REDIS_SENTINEL_MASTER_PORT="${DEVSTACK_REDIS_SENTINEL_MASTER_PORT:-16390}"  # the replica: the next one
-REDIS_SENTINEL_PORT="${DEVSTACK_REDIS_SENTINEL_PORT:-16400}"        # sentinels: this port and the next two
+# Default ports follow the main Redis port (16379), so stacks with other base ports never collide.
+REDIS_TLS_PORT="${DEVSTACK_REDIS_TLS_PORT:-$((REDIS_PORT + 1))}"                          # 16380
+REDIS_SENTINEL_MASTER_PORT="${DEVSTACK_REDIS_SENTINEL_MASTER_PORT:-$((REDIS_PORT + 11))}" # 16390, replica 16391
+REDIS_SENTINEL_PORT="${DEVSTACK_REDIS_SENTINEL_PORT:-$((REDIS_PORT + 21))}"               # sentinels 16400-16402
+REDIS_CLUSTER_PORT="${DEVSTACK_REDIS_CLUSTER_PORT:-$((REDIS_PORT + 31))}"                 # nodes 16410-16412
+REDIS_CLUSTER_BUS_PORT="${DEVSTACK_REDIS_CLUSTER_BUS_PORT:-$((REDIS_PORT + 41))}"         # their buses 16420-16422
 REDIS_SENTINEL_MASTER_NAME=cachesync
 
 # What the consumer (delete and update mode, Redis dedup store and its purge) and read_through
