@@ -33,8 +33,12 @@ class ActiveStandby:
     """A Runnable: ``run()`` until ``stop()``; raises what the running tailer raises."""
 
     def __init__(self, lock: TailerLock, build: Callable[[], RestartingTailer],
+                 preflight: Callable[[], object] = lambda: None,
                  check_every_s: float = CHECK_EVERY_S):
+        """``preflight`` runs before waiting for the lock: a standby that could never tail
+        (wrong password, missing grant) stops at once with its FatalError instead of waiting."""
         self._lock, self._build, self._check_every_s = lock, build, check_every_s
+        self._preflight = preflight
         self._stopping = threading.Event()
         self._guard = threading.Lock()
         self._current: RestartingTailer | None = None
@@ -46,6 +50,7 @@ class ActiveStandby:
         return self._current.last if self._current is not None else None
 
     def run(self) -> None:
+        self._preflight()
         while self._lock.acquire(self._stopping):
             if not self._one_term():
                 return

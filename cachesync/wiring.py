@@ -24,6 +24,7 @@ from cachesync.probes import KafkaOffsets
 from cachesync.producer_outbox.heartbeat import HeartbeatWriter, own_rows_only, with_heartbeat
 from cachesync.producer_outbox.leader import TailerLock
 from cachesync.producer_outbox.mysql import MySQLParams, Session, ensure_state_tables
+from cachesync.producer_outbox.preflight import check_server
 from cachesync.producer_outbox.publisher import KafkaPublisher
 from cachesync.producer_outbox.relay import Relay
 from cachesync.producer_outbox.relay_store import OutboxStore
@@ -77,6 +78,11 @@ def build_tailer_lock(settings: Settings) -> TailerLock:
     """The named lock that makes one of the tailers named ``tailer.name`` the active one."""
     return TailerLock(mysql_params(settings).connect, settings.tailer.name,
                       settings.tailer.lock_lease_s)
+
+
+def tailer_preflight(settings: Settings):
+    """A check of the server's binlog settings and the user's grants (raises FatalError)."""
+    return lambda: check_server(mysql_params(settings).connect)
 
 
 def build_dedup(settings: Settings):

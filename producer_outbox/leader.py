@@ -27,8 +27,8 @@ from typing import Callable
 
 import pymysql
 
-from cachesync.producer_outbox.mysql import ensure_state_tables
-from cachesync.schema.errors import CachesyncError, RetryableError
+from cachesync.producer_outbox.mysql import classify, ensure_state_tables
+from cachesync.schema.errors import RetryableError
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,10 @@ class TailerLock:
         self._conn: pymysql.connections.Connection | None = None
 
     def acquire(self, stop: threading.Event) -> bool:
-        """Block until this process holds the lock (True) or ``stop`` is set (False)."""
+        """Block until this process holds the lock (True) or ``stop`` is set (False).
+
+        MySQL being unreachable is waited out; FatalError (wrong password, no grant) raises.
+        """
         told = False
         while not stop.is_set():
             try:
@@ -69,7 +72,7 @@ class TailerLock:
                     log.info("tailer %r is active here (%s); lock %s", self._tailer, self.holder,
                              self.name)
                     return True
-            except CachesyncError as e:
+            except RetryableError as e:
                 log.warning("tailer lock %s: %s; trying again in %.0fs", self.name, e, RETRY_S)
                 self._drop()
                 stop.wait(RETRY_S)
@@ -128,7 +131,7 @@ class TailerLock:
                             (self._tailer, self.holder))
             return True
         except pymysql.err.MySQLError as e:
-            raise RetryableError(f"MySQL unavailable: {e}") from e
+            raise _classified(e) from e
 
     def _connection(self) -> pymysql.connections.Connection:
         if self._conn is None or not self._conn.open:
@@ -140,7 +143,7 @@ class TailerLock:
                     cur.execute("SET SESSION wait_timeout = %s", (max(1, round(self._lease_s)),))
             except pymysql.err.MySQLError as e:
                 conn.close()
-                raise RetryableError(f"MySQL unavailable: {e}") from e
+                raise _classified(e) from e
             self._conn = conn
         return self._conn
 
@@ -151,3 +154,9 @@ class TailerLock:
             except pymysql.err.Error:
                 pass
         self._conn = None
+
+
+def _classified(error: pymysql.err.MySQLError) -> Exception:
+    """classify(), with anything it leaves unmapped treated as transient."""
+    mapped = classify(error)
+    return mapped if mapped is not error else RetryableError(f"MySQL error: {error}")

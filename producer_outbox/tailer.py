@@ -26,7 +26,7 @@ from cachesync.producer_outbox.fastrows import decode_rows
 from cachesync.producer_outbox.inflight import InflightTracker
 from cachesync.producer_outbox.mysql import MySQLParams
 from cachesync.producer_outbox.packing import Pack, Packer
-from cachesync.producer_outbox.preflight import ServerInfo, problems, read_server_info
+from cachesync.producer_outbox.preflight import ServerInfo, check_server
 from cachesync.producer_outbox.rows import TxnContext, row_change
 from cachesync.schema.errors import FatalError, RetryableError
 from cachesync.schema.event import encode
@@ -103,20 +103,8 @@ class Tailer:
         self._stop.set()
 
     def preflight(self) -> ServerInfo:
-        """Check settings and grants; raises FatalError listing every problem.
-
-        Connects without a default database so that a missing grant on the state
-        database cannot mask the replication grants it is checking.
-        """
-        conn = self._mysql.connect(database=None)
-        try:
-            info = read_server_info(conn)
-        finally:
-            conn.close()
-        found = problems(info)
-        if found:
-            raise FatalError("the MySQL server is not ready for cachesync:\n  - " + "\n  - ".join(found))
-        return info
+        """Check settings and grants; raises FatalError listing every problem."""
+        return check_server(self._mysql.connect)
 
     def run(self) -> None:
         """Tail until stop(); raises RetryableError/FatalError when publishing fails."""

@@ -14,7 +14,8 @@ from cachesync.metrics import Cumulative
 from cachesync.operate import consumer_ops, tail_ops
 from cachesync.standby import ActiveStandby, while_held
 from cachesync.supervisor import RestartingTailer, run_together
-from cachesync.wiring import build_direct, build_engine, build_tailer, build_tailer_lock
+from cachesync.wiring import (build_direct, build_engine, build_tailer, build_tailer_lock,
+                              tailer_preflight)
 
 
 @click.command("run")
@@ -58,7 +59,8 @@ def _run_direct(settings) -> ActiveStandby:
     try:
         lock = build_tailer_lock(settings)
         tailer = ActiveStandby(lock, lambda: RestartingTailer(
-            while_held(lock, lambda: build_direct(settings, ops.metrics.on_batch))))
+            while_held(lock, lambda: build_direct(settings, ops.metrics.on_batch))),
+            tailer_preflight(settings))
         run_together({"direct": tailer}, on_termination)
     finally:
         ops.close()
@@ -77,7 +79,8 @@ def _run_pipeline(settings) -> ActiveStandby:
         closing.callback(engine.close)
         lock = build_tailer_lock(settings)
         tailer = ActiveStandby(lock, lambda: RestartingTailer(
-            while_held(lock, lambda: tailers.track(build_tailer(settings)))))
+            while_held(lock, lambda: tailers.track(build_tailer(settings)))),
+            tailer_preflight(settings))
         run_together({"tailer": tailer, "consumer": engine}, on_termination)
     s = engine.stats
     log.info("consumer: %d consumed, %d applied, %d duplicates, %d dead-lettered",

@@ -9,7 +9,7 @@ from cachesync.metrics import Cumulative
 from cachesync.operate import tail_ops
 from cachesync.standby import ActiveStandby, while_held
 from cachesync.supervisor import RestartingTailer
-from cachesync.wiring import build_tailer, build_tailer_lock
+from cachesync.wiring import build_tailer, build_tailer_lock, tailer_preflight
 
 
 @click.command("tail")
@@ -38,7 +38,8 @@ def command(settings) -> None:
         ops = tail_ops(settings, tailers)
         lock = build_tailer_lock(settings)
         supervisor = ActiveStandby(lock, lambda: RestartingTailer(
-            while_held(lock, lambda: tailers.track(build_tailer(settings)))))
+            while_held(lock, lambda: tailers.track(build_tailer(settings)))),
+            tailer_preflight(settings))
         on_termination(supervisor.stop)
         try:
             supervisor.run()

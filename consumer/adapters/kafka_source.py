@@ -13,7 +13,7 @@ from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 from kafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
 from kafka.errors import (CommitFailedError, FencedInstanceIdError, IllegalGenerationError,
                           KafkaError, RebalanceInProgressError, UnknownMemberIdError)
-from kafka.structs import OffsetAndMetadata
+from kafka.structs import MemberState, OffsetAndMetadata
 
 from cachesync.consumer.core.offsets import Record
 from cachesync.schema.errors import ConfigError, FatalError, RetryableError
@@ -100,6 +100,8 @@ class KafkaSource:
             raise self._fenced(e) from e
         except KafkaError as e:
             raise RetryableError(f"Kafka poll failed: {e}") from e
+        if self._instance and _fenced_by_heartbeat(self._consumer):
+            raise self._fenced("the group coordinator refused its heartbeat")
         out = []
         for records in polled.values():
             for r in records:
@@ -127,6 +129,21 @@ class KafkaSource:
     def _fenced(self, error: Exception) -> FatalError:
         return FatalError(f"another consumer joined the group with kafka.group_instance_id "
                           f"{self._instance!r}; each consumer needs its own id ({error})")
+
+
+def _fenced_by_heartbeat(consumer: KafkaConsumer) -> bool:
+    """True when kafka-python's heartbeat thread was fenced off.
+
+    kafka-python (3.0) handles a FencedInstanceIdError on the heartbeat thread by logging
+    it and disabling heartbeats, leaving the member STABLE: poll() never raises, and an
+    idle fenced consumer would sit there consuming nothing. STABLE with heartbeats off
+    happens only then (a join disables them while REBALANCING and re-enables them on the
+    way to STABLE). Attributes a later version lacks mean "not detectable": False.
+    """
+    coordinator = getattr(consumer, "_coordinator", None)
+    stable = getattr(MemberState, "STABLE", object())
+    enabled = getattr(coordinator, "_heartbeat_enabled", True)
+    return getattr(coordinator, "state", None) is stable and enabled is False
 
 
 class KafkaDeadLetters:
