@@ -218,6 +218,8 @@ class ConsumerSettings(_Validated):
     dedup_retention_s: float = setting(691200.0, **NOT_NEGATIVE)
     purge_interval_s: float = setting(300.0, **NOT_NEGATIVE)   # periodic purge; 0 = off
     purge_batch: int = setting(5000, **AT_LEAST_1)
+    # bounds the time one periodic purge takes from consuming
+    purge_batches_per_run: int = setting(20, **AT_LEAST_1)
 
 
 @dataclass(frozen=True)

@@ -35,16 +35,23 @@ class KafkaOffsets:
 
     def consumer_lag(self, group: str, topic: str) -> dict[int, int]:
         """Per partition: end offset minus the group's committed offset (start if none)."""
+        def committed(admin) -> dict[int, int]:
+            found = admin.list_group_offsets({group: None}).get(group, {})
+            return {tp.partition: m.offset for tp, m in found.items()
+                    if tp.topic == topic and m is not None and m.offset >= 0}
+        return self._lag(topic, committed)
+
+    def lag_behind(self, topic: str, offsets: dict[int, int]) -> dict[int, int]:
+        """Per partition: end offset minus ``offsets`` (a Spark checkpoint's; start if none)."""
+        return self._lag(topic, lambda admin: offsets)
+
+    def _lag(self, topic: str, committed: Callable) -> dict[int, int]:
         def work(admin):
             ends = self._offsets(admin, topic, OffsetSpec.LATEST)
-            committed = admin.list_group_offsets({group: None}).get(group, {})
+            done = committed(admin)
             starts = self._offsets(admin, topic, OffsetSpec.EARLIEST)
-            out = {}
-            for tp, end in ends.items():
-                meta = committed.get(tp)
-                base = meta.offset if meta is not None and meta.offset >= 0 else starts[tp]
-                out[tp.partition] = max(0, end - base)
-            return out
+            return {tp.partition: max(0, end - done.get(tp.partition, starts[tp]))
+                    for tp, end in ends.items()}
         return self._run(work)
 
     def depth(self, topic: str) -> int:
@@ -144,17 +151,6 @@ def record_applied_lag(session, namespace: str, source: str, committed_s: float,
         "INSERT INTO cachesync_lag (ns, source, committed_us, applied_us) VALUES (%s, %s, %s, %s) "
         "ON DUPLICATE KEY UPDATE committed_us = VALUES(committed_us), applied_us = VALUES(applied_us)",
         (namespace, source, int(committed_s * 1e6), int(applied_s * 1e6))))
-
-
-def dedup_counts(session, namespace: str) -> dict[str, int]:
-    """Rows of ``namespace`` in cachesync_dedup by status (index range scan on (ns, status))."""
-    def work(cur):
-        cur.execute("SELECT status, COUNT(*) FROM cachesync_dedup WHERE ns = %s GROUP BY status",
-                    (namespace,))
-        return cur.fetchall()
-    counts = {"claimed": 0, "done": 0}
-    counts.update({status: int(n) for status, n in session.run(work)})
-    return counts
 
 
 class Prober:

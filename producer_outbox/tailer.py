@@ -20,6 +20,7 @@ from pymysqlreplication.event import (GtidEvent, HeartbeatLogEvent, MariadbGtidE
                                       QueryEvent, RotateEvent, XidEvent)
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
+from cachesync.config import TailerSettings
 from cachesync.producer_outbox.checkpoint import Checkpoint, MySQLCheckpointStore
 from cachesync.producer_outbox.fastrows import decode_rows
 from cachesync.producer_outbox.inflight import InflightTracker
@@ -37,6 +38,7 @@ from cachesync.schema.mapping import MappingSet
 log = logging.getLogger(__name__)
 
 _ROW_EVENTS = {WriteRowsEvent: "insert", UpdateRowsEvent: "update", DeleteRowsEvent: "delete"}
+STREAM_HEARTBEAT_S = 1.0    # the binlog stream's heartbeat period (the server's, not our row's)
 _TXN_MARKERS = {"BEGIN", "COMMIT"}
 # MySQL's GtidEvent ("uuid:gno") and MariaDB's ("domain-server-seq"); both open a transaction.
 _GTID_EVENTS = (GtidEvent, MariadbGtidEvent)
@@ -44,16 +46,37 @@ _GTID_EVENTS = (GtidEvent, MariadbGtidEvent)
 
 @dataclass(frozen=True)
 class TailerOptions:
+    """The ``tailer`` settings section as loaded, plus what the wiring decides (topic, filter).
+
+    The settings are declared once, in TailerSettings; the properties only read them.
+    """
+
     topic: str
-    replica_server_id: int = 88001      # must be unique among the server's replicas
-    max_inflight: int = 20_000          # back-pressure: unacked rows before we block
-    pack_rows: int = 1                  # > 1: rows of one txn, table and partition share a record
-    pack_bytes: int = 256 * 1024        # a pack closes at this size (below Kafka's 1 MB limit)
-    checkpoint_interval_s: float = 0.5
-    heartbeat_s: float = 1.0
+    settings: TailerSettings = TailerSettings()
     # (db, table, row image) -> False drops the row; used to publish only this
     # tailer's own heartbeat row (cachesync.producer_outbox.heartbeat.own_rows_only)
     row_filter: Callable[[str, str, Mapping[str, Any]], bool] | None = None
+    heartbeat_s: float = STREAM_HEARTBEAT_S
+
+    @property
+    def replica_server_id(self) -> int:
+        return self.settings.server_id
+
+    @property
+    def max_inflight(self) -> int:
+        return self.settings.max_inflight
+
+    @property
+    def pack_rows(self) -> int:
+        return self.settings.pack_rows
+
+    @property
+    def pack_bytes(self) -> int:
+        return self.settings.pack_bytes
+
+    @property
+    def checkpoint_interval_s(self) -> float:
+        return self.settings.checkpoint_interval_s
 
 
 class Tailer:

@@ -8,14 +8,14 @@ from dataclasses import replace
 import click
 
 from cachesync.commands.common import handle_errors, log, on_termination, settings_options
-from cachesync.direct import build_direct
 from cachesync.direct_ops import DirectOps
 from cachesync.http import parse_listen
 from cachesync.metrics import Cumulative
 from cachesync.operate import consumer_ops, tail_ops
 from cachesync.standby import ActiveStandby, while_held
 from cachesync.supervisor import RestartingTailer, run_together
-from cachesync.wiring import build_engine, build_tailer, build_tailer_lock, tailer_preflight
+from cachesync.wiring import (build_direct, build_engine, build_tailer, build_tailer_lock,
+                              tailer_preflight)
 
 
 @click.command("run")

@@ -45,7 +45,7 @@ def read_table(spark, source: TableSource, partitions: int):
     return spark.read.jdbc(source.url, quoted, predicates=predicates, properties=props)
 
 
-def audit_table(spark, source: TableSource, mapping, redis_url: str, partitions: int = 4,
+def audit_table(spark, source: TableSource, mapping, settings, partitions: int = 4,
                 sample: int | None = None, scan=None) -> tuple[AuditReport, list[str]]:
     """Returns the report and every key to repair (stale values and extra keys).
 
@@ -57,7 +57,7 @@ def audit_table(spark, source: TableSource, mapping, redis_url: str, partitions:
     if sample:
         fraction = min(1.0, 1.5 * sample / max(source.rows, 1))
         frame = frame.sample(fraction=fraction, seed=7).limit(sample)
-    config = AuditConfig(mapping, redis_url)
+    config = AuditConfig(mapping, settings)
     rows_read = spark.sparkContext.accumulator(0)
     judged = spark.createDataFrame(
         frame.rdd.mapPartitions(lambda rows: audit_partition(rows, config, rows_read)),

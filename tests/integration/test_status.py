@@ -2,21 +2,9 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
-from tests.support import wait_for
+from tests.support import status_json as status, wait_for
 
 USERS = {"users": {"keys": ["user:{id}"]}}
-
-
-def status(lab, cfg: str) -> tuple[int, dict]:
-    out = subprocess.run([sys.executable, "-m", "cachesync", "status", "--json", "--config", cfg],
-                         env={**os.environ, **lab.stack.env}, capture_output=True, text=True,
-                         timeout=60)
-    return out.returncode, json.loads(out.stdout)
 
 
 def test_status_json_reports_every_part(lab):
@@ -57,11 +45,8 @@ def test_status_json_reports_every_part(lab):
 
 def test_status_names_an_unreachable_kafka_and_exits_1(lab):
     cfg = lab.write_config(USERS)
-    env = {**os.environ, **lab.stack.env, "CACHESYNC_KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1"}
-    out = subprocess.run([sys.executable, "-m", "cachesync", "status", "--json", "--config", cfg],
-                         env=env, capture_output=True, text=True, timeout=120)
-    doc = json.loads(out.stdout)
-    assert out.returncode == 1
+    returncode, doc = status(lab, cfg, {"CACHESYNC_KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1"})
+    assert returncode == 1
     assert set(doc["errors"]) == {"kafka", "dead_letters"}
     assert doc["kafka"] is None and doc["dead_letters"] is None
     assert doc["dedup"] == {"namespace": f"g-{lab.suffix}", "claimed": 0, "done": 0, "total": 0}
