@@ -112,10 +112,14 @@ def _rows_per_txn(rate: float) -> int:
 
 
 class Harness:
-    """The writer and poller; keys are tracked as outstanding between commit and gone."""
+    """The writer and poller; keys are tracked as outstanding between commit and gone.
 
-    def __init__(self, box: Sandbox):
+    ``on_gone(key, t_commit, t_gone)``, if given, is called by the poller for every key it
+    finds gone (perf_counter times), for benchmarks that need more than the latencies."""
+
+    def __init__(self, box: Sandbox, on_gone=None):
         self._box = box
+        self._on_gone = on_gone
         self._conn = box.stack.admin(box.db, autocommit=False)
         self._writer_redis = box.stack.redis()
         self._poll_redis = box.stack.redis()
@@ -172,7 +176,10 @@ class Harness:
                 with self._lock:
                     for k, present in zip(keys, found):
                         if not present:
-                            self._latencies.append(now - self._outstanding.pop(k))
+                            t_commit = self._outstanding.pop(k)
+                            self._latencies.append(now - t_commit)
+                            if self._on_gone is not None:
+                                self._on_gone(k, t_commit, now)
                 if last is not None:
                     self._poll_intervals.append(now - last)
                 last = now
@@ -195,22 +202,27 @@ class Harness:
             self._poll_intervals.clear()
         return first
 
-    def measure(self, rate: float, seconds: float, self_delete: bool) -> dict:
+    def measure(self, rate: float, seconds: float, self_delete: bool,
+                stop: threading.Event | None = None) -> dict:
+        """Write at ``rate`` for ``seconds`` (or until ``stop`` is set), then wait for the
+        keys to go; returns the latency figures."""
         with self._lock:
             self._latencies.clear()
             self._poll_intervals.clear()
         per_txn = _rows_per_txn(rate)
         txns = int(rate * seconds) // per_txn
-        count = txns * per_txn
         commits = []
         t0 = time.perf_counter()
         for i in range(txns):
+            if stop is not None and stop.is_set():
+                break
             due = t0 + i * per_txn / rate
             delay = due - time.perf_counter()
             if delay > 0:
                 time.sleep(delay)
             commits.append(self._write(self_delete, per_txn))
         write_s = time.perf_counter() - t0
+        count = len(commits) * per_txn
         deadline = time.monotonic() + DRAIN_S
         while self._outstanding and time.monotonic() < deadline:
             self._poller.check()

@@ -52,6 +52,23 @@ class DevStack:
     def redis(self) -> redis.Redis:
         return redis.Redis.from_url(self.env["CACHESYNC_REDIS_URL"])
 
+    def group_assignment(self, group: str) -> dict[str, list[int]]:
+        """``{group_instance_id or member_id: partitions}`` of a consumer group while it is
+        Stable; ``{}`` while it rebalances (or has no members)."""
+        admin = KafkaAdminClient(bootstrap_servers=self.bootstrap)
+        try:
+            described = admin.describe_groups([group])[group]
+        finally:
+            admin.close()
+        if described["group_state"] != "Stable":
+            return {}
+        out = {}
+        for member in described["members"]:
+            owned = [p for a in member["member_assignment"]["assigned_partitions"]
+                     for p in a["partitions"]]
+            out[member["group_instance_id"] or member["member_id"]] = sorted(owned)
+        return out
+
     def check(self) -> None:
         """Raises ConnectionError naming the first service that does not answer."""
         try:
