@@ -203,18 +203,26 @@ class FailoverBench:
         return (len(owners) == count and all(s in owners for s in static)
                 and sorted(p for ps in owners.values() for p in ps) == list(range(PARTITIONS)))
 
+    def _stable_pair(self) -> dict[str, list[int]]:
+        """The assignment of the two consumers (waits out a rebalance in progress)."""
+        return wait_for(lambda: (lambda a: a if len(a) == 2 else None)(
+            self.box.stack.group_assignment(self.group)), GROUP_TIMEOUT_S,
+            "a stable group of two consumers", interval=0.2)
+
     def _kill_static_consumer(self) -> dict:
-        owners = self.box.stack.group_assignment(self.group)
+        owners = self._stable_pair()
         victim = next(iter(self.consumers))
         killed, survivor = owners[victim], [p for k, ps in owners.items() if k != victim for p in ps]
         t_kill = self._kill(self.consumers[victim])
         time.sleep(RESTART_AFTER_S)       # the fault: a restart one second later
         self.consumers[victim] = self.box.spawn("consume", self._config(victim))
         self._await_progress(killed, t_kill)
-        return self._stall_figures(t_kill, killed, survivor, "killed", "survivor")
+        figures = self._stall_figures(t_kill, killed, survivor, "killed", "survivor")
+        figures["restarted_lease_waits"] = _lease_waits(self.consumers[victim])
+        return figures
 
     def _kill_dynamic_consumer(self) -> dict:
-        before = self.box.stack.group_assignment(self.group)
+        before = self._stable_pair()
         t_kill = self._kill(self.consumers.pop(next(iter(self.consumers))))
         self._await_progress(list(range(PARTITIONS)), t_kill)
         t_seen = wait_for(self._survivor_owns_all, GROUP_TIMEOUT_S,
@@ -222,9 +230,13 @@ class FailoverBench:
         # a dynamic member is known by the broker's member id only: the killed one is the
         # member that left
         (survivor_id,) = self.box.stack.group_assignment(self.group)
+        if survivor_id not in before:
+            raise RuntimeError(f"the survivor {survivor_id} was not a member before the kill: "
+                               f"{before}")
         killed = [p for k, ps in before.items() if k != survivor_id for p in ps]
         figures = self._stall_figures(t_kill, killed, before[survivor_id], "killed", "survivor")
         figures["reassignment_seen_after_s"] = _r(t_seen - t_kill)
+        figures["survivor_lease_waits"] = _lease_waits(next(iter(self.consumers.values())))
         return figures
 
     def _survivor_owns_all(self):
@@ -367,6 +379,12 @@ def _port_open(bootstrap: str) -> bool:
         return True
     except OSError:
         return False
+
+
+def _lease_waits(proc) -> int:
+    """How often a consumer waited for another's claims (a dead consumer's, after a kill)."""
+    with open(proc.log_path) as f:
+        return sum("claimed by another consumer" in line for line in f)
 
 
 def _r(x):

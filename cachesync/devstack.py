@@ -14,8 +14,13 @@ from pathlib import Path
 import pymysql
 import redis
 from kafka import KafkaAdminClient
+from kafka.errors import (CoordinatorLoadInProgressError, CoordinatorNotAvailableError,
+                          NotCoordinatorError)
 
 from cachesync import config
+
+_COORDINATOR_NOT_READY = (CoordinatorNotAvailableError, CoordinatorLoadInProgressError,
+                          NotCoordinatorError)
 
 
 def default_env_file(root: Path | str = ".") -> Path:
@@ -54,10 +59,12 @@ class DevStack:
 
     def group_assignment(self, group: str) -> dict[str, list[int]]:
         """``{group_instance_id or member_id: partitions}`` of a consumer group while it is
-        Stable; ``{}`` while it rebalances (or has no members)."""
+        Stable; ``{}`` while it rebalances, has no members or no coordinator yet."""
         admin = KafkaAdminClient(bootstrap_servers=self.bootstrap)
         try:
             described = admin.describe_groups([group])[group]
+        except _COORDINATOR_NOT_READY:     # a new broker creates __consumer_offsets first
+            return {}
         finally:
             admin.close()
         if described["group_state"] != "Stable":

@@ -35,7 +35,7 @@ class Stopped(Exception):
 class EngineOptions:
     batch_size: int = 2000
     poll_timeout_s: float = 0.2
-    claim_lease_s: float = 30.0
+    claim_lease_s: float = 5.0
     # Done dedup records older than this are purged; it must exceed the topic's
     # retention, or a message still in Kafka could be applied again after a rewind.
     dedup_retention_s: float = 8 * 24 * 3600.0

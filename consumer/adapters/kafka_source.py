@@ -37,7 +37,7 @@ ASSIGNORS = {"cooperative-sticky": CooperativeStickyAssignor,
              "roundrobin": RoundRobinPartitionAssignor}
 
 
-def group_config(session_timeout_ms: int = 10_000, heartbeat_interval_ms: int = 2_000,
+def group_config(session_timeout_ms: int = 6_000, heartbeat_interval_ms: int = 2_000,
                  max_poll_interval_ms: int = 300_000, group_instance_id: str = "",
                  assignment_strategy: str = "cooperative-sticky") -> dict:
     """kafka-python's group membership settings; raises ConfigError for an unknown assignor.
