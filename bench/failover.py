@@ -177,6 +177,8 @@ class FailoverBench:
             stop.set()
             writer.join(PHASE_MAX_S)
         writer.check()
+        if "stalls" in figures:      # measured once the phase's keys are all in
+            figures.update(self._stall_figures(*figures.pop("stalls")))
         figures.update({"missing": out["missing"], "achieved_rate": out["achieved_rate"],
                         "phase_p99_ms": out["p99_ms"], "phase_max_ms": out["max_ms"]})
         return figures
@@ -186,6 +188,7 @@ class FailoverBench:
         """Replace the running consumers by one per id (None: dynamic); waits until the new
         ones own every partition between them."""
         old = list(self.consumers.values())
+        gone = [k for k in self.consumers if not k.startswith("dynamic-")]
         new = {}
         for n, instance_id in enumerate(instance_ids):
             proc = self.box.spawn("consume", self._config(instance_id))
@@ -194,13 +197,16 @@ class FailoverBench:
             self.box.stop_proc(proc)
         self.consumers = new
         static = [i for i in instance_ids if i]
-        wait_for(lambda: self._pipeline_alive() and self._owned_by_new(static, len(new)),
+        wait_for(lambda: self._pipeline_alive() and self._owned_by_new(static, gone, len(new)),
                  GROUP_TIMEOUT_S, "the new consumers owning every partition", interval=0.5)
 
-    def _owned_by_new(self, static: list[str], count: int) -> bool:
+    def _owned_by_new(self, static: list[str], gone: list[str], count: int) -> bool:
+        """Every partition owned, each new consumer owning some, no stopped one left."""
         owners = self.box.stack.group_assignment(self.group)
-        # stopped static members stay in the group until their session times out
+        # stopped static members stay in the group until their session times out, and a
+        # cooperative rebalance hands partitions over in a second round
         return (len(owners) == count and all(s in owners for s in static)
+                and not any(g in owners for g in gone) and all(owners.values())
                 and sorted(p for ps in owners.values() for p in ps) == list(range(PARTITIONS)))
 
     def _stable_pair(self) -> dict[str, list[int]]:
@@ -216,15 +222,15 @@ class FailoverBench:
         t_kill = self._kill(self.consumers[victim])
         time.sleep(RESTART_AFTER_S)       # the fault: a restart one second later
         self.consumers[victim] = self.box.spawn("consume", self._config(victim))
-        self._await_progress(killed, t_kill)
-        figures = self._stall_figures(t_kill, killed, survivor, "killed", "survivor")
-        figures["restarted_lease_waits"] = _lease_waits(self.consumers[victim])
-        return figures
+        # only a consumer alive after the kill can invalidate a row committed after it
+        self._await_progress(killed, t_kill, committed_after=t_kill)
+        return {"stalls": (t_kill, killed, survivor),
+                "restarted_lease_waits": _lease_waits(self.consumers[victim])}
 
     def _kill_dynamic_consumer(self) -> dict:
         before = self._stable_pair()
         t_kill = self._kill(self.consumers.pop(next(iter(self.consumers))))
-        self._await_progress(list(range(PARTITIONS)), t_kill)
+        self._await_progress(list(range(PARTITIONS)), t_kill, committed_after=t_kill)
         t_seen = wait_for(self._survivor_owns_all, GROUP_TIMEOUT_S,
                           "the survivor owning every partition", interval=0.2)
         # a dynamic member is known by the broker's member id only: the killed one is the
@@ -234,10 +240,9 @@ class FailoverBench:
             raise RuntimeError(f"the survivor {survivor_id} was not a member before the kill: "
                                f"{before}")
         killed = [p for k, ps in before.items() if k != survivor_id for p in ps]
-        figures = self._stall_figures(t_kill, killed, before[survivor_id], "killed", "survivor")
-        figures["reassignment_seen_after_s"] = _r(t_seen - t_kill)
-        figures["survivor_lease_waits"] = _lease_waits(next(iter(self.consumers.values())))
-        return figures
+        return {"stalls": (t_kill, killed, before[survivor_id]),
+                "reassignment_seen_after_s": _r(t_seen - t_kill),
+                "survivor_lease_waits": _lease_waits(next(iter(self.consumers.values())))}
 
     def _survivor_owns_all(self):
         owners = self.box.stack.group_assignment(self.group)
@@ -249,15 +254,14 @@ class FailoverBench:
             self.progress.first_gone(p, t_fault, committed_after) for p in partitions),
             RECOVERY_TIMEOUT_S, f"partitions {partitions} invalidating again", interval=0.1)
 
-    def _stall_figures(self, t_fault: float, killed: list[int], survivor: list[int],
-                       a: str, b: str) -> dict:
-        """Each partition's stall over the phase so far (from before_s before the fault)."""
+    def _stall_figures(self, t_fault: float, killed: list[int], survivor: list[int]) -> dict:
+        """Each partition's stall over the whole phase (from before_s before the fault)."""
         since = t_fault - self.before_s
         stalls = {p: _r(longest_stall(self.progress.events(p, since))) for p in range(PARTITIONS)}
         worst = lambda ps: max((stalls[p] for p in ps), default=None)  # noqa: E731
-        return {"figure_s": worst(killed), f"{a}_partitions": killed, f"{b}_partitions": survivor,
-                f"{a}_stall_s": worst(killed), f"{b}_stall_s": worst(survivor),
-                "stall_by_partition_s": stalls}
+        return {"figure_s": worst(killed), "killed_partitions": killed,
+                "survivor_partitions": survivor, "killed_stall_s": worst(killed),
+                "survivor_stall_s": worst(survivor), "stall_by_partition_s": stalls}
 
     # -- tailers -------------------------------------------------------------------------
     def _kill_active_tailer(self, standby) -> dict:
