@@ -37,6 +37,23 @@ ASSIGNORS = {"cooperative-sticky": CooperativeStickyAssignor,
              "roundrobin": RoundRobinPartitionAssignor}
 
 
+def resume_dropped_join(coordinator) -> bool:
+    """Make kafka-python 3.0 finish a group join it would otherwise leave hanging; True if so.
+
+    kafka-python drives JoinGroup/SyncGroup only while ``need_rejoin()`` holds. When a join
+    started because the leader's metadata snapshot changed and a short ``poll()`` timed out
+    mid-join, the snapshot is current again by the next poll, ``need_rejoin()`` turns False
+    and the join in flight is never awaited: the member stays "rebalancing" with heartbeats
+    off, fails every commit, and the broker expels it after the session timeout (seen as a
+    consumer stuck for good, its partitions idle). Asking for a rejoin makes the next poll
+    await that join (or send a fresh one if it already ended).
+    """
+    if not getattr(coordinator, "rejoining", False) or coordinator.need_rejoin():
+        return False
+    coordinator.request_rejoin()
+    return True
+
+
 def group_config(session_timeout_ms: int = 6_000, heartbeat_interval_ms: int = 2_000,
                  max_poll_interval_ms: int = 300_000, group_instance_id: str = "",
                  assignment_strategy: str = "cooperative-sticky") -> dict:
@@ -100,6 +117,8 @@ class KafkaSource:
             raise self._fenced(e) from e
         except KafkaError as e:
             raise RetryableError(f"Kafka poll failed: {e}") from e
+        if resume_dropped_join(getattr(self._consumer, "_coordinator", None)):
+            log.info("kafka-python left a group join unfinished; finishing it on the next poll")
         out = []
         for records in polled.values():
             for r in records:

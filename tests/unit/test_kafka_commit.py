@@ -4,7 +4,7 @@ import pytest
 from kafka.errors import (CommitFailedError, IllegalGenerationError, NodeNotReadyError,
                           RebalanceInProgressError, UnknownMemberIdError)
 
-from cachesync.consumer.adapters.kafka_source import KafkaSource
+from cachesync.consumer.adapters.kafka_source import KafkaSource, resume_dropped_join
 from cachesync.schema.errors import RetryableError
 
 
@@ -32,3 +32,33 @@ def test_a_commit_lost_to_a_rebalance_is_dropped_not_retried(error, caplog):
 def test_other_commit_failures_are_retryable():
     with pytest.raises(RetryableError, match="offset commit failed"):
         source_with(NodeNotReadyError()).commit({("t", 0): 5})
+
+
+class _Coordinator:
+    """The three members of kafka-python's coordinator that resume_dropped_join reads."""
+
+    def __init__(self, rejoining: bool, needed: bool):
+        self.rejoining, self.rejoin_needed = rejoining, needed
+
+    def need_rejoin(self) -> bool:
+        return self.rejoin_needed
+
+    def request_rejoin(self) -> None:
+        self.rejoin_needed = True
+
+
+@pytest.mark.parametrize("rejoining, needed, resumed", [
+    (True, False, True),     # a join in flight that no poll would await any more
+    (True, True, False),     # a join in flight that the next poll awaits anyway
+    (False, False, False),   # a stable member
+    (False, True, False),    # a member about to join
+])
+def test_resume_dropped_join_asks_for_a_rejoin_only_for_a_join_left_hanging(rejoining, needed,
+                                                                           resumed):
+    c = _Coordinator(rejoining, needed)
+    assert resume_dropped_join(c) is resumed
+    assert c.need_rejoin() is (needed or resumed)
+
+
+def test_resume_dropped_join_ignores_a_consumer_without_a_coordinator():
+    assert resume_dropped_join(None) is False
