@@ -21,6 +21,7 @@ cached; must be 0).
 
 from __future__ import annotations
 
+import datetime
 import os
 import socket
 import subprocess
@@ -221,11 +222,13 @@ class FailoverBench:
         killed, survivor = owners[victim], [p for k, ps in owners.items() if k != victim for p in ps]
         t_kill = self._kill(self.consumers[victim])
         time.sleep(RESTART_AFTER_S)       # the fault: a restart one second later
+        spawned_at = time.time()
         self.consumers[victim] = self.box.spawn("consume", self._config(victim))
         # only a consumer alive after the kill can invalidate a row committed after it
         self._await_progress(killed, t_kill, committed_after=t_kill)
         return {"stalls": (t_kill, killed, survivor),
-                "restarted_lease_waits": _lease_waits(self.consumers[victim])}
+                "restarted_lease_waits": _lease_waits(self.consumers[victim]),
+                "restarted_process_start_s": _started_after(self.consumers[victim], spawned_at)}
 
     def _kill_dynamic_consumer(self) -> dict:
         before = self._stable_pair()
@@ -389,6 +392,17 @@ def _lease_waits(proc) -> int:
     """How often a consumer waited for another's claims (a dead consumer's, after a kill)."""
     with open(proc.log_path) as f:
         return sum("claimed by another consumer" in line for line in f)
+
+
+def _started_after(proc, spawned_at: float) -> float | None:
+    """Seconds from spawning a consumer to its first log line (imports, config, connections)."""
+    with open(proc.log_path) as f:
+        first = f.readline()
+    try:
+        stamp = datetime.datetime.strptime(first[:23], "%Y-%m-%d %H:%M:%S,%f")
+    except ValueError:
+        return None
+    return _r(stamp.timestamp() - spawned_at)
 
 
 def _r(x):
