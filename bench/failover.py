@@ -397,12 +397,13 @@ def _lease_waits(proc) -> int:
 def _started_after(proc, spawned_at: float) -> float | None:
     """Seconds from spawning a consumer to its first log line (imports, config, connections)."""
     with open(proc.log_path) as f:
-        first = f.readline()
-    try:
-        stamp = datetime.datetime.strptime(first[:23], "%Y-%m-%d %H:%M:%S,%f")
-    except ValueError:
-        return None
-    return _r(stamp.timestamp() - spawned_at)
+        for line in f:                  # the first line with a timestamp (not a warning's)
+            try:
+                stamp = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
+            except ValueError:
+                continue
+            return _r(stamp.timestamp() - spawned_at)
+    return None
 
 
 def _r(x):
