@@ -54,6 +54,21 @@ def resume_dropped_join(coordinator) -> bool:
     return True
 
 
+def heartbeat_fenced(coordinator) -> bool:
+    """True when kafka-python's heartbeat was refused as fenced (another consumer joined with
+    this group_instance_id): the member is stable, not joining, yet its heartbeat is off.
+
+    kafka-python only logs that case and switches the heartbeat off; an idle consumer would
+    then sit in the group for good without noticing. Read under the coordinator's lock, which
+    its join completion holds while it turns the heartbeat back on.
+    """
+    if coordinator is None:
+        return False
+    with coordinator._lock:
+        return (coordinator.stable() and not coordinator.rejoining
+                and not coordinator._heartbeat_enabled and not coordinator._heartbeat_closed)
+
+
 def group_config(session_timeout_ms: int = 6_000, heartbeat_interval_ms: int = 2_000,
                  max_poll_interval_ms: int = 300_000, group_instance_id: str = "",
                  assignment_strategy: str = "cooperative-sticky") -> dict:
@@ -117,7 +132,10 @@ class KafkaSource:
             raise self._fenced(e) from e
         except KafkaError as e:
             raise RetryableError(f"Kafka poll failed: {e}") from e
-        if resume_dropped_join(getattr(self._consumer, "_coordinator", None)):
+        coordinator = getattr(self._consumer, "_coordinator", None)
+        if self._instance and heartbeat_fenced(coordinator):
+            raise self._fenced(FencedInstanceIdError("heartbeat refused as fenced"))
+        if resume_dropped_join(coordinator):
             log.info("kafka-python left a group join unfinished; finishing it on the next poll")
         out = []
         for records in polled.values():
