@@ -191,7 +191,7 @@ class FailoverBench:
         old = list(self.consumers.values())
         gone = [k for k in self.consumers if not k.startswith("dynamic-")]
         new = {}
-        for n, instance_id in enumerate(instance_ids):
+        for instance_id in instance_ids:
             proc = self.box.spawn("consume", self._config(instance_id))
             new[instance_id or f"dynamic-{proc.pid}"] = proc
         for proc in old:
