@@ -239,15 +239,19 @@ class Sandbox:
 
     # -- configuration --------------------------------------------------------------
     def write_config(self, tables: dict, *, topic: str, group: str | None = None,
-                     tailer: dict | None = None, consumer: dict | None = None) -> Path:
+                     tailer: dict | None = None, consumer: dict | None = None,
+                     kafka: dict | None = None, metrics: dict | None = None) -> Path:
         """A cachesync YAML file; connection settings come from the devstack environment."""
         group = group or self.new_group()
-        doc = {"kafka": {"topic": topic, "dead_letter_topic": f"{topic}.dlq", "group_id": group},
+        doc = {"kafka": {"topic": topic, "dead_letter_topic": f"{topic}.dlq", "group_id": group,
+                         **(kafka or {})},
                "tailer": {"name": self.new_tailer_name(), "server_id": self.new_server_id(),
                           **(tailer or {})},
                "tables": tables}
         if consumer:
             doc["consumer"] = consumer
+        if metrics:
+            doc["metrics"] = metrics
         # the dead-letter topic would be auto-created on first use; register it for deletion
         self.topics.append(f"{topic}.dlq")
         path = self.tmp / f"config-{self._next()}.yaml"

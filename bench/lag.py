@@ -35,6 +35,7 @@ MAX_TXN_PER_S = 250
 DDL = "CREATE TABLE lag (id BIGINT PRIMARY KEY, v INT NOT NULL, note VARCHAR(64) NOT NULL)"
 DRAIN_S = 15.0
 POLL_SLEEP_S = 0.0005
+BACKLOG_ROUND_S = 0.01       # a poll round this long means a backlog: rest as long as it took
 
 
 def run(stack, quick: bool, runs: int) -> dict:
@@ -112,10 +113,14 @@ def _rows_per_txn(rate: float) -> int:
 
 
 class Harness:
-    """The writer and poller; keys are tracked as outstanding between commit and gone."""
+    """The writer and poller; keys are tracked as outstanding between commit and gone.
 
-    def __init__(self, box: Sandbox):
+    ``on_gone(key, t_commit, t_gone)``, if given, is called by the poller for every key it
+    finds gone (perf_counter times), for benchmarks that need more than the latencies."""
+
+    def __init__(self, box: Sandbox, on_gone=None):
         self._box = box
+        self._on_gone = on_gone
         self._conn = box.stack.admin(box.db, autocommit=False)
         self._writer_redis = box.stack.redis()
         self._poll_redis = box.stack.redis()
@@ -163,6 +168,7 @@ class Harness:
         while not self._stop.is_set():
             with self._lock:
                 keys = list(self._outstanding)
+            round_start = time.perf_counter()
             if keys:
                 pipe = self._poll_redis.pipeline(transaction=False)
                 for k in keys:
@@ -172,13 +178,20 @@ class Harness:
                 with self._lock:
                     for k, present in zip(keys, found):
                         if not present:
-                            self._latencies.append(now - self._outstanding.pop(k))
+                            t_commit = self._outstanding.pop(k)
+                            self._latencies.append(now - t_commit)
+                            if self._on_gone is not None:
+                                self._on_gone(k, t_commit, now)
                 if last is not None:
                     self._poll_intervals.append(now - last)
                 last = now
             else:
                 last = None
-            time.sleep(POLL_SLEEP_S)
+            # Rest as long as the round took: with a backlog of outstanding keys (a stall
+            # in the failover benchmark) the rounds get long, and a poller that never
+            # rests would starve the writer thread of the GIL and miss its rate.
+            round_s = time.perf_counter() - round_start
+            time.sleep(round_s if round_s > BACKLOG_ROUND_S else POLL_SLEEP_S)
 
     def warm_up(self, alive) -> float:
         """Write until the pipeline deletes keys end to end; returns the first latency."""
@@ -195,22 +208,27 @@ class Harness:
             self._poll_intervals.clear()
         return first
 
-    def measure(self, rate: float, seconds: float, self_delete: bool) -> dict:
+    def measure(self, rate: float, seconds: float, self_delete: bool,
+                stop: threading.Event | None = None) -> dict:
+        """Write at ``rate`` for ``seconds`` (or until ``stop`` is set), then wait for the
+        keys to go; returns the latency figures."""
         with self._lock:
             self._latencies.clear()
             self._poll_intervals.clear()
         per_txn = _rows_per_txn(rate)
         txns = int(rate * seconds) // per_txn
-        count = txns * per_txn
         commits = []
         t0 = time.perf_counter()
         for i in range(txns):
+            if stop is not None and stop.is_set():
+                break
             due = t0 + i * per_txn / rate
             delay = due - time.perf_counter()
             if delay > 0:
                 time.sleep(delay)
             commits.append(self._write(self_delete, per_txn))
         write_s = time.perf_counter() - t0
+        count = len(commits) * per_txn
         deadline = time.monotonic() + DRAIN_S
         while self._outstanding and time.monotonic() < deadline:
             self._poller.check()

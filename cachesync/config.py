@@ -159,8 +159,9 @@ class KafkaSettings(_Validated):
     group_id: str = setting("cachesync", **NON_EMPTY)
     # Group membership (see README "Consumer group failover"): a consumer that dies is replaced
     # after the session timeout; with a group_instance_id (static membership) one restarted
-    # under the same id within it takes its partitions back without a rebalance.
-    session_timeout_ms: int = setting(10_000, lo=1_000, hi=1_800_000)
+    # under the same id within it takes its partitions back without a rebalance. 6 s is the
+    # broker's group.min.session.timeout.ms: the fastest failover a broker allows by default.
+    session_timeout_ms: int = setting(6_000, lo=1_000, hi=1_800_000)
     heartbeat_interval_ms: int = setting(2_000, lo=100, hi=600_000)
     max_poll_interval_ms: int = setting(300_000, lo=1_000, hi=86_400_000)
     group_instance_id: str = setting("", pattern=r"[A-Za-z0-9._-]{0,249}",
@@ -211,7 +212,10 @@ class ConsumerSettings(_Validated):
     SECTION = "consumer"
     batch_size: int = setting(2000, lo=1, hi=1_000_000)
     poll_timeout_s: float = setting(0.2, **POSITIVE)
-    claim_lease_s: float = setting(30.0, **POSITIVE)
+    # A claim only matters when a partition changes hands: the next owner waits it out
+    # before applying what a dead consumer had claimed. Kept below the session timeout so
+    # that it has expired by the time the group hands the partitions over.
+    claim_lease_s: float = setting(5.0, **POSITIVE)
     namespace: str = ""            # dedup namespace; defaults to the Kafka group id
     dedup_store: str = setting("mysql", choices=("mysql", "redis"))
     # 8 days: must exceed the topic's retention (7 d default)

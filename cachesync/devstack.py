@@ -14,8 +14,13 @@ from pathlib import Path
 import pymysql
 import redis
 from kafka import KafkaAdminClient
+from kafka.errors import (CoordinatorLoadInProgressError, CoordinatorNotAvailableError,
+                          NotCoordinatorError)
 
 from cachesync import config
+
+_COORDINATOR_NOT_READY = (CoordinatorNotAvailableError, CoordinatorLoadInProgressError,
+                          NotCoordinatorError)
 
 
 def default_env_file(root: Path | str = ".") -> Path:
@@ -51,6 +56,25 @@ class DevStack:
 
     def redis(self) -> redis.Redis:
         return redis.Redis.from_url(self.env["CACHESYNC_REDIS_URL"])
+
+    def group_assignment(self, group: str) -> dict[str, list[int]]:
+        """``{group_instance_id or member_id: partitions}`` of a consumer group while it is
+        Stable; ``{}`` while it rebalances, has no members or no coordinator yet."""
+        admin = KafkaAdminClient(bootstrap_servers=self.bootstrap)
+        try:
+            described = admin.describe_groups([group])[group]
+        except _COORDINATOR_NOT_READY:     # a new broker creates __consumer_offsets first
+            return {}
+        finally:
+            admin.close()
+        if described["group_state"] != "Stable":
+            return {}
+        out = {}
+        for member in described["members"]:
+            owned = [p for a in member["member_assignment"]["assigned_partitions"]
+                     for p in a["partitions"]]
+            out[member["group_instance_id"] or member["member_id"]] = sorted(owned)
+        return out
 
     def check(self) -> None:
         """Raises ConnectionError naming the first service that does not answer."""

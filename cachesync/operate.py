@@ -100,12 +100,14 @@ def consumer_ops(settings: Settings, stats: Callable[[], object],
     returns the engine's Stats (or None before the engine exists); ``committed`` the
     next offset per partition when the group does not hold them (Spark's checkpoint)."""
     ops = Ops(settings, "consume")
-    session = ops.session()
+    # One MySQL session per thread: the engine's thread records heartbeat lag, the prober's
+    # thread probes; pymysql connections interleave packets when two threads share one.
+    lag_session, probe_session = ops.session(), ops.session()
     ns, k = settings.dedup_namespace, settings.kafka
     recorder = _WarnOnce("could not record applied heartbeat lag in cachesync_lag")
     metrics = ConsumerMetrics(
         ops.registry, stats, settings.mysql.state_db,
-        on_heartbeat=lambda src, c, a: recorder.run(lambda: record_applied_lag(session, ns, src, c, a)))
+        on_heartbeat=lambda src, c, a: recorder.run(lambda: record_applied_lag(lag_session, ns, src, c, a)))
     kafka, redis_ping = ops.kafka(), ops.redis_ping()
 
     def probe():
@@ -113,7 +115,7 @@ def consumer_ops(settings: Settings, stats: Callable[[], object],
             metrics.set_kafka_lag(kafka.consumer_lag(k.group_id, k.topic))
         else:
             metrics.set_kafka_lag(kafka.lag_behind(k.topic, committed()))
-        session.run(lambda cur: cur.execute("SELECT 1"))
+        probe_session.run(lambda cur: cur.execute("SELECT 1"))
         redis_ping()
 
     ops.start(probe, [lambda: metrics.lag_problem(settings.metrics.ready_max_lag_s)])

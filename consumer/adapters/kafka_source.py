@@ -13,7 +13,7 @@ from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 from kafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
 from kafka.errors import (CommitFailedError, FencedInstanceIdError, IllegalGenerationError,
                           KafkaError, RebalanceInProgressError, UnknownMemberIdError)
-from kafka.structs import MemberState, OffsetAndMetadata
+from kafka.structs import OffsetAndMetadata
 
 from cachesync.consumer.core.offsets import Record
 from cachesync.schema.errors import ConfigError, FatalError, RetryableError
@@ -37,7 +37,39 @@ ASSIGNORS = {"cooperative-sticky": CooperativeStickyAssignor,
              "roundrobin": RoundRobinPartitionAssignor}
 
 
-def group_config(session_timeout_ms: int = 10_000, heartbeat_interval_ms: int = 2_000,
+def resume_dropped_join(coordinator) -> bool:
+    """Make kafka-python 3.0 finish a group join it would otherwise leave hanging; True if so.
+
+    kafka-python drives JoinGroup/SyncGroup only while ``need_rejoin()`` holds. When a join
+    started because the leader's metadata snapshot changed and a short ``poll()`` timed out
+    mid-join, the snapshot is current again by the next poll, ``need_rejoin()`` turns False
+    and the join in flight is never awaited: the member stays "rebalancing" with heartbeats
+    off, fails every commit, and the broker expels it after the session timeout (seen as a
+    consumer stuck for good, its partitions idle). Asking for a rejoin makes the next poll
+    await that join (or send a fresh one if it already ended).
+    """
+    if not getattr(coordinator, "rejoining", False) or coordinator.need_rejoin():
+        return False
+    coordinator.request_rejoin()
+    return True
+
+
+def heartbeat_fenced(coordinator) -> bool:
+    """True when kafka-python's heartbeat was refused as fenced (another consumer joined with
+    this group_instance_id): the member is stable, not joining, yet its heartbeat is off.
+
+    kafka-python only logs that case and switches the heartbeat off; an idle consumer would
+    then sit in the group for good without noticing. Read under the coordinator's lock, which
+    its join completion holds while it turns the heartbeat back on.
+    """
+    if coordinator is None:
+        return False
+    with coordinator._lock:
+        return (coordinator.stable() and not coordinator.rejoining
+                and not coordinator._heartbeat_enabled and not coordinator._heartbeat_closed)
+
+
+def group_config(session_timeout_ms: int = 6_000, heartbeat_interval_ms: int = 2_000,
                  max_poll_interval_ms: int = 300_000, group_instance_id: str = "",
                  assignment_strategy: str = "cooperative-sticky") -> dict:
     """kafka-python's group membership settings; raises ConfigError for an unknown assignor.
@@ -100,8 +132,11 @@ class KafkaSource:
             raise self._fenced(e) from e
         except KafkaError as e:
             raise RetryableError(f"Kafka poll failed: {e}") from e
-        if self._instance and _fenced_by_heartbeat(self._consumer):
-            raise self._fenced("the group coordinator refused its heartbeat")
+        coordinator = getattr(self._consumer, "_coordinator", None)
+        if self._instance and heartbeat_fenced(coordinator):
+            raise self._fenced(FencedInstanceIdError("heartbeat refused as fenced"))
+        if resume_dropped_join(coordinator):
+            log.info("kafka-python left a group join unfinished; finishing it on the next poll")
         out = []
         for records in polled.values():
             for r in records:
@@ -129,21 +164,6 @@ class KafkaSource:
     def _fenced(self, error: Exception) -> FatalError:
         return FatalError(f"another consumer joined the group with kafka.group_instance_id "
                           f"{self._instance!r}; each consumer needs its own id ({error})")
-
-
-def _fenced_by_heartbeat(consumer: KafkaConsumer) -> bool:
-    """True when kafka-python's heartbeat thread was fenced off.
-
-    kafka-python (3.0) handles a FencedInstanceIdError on the heartbeat thread by logging
-    it and disabling heartbeats, leaving the member STABLE: poll() never raises, and an
-    idle fenced consumer would sit there consuming nothing. STABLE with heartbeats off
-    happens only then (a join disables them while REBALANCING and re-enables them on the
-    way to STABLE). Attributes a later version lacks mean "not detectable": False.
-    """
-    coordinator = getattr(consumer, "_coordinator", None)
-    stable = getattr(MemberState, "STABLE", object())
-    enabled = getattr(coordinator, "_heartbeat_enabled", True)
-    return getattr(coordinator, "state", None) is stable and enabled is False
 
 
 class KafkaDeadLetters:

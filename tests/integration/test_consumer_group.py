@@ -9,7 +9,6 @@ failover benchmark, not here.
 from __future__ import annotations
 
 import pytest
-from kafka import KafkaAdminClient
 
 from tests.support import UsersWriter, add_config_sections, wait_for
 
@@ -20,18 +19,7 @@ CACHED = 5000          # keys user:0 .. user:4999 are cached before the writes s
 
 def assignment(lab) -> dict[str, list[int]]:
     """``{group_instance_id or member_id: partitions}`` of the lab's consumer group, when stable."""
-    admin = KafkaAdminClient(bootstrap_servers=lab.stack.bootstrap)
-    try:
-        group = admin.describe_groups([f"g-{lab.suffix}"])[f"g-{lab.suffix}"]
-    finally:
-        admin.close()
-    if group["group_state"] != "Stable":
-        return {}
-    out = {}
-    for member in group["members"]:
-        owned = [p for a in member["member_assignment"]["assigned_partitions"] for p in a["partitions"]]
-        out[member["group_instance_id"] or member["member_id"]] = sorted(owned)
-    return out
+    return lab.stack.group_assignment(f"g-{lab.suffix}")
 
 
 def consumers(lab, static: bool) -> tuple[list[str], list]:

@@ -1,0 +1,410 @@
+"""Failover: how long invalidation stops when a part of the pipeline dies, at 1,000 row changes/s.
+
+One sandbox (table, 3-partition topic, consumer group, tailer name) serves every run. Each
+run injects the faults in order, each during its own open-loop write phase (lag.Harness:
+the writer caches a row's key, commits the row, and the poller records when the key goes):
+
+* ``consumer_static_restart``: two consumers with static ids (``kafka.group_instance_id``);
+  one is killed -9 and started again 1 s later under its id.
+* ``consumer_dynamic_lost``: two dynamic consumers; one is killed -9 for good.
+* ``tailer_standby``: an active and a standby ``cachesync tail`` of one name; the active one
+  is killed -9.
+* ``kafka_restart``: ``devstack/stack.sh down kafka`` then ``up kafka``.
+* ``mariadb_promotion``: needs the devstack's MariaDB replica; null with a reason without it.
+
+A partition's **stall** is the longest interval during which at least one committed key of
+it was outstanding and none of its keys was invalidated (a key's partition: murmur2 of
+``db.lag:id``, as the tailer partitions). Over all phases of a run: p99 and max commit ->
+key-gone latency, and at the end the stale keys (every row in MySQL whose key is still
+cached; must be 0).
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from bench.common import ROOT, Sandbox, Worker, log, median, percentile, wait_for
+from bench.lag import DDL, Harness, _alive, _checkpoint_stored, _child_report
+from cachesync.schema.partition import partition_for
+
+NAME = "failover"
+RATE = 1000                      # row changes/s of the write workload
+PARTITIONS = 3
+# seconds of writes before each fault, and after the pipeline has recovered from it
+SIZES = {"full": (5.0, 10.0), "quick": (3.0, 4.0)}
+RESTART_AFTER_S = 1.0            # the killed static consumer comes back after this
+RECOVERY_TIMEOUT_S = 120.0       # a fault the pipeline has not recovered from by then fails
+PHASE_MAX_S = 600.0              # the writer's bound; each phase stops it when it is done
+GROUP_TIMEOUT_S = 60.0
+TARGETS_S = {"consumer_static_restart": {"killed": 5.0, "survivor": 1.0},
+             "consumer_dynamic_lost": 10.0, "tailer_standby": 10.0, "kafka_restart": 10.0,
+             "mariadb_promotion": 15.0}
+METRICS = {"listen": "127.0.0.1:0"}   # several consumers on one host: no fixed port
+
+
+class Progress:
+    """Hook for Harness(on_gone=): every invalidated key as (commit, gone) per partition."""
+
+    def __init__(self, db: str, partitions: int = PARTITIONS):
+        self._db, self._partitions = db, partitions
+        self._lock = threading.Lock()
+        self._events: dict[int, list[tuple[float, float]]] = {p: [] for p in range(partitions)}
+
+    def __call__(self, key: str, t_commit: float, t_gone: float) -> None:
+        row_id = key.rsplit(":", 1)[1]
+        p = partition_for(f"{self._db}.lag:{row_id}".encode(), self._partitions)
+        with self._lock:
+            self._events[p].append((t_commit, t_gone))
+
+    def events(self, partition: int, since: float) -> list[tuple[float, float]]:
+        """(commit, gone) of the partition's keys committed at or after ``since``."""
+        with self._lock:
+            return [e for e in self._events[partition] if e[0] >= since]
+
+    def first_gone(self, partition: int, after: float, committed_after: float = 0.0):
+        """When the first key of ``partition`` committed after ``committed_after`` went
+        after ``after`` (None: none yet)."""
+        with self._lock:
+            gone = [g for c, g in self._events[partition] if g > after and c > committed_after]
+        return min(gone) if gone else None
+
+    def latencies_ms(self, since: float) -> list[float]:
+        with self._lock:
+            return [(g - c) * 1000 for evs in self._events.values() for c, g in evs if c >= since]
+
+
+def longest_stall(events: list[tuple[float, float]]) -> float:
+    """The longest time, in the (commit, gone) pairs given, during which some key was
+    committed but not yet gone and no key went."""
+    events = sorted(events, key=lambda e: e[1])
+    earliest_pending = [0.0] * len(events)     # earliest commit among keys gone at i or later
+    low = float("inf")
+    for i in range(len(events) - 1, -1, -1):
+        low = min(low, events[i][0])
+        earliest_pending[i] = low
+    best, last_gone = 0.0, float("-inf")
+    for (_, gone), pending_since in zip(events, earliest_pending):
+        best = max(best, gone - max(last_gone, pending_since))
+        last_gone = gone
+    return best
+
+
+def run(stack, quick: bool, runs: int) -> dict:
+    before_s, after_s = SIZES["quick" if quick else "full"]
+    box = Sandbox(stack, NAME)
+    bench = None
+    try:
+        bench = FailoverBench(box, before_s, after_s)
+        results = [bench.one_run(i) for i in range(runs)]
+        return bench.report(results, runs)
+    finally:
+        if bench is not None:
+            bench.harness.close()
+        if not _port_open(stack.bootstrap):     # a run that failed mid-restart
+            _stack_sh(stack, "up", "kafka")
+        box.cleanup()
+
+
+class FailoverBench:
+    """The sandbox's pipeline (tailers, consumers, writer) and the faults injected into it."""
+
+    def __init__(self, box: Sandbox, before_s: float, after_s: float):
+        self.box, self.before_s, self.after_s = box, before_s, after_s
+        box.create_schema(DDL)
+        self.topic = box.new_topic(PARTITIONS)
+        self.group = box.new_group()
+        self.tailer_name = box.new_tailer_name()
+        self.tables = {f"{box.db}.lag": {"keys": [box.prefix + "lag:{id}"]}}
+        self.progress = Progress(box.db)
+        self.tail_cfg = self._config()
+        log("failover: starting `cachesync tail`")
+        self.tail = box.spawn("tail", self.tail_cfg)
+        wait_for(lambda: _alive(box, self.tail) and
+                 _checkpoint_stored(box.stack, self.tailer_name), 60, "the tailer's start checkpoint")
+        self.consumers = {}
+        self.harness = Harness(box, on_gone=self.progress)
+
+    def _config(self, instance_id: str | None = None) -> Path:
+        return self.box.write_config(
+            self.tables, topic=self.topic, group=self.group, metrics=METRICS,
+            tailer={"name": self.tailer_name},
+            kafka={"group_instance_id": instance_id} if instance_id else None)
+
+    # -- one run: every fault in turn --------------------------------------------------
+    def one_run(self, i: int) -> dict:
+        log(f"failover: run {i + 1}")
+        since = time.perf_counter()
+        self._start_consumers([f"{self.box.suffix}-r{i}-c{n}" for n in (1, 2)])
+        self.harness.warm_up(self._pipeline_alive)
+        faults = {"consumer_static_restart": self._phase(self._kill_static_consumer)}
+        self._start_consumers([None, None])
+        faults["consumer_dynamic_lost"] = self._phase(self._kill_dynamic_consumer)
+        standby = self.box.spawn("tail", self.tail_cfg)
+        wait_for(lambda: "standby" in self.box.proc_log(standby), 60, "the standby tailer waiting")
+        faults["tailer_standby"] = self._phase(lambda: self._kill_active_tailer(standby))
+        faults["kafka_restart"] = self._phase(self._restart_kafka)
+        faults["mariadb_promotion"] = {"figure_s": None, "reason": "needs devstack mariadb-replica"}
+        lat = self.progress.latencies_ms(since)
+        stale = self._stale_keys()
+        run = {"faults": faults, "p99_ms": _r(percentile(lat, 99)), "max_ms": _r(max(lat, default=None)),
+               "invalidations": len(lat), "stale_keys": stale,
+               "missing_after_drain": sum(f.get("missing", 0) for f in faults.values())}
+        log(f"failover: run {i + 1}: " + ", ".join(
+            f"{k} {v['figure_s']}" for k, v in faults.items()) + f"; p99 {run['p99_ms']} ms, "
+            f"max {run['max_ms']} ms, stale {stale}")
+        return run
+
+    def _pipeline_alive(self) -> bool:
+        return _alive(self.box, self.tail) and all(_alive(self.box, p) for p in self.consumers.values())
+
+    def _phase(self, fault) -> dict:
+        """Write at RATE while ``fault()`` runs and for after_s once it returns (the pipeline
+        recovered); the fault's figures plus the phase's missing keys."""
+        stop, out = threading.Event(), {}
+        writer = Worker(lambda: out.update(self.harness.measure(RATE, PHASE_MAX_S, False, stop)),
+                        "failover-writer")
+        writer.start()
+        try:
+            time.sleep(self.before_s)      # workload before the fault (not a synchronisation)
+            figures = fault()
+            time.sleep(self.after_s)       # and after the recovery, to see it hold
+        finally:
+            stop.set()
+            writer.join(PHASE_MAX_S)
+        writer.check()
+        if "stalls" in figures:      # measured once the phase's keys are all in
+            figures.update(self._stall_figures(*figures.pop("stalls")))
+        figures.update({"missing": out["missing"], "achieved_rate": out["achieved_rate"],
+                        "phase_p99_ms": out["p99_ms"], "phase_max_ms": out["max_ms"]})
+        return figures
+
+    # -- consumers ---------------------------------------------------------------------
+    def _start_consumers(self, instance_ids: list[str | None]) -> None:
+        """Replace the running consumers by one per id (None: dynamic); waits until the new
+        ones own every partition between them."""
+        old = list(self.consumers.values())
+        gone = [k for k in self.consumers if not k.startswith("dynamic-")]
+        new = {}
+        for instance_id in instance_ids:
+            proc = self.box.spawn("consume", self._config(instance_id))
+            new[instance_id or f"dynamic-{proc.pid}"] = proc
+        for proc in old:
+            self.box.stop_proc(proc)
+        self.consumers = new
+        static = [i for i in instance_ids if i]
+        wait_for(lambda: self._pipeline_alive() and self._owned_by_new(static, gone, len(new)),
+                 GROUP_TIMEOUT_S, "the new consumers owning every partition", interval=0.5)
+
+    def _owned_by_new(self, static: list[str], gone: list[str], count: int) -> bool:
+        """Every partition owned, each new consumer owning some, no stopped one left."""
+        owners = self.box.stack.group_assignment(self.group)
+        # stopped static members stay in the group until their session times out, and a
+        # cooperative rebalance hands partitions over in a second round
+        return (len(owners) == count and all(s in owners for s in static)
+                and not any(g in owners for g in gone) and all(owners.values())
+                and sorted(p for ps in owners.values() for p in ps) == list(range(PARTITIONS)))
+
+    def _stable_pair(self) -> dict[str, list[int]]:
+        """The assignment of the two consumers (waits out a rebalance in progress)."""
+        return wait_for(lambda: (lambda a: a if len(a) == 2 else None)(
+            self.box.stack.group_assignment(self.group)), GROUP_TIMEOUT_S,
+            "a stable group of two consumers", interval=0.2)
+
+    def _kill_static_consumer(self) -> dict:
+        owners = self._stable_pair()
+        victim = next(iter(self.consumers))
+        killed, survivor = owners[victim], [p for k, ps in owners.items() if k != victim for p in ps]
+        t_kill = self._kill(self.consumers[victim])
+        time.sleep(RESTART_AFTER_S)       # the fault: a restart one second later
+        spawned_at = time.time()
+        self.consumers[victim] = self.box.spawn("consume", self._config(victim))
+        # only a consumer alive after the kill can invalidate a row committed after it
+        self._await_progress(killed, t_kill, committed_after=t_kill)
+        return {"stalls": (t_kill, killed, survivor),
+                "restarted_lease_waits": _lease_waits(self.consumers[victim]),
+                "restarted_process_start_s": _started_after(self.consumers[victim], spawned_at)}
+
+    def _kill_dynamic_consumer(self) -> dict:
+        before = self._stable_pair()
+        t_kill = self._kill(self.consumers.pop(next(iter(self.consumers))))
+        self._await_progress(list(range(PARTITIONS)), t_kill, committed_after=t_kill)
+        t_seen = wait_for(self._survivor_owns_all, GROUP_TIMEOUT_S,
+                          "the survivor owning every partition", interval=0.2)
+        # a dynamic member is known by the broker's member id only: the killed one is the
+        # member that left
+        (survivor_id,) = self.box.stack.group_assignment(self.group)
+        if survivor_id not in before:
+            raise RuntimeError(f"the survivor {survivor_id} was not a member before the kill: "
+                               f"{before}")
+        killed = [p for k, ps in before.items() if k != survivor_id for p in ps]
+        return {"stalls": (t_kill, killed, before[survivor_id]),
+                "reassignment_seen_after_s": _r(t_seen - t_kill),
+                "survivor_lease_waits": _lease_waits(next(iter(self.consumers.values())))}
+
+    def _survivor_owns_all(self):
+        owners = self.box.stack.group_assignment(self.group)
+        return time.perf_counter() if len(owners) == 1 and \
+            sorted(next(iter(owners.values()))) == list(range(PARTITIONS)) else None
+
+    def _await_progress(self, partitions: list[int], t_fault: float, committed_after: float = 0.0):
+        wait_for(lambda: self._pipeline_alive() and all(
+            self.progress.first_gone(p, t_fault, committed_after) for p in partitions),
+            RECOVERY_TIMEOUT_S, f"partitions {partitions} invalidating again", interval=0.1)
+
+    def _stall_figures(self, t_fault: float, killed: list[int], survivor: list[int]) -> dict:
+        """Each partition's stall over the whole phase (from before_s before the fault)."""
+        since = t_fault - self.before_s
+        stalls = {p: _r(longest_stall(self.progress.events(p, since))) for p in range(PARTITIONS)}
+        worst = lambda ps: max((stalls[p] for p in ps), default=None)  # noqa: E731
+        return {"figure_s": worst(killed), "killed_partitions": killed,
+                "survivor_partitions": survivor, "killed_stall_s": worst(killed),
+                "survivor_stall_s": worst(survivor), "stall_by_partition_s": stalls}
+
+    # -- tailers -------------------------------------------------------------------------
+    def _kill_active_tailer(self, standby) -> dict:
+        t_kill = self._kill(self.tail)
+        self.tail = standby
+        self._await_progress(list(range(PARTITIONS)), t_kill, committed_after=t_kill)
+        first = min(self.progress.first_gone(p, t_kill, t_kill) for p in range(PARTITIONS))
+        return {"figure_s": _r(first - t_kill),
+                "what": "kill -> the first key gone of a row committed after the kill"}
+
+    # -- Kafka ---------------------------------------------------------------------------
+    def _restart_kafka(self) -> dict:
+        t_down = time.perf_counter()
+        _stack_sh(self.box.stack, "down", "kafka")
+        down_s = time.perf_counter() - t_down
+        up = subprocess.Popen(_stack_sh_args("up", "kafka"), env=_stack_sh_env(self.box.stack),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        t_back = wait_for(lambda: _port_open(self.box.stack.bootstrap) and time.perf_counter(),
+                          RECOVERY_TIMEOUT_S, "the Kafka port open again", interval=0.05)
+        self._await_progress(list(range(PARTITIONS)), t_back)
+        firsts = [self.progress.first_gone(p, t_back) - t_back for p in range(PARTITIONS)]
+        _, err = up.communicate(timeout=180)
+        if up.returncode != 0:
+            raise RuntimeError(f"stack.sh up kafka failed: {err[-2000:]}")
+        return {"figure_s": _r(max(firsts)), "first_partition_s": _r(min(firsts)),
+                "what": "broker port open again -> every partition's first key gone after it",
+                "broker_down_for_s": _r(t_back - t_down), "stack_sh_down_s": _r(down_s)}
+
+    # -- shared ------------------------------------------------------------------------------
+    @staticmethod
+    def _kill(proc) -> float:
+        proc.kill()
+        t = time.perf_counter()
+        proc.wait(10)
+        return t
+
+    def _stale_keys(self) -> int:
+        """Rows in MySQL whose key is still cached, once the pipeline had time to drain."""
+        with self.box.stack.admin(self.box.db) as conn, conn.cursor() as cur:
+            cur.execute("SELECT id FROM lag")
+            keys = [f"{self.box.prefix}lag:{row_id}" for (row_id,) in cur.fetchall()]
+        r = self.box.stack.redis()
+        try:
+            pipe = r.pipeline(transaction=False)
+            for key in keys:
+                pipe.exists(key)
+            return sum(pipe.execute())
+        finally:
+            r.close()
+
+    def report(self, results: list[dict], runs: int) -> dict:
+        children = {"tail": _child_report(self.box, self.tail),
+                    **{f"consume {k}": _child_report(self.box, p) for k, p in self.consumers.items()}}
+        return {"description": "how long invalidation stops when a part of the pipeline dies, "
+                               f"during {RATE} row changes/s (cachesync tail + consume, child processes)",
+                "params": {"rate_per_s": RATE, "partitions": PARTITIONS, "runs": runs,
+                           "before_fault_s": self.before_s, "after_recovery_s": self.after_s,
+                           "stall": "per partition: the longest time with a committed key "
+                                    "outstanding and none of its keys invalidated"},
+                "faults": _fault_medians(results), "whole_run": _whole_run(results),
+                "runs": results, "children": children}
+
+
+def _fault_medians(results: list[dict]) -> dict:
+    out = {}
+    for name, target in TARGETS_S.items():
+        runs = [r["faults"][name] for r in results]
+        if name == "consumer_static_restart":
+            out[name] = {part: _met(median([f[f"{part}_stall_s"] for f in runs]), target[part])
+                         for part in ("killed", "survivor")}
+        elif runs[0]["figure_s"] is None:
+            out[name] = {"figure_s": None, "target_s": target, "met": None,
+                         "reason": runs[0]["reason"]}
+        else:
+            out[name] = _met(median([f["figure_s"] for f in runs]), target)
+    return out
+
+
+def _met(figure, target: float) -> dict:
+    return {"figure_s": _r(figure), "target_s": target, "met": figure is not None and figure <= target}
+
+
+def _whole_run(results: list[dict]) -> dict:
+    return {"p99_ms": _r(median([r["p99_ms"] for r in results])),
+            "max_ms": _r(median([r["max_ms"] for r in results])),
+            "worst_max_ms": max(r["max_ms"] for r in results),
+            "stale_keys": max(r["stale_keys"] for r in results), "stale_target": 0}
+
+
+# -- devstack/stack.sh --------------------------------------------------------------------
+def _stack_sh_args(*args: str) -> list[str]:
+    return [str(ROOT / "devstack" / "stack.sh"), *args]
+
+
+def _stack_sh_env(stack) -> dict[str, str]:
+    """stack.sh finds its services by data dir and ports: take them from the env file, so
+    that the script acts on the stack the benchmark uses."""
+    data_dir = stack.env["DEVSTACK_DIR"]
+    port = stack.bootstrap.rsplit(":", 1)[1]
+    env = {**os.environ, "CACHESYNC_DEVSTACK_DIR": data_dir, "DEVSTACK_KAFKA_PORT": port}
+    props = Path(data_dir) / "kafka" / "server.properties"
+    for line in props.read_text().splitlines():
+        if line.startswith("controller.quorum.voters="):
+            env["DEVSTACK_KAFKA_CONTROLLER_PORT"] = line.rsplit(":", 1)[1].strip()
+    return env
+
+
+def _stack_sh(stack, *args: str) -> None:
+    done = subprocess.run(_stack_sh_args(*args), env=_stack_sh_env(stack), capture_output=True,
+                          text=True, timeout=180)
+    if done.returncode != 0:
+        raise RuntimeError(f"stack.sh {' '.join(args)} failed: {done.stderr[-2000:]}")
+
+
+def _port_open(bootstrap: str) -> bool:
+    host, port = bootstrap.split(",")[0].rsplit(":", 1)
+    try:
+        socket.create_connection((host, int(port)), timeout=0.2).close()
+        return True
+    except OSError:
+        return False
+
+
+def _lease_waits(proc) -> int:
+    """How often a consumer waited for another's claims (a dead consumer's, after a kill)."""
+    with open(proc.log_path) as f:
+        return sum("claimed by another consumer" in line for line in f)
+
+
+def _started_after(proc, spawned_at: float) -> float | None:
+    """Seconds from spawning a consumer to its first log line (imports, config, connections)."""
+    with open(proc.log_path) as f:
+        for line in f:                  # the first line with a timestamp (not a warning's)
+            try:
+                stamp = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
+            except ValueError:
+                continue
+            return _r(stamp.timestamp() - spawned_at)
+    return None
+
+
+def _r(x):
+    return None if x is None else round(x, 3)
