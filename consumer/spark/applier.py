@@ -70,6 +70,8 @@ class _Worker:
         Ticker(self.hooks, "cachesync-delayed-deletes", stop).start()
 
 
+# per engine run (its token), in this worker process: a consume run's _Worker, or a
+# replay run's cache; Spark reuses the process across that run's tasks
 _WORKERS: dict[str, object] = {}
 
 
