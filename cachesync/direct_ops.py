@@ -32,7 +32,7 @@ class DirectOps:
         ops = Ops(settings, "consume")
         self._closing.callback(ops.close)
         counters(ops.registry, tailer, TAILER_COUNTERS)
-        self.metrics = ConsumerMetrics(ops.registry, engine_stats, settings.mysql.state_db)
+        self.metrics = ConsumerMetrics(ops.registry, engine_stats)
         ops.heartbeat()
         session, redis_ping = ops.session(), ops.redis_ping()
 

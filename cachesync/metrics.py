@@ -19,7 +19,8 @@ from typing import Callable
 from prometheus_client import CollectorRegistry, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily
 
-from cachesync.producer_outbox.heartbeat import HEARTBEAT_TABLE, beat_time
+from cachesync.producer_outbox.heartbeat import beat_time
+from cachesync.schema.event import HEARTBEAT_KIND
 
 log = logging.getLogger(__name__)
 
@@ -90,9 +91,9 @@ class Cumulative:
 class ConsumerMetrics:
     """The consumer's metrics; ``on_batch`` is the engine's hook."""
 
-    def __init__(self, registry: CollectorRegistry, stats: Callable[[], object], state_db: str,
+    def __init__(self, registry: CollectorRegistry, stats: Callable[[], object],
                  on_heartbeat: Callable[[str, float, float], None] | None = None):
-        self._state_db, self._on_heartbeat = state_db, on_heartbeat
+        self._on_heartbeat = on_heartbeat
         registry.register(StatsCollector(stats, CONSUMER_COUNTERS))
         self.lag = Histogram("cachesync_commit_to_apply_seconds",
                              "Source commit -> cache applied, per event (kind: binlog, outbox, "
@@ -109,7 +110,7 @@ class ConsumerMetrics:
 
     def on_batch(self, result) -> None:
         """The engine's hook: observe every applied event's lag; never raises into the engine."""
-        self.observe(lag_samples(result, self._state_db))
+        self.observe(lag_samples(result))
 
     def observe(self, samples: list["LagSample"]) -> None:
         """Record lag samples (from ``lag_samples``, here or in a Spark task); never raises."""
@@ -157,14 +158,14 @@ class LagSample:
     beat_name: str | None = None   # the tailer that wrote a heartbeat
 
 
-def lag_samples(result, state_db: str) -> list[LagSample]:
+def lag_samples(result) -> list[LagSample]:
     """The lag of every event a batch applied (``BatchResult``)."""
     out = []
     for ep in result.applied:
         event = ep.event
         committed, kind, name = event.source.commit_ts, event.source.kind, None
-        if event.db == state_db and event.table == HEARTBEAT_TABLE:
-            committed, kind = beat_time(event.after) or committed, "heartbeat"
+        if kind == HEARTBEAT_KIND:
+            committed = beat_time(event.after) or committed
             name = event.pk_dict.get("name", "?")
         out.append(LagSample(kind, committed, result.applied_at, name))
     return out

@@ -106,7 +106,7 @@ def consumer_ops(settings: Settings, stats: Callable[[], object],
     ns, k = settings.dedup_namespace, settings.kafka
     recorder = _WarnOnce("could not record applied heartbeat lag in cachesync_lag")
     metrics = ConsumerMetrics(
-        ops.registry, stats, settings.mysql.state_db,
+        ops.registry, stats,
         on_heartbeat=lambda src, c, a: recorder.run(lambda: record_applied_lag(lag_session, ns, src, c, a)))
     kafka, redis_ping = ops.kafka(), ops.redis_ping()
 

@@ -1,10 +1,11 @@
 """Heartbeat rows: keep commit->apply lag measurable while the application is idle.
 
 ``cachesync tail`` rewrites one row of ``<state_db>.cachesync_heartbeat`` every few
-seconds. The table is mapped internally (``with_heartbeat``), so the row's binlog
-event is published and consumed like any other; the mapping has no key template
-(only internal mappings may), so the consumer renders no Redis key for it and
-counts no NULL-key skip.
+seconds. The tailer publishes the table's rows (``with_heartbeat`` adds it to the
+tables it reads) as events of source kind ``heartbeat``, which the consumer's planner
+passes over (no key, no NULL-key skip) and its metrics measure lag with. The keyless
+mapping only selects the table for the tailer (and plans the ``binlog``-kind
+heartbeats of tailers older than the heartbeat kind to no key).
 """
 
 from __future__ import annotations
@@ -15,20 +16,23 @@ from dataclasses import replace
 from typing import Any, Mapping
 
 from cachesync.producer_outbox.mysql import Session, ensure_state_tables
-from cachesync.schema.errors import FatalError, RetryableError
+from cachesync.schema.errors import ConfigError, FatalError, RetryableError
+from cachesync.schema.event import HEARTBEAT_TABLE
 from cachesync.schema.mapping import MappingSet, TableMapping
 
 log = logging.getLogger(__name__)
-
-HEARTBEAT_TABLE = "cachesync_heartbeat"
-
 
 def heartbeat_table(state_db: str) -> str:
     return f"{state_db}.{HEARTBEAT_TABLE}"
 
 
 def with_heartbeat(mappings: MappingSet, state_db: str) -> MappingSet:
-    """``mappings`` plus the internal heartbeat table (a new set; the argument is unchanged)."""
+    """``mappings`` plus the internal heartbeat table (a new set; the argument is unchanged);
+    raises ConfigError when a mapped table takes the heartbeat table's reserved name."""
+    taken = [t for t in mappings.tables if t.split(".", 1)[-1] == HEARTBEAT_TABLE]
+    if taken:
+        raise ConfigError(f"tables: {', '.join(taken)}: {HEARTBEAT_TABLE} is cachesync's own "
+                          "heartbeat table; its rows are lag probes, never cache keys")
     name = heartbeat_table(state_db)
     return replace(mappings, tables={**mappings.tables, name: TableMapping(table=name, keys=())})
 

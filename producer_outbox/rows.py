@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from cachesync.schema.event import ENVELOPE_VERSION, ChangeEvent, Source, build_checked
+from cachesync.schema.event import (ENVELOPE_VERSION, HEARTBEAT_KIND, HEARTBEAT_TABLE, ChangeEvent,
+                                    Source, build_checked)
 from cachesync.schema.ids import binlog_message_id, binlog_version
 
 
@@ -38,7 +39,8 @@ def row_change(ctx: TxnContext, row_index: int, db: str, table: str, op: str,
     """Build the event for one row; the id depends only on (server, position, row_index)."""
     image = after if after is not None else before
     pk = tuple([(c, image[c]) for c in pk_columns(primary_key, image)])
-    source = build_checked(Source, {"kind": "binlog", "server": ctx.server,
+    kind = HEARTBEAT_KIND if table == HEARTBEAT_TABLE else "binlog"
+    source = build_checked(Source, {"kind": kind, "server": ctx.server,
                                     "position": ctx.position, "commit_ts": ctx.commit_ts,
                                     "row_index": row_index})
     return build_checked(ChangeEvent, {

@@ -16,14 +16,18 @@ SUPPORTED_VERSIONS = frozenset({1})
 
 Op = Literal["insert", "update", "delete"]
 OPS = frozenset({"insert", "update", "delete"})
-SOURCE_KINDS = frozenset({"binlog", "outbox"})
+HEARTBEAT_KIND = "heartbeat"
+SOURCE_KINDS = frozenset({"binlog", "outbox", HEARTBEAT_KIND})
+# cachesync's own table (in the state database): its rows go out as HEARTBEAT_KIND events,
+# which measure commit->apply lag and touch no key; no application table may use the name
+HEARTBEAT_TABLE = "cachesync_heartbeat"
 
 
 @dataclass(frozen=True)
 class Source:
     """Where an event came from: enough to re-derive its id and to measure lag."""
 
-    kind: str                 # "binlog" | "outbox"
+    kind: str                 # "binlog" | "outbox" | "heartbeat" (lag only, no keys)
     server: str               # server identity, e.g. "mariadb:1" or a server_uuid
     position: str             # GTID ("0-1-42") or "file:pos" of the transaction start
     commit_ts: float          # source commit time, seconds since the epoch

@@ -26,9 +26,9 @@ def command(settings, engine_kind, **spark) -> None:
     dead-letter topic (kafka.dead_letter_topic) with a reason; consumption goes on.
     Done dedup records past consumer.dedup_retention_s are purged periodically.
 
-    Serves /metrics, /healthz and /readyz on metrics.listen (default 127.0.0.1:9464);
-    ready = Kafka, MySQL and Redis answer and the commit->apply lag is under
-    metrics.ready_max_lag_s.
+    Serves /metrics, /healthz and /readyz on metrics.listen (default 127.0.0.1:9464),
+    with either engine (spark: Kafka lag measured from its checkpoint); ready = Kafka,
+    MySQL and Redis answer and the commit->apply lag is under metrics.ready_max_lag_s.
     """
     if engine_kind == "spark":
         with handle_errors():

@@ -1,4 +1,4 @@
-"""``cachesync status``: checkpoint, lag, Kafka consumer lag, dedup size, dead letters."""
+"""``cachesync status``: checkpoint, lag, Kafka consumer lag, dedup records, dead letters."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ SCHEMA_VERSION = 1
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of a table.")
 @settings_options
 def command(settings, as_json: bool) -> None:
-    """Show the pipeline's state as stored in MySQL and Kafka.
+    """Show the pipeline's state as stored in MySQL and Kafka (and Redis: its dedup store).
 
     Checkpoint position and age, and the active process, of every tailer; commit->apply lag of the newest
     heartbeat the consumer group applied, Kafka consumer lag (end minus committed
@@ -92,7 +92,7 @@ def render(report: dict) -> str:
         rows.append((f"kafka consumer lag ({kf['group']})", f"{kf['consumer_lag']} messages on {kf['topic']}"))
     if report["dedup"]:
         d = report["dedup"]
-        rows.append((f"dedup rows ({d['namespace']})", f"{d['total']} ({d['done']} done, {d['claimed']} claimed)"))
+        rows.append((f"dedup records ({d['namespace']})", f"{d['total']} ({d['done']} done, {d['claimed']} claimed)"))
     if report["dead_letters"]:
         rows.append((f"dead letters ({report['dead_letters']['topic']})", str(report["dead_letters"]["depth"])))
     for name, error in report["errors"].items():

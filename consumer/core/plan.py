@@ -20,7 +20,7 @@ from cachesync.consumer.core.delivery import Delivery
 from cachesync.consumer.core.writes import (KIND_DELETE, CacheWrite, merge_writes, render_value,
                                   version_text)
 from cachesync.schema.errors import PoisonError, UnknownTableError
-from cachesync.schema.event import ChangeEvent
+from cachesync.schema.event import HEARTBEAT_KIND, ChangeEvent
 from cachesync.schema.mapping import MappingSet, TableMapping
 
 
@@ -77,6 +77,8 @@ def batch_writes(events: Iterable[EventPlan]) -> list[CacheWrite]:
 
 def event_keys(event: ChangeEvent, mappings: MappingSet) -> EventPlan:
     """Plan one event; raises UnknownTableError, MissingColumnError or BadVersionError (poison)."""
+    if event.source.kind == HEARTBEAT_KIND:       # measures lag only: no table, no key
+        return EventPlan(event, ())
     mapping = mappings.get(event.db, event.table)
     if mapping is None and not event.keys:
         raise UnknownTableError(event.qualified_table)

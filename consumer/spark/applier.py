@@ -70,6 +70,8 @@ class _Worker:
         Ticker(self.hooks, "cachesync-delayed-deletes", stop).start()
 
 
+# per engine run (its token), in this worker process: a consume run's _Worker, or a
+# replay run's cache; Spark reuses the process across that run's tasks
 _WORKERS: dict[str, object] = {}
 
 
@@ -96,7 +98,7 @@ def consume_partition(rows: Iterable, config: ApplyConfig, batch_id: int) -> Ite
     for part in _chunks(map(to_record, rows), c.batch_size):
         result = applier.apply(part)
         worker.hooks.after_batch(result)
-        lag += lag_samples(result, config.settings.mysql.state_db)
+        lag += lag_samples(result)
         offsets.update({p: o for (_, p), o in commit_offsets(part).items()})
     log.debug("batch %d: partition done: %s", batch_id, stats)
     yield {"stats": asdict(stats), "lag": lag, "offsets": offsets}

@@ -14,7 +14,8 @@ from cachesync.metrics import ConsumerMetrics, Cumulative
 from cachesync.consumer.core.plan import EventPlan, plan_batch
 from cachesync.producer_outbox.heartbeat import own_rows_only, with_heartbeat
 from cachesync.schema.errors import ConfigError
-from cachesync.schema.event import ChangeEvent, Source
+from cachesync.producer_outbox.rows import TxnContext, row_change
+from cachesync.schema.event import ChangeEvent, Source, decode, encode
 from cachesync.schema.mapping import parse_mappings
 
 
@@ -47,7 +48,7 @@ def samples(registry) -> dict:
 
 def test_counters_come_from_stats_and_fenced_defaults_to_zero():
     reg = CollectorRegistry()
-    ConsumerMetrics(reg, lambda: Stats(), "cachesync")
+    ConsumerMetrics(reg, lambda: Stats())
     m = samples(reg)
     assert m[("cachesync_events_consumed_total", ())] == 7
     assert m[("cachesync_retries_total", ())] == 2
@@ -56,8 +57,8 @@ def test_counters_come_from_stats_and_fenced_defaults_to_zero():
 
 def test_lag_uses_commit_time_and_the_heartbeats_microsecond_time():
     reg, beats = CollectorRegistry(), []
-    cm = ConsumerMetrics(reg, lambda: None, "cachesync", on_heartbeat=lambda *a: beats.append(a))
-    hb = event("cachesync", "cachesync_heartbeat", commit_ts=100.0,
+    cm = ConsumerMetrics(reg, lambda: None, on_heartbeat=lambda *a: beats.append(a))
+    hb = event("cachesync", "cachesync_heartbeat", commit_ts=100.0, kind="heartbeat",
                after={"name": "t1", "beat_us": 100_400_000})
     cm.on_batch(Batch([event(commit_ts=100.0), hb], applied_at=100.5))
     m = samples(reg)
@@ -68,9 +69,10 @@ def test_lag_uses_commit_time_and_the_heartbeats_microsecond_time():
 
 
 def test_a_failing_hook_never_raises_into_the_engine():
-    cm = ConsumerMetrics(CollectorRegistry(), lambda: None, "cachesync",
+    cm = ConsumerMetrics(CollectorRegistry(), lambda: None,
                          on_heartbeat=lambda *a: 1 / 0)
-    hb = event("cachesync", "cachesync_heartbeat", after={"name": "t", "beat_us": 1})
+    hb = event("cachesync", "cachesync_heartbeat", kind="heartbeat",
+               after={"name": "t", "beat_us": 1})
     cm.on_batch(Batch([hb], applied_at=2.0))          # logged, not raised
 
 
@@ -81,7 +83,7 @@ def test_a_failing_hook_never_raises_into_the_engine():
     (0.5, 10, 900.0, 1000.0, False),  # backlog and nothing applied for 100 s: stalled
 ])
 def test_lag_problem(last_lag, backlog, last_apply, now, ready):
-    cm = ConsumerMetrics(CollectorRegistry(), lambda: None, "cachesync")
+    cm = ConsumerMetrics(CollectorRegistry(), lambda: None)
     cm.last_lag_s, cm.last_apply_at = last_lag, last_apply
     cm.set_kafka_lag({0: backlog})
     assert (cm.lag_problem(30.0, now=now) is None) is ready
@@ -101,8 +103,8 @@ def test_cumulative_sums_restarted_instances():
 
 def test_registries_are_per_process_objects_not_the_global_default():
     a, b = CollectorRegistry(), CollectorRegistry()
-    ConsumerMetrics(a, lambda: Stats(), "cachesync")
-    ConsumerMetrics(b, lambda: Stats(), "cachesync")      # no "duplicated timeseries" error
+    ConsumerMetrics(a, lambda: Stats())
+    ConsumerMetrics(b, lambda: Stats())      # no "duplicated timeseries" error
     assert b"cachesync_events_applied_total 5.0" in generate_latest(a)
 
 
@@ -129,7 +131,7 @@ def get(addr, path):
 
 def test_server_endpoints_and_a_taken_port():
     reg, problems = CollectorRegistry(), []
-    ConsumerMetrics(reg, lambda: Stats(), "cachesync")
+    ConsumerMetrics(reg, lambda: Stats())
     server = OpsServer(("127.0.0.1", 0), reg, [lambda: problems[0] if problems else None]).start()
     try:
         assert server.address.startswith("127.0.0.1:")
@@ -146,14 +148,32 @@ def test_server_endpoints_and_a_taken_port():
         server.close()
 
 
-def test_heartbeat_mapping_renders_no_key_and_tailers_keep_only_their_row():
-    m = with_heartbeat(parse_mappings({"app.users": {"keys": ["user:{id}"]}}), "cachesync")
-    beat = ChangeEvent("h", Source("binlog", "s", "0-1-1", 0.0), "cachesync", "cachesync_heartbeat",
+def heartbeat(kind: str) -> ChangeEvent:
+    return ChangeEvent("h", Source(kind, "s", "0-1-1", 0.0), "cachesync", "cachesync_heartbeat",
                        "update", (("name", "a"),), {"name": "a", "beat_us": 1},
                        {"name": "a", "beat_us": 2}, 1)
-    plan = plan_batch([beat], m)
+
+
+def test_the_planner_passes_over_heartbeats_and_tailers_keep_only_their_row():
+    users = parse_mappings({"app.users": {"keys": ["user:{id}"]}})
+    plan = plan_batch([heartbeat("heartbeat")], users)         # no mapping needed
     assert not plan.poison and not plan.keys and not plan.writes and plan.null_skips == 0
+    # a heartbeat of a tailer older than the heartbeat kind: the keyless mapping plans it
+    legacy = plan_batch([heartbeat("binlog")], with_heartbeat(users, "cachesync"))
+    assert not legacy.poison and not legacy.keys and legacy.null_skips == 0
     keep = own_rows_only("cachesync", "t1")
     assert keep("cachesync", "cachesync_heartbeat", {"name": "t1"})
     assert not keep("cachesync", "cachesync_heartbeat", {"name": "t2"})
     assert keep("app", "users", {"id": 1})
+
+
+def test_heartbeat_rows_go_out_as_the_heartbeat_kind_and_the_name_is_reserved():
+    ctx = TxnContext("s", "0-1-5", 5, 1.0)
+    beat = row_change(ctx, 0, "cachesync", "cachesync_heartbeat", "update", "name",
+                      {"name": "t1", "beat_us": 1}, {"name": "t1", "beat_us": 2})
+    user = row_change(ctx, 1, "app", "users", "update", "id", {"id": 1}, {"id": 1})
+    assert (beat.source.kind, user.source.kind) == ("heartbeat", "binlog")
+    assert decode(encode(beat)).source.kind == "heartbeat"
+    with pytest.raises(ConfigError, match="app.cachesync_heartbeat"):
+        with_heartbeat(parse_mappings({"app.cachesync_heartbeat": {"keys": ["x:{id}"]}}),
+                       "cachesync")
