@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
@@ -22,6 +23,7 @@ from cachesync.schema.values import canonical_text
 
 VERSION_DIGITS = 24      # binlog versions reach 2**68 (file number << 56); 10**24 covers it
 KIND_JSON, KIND_HASH, KIND_DELETE = "json", "hash", "del"
+_DATETIME_TEXT = re.compile(r"(\d{4}-\d{2}-\d{2})(?: (\d{2}:\d{2}:\d{2})(?:\.(\d{1,6}))?)?")
 
 
 class BadVersionError(PoisonError):
@@ -85,6 +87,13 @@ def _column_order_text(column: str, value: Any) -> str:
         return value.replace(tzinfo=None).strftime("%Y-%m-%dT%H:%M:%S.%f")
     if isinstance(value, dt.date):
         return value.strftime("%Y-%m-%dT00:00:00.000000")
+    if isinstance(value, str):
+        # DATETIME(n)/TIMESTAMP(n) arrive as the server's text (their fraction digits are
+        # part of the key text), zero dates too; the order text is the same as a datetime's
+        m = _DATETIME_TEXT.fullmatch(value)
+        if m is not None:
+            date, time, micro = m.groups()
+            return f"{date}T{time or '00:00:00'}.{(micro or '').ljust(6, '0')}"
     raise BadVersionError(column, value)
 
 

@@ -7,6 +7,7 @@ table, primary_key, rows), because decoding rows needs a table map from a server
 """
 
 import struct
+import types
 import uuid
 
 import pymysql
@@ -85,6 +86,7 @@ def rows(cls, *images, table="users"):
         decoded = [{"values": v} for v in images]
     event._RowsEvent__rows = decoded       # what RowsEvent.rows returns once fetched
     event.complete = False                 # no packet behind it: fastrows steps aside
+    event.table_id, event.table_map = 1, {1: types.SimpleNamespace(columns=[])}  # no typed columns
     return event
 
 
