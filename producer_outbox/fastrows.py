@@ -34,15 +34,16 @@ already read by the event's constructor)::
 
 Each generated decoder reproduces the library's results exactly, quirks
 included: YEAR 0 is 1900, a zero TIMESTAMP is 1970-01-01, a negative TIME2's fraction is added
-before the sign is applied, strings are decoded with the Python codec named
-after the column charset (``RowsEvent.charset_to_encoding``: utf16 thus decodes
-little-endian) and stay bytes when there is no such codec (``binary``, ucs2),
+before the sign is applied, strings are decoded with the Python codec of the
+column charset (``keycolumns.text_codec``: the library's, except utf16, utf32 and
+ucs2, big-endian as the server stores them) and stay bytes when there is no such
+codec (``binary``),
 except an empty one, which is '', BIT is a string of '0'/'1', an empty SET is
 None ("empty set"), and every row carries the library's ``none_sources`` dicts.
 A DATE or DATETIME2 Python cannot hold (zero parts, or an invalid date
-the server allowed) is the server's text, as the library's readers return it once
-``keycolumns.install_zero_dates`` patched them (the tailer does at import; the
-unpatched library returns None). Where the library would raise (undecodable text, a
+the server allowed) is the server's text. Dates and strings are read as the
+library's readers once ``keycolumns.install_readers`` patched them (at import of
+this module; the unpatched library returns None for such dates). Where the library would raise (undecodable text, a
 truncated event) or where only a corrupt event could take the fast path off
 the library's results, ``decode_rows`` returns None instead.
 
@@ -74,7 +75,7 @@ from pymysqlreplication.constants import FIELD_TYPE, NONE_SOURCE
 from pymysqlreplication.row_event import (DeleteRowsEvent, RowsEvent, UpdateRowsEvent,
                                           WriteRowsEvent)
 
-from cachesync.producer_outbox.keycolumns import zero_date_text, zero_datetime_text
+from cachesync.producer_outbox.keycolumns import text_codec, zero_date_text, zero_datetime_text
 
 # The images of one row and the keys the library stores them under.
 _IMAGE_KEYS = {
@@ -279,7 +280,7 @@ _AS_IS = _assign("{0}")
 
 
 def _date(out, raws, name, k):
-    """As the patched ``__read_date`` (``keycolumns.install_zero_dates``): a date Python
+    """As the patched ``__read_date`` (``keycolumns.install_readers``): a date Python
     cannot hold ('0000-00-00', '2020-00-15') is the server's text."""
     return [f"t = {raws[0]} | {raws[1]} << 16",
             "y, mo, d = t >> 9 & 0x7FFF, t >> 5 & 15, t & 31",
@@ -392,7 +393,7 @@ def _string(column, errors: str) -> _Converter:
     if column.character_set_name is None:
         encoding = "utf-8"
     else:
-        encoding = RowsEvent.charset_to_encoding(column.character_set_name)
+        encoding = text_codec(column.character_set_name)
     try:
         b"\0".decode(encoding, errors)
     except LookupError:

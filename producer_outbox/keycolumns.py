@@ -4,10 +4,14 @@ Both decoders (``fastrows`` and the library's ``event.rows``) return the library
 values; :func:`key_images` then applies ``cachesync.schema.keytext.key_values`` with
 the column specs of the event's table map, so both paths give the same images.
 
-Zero dates: the library returns None for a DATE or DATETIME with a zero part
-('0000-00-00', '2020-00-15'), indistinguishable from NULL. :func:`install_zero_dates`
-makes its two readers return the server's text instead (``fastrows`` does the same);
-the tailer installs it once at import.
+Two things cannot be corrected afterwards, so :func:`install_readers` patches the
+library's readers (``fastrows`` reproduces the patched ones), once, at import:
+
+* zero dates: the library returns None for a DATE or DATETIME with a zero part
+  ('0000-00-00', '2020-00-15'), indistinguishable from NULL; they become the server's text;
+* utf16, utf32 and ucs2 text: the server stores them big-endian, the library decodes
+  them with Python's codec of that name (little-endian: wrong text, or an exception
+  that stopped the tailer for utf32); they are decoded big-endian.
 """
 
 from __future__ import annotations
@@ -23,7 +27,8 @@ from cachesync.schema.keytext import ColumnSpec, key_values
 _TEMPORAL = {FIELD_TYPE.DATETIME2: keytext.DATETIME, FIELD_TYPE.DATETIME: keytext.DATETIME,
              FIELD_TYPE.TIMESTAMP2: keytext.TIMESTAMP, FIELD_TYPE.TIMESTAMP: keytext.TIMESTAMP,
              FIELD_TYPE.TIME2: keytext.TIME, FIELD_TYPE.TIME: keytext.TIME}
-_SWAPPED = {"utf16": keytext.UTF16, "utf32": keytext.UTF32, "ucs2": keytext.UCS2}
+# MySQL charsets whose Python codec of the same name (or none) is not the server's encoding
+_BIG_ENDIAN = {"utf16": "utf-16-be", "utf32": "utf-32-be", "ucs2": "utf-16-be"}
 _TEXT_TYPES = (FIELD_TYPE.STRING, FIELD_TYPE.VARCHAR, FIELD_TYPE.BLOB)
 _IMAGES = (("values", "none_sources"), ("before_values", "before_none_sources"),
            ("after_values", "after_none_sources"))
@@ -55,8 +60,6 @@ def _text_spec(column) -> ColumnSpec | None:
         if column.type == FIELD_TYPE.STRING:          # BINARY(n): fixed width, 0x00-padded
             return ColumnSpec(column.name, keytext.BINARY, length=column.max_length)
         return ColumnSpec(column.name, keytext.VARBINARY)
-    if charset in _SWAPPED:
-        return ColumnSpec(column.name, _SWAPPED[charset])
     return None
 
 
@@ -114,12 +117,30 @@ def _read_datetime2(self, column):
     return self._RowsEvent__add_fsp_to_time(value, column)
 
 
-def install_zero_dates() -> None:
-    """Make the library's DATE and DATETIME2 readers return zero dates as text. Idempotent."""
+def text_codec(charset: str) -> str:
+    """The Python codec of a MySQL charset name, as the server encodes it."""
+    return _BIG_ENDIAN.get(charset.lower()) or RowsEvent.charset_to_encoding(charset)
+
+
+def _read_string(self, size, column):
+    """As the library's ``__read_string``, with :func:`text_codec` (bytes without a codec)."""
+    raw = self.packet.read_length_coded_pascal_string(size)
+    errors = "ignore" if self._ignore_decode_errors else "strict"
+    if column.character_set_name is None:
+        return raw.decode(errors=errors)
+    try:
+        return raw.decode(text_codec(column.character_set_name), errors)
+    except LookupError:                  # no Python codec (e.g. binary): the bytes
+        return raw
+
+
+def install_readers() -> None:
+    """Patch the library's DATE, DATETIME2 and string readers (see the module). Idempotent."""
     RowsEvent._RowsEvent__read_date = _read_date
     RowsEvent._RowsEvent__read_datetime2 = _read_datetime2
+    RowsEvent._RowsEvent__read_string = _read_string
 
 
 # Installed at import, before any event is decoded: fastrows reproduces the patched
 # readers, so the library path must never run unpatched in a process that uses it.
-install_zero_dates()
+install_readers()

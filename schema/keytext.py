@@ -7,7 +7,7 @@ CHAR)``, the text protocol's value). python-mysql-replication decodes some types
 into values whose ``str`` differs from that text (a SET is a Python set, a
 BINARY(n) loses its trailing pad bytes, a FLOAT is widened to a double, a
 DATETIME(6) of a whole second drops its fraction, TIME is a timedelta, YEAR 0 is
-1900, BIT is a string of '0'/'1', utf16 text is decoded little-endian). The
+1900, BIT is a string of '0'/'1'). The
 tailer therefore passes every row image through :func:`key_values`, with one
 :class:`ColumnSpec` per column built from the table map's metadata, before the
 event is encoded; consumer, replay and explain then only see values whose
@@ -27,10 +27,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 # Column kinds whose decoded value is converted (every other kind is left as decoded).
 FLOAT, YEAR, DATETIME, TIMESTAMP, TIME = "float", "year", "datetime", "timestamp", "time"
-BINARY, VARBINARY, SET, BIT, UTF16, UTF32, UCS2 = (
-    "binary", "varbinary", "set", "bit", "utf16", "utf32", "ucs2")
-KINDS = frozenset({FLOAT, YEAR, DATETIME, TIMESTAMP, TIME, BINARY, VARBINARY, SET, BIT,
-                   UTF16, UTF32, UCS2})
+BINARY, VARBINARY, SET, BIT = "binary", "varbinary", "set", "bit"
+KINDS = frozenset({FLOAT, YEAR, DATETIME, TIMESTAMP, TIME, BINARY, VARBINARY, SET, BIT})
 
 # DOUBLE text: fixed notation while the decimal point sits within this many digits of
 # the first significant one, scientific beyond (what MariaDB's CAST prints).
@@ -122,20 +120,9 @@ def _bit(value: Any, spec: ColumnSpec) -> int:
     return int(value, 2) if isinstance(value, str) else int(value)
 
 
-def _swapped(codec: str) -> Callable[[Any, ColumnSpec], Any]:
-    """utf16/utf32 are big-endian on the server; Python's codec of that name decoded them
-    little-endian: re-encode little-endian (the original bytes) and decode big-endian."""
-    def convert(value: Any, spec: ColumnSpec) -> Any:
-        if isinstance(value, str):
-            return value.encode(f"{codec}-le").decode(f"{codec}-be")
-        return bytes(value).decode(f"{codec}-be")
-    return convert
-
-
 _CONVERT: dict[str, Callable[[Any, ColumnSpec], Any]] = {
     FLOAT: _float, YEAR: _year, DATETIME: _datetime, TIMESTAMP: _timestamp, TIME: _time,
     BINARY: _binary, VARBINARY: _bytes, SET: _set, BIT: _bit,
-    UTF16: _swapped("utf-16"), UTF32: _swapped("utf-32"), UCS2: _swapped("utf-16"),
 }
 
 
