@@ -96,16 +96,18 @@ class Ops:
             close()
 
 
-def consumer_ops(settings: Settings, stats: Callable[[], object]) -> tuple[Ops, ConsumerMetrics]:
+def consumer_ops(settings: Settings, stats: Callable[[], object],
+                 tables: Callable[[], object] | None = None) -> tuple[Ops, ConsumerMetrics]:
     """Metrics for ``consume``, started; pass ``metrics.on_batch`` to the engine. ``stats``
-    returns the engine's Stats (or None before the engine exists)."""
+    returns the engine's Stats and ``tables`` its TableTally (or None before it exists)."""
     ops = Ops(settings, "consume")
     session = ops.session()
     ns, k = settings.dedup_namespace, settings.kafka
     recorder = _WarnOnce("could not record applied heartbeat lag in cachesync_lag")
     metrics = ConsumerMetrics(
         ops.registry, stats, settings.mysql.state_db,
-        on_heartbeat=lambda src, c, a: recorder.run(lambda: record_applied_lag(session, ns, src, c, a)))
+        on_heartbeat=lambda src, c, a: recorder.run(lambda: record_applied_lag(session, ns, src, c, a)),
+        tables=tables)
     kafka, redis_ping = ops.kafka(), ops.redis_ping()
 
     def probe():

@@ -18,6 +18,7 @@ from cachesync.consumer.core.dedup import decide
 from cachesync.consumer.core.offsets import Record, commit_offsets
 from cachesync.consumer.core.plan import EventPlan, batch_keys, batch_writes, plan_batch
 from cachesync.consumer.core.retry import RetryPolicy
+from cachesync.consumer.core.tally import TableTally
 from cachesync.consumer.ports import CacheWriter, DeadLetters, DedupStore, Source
 from cachesync.schema.errors import DecodeError, RetryableError
 from cachesync.schema.event import ChangeEvent, decode_record, encode
@@ -70,6 +71,7 @@ class BatchResult:
     duplicates: list[str] = field(default_factory=list)
     dead_lettered: list[tuple[Record, str]] = field(default_factory=list)
     applied_at: float = 0.0
+    salvaged: list[EventPlan] = field(default_factory=list)   # poison whose other keys went
 
 
 class PythonEngine:
@@ -90,6 +92,7 @@ class PythonEngine:
         # the first poll of a packed topic is bounded by the source's fetch size instead
         self._events_per_record = 1
         self.stats = Stats()
+        self.tables = TableTally()      # per-table counts of inexact applies (metrics)
 
     def stop(self) -> None:
         self._stop.set()
@@ -142,6 +145,7 @@ class PythonEngine:
                     record = pack_element(record, index, encode(event),
                                           kafka_key(event.db, event.table, event.pk), event.id)
                 self._dead_letter(record, error.reason, error.detail, result)
+        self._salvage(plan.salvaged, result)
         by_id = {ep.event.id: ep for ep in plan.events}
         claims = self._claim_all(list(by_id), result)
         apply_ids = [i for _, ids in claims for i in ids]
@@ -168,6 +172,8 @@ class PythonEngine:
             done = self._with_retry("redis fenced write", lambda: self._cache.write(writes))
             self.stats.keys_written += done.applied
             self.stats.fenced += done.refused
+            self._count_backwards(applied, done.backwards)
+        self.tables.observe(applied)
         for ep in applied:
             self.stats.oversized += ep.oversized
             self.stats.unversioned += ep.unversioned
@@ -175,6 +181,23 @@ class PythonEngine:
                 self._delayed_seq += 1
                 heapq.heappush(self._delayed, (self._clock() + ep.double_delete_s,
                                                self._delayed_seq, list(ep.keys)))
+
+    # -- issue 13: what could not be applied exactly (kept together for porting) ----------
+    def _salvage(self, salvaged: list[EventPlan], result: BatchResult) -> None:
+        """Invalidate the renderable keys of dead-lettered events. Not claimed in the dedup
+        table: replaying the dead letter once the mapping is fixed applies it in full."""
+        keys = batch_keys(salvaged)
+        if keys:
+            self.stats.keys_deleted += self._with_retry("redis delete",
+                                                        lambda: self._cache.delete(keys))
+        self.tables.observe(salvaged)
+        result.salvaged = salvaged
+
+    def _count_backwards(self, applied: list[EventPlan], keys: Sequence[str]) -> None:
+        if keys:
+            table_of = {w.key: ep.event.qualified_table for ep in applied for w in ep.writes}
+            for key in keys:
+                self.tables.backwards(table_of.get(key, "?"), [key])
 
     def _run_delayed_deletes(self, force: bool = False) -> None:
         """The seeds' delayed double delete: invalidate again once the delay has passed.

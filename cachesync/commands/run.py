@@ -54,7 +54,8 @@ def _run_direct(settings) -> RestartingTailer:
     tailer = None
     current = lambda: tailer.last if tailer else None   # noqa: E731 - rebuilt on restarts
     ops = DirectOps(settings, lambda: current() and current().engine.stats,
-                    lambda: current() and current().tailer)
+                    lambda: current() and current().tailer,
+                    lambda: current() and current().engine.tables)
     try:
         tailer = RestartingTailer(lambda: build_direct(settings, ops.metrics.on_batch))
         run_together({"direct": tailer}, on_termination)
@@ -69,7 +70,8 @@ def _run_pipeline(settings) -> RestartingTailer:
     tailers = Cumulative(("published",))
     with ExitStack() as closing:
         closing.callback(tail_ops(_tail_metrics(settings), tailers).close)
-        ops, metrics = consumer_ops(settings, lambda: engine.stats if engine else None)
+        ops, metrics = consumer_ops(settings, lambda: engine.stats if engine else None,
+                                    lambda: engine.tables if engine else None)
         closing.callback(ops.close)
         engine = build_engine(settings, on_batch=metrics.on_batch)
         closing.callback(engine.close)

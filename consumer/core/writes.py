@@ -131,6 +131,31 @@ def _plain(value: Any) -> Any:
     return canonical_text(value)
 
 
+# What the fenced-write script does with one entry (its return value per entry).
+REFUSED, APPLIED, BACKWARDS = 0, 1, 2
+
+
+def fence(stored: str | None, version: str) -> int:
+    """The fenced-write decision for ``version`` over the ``stored`` one (None: none), as
+    ``schema/lua/fenced_write.lua`` takes it.
+
+    Older versions are refused: a replay, a late duplicate or a reordering. But when both
+    carry a column version (``col/source``) and the incoming change is at a *newer* source
+    position, the row's version column went backwards (5, then 3): the database no longer
+    holds the cached value, so the key is invalidated (BACKWARDS) and the stored version
+    kept, so older replays stay refused.
+    """
+    if stored is None or stored <= version:
+        return APPLIED
+    if "/" in stored and "/" in version and _source(version) > _source(stored):
+        return BACKWARDS
+    return REFUSED
+
+
+def _source(version: str) -> str:
+    return version.rsplit("/", 1)[1]
+
+
 def merge_writes(writes: Iterable[CacheWrite]) -> list[CacheWrite]:
     """One write per key: the newest version wins, a later equal version replaces an earlier.
 
