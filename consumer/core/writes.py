@@ -160,11 +160,16 @@ def merge_writes(writes: Iterable[CacheWrite]) -> list[CacheWrite]:
     """One write per key: the newest version wins, a later equal version replaces an earlier.
 
     The fencing script would refuse the older ones anyway; sending only the newest
-    turns repeated updates of a hot key within a batch into one Redis operation.
+    turns repeated updates of a hot key within a batch into one Redis operation. A write
+    whose version went backwards (``fence``) is kept after the newest one, so the script
+    sees it and invalidates the key instead of it being merged away.
     """
-    newest: dict[str, CacheWrite] = {}
+    newest: dict[str, list[CacheWrite]] = {}
     for w in writes:
-        have = newest.get(w.key)
-        if have is None or w.version >= have.version:
-            newest[w.key] = w
-    return list(newest.values())
+        chain = newest.get(w.key)
+        decision = APPLIED if chain is None else fence(chain[0].version, w.version)
+        if decision == APPLIED:
+            newest[w.key] = [w]
+        elif decision == BACKWARDS:
+            newest[w.key] = [chain[0], w]
+    return [w for chain in newest.values() for w in chain]
