@@ -27,7 +27,7 @@ from cachesync.schema.mapping import KeyTemplate, MissingColumnError
 from cachesync.schema.values import canonical_text
 
 ANY = re.compile(r".*", re.S)
-_INTEGER = re.compile(r"-?\d+")
+INTEGER = re.compile(r"-?\d+")
 _NUMBER = re.compile(r"-?[\d.]+(e-?\d+)?")
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 _DATETIME = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(\.\d+)?")
@@ -36,7 +36,7 @@ _HEX = re.compile(r"0x[0-9a-f]*")
 # information_schema.columns.data_type -> the texts a value of it can render
 _SQL_TEXTS = {
     **dict.fromkeys(("tinyint", "smallint", "mediumint", "int", "integer", "bigint", "bit",
-                     "year"), _INTEGER),
+                     "year"), INTEGER),
     **dict.fromkeys(("decimal", "numeric", "float", "double", "real"), _NUMBER),
     "date": _DATE, "datetime": _DATETIME, "timestamp": _DATETIME, "time": _TIME,
     **dict.fromkeys(("binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob",
@@ -55,7 +55,7 @@ def value_texts(value: Any) -> re.Pattern:
     if isinstance(value, bool) or value is None or isinstance(value, str):
         return ANY
     if isinstance(value, int):
-        return _INTEGER
+        return INTEGER
     if isinstance(value, (float, decimal.Decimal)):
         return _NUMBER
     if isinstance(value, dt.datetime):
@@ -92,7 +92,7 @@ def separators(template: KeyTemplate) -> list[Separator]:
 def _can_contain(texts: re.Pattern, literal: str) -> bool:
     if texts is ANY:
         return True
-    sample = {_INTEGER: "-0123456789", _NUMBER: "-.0123456789e", _DATE: "-0123456789",
+    sample = {INTEGER: "-0123456789", _NUMBER: "-.0123456789e", _DATE: "-0123456789",
               _DATETIME: " -.:0123456789", _TIME: "-.:0123456789", _HEX: "0123456789abcdefx"}
     return any(c in sample[texts] for c in literal)
 
@@ -147,7 +147,7 @@ def ambiguous_key(key: str, template: KeyTemplate, templates: Iterable[KeyTempla
 
 def sample_key(template: KeyTemplate, texts: Mapping[str, re.Pattern]) -> str:
     """A key ``template`` renders, each field a short value its type allows."""
-    samples = {_INTEGER: "0", _NUMBER: "0", _DATE: "2000-01-01", _DATETIME: "2000-01-01 00:00:00",
+    samples = {INTEGER: "0", _NUMBER: "0", _DATE: "2000-01-01", _DATETIME: "2000-01-01 00:00:00",
                _TIME: "00:00:00", _HEX: "0x00"}
     parts = template.parts
     return "".join(p if i % 2 == 0 else samples.get(texts.get(p, ANY), "a")
