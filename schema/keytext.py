@@ -198,3 +198,40 @@ def time_text(value: dt.timedelta, fsp: int) -> str:
     minutes, seconds = divmod(seconds, 60)
     hours, minutes = divmod(minutes, 60)
     return f"{sign}{hours:02d}:{minutes:02d}:{seconds:02d}{fraction(micro, fsp)}"
+
+
+# -- the same text read from the server (audit) ---------------------------------------------
+
+_INTEGER_TYPES = frozenset({"tinyint", "smallint", "mediumint", "int", "integer", "bigint"})
+_FLOAT_TYPES = frozenset({"float", "double", "real"})
+_HEX_TYPES = frozenset({"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob",
+                        "geometry", "point", "linestring", "polygon", "multipoint",
+                        "multilinestring", "multipolygon", "geometrycollection"})
+
+
+def server_text_sql(column: str, data_type: str) -> str:
+    """A SELECT expression giving ``column``'s key text (its ``data_type`` from
+    information_schema) as the server computes it, named after the column."""
+    quoted = "`" + column.replace("`", "``") + "`"
+    kind = data_type.lower()
+    if kind in _HEX_TYPES:
+        expr = f"CONCAT('0x', LOWER(HEX({quoted})))"
+    elif kind == "bit":
+        expr = f"CAST({quoted} + 0 AS CHAR)"
+    else:
+        expr = f"CAST({quoted} AS CHAR)"
+    return f"{expr} AS {quoted}"
+
+
+def value_from_text(text: str | None, data_type: str) -> Any:
+    """The value the tailer publishes for a column whose server text is ``text``: numbers as
+    numbers (update-mode JSON keeps them), everything else its text. Raises ValueError on a
+    number that is not one."""
+    kind = data_type.lower()
+    if text is None:
+        return None
+    if kind in _INTEGER_TYPES or kind == "bit" or (kind == "year" and text != "0000"):
+        return int(text)
+    if kind in _FLOAT_TYPES:
+        return float(text)
+    return text

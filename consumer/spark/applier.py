@@ -186,6 +186,9 @@ class AuditConfig:
     mapping: "TableMapping"  # noqa: F821 (cachesync.schema.mapping.TableMapping, pickled)
     redis_url: str
     chunk: int = 500
+    # column -> data_type when the rows hold key texts (audit.read_table): turned back into
+    # the values the tailer publishes (schema.keytext.value_from_text); empty: rows as read
+    types: dict = field(default_factory=dict)
 
 
 def audit_partition(rows: Iterable, config: AuditConfig, rows_read) -> Iterator[tuple[str, str]]:
@@ -196,13 +199,19 @@ def audit_partition(rows: Iterable, config: AuditConfig, rows_read) -> Iterator[
     """
     import redis
     from cachesync.consumer.audit import expected_entries, verdict
+    from cachesync.schema.keytext import value_from_text
     client = redis.Redis.from_url(config.redis_url, socket_timeout=10)
+    types = config.types
     seen = 0
     try:
         chunk = []
         for row in rows:
             seen += 1
-            chunk += expected_entries(row.asDict(), config.mapping)
+            values = row.asDict()
+            if types:
+                values = {c: value_from_text(v, types[c]) if c in types else v
+                          for c, v in values.items()}
+            chunk += expected_entries(values, config.mapping)
             if len(chunk) >= config.chunk:
                 yield from _judge(client, config.mapping, chunk, verdict)
                 chunk = []

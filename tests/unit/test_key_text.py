@@ -120,3 +120,24 @@ def test_update_mode_value_and_version_use_the_text():
     class Event:
         version, after, before = 7, row, None
     assert version_text(Event, m) == "2020-01-01T10:00:00.000000/" + "0" * 23 + "7"
+
+
+@pytest.mark.parametrize("data_type, expr", [
+    ("int", "CAST(`c` AS CHAR) AS `c`"),
+    ("datetime", "CAST(`c` AS CHAR) AS `c`"),
+    ("binary", "CONCAT('0x', LOWER(HEX(`c`))) AS `c`"),
+    ("geometry", "CONCAT('0x', LOWER(HEX(`c`))) AS `c`"),
+    ("bit", "CAST(`c` + 0 AS CHAR) AS `c`"),
+])
+def test_the_audit_reads_each_type_as_its_key_text(data_type, expr):
+    assert keytext.server_text_sql("c", data_type) == expr
+
+
+@pytest.mark.parametrize("text, data_type, value", [
+    ("-5", "bigint", -5), ("1e20", "double", 1e20), ("1.1", "float", 1.1), ("5", "bit", 5),
+    ("2155", "year", 2155), ("0000", "year", "0000"), ("1.50", "decimal", "1.50"),
+    ("2020-01-01 10:00:00.000000", "datetime", "2020-01-01 10:00:00.000000"), (None, "int", None),
+])
+def test_audit_values_are_the_tailers(text, data_type, value):
+    got = keytext.value_from_text(text, data_type)
+    assert got == value and type(got) is type(value)
