@@ -182,8 +182,9 @@ def fraction(micro: int, fsp: int) -> str:
 
 def datetime_text(value: dt.datetime, fsp: int) -> str:
     """``YYYY-MM-DD HH:MM:SS`` and exactly ``fsp`` fractional digits."""
-    return (f"{value.year:04d}-{value.month:02d}-{value.day:02d} {value.hour:02d}:"
-            f"{value.minute:02d}:{value.second:02d}{fraction(value.microsecond, fsp)}")
+    if not fsp:
+        return value.isoformat(" ", "seconds")
+    return value.isoformat(" ", "microseconds")[:20 + fsp]    # 19 characters, '.', digits
 
 
 def zero_datetime_text(fsp: int) -> str:
