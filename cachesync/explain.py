@@ -11,8 +11,9 @@ leave keys behind:
   table does not have (every event of it would be dead-lettered);
 * ``no-ttl``: live keys matching a template that have no TTL, so a lost
   invalidation would keep them forever;
-* ``ambiguous-key``, ``overlapping-keys``, ``ci-collation``: keys two rows can share, and
-  key columns MySQL compares case-insensitively (``cachesync.lint_keys``).
+* ``ambiguous-key``, ``overlapping-keys``, ``ci-collation``, ``binary-form``: keys two rows
+  can share, key columns MySQL compares case-insensitively, and key columns whose key text is
+  not the server's text (``cachesync.lint_keys``).
 
 The checks are pure; the live data (columns, keys without TTL) is passed in by the
 caller, see ``cachesync.lint_keys.live_column_types`` and ``keys_without_ttl``.
@@ -25,7 +26,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
 from cachesync.consumer.core.plan import plan_batch
-from cachesync.lint_keys import ColumnTypes, check_collations, check_collisions
+from cachesync.lint_keys import (ColumnTypes, check_binary_forms, check_collations,
+                                 check_collisions)
 from cachesync.schema.event import ChangeEvent, Source
 from cachesync.schema.keys import lease_key
 from cachesync.schema.mapping import KeyTemplate, MappingSet, TableMapping
@@ -154,6 +156,7 @@ def lint(mappings: MappingSet, columns: Mapping[str, set[str]] | None = None,
     for mapping in mappings.tables.values():
         found += check_delete_path(mapping, mappings, planner)
         found += check_collations(mapping, types, Finding)
+        found += check_binary_forms(mapping, types, Finding)
         if columns is not None:
             found += check_columns(mapping, columns.get(mapping.table))
         if no_ttl is not None:

@@ -7,7 +7,9 @@ columns whose collation makes MySQL equal what the keys keep apart.
   literal prefix ``user:email:`` is a possible value of ``{id}`` in ``user:{id}`` when
   ``id`` is text, or two tables share a template;
 * ``ci-collation``: a template field under a case-insensitive (``_ci``) collation: MySQL
-  treats ``abc`` and ``ABC `` as the same value, keys are byte-exact.
+  treats ``abc`` and ``ABC `` as the same value, keys are byte-exact;
+* ``binary-form``: a MariaDB INET4/INET6/UUID template field, whose key text is the hex of
+  its stored bytes (the binlog carries it as BINARY), not the server's text.
 
 What a value "may contain" comes from the live column types (information_schema). Without
 them (``--offline``) every field is assumed to be an integer, so only what collides
@@ -20,6 +22,7 @@ from typing import Iterable, Mapping
 
 from cachesync.schema.collisions import (INTEGER, other_reading, sample_key, separators,
                                          sql_texts)
+from cachesync.schema.keytext import BINARY_FORM_TYPES
 from cachesync.schema.mapping import KeyTemplate, MappingSet, TableMapping
 
 # table -> lower-cased column -> (information_schema data_type, collation or None)
@@ -86,6 +89,22 @@ def check_collations(mapping: TableMapping, types: ColumnTypes | None, finding) 
                     "invalidated; build keys from the stored value (or normalise it, e.g. "
                     "LOWER(TRIM(...)), in both the column and the application)")
             for f in fields if f.lower() in live and (live[f.lower()][1] or "").endswith("_ci")]
+
+
+def check_binary_forms(mapping: TableMapping, types: ColumnTypes | None, finding) -> list:
+    """``binary-form`` findings: INET4/INET6/UUID key columns render as ``0x``-hex of their
+    stored bytes (the binlog carries them as BINARY), not as the server's text."""
+    if types is None or mapping.table not in types:
+        return []
+    live = types[mapping.table]
+    fields = dict.fromkeys(f for t in mapping.keys for f in t.fields)
+    return [finding("binary-form", mapping.table,
+                    f"column {f!r} is {live[f.lower()][0].upper()}: the binlog carries it as "
+                    "bytes, so its key text is 0x-hex of them (e.g. 0x0a000001 for 10.0.0.1), "
+                    "not the server's text; build the application's keys the same way "
+                    "(CONCAT('0x', LOWER(HEX(col))))")
+            for f in fields if (live.get(f.lower(), ("", None))[0] or "").lower()
+            in BINARY_FORM_TYPES]
 
 
 def live_column_types(conn, tables: Iterable[str]) -> dict[str, dict[str, tuple[str, str | None]]]:

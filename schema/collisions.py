@@ -41,7 +41,8 @@ _SQL_TEXTS = {
     "date": _DATE, "datetime": _DATETIME, "timestamp": _DATETIME, "time": _TIME,
     **dict.fromkeys(("binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob",
                      "geometry", "point", "linestring", "polygon", "multipoint",
-                     "multilinestring", "multipolygon", "geometrycollection"), _HEX),
+                     "multilinestring", "multipolygon", "geometrycollection", "inet4", "inet6",
+                     "uuid"), _HEX),
 }
 
 

@@ -40,6 +40,8 @@ def command(settings, offline: bool, sample: int) -> None:
                     with a text id and user:email:{email}), or two tables share one
     ci-collation    a key column under a _ci collation: MySQL treats 'abc' and
                     'ABC ' as equal, keys are byte-exact
+    binary-form     an INET4/INET6/UUID key column: its key text is 0x-hex of the
+                    stored bytes, not the server's text
 
     Column types come from information_schema; --offline assumes integer key
     columns, so it reports only the collisions every column type has.

@@ -55,11 +55,15 @@ TYPES = [
     ("en", "ENUM('b','a')", ["'a'", "'b'"]),
     ("st", "SET('z','x','y')", ["'x,z'", "''"]),
     ("bt", "BIT(10)", ["b'101'", "b'1111111111'"]),
+    ("ip6", "INET6", ["'::1'", "'2001:db8::ff00:42:8329'"]),     # MariaDB: BINARY(16) in the binlog
+    ("uu", "UUID", ["'123e4567-e89b-12d3-a456-426655440000'",
+                    "'00000000-0000-0000-0000-000000000000'"]),
+    ("ip4", "INET4", ["'10.0.0.1'", "'0.0.0.0'"]),
 ]
 LIBRARY_ONLY = [("js", "JSON", ["'{\"a\":  1}'", "'[1, 2.50]'"]),
                 ("ge", "GEOMETRY", ["ST_GeomFromText('POINT(1 2)')",
                                     "ST_GeomFromText('LINESTRING(0 0,1 1)')"])]
-HEX = {"BINARY(4)", "VARBINARY(10)", "BLOB", "GEOMETRY"}
+HEX = {"BINARY(4)", "VARBINARY(10)", "BLOB", "GEOMETRY", "INET6", "UUID", "INET4"}
 
 
 def server_text(column: str, type_: str) -> str:

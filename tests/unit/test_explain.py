@@ -256,3 +256,10 @@ def test_lint_reports_each_collision_class(tables, types, expected):
     assert [(f.check, f.table, f.message[:len(e)]) for f, (_, _, e) in zip(found, expected)] \
         == expected
     assert len(found) == len(expected)
+
+
+def test_lint_flags_address_and_uuid_key_columns_as_binary_form():
+    found = lint(parse_mappings({"d.h": {"keys": ["host:{ip}", "host:name:{name}"]}}),
+                 types=types_of("d.h", ip=("inet6", None), name=("varchar", "utf8mb4_bin")))
+    assert [(f.check, f.message[:40]) for f in found] == [
+        ("binary-form", "column 'ip' is INET6: the binlog carries")]
