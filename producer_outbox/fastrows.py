@@ -33,19 +33,20 @@ already read by the event's constructor)::
       BLOB/TEXT (and MariaDB JSON)    length_size-byte length (1-4), then bytes
 
 Each generated decoder reproduces the library's results exactly, quirks
-included: YEAR 0 is 1900, a zero TIMESTAMP is 1970-01-01, a negative TIME2's fraction is added
-before the sign is applied, strings are decoded with the Python codec of the
-column charset (``keycolumns.text_codec``: the library's, except utf16, utf32 and
-ucs2, big-endian as the server stores them) and stay bytes when there is no such
-codec (``binary``),
-except an empty one, which is '', BIT is a string of '0'/'1', an empty SET is
-None ("empty set"), and every row carries the library's ``none_sources`` dicts.
-A DATE or DATETIME2 Python cannot hold (zero parts, or an invalid date
-the server allowed) is the server's text. Dates and strings are read as the
-library's readers once ``keycolumns.install_readers`` patched them (at import of
-this module; the unpatched library returns None for such dates). Where the library would raise (undecodable text, a
-truncated event) or where only a corrupt event could take the fast path off
-the library's results, ``decode_rows`` returns None instead.
+included: YEAR 0 is 1900, a zero TIMESTAMP is 1970-01-01, a negative TIME2's
+fraction is added before the sign is applied, strings are decoded with the Python
+codec of the column charset (``keycolumns.text_codec``: the library's, except
+utf16, utf32 and ucs2, big-endian as the server stores them) and stay bytes when
+there is no such codec (``binary``), except an empty one, which is '', BIT is a
+string of '0'/'1', an empty SET is None ("empty set"), and every row carries the
+library's ``none_sources`` dicts (``keycolumns.key_images`` turns these quirks into
+key text afterwards, for both paths). A DATE or DATETIME2 Python cannot hold (zero
+parts, or an invalid date the server allowed) is the server's text. Dates and
+strings are read as the library's readers once ``keycolumns.install_readers``
+patched them (at import of this module; the unpatched library returns None for
+such dates). Where the library would raise (undecodable text, a truncated event)
+or where only a corrupt event could take the fast path off the library's results,
+``decode_rows`` returns None instead.
 
 It reads the library's internals: the packet's ``_data``/``_position``, the
 wrapper's ``read_bytes`` and unread buffer, the event's columns-present bitmaps

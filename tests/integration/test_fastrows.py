@@ -243,7 +243,8 @@ def test_every_supported_type_decodes_like_the_library(stack, db):
         sources.update(source for row in rows for key in row if key.endswith("none_sources")
                        for source in row[key].values())
         texts.update(v for row in rows for key in row if key.endswith("values")
-                     for name, v in row[key].items() if name.startswith("dt") and isinstance(v, str))
+                     for name, v in row[key].items()
+                     if name.startswith("dt") and isinstance(v, str))
     assert kinds == set(ROW_EVENTS) and most_rows > 5
     # zero and zero-part dates were None ("out of date range", "out of datetime2 range")
     # until issue 13; both paths now decode them to the server's text
