@@ -86,3 +86,20 @@ def test_a_version_going_backwards_invalidates_and_a_stale_replay_stays_refused(
     wait_for(lambda: engine.stats.fenced == 1, 60, what="the stale replay refused")
     assert json.loads(lab.redis.get(key))["name"] == "six"
     assert engine.tables.snapshot() == {("version_backwards", table, ""): 1}
+
+
+def test_consume_exports_the_per_table_counters_on_metrics(lab):
+    from tests.integration.test_metrics import address, scrape
+    lab.sql("CREATE TABLE t (id INT PRIMARY KEY, email VARCHAR(20), v INT NOT NULL)")
+    cfg = lab.write_config({"t": {"keys": ["t:{id}", "t:email:{email}"], "mode": "update",
+                                  "version_column": "v"}})
+    lab.start_tailer(cfg)
+    consume = lab.spawn("consume", cfg)
+    addr = address(lab, consume)
+    lab.sql("INSERT INTO t VALUES (1, NULL, 5)")                 # a NULL key column
+    lab.sql("UPDATE t SET v = 3 WHERE id = 1")                  # the version goes backwards
+    table = (("table", f"{lab.db}.t"),)
+    m = wait_for(lambda: (lambda s: s if s.get(("cachesync_version_backwards_total", table))
+                          else None)(scrape(addr)), 60, interval=0.2, what="the backwards count")
+    assert m[("cachesync_version_backwards_total", table)] == 1
+    assert m[("cachesync_null_key_skips_total", table)] == 3     # per image: 1 + 2
