@@ -85,9 +85,11 @@ class Separator:
         return not self.text or any(c in left or c in right for c in set(self.text))
 
 
-def separators(template: KeyTemplate) -> list[Separator]:
+@lru_cache(maxsize=1024)
+def separators(template: KeyTemplate) -> tuple[Separator, ...]:
     parts = template.parts
-    return [Separator(parts[i], parts[i + 1], parts[i + 2]) for i in range(1, len(parts) - 2, 2)]
+    return tuple(Separator(parts[i], parts[i + 1], parts[i + 2])
+                 for i in range(1, len(parts) - 2, 2))
 
 
 def _can_contain(texts: re.Pattern, literal: str) -> bool:
@@ -139,11 +141,20 @@ def ambiguous_key(key: str, template: KeyTemplate, templates: Iterable[KeyTempla
         if sep.occurs_in(canonical_text(row[sep.left]), canonical_text(row[sep.right])):
             return (f"a value of {{{sep.left}}} or {{{sep.right}}} contains the separator "
                     f"{sep.text!r} of {template.text!r}")
-    texts = {name: value_texts(value) for name, value in row.items()}
-    other = other_reading(key, template, templates, texts, row)
+    other = other_reading(key, template, templates, _RowTexts(row), row)
     if other is not None:
         return f"the key is also a possible key of {other.text!r}"
     return None
+
+
+class _RowTexts:
+    """field -> ``value_texts`` of the row's value, computed only for the fields asked."""
+
+    def __init__(self, row: Mapping[str, Any]):
+        self._row = row
+
+    def get(self, field: str, default: re.Pattern) -> re.Pattern:
+        return value_texts(self._row[field]) if field in self._row else default
 
 
 def sample_key(template: KeyTemplate, texts: Mapping[str, re.Pattern]) -> str:
