@@ -71,7 +71,7 @@ class BatchResult:
     duplicates: list[str] = field(default_factory=list)
     dead_lettered: list[tuple[Record, str]] = field(default_factory=list)
     applied_at: float = 0.0
-    salvaged: list[EventPlan] = field(default_factory=list)   # poison whose other keys went
+    salvaged: list[EventPlan] = field(default_factory=list)   # dead-lettered, other keys deleted
 
 
 class PythonEngine:
