@@ -76,35 +76,34 @@ def _overlaps(template: KeyTemplate, mine: Mapping, everywhere: Iterable, texts:
     return out
 
 
+def _key_columns(mapping: TableMapping, types: ColumnTypes | None) -> list[tuple[str, str, str]]:
+    """(field, data type, collation or '') of each template field the live table has."""
+    live = (types or {}).get(mapping.table, {})
+    fields = dict.fromkeys(f for t in mapping.keys for f in t.fields)
+    return [(f, *(x or "" for x in live[f.lower()])) for f in fields if f.lower() in live]
+
+
 def check_collations(mapping: TableMapping, types: ColumnTypes | None, finding) -> list:
     """``ci-collation`` findings: template fields under a case-insensitive collation."""
-    if types is None or mapping.table not in types:
-        return []
-    live = types[mapping.table]
-    fields = dict.fromkeys(f for t in mapping.keys for f in t.fields)
     return [finding("ci-collation", mapping.table,
-                    f"column {f!r} uses the collation {live[f.lower()][1]}: MySQL treats 'abc' "
+                    f"column {f!r} uses the collation {collation}: MySQL treats 'abc' "
                     "and 'ABC ' as the same value, but keys are byte-exact, so a key the "
                     "application builds from other text than the stored one is never "
                     "invalidated; build keys from the stored value (or normalise it, e.g. "
                     "LOWER(TRIM(...)), in both the column and the application)")
-            for f in fields if f.lower() in live and (live[f.lower()][1] or "").endswith("_ci")]
+            for f, _, collation in _key_columns(mapping, types) if collation.endswith("_ci")]
 
 
 def check_binary_forms(mapping: TableMapping, types: ColumnTypes | None, finding) -> list:
     """``binary-form`` findings: INET4/INET6/UUID key columns render as ``0x``-hex of their
     stored bytes (the binlog carries them as BINARY), not as the server's text."""
-    if types is None or mapping.table not in types:
-        return []
-    live = types[mapping.table]
-    fields = dict.fromkeys(f for t in mapping.keys for f in t.fields)
     return [finding("binary-form", mapping.table,
-                    f"column {f!r} is {live[f.lower()][0].upper()}: the binlog carries it as "
-                    "bytes, so its key text is 0x-hex of them (e.g. 0x0a000001 for 10.0.0.1), "
-                    "not the server's text; build the application's keys the same way "
+                    f"column {f!r} is {data_type.upper()}: the binlog carries it as bytes, so "
+                    "its key text is 0x-hex of them (e.g. 0x0a000001 for 10.0.0.1), not the "
+                    "server's text; build the application's keys the same way "
                     "(CONCAT('0x', LOWER(HEX(col))))")
-            for f in fields if (live.get(f.lower(), ("", None))[0] or "").lower()
-            in BINARY_FORM_TYPES]
+            for f, data_type, _ in _key_columns(mapping, types)
+            if data_type.lower() in BINARY_FORM_TYPES]
 
 
 def live_column_types(conn, tables: Iterable[str]) -> dict[str, dict[str, tuple[str, str | None]]]:
