@@ -20,13 +20,14 @@ from pymysqlreplication.event import (GtidEvent, HeartbeatLogEvent, MariadbGtidE
                                       QueryEvent, RotateEvent, XidEvent)
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
+from cachesync.config import TailerSettings
 from cachesync.producer_outbox.checkpoint import Checkpoint, MySQLCheckpointStore
 from cachesync.producer_outbox.fastrows import decode_rows
 from cachesync.producer_outbox.inflight import InflightTracker
 from cachesync.producer_outbox.keycolumns import key_images, table_specs
 from cachesync.producer_outbox.mysql import MySQLParams
 from cachesync.producer_outbox.packing import Pack, Packer
-from cachesync.producer_outbox.preflight import ServerInfo, problems, read_server_info
+from cachesync.producer_outbox.preflight import ServerInfo, check_server
 from cachesync.producer_outbox.rows import TxnContext, row_change
 from cachesync.schema.errors import FatalError, RetryableError
 from cachesync.schema.event import encode
@@ -38,6 +39,7 @@ from cachesync.schema.mapping import MappingSet
 log = logging.getLogger(__name__)
 
 _ROW_EVENTS = {WriteRowsEvent: "insert", UpdateRowsEvent: "update", DeleteRowsEvent: "delete"}
+STREAM_HEARTBEAT_S = 1.0    # the binlog stream's heartbeat period (the server's, not our row's)
 _TXN_MARKERS = {"BEGIN", "COMMIT"}
 # MySQL's GtidEvent ("uuid:gno") and MariaDB's ("domain-server-seq"); both open a transaction.
 _GTID_EVENTS = (GtidEvent, MariadbGtidEvent)
@@ -45,16 +47,37 @@ _GTID_EVENTS = (GtidEvent, MariadbGtidEvent)
 
 @dataclass(frozen=True)
 class TailerOptions:
+    """The ``tailer`` settings section as loaded, plus what the wiring decides (topic, filter).
+
+    The settings are declared once, in TailerSettings; the properties only read them.
+    """
+
     topic: str
-    replica_server_id: int = 88001      # must be unique among the server's replicas
-    max_inflight: int = 20_000          # back-pressure: unacked rows before we block
-    pack_rows: int = 1                  # > 1: rows of one txn, table and partition share a record
-    pack_bytes: int = 256 * 1024        # a pack closes at this size (below Kafka's 1 MB limit)
-    checkpoint_interval_s: float = 0.5
-    heartbeat_s: float = 1.0
+    settings: TailerSettings = TailerSettings()
     # (db, table, row image) -> False drops the row; used to publish only this
     # tailer's own heartbeat row (cachesync.producer_outbox.heartbeat.own_rows_only)
     row_filter: Callable[[str, str, Mapping[str, Any]], bool] | None = None
+    heartbeat_s: float = STREAM_HEARTBEAT_S
+
+    @property
+    def replica_server_id(self) -> int:
+        return self.settings.server_id
+
+    @property
+    def max_inflight(self) -> int:
+        return self.settings.max_inflight
+
+    @property
+    def pack_rows(self) -> int:
+        return self.settings.pack_rows
+
+    @property
+    def pack_bytes(self) -> int:
+        return self.settings.pack_bytes
+
+    @property
+    def checkpoint_interval_s(self) -> float:
+        return self.settings.checkpoint_interval_s
 
 
 class Tailer:
@@ -81,20 +104,8 @@ class Tailer:
         self._stop.set()
 
     def preflight(self) -> ServerInfo:
-        """Check settings and grants; raises FatalError listing every problem.
-
-        Connects without a default database so that a missing grant on the state
-        database cannot mask the replication grants it is checking.
-        """
-        conn = self._mysql.connect(database=None)
-        try:
-            info = read_server_info(conn)
-        finally:
-            conn.close()
-        found = problems(info)
-        if found:
-            raise FatalError("the MySQL server is not ready for cachesync:\n  - " + "\n  - ".join(found))
-        return info
+        """Check settings and grants; raises FatalError listing every problem."""
+        return check_server(self._mysql.connect)
 
     def run(self) -> None:
         """Tail until stop(); raises RetryableError/FatalError when publishing fails."""

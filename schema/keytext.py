@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Callable, Mapping, Sequence
 
+from cachesync.schema.sqlnames import quote
+
 # Column kinds whose decoded value is converted (every other kind is left as decoded).
 FLOAT, YEAR, DATETIME, TIMESTAMP, TIME = "float", "year", "datetime", "timestamp", "time"
 BINARY, VARBINARY, SET, BIT = "binary", "varbinary", "set", "bit"
@@ -217,7 +219,7 @@ _HEX_TYPES = frozenset({"binary", "varbinary", "tinyblob", "blob", "mediumblob",
 def server_text_sql(column: str, data_type: str) -> str:
     """A SELECT expression giving ``column``'s key text (its ``data_type`` from
     information_schema) as the server computes it, named after the column."""
-    quoted = "`" + column.replace("`", "``") + "`"
+    quoted = quote(column)
     kind = data_type.lower()
     if kind in _HEX_TYPES:
         expr = f"CONCAT('0x', LOWER(HEX({quoted})))"

@@ -37,7 +37,7 @@ def command(settings, engine_kind, **spark) -> None:
     with handle_errors():
         engine = None
         ops, metrics = consumer_ops(settings, lambda: engine.stats if engine else None,
-                                    lambda: engine.tables if engine else None)
+                                    tables=lambda: engine.tables if engine else None)
         try:
             engine = build_engine(settings, on_batch=metrics.on_batch)
             on_termination(engine.stop)
@@ -47,6 +47,4 @@ def command(settings, engine_kind, **spark) -> None:
                 engine.close()
         finally:
             ops.close()
-        s = engine.stats
-        log.info("consumer stopped: %d consumed, %d applied, %d duplicates, %d dead-lettered",
-                 s.consumed, s.applied, s.duplicates, s.dead_lettered)
+        log.info("consumer stopped: %s", engine.stats.summary())

@@ -7,8 +7,9 @@ import click
 from cachesync.commands.common import handle_errors, log, on_termination, settings_options
 from cachesync.metrics import Cumulative
 from cachesync.operate import tail_ops
+from cachesync.standby import ActiveStandby, while_held
 from cachesync.supervisor import RestartingTailer
-from cachesync.wiring import build_tailer
+from cachesync.wiring import build_tailer, build_tailer_lock, tailer_preflight
 
 
 @click.command("tail")
@@ -22,6 +23,11 @@ def command(settings) -> None:
     binlog_format=ROW, binlog_row_image=FULL, binlog_row_metadata=FULL and the
     REPLICATION SLAVE + REPLICATION CLIENT grants; says which one is missing.
 
+    Any number of `tail` processes may run with one tailer.name: the one holding the MySQL
+    lock cachesync:tailer:<name> tails, the others wait as hot standbys and take over from
+    the checkpoint when it dies (at once when its process dies; within tailer.lock_lease_s
+    when its host or network is lost). `cachesync status` shows which one is active.
+
     Every tailer.heartbeat_interval_s it rewrites its row in cachesync.cachesync_heartbeat
     so the consumer measures lag while the application is idle. Serves /metrics,
     /healthz and /readyz on metrics.listen (default 127.0.0.1:9465); ready = MySQL and
@@ -30,7 +36,10 @@ def command(settings) -> None:
     with handle_errors():
         tailers = Cumulative(("published",))
         ops = tail_ops(settings, tailers)
-        supervisor = RestartingTailer(lambda: tailers.track(build_tailer(settings)))
+        lock = build_tailer_lock(settings)
+        supervisor = ActiveStandby(lock, lambda: RestartingTailer(
+            while_held(lock, lambda: tailers.track(build_tailer(settings)))),
+            tailer_preflight(settings))
         on_termination(supervisor.stop)
         try:
             supervisor.run()

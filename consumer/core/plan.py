@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from cachesync.consumer.core.delivery import Delivery
 from cachesync.consumer.core.writes import (KIND_DELETE, CacheWrite, merge_writes, render_value,
                                   version_text)
 from cachesync.schema.collisions import ambiguous_key
@@ -49,10 +50,6 @@ class EventPlan:
     ambiguous: tuple[tuple[str, str], ...] = () # (key, why): another row's key too, invalidated
     unrenderable: int = 0                       # templates naming a missing column (salvaged plans)
 
-    @property
-    def all_keys(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys([*self.keys, *(w.key for w in self.writes)]))
-
 
 @dataclass
 class Plan:
@@ -63,7 +60,7 @@ class Plan:
     """
 
     events: list[EventPlan] = field(default_factory=list)
-    poison: list[tuple[ChangeEvent, PoisonError]] = field(default_factory=list)
+    poison: list[tuple[Delivery | ChangeEvent, PoisonError]] = field(default_factory=list)
     # the renderable keys of poison events: invalidated (not claimed, so a replay of the
     # dead letter after the mapping is fixed still applies in full)
     salvaged: list[EventPlan] = field(default_factory=list)
@@ -170,14 +167,17 @@ def _tombstone(key: str, version: str, mapping: TableMapping) -> CacheWrite:
     return CacheWrite(key, KIND_DELETE, version, "", mapping.tombstone_s, 0.0)
 
 
-def plan_batch(events: Iterable[ChangeEvent], mappings: MappingSet) -> Plan:
-    """Plan each event of a batch; poison is set aside, its renderable keys salvaged."""
+def plan_batch(items: Iterable[Delivery | ChangeEvent], mappings: MappingSet) -> Plan:
+    """Plan each event of a batch; poison is set aside with the item it came in
+    (given deliveries, the poison names its delivery: record, pack index, bytes), its
+    renderable keys salvaged."""
     plan = Plan()
-    for event in events:
+    for item in items:
+        event = item.event if isinstance(item, Delivery) else item
         try:
             plan.events.append(event_keys(event, mappings))
         except PoisonError as e:
-            plan.poison.append((event, e))
+            plan.poison.append((item, e))
             salvaged = salvage(event, mappings)
             if salvaged is not None:
                 plan.salvaged.append(salvaged)

@@ -42,6 +42,11 @@ class TableTally:
             with self._lock:
                 self._counts[(counter, table, reason)] += n
 
+    def merge(self, counts: dict[tuple[str, str, str], int]) -> None:
+        """Add another tally's ``snapshot()`` (a Spark task's, which warned already)."""
+        with self._lock:
+            self._counts.update(counts)
+
     def snapshot(self) -> dict[tuple[str, str, str], int]:
         with self._lock:
             return dict(self._counts)
