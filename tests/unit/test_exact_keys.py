@@ -180,3 +180,14 @@ def test_metrics_export_the_per_table_counts_with_their_labels():
                 (("reason", "ambiguous_key"), ("table", "d.t")))] == 1
     names = {fam.name for fam in reg.collect()}
     assert {"cachesync_version_backwards", "cachesync_unrenderable_templates"} <= names
+
+
+def test_a_merged_tally_adds_the_counts_of_another_without_warning_again(caplog):
+    task = TableTally()
+    task.add("version_backwards", "d.t", 2)
+    driver = TableTally()
+    driver.add("version_backwards", "d.t", 1)
+    caplog.set_level(logging.WARNING)
+    driver.merge(task.snapshot())
+    assert driver.snapshot() == {("version_backwards", "d.t", ""): 3}
+    assert caplog.records == []
