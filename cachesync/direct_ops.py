@@ -20,19 +20,19 @@ class DirectOps:
     """Started on construction; ``metrics.on_batch`` is the engine's hook; ``close()`` stops all."""
 
     def __init__(self, settings: Settings, engine_stats: Callable[[], object],
-                 tailer: Callable[[], object]):
+                 tailer: Callable[[], object], tables: Callable[[], object] | None = None):
         self._closing = ExitStack()
         try:
-            self._start(settings, engine_stats, tailer)
+            self._start(settings, engine_stats, tailer, tables)
         except BaseException:
             self._closing.close()
             raise
 
-    def _start(self, settings, engine_stats, tailer) -> None:
+    def _start(self, settings, engine_stats, tailer, tables) -> None:
         ops = Ops(settings, "consume")
         self._closing.callback(ops.close)
         counters(ops.registry, tailer, TAILER_COUNTERS)
-        self.metrics = ConsumerMetrics(ops.registry, engine_stats)
+        self.metrics = ConsumerMetrics(ops.registry, engine_stats, tables=tables)
         ops.heartbeat()
         session, redis_ping = ops.session(), ops.redis_ping()
 

@@ -10,10 +10,13 @@ leave keys behind:
 * ``missing-column``: a template (or version/value column) naming a column the live
   table does not have (every event of it would be dead-lettered);
 * ``no-ttl``: live keys matching a template that have no TTL, so a lost
-  invalidation would keep them forever.
+  invalidation would keep them forever;
+* ``ambiguous-key``, ``overlapping-keys``, ``ci-collation``, ``binary-form``: keys two rows
+  can share, key columns MySQL compares case-insensitively, and key columns whose key text is
+  not the server's text (``cachesync.lint_keys``).
 
 The checks are pure; the live data (columns, keys without TTL) is passed in by the
-caller, see ``live_columns`` and ``keys_without_ttl``.
+caller, see ``cachesync.lint_keys.live_column_types`` and ``keys_without_ttl``.
 """
 
 from __future__ import annotations
@@ -23,10 +26,12 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
 from cachesync.consumer.core.plan import plan_batch
+from cachesync.lint_keys import (ColumnTypes, check_binary_forms, check_collations,
+                                 check_collisions)
 from cachesync.schema.event import ChangeEvent, Source
 from cachesync.schema.keys import lease_key
 from cachesync.schema.mapping import KeyTemplate, MappingSet, TableMapping
-from cachesync.schema.values import from_json
+from cachesync.schema.values import canonical_text, from_json
 
 Planner = Callable[[Iterable[ChangeEvent], MappingSet], Any]
 EXPLAIN_ID = "explain"
@@ -61,9 +66,13 @@ def explain_event(event: ChangeEvent, mappings: MappingSet, planner: Planner = p
     plan = planner([event], mappings)
     if plan.poison:
         _, error = plan.poison[0]
-        return [f"dead letter ({error.reason}): {error.detail}"], True
+        salvaged = [k for ep in getattr(plan, "salvaged", ()) for k in ep.keys]
+        return [f"dead letter ({error.reason}): {error.detail}",
+                *(f"UNLINK {key} {lease_key(key)}  (the row's other keys)" for key in salvaged)
+                ], True
     ep = plan.events[0]
-    lines = [f"UNLINK {key} {lease_key(key)}" for key in ep.keys]
+    lines = key_text_lines(event, mappings)
+    lines += [f"UNLINK {key} {lease_key(key)}" for key in ep.keys]
     lines += [_write_line(w) for w in getattr(ep, "writes", ())]
     again = getattr(ep, "double_delete_s", None)
     if again and ep.keys:
@@ -72,11 +81,28 @@ def explain_event(event: ChangeEvent, mappings: MappingSet, planner: Planner = p
         lines.append("note: the version column is NULL, so the keys are invalidated, not written")
     if getattr(ep, "oversized", 0):
         lines.append("note: the value exceeds max_value_bytes, so the keys are invalidated")
+    lines += [f"note: {key} is invalidated, not written: {why}"
+              for key, why in getattr(ep, "ambiguous", ())]
     if ep.null_skips:
         lines.append(f"skipped {ep.null_skips} template rendering(s): a key column is NULL")
     if not lines:
         lines.append("no Redis operation")
     return lines, False
+
+
+def key_text_lines(event: ChangeEvent, mappings: MappingSet) -> list[str]:
+    """``key text: column = 'text'`` for key fields whose value is not plain text or a
+    whole number (dates, decimals, bytes...): the canonical text the keys use."""
+    mapping = mappings.get(event.db, event.table)
+    fields = dict.fromkeys(f for t in mapping.keys for f in t.fields) if mapping else {}
+    out = []
+    for image in (event.before, event.after):
+        for name in fields:
+            value = (image or {}).get(name)
+            if value is not None and type(value) not in (str, int):
+                line = f"key text: {name} = {canonical_text(value)!r}"
+                out += [line] if line not in out else []
+    return out
 
 
 def _write_line(write) -> str:
@@ -111,7 +137,7 @@ def parse_row(text: str | None, what: str) -> dict | None:
 # -- lint ------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Finding:
-    check: str          # "delete-path" | "missing-column" | "no-ttl" | "missing-table"
+    check: str          # delete-path, missing-column, no-ttl, missing-table; lint_keys' checks
     table: str
     message: str
 
@@ -120,13 +146,17 @@ class Finding:
 
 
 def lint(mappings: MappingSet, columns: Mapping[str, set[str]] | None = None,
-         no_ttl: Mapping[str, list[str]] | None = None, planner: Planner = plan_batch
-         ) -> list[Finding]:
-    """Every finding for ``mappings``; ``columns`` (table -> live columns) and ``no_ttl``
-    (template -> sampled keys without TTL) are the live data, None = not checked."""
-    found: list[Finding] = []
+         no_ttl: Mapping[str, list[str]] | None = None, planner: Planner = plan_batch,
+         types: ColumnTypes | None = None) -> list[Finding]:
+    """Every finding for ``mappings``; ``columns`` (table -> live columns), ``no_ttl``
+    (template -> sampled keys without TTL) and ``types`` (table -> column -> (data type,
+    collation)) are the live data, None = not checked (collisions: checked assuming
+    integer columns, see ``cachesync.lint_keys``)."""
+    found: list[Finding] = check_collisions(mappings, types, Finding)
     for mapping in mappings.tables.values():
         found += check_delete_path(mapping, mappings, planner)
+        found += check_collations(mapping, types, Finding)
+        found += check_binary_forms(mapping, types, Finding)
         if columns is not None:
             found += check_columns(mapping, columns.get(mapping.table))
         if no_ttl is not None:
@@ -195,22 +225,6 @@ def _named_by(mapping: TableMapping, column: str) -> str:
 
 
 # -- live data -------------------------------------------------------------------------
-def live_columns(conn, tables: Iterable[str]) -> dict[str, set[str]]:
-    """``db.table -> columns`` from information_schema (absent tables are left out)."""
-    out: dict[str, set[str]] = {}
-    pairs = [t.split(".", 1) for t in tables]
-    if not pairs:
-        return out
-    where = " OR ".join(["(table_schema = %s AND table_name = %s)"] * len(pairs))
-    with conn.cursor() as cur:
-        cur.execute(f"SELECT table_schema, table_name, column_name FROM "
-                    f"information_schema.columns WHERE {where}",
-                    [v for pair in pairs for v in pair])
-        for schema, table, column in cur.fetchall():
-            out.setdefault(f"{schema}.{table}", set()).add(column)
-    return out
-
-
 SCAN_COUNT = 1000
 
 

@@ -65,6 +65,45 @@ class StatsCollector:
         return []   # collected lazily; nothing to validate at registration
 
 
+# issue 13: per-table counts of what was not applied exactly (consumer.core.tally.TableTally)
+TABLE_COUNTERS = {
+    "null_key_skips": ("cachesync_null_key_skips",
+                       "Key templates skipped because a key column is NULL, per table"),
+    "version_backwards": ("cachesync_version_backwards",
+                          "Keys invalidated because the version column went backwards, per table"),
+    "unrenderable_templates": ("cachesync_unrenderable_templates",
+                               "Templates naming a column the row lacks (the event is "
+                               "dead-lettered, its other keys invalidated), per table"),
+    "invalidated_instead_of_written": ("cachesync_invalidated_instead_of_written",
+                                       "Update-mode keys invalidated instead of written, per "
+                                       "table and reason (ambiguous_key, oversized_value, "
+                                       "null_version)"),
+}
+
+
+class TableCollector:
+    """Exposes a TableTally's counts as labelled counters, read at scrape time; every
+    counter is present (with no samples) before its first count."""
+
+    def __init__(self, source: Callable[[], object]):
+        self._source = source
+
+    def collect(self):
+        tally = self._source()
+        counts = tally.snapshot() if tally is not None else {}
+        for counter, (name, doc) in TABLE_COUNTERS.items():
+            reasons = counter == "invalidated_instead_of_written"
+            family = CounterMetricFamily(name, doc, labels=["table", "reason"] if reasons
+                                         else ["table"])
+            for (c, table, reason), value in sorted(counts.items()):
+                if c == counter:
+                    family.add_metric([table, reason] if reasons else [table], value)
+            yield family
+
+    def describe(self):
+        return []
+
+
 class Cumulative:
     """Counters summed over successive instances (the tail command rebuilds its tailer on
     every restart, and each tailer counts from zero)."""
@@ -92,9 +131,12 @@ class ConsumerMetrics:
     """The consumer's metrics; ``on_batch`` is the engine's hook."""
 
     def __init__(self, registry: CollectorRegistry, stats: Callable[[], object],
-                 on_heartbeat: Callable[[str, float, float], None] | None = None):
+                 on_heartbeat: Callable[[str, float, float], None] | None = None,
+                 tables: Callable[[], object] | None = None):
         self._on_heartbeat = on_heartbeat
         registry.register(StatsCollector(stats, CONSUMER_COUNTERS))
+        if tables is not None:          # the engine's TableTally (or None before it exists)
+            registry.register(TableCollector(tables))
         self.lag = Histogram("cachesync_commit_to_apply_seconds",
                              "Source commit -> cache applied, per event (kind: binlog, outbox, "
                              "heartbeat)", ["kind"], buckets=LAG_BUCKETS, registry=registry)

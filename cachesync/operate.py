@@ -94,11 +94,12 @@ class Ops:
 
 
 def consumer_ops(settings: Settings, stats: Callable[[], object],
-                 committed: Callable[[], dict[int, int]] | None = None
-                 ) -> tuple[Ops, ConsumerMetrics]:
+                 committed: Callable[[], dict[int, int]] | None = None,
+                 tables: Callable[[], object] | None = None) -> tuple[Ops, ConsumerMetrics]:
     """Metrics for ``consume``, started; pass ``metrics.on_batch`` to the engine. ``stats``
-    returns the engine's Stats (or None before the engine exists); ``committed`` the
-    next offset per partition when the group does not hold them (Spark's checkpoint)."""
+    returns the engine's Stats and ``tables`` its TableTally (or None before the engine
+    exists); ``committed`` the next offset per partition when the group does not hold them
+    (Spark's checkpoint)."""
     ops = Ops(settings, "consume")
     # One MySQL session per thread: the engine's thread records heartbeat lag, the prober's
     # thread probes; pymysql connections interleave packets when two threads share one.
@@ -107,7 +108,8 @@ def consumer_ops(settings: Settings, stats: Callable[[], object],
     recorder = _WarnOnce("could not record applied heartbeat lag in cachesync_lag")
     metrics = ConsumerMetrics(
         ops.registry, stats,
-        on_heartbeat=lambda src, c, a: recorder.run(lambda: record_applied_lag(lag_session, ns, src, c, a)))
+        on_heartbeat=lambda src, c, a: recorder.run(lambda: record_applied_lag(lag_session, ns, src, c, a)),
+        tables=tables)
     kafka, redis_ping = ops.kafka(), ops.redis_ping()
 
     def probe():

@@ -20,6 +20,7 @@ from cachesync.consumer.core.dedup import decide
 from cachesync.consumer.core.delivery import Decoded, decode_records
 from cachesync.consumer.core.offsets import Record
 from cachesync.consumer.core.plan import EventPlan, batch_keys, batch_writes, plan_batch
+from cachesync.consumer.core.tally import TableTally
 from cachesync.consumer.ports import CacheWriter, DeadLetters, DedupStore
 from cachesync.schema.mapping import MappingSet
 from cachesync.schema.retry import RetryPolicy, Stopped, call
@@ -67,19 +68,23 @@ class BatchResult:
     dead_lettered: list[tuple[Record, str]] = field(default_factory=list)
     keys_existed: int = 0      # invalidated keys that were in Redis
     applied_at: float = 0.0
+    salvaged: list[EventPlan] = field(default_factory=list)   # dead-lettered, other keys deleted
 
 
 class Applier:
-    """Applies batches of records; ``stats`` sums every batch (and the retries)."""
+    """Applies batches of records; ``stats`` sums every batch (and the retries), ``tables``
+    counts per table what could not be applied exactly (and warns about it)."""
 
     def __init__(self, cache: CacheWriter, mappings: MappingSet,
                  settings: ConsumerSettings = ConsumerSettings(), dedup: DedupStore | None = None,
                  dead_letters: DeadLetters | None = None, retry: RetryPolicy = RetryPolicy(),
-                 stop: threading.Event | None = None, stats: Stats | None = None):
+                 stop: threading.Event | None = None, stats: Stats | None = None,
+                 tables: TableTally | None = None):
         self._cache, self._mappings, self._settings = cache, mappings, settings
         self._dedup, self._dlq, self._retry = dedup, dead_letters, retry
         self._stop = stop or threading.Event()
         self.stats = stats or Stats()
+        self.tables = tables or TableTally()
 
     def apply(self, records: Sequence[Record]) -> BatchResult:
         """Apply one batch; raises Stopped if stop was requested while it waited, or what is
@@ -89,6 +94,7 @@ class Applier:
         result.consumed, result.widest = decoded.consumed, decoded.widest
         plan = plan_batch(decoded.deliveries, self._mappings)
         self._set_aside_poison(decoded, plan.poison, result)
+        self._salvage(plan.salvaged, result)
         by_id = {ep.event.id: ep for ep in plan.events}
         claims = self._claim_all(list(by_id), result)
         result.applied = [by_id[i] for _, ids in claims for i in ids]
@@ -113,18 +119,37 @@ class Applier:
     def _write(self, result: BatchResult) -> None:
         """Invalidate, then write the fenced values (update mode)."""
         s = self.stats
-        keys = batch_keys(result.applied)
-        if keys:
-            result.keys_existed = self.call("redis delete", lambda: self._cache.delete(keys))
-            s.keys_deleted += result.keys_existed
+        self._delete(batch_keys(result.applied), result)
         writes = batch_writes(result.applied)
         if writes:
             done = self.call("redis fenced write", lambda: self._cache.write(writes))
             s.keys_written += done.applied
             s.fenced += done.refused
+            self._count_backwards(result.applied, done.backwards)
+        self.tables.observe(result.applied)
         for ep in result.applied:
             s.oversized += ep.oversized
             s.unversioned += ep.unversioned
+
+    def _delete(self, keys: list[str], result: BatchResult) -> None:
+        if keys:
+            existed = self.call("redis delete", lambda: self._cache.delete(keys))
+            result.keys_existed += existed
+            self.stats.keys_deleted += existed
+
+    # -- issue 13: what could not be applied exactly ------------------------------------
+    def _salvage(self, salvaged: list[EventPlan], result: BatchResult) -> None:
+        """Invalidate the renderable keys of dead-lettered events. Not claimed in the dedup
+        table: replaying the dead letter once the mapping is fixed applies it in full."""
+        self._delete(batch_keys(salvaged), result)
+        self.tables.observe(salvaged)
+        result.salvaged = salvaged
+
+    def _count_backwards(self, applied: list[EventPlan], keys: Sequence[str]) -> None:
+        if keys:
+            table_of = {w.key: ep.event.qualified_table for ep in applied for w in ep.writes}
+            for key in keys:
+                self.tables.backwards(table_of.get(key, "?"), [key])
 
     def _claim_all(self, ids: list[str], result: BatchResult) -> list[tuple[str | None, list[str]]]:
         """Claim until every id is ours or done; busy ids wait for their lease to expire.

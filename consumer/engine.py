@@ -25,7 +25,8 @@ __all__ = ["PythonEngine", "Stats", "BatchResult", "Stopped"]
 
 
 class PythonEngine:
-    """``run()`` until ``stop()``; ``stats`` counts what the applier and the hooks did."""
+    """``run()`` until ``stop()``; ``stats`` counts what the applier and the hooks did,
+    ``tables`` (the applier's TableTally) what it could not apply exactly, per table."""
 
     def __init__(self, source: Source, dedup: DedupStore, cache: CacheWriter,
                  dead_letters: DeadLetters, mappings: MappingSet,
@@ -38,6 +39,7 @@ class PythonEngine:
         self.stats = Stats()
         self.applier = Applier(cache, mappings, options, dedup, dead_letters, retry, self._stop,
                                self.stats)
+        self.tables = self.applier.tables    # per-table counts of inexact applies (metrics)
         self.hooks = Hooks([consumer_hooks(cache, dedup, options, self.stats, clock=clock,
                                            retry=retry, stop=self._stop, on_batch=on_batch),
                             *hooks])

@@ -12,6 +12,7 @@ from cachesync.consumer.core.writes import CacheWrite
 class WriteResult(NamedTuple):
     applied: int
     refused: int          # fenced: Redis held a newer version
+    backwards: tuple[str, ...] = ()   # keys invalidated: the version column went backwards
 
 
 class DedupStore(Protocol):

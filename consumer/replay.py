@@ -167,6 +167,8 @@ class ReplayApplier:
             table = ep.event.qualified_table
             self.counts.events[table] += 1
             self.counts.keys[table].update(ep.keys)
+        for ep in result.salvaged:      # a poison event's other keys are deleted too
+            self.counts.keys[ep.event.qualified_table].update(ep.keys)
         self.counts.poison += len(result.dead_lettered)
         self.counts.keys_existed += result.keys_existed
 

@@ -33,17 +33,20 @@ already read by the event's constructor)::
       BLOB/TEXT (and MariaDB JSON)    length_size-byte length (1-4), then bytes
 
 Each generated decoder reproduces the library's results exactly, quirks
-included: YEAR 0 is 1900, a zero or invalid DATETIME2 is None ("out of
-datetime2 range"), a zero DATE (or one with a zero part) is None ("out of date
-range"), a zero TIMESTAMP is 1970-01-01, a negative TIME2's fraction is added
-before the sign is applied, strings are decoded with the Python codec named
-after the column charset (``RowsEvent.charset_to_encoding``: utf16 thus decodes
-little-endian) and stay bytes when there is no such codec (``binary``, ucs2),
-except an empty one, which is '', BIT is a string of '0'/'1', an empty SET is
-None ("empty set"), and every row carries the library's ``none_sources`` dicts.
-Where the library would raise (an impossible DATE, undecodable text, a
-truncated event) or where only a corrupt event could take the fast path off
-the library's results, ``decode_rows`` returns None instead.
+included: YEAR 0 is 1900, a zero TIMESTAMP is 1970-01-01, a negative TIME2's
+fraction is added before the sign is applied, strings are decoded with the Python
+codec of the column charset (``keycolumns.text_codec``: the library's, except
+utf16, utf32 and ucs2, big-endian as the server stores them) and stay bytes when
+there is no such codec (``binary``), except an empty one, which is '', BIT is a
+string of '0'/'1', an empty SET is None ("empty set"), and every row carries the
+library's ``none_sources`` dicts (``keycolumns.key_images`` turns these quirks into
+key text afterwards, for both paths). A DATE or DATETIME2 Python cannot hold (zero
+parts, or an invalid date the server allowed) is the server's text. Dates and
+strings are read as the library's readers once ``keycolumns.install_readers``
+patched them (at import of this module; the unpatched library returns None for
+such dates). Where the library would raise (undecodable text, a truncated event)
+or where only a corrupt event could take the fast path off the library's results,
+``decode_rows`` returns None instead.
 
 It reads the library's internals: the packet's ``_data``/``_position``, the
 wrapper's ``read_bytes`` and unread buffer, the event's columns-present bitmaps
@@ -72,6 +75,8 @@ from typing import Callable
 from pymysqlreplication.constants import FIELD_TYPE, NONE_SOURCE
 from pymysqlreplication.row_event import (DeleteRowsEvent, RowsEvent, UpdateRowsEvent,
                                           WriteRowsEvent)
+
+from cachesync.producer_outbox.keycolumns import text_codec, zero_date_text, zero_datetime_text
 
 # The images of one row and the keys the library stores them under.
 _IMAGE_KEYS = {
@@ -276,14 +281,14 @@ _AS_IS = _assign("{0}")
 
 
 def _date(out, raws, name, k):
-    """As ``__read_date``: None ("out of date range") if any part is zero."""
+    """As the patched ``__read_date`` (``keycolumns.install_readers``): a date Python
+    cannot hold ('0000-00-00', '2020-00-15') is the server's text."""
     return [f"t = {raws[0]} | {raws[1]} << 16",
             "y, mo, d = t >> 9 & 0x7FFF, t >> 5 & 15, t & 31",
-            "if y and mo and d:",
+            "try:",
             f"    {out} = _date(y, mo, d)",
-            "else:",
-            f"    {out} = None",
-            f"    ns[{name}] = {NONE_SOURCE.OUT_OF_DATE_RANGE!r}"]
+            "except ValueError:",
+            f"    {out} = _zero_date(y, mo, d)"]
 
 
 def _fraction(fsp: int, value: str) -> list:
@@ -332,8 +337,8 @@ def _datetime2(fsp: int) -> _Converter:
                 f"    {out} = _datetime(ym // 13, ym % 13, {', '.join(fields)}"
                 f"{', micro' if fsp else ''})",
                 "except ValueError:",
-                f"    {out} = None",
-                f"    ns[{name}] = {NONE_SOURCE.OUT_OF_DATETIME2_RANGE!r}"]
+                f"    {out} = _zero_datetime(ym // 13, ym % 13, {', '.join(fields)}, "
+                f"{'micro' if fsp else '0'}, {fsp})"]
     return convert
 
 
@@ -389,7 +394,7 @@ def _string(column, errors: str) -> _Converter:
     if column.character_set_name is None:
         encoding = "utf-8"
     else:
-        encoding = RowsEvent.charset_to_encoding(column.character_set_name)
+        encoding = text_codec(column.character_set_name)
     try:
         b"\0".decode(encoding, errors)
     except LookupError:
@@ -463,6 +468,7 @@ def _compile(fields: list, names: list, images, bitmaps) -> Callable:
     the rows end. Returns None instead of rows that would overrun the packet.
     """
     scope = {"_date": datetime.date, "_datetime": datetime.datetime,
+             "_zero_date": zero_date_text, "_zero_datetime": zero_datetime_text,
              "_timedelta": datetime.timedelta,
              "_utcfromtimestamp": datetime.datetime.utcfromtimestamp,
              "_from_bytes": int.from_bytes, "_Decimal": decimal.Decimal,

@@ -24,6 +24,7 @@ from cachesync.config import TailerSettings
 from cachesync.producer_outbox.checkpoint import Checkpoint, MySQLCheckpointStore
 from cachesync.producer_outbox.fastrows import decode_rows
 from cachesync.producer_outbox.inflight import InflightTracker
+from cachesync.producer_outbox.keycolumns import key_images, table_specs
 from cachesync.producer_outbox.mysql import MySQLParams
 from cachesync.producer_outbox.packing import Pack, Packer
 from cachesync.producer_outbox.preflight import ServerInfo, check_server
@@ -232,7 +233,9 @@ class Tailer:
         if self._mappings.get(event.schema, event.table) is None:
             return row_index
         rows = decode_rows(event)      # the per-table fast decoder, or None: the library's
+        specs = table_specs(event.table_map[event.table_id])
         for row in rows if rows is not None else event.rows:
+            row = key_images(row, specs)   # values whose text is the server's (key text)
             if op == "update":
                 before, after = row["before_values"], row["after_values"]
             elif op == "insert":

@@ -71,6 +71,11 @@ class KeyTemplate:
         return self._format.format(*values)
 
     @cached_property
+    def parts(self) -> list[str]:
+        """``[literal, field, literal, ..., literal]``: the text split at its fields."""
+        return _FIELD.split(self.text)
+
+    @cached_property
     def glob(self) -> str:
         """The Redis SCAN pattern of every key this template renders: ``user:email:*``
         (the literal text glob-escaped, each field ``*``)."""

@@ -10,7 +10,10 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import decimal
+import json
 from typing import Any
+
+from cachesync.schema import keytext
 
 _TAG_BYTES = "$b64"
 _TAG_DECIMAL = "$dec"
@@ -74,10 +77,11 @@ _DECODERS = {
 
 
 def canonical_text(value: Any) -> str:
-    """Render one value as key text: stable, unambiguous, the same on both sides.
+    """Render one value as key text: the server's own text for the column (the tailer made
+    the values say it, see ``cachesync.schema.keytext``), the same on every side.
 
-    Bytes become ``0x``-hex (keys must be text and binary PKs are common);
-    everything else its natural ``str``.
+    Documented forms where the server has none: bytes (BINARY, VARBINARY, BLOB, GEOMETRY)
+    become ``0x``-hex, a BIT its unsigned number. Raises ValueError for NULL.
     """
     kind = type(value)
     if kind is str:                        # the common key columns: no isinstance chain
@@ -88,10 +92,19 @@ def canonical_text(value: Any) -> str:
         raise ValueError("NULL has no key text")
     if isinstance(value, bool):
         return "1" if value else "0"
+    if isinstance(value, float):
+        return keytext.double_text(value)
+    if isinstance(value, decimal.Decimal):
+        return keytext.decimal_text(value)
     if isinstance(value, (bytes, bytearray, memoryview)):
         return "0x" + bytes(value).hex()
     if isinstance(value, dt.datetime):
-        return value.isoformat(sep=" ")
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
+        return keytext.datetime_text(value, 6 if value.microsecond else 0)
+    if isinstance(value, dt.timedelta):
+        return keytext.time_text(value, 6 if value.microseconds else 0)
+    if isinstance(value, (set, frozenset)):   # events of older tailers: a stable order
+        return ",".join(sorted(value))
+    if isinstance(value, (dict, list)):       # MySQL's binary JSON, as MySQL prints it
+        return json.dumps(value, ensure_ascii=False, separators=(", ", ": "),
+                          default=canonical_text)
     return str(value)

@@ -97,6 +97,10 @@ def table_source(settings: Settings, table: str):
                 raise click.UsageError(f"{table} has no primary key (or cachesync may not read it)")
             integer = len(pk) == 1 and pk[0][1].lower() in _INTEGER_TYPES
             col = pk[0][0]
+            cur.execute("SELECT column_name, data_type FROM information_schema.columns "
+                        "WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position",
+                        (db, name))
+            columns = tuple(cur.fetchall())
             if integer:
                 cur.execute(f"SELECT MIN({quote(col)}), MAX({quote(col)}), COUNT(*) FROM {quote(name)}")
                 lo, hi, rows = cur.fetchone()
@@ -108,7 +112,7 @@ def table_source(settings: Settings, table: str):
     # Spark picks its MySQL dialect (backtick quoting) by the jdbc:mysql prefix; the MariaDB
     # driver accepts that scheme with permitMysqlScheme.
     return TableSource(f"jdbc:mysql://{m.host}:{m.port}/{db}?permitMysqlScheme", m.user, str(m.password), name,
-                       tuple(c for c, _ in pk), integer, lo, hi, rows)
+                       tuple(c for c, _ in pk), integer, lo, hi, rows, columns)
 
 
 def render_table(report) -> str:

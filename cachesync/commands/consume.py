@@ -36,7 +36,8 @@ def command(settings, engine_kind, **spark) -> None:
         return
     with handle_errors():
         engine = None
-        ops, metrics = consumer_ops(settings, lambda: engine.stats if engine else None)
+        ops, metrics = consumer_ops(settings, lambda: engine.stats if engine else None,
+                                    tables=lambda: engine.tables if engine else None)
         try:
             engine = build_engine(settings, on_batch=metrics.on_batch)
             on_termination(engine.stop)

@@ -54,7 +54,8 @@ def run(settings: Settings, checkpoint_location: str | None, max_offsets_per_tri
     from cachesync.consumer.spark.session import spark_session
     engine = None
     ops, metrics = consumer_ops(settings, lambda: engine.stats if engine else None,
-                                committed=lambda: engine.committed_offsets() if engine else {})
+                                committed=lambda: engine.committed_offsets() if engine else {},
+                                tables=lambda: engine.tables if engine else None)
     try:
         with spark_session("cachesync-consume", spark_master) as spark:
             engine = build_spark_engine(settings, spark, checkpoint_location,

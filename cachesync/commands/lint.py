@@ -9,7 +9,8 @@ import pymysql
 import redis
 
 from cachesync.commands.common import handle_errors, settings_options
-from cachesync.explain import keys_without_ttl, lint, live_columns
+from cachesync.explain import keys_without_ttl, lint
+from cachesync.lint_keys import live_column_types
 from cachesync.wiring import mysql_params
 from cachesync.producer_outbox.mysql import classify
 from cachesync.schema.errors import FatalError, RetryableError
@@ -33,16 +34,28 @@ def command(settings, offline: bool, sample: int) -> None:
                     have (information_schema; every event would be dead-lettered)
     missing-table   a mapped table that does not exist or is not visible
     no-ttl          live Redis keys matching a template that have no TTL
+    ambiguous-key   two fields separated by a literal their values may contain
+                    ({a}:{b} with text columns): two rows render the same key
+    overlapping-keys  a key of one template can be a key of another (user:{id}
+                    with a text id and user:email:{email}), or two tables share one
+    ci-collation    a key column under a _ci collation: MySQL treats 'abc' and
+                    'ABC ' as equal, keys are byte-exact
+    binary-form     an INET4/INET6/UUID key column: its key text is 0x-hex of the
+                    stored bytes, not the server's text
+
+    Column types come from information_schema; --offline assumes integer key
+    columns, so it reports only the collisions every column type has.
 
     Exit 0 when clean, 4 when it found something; 1/3 when MySQL or Redis is
     unreachable or refuses (use --offline to check without servers).
     """
     with handle_errors():
-        columns = no_ttl = None
+        columns = no_ttl = types = None
         if not offline:
-            columns = _columns(settings)
+            types = _types(settings)
+            columns = {table: set(cols) for table, cols in types.items()}
             no_ttl = _no_ttl(settings, sample)
-        findings = lint(settings.tables, columns, no_ttl)
+        findings = lint(settings.tables, columns, no_ttl, types=types)
     for finding in findings:
         click.echo(f"warning: {finding}")
     checked = "delete-path" if offline else "delete-path, columns, TTLs"
@@ -51,10 +64,10 @@ def command(settings, offline: bool, sample: int) -> None:
         sys.exit(EXIT_FINDINGS)
 
 
-def _columns(settings) -> dict[str, set[str]]:
+def _types(settings) -> dict[str, dict[str, tuple]]:
     conn = mysql_params(settings).connect(database=None)
     try:
-        return live_columns(conn, settings.tables.tables)
+        return live_column_types(conn, settings.tables.tables)
     except pymysql.err.MySQLError as e:
         raise classify(e) from e
     finally:

@@ -55,7 +55,8 @@ def _run_direct(settings) -> ActiveStandby:
     tailer = None
     current = lambda: tailer.last if tailer else None   # noqa: E731 - rebuilt on restarts
     ops = DirectOps(settings, lambda: current() and current().engine.stats,
-                    lambda: current() and current().tailer)
+                    lambda: current() and current().tailer,
+                    lambda: current() and current().engine.tables)
     try:
         lock = build_tailer_lock(settings)
         tailer = ActiveStandby(lock, lambda: RestartingTailer(
@@ -73,7 +74,8 @@ def _run_pipeline(settings) -> ActiveStandby:
     tailers = Cumulative(("published",))
     with ExitStack() as closing:
         closing.callback(tail_ops(_tail_metrics(settings), tailers).close)
-        ops, metrics = consumer_ops(settings, lambda: engine.stats if engine else None)
+        ops, metrics = consumer_ops(settings, lambda: engine.stats if engine else None,
+                                    tables=lambda: engine.tables if engine else None)
         closing.callback(ops.close)
         engine = build_engine(settings, on_batch=metrics.on_batch)
         closing.callback(engine.close)

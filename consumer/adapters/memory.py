@@ -8,7 +8,7 @@ from typing import Mapping, Sequence
 
 from cachesync.consumer.core.dedup import ClaimState
 from cachesync.consumer.core.offsets import Record
-from cachesync.consumer.core.writes import KIND_DELETE, CacheWrite
+from cachesync.consumer.core.writes import APPLIED, BACKWARDS, KIND_DELETE, CacheWrite, fence
 from cachesync.consumer.ports import WriteResult
 
 
@@ -64,9 +64,13 @@ class MemoryCache:
         return sum(1 for k in keys if self.data.pop(k, None) is not None)
 
     def write(self, writes: Sequence[CacheWrite]) -> WriteResult:
-        applied = 0
+        applied, backwards = 0, []
         for w in writes:
-            if self.versions.get(w.key, "") > w.version:
+            decision = fence(self.versions.get(w.key), w.version)
+            if decision == BACKWARDS:
+                self.data.pop(w.key, None)
+                backwards.append(w.key)
+            if decision != APPLIED:
                 continue
             if w.kind == KIND_DELETE:
                 self.data.pop(w.key, None)
@@ -74,7 +78,7 @@ class MemoryCache:
                 self.data[w.key] = w.value
             self.versions[w.key] = w.version
             applied += 1
-        return WriteResult(applied, len(writes) - applied)
+        return WriteResult(applied, len(writes) - applied - len(backwards), tuple(backwards))
 
 
 class MemorySource:

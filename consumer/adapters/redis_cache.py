@@ -7,7 +7,7 @@ from typing import Sequence
 
 import redis
 
-from cachesync.consumer.core.writes import CacheWrite
+from cachesync.consumer.core.writes import APPLIED, BACKWARDS, CacheWrite
 from cachesync.consumer.ports import WriteResult, chunks
 from cachesync.schema import resource_text
 from cachesync.schema.errors import FatalError, RetryableError
@@ -55,20 +55,20 @@ class RedisCache:
         than configured, so the TTL stays a bound on staleness.
         """
         def run():
-            applied = refused = 0
             pipe = self._client.pipeline(transaction=False)
-            for part in chunks(list(writes), WRITE_CHUNK):
+            parts = list(chunks(list(writes), WRITE_CHUNK))
+            for part in parts:
                 keys, args = [], []
                 for w in part:
                     ttl_ms = max(1, int(w.ttl_s * 1000 * (1 - w.ttl_jitter * self._rand.random())))
                     keys += [w.key, version_key(w.key), lease_key(w.key)]
                     args += [w.kind, w.version, w.value, ttl_ms, ttl_ms + VERSION_MARGIN_MS]
                 self._fenced(keys=keys, args=args, client=pipe)
-            for result in pipe.execute():
-                ok = sum(int(x) for x in result)
-                applied += ok
-                refused += len(result) - ok
-            return WriteResult(applied, refused)
+            outcomes = [(w.key, int(x)) for part, result in zip(parts, pipe.execute())
+                        for w, x in zip(part, result)]
+            applied = sum(1 for _, x in outcomes if x == APPLIED)
+            backwards = tuple(key for key, x in outcomes if x == BACKWARDS)
+            return WriteResult(applied, len(outcomes) - applied - len(backwards), backwards)
         return redis_call(run) if writes else WriteResult(0, 0)
 
     def close(self) -> None:

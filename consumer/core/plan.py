@@ -8,7 +8,14 @@ only a before image. A NULL key column means no key exists for that template
 Delete-mode tables (the default) turn into plain invalidations. Update-mode tables
 turn into fenced writes: every key of the after image gets the new value, and a
 key only the before image renders (the row moved away from it, or was deleted)
-gets a delete that leaves a version tombstone behind.
+gets a delete that leaves a version tombstone behind. A key another row could render
+too (``cachesync.schema.collisions``) is never written: it gets the tombstone instead,
+so it can never hold another row's value.
+
+An event that cannot be planned (a template or version/value column naming a missing
+column, an unusable version) is poison and is dead-lettered, but the keys its other
+templates render are still invalidated (``Plan.salvaged``), so a broken template never
+leaves the row's other keys stale.
 """
 
 from __future__ import annotations
@@ -19,9 +26,10 @@ from typing import Iterable
 from cachesync.consumer.core.delivery import Delivery
 from cachesync.consumer.core.writes import (KIND_DELETE, CacheWrite, merge_writes, render_value,
                                   version_text)
+from cachesync.schema.collisions import ambiguous_key
 from cachesync.schema.errors import PoisonError, UnknownTableError
 from cachesync.schema.event import HEARTBEAT_KIND, ChangeEvent
-from cachesync.schema.mapping import MappingSet, TableMapping
+from cachesync.schema.mapping import KeyTemplate, MappingSet, MissingColumnError, TableMapping
 
 
 @dataclass(slots=True)
@@ -39,6 +47,8 @@ class EventPlan:
     double_delete_s: float | None = None        # delete mode: invalidate ``keys`` again later
     oversized: int = 0                          # values over max_value_bytes, invalidated instead
     unversioned: bool = False                   # NULL version column: invalidated, not written
+    ambiguous: tuple[tuple[str, str], ...] = () # (key, why): another row's key too, invalidated
+    unrenderable: int = 0                       # templates naming a missing column (salvaged plans)
 
 
 @dataclass
@@ -51,6 +61,9 @@ class Plan:
 
     events: list[EventPlan] = field(default_factory=list)
     poison: list[tuple[Delivery | ChangeEvent, PoisonError]] = field(default_factory=list)
+    # the renderable keys of poison events: invalidated (not claimed, so a replay of the
+    # dead letter after the mapping is fixed still applies in full)
+    salvaged: list[EventPlan] = field(default_factory=list)
 
     @property
     def keys(self) -> list[str]:
@@ -89,18 +102,28 @@ def event_keys(event: ChangeEvent, mappings: MappingSet) -> EventPlan:
     after, nulls_a = _render(mapping, event.after)
     nulls = nulls_b + nulls_a
     if not mapping.updates:
-        keys = tuple(dict.fromkeys([*explicit, *before, *after]))
+        keys = tuple(dict.fromkeys([*explicit, *_keys(before), *_keys(after)]))
         return EventPlan(event, keys, nulls, double_delete_s=mapping.double_delete_s)
     version = version_text(event, mapping)
     if version is None:                      # no order to fence with: invalidate instead
-        keys = tuple(dict.fromkeys([*explicit, *before, *after]))
+        keys = tuple(dict.fromkeys([*explicit, *_keys(before), *_keys(after)]))
         return EventPlan(event, keys, nulls, unversioned=True)
-    writes, oversized = _update_writes(event, mapping, version, before, after)
+    ambiguous = _ambiguous(mapping, event.after, after)
+    writes, oversized = _update_writes(event, mapping, version, _keys(before), after, ambiguous)
     return EventPlan(event, tuple(dict.fromkeys(explicit)), nulls, tuple(writes),
-                     oversized=oversized)
+                     oversized=oversized, ambiguous=ambiguous)
 
 
-def _render(mapping: TableMapping, image) -> tuple[list[str], int]:
+Rendered = list[tuple[KeyTemplate, str]]
+
+
+def _keys(rendered: Rendered) -> list[str]:
+    return [key for _, key in rendered]
+
+
+def _render(mapping: TableMapping, image) -> tuple[Rendered, int]:
+    """(template, key) of each template ``image`` renders, and how many were NULL-skipped;
+    raises MissingColumnError."""
     if image is None:
         return [], 0
     keys, nulls = [], 0
@@ -109,22 +132,35 @@ def _render(mapping: TableMapping, image) -> tuple[list[str], int]:
         if key is None:
             nulls += 1
         else:
-            keys.append(key)
+            keys.append((template, key))
     return keys, nulls
 
 
-def _update_writes(event: ChangeEvent, mapping: TableMapping, version: str,
-                   before: list[str], after: list[str]) -> tuple[list[CacheWrite], int]:
+def _ambiguous(mapping: TableMapping, image, after: Rendered) -> tuple[tuple[str, str], ...]:
+    """The after image's keys that another row could render too, with the reason."""
+    out = []
+    for template, key in after:
+        why = ambiguous_key(key, template, mapping.keys, image)
+        if why is not None:
+            out.append((key, why))
+    return tuple(out)
+
+
+def _update_writes(event: ChangeEvent, mapping: TableMapping, version: str, before: list[str],
+                   after: Rendered, ambiguous: tuple[tuple[str, str], ...]
+                   ) -> tuple[list[CacheWrite], int]:
     writes, oversized = [], 0
-    if event.after is not None and after:
+    unsafe = {key for key, _ in ambiguous}
+    keys = _keys(after)
+    if event.after is not None and keys:
         kind, value = render_value(event.after, mapping)
         if len(value.encode("utf-8")) > mapping.max_value_bytes:
             oversized = 1
-            writes += [_tombstone(k, version, mapping) for k in after]
-        else:
-            writes += [CacheWrite(k, kind, version, value, mapping.ttl_s, mapping.ttl_jitter)
-                       for k in after]
-    gone = [k for k in dict.fromkeys(before) if k not in after]
+            unsafe.update(keys)
+        writes += [_tombstone(k, version, mapping) if k in unsafe else
+                   CacheWrite(k, kind, version, value, mapping.ttl_s, mapping.ttl_jitter)
+                   for k in keys]
+    gone = [k for k in dict.fromkeys(before) if k not in keys]
     writes += [_tombstone(k, version, mapping) for k in gone]
     return writes, oversized
 
@@ -135,7 +171,8 @@ def _tombstone(key: str, version: str, mapping: TableMapping) -> CacheWrite:
 
 def plan_batch(items: Iterable[Delivery | ChangeEvent], mappings: MappingSet) -> Plan:
     """Plan each event of a batch; poison is set aside with the item it came in
-    (given deliveries, the poison names its delivery: record, pack index, bytes)."""
+    (given deliveries, the poison names its delivery: record, pack index, bytes), its
+    renderable keys salvaged."""
     plan = Plan()
     for item in items:
         event = item.event if isinstance(item, Delivery) else item
@@ -143,4 +180,30 @@ def plan_batch(items: Iterable[Delivery | ChangeEvent], mappings: MappingSet) ->
             plan.events.append(event_keys(event, mappings))
         except PoisonError as e:
             plan.poison.append((item, e))
+            salvaged = salvage(event, mappings)
+            if salvaged is not None:
+                plan.salvaged.append(salvaged)
     return plan
+
+
+def salvage(event: ChangeEvent, mappings: MappingSet) -> EventPlan | None:
+    """The invalidations a poison event still allows: every key any template renders from
+    either image (skipping templates that name a missing column, counted), and its
+    explicit keys; None when there is none."""
+    mapping = mappings.get(event.db, event.table)
+    keys, nulls, unrenderable = list(event.keys), 0, 0
+    images = [i for i in (event.before, event.after) if i is not None]
+    for template in mapping.keys if mapping is not None else ():
+        failed = False
+        for image in images:           # a column dropped mid-stream: the before image may have it
+            try:
+                key = template.render(image)
+            except MissingColumnError:
+                failed = True
+                continue
+            nulls += key is None
+            keys += [key] if key is not None else []
+        unrenderable += failed
+    if not keys and not unrenderable:
+        return None
+    return EventPlan(event, tuple(dict.fromkeys(keys)), nulls, unrenderable=unrenderable)

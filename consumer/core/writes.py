@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
@@ -22,6 +23,7 @@ from cachesync.schema.values import canonical_text
 
 VERSION_DIGITS = 24      # binlog versions reach 2**68 (file number << 56); 10**24 covers it
 KIND_JSON, KIND_HASH, KIND_DELETE = "json", "hash", "del"
+_DATETIME_TEXT = re.compile(r"(\d{4}-\d{2}-\d{2})(?: (\d{2}:\d{2}:\d{2})(?:\.(\d{1,6}))?)?")
 
 
 class BadVersionError(PoisonError):
@@ -85,6 +87,13 @@ def _column_order_text(column: str, value: Any) -> str:
         return value.replace(tzinfo=None).strftime("%Y-%m-%dT%H:%M:%S.%f")
     if isinstance(value, dt.date):
         return value.strftime("%Y-%m-%dT00:00:00.000000")
+    if isinstance(value, str):
+        # DATETIME(n)/TIMESTAMP(n) arrive as the server's text (their fraction digits are
+        # part of the key text), zero dates too; the order text is the same as a datetime's
+        m = _DATETIME_TEXT.fullmatch(value)
+        if m is not None:
+            date, time, micro = m.groups()
+            return f"{date}T{time or '00:00:00'}.{(micro or '').ljust(6, '0')}"
     raise BadVersionError(column, value)
 
 
@@ -122,15 +131,45 @@ def _plain(value: Any) -> Any:
     return canonical_text(value)
 
 
+# What the fenced-write script does with one entry (its return value per entry).
+REFUSED, APPLIED, BACKWARDS = 0, 1, 2
+
+
+def fence(stored: str | None, version: str) -> int:
+    """The fenced-write decision for ``version`` over the ``stored`` one (None: none), as
+    ``schema/lua/fenced_write.lua`` takes it.
+
+    Older versions are refused: a replay, a late duplicate or a reordering. But when both
+    carry a column version (``col/source``) and the incoming change is at a *newer* source
+    position, the row's version column went backwards (5, then 3): the database no longer
+    holds the cached value, so the key is invalidated (BACKWARDS) and the stored version
+    kept, so older replays stay refused.
+    """
+    if stored is None or stored <= version:
+        return APPLIED
+    if "/" in stored and "/" in version and _source(version) > _source(stored):
+        return BACKWARDS
+    return REFUSED
+
+
+def _source(version: str) -> str:
+    return version.rsplit("/", 1)[1]
+
+
 def merge_writes(writes: Iterable[CacheWrite]) -> list[CacheWrite]:
     """One write per key: the newest version wins, a later equal version replaces an earlier.
 
     The fencing script would refuse the older ones anyway; sending only the newest
-    turns repeated updates of a hot key within a batch into one Redis operation.
+    turns repeated updates of a hot key within a batch into one Redis operation. A write
+    whose version went backwards (``fence``) is kept after the newest one, so the script
+    sees it and invalidates the key instead of it being merged away.
     """
-    newest: dict[str, CacheWrite] = {}
+    newest: dict[str, list[CacheWrite]] = {}
     for w in writes:
-        have = newest.get(w.key)
-        if have is None or w.version >= have.version:
-            newest[w.key] = w
-    return list(newest.values())
+        chain = newest.get(w.key)
+        decision = APPLIED if chain is None else fence(chain[0].version, w.version)
+        if decision == APPLIED:
+            newest[w.key] = [w]
+        elif decision == BACKWARDS:
+            newest[w.key] = [chain[0], w]
+    return [w for chain in newest.values() for w in chain]

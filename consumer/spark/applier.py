@@ -84,7 +84,8 @@ def _worker(config: ApplyConfig) -> _Worker:
 
 def consume_partition(rows: Iterable, config: ApplyConfig, batch_id: int) -> Iterator[dict]:
     """Apply one partition's records of micro-batch ``batch_id``; yields one dict:
-    ``stats`` (a Stats dict), ``lag`` (LagSamples) and ``offsets`` ({partition: next}).
+    ``stats`` (a Stats dict), ``tables`` (a TableTally snapshot), ``lag`` (LagSamples)
+    and ``offsets`` ({partition: next}).
 
     Records are applied in chunks of ``consumer.batch_size`` (one dedup round trip
     each). Transient errors are retried and never skipped; anything else fails the
@@ -101,7 +102,8 @@ def consume_partition(rows: Iterable, config: ApplyConfig, batch_id: int) -> Ite
         lag += lag_samples(result)
         offsets.update({p: o for (_, p), o in commit_offsets(part).items()})
     log.debug("batch %d: partition done: %s", batch_id, stats)
-    yield {"stats": asdict(stats), "lag": lag, "offsets": offsets}
+    yield {"stats": asdict(stats), "tables": applier.tables.snapshot(), "lag": lag,
+           "offsets": offsets}
 
 
 def _chunks(records: Iterator, size: int) -> Iterator[list]:
@@ -167,6 +169,9 @@ class AuditConfig:
     mapping: "TableMapping"  # noqa: F821 (cachesync.schema.mapping.TableMapping, pickled)
     settings: "Settings"     # noqa: F821 (cachesync.config.Settings): the Redis client
     chunk: int = 500
+    # column -> data_type when the rows hold key texts (audit.read_table): turned back into
+    # the values the tailer publishes (schema.keytext.value_from_text); empty: rows as read
+    types: dict = field(default_factory=dict)
 
 
 def audit_partition(rows: Iterable, config: AuditConfig, rows_read) -> Iterator[tuple[str, str]]:
@@ -176,14 +181,20 @@ def audit_partition(rows: Iterable, config: AuditConfig, rows_read) -> Iterator[
     (update mode ``hash`` values) per chunk. ``rows_read`` is a Spark accumulator.
     """
     from cachesync.consumer.audit import expected_entries, verdict
+    from cachesync.schema.keytext import value_from_text
     from cachesync.wiring import redis_client
     client = redis_client(config.settings, AUDIT_TIMEOUT_S)
+    types = config.types
     seen = 0
     try:
         chunk = []
         for row in rows:
             seen += 1
-            chunk += expected_entries(row.asDict(), config.mapping)
+            values = row.asDict()
+            if types:
+                values = {c: value_from_text(v, types[c]) if c in types else v
+                          for c, v in values.items()}
+            chunk += expected_entries(values, config.mapping)
             if len(chunk) >= config.chunk:
                 yield from _judge(client, config.mapping, chunk, verdict)
                 chunk = []

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from cachesync.consumer.audit import STALE, AuditReport
 from cachesync.consumer.spark.applier import AuditConfig, audit_partition
+from cachesync.schema.keytext import server_text_sql
 from cachesync.schema.sqlnames import quote
 
 JDBC_DRIVER = "org.mariadb.jdbc.Driver"
@@ -27,15 +28,28 @@ class TableSource:
     lo: int | None
     hi: int | None
     rows: int
+    # (column, information_schema data_type) of every column: the audit reads each as its
+    # key text (schema.keytext.server_text_sql), as the tailer renders it from the binlog
+    columns: tuple[tuple[str, str], ...] = ()
+
+
+PARTITION_COLUMN = "__cachesync_pk"      # the integer key, typed, for JDBC partitioning
 
 
 def read_table(spark, source: TableSource, partitions: int):
-    """The table as a DataFrame, ``partitions`` JDBC queries split by primary key."""
+    """The table as a DataFrame, ``partitions`` JDBC queries split by primary key; with
+    ``source.columns``, every column as its key text (a subquery), plus PARTITION_COLUMN."""
     props = {"user": source.user, "password": source.password, "driver": JDBC_DRIVER,
              "preferTimestampNTZ": "true"}
     quoted = quote(source.table)
+    column = source.pk[0]
+    if source.columns:
+        texts = ", ".join(server_text_sql(c, t) for c, t in source.columns)
+        quoted = (f"(SELECT {quote(column)} AS {PARTITION_COLUMN}, {texts} FROM {quoted}) "
+                  "AS cachesync_audit")
+        column = PARTITION_COLUMN
     if source.integer_pk and source.lo is not None:
-        return spark.read.jdbc(source.url, quoted, column=source.pk[0], lowerBound=source.lo,
+        return spark.read.jdbc(source.url, quoted, column=column, lowerBound=source.lo,
                                upperBound=source.hi + 1, numPartitions=partitions,
                                properties=props)
     # Composite or non-integer key: split by a hash of the key columns.
@@ -54,10 +68,12 @@ def audit_table(spark, source: TableSource, mapping, settings, partitions: int =
     sampling: a key of a row outside the sample would look extra.
     """
     frame = read_table(spark, source, partitions)
+    if PARTITION_COLUMN in frame.columns:
+        frame = frame.drop(PARTITION_COLUMN)
     if sample:
         fraction = min(1.0, 1.5 * sample / max(source.rows, 1))
         frame = frame.sample(fraction=fraction, seed=7).limit(sample)
-    config = AuditConfig(mapping, settings)
+    config = AuditConfig(mapping, settings, types=dict(source.columns))
     rows_read = spark.sparkContext.accumulator(0)
     judged = spark.createDataFrame(
         frame.rdd.mapPartitions(lambda rows: audit_partition(rows, config, rows_read)),

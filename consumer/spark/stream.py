@@ -16,6 +16,7 @@ import threading
 from dataclasses import dataclass, field
 
 from cachesync.consumer.applier import Stats
+from cachesync.consumer.core.tally import TableTally
 from cachesync.consumer.spark.applier import ApplyConfig, consume_partition
 from cachesync.consumer.spark.records import KAFKA_SELECT
 
@@ -55,6 +56,7 @@ class SparkEngine:
         self._idle = threading.Lock()      # held while a micro-batch is applied
         self._query = None
         self.stats = Stats()
+        self.tables = TableTally()         # the tasks' per-table counts (metrics)
         self.offsets: dict[int, int] = {}
         self.batches: list[BatchReport] = []
 
@@ -113,6 +115,7 @@ class SparkEngine:
             report = BatchReport(batch_id)
             for part in parts:
                 report.stats.add(part["stats"])
+                self.tables.merge(part["tables"])
                 report.lag += part["lag"]
                 self.offsets.update(part["offsets"])
             self.stats.add(report.stats)

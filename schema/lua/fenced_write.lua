@@ -12,7 +12,13 @@
 -- tombstone refuses the older updates that arrive after it. Applying the same
 -- version twice is harmless (same value), so equal versions are applied.
 -- Every applied entry also deletes the fill lease, voiding read_through fills that
--- loaded the row before this change. Returns one 1 (applied) or 0 (refused) per entry.
+-- loaded the row before this change.
+-- A version column going backwards is not a stale replay: when both versions are
+-- 'column/source' and the incoming source position is newer than the stored one, the
+-- row's version column decreased (5, then 3), so the cached value is no longer the
+-- database's: the key and its lease are deleted, the stored version is kept (older
+-- replays stay refused). consumer.core.writes.fence is the same decision in Python.
+-- Returns per entry 1 (applied), 0 (refused) or 2 (invalidated: version went backwards).
 local out = {}
 for i = 1, #KEYS / 3 do
   local key, vkey, lkey = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
@@ -20,7 +26,15 @@ for i = 1, #KEYS / 3 do
   local kind, version, value = ARGV[a], ARGV[a + 1], ARGV[a + 2]
   local stored = redis.call('GET', vkey)
   if stored and stored > version then
-    out[i] = 0
+    local stored_source = string.match(stored, '/(%d+)$')
+    local source = string.match(version, '/(%d+)$')
+    if stored_source and source and source > stored_source then
+      redis.call('DEL', key)
+      redis.call('DEL', lkey)
+      out[i] = 2
+    else
+      out[i] = 0
+    end
   else
     if kind == 'json' then
       redis.call('SET', key, value, 'PX', ARGV[a + 3])

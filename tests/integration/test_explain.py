@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -23,7 +24,9 @@ def warnings(result) -> list[str]:
 
 
 def test_lint_is_clean_when_columns_exist_and_keys_expire(lab):
-    lab.sql("CREATE TABLE users (id BIGINT PRIMARY KEY, email VARCHAR(100), name TEXT)")
+    # a binary collation: under the server's default _ci one, lint warns (issue 13, below)
+    lab.sql("CREATE TABLE users (id BIGINT PRIMARY KEY, email VARCHAR(100) COLLATE utf8mb4_bin, "
+            "name TEXT)")
     cfg = lab.write_config(USERS)
     lab.cache("user:1", "user:email:a@x")               # with a TTL, as an application would
     result = cachesync(lab, "lint", "-c", cfg)
@@ -50,6 +53,27 @@ def test_lint_flags_a_missing_column_a_missing_table_and_a_key_without_ttl(lab):
         "cannot see it)",
     ])
     offline = cachesync(lab, "lint", "--offline", "-c", cfg)
+    assert offline.returncode == 0 and warnings(offline) == []
+
+
+def test_lint_reads_live_types_for_collisions_and_collations(lab):
+    lab.sql("CREATE TABLE users (id VARCHAR(20) COLLATE utf8mb4_bin PRIMARY KEY, "
+            "email VARCHAR(100) COLLATE utf8mb4_general_ci)")
+    lab.sql("CREATE TABLE books (id INT PRIMARY KEY, a VARCHAR(9) COLLATE utf8mb4_bin, "
+            "b INT)")
+    cfg = lab.write_config({**USERS, "books": {"keys": ["bk:{a}:{b}"]}})
+    result = cachesync(lab, "lint", "-c", cfg)
+    assert result.returncode == 4, result.stdout + result.stderr
+    users, books, p = f"{lab.db}.users", f"{lab.db}.books", lab.prefix
+    found = sorted(re.fullmatch(r"warning: (\S+): \[([a-z-]+)\] (.*)", w).groups()
+                   for w in warnings(result))
+    assert [(table, check) for table, check, _ in found] == [
+        (books, "ambiguous-key"), (users, "ci-collation"), (users, "overlapping-keys")], found
+    assert found[0][2].startswith(f"'{p}bk:{{a}}:{{b}}': a value of {{a}} or {{b}} may contain")
+    assert found[1][2].startswith("column 'email' uses the collation utf8mb4_general_ci")
+    assert found[2][2].startswith(f"keys of '{p}user:email:{{email}}' (e.g. '{p}user:email:a') "
+                                  f"can also be keys of '{p}user:{{id}}'")
+    offline = cachesync(lab, "lint", "--offline", "-c", cfg)   # integer columns assumed
     assert offline.returncode == 0 and warnings(offline) == []
 
 

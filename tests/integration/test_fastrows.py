@@ -235,16 +235,22 @@ def test_every_supported_type_decodes_like_the_library(stack, db):
         "SET SESSION binlog_row_image = 'FULL'",
         "DELETE FROM every_type",
     ])
-    kinds, sources, most_rows = set(), set(), 0
+    kinds, sources, texts, most_rows = set(), set(), set(), 0
     for event in row_events(stack, db, start):
         _, rows = decode_both(event)
         kinds.add(type(event))
         most_rows = max(most_rows, len(rows))
         sources.update(source for row in rows for key in row if key.endswith("none_sources")
                        for source in row[key].values())
+        texts.update(v for row in rows for key in row if key.endswith("values")
+                     for name, v in row[key].items()
+                     if name.startswith("dt") and isinstance(v, str))
     assert kinds == set(ROW_EVENTS) and most_rows > 5
-    assert sources == {"null", "cols bitmap", "out of date range", "out of datetime2 range",
-                       "empty set"}
+    # zero and zero-part dates were None ("out of date range", "out of datetime2 range")
+    # until issue 13; both paths now decode them to the server's text
+    assert sources == {"null", "cols bitmap", "empty set"}
+    assert {"0000-00-00", "2020-00-15", "0000-00-00 00:00:00", "2020-00-00 10:00:00.0000",
+            "2020-02-00 00:00:00.50000"} <= texts
 
 
 def test_unsupported_type_falls_back_to_the_library(stack, db):
@@ -264,16 +270,17 @@ def test_unsupported_type_falls_back_to_the_library(stack, db):
     assert events == 3
 
 
-def test_invalid_date_the_library_rejects_gives_none(stack, db):
+def test_an_invalid_date_the_server_allowed_decodes_to_its_text(stack, db):
+    # the library raised ValueError on it (stopping the tailer) until issue 13
     start = write(stack, db, [
         "SET SESSION sql_mode = 'ALLOW_INVALID_DATES'",
-        "CREATE TABLE odd_dates (id INT PRIMARY KEY, d DATE)",
-        "INSERT INTO odd_dates VALUES (1, '2021-02-31')",
+        "CREATE TABLE odd_dates (id INT PRIMARY KEY, d DATE, t DATETIME(2))",
+        "INSERT INTO odd_dates VALUES (1, '2021-02-31', '2021-02-30 10:00:00.25')",
     ])
     [event] = row_events(stack, db, start)
-    assert fastrows.decode_rows(event) is None
-    with pytest.raises(ValueError):
-        event.rows
+    fast = fastrows.decode_rows(event)
+    assert fast == event.rows == [{"values": {"id": 1, "d": "2021-02-31",
+                                              "t": "2021-02-30 10:00:00.25"}, "none_sources": {}}]
 
 
 def test_ddl_mid_stream_rebuilds_the_decoder(stack, db):

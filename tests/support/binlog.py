@@ -9,6 +9,7 @@ table, primary_key, rows), because decoding rows needs a table map from a server
 from __future__ import annotations
 
 import struct
+import types
 import uuid
 
 from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, XidEvent
@@ -80,6 +81,7 @@ def rows(cls, *images, table="users"):
         decoded = [{"values": v} for v in images]
     event._RowsEvent__rows = decoded       # what RowsEvent.rows returns once fetched
     event.complete = False                 # no packet behind it: fastrows steps aside
+    event.table_id, event.table_map = 1, {1: types.SimpleNamespace(columns=[])}  # no typed columns
     return event
 
 

@@ -37,7 +37,8 @@ def explain(op, before, after):
      ["UNLINK user:2 cachesync:lease:user:2",
       "skipped 1 template rendering(s): a key column is NULL"]),
     ("insert", None, {"id": {"$dec": "7.50"}, "email": "c@x"},          # tagged JSON values
-     ["UNLINK user:7.50 cachesync:lease:user:7.50",
+     ["key text: id = '7.50'",                                   # the canonical text, shown
+      "UNLINK user:7.50 cachesync:lease:user:7.50",
       "UNLINK user:email:c@x cachesync:lease:user:email:c@x"]),
 ])
 def test_explain_known_rows(op, before, after, expected):
@@ -186,3 +187,79 @@ def test_explain_renders_update_mode_writes():
     assert lines[0].endswith(': {"id":1,"email":"b@x"}  (TTL 3600s ±10%)')
     assert lines[2].endswith("; tombstone for 3600s")
     assert check_delete_path(mappings.tables["app.users"], mappings) == []
+
+
+# -- issue 13: key text, salvaged keys, collisions, collations -----------------------------
+def test_explain_shows_the_canonical_key_text_of_typed_values():
+    m = parse_mappings({"app.ev": {"keys": ["ev:{at}", "ev:blob:{b}"]}})
+    lines, _ = explain_event(make_event("app.ev", "insert", None, {
+        "at": {"$dt": "2020-01-01T10:00:00.000001"}, "b": {"$b64": "0CkAAA=="}}), m)
+    assert lines == ["key text: at = '2020-01-01 10:00:00.000001'", "key text: b = '0xd0290000'",
+                     "UNLINK ev:2020-01-01 10:00:00.000001 "
+                     "cachesync:lease:ev:2020-01-01 10:00:00.000001",
+                     "UNLINK ev:blob:0xd0290000 cachesync:lease:ev:blob:0xd0290000"]
+
+
+def test_explain_shows_a_dead_letter_and_the_keys_still_invalidated():
+    lines, poison = explain("delete", {"id": 1}, None)
+    assert poison and lines == [
+        lines[0], "UNLINK user:1 cachesync:lease:user:1  (the row's other keys)"]
+
+
+def test_explain_shows_an_ambiguous_key_invalidated_instead_of_written():
+    m = parse_mappings({"app.bk": {"keys": ["bk:{a}:{b}"], "mode": "update"}})
+    lines, _ = explain_event(make_event("app.bk", "insert", None, {"a": "x:y", "b": "z"}), m)
+    assert lines[0].startswith("fenced DEL bk:x:y:z unless stored version > ")
+    assert lines[1] == ("note: bk:x:y:z is invalidated, not written: a value of {a} or {b} "
+                        "contains the separator ':' of 'bk:{a}:{b}'")
+
+
+def types_of(table, **columns):
+    return {table: {c: (t, coll) for c, (t, coll) in columns.items()}}
+
+
+@pytest.mark.parametrize("tables, types, expected", [
+    # adjacent fields whose separator a text value may contain
+    ({"d.b": {"keys": ["bk:{a}:{b}"]}},
+     types_of("d.b", a=("varchar", None), b=("varchar", None)),
+     [("ambiguous-key", "d.b", "'bk:{a}:{b}': a value of {a} or {b} may contain the "
+                                "separator ':'")]),
+    # ... not with integer columns
+    ({"d.b": {"keys": ["bk:{a}:{b}"]}}, types_of("d.b", a=("int", None), b=("bigint", None)), []),
+    # no separator at all: ambiguous whatever the types, also offline
+    ({"d.b": {"keys": ["bk:{a}{b}"]}}, None,
+     [("ambiguous-key", "d.b", "'bk:{a}{b}': nothing separates {a} from {b}")]),
+    # a literal prefix that is a possible value of another template's field
+    ({"d.u": {"keys": ["user:{id}", "user:email:{email}"]}},
+     types_of("d.u", id=("varchar", None), email=("varbinary", None)),
+     [("overlapping-keys", "d.u", "keys of 'user:email:{email}' (e.g. 'user:email:0x00') can "
+                                  "also be keys of 'user:{id}' (d.u)")]),
+    ({"d.u": {"keys": ["user:{id}", "user:email:{email}"]}},
+     types_of("d.u", id=("bigint", None), email=("varbinary", None)), []),
+    # two tables sharing a template collide whatever the types (reported from both sides)
+    ({"d.a": {"keys": ["obj:{id}"]}, "d.b": {"keys": ["obj:{id}"]}}, None,
+     [("overlapping-keys", "d.a", "keys of 'obj:{id}' (e.g. 'obj:0') can also be keys of "
+                                  "'obj:{id}' (d.b)"),
+      ("overlapping-keys", "d.b", "keys of 'obj:{id}' (e.g. 'obj:0') can also be keys of "
+                                  "'obj:{id}' (d.a)")]),
+    # case-insensitive collations: keys are byte-exact
+    ({"d.u": {"keys": ["user:email:{email}"]}},
+     types_of("d.u", email=("varchar", "utf8mb4_general_ci")),
+     [("ci-collation", "d.u", "column 'email' uses the collation utf8mb4_general_ci: MySQL "
+                              "treats 'abc' and 'ABC ' as the same value, but keys are "
+                              "byte-exact")]),
+    ({"d.u": {"keys": ["user:email:{email}"]}},
+     types_of("d.u", email=("varchar", "utf8mb4_bin")), []),
+])
+def test_lint_reports_each_collision_class(tables, types, expected):
+    found = lint(parse_mappings(tables), types=types)
+    assert [(f.check, f.table, f.message[:len(e)]) for f, (_, _, e) in zip(found, expected)] \
+        == expected
+    assert len(found) == len(expected)
+
+
+def test_lint_flags_address_and_uuid_key_columns_as_binary_form():
+    found = lint(parse_mappings({"d.h": {"keys": ["host:{ip}", "host:name:{name}"]}}),
+                 types=types_of("d.h", ip=("inet6", None), name=("varchar", "utf8mb4_bin")))
+    assert [(f.check, f.message[:40]) for f in found] == [
+        ("binary-form", "column 'ip' is INET6: the binlog carries")]

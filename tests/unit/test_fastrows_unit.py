@@ -23,7 +23,7 @@ from pymysqlreplication.packet import BinLogPacketWrapper
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 from pymysqlreplication.table import Table
 
-from cachesync.producer_outbox import fastrows
+from cachesync.producer_outbox import fastrows, keycolumns
 from tests.support.compare import difference
 
 EVENT_TYPES = {WriteRowsEvent: BINLOG.WRITE_ROWS_EVENT_V2,
@@ -123,7 +123,7 @@ def truncated_micro(fsp: int, micro: int) -> int:
 
 def gen_datetime2(fsp):
     def valid(rng):
-        if rng.random() < 0.1:   # zero and zero-part dates: None, "out of datetime2 range"
+        if rng.random() < 0.1:   # zero and zero-part dates: their text
             return (1 << 39 | rng.choice([0, 13 * 2020]) << 22).to_bytes(5, "big") + bytes(
                 (fsp + 1) // 2)
         t = random_datetime(rng)
@@ -290,7 +290,10 @@ def test_ignore_decode_errors():
     assert lenient.rows[0]["values"] == {"s": "ab", "l": "x"}
 
 
-def test_library_quirks_are_kept():
+def test_library_quirks_are_kept_and_key_images_correct_them():
+    # Zero dates were None ("out of date range") until issue 13: indistinguishable from NULL,
+    # so their keys were skipped. The patched readers (keycolumns) and fastrows now give the
+    # server's text; key_images turns the other quirks into the server's text too.
     columns = [column("year", I.YEAR, S), column("date", I.DATE),
                column("dt", I.DATETIME2, fsp=0), column("ts", I.TIMESTAMP2, fsp=0),
                column("bin", I.VARCHAR, charset="binary", max_length=10),
@@ -301,10 +304,24 @@ def test_library_quirks_are_kept():
     ev = event(WriteRowsEvent, columns, body, table="quirks")
     assert check(ev, must_decode=True) == "decoded"
     assert ev.rows == [{
-        "values": {"year": 1900, "date": None, "dt": None, "ts": datetime.datetime(1970, 1, 1),
-                   "bin": "", "set": None, "bit": "1000000101"},
-        "none_sources": {"date": "out of date range", "dt": "out of datetime2 range",
-                         "set": "empty set"}}]
+        "values": {"year": 1900, "date": "0000-00-00", "dt": "0000-00-00 00:00:00",
+                   "ts": datetime.datetime(1970, 1, 1), "bin": "", "set": None,
+                   "bit": "1000000101"},
+        "none_sources": {"set": "empty set"}}]
+    specs = tuple(filter(None, map(keycolumns.column_spec, columns)))
+    assert keycolumns.key_images(ev.rows[0], specs)["values"] == {
+        "year": "0000", "date": "0000-00-00", "dt": "0000-00-00 00:00:00",
+        "ts": "0000-00-00 00:00:00", "bin": b"", "set": "", "bit": 517}
+
+
+def test_zero_part_and_invalid_dates_decode_to_their_text():
+    columns = [column("date", I.DATE), column("dt", I.DATETIME2, fsp=3)]
+    date = (2020 << 9 | 0 << 5 | 15).to_bytes(3, "little")                  # 2020-00-15
+    dt_ = (1 << 39 | (2020 * 13 + 2) << 22 | 31 << 17 | 10 << 12).to_bytes(5, "big")
+    ev = event(WriteRowsEvent, columns, b"\0" + date + dt_ + (500 * 10).to_bytes(2, "big"),
+               table="zeroes")
+    assert check(ev, must_decode=True) == "decoded"
+    assert ev.rows[0]["values"] == {"date": "2020-00-15", "dt": "2020-02-31 10:00:00.500"}
 
 
 @pytest.mark.parametrize("type_, metadata", [

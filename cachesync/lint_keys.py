@@ -1,0 +1,123 @@
+"""``lint`` checks on the keys themselves: templates two rows can render identically, and key
+columns whose collation makes MySQL equal what the keys keep apart.
+
+* ``ambiguous-key``: two fields of a template are separated by a literal that a value of
+  one of them may contain (``bk:{a}:{b}`` with text columns), or by nothing at all;
+* ``overlapping-keys``: a key of one template can also be a key of another, e.g. the
+  literal prefix ``user:email:`` is a possible value of ``{id}`` in ``user:{id}`` when
+  ``id`` is text, or two tables share a template;
+* ``ci-collation``: a template field under a case-insensitive (``_ci``) collation: MySQL
+  treats ``abc`` and ``ABC `` as the same value, keys are byte-exact;
+* ``binary-form``: a MariaDB INET4/INET6/UUID template field, whose key text is the hex of
+  its stored bytes (the binlog carries it as BINARY), not the server's text.
+
+What a value "may contain" comes from the live column types (information_schema). Without
+them (``--offline``) every field is assumed to be an integer, so only what collides
+whatever the types is reported.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping
+
+from cachesync.schema.collisions import (INTEGER, other_reading, sample_key, separators,
+                                         sql_texts)
+from cachesync.schema.keytext import BINARY_FORM_TYPES
+from cachesync.schema.mapping import KeyTemplate, MappingSet, TableMapping
+
+# table -> lower-cased column -> (information_schema data_type, collation or None)
+ColumnTypes = Mapping[str, Mapping[str, tuple[str, str | None]]]
+
+
+def field_texts(mapping: TableMapping, types: ColumnTypes | None) -> dict:
+    """field -> the pattern of texts its column renders (offline: integers)."""
+    fields = {f for t in mapping.keys for f in t.fields}
+    if types is None:
+        return dict.fromkeys(fields, INTEGER)
+    live = types.get(mapping.table, {})
+    return {f: sql_texts(live.get(f.lower(), (None, None))[0]) for f in fields}
+
+
+def check_collisions(mappings: MappingSet, types: ColumnTypes | None, finding) -> list:
+    """``ambiguous-key`` and ``overlapping-keys`` findings (``finding(check, table, text)``)."""
+    texts = {name: field_texts(m, types) for name, m in mappings.tables.items()}
+    everywhere = [(m.table, t) for m in mappings.tables.values() for t in m.keys]
+    found = []
+    for mapping in mappings.tables.values():
+        mine = texts[mapping.table]
+        for template in mapping.keys:
+            found += [finding("ambiguous-key", mapping.table, _split_message(template, sep))
+                      for sep in separators(template)
+                      if sep.may_occur_in(mine[sep.left], mine[sep.right])]
+            found += [finding("overlapping-keys", mapping.table, message)
+                      for message in _overlaps(template, mine, everywhere, texts)]
+    return found
+
+
+def _split_message(template: KeyTemplate, sep) -> str:
+    what = (f"nothing separates {{{sep.left}}} from {{{sep.right}}}" if not sep.text else
+            f"a value of {{{sep.left}}} or {{{sep.right}}} may contain the separator "
+            f"{sep.text!r}")
+    return (f"{template.text!r}: {what}, so two different rows can render the same key; "
+            "delete mode invalidates both, update mode invalidates such keys instead of "
+            "writing them: use a separator the values cannot contain")
+
+
+def _overlaps(template: KeyTemplate, mine: Mapping, everywhere: Iterable, texts: Mapping
+              ) -> list[str]:
+    sample = sample_key(template, mine)
+    out = []
+    for table, other in everywhere:
+        if other is not template and other_reading(sample, template, [other], texts[table]):
+            out.append(f"keys of {template.text!r} (e.g. {sample!r}) can also be keys of "
+                       f"{other.text!r} ({table}): a row of one can invalidate or, in update "
+                       "mode, overwrite the other's key; give each template its own literal "
+                       "prefix")
+    return out
+
+
+def _key_columns(mapping: TableMapping, types: ColumnTypes | None) -> list[tuple[str, str, str]]:
+    """(field, data type, collation or '') of each template field the live table has."""
+    live = (types or {}).get(mapping.table, {})
+    fields = dict.fromkeys(f for t in mapping.keys for f in t.fields)
+    return [(f, *(x or "" for x in live[f.lower()])) for f in fields if f.lower() in live]
+
+
+def check_collations(mapping: TableMapping, types: ColumnTypes | None, finding) -> list:
+    """``ci-collation`` findings: template fields under a case-insensitive collation."""
+    return [finding("ci-collation", mapping.table,
+                    f"column {f!r} uses the collation {collation}: MySQL treats 'abc' "
+                    "and 'ABC ' as the same value, but keys are byte-exact, so a key the "
+                    "application builds from other text than the stored one is never "
+                    "invalidated; build keys from the stored value (or normalise it, e.g. "
+                    "LOWER(TRIM(...)), in both the column and the application)")
+            for f, _, collation in _key_columns(mapping, types) if collation.endswith("_ci")]
+
+
+def check_binary_forms(mapping: TableMapping, types: ColumnTypes | None, finding) -> list:
+    """``binary-form`` findings: INET4/INET6/UUID key columns render as ``0x``-hex of their
+    stored bytes (the binlog carries them as BINARY), not as the server's text."""
+    return [finding("binary-form", mapping.table,
+                    f"column {f!r} is {data_type.upper()}: the binlog carries it as bytes, so "
+                    "its key text is 0x-hex of them (e.g. 0x0a000001 for 10.0.0.1), not the "
+                    "server's text; build the application's keys the same way "
+                    "(CONCAT('0x', LOWER(HEX(col))))")
+            for f, data_type, _ in _key_columns(mapping, types)
+            if data_type.lower() in BINARY_FORM_TYPES]
+
+
+def live_column_types(conn, tables: Iterable[str]) -> dict[str, dict[str, tuple[str, str | None]]]:
+    """``db.table -> column (lower-cased) -> (data_type, collation)`` from information_schema;
+    absent tables are left out."""
+    out: dict[str, dict[str, tuple[str, str | None]]] = {}
+    pairs = [t.split(".", 1) for t in tables]
+    if not pairs:
+        return out
+    where = " OR ".join(["(table_schema = %s AND table_name = %s)"] * len(pairs))
+    with conn.cursor() as cur:
+        cur.execute("SELECT table_schema, table_name, column_name, data_type, collation_name "
+                    f"FROM information_schema.columns WHERE {where}",
+                    [v for pair in pairs for v in pair])
+        for schema, table, column, data_type, collation in cur.fetchall():
+            out.setdefault(f"{schema}.{table}", {})[column.lower()] = (data_type, collation)
+    return out

@@ -1,0 +1,81 @@
+"""One fencing contract, two backends: the in-memory cache and fenced_write.lua on real Redis.
+
+A stale write (an older source position) is refused; a write whose version column went
+backwards at a newer source position invalidates the key and keeps the stored version.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from cachesync.consumer.adapters.memory import MemoryCache
+from cachesync.consumer.adapters.redis_cache import RedisCache
+from cachesync.consumer.core.writes import CacheWrite, padded
+from cachesync.schema.keys import version_key
+
+
+@pytest.fixture(params=["memory", "redis"])
+def cache(request):
+    """(cache, read(key) -> value or None, stored version of key, key namer)."""
+    if request.param == "memory":
+        c = MemoryCache()
+        yield c, c.data.get, c.versions.get, lambda k: k
+        return
+    stack = request.getfixturevalue("stack")
+    client = stack.redis()
+    prefix = f"fence-{uuid.uuid4().hex[:8]}:"
+    c = RedisCache("", client=client)
+
+    def read(key):
+        value = client.get(key)
+        return value.decode() if value is not None else None
+
+    def version(key):
+        value = client.get(version_key(key))
+        return value.decode() if value is not None else None
+    yield c, read, version, lambda k: prefix + k
+    for k in client.scan_iter(match=f"*{prefix}*"):
+        client.delete(k)
+    client.close()
+
+
+def v(column: int, source: int) -> str:
+    return f"{padded(column)}/{padded(source)}"
+
+
+def write(key: str, version: str, kind: str = "json") -> CacheWrite:
+    return CacheWrite(key, kind, version, "" if kind == "del" else f'"{version}"', 60, 0.0)
+
+
+@pytest.mark.parametrize("history, expected, counts", [
+    # (column version, source position) in arrival order; expected value; (applied, refused, back)
+    ([(5, 10), (6, 20)], (6, 20), (2, 0, 0)),
+    ([(6, 20), (5, 10)], (6, 20), (1, 1, 0)),                # a stale replay: refused
+    ([(5, 10), (3, 20)], None, (1, 0, 1)),                   # backwards: invalidated
+    ([(5, 10), (3, 20), (4, 30)], None, (1, 0, 2)),          # still below the stored 5
+    ([(5, 10), (3, 20), (5, 5)], None, (1, 1, 1)),           # an old replay stays refused
+    ([(5, 10), (3, 20), (7, 30)], (7, 30), (2, 0, 1)),       # a newer version writes again
+])
+def test_fencing_tells_stale_replays_from_versions_going_backwards(cache, history, expected,
+                                                                   counts):
+    c, read, version, key = cache
+    k = key("item:1")
+    applied = refused = backwards = 0
+    for column, source in history:
+        result = c.write([write(k, v(column, source))])
+        applied, refused = applied + result.applied, refused + result.refused
+        backwards += len(result.backwards)
+        assert result.backwards in ((), (k,))
+    assert (applied, refused, backwards) == counts
+    assert read(k) == (None if expected is None else f'"{v(*expected)}"')
+    assert version(k) == v(*max(history))          # the newest version stays the fence
+
+
+def test_a_backwards_delete_also_deletes_and_keeps_the_version(cache):
+    c, read, version, key = cache
+    k = key("item:2")
+    c.write([write(k, v(5, 10))])
+    result = c.write([write(k, v(3, 20), kind="del")])
+    assert result.backwards == (k,) and read(k) is None and version(k) == v(5, 10)
