@@ -172,7 +172,7 @@ def test_metrics_export_the_per_table_counts_with_their_labels():
     tally.add("null_key_skips", "d.t", 2)
     tally.add("invalidated_instead_of_written", "d.t", 1, "ambiguous_key")
     reg = CollectorRegistry()
-    ConsumerMetrics(reg, lambda: None, "cachesync", tables=lambda: tally)
+    ConsumerMetrics(reg, lambda: None, tables=lambda: tally)
     got = {(s.name, tuple(sorted(s.labels.items()))): s.value
            for fam in reg.collect() for s in fam.samples if not s.name.endswith("_created")}
     assert got[("cachesync_null_key_skips_total", (("table", "d.t"),))] == 2
