@@ -18,7 +18,10 @@ from kafka.errors import KafkaError
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import (GtidEvent, HeartbeatLogEvent, MariadbGtidEvent,
                                       QueryEvent, RotateEvent, XidEvent)
-from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+from pymysqlreplication.row_event import (DeleteRowsEvent, TableMapEvent, UpdateRowsEvent,
+                                          WriteRowsEvent)
+
+from cachesync.producer_outbox.binlog_read import DECODE_ERRORS, TableMaps, decode_error, read_events
 
 from cachesync.producer_outbox.checkpoint import Checkpoint, MySQLCheckpointStore
 from cachesync.producer_outbox.fastrows import decode_rows
@@ -122,10 +125,11 @@ class Tailer:
             connection_settings={"host": self._mysql.host, "port": self._mysql.port,
                                  "user": self._mysql.user, "passwd": self._mysql.password},
             server_id=self._opts.replica_server_id, blocking=True,
+            # No only_schemas/only_tables: the library would drop the table maps of the
+            # tables it filters and decode a reused table id with a stale map
+            # (see binlog_read). TableMapEvent is listed so the loop sees each map.
             only_events=[*_GTID_EVENTS, QueryEvent, XidEvent, RotateEvent, HeartbeatLogEvent,
-                         *_ROW_EVENTS],
-            only_schemas=list(self._mappings.schemas),
-            only_tables=sorted({m.name for m in self._mappings.tables.values()}),
+                         TableMapEvent, *_ROW_EVENTS],
             slave_heartbeat=self._opts.heartbeat_s, **kwargs)
 
     def _current_position(self, info: ServerInfo) -> Checkpoint:
@@ -157,6 +161,7 @@ class Tailer:
         txn = ctx = None
         row_index = 0
         last_save = time.monotonic()
+        maps = TableMaps()
 
         def close_txn():
             if self._packer is not None:
@@ -172,8 +177,16 @@ class Tailer:
                 # resumes here instead of replaying everything since start.
                 stream.auto_position = cp.gtid
 
-        for event in stream:
+        def where() -> str:
+            return f"{stream.log_file}:{stream.log_pos}" if stream.log_file else start.describe()
+
+        for event in read_events(stream, where):
             self._raise_if_failed()
+            if isinstance(event, TableMapEvent):
+                maps.add(event.table_id, event.schema, event.table)
+                continue
+            if type(event) not in _ROW_EVENTS and not isinstance(event, HeartbeatLogEvent):
+                maps.reset()     # any other event ends or starts an event group
             if isinstance(event, _GTID_EVENTS):
                 if txn is not None:
                     # Every event group ends in XID, COMMIT or DDL. A new GTID
@@ -192,7 +205,8 @@ class Tailer:
                                      file_pos_ordinal(stream.log_file, stream.log_pos),
                                      float(event.timestamp))
                     txn, row_index = self._tracker_open(), 0
-                row_index = self._publish_rows(event, ctx, txn, row_index)
+                schema, table = maps.table_of(event, where())
+                row_index = self._publish_rows(event, ctx, txn, row_index, schema, table, where)
             elif isinstance(event, (XidEvent, QueryEvent)):
                 text = _query_text(event) if isinstance(event, QueryEvent) else "COMMIT"
                 if text not in _TXN_MARKERS:
@@ -214,14 +228,17 @@ class Tailer:
         with self._lock:
             return self._tracker.open(None)
 
-    def _publish_rows(self, event, ctx: TxnContext, txn, row_index: int) -> int:
+    def _publish_rows(self, event, ctx: TxnContext, txn, row_index: int, schema: str,
+                      table: str, where: Callable[[], str]) -> int:
         op = _ROW_EVENTS[type(event)]
-        # only_schemas x only_tables also admits unmapped pairs (billing.users when
-        # app.users and billing.invoices are mapped); those rows are not ours.
-        if self._mappings.get(event.schema, event.table) is None:
-            return row_index
-        rows = decode_rows(event)      # the per-table fast decoder, or None: the library's
-        for row in rows if rows is not None else event.rows:
+        if self._mappings.get(schema, table) is None:
+            return row_index     # decided here, by the names of this event group's map
+        try:
+            rows = decode_rows(event)      # the per-table fast decoder, or None: the library's
+            rows = rows if rows is not None else event.rows
+        except DECODE_ERRORS as e:
+            raise decode_error(e, where(), f"{schema}.{table}") from e
+        for row in rows:
             if op == "update":
                 before, after = row["before_values"], row["after_values"]
             elif op == "insert":

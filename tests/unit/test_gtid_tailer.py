@@ -12,7 +12,8 @@ import uuid
 import pymysql
 import pytest
 from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, XidEvent
-from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+from pymysqlreplication.row_event import (DeleteRowsEvent, TableMapEvent, UpdateRowsEvent,
+                                          WriteRowsEvent)
 
 from cachesync.producer_outbox.checkpoint import Checkpoint
 from cachesync.producer_outbox.mysql import MySQLParams
@@ -85,7 +86,27 @@ def rows(cls, *images, table="users"):
         decoded = [{"values": v} for v in images]
     event._RowsEvent__rows = decoded       # what RowsEvent.rows returns once fetched
     event.complete = False                 # no packet behind it: fastrows steps aside
+    event.table_id = TABLE_IDS[table]
     return event
+
+
+TABLE_IDS = {"users": 25, "orders": 26}
+
+
+def table_map(schema: str, table: str, table_id: int) -> TableMapEvent:
+    event = object.__new__(TableMapEvent)
+    event.schema, event.table, event.table_id = schema, table, table_id
+    return event
+
+
+def with_table_maps(events):
+    """The stream as the server sends it: each row event preceded by its table's map."""
+    out = []
+    for event in events:
+        if hasattr(event, "table_id") and not isinstance(event, TableMapEvent):
+            out.append(table_map(event.schema, event.table, event.table_id))
+        out.append(event)
+    return out
 
 
 def u(i, email):
@@ -121,7 +142,7 @@ def tail(events, info, start_gtid):
     publisher, checkpoints = _Publisher(), _Checkpoints()
     tailer = Tailer(MySQLParams("h", 1, "u", "p"), publisher, checkpoints, MAPPINGS,
                     TailerOptions(topic="t", checkpoint_interval_s=0))
-    tailer._loop(_Stream(events), info, Checkpoint(info.identity, start_gtid, "binlog.000003", 4))
+    tailer._loop(_Stream(with_table_maps(events)), info, Checkpoint(info.identity, start_gtid, "binlog.000003", 4))
     tailer._save_checkpoint()
     return publisher.sent, [cp.gtid for cp in checkpoints.saved]
 

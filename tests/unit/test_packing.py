@@ -19,7 +19,8 @@ from cachesync.schema.event import ChangeEvent, Source, decode, decode_record, e
 from cachesync.schema.keys import kafka_key
 from cachesync.schema.mapping import parse_mappings
 from cachesync.schema.partition import murmur2, partition_for
-from tests.unit.test_gtid_tailer import MARIADB, _Checkpoints, _Stream, mariadb_gtid, rows, u, xid
+from tests.unit.test_gtid_tailer import (MARIADB, _Checkpoints, _Stream, mariadb_gtid, rows, u,
+                                         with_table_maps, xid)
 
 MAPPINGS = parse_mappings({"shop.users": {"keys": ["user:{id}"]}})
 
@@ -125,7 +126,8 @@ def test_the_tailer_packs_each_transaction_by_partition():
     tailer = Tailer(MySQLParams("h", 1, "u", "p"), publisher, checkpoints,
                     parse_mappings({"app.users": {"keys": ["user:{id}"]}}),
                     TailerOptions(topic="t", checkpoint_interval_s=0, pack_rows=5))
-    tailer._loop(_Stream(events), MARIADB, Checkpoint(MARIADB.identity, "0-1-41", "b.1", 4))
+    tailer._loop(_Stream(with_table_maps(events)), MARIADB,
+                 Checkpoint(MARIADB.identity, "0-1-41", "b.1", 4))
     tailer._save_checkpoint()
     assert tailer.published == tailer.acked == 21
     assert checkpoints.saved[-1].gtid == "0-1-43"
