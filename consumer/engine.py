@@ -16,7 +16,9 @@ from typing import Callable, Sequence
 
 from cachesync.consumer.core.dedup import decide
 from cachesync.consumer.core.offsets import Record, commit_offsets
-from cachesync.consumer.core.plan import EventPlan, batch_keys, batch_writes, plan_batch
+from cachesync.consumer.core.plan import (EventPlan, batch_keys, batch_writes, plan_batch,
+                                          split_at_tables)
+from cachesync.consumer.core.writes import padded
 from cachesync.consumer.core.retry import RetryPolicy
 from cachesync.consumer.ports import CacheWriter, DeadLetters, DedupStore, Source
 from cachesync.schema.errors import DecodeError, RetryableError
@@ -60,6 +62,8 @@ class Stats:
     purged: int = 0                # done dedup records purged
     batches: int = 0
     retries: int = 0
+    table_invalidations: int = 0   # table-level events (truncate, drop, rename, statement)
+    table_keys_deleted: int = 0    # keys those removed
 
 
 @dataclass
@@ -158,6 +162,25 @@ class PythonEngine:
         return result
 
     def _apply(self, applied: list[EventPlan]) -> None:
+        # -- issue 12: a table-level event splits the batch; rows before it apply first
+        for rows, table_event in split_at_tables(applied):
+            self._apply_rows(rows)
+            if table_event is not None:
+                self._apply_table(table_event)
+
+    def _apply_table(self, ep: EventPlan) -> None:
+        """Invalidate every key of the table; update mode also fences older writes."""
+        event, mapping = ep.event, ep.table
+        fence = padded(event.version) if mapping.updates else None
+        removed = self._with_retry("redis table invalidation",
+                                   lambda: self._cache.invalidate_table(mapping, fence))
+        self.stats.table_invalidations += 1
+        self.stats.table_keys_deleted += removed
+        log.warning("table-level change of %s (%s): invalidated every key of its templates, "
+                    "%d removed", event.qualified_table, event.extra.get("reason", "?"), removed)
+    # -- end issue 12
+
+    def _apply_rows(self, applied: list[EventPlan]) -> None:
         """Invalidate, then write the fenced values; schedule delayed second deletes."""
         keys = batch_keys(applied)
         if keys:

@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from cachesync.schema.event import ENVELOPE_VERSION, ChangeEvent, Source, build_checked
-from cachesync.schema.ids import binlog_message_id, binlog_version
+from cachesync.schema.event import (ENVELOPE_VERSION, TABLE_ENVELOPE_VERSION, ChangeEvent, Source,
+                                    build_checked)
+from cachesync.schema.ids import binlog_message_id, binlog_version, table_event_id
 
 
 @dataclass(frozen=True)
@@ -46,3 +47,20 @@ def row_change(ctx: TxnContext, row_index: int, db: str, table: str, op: str,
         "db": db, "table": table, "op": op, "pk": pk, "before": before, "after": after,
         "version": binlog_version(ctx.ordinal, row_index), "keys": (),
         "schema_version": ENVELOPE_VERSION, "extra": {}})
+
+
+STATEMENT_EXCERPT = 200     # characters of the statement a table-level event carries
+
+
+def table_change(ctx: TxnContext, index: int, partition: int, db: str, table: str,
+                 reason: str, statement: str) -> ChangeEvent:
+    """The copy, for ``partition``, of a table-level event (op ``truncate``)."""
+    source = build_checked(Source, {"kind": "binlog", "server": ctx.server,
+                                    "position": ctx.position, "commit_ts": ctx.commit_ts,
+                                    "row_index": index})
+    return build_checked(ChangeEvent, {
+        "id": table_event_id(ctx.server, ctx.position, index, partition), "source": source,
+        "db": db, "table": table, "op": "truncate", "pk": (), "before": None, "after": None,
+        "version": binlog_version(ctx.ordinal, index), "keys": (),
+        "schema_version": TABLE_ENVELOPE_VERSION,
+        "extra": {"reason": reason, "statement": statement[:STATEMENT_EXCERPT]}})

@@ -29,7 +29,8 @@ from cachesync.producer_outbox.inflight import InflightTracker
 from cachesync.producer_outbox.mysql import MySQLParams
 from cachesync.producer_outbox.packing import Pack, Packer
 from cachesync.producer_outbox.preflight import ServerInfo, problems, read_server_info
-from cachesync.producer_outbox.rows import TxnContext, row_change
+from cachesync.producer_outbox.rows import STATEMENT_EXCERPT, TxnContext, row_change, table_change
+from cachesync.producer_outbox.statements import STATEMENT, TableChange, statement_kind, table_changes
 from cachesync.schema.errors import FatalError, RetryableError
 from cachesync.schema.event import encode
 from cachesync.schema.gtid import GtidState, parse_gtid
@@ -77,6 +78,8 @@ class Tailer:
         self._stop = threading.Event()
         self.published = 0      # rows handed to the publisher
         self.acked = 0          # rows Kafka acknowledged
+        self.table_events = 0   # table-level changes published (each to every partition)
+        self._mapped = [tuple(name.split(".", 1)) for name in mappings.tables]
         self.committed: Checkpoint | None = None
 
     def stop(self) -> None:
@@ -200,20 +203,27 @@ class Tailer:
                 txn, row_index = self._tracker_open(), 0
             elif type(event) in _ROW_EVENTS:
                 if ctx is None:  # no GTID: the transaction starts at its first row event
-                    position = f"{stream.log_file}:{stream.log_pos}"
-                    ctx = TxnContext(info.identity, position,
-                                     file_pos_ordinal(stream.log_file, stream.log_pos),
-                                     float(event.timestamp))
+                    ctx = self._file_pos_context(stream, event, info)
                     txn, row_index = self._tracker_open(), 0
                 schema, table = maps.table_of(event, where())
                 row_index = self._publish_rows(event, ctx, txn, row_index, schema, table, where)
             elif isinstance(event, (XidEvent, QueryEvent)):
                 text = _query_text(event) if isinstance(event, QueryEvent) else "COMMIT"
-                if text not in _TXN_MARKERS:
+                changes = [] if text in _TXN_MARKERS else table_changes(
+                    text, _schema_of(event), self._mapped)
+                if changes:
+                    if ctx is None:   # no GTID: the event group starts at this statement
+                        ctx = self._file_pos_context(stream, event, info)
+                        txn, row_index = self._tracker_open(), 0
+                    row_index = self._publish_table_events(changes, text, ctx, txn, row_index)
+                elif text not in _TXN_MARKERS:
                     # DDL: its own event group. Row decoding keeps working because
                     # binlog_row_metadata=FULL puts column names in every table map.
                     log.info("DDL in binlog: %s", text[:200])
-                if text != "BEGIN" and txn is not None:
+                # a DML statement is inside its transaction; anything else but BEGIN ends one
+                ends_group = text == "COMMIT" or (text != "BEGIN"
+                                                  and statement_kind(text) != STATEMENT)
+                if ends_group and txn is not None:
                     close_txn()
                     txn = ctx = None
             if time.monotonic() - last_save >= self._opts.checkpoint_interval_s:
@@ -221,6 +231,33 @@ class Tailer:
                 last_save = time.monotonic()
             if self._stop.is_set():
                 break
+
+    @staticmethod
+    def _file_pos_context(stream, event, info: ServerInfo) -> TxnContext:
+        position = f"{stream.log_file}:{stream.log_pos}"
+        return TxnContext(info.identity, position,
+                          file_pos_ordinal(stream.log_file, stream.log_pos), float(event.timestamp))
+
+    def _publish_table_events(self, changes: list[TableChange], statement: str, ctx: TxnContext,
+                              txn, index: int) -> int:
+        """One table-level event per changed mapped table, a copy to every partition so that
+        it is ordered after the table's earlier rows wherever they went; returns the next index."""
+        if self._packer is not None:       # rows packed so far go first, in every partition
+            for pack in self._packer.drain():
+                self._send_pack(pack, txn)
+        partitions = self._publisher.partitions(self._opts.topic)
+        for change in changes:
+            log.warning("table-level change of %s.%s (%s): every cached key of the table will "
+                        "be invalidated; statement: %s", change.db, change.table, change.reason,
+                        statement[:STATEMENT_EXCERPT])
+            for partition in partitions:
+                event = table_change(ctx, index, partition, change.db, change.table,
+                                     change.reason, statement)
+                self._send(kafka_key(event.db, event.table, ()), encode(event), event.id, txn, 1,
+                           partition, row=False)
+            self.table_events += 1
+            index += 1
+        return index
 
     def _tracker_open(self):
         if self._packer is not None:
@@ -266,7 +303,7 @@ class Tailer:
         self._send(pack.key, pack.record_value(), pack.msg_id, txn, pack.rows, pack.partition)
 
     def _send(self, key: str, value: bytes, msg_id: str, txn, rows: int,
-              partition: int | None) -> None:
+              partition: int | None, row: bool = True) -> None:
         with self._lock:
             self._tracker.sent(txn, rows)
         try:
@@ -275,7 +312,7 @@ class Tailer:
                                  partition=partition)
         except KafkaError as e:   # e.g. buffer full / metadata timeout, raised synchronously
             raise RetryableError(f"Kafka send failed: {e}") from e
-        self.published += rows
+        self.published += rows if row else 0
         if self._tracker.pending >= self._opts.max_inflight:
             self._publisher.flush()
             self._raise_if_failed()
@@ -323,6 +360,11 @@ def _binlog_status(cur):
             raise
         cur.execute("SHOW MASTER STATUS")
     return cur.fetchone()
+
+
+def _schema_of(event) -> str | None:
+    schema = getattr(event, "schema", None)
+    return schema.decode("utf-8", "replace") if isinstance(schema, bytes) else schema
 
 
 def _query_text(event: QueryEvent) -> str:

@@ -28,7 +28,7 @@ def command(settings) -> None:
     Kafka answer and the checkpoint moved within metrics.ready_max_lag_s.
     """
     with handle_errors():
-        tailers = Cumulative(("published",))
+        tailers = Cumulative(("published", "table_events"))
         ops = tail_ops(settings, tailers)
         supervisor = RestartingTailer(lambda: tailers.track(build_tailer(settings)))
         on_termination(supervisor.stop)

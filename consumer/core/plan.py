@@ -38,6 +38,7 @@ class EventPlan:
     double_delete_s: float | None = None        # delete mode: invalidate ``keys`` again later
     oversized: int = 0                          # values over max_value_bytes, invalidated instead
     unversioned: bool = False                   # NULL version column: invalidated, not written
+    table: TableMapping | None = None           # table-level event: every key of this table
 
     @property
     def all_keys(self) -> tuple[str, ...]:
@@ -83,6 +84,8 @@ def event_keys(event: ChangeEvent, mappings: MappingSet) -> EventPlan:
     mapping = mappings.get(event.db, event.table)
     if mapping is None and not event.keys:
         raise UnknownTableError(event.qualified_table)
+    if event.table_level:
+        return EventPlan(event, (), table=mapping)
     explicit = tuple(event.keys)
     if mapping is None:
         return EventPlan(event, tuple(dict.fromkeys(explicit)))
@@ -123,15 +126,30 @@ def _update_writes(event: ChangeEvent, mapping: TableMapping, version: str,
             oversized = 1
             writes += [_tombstone(k, version, mapping) for k in after]
         else:
-            writes += [CacheWrite(k, kind, version, value, mapping.ttl_s, mapping.ttl_jitter)
-                       for k in after]
+            writes += [CacheWrite(k, kind, version, value, mapping.ttl_s, mapping.ttl_jitter,
+                                  mapping.table) for k in after]
     gone = [k for k in dict.fromkeys(before) if k not in after]
     writes += [_tombstone(k, version, mapping) for k in gone]
     return writes, oversized
 
 
 def _tombstone(key: str, version: str, mapping: TableMapping) -> CacheWrite:
-    return CacheWrite(key, KIND_DELETE, version, "", mapping.tombstone_s, 0.0)
+    return CacheWrite(key, KIND_DELETE, version, "", mapping.tombstone_s, 0.0, mapping.table)
+
+
+def split_at_tables(plans: list[EventPlan]) -> list[tuple[list[EventPlan], EventPlan | None]]:
+    """The batch as (row events, then the table-level event after them or None) segments,
+    so that rows before a truncate are applied before it and rows after it after it."""
+    out, rows = [], []
+    for ep in plans:
+        if ep.table is None:
+            rows.append(ep)
+        else:
+            out.append((rows, ep))
+            rows = []
+    if rows or not out:
+        out.append((rows, None))
+    return out
 
 
 def plan_batch(events: Iterable[ChangeEvent], mappings: MappingSet) -> Plan:

@@ -49,7 +49,7 @@ def test_a_pack_round_trips_in_order():
 @pytest.mark.parametrize("raw, reason", [
     (b'{"v":1,"pack":[]}', "invalid_envelope"),
     (b'{"v":1,"pack":{"a":1}}', "invalid_envelope"),
-    (b'{"v":2,"pack":[]}', "unsupported_version"),
+    (b'{"v":3,"pack":[]}', "unsupported_version"),
     (b'{"v":1,"pack":[', "invalid_json"),
 ])
 def test_an_unreadable_pack_is_one_error(raw, reason):
