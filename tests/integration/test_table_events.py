@@ -1,0 +1,104 @@
+"""Issue 12, table-level events on a real MariaDB: TRUNCATE, DROP, RENAME and DML logged
+as a statement invalidate every cached key of the mapped table, in delete and update mode."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cachesync.schema.event import decode
+from tests.support import wait_for
+
+pytestmark = pytest.mark.integration
+
+USERS_DDL = ("CREATE TABLE users (id BIGINT PRIMARY KEY, email VARCHAR(190) NOT NULL, "
+             "name VARCHAR(100) NOT NULL)")
+DELETE_MODE = {"users": {"keys": ["user:{id}", "user:email:{email}"]},
+               "orders": {"keys": ["order:{id}"]}}
+UPDATE_MODE = {"users": {"keys": ["user:{id}", "user:email:{email}"], "mode": "update",
+                         "value_columns": ["id", "email", "name"]},
+               "orders": {"keys": ["order:{id}"]}}
+# cached keys of users, keys of another table and of another template sharing the prefix
+USER_KEYS = [f"user:{i}" for i in range(1, 51)] + [f"user:email:{i}@x" for i in range(1, 51)]
+OTHER_KEYS = ["order:1", "user:1:avatar", "unrelated"]
+
+
+@pytest.fixture(params=["delete", "update"])
+def pipeline(lab, request):
+    lab.sql(USERS_DDL)
+    lab.sql("CREATE TABLE orders (id BIGINT PRIMARY KEY)")
+    lab.sql("INSERT INTO users VALUES " + ",".join(f"({i}, '{i}@x', 'n{i}')" for i in range(1, 51)))
+    tables = DELETE_MODE if request.param == "delete" else UPDATE_MODE
+    cfg = lab.write_config(tables, consumer={"dedup_store": "redis"})
+    lab.start_tailer(cfg)
+    engine = lab.start_engine(cfg)
+    lab.cache(*USER_KEYS, *OTHER_KEYS)
+    return lab, engine, request.param
+
+
+def table_events(lab):
+    return [decode(r.value) for r in lab.topic_records() if b'"op":"truncate"' in r.value]
+
+
+@pytest.mark.parametrize("statement, reason", [
+    ("TRUNCATE TABLE users", "truncate"),
+    ("DROP TABLE users", "drop"),
+    ("RENAME TABLE users TO users_old", "rename"),
+    ("ALTER TABLE users RENAME TO people", "rename"),
+])
+def test_whole_table_ddl_invalidates_every_cached_key(pipeline, statement, reason):
+    lab, engine, _ = pipeline
+    lab.sql(statement)
+    wait_for(lambda: not lab.cached(*USER_KEYS), what=f"every users key gone after {statement}")
+    assert lab.cached(*OTHER_KEYS) == OTHER_KEYS
+    events = table_events(lab)
+    partitions = 3
+    assert len(events) == partitions and {(e.table, e.extra["reason"]) for e in events} == {
+        ("users", reason)}
+    wait_for(lambda: engine.stats.table_invalidations == partitions, what="each copy applied")
+    assert engine.stats.table_keys_deleted == len(USER_KEYS)
+
+
+def test_statement_logged_update_invalidates_the_table(pipeline):
+    lab, engine, _ = pipeline
+    with lab.stack.admin(lab.db) as conn, conn.cursor() as cur:
+        cur.execute("SET SESSION binlog_format = 'STATEMENT'")
+        cur.execute("UPDATE users SET name = 'renamed' WHERE id = 7")
+    wait_for(lambda: not lab.cached(*USER_KEYS), what="users keys gone after a statement UPDATE")
+    assert lab.cached(*OTHER_KEYS) == OTHER_KEYS
+    assert {e.extra["reason"] for e in table_events(lab)} == {"statement"}
+
+
+def test_rows_after_a_truncate_are_applied_after_it(pipeline):
+    lab, _, mode = pipeline
+    lab.sql("TRUNCATE TABLE users")
+    lab.sql("INSERT INTO users VALUES (1, '1@x', 'after')")
+    if mode == "update":      # written after the truncate removed the cached value
+        wait_for(lambda: lab.redis.get(lab.prefix + "user:1") == b'{"id":1,"email":"1@x",'
+                                                                 b'"name":"after"}',
+                 what="the insert after the truncate written")
+    # the row inserted after it renders user:1 and user:email:1@x again
+    others = [k for k in USER_KEYS if k not in ("user:1", "user:email:1@x")]
+    wait_for(lambda: not lab.cached(*others), what="the truncate applied")
+
+
+def test_an_older_update_replayed_after_a_truncate_stays_out(lab):
+    """Update mode: the fence a truncate leaves turns an older write into a delete,
+    even when it comes back with an id the dedup store has not seen."""
+    lab.sql(USERS_DDL)
+    lab.sql("CREATE TABLE orders (id BIGINT PRIMARY KEY)")
+    cfg = lab.write_config(UPDATE_MODE, consumer={"dedup_store": "redis"})
+    lab.start_tailer(cfg)
+    engine = lab.start_engine(cfg)
+    lab.sql("INSERT INTO users VALUES (1, '1@x', 'old')")
+    wait_for(lambda: lab.redis.get(lab.prefix + "user:1") is not None, what="user:1 written")
+    old = next(r for r in lab.topic_records() if b'"op":"insert"' in r.value)
+    lab.sql("TRUNCATE TABLE users")
+    wait_for(lambda: not lab.cached("user:1", "user:email:1@x"), what="the truncate applied")
+    applied = engine.stats.applied
+    doc = json.loads(old.value)
+    doc["id"] = "replayed-" + doc["id"][9:]
+    lab.produce_raw(json.dumps(doc).encode(), key=old.key)
+    wait_for(lambda: engine.stats.applied == applied + 1, what="the replayed update applied")
+    assert not lab.cached("user:1", "user:email:1@x")
