@@ -102,3 +102,23 @@ def test_an_older_update_replayed_after_a_truncate_stays_out(lab):
     lab.produce_raw(json.dumps(doc).encode(), key=old.key)
     wait_for(lambda: engine.stats.applied == applied + 1, what="the replayed update applied")
     assert not lab.cached("user:1", "user:email:1@x")
+
+
+def test_global_statement_format_is_reported_and_its_updates_invalidate(lab):
+    """The issue's sequence: SET GLOBAL binlog_format=STATEMENT while the tailer runs."""
+    lab.sql(USERS_DDL)
+    lab.sql("CREATE TABLE orders (id BIGINT PRIMARY KEY)")
+    lab.sql("INSERT INTO users VALUES (1, '1@x', 'a')")
+    cfg = lab.write_config(DELETE_MODE, consumer={"dedup_store": "redis"})
+    tailer = lab.start_tailer(cfg)
+    lab.start_engine(cfg)
+    lab.cache("user:1", "user:email:1@x")
+    try:
+        lab.sql("SET GLOBAL binlog_format = 'STATEMENT'")
+        wait_for(lambda: "binlog_format is STATEMENT, not ROW" in lab.log(tailer),
+                 what="the tailer's periodic check to warn")
+        lab.sql("UPDATE users SET name = 'b' WHERE id = 1")     # a new session: STATEMENT
+    finally:
+        lab.sql("SET GLOBAL binlog_format = 'ROW'")
+    wait_for(lambda: not lab.cached("user:1", "user:email:1@x"), what="the statement applied")
+    assert "table-level change of %s.users (statement)" % lab.db in lab.log(tailer)
