@@ -70,8 +70,18 @@ class TailerSettings:
     pack_rows: int = 1
     pack_bytes: int = 262144
     heartbeat_interval_s: float = 2.0  # heartbeat row write interval (lag when idle); 0 = off
+    # rows of one prepared XA transaction held until its XA COMMIT; beyond, its tables
+    # are invalidated as a whole at the commit (bounded memory)
+    xa_buffer_rows: int = 100_000
+    # the checkpoint's binlog is gone (purged): "fail" (exit 3) or "resync"
+    on_lost_position: str = "fail"
 
     def __post_init__(self):
+        if self.xa_buffer_rows < 1:
+            raise ConfigError(f"tailer.xa_buffer_rows: must be at least 1, got {self.xa_buffer_rows}")
+        if self.on_lost_position not in ("fail", "resync"):
+            raise ConfigError("tailer.on_lost_position: expected 'fail' or 'resync', got "
+                              f"{self.on_lost_position!r}")
         if self.pack_rows < 1:
             raise ConfigError(f"tailer.pack_rows: must be at least 1, got {self.pack_rows}")
         if not 1024 <= self.pack_bytes <= 900_000:

@@ -38,6 +38,7 @@ def build_tailer(settings: Settings) -> Tailer:
                                 max_inflight=t.max_inflight,
                                 checkpoint_interval_s=t.checkpoint_interval_s,
                                 pack_rows=t.pack_rows, pack_bytes=t.pack_bytes,
+                                xa_buffer_rows=t.xa_buffer_rows,
                                 row_filter=own_rows_only(settings.mysql.state_db, t.name)))
 
 

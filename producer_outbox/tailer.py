@@ -17,7 +17,7 @@ import pymysql
 from kafka.errors import KafkaError
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import (GtidEvent, HeartbeatLogEvent, MariadbGtidEvent,
-                                      QueryEvent, RotateEvent, XidEvent)
+                                      QueryEvent, RotateEvent, XAPrepareEvent, XidEvent)
 from pymysqlreplication.row_event import (DeleteRowsEvent, TableMapEvent, UpdateRowsEvent,
                                           WriteRowsEvent)
 
@@ -30,6 +30,7 @@ from cachesync.producer_outbox.mysql import MySQLParams
 from cachesync.producer_outbox.packing import Pack, Packer
 from cachesync.producer_outbox.preflight import ServerInfo, problems, read_server_info
 from cachesync.producer_outbox.rows import STATEMENT_EXCERPT, TxnContext, row_change, table_change
+from cachesync.producer_outbox.xa import FL_PREPARED_XA, Prepared, XaGroup, xa_statement
 from cachesync.producer_outbox.statements import STATEMENT, TableChange, statement_kind, table_changes
 from cachesync.schema.errors import FatalError, RetryableError
 from cachesync.schema.event import encode
@@ -55,6 +56,7 @@ class TailerOptions:
     pack_bytes: int = 256 * 1024        # a pack closes at this size (below Kafka's 1 MB limit)
     checkpoint_interval_s: float = 0.5
     heartbeat_s: float = 1.0
+    xa_buffer_rows: int = 100_000       # rows of one prepared XA held; beyond: table-level
     # (db, table, row image) -> False drops the row; used to publish only this
     # tailer's own heartbeat row (cachesync.producer_outbox.heartbeat.own_rows_only)
     row_filter: Callable[[str, str, Mapping[str, Any]], bool] | None = None
@@ -80,6 +82,8 @@ class Tailer:
         self.acked = 0          # rows Kafka acknowledged
         self.table_events = 0   # table-level changes published (each to every partition)
         self._mapped = [tuple(name.split(".", 1)) for name in mappings.tables]
+        self._xa: XaGroup | None = None             # the open group is XA: records held
+        self._prepared: dict[str, Prepared] = {}    # xid -> prepared group awaiting its decision
         self.committed: Checkpoint | None = None
 
     def stop(self) -> None:
@@ -132,7 +136,7 @@ class Tailer:
             # tables it filters and decode a reused table id with a stale map
             # (see binlog_read). TableMapEvent is listed so the loop sees each map.
             only_events=[*_GTID_EVENTS, QueryEvent, XidEvent, RotateEvent, HeartbeatLogEvent,
-                         TableMapEvent, *_ROW_EVENTS],
+                         TableMapEvent, XAPrepareEvent, *_ROW_EVENTS],
             slave_heartbeat=self._opts.heartbeat_s, **kwargs)
 
     def _current_position(self, info: ServerInfo) -> Checkpoint:
@@ -166,19 +170,22 @@ class Tailer:
         last_save = time.monotonic()
         maps = TableMaps()
 
-        def close_txn():
+        def close_txn(hold: bool = False) -> Checkpoint:
+            """End the open group; ``hold``: a prepared XA group stays open in the tracker."""
             if self._packer is not None:
                 for pack in self._packer.drain():
                     self._send_pack(pack, txn)
             cp = Checkpoint(info.identity, str(gtid_state) or None,
                             stream.log_file, stream.log_pos)
-            with self._lock:
-                self._tracker.close(txn, cp)
+            if not hold:
+                with self._lock:
+                    self._tracker.close(txn, cp)
             if cp.gtid is not None:
                 # python-mysql-replication reconnects on its own from auto_position;
                 # keep it at the last transaction boundary so a dropped connection
                 # resumes here instead of replaying everything since start.
                 stream.auto_position = cp.gtid
+            return cp
 
         def where() -> str:
             return f"{stream.log_file}:{stream.log_pos}" if stream.log_file else start.describe()
@@ -201,6 +208,19 @@ class Tailer:
                 gtid_state.add(gtid)
                 ctx = TxnContext(info.identity, str(gtid), gtid.ordinal, float(event.timestamp))
                 txn, row_index = self._tracker_open(), 0
+                if getattr(event, "flags", 0) & FL_PREPARED_XA and isinstance(event, MariadbGtidEvent):
+                    self._xa = XaGroup(self._opts.xa_buffer_rows)
+            elif isinstance(event, XAPrepareEvent):
+                if txn is not None and self._xa is not None:
+                    held = self._xa
+                    if event.one_phase:            # MySQL's XA COMMIT ... ONE PHASE
+                        self._xa = None
+                        self._release(held, txn)
+                        close_txn()
+                    else:
+                        self._prepared[held.xid] = Prepared(held, txn, close_txn(hold=True))
+                        self._xa = None
+                    txn = ctx = None
             elif type(event) in _ROW_EVENTS:
                 if ctx is None:  # no GTID: the transaction starts at its first row event
                     ctx = self._file_pos_context(stream, event, info)
@@ -209,6 +229,14 @@ class Tailer:
                 row_index = self._publish_rows(event, ctx, txn, row_index, schema, table, where)
             elif isinstance(event, (XidEvent, QueryEvent)):
                 text = _query_text(event) if isinstance(event, QueryEvent) else "COMMIT"
+                xa = xa_statement(text) if text.startswith(("XA", "xa")) else None
+                if xa is not None:
+                    if txn is not None and self._on_xa(xa, text, ctx, txn, row_index):
+                        continue                   # XA START / END: the group goes on
+                    if txn is not None:
+                        close_txn()
+                    txn = ctx = self._xa = None
+                    continue
                 changes = [] if text in _TXN_MARKERS else table_changes(
                     text, _schema_of(event), self._mapped)
                 if changes:
@@ -231,6 +259,54 @@ class Tailer:
                 last_save = time.monotonic()
             if self._stop.is_set():
                 break
+
+    def _on_xa(self, xa: tuple[str, str, bool], text: str, ctx: TxnContext, txn,
+               index: int) -> bool:
+        """Handle an XA statement of the open group; True while the group goes on."""
+        verb, xid, one_phase = xa
+        if verb == "START":                        # MySQL: the group is XA from here
+            self._xa = XaGroup(self._opts.xa_buffer_rows, xid)
+            return True
+        if verb in ("END", "PREPARE"):
+            if self._xa is not None:
+                self._xa.xid = xid
+            return True
+        if verb == "COMMIT" and one_phase and self._xa is not None:
+            held, self._xa = self._xa, None
+            self._release(held, txn)
+        elif verb == "COMMIT":
+            self._xa_commit(xid, text, ctx, txn, index)
+        elif verb == "ROLLBACK":
+            prepared = self._prepared.pop(xid, None)
+            if prepared is not None:               # nothing of it is published
+                with self._lock:
+                    self._tracker.close(prepared.txn, prepared.checkpoint)
+                log.info("XA ROLLBACK %s: %d held row(s) dropped", xid, prepared.group.rows)
+        return False
+
+    def _xa_commit(self, xid: str, text: str, ctx: TxnContext, txn, index: int) -> None:
+        """Publish the prepared group ``xid`` now that it committed."""
+        prepared = self._prepared.pop(xid, None)
+        if prepared is not None and not prepared.group.overflowed:
+            self._release(prepared.group, prepared.txn)
+        else:
+            if prepared is None:    # prepared before this tailer's start position: rows unknown
+                tables, reason = self._mapped, "xa_unknown"
+            else:                   # too large to hold: its tables are known
+                tables, reason = list(prepared.group.tables), "xa_overflow"
+            log.warning("XA COMMIT %s: %s; invalidating its tables as a whole", xid,
+                        "prepared before the start position, rows unknown" if prepared is None
+                        else f"{prepared.group.rows} rows, over tailer.xa_buffer_rows")
+            self._publish_table_events([TableChange(db, t, reason) for db, t in tables], text,
+                                       ctx, txn, index)
+        if prepared is not None:
+            with self._lock:
+                self._tracker.close(prepared.txn, prepared.checkpoint)
+
+    def _release(self, group: XaGroup, txn) -> None:
+        """Send the records an XA group held, in their order, as part of ``txn``."""
+        for key, value, msg_id, rows, partition, row in group.records:
+            self._send(key, value, msg_id, txn, rows, partition, row)
 
     @staticmethod
     def _file_pos_context(stream, event, info: ServerInfo) -> TxnContext:
@@ -270,6 +346,8 @@ class Tailer:
         op = _ROW_EVENTS[type(event)]
         if self._mappings.get(schema, table) is None:
             return row_index     # decided here, by the names of this event group's map
+        if self._xa is not None:
+            self._xa.touch(schema, table)
         try:
             rows = decode_rows(event)      # the per-table fast decoder, or None: the library's
             rows = rows if rows is not None else event.rows
@@ -304,6 +382,9 @@ class Tailer:
 
     def _send(self, key: str, value: bytes, msg_id: str, txn, rows: int,
               partition: int | None, row: bool = True) -> None:
+        if self._xa is not None:        # an XA group: held until its XA COMMIT
+            self._xa.hold((key, value, msg_id, rows, partition, row), rows)
+            return
         with self._lock:
             self._tracker.sent(txn, rows)
         try:
