@@ -29,7 +29,10 @@ from cachesync.producer_outbox.inflight import InflightTracker
 from cachesync.producer_outbox.mysql import MySQLParams
 from cachesync.producer_outbox.packing import Pack, Packer
 from cachesync.producer_outbox.preflight import ServerInfo, problems, read_server_info
-from cachesync.producer_outbox.rows import STATEMENT_EXCERPT, TxnContext, row_change, table_change
+from cachesync.producer_outbox.publisher import MAX_RECORD_BYTES, is_permanent
+from cachesync.producer_outbox.rows import (STATEMENT_EXCERPT, TxnContext, invalidate_only,
+                                            key_columns, needed_columns, pk_columns,
+                                            row_change, table_change, trim_image)
 from cachesync.producer_outbox.xa import FL_PREPARED_XA, Prepared, XaGroup, xa_statement
 from cachesync.producer_outbox.statements import STATEMENT, TableChange, statement_kind, table_changes
 from cachesync.schema.errors import FatalError, RetryableError
@@ -57,6 +60,7 @@ class TailerOptions:
     checkpoint_interval_s: float = 0.5
     heartbeat_s: float = 1.0
     xa_buffer_rows: int = 100_000       # rows of one prepared XA held; beyond: table-level
+    max_record_bytes: int = MAX_RECORD_BYTES    # a larger event goes out invalidate-only
     # (db, table, row image) -> False drops the row; used to publish only this
     # tailer's own heartbeat row (cachesync.producer_outbox.heartbeat.own_rows_only)
     row_filter: Callable[[str, str, Mapping[str, Any]], bool] | None = None
@@ -81,6 +85,8 @@ class Tailer:
         self.published = 0      # rows handed to the publisher
         self.acked = 0          # rows Kafka acknowledged
         self.table_events = 0   # table-level changes published (each to every partition)
+        self.oversized = 0      # rows over the record limit, published invalidate-only
+        self._keep: dict = {}   # (table, primary key) -> columns row images keep, None = all
         self._mapped = [tuple(name.split(".", 1)) for name in mappings.tables]
         self._xa: XaGroup | None = None             # the open group is XA: records held
         self._prepared: dict[str, Prepared] = {}    # xid -> prepared group awaiting its decision
@@ -344,10 +350,12 @@ class Tailer:
     def _publish_rows(self, event, ctx: TxnContext, txn, row_index: int, schema: str,
                       table: str, where: Callable[[], str]) -> int:
         op = _ROW_EVENTS[type(event)]
-        if self._mappings.get(schema, table) is None:
+        mapping = self._mappings.get(schema, table)
+        if mapping is None:
             return row_index     # decided here, by the names of this event group's map
         if self._xa is not None:
             self._xa.touch(schema, table)
+        keep = self._keep_columns(mapping, event.primary_key)
         try:
             rows = decode_rows(event)      # the per-table fast decoder, or None: the library's
             rows = rows if rows is not None else event.rows
@@ -360,6 +368,8 @@ class Tailer:
                 before, after = None, row["values"]
             else:
                 before, after = row["values"], None
+            if keep is not None:
+                before, after = trim_image(before, keep), trim_image(after, keep)
             if self._opts.row_filter is not None and not self._opts.row_filter(
                     event.schema, event.table, after if after is not None else before):
                 row_index += 1       # ids of the rows that follow do not depend on the filter
@@ -368,14 +378,43 @@ class Tailer:
                                 event.primary_key, before, after)
             row_index += 1
             key = kafka_key(change.db, change.table, change.pk)
+            value = self._encode(change, mapping)
             if self._packer is None:
-                self._send(key, encode(change), change.id, txn, 1, None)
+                self._send(key, value, change.id, txn, 1, None)
+            elif len(value) > self._opts.pack_bytes:   # alone, after every pack opened before it
+                for pack in self._packer.drain():
+                    self._send_pack(pack, txn)
+                self._send(key, value, change.id, txn, 1, None)
             else:
-                full = self._packer.add(change.db, change.table, key, encode(change), change.id,
+                full = self._packer.add(change.db, change.table, key, value, change.id,
                                         self._partitions)
                 if full is not None:
                     self._send_pack(full, txn)
         return row_index
+
+    def _keep_columns(self, mapping, primary_key) -> frozenset[str] | None:
+        """The columns a row image of ``mapping`` keeps (cached per table and key)."""
+        cache_key = (mapping.table, primary_key if isinstance(primary_key, (str, tuple)) else None)
+        keep = self._keep.get(cache_key, False)
+        if keep is False:
+            needed = needed_columns(mapping)
+            # without a primary key the pk (and the Kafka key) is the whole image: keep it
+            keep = None if needed is None or not primary_key else needed | set(
+                pk_columns(primary_key, {}))
+            self._keep[cache_key] = keep
+        return keep
+
+    def _encode(self, change, mapping) -> bytes:
+        """The event's record value: only the columns the mapping needs; over Kafka's record
+        limit, the keys-only form (counted, WARNING naming the table)."""
+        value = encode(change)
+        if len(value) <= self._opts.max_record_bytes:
+            return value
+        self.oversized += 1
+        log.warning("row of %s at %s is %d bytes encoded, over the %d-byte Kafka record limit: "
+                    "published invalidate-only (keys, no values)", mapping.table,
+                    change.source.position, len(value), self._opts.max_record_bytes)
+        return encode(invalidate_only(change, key_columns(mapping), "over_record_limit"))
 
     def _send_pack(self, pack: Pack, txn) -> None:
         self._send(pack.key, pack.record_value(), pack.msg_id, txn, pack.rows, pack.partition)
@@ -392,6 +431,9 @@ class Tailer:
                                  on_ack=lambda: self._on_ack(txn, rows), on_error=self._on_error,
                                  partition=partition)
         except KafkaError as e:   # e.g. buffer full / metadata timeout, raised synchronously
+            if is_permanent(e):
+                raise FatalError(f"Kafka refused a record for good ({type(e).__name__}: {e}); "
+                                 "not retrying, the checkpoint stays before it") from e
             raise RetryableError(f"Kafka send failed: {e}") from e
         self.published += rows if row else 0
         if self._tracker.pending >= self._opts.max_inflight:
@@ -409,6 +451,11 @@ class Tailer:
         self._failure = error
 
     def _raise_if_failed(self) -> None:
+        if self._failure is not None and is_permanent(self._failure):
+            raise FatalError(f"Kafka refused a record for good ({type(self._failure).__name__}: "
+                             f"{self._failure}); not retrying, the checkpoint stays before it. "
+                             "Check the topic name, its ACLs and its max.message.bytes"
+                             ) from self._failure
         if self._failure is not None:
             raise RetryableError(f"Kafka send failed after retries, stopping before the "
                                  f"checkpoint moves: {self._failure}") from self._failure

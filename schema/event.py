@@ -25,6 +25,9 @@ ROW_OPS = frozenset({"insert", "update", "delete"})
 # ``extra`` carries ``reason`` and the first characters of the ``statement``.
 TABLE_OPS = frozenset({"truncate"})
 OPS = ROW_OPS | TABLE_OPS
+# ``extra`` key of a row event too large for Kafka, sent with its key columns only
+# (envelope version 2): invalidate its keys, write no value.
+INVALIDATE_ONLY = "invalidate_only"
 SOURCE_KINDS = frozenset({"binlog", "outbox"})
 
 

@@ -19,7 +19,7 @@ from typing import Iterable
 from cachesync.consumer.core.writes import (KIND_DELETE, CacheWrite, merge_writes, render_value,
                                   version_text)
 from cachesync.schema.errors import PoisonError, UnknownTableError
-from cachesync.schema.event import ChangeEvent
+from cachesync.schema.event import INVALIDATE_ONLY, ChangeEvent
 from cachesync.schema.mapping import MappingSet, TableMapping
 
 
@@ -99,6 +99,9 @@ def event_keys(event: ChangeEvent, mappings: MappingSet) -> EventPlan:
     if version is None:                      # no order to fence with: invalidate instead
         keys = tuple(dict.fromkeys([*explicit, *before, *after]))
         return EventPlan(event, keys, nulls, unversioned=True)
+    if event.extra and event.extra.get(INVALIDATE_ONLY):   # no values came: fenced deletes
+        writes = [_tombstone(k, version, mapping) for k in dict.fromkeys([*before, *after])]
+        return EventPlan(event, tuple(dict.fromkeys(explicit)), nulls, tuple(writes), oversized=1)
     writes, oversized = _update_writes(event, mapping, version, before, after)
     return EventPlan(event, tuple(dict.fromkeys(explicit)), nulls, tuple(writes),
                      oversized=oversized)
