@@ -48,6 +48,8 @@ TAILER_COUNTERS = {
     "cachesync_tailer_table_events": ("Table-level changes of mapped tables published "
                                       "(TRUNCATE, DROP, RENAME, DROP DATABASE, statement DML)",
                                       "table_events"),
+    "cachesync_tailer_rows_oversized": ("Rows over Kafka's record limit, published "
+                                        "invalidate-only (keys, no values)", "oversized"),
 }
 RELAY_COUNTERS = {
     "cachesync_relay_rows_sent": ("Outbox rows sent to Kafka", "sent"),

@@ -10,7 +10,7 @@ from cachesync.consumer.adapters.mysql_dedup import MySQLDedupStore
 from cachesync.consumer.adapters.redis_cache import RedisCache
 from cachesync.consumer.adapters.redis_dedup import RedisDedupStore
 from cachesync.consumer.engine import EngineOptions, PythonEngine
-from cachesync.producer_outbox.checkpoint import MySQLCheckpointStore
+from cachesync.producer_outbox.checkpoint import Checkpoint, MySQLCheckpointStore
 from cachesync.producer_outbox.heartbeat import own_rows_only, with_heartbeat
 from cachesync.producer_outbox.mysql import MySQLParams
 from cachesync.producer_outbox.publisher import KafkaPublisher
@@ -29,7 +29,8 @@ def mappings(settings: Settings) -> MappingSet:
     return with_heartbeat(settings.tables, settings.mysql.state_db)
 
 
-def build_tailer(settings: Settings) -> Tailer:
+def build_tailer(settings: Settings, start: Checkpoint | None = None) -> Tailer:
+    """The binlog tailer; ``start`` overrides the stored checkpoint (``tail --from-...``)."""
     params = mysql_params(settings)
     t = settings.tailer
     return Tailer(params, KafkaPublisher(settings.kafka.bootstrap_servers),
@@ -38,7 +39,7 @@ def build_tailer(settings: Settings) -> Tailer:
                                 max_inflight=t.max_inflight,
                                 checkpoint_interval_s=t.checkpoint_interval_s,
                                 pack_rows=t.pack_rows, pack_bytes=t.pack_bytes,
-                                xa_buffer_rows=t.xa_buffer_rows,
+                                xa_buffer_rows=t.xa_buffer_rows, start=start,
                                 row_filter=own_rows_only(settings.mysql.state_db, t.name)))
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping
 
 import pymysql
@@ -61,6 +61,7 @@ class TailerOptions:
     heartbeat_s: float = 1.0
     xa_buffer_rows: int = 100_000       # rows of one prepared XA held; beyond: table-level
     max_record_bytes: int = MAX_RECORD_BYTES    # a larger event goes out invalidate-only
+    start: Checkpoint | None = None     # tail from here instead of the stored checkpoint
     # (db, table, row image) -> False drops the row; used to publish only this
     # tailer's own heartbeat row (cachesync.producer_outbox.heartbeat.own_rows_only)
     row_filter: Callable[[str, str, Mapping[str, Any]], bool] | None = None
@@ -114,7 +115,7 @@ class Tailer:
     def run(self) -> None:
         """Tail until stop(); raises RetryableError/FatalError when publishing fails."""
         info = self.preflight()
-        start = self._checkpoints.load() or self._current_position(info)
+        start = self._start_position(info)
         self._checkpoints.save(start)
         self.committed = start
         log.info("tailer starting at %s (server %s, tables %s)", start.describe(),
@@ -125,6 +126,20 @@ class Tailer:
         finally:
             stream.close()
             self._drain()
+
+    def current_position(self) -> Checkpoint:
+        """The server's current binlog position (after preflight); raises FatalError."""
+        return self._current_position(self.preflight())
+
+    def _start_position(self, info: ServerInfo) -> Checkpoint:
+        """``options.start`` (re-tail from an operator's position), else the stored
+        checkpoint, else (first start) the server's current position."""
+        if self._opts.start is not None:
+            log.warning("tailer re-tailing from %s, not from its stored checkpoint; "
+                        "duplicates are skipped by the consumer's dedup store",
+                        self._opts.start.describe())
+            return replace(self._opts.start, server=info.identity)
+        return self._checkpoints.load() or self._current_position(info)
 
     def _open_stream(self, info: ServerInfo, start: Checkpoint) -> BinLogStreamReader:
         kwargs = {}

@@ -8,12 +8,21 @@ from cachesync.commands.common import handle_errors, log, on_termination, settin
 from cachesync.metrics import Cumulative
 from cachesync.operate import tail_ops
 from cachesync.supervisor import RestartingTailer
+from cachesync.producer_outbox.binlog_read import LostPositionError
+from cachesync.producer_outbox.checkpoint import Checkpoint
+from cachesync.resync import resync
 from cachesync.wiring import build_tailer
 
 
 @click.command("tail")
 @settings_options
-def command(settings) -> None:
+@click.option("--from-gtid", metavar="GTID",
+              help="re-tail from this GTID state (MariaDB 0-1-42, MySQL uuid:1-42): the "
+                   "transactions after it are published again, not the stored checkpoint's.")
+@click.option("--from-file", metavar="FILE", help="re-tail from this binlog file (with --from-pos).")
+@click.option("--from-pos", type=click.IntRange(min=4), metavar="POS",
+              help="position in --from-file, at a transaction boundary.")
+def command(settings, from_gtid, from_file, from_pos) -> None:
     """Tail the MySQL binlog and publish every committed row change to Kafka.
 
     Starts at the stored checkpoint (table cachesync.cachesync_checkpoint, named by
@@ -22,21 +31,59 @@ def command(settings) -> None:
     binlog_format=ROW, binlog_row_image=FULL, binlog_row_metadata=FULL and the
     REPLICATION SLAVE + REPLICATION CLIENT grants; says which one is missing.
 
+    --from-gtid / --from-file --from-pos start at an operator's position instead (replay
+    by binlog position; the consumer's dedup store skips what it already applied), and
+    the checkpoint moves on from there. If the checkpoint's binlog was purged, tail stops
+    with exit code 3 naming it; recover with `cachesync resync`, or set
+    tailer.on_lost_position: resync to do that automatically.
+
     Every tailer.heartbeat_interval_s it rewrites its row in cachesync.cachesync_heartbeat
     so the consumer measures lag while the application is idle. Serves /metrics,
     /healthz and /readyz on metrics.listen (default 127.0.0.1:9465); ready = MySQL and
     Kafka answer and the checkpoint moved within metrics.ready_max_lag_s.
     """
+    start = start_option(from_gtid, from_file, from_pos)
     with handle_errors():
-        tailers = Cumulative(("published", "table_events"))
+        tailers = Cumulative(("published", "table_events", "oversized"))
         ops = tail_ops(settings, tailers)
-        supervisor = RestartingTailer(lambda: tailers.track(build_tailer(settings)))
+        first = [start]
+
+        def build():
+            once, first[0] = first[0], None     # a restart resumes from the checkpoint
+            return tailers.track(build_tailer(settings, once))
+        supervisor = RestartingTailer(build)
         on_termination(supervisor.stop)
         try:
-            supervisor.run()
+            run_resyncing(settings, supervisor)
         finally:
             ops.close()
         tailer = supervisor.last
         if tailer is not None:
             log.info("tailer stopped after %d row events; checkpoint %s", tailer.published,
                      tailer.committed.describe() if tailer.committed else "-")
+
+
+def start_option(gtid: str | None, log_file: str | None, pos: int | None) -> Checkpoint | None:
+    """The --from-... position; raises UsageError for an incomplete or mixed one."""
+    if gtid and (log_file or pos):
+        raise click.UsageError("--from-gtid excludes --from-file/--from-pos")
+    if bool(log_file) != bool(pos):
+        raise click.UsageError("--from-file and --from-pos go together")
+    if gtid:
+        return Checkpoint("", gtid=gtid)
+    return Checkpoint("", log_file=log_file, log_pos=pos) if log_file else None
+
+
+def run_resyncing(settings, supervisor: RestartingTailer) -> None:
+    """Run the tailer; with tailer.on_lost_position: resync, a lost position runs the
+    recovery (every mapped table invalidated, checkpoint at the current position) and
+    tailing goes on from there."""
+    while True:
+        try:
+            supervisor.run()
+            return
+        except LostPositionError as e:
+            if settings.tailer.on_lost_position != "resync":
+                raise
+            log.warning("%s; tailer.on_lost_position is resync: running it now", e)
+            resync(settings)
