@@ -48,21 +48,28 @@ def records_of(lab, pk: int) -> int:
     return sum(1 for r in lab.topic_records() if r.key == key)
 
 
-def test_purged_checkpoint_then_resync_then_retail_a_range(lab):
+GAP_KEYS = ("user:1", "user:email:a@x", "user:email:b@x")
+
+
+def lose_the_position(lab, tailer_settings: dict):
+    """A tailer stores a checkpoint and stops; a change is made in the gap (its keys
+    cached) and the binlog holding both is purged. Returns (config, engine, lost GTID)."""
     lab.sql(USERS_DDL)
-    cfg = lab.write_config(USERS, consumer={"dedup_store": "redis"})
+    cfg = lab.write_config(USERS, tailer=tailer_settings, consumer={"dedup_store": "redis"})
     tailer = lab.start_tailer(cfg)
     engine = lab.start_engine(cfg)
     lab.sql("INSERT INTO users VALUES (1, 'a@x', 'a')")
     wait_for(lambda: engine.stats.applied >= 1, what="the first insert applied")
     tailer.terminate()
     tailer.wait(30)
-    lost = checkpoint_gtid(lab)
-
-    # the gap: a change the tailer will never read, then its binlog is purged
-    lab.cache("user:1", "user:email:a@x", "user:email:b@x")
+    lab.cache(*GAP_KEYS)
     lab.sql("UPDATE users SET email = 'b@x' WHERE id = 1")
     purge_all_but_a_new_binlog(lab)
+    return cfg, engine, checkpoint_gtid(lab)
+
+
+def test_purged_checkpoint_then_resync_then_retail_a_range(lab):
+    cfg, engine, lost = lose_the_position(lab, {})
 
     stopped = cli(lab, "tail", "--config", cfg)
     assert stopped.returncode == 3, stopped.stderr
@@ -73,7 +80,7 @@ def test_purged_checkpoint_then_resync_then_retail_a_range(lab):
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["removed"] == {f"{lab.db}.users": 3} and report["checkpoint_stored"]
-    assert not lab.cached("user:1", "user:email:a@x", "user:email:b@x")
+    assert not lab.cached(*GAP_KEYS)
     resynced = checkpoint_gtid(lab)
     assert f"gtid={resynced}" == report["position"]
 
@@ -100,21 +107,9 @@ def test_purged_checkpoint_then_resync_then_retail_a_range(lab):
 
 
 def test_on_lost_position_resync_recovers_and_keeps_tailing(lab):
-    lab.sql(USERS_DDL)
-    cfg = lab.write_config(USERS, tailer={"on_lost_position": "resync"},
-                           consumer={"dedup_store": "redis"})
-    tailer = lab.start_tailer(cfg)
-    engine = lab.start_engine(cfg)
-    lab.sql("INSERT INTO users VALUES (1, 'a@x', 'a')")
-    wait_for(lambda: engine.stats.applied >= 1, what="the first insert applied")
-    tailer.terminate()
-    tailer.wait(30)
-    lab.cache("user:1", "user:email:b@x", "user:9")
-    lab.sql("UPDATE users SET email = 'b@x' WHERE id = 1")
-    purge_all_but_a_new_binlog(lab)
-
+    cfg, *_ = lose_the_position(lab, {"on_lost_position": "resync"})
     tailer = lab.spawn("tail", cfg)
-    wait_for(lambda: not lab.cached("user:1", "user:email:b@x", "user:9"),
+    wait_for(lambda: not lab.cached(*GAP_KEYS),
              what="every users key removed by the automatic resync")
     lab.cache("user:2")
     lab.sql("INSERT INTO users VALUES (2, 'c@x', 'c')")
