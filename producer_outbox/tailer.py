@@ -252,6 +252,10 @@ class Tailer:
                 text = _query_text(event) if isinstance(event, QueryEvent) else "COMMIT"
                 xa = xa_statement(text) if text.startswith(("XA", "xa")) else None
                 if xa is not None:
+                    if txn is None and xa[0] in ("START", "COMMIT", "ROLLBACK"):
+                        # no GTID event: the group starts at this statement
+                        ctx = self._file_pos_context(stream, event, info)
+                        txn, row_index = self._tracker_open(), 0
                     if txn is not None and self._on_xa(xa, text, ctx, txn, row_index):
                         continue                   # XA START / END: the group goes on
                     if txn is not None:
