@@ -92,3 +92,18 @@ def test_permanent_kafka_errors_are_fatal_not_retried(publisher, expected):
         tailer._loop(_Stream(with_table_maps(events)), MARIADB,
                      Checkpoint(MARIADB.identity, "0-1-8", "b.1", 4))
     assert raised.type is expected
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"CACHESYNC_TAILER_ON_LOST_POSITION": "ignore"},
+     "tailer.on_lost_position: expected 'fail' or 'resync', got 'ignore'"),
+    ({"CACHESYNC_TAILER_XA_BUFFER_ROWS": "0"}, "tailer.xa_buffer_rows: must be at least 1"),
+])
+def test_issue_12_settings_are_validated(tmp_path, env, message):
+    from cachesync.config import load
+    from cachesync.schema.errors import ConfigError
+    path = tmp_path / "c.yaml"
+    path.write_text('tables: {shop.users: {keys: ["user:{id}"]}}\n')
+    assert load(path, {"CACHESYNC_TAILER_ON_LOST_POSITION": "resync"}).tailer.on_lost_position == "resync"
+    with pytest.raises(ConfigError, match=message):
+        load(path, env)
