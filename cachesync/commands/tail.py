@@ -26,7 +26,8 @@ def command(settings, from_gtid, from_file, from_pos) -> None:
     """Tail the MySQL binlog and publish every committed row change to Kafka.
 
     Starts at the stored checkpoint (table cachesync.cachesync_checkpoint, named by
-    tailer.name) or, on first start, at the server's current position. The
+    tailer.name) or, on first start, at the server's current position (if keys were
+    cached before, run `cachesync resync` once first). The
     checkpoint advances only past transactions Kafka fully acknowledged. Requires
     binlog_format=ROW, binlog_row_image=FULL, binlog_row_metadata=FULL and the
     REPLICATION SLAVE + REPLICATION CLIENT grants; says which one is missing.
