@@ -46,18 +46,23 @@ def table_events(lab):
     ("DROP TABLE users", "drop"),
     ("RENAME TABLE users TO users_old", "rename"),
     ("ALTER TABLE users RENAME TO people", "rename"),
+    ("CREATE OR REPLACE TABLE users (id BIGINT PRIMARY KEY)", "drop"),
+    ("DROP DATABASE {db}", "drop_database"),
 ])
 def test_whole_table_ddl_invalidates_every_cached_key(pipeline, statement, reason):
     lab, engine, _ = pipeline
-    lab.sql(statement)
+    lab.sql(statement.format(db=lab.db))
     wait_for(lambda: not lab.cached(*USER_KEYS), what=f"every users key gone after {statement}")
-    assert lab.cached(*OTHER_KEYS) == OTHER_KEYS
+    untouched = [k for k in OTHER_KEYS if not (reason == "drop_database" and k == "order:1")]
+    assert lab.cached(*OTHER_KEYS) == untouched
     events = table_events(lab)
     partitions = 3
-    assert len(events) == partitions and {(e.table, e.extra["reason"]) for e in events} == {
-        ("users", reason)}
-    wait_for(lambda: engine.stats.table_invalidations == partitions, what="each copy applied")
-    assert engine.stats.table_keys_deleted == len(USER_KEYS)
+    tables = {"users", "orders"} if reason == "drop_database" else {"users"}
+    assert len(events) == partitions * len(tables)
+    assert {(e.table, e.extra["reason"]) for e in events} == {(t, reason) for t in tables}
+    wait_for(lambda: engine.stats.table_invalidations == len(events), what="each copy applied")
+    # orders has order:1 cached: a dropped database takes its keys too
+    assert engine.stats.table_keys_deleted == len(USER_KEYS) + (reason == "drop_database")
 
 
 def test_statement_logged_update_invalidates_the_table(pipeline):
