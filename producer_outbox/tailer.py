@@ -88,7 +88,8 @@ class Tailer:
         self.table_events = 0   # table-level changes published (each to every partition)
         self.oversized = 0      # rows over the record limit, published invalidate-only
         self._keep: dict = {}   # (table, primary key) -> columns row images keep, None = all
-        self._mapped = [tuple(name.split(".", 1)) for name in mappings.tables]
+        # tables a table-level event can concern: those with keys (not the heartbeat table)
+        self._mapped = [tuple(name.split(".", 1)) for name, m in mappings.tables.items() if m.keys]
         self._xa: XaGroup | None = None             # the open group is XA: records held
         self._prepared: dict[str, Prepared] = {}    # xid -> prepared group awaiting its decision
         self.committed: Checkpoint | None = None
