@@ -25,20 +25,19 @@ from cachesync.producer_outbox.binlog_read import DECODE_ERRORS, TableMaps, deco
 
 from cachesync.producer_outbox.checkpoint import Checkpoint, MySQLCheckpointStore
 from cachesync.producer_outbox.fastrows import decode_rows
+from cachesync.producer_outbox.groups import GroupPublishing
 from cachesync.producer_outbox.inflight import InflightTracker
 from cachesync.producer_outbox.mysql import MySQLParams
 from cachesync.producer_outbox.packing import Pack, Packer
 from cachesync.producer_outbox.preflight import ServerInfo, problems, read_server_info
 from cachesync.producer_outbox.publisher import MAX_RECORD_BYTES, is_permanent
-from cachesync.producer_outbox.rows import (STATEMENT_EXCERPT, TxnContext, invalidate_only,
-                                            key_columns, needed_columns, pk_columns,
-                                            row_change, table_change, trim_image)
+from cachesync.producer_outbox.rows import (TxnContext, invalidate_only, key_columns,
+                                            needed_columns, pk_columns, row_change, trim_image)
+from cachesync.producer_outbox.statements import STATEMENT, statement_kind, table_changes
 from cachesync.producer_outbox.xa import FL_PREPARED_XA, Prepared, XaGroup, xa_statement
-from cachesync.producer_outbox.statements import STATEMENT, TableChange, statement_kind, table_changes
 from cachesync.schema.errors import FatalError, RetryableError
 from cachesync.schema.event import encode
 from cachesync.schema.gtid import GtidState, parse_gtid
-from cachesync.schema.ids import file_pos_ordinal
 from cachesync.schema.keys import kafka_key
 from cachesync.schema.mapping import MappingSet
 
@@ -67,7 +66,7 @@ class TailerOptions:
     row_filter: Callable[[str, str, Mapping[str, Any]], bool] | None = None
 
 
-class Tailer:
+class Tailer(GroupPublishing):
     """Reads the binlog from the stored checkpoint and publishes mapped tables' rows."""
 
     def __init__(self, mysql: MySQLParams, publisher, checkpoints: MySQLCheckpointStore,
@@ -285,81 +284,6 @@ class Tailer:
                 last_save = time.monotonic()
             if self._stop.is_set():
                 break
-
-    def _on_xa(self, xa: tuple[str, str, bool], text: str, ctx: TxnContext, txn,
-               index: int) -> bool:
-        """Handle an XA statement of the open group; True while the group goes on."""
-        verb, xid, one_phase = xa
-        if verb == "START":                        # MySQL: the group is XA from here
-            self._xa = XaGroup(self._opts.xa_buffer_rows, xid)
-            return True
-        if verb in ("END", "PREPARE"):
-            if self._xa is not None:
-                self._xa.xid = xid
-            return True
-        if verb == "COMMIT" and one_phase and self._xa is not None:
-            held, self._xa = self._xa, None
-            self._release(held, txn)
-        elif verb == "COMMIT":
-            self._xa_commit(xid, text, ctx, txn, index)
-        elif verb == "ROLLBACK":
-            prepared = self._prepared.pop(xid, None)
-            if prepared is not None:               # nothing of it is published
-                with self._lock:
-                    self._tracker.close(prepared.txn, prepared.checkpoint)
-                log.info("XA ROLLBACK %s: %d held row(s) dropped", xid, prepared.group.rows)
-        return False
-
-    def _xa_commit(self, xid: str, text: str, ctx: TxnContext, txn, index: int) -> None:
-        """Publish the prepared group ``xid`` now that it committed."""
-        prepared = self._prepared.pop(xid, None)
-        if prepared is not None and not prepared.group.overflowed:
-            self._release(prepared.group, prepared.txn)
-        else:
-            if prepared is None:    # prepared before this tailer's start position: rows unknown
-                tables, reason = self._mapped, "xa_unknown"
-            else:                   # too large to hold: its tables are known
-                tables, reason = list(prepared.group.tables), "xa_overflow"
-            log.warning("XA COMMIT %s: %s; invalidating its tables as a whole", xid,
-                        "prepared before the start position, rows unknown" if prepared is None
-                        else f"{prepared.group.rows} rows, over tailer.xa_buffer_rows")
-            self._publish_table_events([TableChange(db, t, reason) for db, t in tables], text,
-                                       ctx, txn, index)
-        if prepared is not None:
-            with self._lock:
-                self._tracker.close(prepared.txn, prepared.checkpoint)
-
-    def _release(self, group: XaGroup, txn) -> None:
-        """Send the records an XA group held, in their order, as part of ``txn``."""
-        for key, value, msg_id, rows, partition, row in group.records:
-            self._send(key, value, msg_id, txn, rows, partition, row)
-
-    @staticmethod
-    def _file_pos_context(stream, event, info: ServerInfo) -> TxnContext:
-        position = f"{stream.log_file}:{stream.log_pos}"
-        return TxnContext(info.identity, position,
-                          file_pos_ordinal(stream.log_file, stream.log_pos), float(event.timestamp))
-
-    def _publish_table_events(self, changes: list[TableChange], statement: str, ctx: TxnContext,
-                              txn, index: int) -> int:
-        """One table-level event per changed mapped table, a copy to every partition so that
-        it is ordered after the table's earlier rows wherever they went; returns the next index."""
-        if self._packer is not None:       # rows packed so far go first, in every partition
-            for pack in self._packer.drain():
-                self._send_pack(pack, txn)
-        partitions = self._publisher.partitions(self._opts.topic)
-        for change in changes:
-            log.warning("table-level change of %s.%s (%s): every cached key of the table will "
-                        "be invalidated; statement: %s", change.db, change.table, change.reason,
-                        statement[:STATEMENT_EXCERPT])
-            for partition in partitions:
-                event = table_change(ctx, index, partition, change.db, change.table,
-                                     change.reason, statement)
-                self._send(kafka_key(event.db, event.table, ()), encode(event), event.id, txn, 1,
-                           partition, row=False)
-            self.table_events += 1
-            index += 1
-        return index
 
     def _tracker_open(self):
         if self._packer is not None:
