@@ -98,3 +98,20 @@ def test_without_gtids_an_xa_group_starts_at_xa_start():
     assert [e.pk for e in sent] == [(("id", 1),)]
     held, _ = tail(events[:3] + [prepare()])
     assert held == []
+
+
+class _Partitioned(_Publisher):
+    def partitions(self, topic):
+        return [0, 1]
+
+
+def test_a_commit_of_a_transaction_prepared_before_the_start_invalidates_every_table():
+    publisher = _Partitioned()
+    tailer = Tailer(MySQLParams("h", 1, "u", "p"), publisher, _Checkpoints(), MAPPINGS,
+                    TailerOptions(topic="t", checkpoint_interval_s=0))
+    tailer._loop(_Stream([mariadb_gtid(0, 1, 44), query(f"XA COMMIT {XID}")]), MARIADB,
+                 Checkpoint(MARIADB.identity, "0-1-43", "b.1", 4))
+    sent = [e for _, e in publisher.sent]
+    assert [(e.qualified_table, e.op, e.extra["reason"]) for e in sent] == [
+        ("app.users", "truncate", "xa_unknown")] * 2            # one copy per partition
+    assert tailer.table_events == 1
