@@ -86,7 +86,9 @@ class RedisCache:
         SCAN by each template's glob on every master, full-matched by the template's regex
         (``user:{id}`` never takes ``user:email:x``), never a ``cachesync:`` key, UNLINKed
         in pipelined chunks. ``fence_version`` (update mode) is stored first, so a write of
-        an older row that races the scan or arrives later is turned into a delete.
+        an older row that races the scan or arrives later is turned into a delete. A second
+        SCAN removes the fill leases of the table's keys, also of keys not cached yet, so a
+        ``read_through`` fill that loaded a row before the change is refused.
         """
         def run():
             if fence_version is not None:
@@ -98,6 +100,9 @@ class RedisCache:
                         removed += self._unlink(node, part)
                         if progress is not None:
                             progress(len(part))
+                    for part in _batched(_matching(node, template, LEASE_PREFIX_B),
+                                         PIPELINE_CHUNK):
+                        node.unlink(*part)
             return removed
         return redis_call(run)
 
@@ -142,12 +147,14 @@ def _batched(items, size: int):
         yield part
 
 
-def _matching(node, template):
-    """Keys on ``node`` the template renders (not cachesync's own), as bytes."""
-    for key in node.scan_iter(match=template.glob, count=SCAN_COUNT):
-        if key.startswith(_INTERNAL_B):
+def _matching(node, template, prefix: bytes = b""):
+    """Keys on ``node`` the template renders (not cachesync's own), as bytes; with a
+    ``prefix`` (the lease prefix), the keys that are that prefix plus such a key."""
+    for key in node.scan_iter(match=prefix.decode() + template.glob, count=SCAN_COUNT):
+        name = key[len(prefix):]
+        if not prefix and name.startswith(_INTERNAL_B):
             continue
-        if template.regex.fullmatch(key.decode("utf-8", "surrogateescape")):
+        if template.regex.fullmatch(name.decode("utf-8", "surrogateescape")):
             yield key
 
 

@@ -127,3 +127,20 @@ def test_global_statement_format_is_reported_and_its_updates_invalidate(lab):
         lab.sql("SET GLOBAL binlog_format = 'ROW'")
     wait_for(lambda: not lab.cached("user:1", "user:email:1@x"), what="the statement applied")
     assert "table-level change of %s.users (statement)" % lab.db in lab.log(tailer)
+
+
+def test_a_truncate_voids_the_lease_of_a_fill_in_flight(pipeline):
+    """read_through took a lease and loaded the row before the TRUNCATE; its fill after
+    the truncate must be refused, though the key was not cached when the scan ran."""
+    from cachesync.client import read_through
+    lab, engine, _ = pipeline
+
+    def load_then_truncate():
+        row = lab.sql("SELECT email FROM users WHERE id = 77")    # none: id 77 is uncached
+        lab.sql("TRUNCATE TABLE users")
+        wait_for(lambda: engine.stats.table_invalidations == 3, what="the truncate applied")
+        return f"loaded before the truncate: {row}"
+
+    value = read_through(lab.redis, lab.prefix + "user:77", load_then_truncate, ttl_s=60)
+    assert value.startswith("loaded before")
+    assert not lab.cached("user:77")            # the fill was refused
