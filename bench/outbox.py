@@ -20,7 +20,8 @@ from bench.common import Sandbox, Worker, log, percentile, ratio, wait_for
 from cachesync.producer_outbox.mysql import MySQLParams
 from cachesync.producer_outbox.outbox import OutboxRow, emit, ensure_outbox_table, event_kafka_key, to_event
 from cachesync.producer_outbox.publisher import KafkaPublisher
-from cachesync.producer_outbox.relay import Relay, RelayOptions
+from cachesync.config import RelaySettings
+from cachesync.producer_outbox.relay import Relay
 from cachesync.producer_outbox.relay_store import OutboxStore
 from cachesync.schema.event import encode
 
@@ -28,7 +29,7 @@ NAME = "outbox"
 SIZES = {"full": (50_000, 4, 15.0), "quick": (5_000, 4, 5.0)}   # rows, writers, seconds
 TXN_ROWS = 50
 LATE_COMMIT = (0.1, 0.05)          # share of transactions held open, for up to this many s
-OPTIONS = RelayOptions(topic="-")  # the relay's defaults: poll 0.1 s, burst 500
+OPTIONS = RelaySettings()          # the relay's defaults: poll 0.1 s, burst 500
 _NAIVE = ("SELECT seq, event_id, aggregate_type, aggregate_id, event_type, payload, cache_keys, "
           "UNIX_TIMESTAMP(created_at), attempts FROM cachesync_outbox WHERE seq > %s "
           "ORDER BY seq LIMIT %s")
@@ -129,9 +130,8 @@ def _start(box, params, label):
     """A relay and a naive poller, each with its own topic and timed publisher."""
     bootstrap = box.stack.bootstrap
     relay_pub, naive_pub = TimedPublisher(bootstrap), TimedPublisher(bootstrap)
-    options = RelayOptions(**{**OPTIONS.__dict__, "topic": box.new_topic()})
     relay = Relay(OutboxStore(params.connect, box.db, "cachesync_outbox"), lambda: relay_pub,
-                  options, box.db, "bench")
+                  OPTIONS, box.new_topic(), box.db, "bench")
     naive = NaivePoller(params, naive_pub, box.new_topic(), box.db)
     workers = [Worker(relay.run, f"{label}-relay"), Worker(naive.run, f"{label}-naive")]
     return relay, naive, relay_pub, naive_pub, workers

@@ -8,11 +8,12 @@ Declared once, typed, validated at load; every error names the field. Secrets
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import yaml
 
@@ -30,98 +31,227 @@ class Secret(str):
 
 
 def mask_url(url: str) -> str:
-    """``redis://:pw@host`` -> ``redis://:***@host``."""
-    return re.sub(r"(//[^:/@]*:)[^@]*@", r"\1***@", url)
+    """``redis://user:pw@host/0?password=x`` -> ``redis://user:***@host/0?password=***``.
+
+    The user info ends at the LAST ``@`` before the query (a password may contain ``@``);
+    ``password`` query parameters are masked too.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    head, q, query = rest.partition("?")
+    at = head.rfind("@")
+    if at >= 0:
+        user, colon, _ = head[:at].partition(":")
+        head = f"{user}{colon}***{head[at:]}" if colon else head
+    if q:
+        query = re.sub(r"(^|&)(password=)[^&]*", r"\1\2***", query)
+    return f"{scheme}{sep}{head}{q}{query}"
 
 
 @dataclass(frozen=True)
-class MySQLSettings:
-    host: str = "127.0.0.1"
-    port: int = 3306
-    user: str = "cachesync"
+class Rule:
+    """What a setting accepts, declared beside it; ``problem`` says what is wrong or None.
+
+    Numbers: ``lo``/``hi`` bounds (``lo_open``: strictly above ``lo``); every float must be
+    finite. Text: ``choices``, a ``pattern`` it must match whole (``what`` names it in the
+    error), or a ``check`` function returning the problem.
+    """
+
+    lo: float | None = None
+    hi: float | None = None
+    lo_open: bool = False
+    choices: tuple[str, ...] | None = None
+    pattern: str | None = None
+    what: str = ""
+    check: Callable[[Any], str | None] | None = None
+
+    def problem(self, value: Any) -> str | None:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return self._number_problem(value)
+        if self.choices is not None and value not in self.choices:
+            return f"expected one of {list(self.choices)}, got {value!r}"
+        if self.pattern is not None and not re.fullmatch(self.pattern, value):
+            shown = mask_url(value) if isinstance(value, Secret) else value
+            return f"expected {self.what}, got {shown!r}"
+        return self.check(value) if self.check is not None else None
+
+    def _number_problem(self, value: float) -> str | None:
+        if isinstance(value, float) and not math.isfinite(value):
+            return f"expected a finite number, got {value!r}"
+        low = self.lo is not None and (value <= self.lo if self.lo_open else value < self.lo)
+        if low or (self.hi is not None and value > self.hi):
+            return f"expected {self._range()}, got {value!r}"
+        return None
+
+    def _range(self) -> str:
+        if self.hi is None:
+            return f"a number {'above' if self.lo_open else 'of at least'} {self.lo:,}"
+        return f"a number from {self.lo:,} to {self.hi:,}"
+
+
+def setting(default: Any, **rule: Any):
+    """A settings field with its default and its :class:`Rule`."""
+    return field(default=default, metadata={"rule": Rule(**rule)})
+
+
+def _hostports_problem(value: str) -> str | None:
+    servers = [s.strip() for s in value.split(",")]
+    if not value.strip() or not all(servers):
+        return f"expected a comma-separated list of host:port, got {value!r}"
+    for server in servers:
+        host, sep, port = server.rpartition(":")
+        if not sep or not host or not _port_ok(port, lowest=1):
+            return f"expected host:port with a port from 1 to 65535, got {server!r}"
+    return None
+
+
+def _listen_problem(value: str) -> str | None:
+    host, sep, port = value.rpartition(":")
+    if value in ("auto", "off") or (sep and _port_ok(port, lowest=0)):
+        return None
+    return f"expected auto, off or host:port with a port from 0 (any free port) to 65535, got {value!r}"
+
+
+def _port_ok(text: str, lowest: int) -> bool:
+    return text.isdigit() and lowest <= int(text) <= 65535
+
+
+class _Validated:
+    """Checks every field's Rule after construction; the error names ``section.field``."""
+
+    SECTION = ""
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            rule = f.metadata.get("rule")
+            problem = rule.problem(getattr(self, f.name)) if rule else None
+            if problem:
+                raise ConfigError(f"{self.SECTION}.{f.name}: {problem}")
+
+
+PORT = {"lo": 1, "hi": 65535}
+POSITIVE = {"lo": 0, "lo_open": True}        # seconds and sizes that must be above zero
+AT_LEAST_1 = {"lo": 1}
+NOT_NEGATIVE = {"lo": 0}                     # 0 turns the feature off
+# Backticked in SQL: a database or table name cachesync creates or reads.
+IDENTIFIER = {"pattern": r"[A-Za-z0-9_$]{1,64}", "what": "a MySQL identifier (letters, digits, _ or $; 1 to 64)"}
+NON_EMPTY = {"pattern": r"\S(.*\S)?", "what": "a non-empty value"}
+TOPIC = {"pattern": r"[A-Za-z0-9._-]{1,249}", "what": "a Kafka topic name ([A-Za-z0-9._-], 1 to 249)"}
+
+
+@dataclass(frozen=True)
+class MySQLSettings(_Validated):
+    SECTION = "mysql"
+    host: str = setting("127.0.0.1", **NON_EMPTY)
+    port: int = setting(3306, **PORT)
+    user: str = setting("cachesync", **NON_EMPTY)
     password: Secret = field(default=Secret(""), repr=False)
-    state_db: str = "cachesync"
+    state_db: str = setting("cachesync", **IDENTIFIER)
 
 
 @dataclass(frozen=True)
-class KafkaSettings:
-    bootstrap_servers: str = "127.0.0.1:9092"
-    topic: str = "cachesync.changes"
-    dead_letter_topic: str = "cachesync.dlq"
-    group_id: str = "cachesync"
+class KafkaSettings(_Validated):
+    SECTION = "kafka"
+    bootstrap_servers: str = setting("127.0.0.1:9092", check=_hostports_problem)
+    topic: str = setting("cachesync.changes", **TOPIC)
+    dead_letter_topic: str = setting("cachesync.dlq", **TOPIC)
+    group_id: str = setting("cachesync", **NON_EMPTY)
+    # Group membership (see README "Consumer group failover"): a consumer that dies is replaced
+    # after the session timeout; with a group_instance_id (static membership) one restarted
+    # under the same id within it takes its partitions back without a rebalance.
+    session_timeout_ms: int = setting(10_000, lo=1_000, hi=1_800_000)
+    heartbeat_interval_ms: int = setting(2_000, lo=100, hi=600_000)
+    max_poll_interval_ms: int = setting(300_000, lo=1_000, hi=86_400_000)
+    group_instance_id: str = setting("", pattern=r"[A-Za-z0-9._-]{0,249}",
+                                     what="an instance id ([A-Za-z0-9._-], up to 249), unique per consumer")
+    assignment_strategy: str = setting("cooperative-sticky",
+                                       choices=("cooperative-sticky", "sticky", "range", "roundrobin"))
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.heartbeat_interval_ms * 3 > self.session_timeout_ms:
+            raise ConfigError(f"kafka.heartbeat_interval_ms: must be at most a third of "
+                              f"kafka.session_timeout_ms ({self.session_timeout_ms}), got "
+                              f"{self.heartbeat_interval_ms}")
 
 
 @dataclass(frozen=True)
-class RedisSettings:
-    url: Secret = Secret("redis://127.0.0.1:6379/0")
+class RedisSettings(_Validated):
+    SECTION = "redis"
+    url: Secret = setting(Secret("redis://127.0.0.1:6379/0"), pattern=r"(rediss?|unix)://.*",
+                          what="a redis://, rediss:// or unix:// URL")
 
     def __repr__(self) -> str:
         return f"RedisSettings(url={mask_url(self.url)!r})"
 
 
 @dataclass(frozen=True)
-class TailerSettings:
-    name: str = "default"
-    server_id: int = 88001
-    max_inflight: int = 20000
-    checkpoint_interval_s: float = 0.5
+class TailerSettings(_Validated):
+    SECTION = "tailer"
+    name: str = setting("default", pattern=r"[A-Za-z0-9._-]{1,64}",
+                        what="a name of 1 to 64 letters, digits, '.', '_' or '-'")
+    server_id: int = setting(88001, lo=1, hi=2**32 - 1)
+    max_inflight: int = setting(20000, **AT_LEAST_1)
+    checkpoint_interval_s: float = setting(0.5, **NOT_NEGATIVE)   # 0 = after every transaction
     # > 1 packs the rows of one transaction, table and partition into one Kafka record
     # (consumers read both forms); 1 = one record per row
-    pack_rows: int = 1
-    pack_bytes: int = 262144
-    heartbeat_interval_s: float = 2.0  # heartbeat row write interval (lag when idle); 0 = off
+    pack_rows: int = setting(1, **AT_LEAST_1)
+    # under Kafka's default 1 MB record limit
+    pack_bytes: int = setting(262144, lo=1024, hi=900_000)
+    # heartbeat row write interval (lag when idle); 0 = off
+    heartbeat_interval_s: float = setting(2.0, **NOT_NEGATIVE)
+    # a standby takes over at most this long after the active tailer's host or network is
+    # lost (a killed process releases the lock at once)
+    lock_lease_s: float = setting(10.0, lo=2, hi=3600)
     # rows of one prepared XA transaction held until its XA COMMIT; beyond, its tables
     # are invalidated as a whole at the commit (bounded memory)
-    xa_buffer_rows: int = 100_000
+    xa_buffer_rows: int = setting(100_000, **AT_LEAST_1)
     # the checkpoint's binlog is gone (purged): "fail" (exit 3) or "resync"
-    on_lost_position: str = "fail"
-
-    def __post_init__(self):
-        if self.xa_buffer_rows < 1:
-            raise ConfigError(f"tailer.xa_buffer_rows: must be at least 1, got {self.xa_buffer_rows}")
-        if self.on_lost_position not in ("fail", "resync"):
-            raise ConfigError("tailer.on_lost_position: expected 'fail' or 'resync', got "
-                              f"{self.on_lost_position!r}")
-        if self.pack_rows < 1:
-            raise ConfigError(f"tailer.pack_rows: must be at least 1, got {self.pack_rows}")
-        if not 1024 <= self.pack_bytes <= 900_000:
-            raise ConfigError("tailer.pack_bytes: must be between 1024 and 900000 (under "
-                              f"Kafka's default 1 MB record limit), got {self.pack_bytes}")
+    on_lost_position: str = setting("fail", choices=("fail", "resync"))
 
 
 @dataclass(frozen=True)
-class ConsumerSettings:
-    batch_size: int = 2000
-    poll_timeout_s: float = 0.2
-    claim_lease_s: float = 30.0
+class ConsumerSettings(_Validated):
+    SECTION = "consumer"
+    batch_size: int = setting(2000, lo=1, hi=1_000_000)
+    poll_timeout_s: float = setting(0.2, **POSITIVE)
+    claim_lease_s: float = setting(30.0, **POSITIVE)
     namespace: str = ""            # dedup namespace; defaults to the Kafka group id
-    dedup_store: str = "mysql"     # "mysql" (cachesync_dedup table) or "redis"
-    dedup_retention_s: float = 691200.0   # 8 days: must exceed the topic's retention (7 d default)
-    purge_interval_s: float = 300.0       # periodic purge of done dedup records; 0 = off
-    purge_batch: int = 5000
+    dedup_store: str = setting("mysql", choices=("mysql", "redis"))
+    # 8 days: must exceed the topic's retention (7 d default)
+    dedup_retention_s: float = setting(691200.0, **NOT_NEGATIVE)
+    purge_interval_s: float = setting(300.0, **NOT_NEGATIVE)   # periodic purge; 0 = off
+    purge_batch: int = setting(5000, **AT_LEAST_1)
+    # bounds the time one periodic purge takes from consuming
+    purge_batches_per_run: int = setting(20, **AT_LEAST_1)
 
 
 @dataclass(frozen=True)
-class RelaySettings:
-    outbox_db: str = ""            # the application database holding the outbox; required by relay
-    outbox_table: str = "cachesync_outbox"
-    poll_interval_s: float = 0.1
-    burst_limit: int = 500
-    redeliver_interval_s: float = 30.0
-    warn_after_attempts: int = 5
-    max_unconfirmed: int = 5000
-    retention_s: float = 604800.0  # 7 days
-    purge_batch: int = 1000
-    purge_interval_s: float = 60.0
+class RelaySettings(_Validated):
+    SECTION = "relay"
+    # the application database holding the outbox; required by relay
+    outbox_db: str = setting("", pattern=r"([A-Za-z0-9_$]{1,64})?",
+                             what="a MySQL identifier (letters, digits, _ or $; up to 64)")
+    outbox_table: str = setting("cachesync_outbox", **IDENTIFIER)
+    poll_interval_s: float = setting(0.1, **POSITIVE)
+    burst_limit: int = setting(500, **AT_LEAST_1)
+    redeliver_interval_s: float = setting(30.0, **POSITIVE)
+    warn_after_attempts: int = setting(5, **AT_LEAST_1)
+    max_unconfirmed: int = setting(5000, **AT_LEAST_1)
+    retention_s: float = setting(604800.0, **POSITIVE)  # 7 days
+    purge_batch: int = setting(1000, **AT_LEAST_1)
+    purge_interval_s: float = setting(60.0, **POSITIVE)
 
 
 @dataclass(frozen=True)
-class MetricsSettings:
+class MetricsSettings(_Validated):
+    SECTION = "metrics"
     # host:port of /metrics /healthz /readyz; "auto" = 127.0.0.1 and the role's port
     # (consume 9464, tail 9465, relay 9466); port 0 = any free port; "off" = no endpoint
-    listen: str = "auto"
-    ready_max_lag_s: float = 30.0     # /readyz fails when the measured lag exceeds this
-    probe_interval_s: float = 5.0     # how often Kafka/MySQL are probed (consumer lag, checkpoint age)
+    listen: str = setting("auto", check=_listen_problem)
+    ready_max_lag_s: float = setting(30.0, **POSITIVE)      # /readyz fails above this lag
+    probe_interval_s: float = setting(5.0, **POSITIVE)      # how often dependencies are probed
 
 
 @dataclass(frozen=True)
@@ -206,6 +336,10 @@ def _section(name: str, cls, raw: Any, environ: Mapping[str, str], source: str):
             where, value = f"environment {env_key}_FILE", _read_secret_file(environ[f"{env_key}_FILE"], env_key)
         if value is not dataclasses.MISSING:
             values[fname] = _coerce(value, f.type, where)
+            rule = f.metadata.get("rule")
+            problem = rule.problem(values[fname]) if rule else None
+            if problem:
+                raise ConfigError(f"{where}: {problem}")
     return cls(**values)
 
 
@@ -219,10 +353,12 @@ def _read_secret_file(path: str, env_key: str) -> str:
 def _coerce(value: Any, type_name: str, where: str):
     try:
         if type_name == "int":
-            if isinstance(value, bool):
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
                 raise ValueError
             return int(value)
         if type_name == "float":
+            if isinstance(value, bool):
+                raise ValueError
             return float(value)
         if type_name == "Secret":
             return Secret(str(value))

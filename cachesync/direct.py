@@ -15,17 +15,11 @@ import logging
 import threading
 import time
 from collections import deque
-from dataclasses import replace
 from typing import Callable, Mapping
 
-from cachesync import wiring
-from cachesync.config import Settings
-from cachesync.consumer.adapters.redis_cache import RedisCache
 from cachesync.consumer.core.offsets import Record
 from cachesync.consumer.engine import PythonEngine
-from cachesync.producer_outbox.checkpoint import MySQLCheckpointStore
-from cachesync.producer_outbox.heartbeat import own_rows_only
-from cachesync.producer_outbox.tailer import Tailer, TailerOptions
+from cachesync.producer_outbox.tailer import Tailer
 from cachesync.schema.errors import FatalError
 
 log = logging.getLogger(__name__)
@@ -158,28 +152,3 @@ class LogDeadLetters:
 
     def flush(self) -> None:
         """Nothing buffered: every dead letter was logged when it was sent."""
-
-
-def build_direct(settings: Settings, on_batch=None) -> DirectSidecar:
-    """The tailer, the engine and the queue between them, from Settings.
-
-    Same adapters as ``wiring.build_tailer`` and ``wiring.build_engine`` except the
-    queue for Kafka and LogDeadLetters for the dead-letter topic. The dedup namespace
-    is ``consumer.namespace`` or ``direct-<tailer.name>``, so a direct sidecar never
-    shares dedup records with a Kafka consumer group.
-    """
-    params, t = wiring.mysql_params(settings), settings.tailer
-    namespace = settings.consumer.namespace or f"direct-{t.name}"
-    settings = replace(settings, consumer=replace(settings.consumer, namespace=namespace))
-    queue = InProcessQueue()
-    tailer = Tailer(params, queue, MySQLCheckpointStore(params.connect, t.name),
-                    wiring.mappings(settings),
-                    TailerOptions(topic="direct", replica_server_id=t.server_id,
-                                  max_inflight=t.max_inflight,
-                                  checkpoint_interval_s=t.checkpoint_interval_s,
-                                  row_filter=own_rows_only(settings.mysql.state_db, t.name)))
-    engine = PythonEngine(source=queue, dedup=wiring.build_dedup(settings),
-                          cache=RedisCache(str(settings.redis.url)), dead_letters=LogDeadLetters(),
-                          mappings=wiring.mappings(settings), options=wiring.engine_options(settings),
-                          on_batch=on_batch)
-    return DirectSidecar(tailer, engine, queue)

@@ -5,7 +5,15 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import threading
 import time
+from typing import Callable
+
+OWN_LOGGER = "cachesync"
+# A dependency's client library repeats the same error on every reconnect attempt (kafka-python:
+# several lines per second while a broker is down). Above DEBUG, each repeated message of a
+# library is shown once per window, then summarised with the number held back.
+REPEAT_WINDOW_S = 30.0
 
 
 class JsonFormatter(logging.Formatter):
@@ -19,14 +27,45 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(doc, ensure_ascii=False)
 
 
+class LibraryRepeats(logging.Filter):
+    """Lets a third-party library's message through once per ``window_s``, then once more
+    with how many identical ones (same logger, level and format string) were held back.
+    cachesync's own records always pass: they are written once per event already."""
+
+    def __init__(self, window_s: float = REPEAT_WINDOW_S, clock: Callable[[], float] = time.monotonic):
+        super().__init__()
+        self._window, self._clock = window_s, clock
+        self._lock = threading.Lock()
+        self._seen: dict[tuple[str, int, str], list] = {}    # key -> [shown at, held back]
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name == OWN_LOGGER or record.name.startswith(OWN_LOGGER + "."):
+            return True
+        key, now = (record.name, record.levelno, str(record.msg)), self._clock()
+        with self._lock:
+            seen = self._seen.get(key)
+            if seen is not None and now - seen[0] < self._window:
+                seen[1] += 1
+                return False
+            held = seen[1] if seen is not None else 0
+            self._seen[key] = [now, 0]
+        if held:
+            record.msg = f"{record.msg} [{held} more like this in the last {self._window:.0f}s]"
+        return True
+
+
 def setup(level: str = "INFO", json_format: bool = False) -> None:
+    """Log to stderr at ``level``; ``DEBUG`` shows everything, every library's lines included."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if json_format else
                          logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    # kafka-python logs every connection state change at INFO.
-    logging.getLogger("kafka").setLevel(max(logging.WARNING, root.level))
-    # python-mysql-replication logs its whole stream configuration at INFO on every connect.
-    logging.getLogger("pymysqlreplication").setLevel(max(logging.WARNING, root.level))
+    debug = root.level <= logging.DEBUG
+    if not debug:
+        handler.addFilter(LibraryRepeats())
+    # kafka-python logs every connection state change at INFO; python-mysql-replication its
+    # whole stream configuration on every connect.
+    for chatty in ("kafka", "pymysqlreplication"):
+        logging.getLogger(chatty).setLevel(logging.DEBUG if debug else max(logging.WARNING, root.level))

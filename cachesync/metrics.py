@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from dataclasses import dataclass
 from typing import Callable
 
 from prometheus_client import CollectorRegistry, Gauge, Histogram
@@ -117,26 +118,27 @@ class ConsumerMetrics:
         self._started_at = time.time()
 
     def on_batch(self, result) -> None:
-        """Observe every applied event's lag; never raises into the engine."""
-        if not result.applied:
+        """The engine's hook: observe every applied event's lag; never raises into the engine."""
+        self.observe(lag_samples(result, self._state_db))
+
+    def observe(self, samples: list["LagSample"]) -> None:
+        """Record lag samples (from ``lag_samples``, here or in a Spark task); never raises."""
+        if not samples:
             return
         try:
-            for ep in result.applied:
-                self._observe(ep.event, result.applied_at)
-            self.last_apply_at = result.applied_at
+            for sample in samples:
+                self._observe(sample)
+            self.last_apply_at = max(s.applied_at for s in samples)
         except Exception:   # noqa: BLE001 - metrics must never stop consumption
             log.exception("could not record lag metrics for a batch")
 
-    def _observe(self, event, applied_at: float) -> None:
-        committed, kind = event.source.commit_ts, event.source.kind
-        if event.db == self._state_db and event.table == HEARTBEAT_TABLE:
-            committed, kind = beat_time(event.after) or committed, "heartbeat"
-        lag = max(0.0, applied_at - committed)
-        self.lag.labels(kind).observe(lag)
+    def _observe(self, sample: "LagSample") -> None:
+        lag = max(0.0, sample.applied_at - sample.committed)
+        self.lag.labels(sample.kind).observe(lag)
         self.last_lag.set(lag)
         self.last_lag_s = lag
-        if kind == "heartbeat" and self._on_heartbeat is not None:
-            self._on_heartbeat(event.pk_dict.get("name", "?"), committed, applied_at)
+        if sample.beat_name is not None and self._on_heartbeat is not None:
+            self._on_heartbeat(sample.beat_name, sample.committed, sample.applied_at)
 
     def set_kafka_lag(self, per_partition: dict[int, int]) -> None:
         for partition, lag in per_partition.items():
@@ -153,6 +155,29 @@ class ConsumerMetrics:
         if lag > max_lag_s:
             return f"commit->apply lag {lag:.1f}s exceeds {max_lag_s:.1f}s"
         return None
+
+
+@dataclass(frozen=True)
+class LagSample:
+    """One applied event's commit->apply lag, small enough to ship from a Spark task."""
+
+    kind: str                      # binlog | outbox | heartbeat
+    committed: float               # source commit time (a heartbeat's exact write time)
+    applied_at: float
+    beat_name: str | None = None   # the tailer that wrote a heartbeat
+
+
+def lag_samples(result, state_db: str) -> list[LagSample]:
+    """The lag of every event a batch applied (``BatchResult``)."""
+    out = []
+    for ep in result.applied:
+        event = ep.event
+        committed, kind, name = event.source.commit_ts, event.source.kind, None
+        if event.db == state_db and event.table == HEARTBEAT_TABLE:
+            committed, kind = beat_time(event.after) or committed, "heartbeat"
+            name = event.pk_dict.get("name", "?")
+        out.append(LagSample(kind, committed, result.applied_at, name))
+    return out
 
 
 class CheckpointAge:

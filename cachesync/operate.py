@@ -19,11 +19,10 @@ from cachesync.config import Settings
 from cachesync.http import OpsServer, parse_listen
 from cachesync.metrics import (RELAY_COUNTERS, TAILER_COUNTERS, CheckpointAge, ConsumerMetrics,
                                Cumulative, counters, heartbeat_gauge, info)
+from cachesync import wiring
 from cachesync.probes import (BinlogFormatWatch, KafkaOffsets, Prober, checkpoint_info,
                               record_applied_lag)
-from cachesync.wiring import mysql_params
-from cachesync.producer_outbox.heartbeat import HeartbeatWriter
-from cachesync.producer_outbox.mysql import Session, ensure_state_tables
+from cachesync.producer_outbox.mysql import Session
 from cachesync.schema.errors import CachesyncError
 
 log = logging.getLogger(__name__)
@@ -45,12 +44,12 @@ class Ops:
 
     def session(self) -> Session:
         """A MySQL session on the state database for probes (closed with the Ops)."""
-        s = Session(mysql_params(self.settings).connect, setup=ensure_state_tables)
+        s = wiring.state_session(self.settings)
         self._closers.append(s.close)
         return s
 
     def kafka(self) -> KafkaOffsets:
-        k = KafkaOffsets(self.settings.kafka.bootstrap_servers)
+        k = wiring.kafka_offsets(self.settings)
         self._closers.append(k.close)
         return k
 
@@ -59,7 +58,7 @@ class Ops:
         t = self.settings.tailer
         if t.heartbeat_interval_s <= 0:
             return
-        writer = HeartbeatWriter(mysql_params(self.settings).connect, t.name, t.heartbeat_interval_s)
+        writer = wiring.build_heartbeat(self.settings)
         heartbeat_gauge(self.registry, writer)
         stop = threading.Event()
         threading.Thread(target=writer.run, args=(stop,), name="cachesync-heartbeat",
@@ -68,9 +67,7 @@ class Ops:
 
     def redis_ping(self) -> Callable[[], None]:
         """A probe step: raises ConnectionError unless Redis answers within the probe timeout."""
-        cache = redis.Redis.from_url(str(self.settings.redis.url),
-                                     socket_timeout=REDIS_PROBE_TIMEOUT_S,
-                                     socket_connect_timeout=REDIS_PROBE_TIMEOUT_S)
+        cache = wiring.redis_client(self.settings, REDIS_PROBE_TIMEOUT_S)
         self._closers.append(cache.close)
 
         def ping() -> None:
@@ -97,9 +94,12 @@ class Ops:
             close()
 
 
-def consumer_ops(settings: Settings, stats: Callable[[], object]) -> tuple[Ops, ConsumerMetrics]:
+def consumer_ops(settings: Settings, stats: Callable[[], object],
+                 committed: Callable[[], dict[int, int]] | None = None
+                 ) -> tuple[Ops, ConsumerMetrics]:
     """Metrics for ``consume``, started; pass ``metrics.on_batch`` to the engine. ``stats``
-    returns the engine's Stats (or None before the engine exists)."""
+    returns the engine's Stats (or None before the engine exists); ``committed`` the
+    next offset per partition when the group does not hold them (Spark's checkpoint)."""
     ops = Ops(settings, "consume")
     session = ops.session()
     ns, k = settings.dedup_namespace, settings.kafka
@@ -110,7 +110,10 @@ def consumer_ops(settings: Settings, stats: Callable[[], object]) -> tuple[Ops, 
     kafka, redis_ping = ops.kafka(), ops.redis_ping()
 
     def probe():
-        metrics.set_kafka_lag(kafka.consumer_lag(k.group_id, k.topic))
+        if committed is None:
+            metrics.set_kafka_lag(kafka.consumer_lag(k.group_id, k.topic))
+        else:
+            metrics.set_kafka_lag(kafka.lag_behind(k.topic, committed()))
         session.run(lambda cur: cur.execute("SELECT 1"))
         redis_ping()
 

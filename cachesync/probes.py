@@ -18,6 +18,7 @@ from kafka import KafkaAdminClient, TopicPartition
 from kafka.admin import OffsetSpec
 from kafka.errors import KafkaError
 
+from cachesync.producer_outbox.leader import lock_name
 from cachesync.schema.errors import RetryableError
 
 log = logging.getLogger(__name__)
@@ -34,16 +35,23 @@ class KafkaOffsets:
 
     def consumer_lag(self, group: str, topic: str) -> dict[int, int]:
         """Per partition: end offset minus the group's committed offset (start if none)."""
+        def committed(admin) -> dict[int, int]:
+            found = admin.list_group_offsets({group: None}).get(group, {})
+            return {tp.partition: m.offset for tp, m in found.items()
+                    if tp.topic == topic and m is not None and m.offset >= 0}
+        return self._lag(topic, committed)
+
+    def lag_behind(self, topic: str, offsets: dict[int, int]) -> dict[int, int]:
+        """Per partition: end offset minus ``offsets`` (a Spark checkpoint's; start if none)."""
+        return self._lag(topic, lambda admin: offsets)
+
+    def _lag(self, topic: str, committed: Callable) -> dict[int, int]:
         def work(admin):
             ends = self._offsets(admin, topic, OffsetSpec.LATEST)
-            committed = admin.list_group_offsets({group: None}).get(group, {})
+            done = committed(admin)
             starts = self._offsets(admin, topic, OffsetSpec.EARLIEST)
-            out = {}
-            for tp, end in ends.items():
-                meta = committed.get(tp)
-                base = meta.offset if meta is not None and meta.offset >= 0 else starts[tp]
-                out[tp.partition] = max(0, end - base)
-            return out
+            return {tp.partition: max(0, end - done.get(tp.partition, starts[tp]))
+                    for tp, end in ends.items()}
         return self._run(work)
 
     def depth(self, topic: str) -> int:
@@ -90,19 +98,31 @@ class CheckpointInfo:
     position: str
     updated_at: str
     age_s: float
+    active: str | None = None          # host:pid of the tailer holding the name's lock
+    active_since: str | None = None
 
 
 def checkpoint_info(session, name: str | None = None) -> list[CheckpointInfo]:
-    """Stored tailer checkpoints (all, or the one named), age measured on the server's clock."""
+    """Stored tailer checkpoints (all, or the one named), age measured on the server's clock,
+    with the active tailer of each name (None when no process holds its lock)."""
     def work(cur):
-        cur.execute("SELECT name, server, gtid, log_file, log_pos, updated_at, "
-                    "TIMESTAMPDIFF(MICROSECOND, updated_at, NOW(6)) FROM cachesync_checkpoint"
-                    + (" WHERE name = %s" if name else "") + " ORDER BY name",
-                    (name,) if name else ())
-        return cur.fetchall()
+        cur.execute("SELECT c.name, c.server, c.gtid, c.log_file, c.log_pos, c.updated_at, "
+                    "TIMESTAMPDIFF(MICROSECOND, c.updated_at, NOW(6)), l.holder, l.since "
+                    "FROM cachesync_checkpoint c LEFT JOIN cachesync_tailer_lock l "
+                    "ON l.name = c.name" + (" WHERE c.name = %s" if name else "")
+                    + " ORDER BY c.name", (name,) if name else ())
+        rows = cur.fetchall()
+        live = {}
+        for n, *_ in rows:
+            cur.execute("SELECT IS_USED_LOCK(%s)", (lock_name(n),))
+            live[n] = cur.fetchone()[0] is not None
+        return rows, live
+    rows, live = session.run(work)
     return [CheckpointInfo(n, server, f"gtid={gtid}" if gtid else f"{f}:{pos}",
-                           updated.isoformat(), age_us / 1e6)
-            for n, server, gtid, f, pos, updated, age_us in session.run(work)]
+                           updated.isoformat(), age_us / 1e6,
+                           holder if live[n] else None,
+                           since.isoformat() if live[n] and since else None)
+            for n, server, gtid, f, pos, updated, age_us, holder, since in rows]
 
 
 @dataclass(frozen=True)
@@ -131,17 +151,6 @@ def record_applied_lag(session, namespace: str, source: str, committed_s: float,
         "INSERT INTO cachesync_lag (ns, source, committed_us, applied_us) VALUES (%s, %s, %s, %s) "
         "ON DUPLICATE KEY UPDATE committed_us = VALUES(committed_us), applied_us = VALUES(applied_us)",
         (namespace, source, int(committed_s * 1e6), int(applied_s * 1e6))))
-
-
-def dedup_counts(session, namespace: str) -> dict[str, int]:
-    """Rows of ``namespace`` in cachesync_dedup by status (index range scan on (ns, status))."""
-    def work(cur):
-        cur.execute("SELECT status, COUNT(*) FROM cachesync_dedup WHERE ns = %s GROUP BY status",
-                    (namespace,))
-        return cur.fetchall()
-    counts = {"claimed": 0, "done": 0}
-    counts.update({status: int(n) for status, n in session.run(work)})
-    return counts
 
 
 class Prober:

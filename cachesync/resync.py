@@ -46,7 +46,7 @@ def resync(settings: Settings, tables: tuple[str, ...] = (),
     chosen = resync_tables(settings, tables)
     # a tailer only for its preflight and position query: no publisher, no checkpoint store
     reader = Tailer(mysql_params(settings), None, None, configured_mappings(settings),
-                    TailerOptions(topic=settings.kafka.topic))
+                    TailerOptions(settings.kafka.topic, settings.tailer))
     position = reader.current_position()
     fence = padded(binlog_version(position_ordinal(position), 0))
     report = ResyncReport(position)

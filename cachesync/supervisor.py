@@ -11,7 +11,7 @@ import logging
 import threading
 from typing import Callable, Protocol
 
-from cachesync.consumer.core.retry import RetryPolicy
+from cachesync.schema.retry import RetryPolicy, Stopped, call
 from cachesync.schema.errors import ConfigError, FatalError, RetryableError
 
 log = logging.getLogger("cachesync")
@@ -40,20 +40,23 @@ class RestartingTailer:
         self.last: Runnable | None = None
 
     def run(self) -> None:
-        attempt = 0
-        while not self._stopping.is_set():
-            try:
-                self._start_one()
-                self.last.run()
-                return
-            except RetryableError as e:
-                if isinstance(e.__cause__, FatalError):
-                    raise e.__cause__ from e
-                attempt += 1
-                wait = self._policy.backoff(attempt)
-                log.warning("tailer failed (%s); restarting from the checkpoint in %.1fs", e, wait)
-                if self._stopping.wait(wait):
-                    return
+        """Run tailers until one stops cleanly or stop() is called; raises what is not transient."""
+        try:
+            call(self._run_one, "tailer (restarting from the checkpoint)", self._stopping,
+                 self._policy)
+        except Stopped:
+            pass
+
+    def _run_one(self) -> None:
+        if self._stopping.is_set():
+            return
+        self._start_one()
+        try:
+            self.last.run()
+        except RetryableError as e:
+            if isinstance(e.__cause__, FatalError):
+                raise e.__cause__ from e
+            raise
 
     def _start_one(self) -> None:
         tailer = self._build()

@@ -1,27 +1,42 @@
-"""Builds the components from Settings: the one place that knows every adapter."""
+"""Builds the components from Settings: the one place that constructs adapters.
+
+Every engine and command (the python loop, direct mode, the Spark driver and its
+workers, replay, audit, status, the probes) calls these factories, so a setting
+cannot mean one thing in one engine and another elsewhere. Settings sections go to
+the components as they are.
+"""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import redis
+from kafka import KafkaConsumer
+
 from cachesync.config import Settings
-from cachesync.schema.errors import ConfigError
-from cachesync.schema.mapping import MappingSet
-from cachesync.consumer.adapters.kafka_source import KafkaDeadLetters, KafkaSource
+from cachesync.consumer.adapters.kafka_source import KafkaDeadLetters, KafkaSource, group_config
 from cachesync.consumer.adapters.mysql_dedup import MySQLDedupStore
 from cachesync.consumer.adapters.redis_cache import RedisCache
 from cachesync.consumer.adapters.redis_dedup import RedisDedupStore
-from cachesync.consumer.engine import EngineOptions, PythonEngine
+from cachesync.consumer.engine import PythonEngine
 from cachesync.producer_outbox.checkpoint import Checkpoint, MySQLCheckpointStore
-from cachesync.producer_outbox.heartbeat import own_rows_only, with_heartbeat
-from cachesync.producer_outbox.mysql import MySQLParams
+from cachesync.probes import KafkaOffsets
+from cachesync.producer_outbox.heartbeat import HeartbeatWriter, own_rows_only, with_heartbeat
+from cachesync.producer_outbox.leader import TailerLock
+from cachesync.producer_outbox.mysql import MySQLParams, Session, ensure_state_tables
+from cachesync.producer_outbox.preflight import check_server
 from cachesync.producer_outbox.publisher import KafkaPublisher
-from cachesync.producer_outbox.relay import Relay, RelayOptions
+from cachesync.producer_outbox.relay import Relay
 from cachesync.producer_outbox.relay_store import OutboxStore
 from cachesync.producer_outbox.tailer import Tailer, TailerOptions
+from cachesync.schema.errors import ConfigError
+from cachesync.schema.mapping import MappingSet
 
 
-def mysql_params(settings: Settings) -> MySQLParams:
+def mysql_params(settings: Settings, database: str | None = None) -> MySQLParams:
+    """The cachesync account's connection to ``database`` (default: the state database)."""
     m = settings.mysql
-    return MySQLParams(m.host, m.port, m.user, str(m.password), database=m.state_db)
+    return MySQLParams(m.host, m.port, m.user, str(m.password), database=database or m.state_db)
 
 
 def mappings(settings: Settings) -> MappingSet:
@@ -29,18 +44,45 @@ def mappings(settings: Settings) -> MappingSet:
     return with_heartbeat(settings.tables, settings.mysql.state_db)
 
 
-def build_tailer(settings: Settings, start: Checkpoint | None = None) -> Tailer:
-    """The binlog tailer; ``start`` overrides the stored checkpoint (``tail --from-...``)."""
-    params = mysql_params(settings)
+def state_session(settings: Settings) -> Session:
+    """A MySQL session on the state database (checkpoints, heartbeats, lag), tables ensured."""
+    return Session(mysql_params(settings).connect, setup=ensure_state_tables)
+
+
+def kafka_offsets(settings: Settings) -> KafkaOffsets:
+    return KafkaOffsets(settings.kafka.bootstrap_servers)
+
+
+def redis_client(settings: Settings, timeout_s: float | None = None) -> redis.Redis:
+    """A plain client of ``redis.url`` for reads outside the cache port (probes, audit, scans)."""
+    return redis.Redis.from_url(str(settings.redis.url), socket_timeout=timeout_s,
+                                socket_connect_timeout=timeout_s)
+
+
+def range_reader(settings: Settings, **options) -> KafkaConsumer:
+    """A group-less Kafka consumer (replay reads offset ranges; nothing is committed)."""
+    return KafkaConsumer(bootstrap_servers=settings.kafka.bootstrap_servers.split(","),
+                         group_id=None, enable_auto_commit=False, **options)
+
+
+def build_heartbeat(settings: Settings) -> HeartbeatWriter:
     t = settings.tailer
-    return Tailer(params, KafkaPublisher(settings.kafka.bootstrap_servers),
-                  MySQLCheckpointStore(params.connect, t.name), mappings(settings),
-                  TailerOptions(topic=settings.kafka.topic, replica_server_id=t.server_id,
-                                max_inflight=t.max_inflight,
-                                checkpoint_interval_s=t.checkpoint_interval_s,
-                                pack_rows=t.pack_rows, pack_bytes=t.pack_bytes,
-                                xa_buffer_rows=t.xa_buffer_rows, start=start,
-                                row_filter=own_rows_only(settings.mysql.state_db, t.name)))
+    return HeartbeatWriter(mysql_params(settings).connect, t.name, t.heartbeat_interval_s)
+
+
+def build_cache(settings: Settings) -> RedisCache:
+    return RedisCache(str(settings.redis.url))
+
+
+def build_tailer_lock(settings: Settings) -> TailerLock:
+    """The named lock that makes one of the tailers named ``tailer.name`` the active one."""
+    return TailerLock(mysql_params(settings).connect, settings.tailer.name,
+                      settings.tailer.lock_lease_s)
+
+
+def tailer_preflight(settings: Settings):
+    """A check of the server's binlog settings and the user's grants (raises FatalError)."""
+    return lambda: check_server(mysql_params(settings).connect)
 
 
 def build_dedup(settings: Settings):
@@ -54,23 +96,58 @@ def build_dedup(settings: Settings):
     raise ConfigError(f"consumer.dedup_store: expected 'mysql' or 'redis', got {c.dedup_store!r}")
 
 
-def engine_options(settings: Settings) -> EngineOptions:
-    c = settings.consumer
-    return EngineOptions(batch_size=c.batch_size, poll_timeout_s=c.poll_timeout_s,
-                         claim_lease_s=c.claim_lease_s, dedup_retention_s=c.dedup_retention_s,
-                         purge_interval_s=c.purge_interval_s, purge_batch=c.purge_batch)
+def build_dead_letters(settings: Settings) -> KafkaDeadLetters:
+    return KafkaDeadLetters(settings.kafka.bootstrap_servers, settings.kafka.dead_letter_topic)
 
 
-def build_engine(settings: Settings, on_batch=None) -> PythonEngine:
+def kafka_group(settings: Settings) -> dict:
+    """The consumer group membership settings of ``kafka``, as kafka-python takes them."""
+    k = settings.kafka
+    return group_config(k.session_timeout_ms, k.heartbeat_interval_ms, k.max_poll_interval_ms,
+                        k.group_instance_id, k.assignment_strategy)
+
+
+def build_engine(settings: Settings, on_batch=None, source=None, dead_letters=None) -> PythonEngine:
+    """The python engine on the Kafka group (or on ``source``, direct mode's queue)."""
     k = settings.kafka
     return PythonEngine(
-        source=KafkaSource(k.bootstrap_servers, k.topic, k.group_id),
-        dedup=build_dedup(settings),
-        cache=RedisCache(str(settings.redis.url)),
-        dead_letters=KafkaDeadLetters(k.bootstrap_servers, k.dead_letter_topic),
-        mappings=mappings(settings),
-        options=engine_options(settings),
-        on_batch=on_batch)
+        source=source or KafkaSource(k.bootstrap_servers, k.topic, k.group_id,
+                                     group=kafka_group(settings)),
+        dedup=build_dedup(settings), cache=build_cache(settings),
+        dead_letters=dead_letters or build_dead_letters(settings),
+        mappings=mappings(settings), options=settings.consumer, on_batch=on_batch)
+
+
+def build_tailer(settings: Settings, start: Checkpoint | None = None, publisher=None,
+                 topic: str | None = None) -> Tailer:
+    """The binlog tailer publishing to Kafka (or to ``publisher`` on ``topic``: direct mode);
+    ``start`` overrides the stored checkpoint (``tail --from-...``)."""
+    params = mysql_params(settings)
+    t = settings.tailer
+    return Tailer(params, publisher or KafkaPublisher(settings.kafka.bootstrap_servers),
+                  MySQLCheckpointStore(params.connect, t.name), mappings(settings),
+                  TailerOptions(topic or settings.kafka.topic, t,
+                                row_filter=own_rows_only(settings.mysql.state_db, t.name),
+                                start=start))
+
+
+def build_direct(settings: Settings, on_batch=None):
+    """Direct mode: the tailer, the engine and the in-process queue between them.
+
+    The same adapters as ``build_tailer`` and ``build_engine`` except the queue for
+    Kafka and LogDeadLetters for the dead-letter topic. Every row goes out on its own
+    (a pack would only be unpacked again in the same process). The dedup namespace is
+    ``consumer.namespace`` or ``direct-<tailer.name>``, so a direct sidecar never
+    shares dedup records with a Kafka consumer group.
+    """
+    from cachesync.direct import DirectSidecar, InProcessQueue, LogDeadLetters
+    namespace = settings.consumer.namespace or f"direct-{settings.tailer.name}"
+    settings = replace(settings, consumer=replace(settings.consumer, namespace=namespace),
+                       tailer=replace(settings.tailer, pack_rows=1))
+    queue = InProcessQueue()
+    tailer = build_tailer(settings, publisher=queue, topic="direct")
+    engine = build_engine(settings, on_batch, source=queue, dead_letters=LogDeadLetters())
+    return DirectSidecar(tailer, engine, queue)
 
 
 def build_relay(settings: Settings) -> Relay:
@@ -79,13 +156,8 @@ def build_relay(settings: Settings) -> Relay:
     if not r.outbox_db:
         raise ConfigError("relay.outbox_db is required: the application database holding "
                           "the outbox table (or CACHESYNC_RELAY_OUTBOX_DB)")
-    params = MySQLParams(m.host, m.port, m.user, str(m.password), database=r.outbox_db)
-    options = RelayOptions(
-        topic=settings.kafka.topic, poll_interval_s=r.poll_interval_s, burst_limit=r.burst_limit,
-        redeliver_interval_s=r.redeliver_interval_s, warn_after_attempts=r.warn_after_attempts,
-        max_unconfirmed=r.max_unconfirmed, retention_s=r.retention_s, purge_batch=r.purge_batch,
-        purge_interval_s=r.purge_interval_s)
+    params = mysql_params(settings, r.outbox_db)
     bootstrap = settings.kafka.bootstrap_servers
     return Relay(OutboxStore(params.connect, r.outbox_db, r.outbox_table),
                  lambda: KafkaPublisher(bootstrap, client_id="cachesync-relay"),
-                 options, db=r.outbox_db, server=f"{m.host}:{m.port}")
+                 r, settings.kafka.topic, db=r.outbox_db, server=f"{m.host}:{m.port}")

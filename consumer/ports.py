@@ -24,6 +24,9 @@ class DedupStore(Protocol):
     def purge(self, retention_s: float, limit: int) -> int:
         """Delete up to ``limit`` done records older than ``retention_s``; returns how many."""
 
+    def counts(self) -> Mapping[str, int]:
+        """Records of the namespace by status: ``{"claimed": n, "done": n}``."""
+
 
 class CacheWriter(Protocol):
     def delete(self, keys: Sequence[str]) -> int:

@@ -19,9 +19,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
-from cachesync.consumer.adapters.memory import MemoryCache, MemoryDeadLetters, MemoryDedupStore, MemorySource
+from cachesync.config import ConsumerSettings
+from cachesync.consumer.adapters.memory import MemoryCache
+from cachesync.consumer.applier import Applier
 from cachesync.consumer.core.offsets import Record
-from cachesync.consumer.engine import EngineOptions, PythonEngine
 from cachesync.consumer.ports import CacheWriter
 from cachesync.schema.mapping import MappingSet
 
@@ -141,14 +142,15 @@ class ReplayCounts:
 
 
 class ReplayApplier:
-    """Applies batches of records invalidate-only; with ``cache=None`` it only counts."""
+    """Applies batches of records invalidate-only, with no claims; ``cache=None`` only counts
+    (an in-memory cache takes the deletes)."""
 
     def __init__(self, mappings: MappingSet, cache: CacheWriter | None,
                  tables: Sequence[str] = (), batch_size: int = 2000):
         self._prefixes = key_prefixes(tables)
-        self._engine = PythonEngine(MemorySource(), MemoryDedupStore(), cache or MemoryCache(),
-                                    MemoryDeadLetters(), invalidate_only(mappings),
-                                    EngineOptions(batch_size=batch_size))
+        self._applier = Applier(cache or MemoryCache(), invalidate_only(mappings),
+                                ConsumerSettings(batch_size=batch_size))
+        self._seen: set[str] = set()     # ids applied already: a repeat in the range counts once
         self.counts = ReplayCounts()
 
     def apply(self, records: Sequence[Record]) -> None:
@@ -157,14 +159,16 @@ class ReplayApplier:
             records = [r for r in records if r.key and r.key.startswith(self._prefixes)]
         if not records:
             return
-        existed_before = self._engine.stats.keys_deleted
-        result = self._engine.process(records)
+        result = self._applier.apply(records)
         for ep in result.applied:
+            if ep.event.id in self._seen:
+                continue
+            self._seen.add(ep.event.id)
             table = ep.event.qualified_table
             self.counts.events[table] += 1
             self.counts.keys[table].update(ep.keys)
         self.counts.poison += len(result.dead_lettered)
-        self.counts.keys_existed += self._engine.stats.keys_deleted - existed_before
+        self.counts.keys_existed += result.keys_existed
 
 
 @dataclass
@@ -196,14 +200,16 @@ def report_from_counts(engine: str, dry_run: bool, ranges, counts: ReplayCounts,
                         counts.keys_existed, tables, round(elapsed_s, 3))
 
 
-def replay_python(bootstrap_servers: str, topic: str, ranges: Mapping[int, tuple[int, int]],
+# what replay_python needs of its group-less kafka-python consumer
+READER_OPTIONS = {"isolation_level": "read_committed", "max_partition_fetch_bytes": 4 * 1024 * 1024}
+
+
+def replay_python(consumer, topic: str, ranges: Mapping[int, tuple[int, int]],
                   applier: ReplayApplier, rate: float | None = None, batch_size: int = 2000,
                   progress: Callable[[int], None] = lambda n: None) -> ReplayCounts:
-    """Read the ranges with a group-less consumer and apply them in batches."""
-    from kafka import KafkaConsumer, TopicPartition
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap_servers.split(","), group_id=None,
-                             enable_auto_commit=False, isolation_level="read_committed",
-                             max_partition_fetch_bytes=4 * 1024 * 1024)
+    """Read the ranges with a group-less consumer (READER_OPTIONS; closed here) and apply
+    them in batches."""
+    from kafka import TopicPartition
     try:
         todo = {TopicPartition(topic, p): hi for p, (lo, hi) in ranges.items() if hi > lo}
         consumer.assign(list(todo))

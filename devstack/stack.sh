@@ -2,11 +2,14 @@
 # cachesync local dev stack: MariaDB (binlog, GTID) + Redis + single-node Kafka (KRaft).
 # No Docker; everything lives under ${CACHESYNC_DEVSTACK_DIR:-<repo>/.devstack}, loopback only.
 #
-#   devstack/stack.sh up     [mariadb|redis|kafka ...]   start (installs missing pieces first)
-#   devstack/stack.sh down   [--wipe] [service ...]      stop (keeps data unless --wipe)
-#   devstack/stack.sh wipe                               stop everything and delete the data dir
-#   devstack/stack.sh status                             one line per service
-#   devstack/stack.sh env                                print the env file path
+#   devstack/stack.sh up      [service|variant ...]     start (default: mariadb redis kafka)
+#   devstack/stack.sh down    [--wipe] [service ...]    stop (default: everything; keeps data unless --wipe)
+#   devstack/stack.sh wipe                              stop everything and delete the data dir
+#   devstack/stack.sh status                            one line per service and variant
+#   devstack/stack.sh env                               print the env file path
+#   devstack/stack.sh promote mariadb-replica           make the replica a writable primary
+# Variants (started only by name): kafka-sasl mariadb-tls redis-tls redis-cluster
+# redis-sentinel mariadb-replica; see devstack/README.md.
 set -euo pipefail
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -14,6 +17,8 @@ REPO_ROOT="$(cd "$SCRIPT_DIR/.." && pwd)"
 export PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
 
 ALL_SERVICES=(mariadb redis kafka)
+# Extra services started only by name (`up kafka-sasl`), one file each under devstack/variants/.
+VARIANTS=(kafka-sasl mariadb-tls redis-tls redis-cluster redis-sentinel mariadb-replica)
 
 MYSQL_PORT="${DEVSTACK_MYSQL_PORT:-13306}"
 REDIS_PORT="${DEVSTACK_REDIS_PORT:-16379}"
@@ -44,10 +49,10 @@ RUN="$DIR/run"
 LOGS="$DIR/logs"
 SECRETS="$DIR/secrets"
 ENV_FILE="$DIR/env"
+ENV_D="$DIR/env.d"                      # one KEY=VALUE file per running variant, appended to env
+TLS_DIR="$DIR/tls"
 
 MYSQL_BASE="$DIR/mariadb"
-MYSQL_DATA="$MYSQL_BASE/data"
-MYSQL_BINLOG_DIR="$MYSQL_BASE/binlog"
 MYSQL_SOCKET="$MYSQL_BASE/mysqld.sock"
 MYSQL_PID="$RUN/mariadb.pid"
 MYSQL_LOG="$LOGS/mariadb.log"
@@ -131,10 +136,25 @@ ensure_dirs() {
 }
 
 # ---------------------------------------------------------------- install
-ensure_packages() { # services...
-  local pkgs=() s
+package_needs() { # services/variants... -> the base pieces they need, one per line
+  local s
   for s in "$@"; do
     case "$s" in
+      mariadb-tls) echo mariadb; echo tls ;;
+      mariadb-*) echo mariadb ;;
+      kafka-sasl) echo kafka; echo tls ;;
+      redis-tls) echo redis; echo tls ;;
+      redis-*) echo redis ;;
+      *) echo "$s" ;;
+    esac
+  done | sort -u
+}
+
+ensure_packages() { # services...
+  local pkgs=() s
+  for s in $(package_needs "$@"); do
+    case "$s" in
+      tls) command -v openssl >/dev/null || pkgs+=(openssl) ;;
       mariadb)
         if ! command -v mariadbd >/dev/null || ! command -v mariadb-install-db >/dev/null; then pkgs+=(mariadb-server); fi
         if ! command -v mariadb >/dev/null || ! command -v mariadb-admin >/dev/null; then pkgs+=(mariadb-client); fi ;;
@@ -198,86 +218,124 @@ ensure_kafka_libs() {
 }
 
 # ---------------------------------------------------------------- mariadb
-mysql_sock() { # extra args...
-  mariadb --no-defaults --protocol=socket --socket="$MYSQL_SOCKET" -u"$MYSQL_SOCKET_USER" "$@"
+mysql_at() { # SOCKET extra args...: the admin client over an instance's unix socket
+  local sock="$1"; shift
+  mariadb --no-defaults --protocol=socket --socket="$sock" -u"$MYSQL_SOCKET_USER" "$@"
 }
-mysql_ready() { mysql_sock -N -e 'SELECT 1' </dev/null >/dev/null 2>&1; }
+mysql_sock() { mysql_at "$MYSQL_SOCKET" "$@"; }
+mysql_ready_at() { mysql_at "$1" -N -e 'SELECT 1' </dev/null >/dev/null 2>&1; }
+mysql_ready() { mysql_ready_at "$MYSQL_SOCKET"; }
 
 mariadb_up() {
-  local pid
-  if pid="$(pid_alive "$MYSQL_PID" mariadbd)" && mysql_ready; then
-    local cur; cur="$(mysql_sock -N -e 'SELECT @@port' </dev/null 2>/dev/null || true)"
-    [ "$cur" = "$MYSQL_PORT" ] || die "mariadb (pid $pid) is running on port $cur, not $MYSQL_PORT: run '$0 down mariadb' first"
-    log "mariadb already running (pid $pid, port $MYSQL_PORT)"
-  else
-    if [ -n "${pid:-}" ]; then
-      log "mariadb pid $pid alive but not answering yet; waiting"
-    else
-      port_open "$MYSQL_PORT" && die "port $MYSQL_PORT is in use by another process (set DEVSTACK_MYSQL_PORT)"
-      mkdir -p "$MYSQL_BASE" "$MYSQL_BINLOG_DIR"
-      if [ ! -d "$MYSQL_DATA/mysql" ]; then
-        log "initialising MariaDB data dir $MYSQL_DATA"
-        rm -rf "$MYSQL_DATA"; mkdir -p "$MYSQL_DATA"
-        if ! mariadb-install-db --no-defaults --datadir="$MYSQL_DATA" --user="$ME" \
-              --auth-root-authentication-method=socket --skip-test-db \
-              </dev/null >"$LOGS/mariadb-install-db.log" 2>&1; then
-          echo "----- $LOGS/mariadb-install-db.log -----" >&2; tail -n 40 "$LOGS/mariadb-install-db.log" >&2
-          rm -rf "$MYSQL_DATA"
-          die "mariadb-install-db failed"
-        fi
-      fi
-      local args=(
-        --no-defaults
-        --datadir="$MYSQL_DATA"
-        --socket="$MYSQL_SOCKET"
-        --port="$MYSQL_PORT"
-        --bind-address=127.0.0.1
-        --skip-name-resolve
-        --pid-file="$MYSQL_PID"
-        --log-error="$MYSQL_LOG"
-        --server-id=1
-        --log-bin="$MYSQL_BINLOG_DIR/mysql-bin"
-        --binlog-format=ROW
-        --binlog-row-image=FULL
-        --binlog-row-metadata=FULL
-        --log-slave-updates
-        --gtid-strict-mode=ON
-        --binlog-expire-logs-seconds=86400
-        --innodb-buffer-pool-size=256M
-        --max-connections=300
-        --character-set-server=utf8mb4
-        --collation-server=utf8mb4_unicode_ci
-      )
-      [ "$IS_ROOT" = 1 ] && args+=(--user=root)
-      rm -f "$MYSQL_PID"
-      log "starting mariadb on 127.0.0.1:$MYSQL_PORT"
-      setsid nohup mariadbd "${args[@]}" </dev/null >>"$LOGS/mariadb.out" 2>&1 &
-      echo $! >"$MYSQL_PID.launch"
-    fi
-    local i=0
-    until mysql_ready; do
-      i=$((i + 1))
-      if [ "$i" -gt "$MYSQL_WAIT" ]; then fail_with_log mariadb "not ready after ${MYSQL_WAIT}s"; fi
-      local lp; lp="$(read_pid "$MYSQL_PID.launch")"
-      if [ -n "$lp" ] && ! kill -0 "$lp" 2>/dev/null && ! pid_alive "$MYSQL_PID" mariadbd >/dev/null; then
-        fail_with_log mariadb "mariadbd exited during startup"
-      fi
-      sleep 1
-    done
-    rm -f "$MYSQL_PID.launch"
-    log "mariadb ready (pid $(read_pid "$MYSQL_PID"), port $MYSQL_PORT)"
-  fi
+  mariadb_instance_up mariadb "$MYSQL_BASE" "$MYSQL_PORT" DEVSTACK_MYSQL_PORT 1
   mariadb_bootstrap
 }
 
-mariadb_bootstrap() {
+# mariadb_instance_up LABEL BASE PORT PORT-VARIABLE SERVER-ID [EXTRA-ARGS...]
+# starts (or finds running) one MariaDB with its data, binlog and socket under BASE, pid file
+# $RUN/LABEL.pid and logs $LOGS/LABEL.*; binlog ROW/FULL/FULL, GTID strict, on 127.0.0.1.
+mariadb_instance_up() {
+  local label="$1" base="$2" port="$3" portvar="$4" server_id="$5"; shift 5
+  local data="$base/data" sock="$base/mysqld.sock" pidfile="$RUN/$label.pid" pid
+  if pid="$(pid_alive "$pidfile" mariadbd)" && mysql_ready_at "$sock"; then
+    local cur; cur="$(mysql_at "$sock" -N -e 'SELECT @@port' </dev/null 2>/dev/null || true)"
+    [ "$cur" = "$port" ] || die "$label (pid $pid) is running on port $cur, not $port: run '$0 down $label' first"
+    log "$label already running (pid $pid, port $port)"
+    return 0
+  fi
+  if [ -n "${pid:-}" ]; then
+    log "$label pid $pid alive but not answering yet; waiting"
+  else
+    port_open "$port" && die "port $port is in use by another process (set $portvar)"
+    mkdir -p "$base" "$base/binlog"
+    [ -d "$data/mysql" ] || mariadb_install_db "$label" "$data"
+    local args=(
+      --no-defaults
+      --datadir="$data"
+      --socket="$sock"
+      --port="$port"
+      --bind-address=127.0.0.1
+      --skip-name-resolve
+      --pid-file="$pidfile"
+      --log-error="$LOGS/$label.log"
+      --server-id="$server_id"
+      --log-bin="$base/binlog/mysql-bin"
+      --binlog-format=ROW
+      --binlog-row-image=FULL
+      --binlog-row-metadata=FULL
+      --log-slave-updates
+      --gtid-strict-mode=ON
+      --binlog-expire-logs-seconds=86400
+      --innodb-buffer-pool-size=256M
+      --max-connections=300
+      --character-set-server=utf8mb4
+      --collation-server=utf8mb4_unicode_ci
+      "$@"
+    )
+    [ "$IS_ROOT" = 1 ] && args+=(--user=root)
+    rm -f "$pidfile"
+    log "starting $label on 127.0.0.1:$port"
+    setsid nohup mariadbd "${args[@]}" </dev/null >>"$LOGS/$label.out" 2>&1 &
+    echo $! >"$pidfile.launch"
+  fi
+  local i=0
+  until mysql_ready_at "$sock"; do
+    i=$((i + 1))
+    if [ "$i" -gt "$MYSQL_WAIT" ]; then mariadb_fail "$label" "not ready after ${MYSQL_WAIT}s"; fi
+    local lp; lp="$(read_pid "$pidfile.launch")"
+    if [ -n "$lp" ] && ! kill -0 "$lp" 2>/dev/null && ! pid_alive "$pidfile" mariadbd >/dev/null; then
+      mariadb_fail "$label" "mariadbd exited during startup"
+    fi
+    sleep 1
+  done
+  rm -f "$pidfile.launch"
+  log "$label ready (pid $(read_pid "$pidfile"), port $port)"
+}
+
+mariadb_install_db() { # LABEL DATADIR
+  log "initialising MariaDB data dir $2"
+  rm -rf "$2"; mkdir -p "$2"
+  if ! mariadb-install-db --no-defaults --datadir="$2" --user="$ME" \
+        --auth-root-authentication-method=socket --skip-test-db \
+        </dev/null >"$LOGS/$1-install-db.log" 2>&1; then
+    echo "----- $LOGS/$1-install-db.log -----" >&2; tail -n 40 "$LOGS/$1-install-db.log" >&2
+    rm -rf "$2"
+    die "mariadb-install-db failed"
+  fi
+}
+
+mariadb_fail() { # LABEL MESSAGE: the main instance shows its logs the usual way
+  if [ "$1" = mariadb ]; then fail_with_log mariadb "$2"; fi
+  [ -s "$LOGS/$1.out" ] && { echo "----- last 20 lines of $LOGS/$1.out -----" >&2; tail -n 20 "$LOGS/$1.out" >&2; }
+  show_log_and_die "$LOGS/$1.log" "$1: $2"
+}
+
+# the least-privilege account's SQL; NAME PASSWORD [REQUIRE-CLAUSE] (`REQUIRE SSL` for cachesync_tls)
+cachesync_user_sql() {
+  local u="'$1'@'127.0.0.1'" require="${3:+ $3}"
+  cat <<SQL
+CREATE USER IF NOT EXISTS $u IDENTIFIED BY '$2'$require;
+ALTER USER $u IDENTIFIED BY '$2'$require;
+REVOKE ALL PRIVILEGES, GRANT OPTION FROM $u;
+GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO $u;
+GRANT SELECT ON demo.* TO $u;
+GRANT SELECT, INSERT, UPDATE, DELETE, CREATE ON cachesync.* TO $u;
+SQL
+}
+
+read_password() { # FILE: its content, refused if it could break out of an SQL string
+  local p; p="$(cat "$1")"
+  case "$p" in *"'"*|*"\\"*) die "$1 must not contain quotes/backslashes";; esac
+  echo "$p"
+}
+
+mariadb_bootstrap() { # [CLIENT-FUNCTION]: users and databases, over the socket (default: mysql_sock)
+  local client="${1:-mysql_sock}" ap cp
   ensure_secret "$SECRETS/admin.password"
   ensure_secret "$SECRETS/cachesync.password"
-  local ap cp
-  ap="$(cat "$SECRETS/admin.password")"; cp="$(cat "$SECRETS/cachesync.password")"
-  case "$ap$cp" in *"'"*|*"\\"*) die "password files must not contain quotes/backslashes";; esac
+  ap="$(read_password "$SECRETS/admin.password")"; cp="$(read_password "$SECRETS/cachesync.password")"
   # SQL goes through stdin so passwords never appear in argv; not written to the binlog.
-  if ! mysql_sock >"$LOGS/mariadb-bootstrap.log" 2>&1 <<SQL
+  if ! "$client" >"$LOGS/mariadb-bootstrap.log" 2>&1 <<SQL
 SET SESSION sql_log_bin = 0;
 CREATE DATABASE IF NOT EXISTS cachesync CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci;
 CREATE DATABASE IF NOT EXISTS demo CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci;
@@ -289,12 +347,7 @@ CREATE USER IF NOT EXISTS 'devadmin'@'localhost' IDENTIFIED BY '$ap';
 ALTER USER 'devadmin'@'localhost' IDENTIFIED BY '$ap';
 GRANT ALL PRIVILEGES ON *.* TO 'devadmin'@'localhost' WITH GRANT OPTION;
 
-CREATE USER IF NOT EXISTS 'cachesync'@'127.0.0.1' IDENTIFIED BY '$cp';
-ALTER USER 'cachesync'@'127.0.0.1' IDENTIFIED BY '$cp';
-REVOKE ALL PRIVILEGES, GRANT OPTION FROM 'cachesync'@'127.0.0.1';
-GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO 'cachesync'@'127.0.0.1';
-GRANT SELECT ON demo.* TO 'cachesync'@'127.0.0.1';
-GRANT SELECT, INSERT, UPDATE, DELETE, CREATE ON cachesync.* TO 'cachesync'@'127.0.0.1';
+$(cachesync_user_sql cachesync "$cp")
 FLUSH PRIVILEGES;
 SQL
   then
@@ -370,25 +423,27 @@ kafka_format() {
 }
 
 # prints "topic partitions" lines for the cachesync topics; fails if the broker can't be queried
-kafka_describe() {
+kafka_describe() { # [BOOTSTRAP [TOOL-ARGS...]]  (default: the plain broker)
+  local bootstrap="${1:-127.0.0.1:$KAFKA_PORT}"; [ $# -gt 0 ] && shift
   timeout 60 java -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
     -Dlog4j2.configurationFile="$SCRIPT_DIR/kafka/log4j2-tools.xml" \
     -cp "$KAFKA_LIBS/*" org.apache.kafka.tools.TopicCommand \
-    --bootstrap-server "127.0.0.1:$KAFKA_PORT" --describe --if-exists --topic 'cachesync\..*' </dev/null \
+    --bootstrap-server "$bootstrap" "$@" --describe --if-exists --topic 'cachesync\..*' </dev/null \
     2>>"$LOGS/kafka-tools.log" \
   | awk '/^Topic:/ && /PartitionCount:/ { t=""; p=""; for (i=1;i<=NF;i++) { if ($i=="Topic:") t=$(i+1); if ($i=="PartitionCount:") p=$(i+1) } print t, p }'
   return "${PIPESTATUS[0]}"
 }
 
-kafka_ensure_topics() {
+kafka_ensure_topics() { # [BOOTSTRAP [TOOL-ARGS...]]
+  local bootstrap="${1:-127.0.0.1:$KAFKA_PORT}"; [ $# -gt 0 ] && shift
   local desc spec name parts have
-  desc="$(kafka_describe)" || fail_with_log kafka "metadata request (TopicCommand --describe) failed; see $LOGS/kafka-tools.log"
+  desc="$(kafka_describe "$bootstrap" "$@")" || fail_with_log kafka "metadata request (TopicCommand --describe) failed; see $LOGS/kafka-tools.log"
   for spec in "${KAFKA_TOPICS[@]}"; do
     name="${spec%%:*}"; parts="${spec##*:}"
     have="$(awk -v t="$name" '$1==t {print $2}' <<<"$desc")"
     if [ -z "$have" ]; then
       log "creating topic $name (partitions=$parts, replication=1)"
-      kafka_tool org.apache.kafka.tools.TopicCommand --bootstrap-server "127.0.0.1:$KAFKA_PORT" \
+      kafka_tool org.apache.kafka.tools.TopicCommand --bootstrap-server "$bootstrap" "$@" \
         --create --if-not-exists --topic "$name" --partitions "$parts" --replication-factor 1 \
         >>"$LOGS/kafka-tools.log" 2>&1 || fail_with_log kafka "creating topic $name failed; see $LOGS/kafka-tools.log"
     elif [ "$have" != "$parts" ]; then
@@ -457,25 +512,26 @@ DEVSTACK_MYSQL_ADMIN_USER=devadmin
 DEVSTACK_MYSQL_ADMIN_PASSWORD_FILE=$SECRETS/admin.password
 DEVSTACK_MYSQL_SOCKET=$MYSQL_SOCKET
 EOF
+  local f
+  for f in "$ENV_D"/*.env; do if [ -f "$f" ]; then cat "$f" >>"$ENV_FILE.tmp"; fi; done
   mv "$ENV_FILE.tmp" "$ENV_FILE"
 }
 
 # ---------------------------------------------------------------- down / status
-stop_service() { # SERVICE
-  local svc="$1" pidfile pattern pid
-  pidfile="$(svc_pidfile "$svc")"; pattern="$(svc_pattern "$svc")"
+stop_pid() { # LABEL PIDFILE PATTERN: SIGTERM, SIGKILL after STOP_WAIT; 0 if it was not running
+  local label="$1" pidfile="$2" pattern="$3" pid
   if ! pid="$(pid_alive "$pidfile" "$pattern")"; then
     rm -f "$pidfile" "$pidfile.launch"
-    log "$svc not running"
+    log "$label not running"
     return 0
   fi
-  log "stopping $svc (pid $pid)"
+  log "stopping $label (pid $pid)"
   kill -TERM "$pid" 2>/dev/null || true
   local i=0 limit=$((STOP_WAIT * 4))
   while kill -0 "$pid" 2>/dev/null; do
     i=$((i + 1))
     if [ "$i" -gt "$limit" ]; then
-      log "$svc did not stop within ${STOP_WAIT}s; sending SIGKILL"
+      log "$label did not stop within ${STOP_WAIT}s; sending SIGKILL"
       kill -KILL "$pid" 2>/dev/null || true
       sleep 0.5
       break
@@ -483,8 +539,12 @@ stop_service() { # SERVICE
     sleep 0.25
   done
   rm -f "$pidfile" "$pidfile.launch"
-  [ "$svc" = mariadb ] && rm -f "$MYSQL_SOCKET" "$MYSQL_SOCKET.lock" 2>/dev/null || true
-  log "$svc stopped"
+  log "$label stopped"
+}
+
+stop_service() { # SERVICE
+  stop_pid "$1" "$(svc_pidfile "$1")" "$(svc_pattern "$1")"
+  [ "$1" = mariadb ] && rm -f "$MYSQL_SOCKET" "$MYSQL_SOCKET.lock" 2>/dev/null || true
 }
 
 status_line() { # SERVICE
@@ -499,52 +559,77 @@ status_line() { # SERVICE
   printf '%-8s %-8s pid=%-8s port=%s\n' "$svc" "$state" "$pid" "$port"
 }
 
+# ---------------------------------------------------------------- variants
+for f in "$SCRIPT_DIR"/variants/*.sh; do . "$f"; done
+
 # ---------------------------------------------------------------- main
 usage() {
-  sed -n '2,10p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
-parse_services() { # args... -> SERVICES array
+is_variant() { local v; for v in "${VARIANTS[@]}"; do [ "$1" = "$v" ] && return 0; done; return 1; }
+
+parse_services() { # DEFAULT(base|all) args... -> SERVICES array
+  local default="$1"; shift
   SERVICES=()
   local a s ok
   for a in "$@"; do
     ok=0
-    for s in "${ALL_SERVICES[@]}"; do [ "$a" = "$s" ] && ok=1; done
-    [ "$ok" = 1 ] || die "unknown service '$a' (expected: ${ALL_SERVICES[*]})"
+    for s in "${ALL_SERVICES[@]}" "${VARIANTS[@]}"; do [ "$a" = "$s" ] && ok=1; done
+    [ "$ok" = 1 ] || die "unknown service '$a' (expected: ${ALL_SERVICES[*]} ${VARIANTS[*]})"
     SERVICES+=("$a")
   done
-  [ "${#SERVICES[@]}" -gt 0 ] || SERVICES=("${ALL_SERVICES[@]}")
+  if [ "${#SERVICES[@]}" -eq 0 ]; then
+    if [ "$default" = all ]; then SERVICES=("${VARIANTS[@]}" "${ALL_SERVICES[@]}")
+    else SERVICES=("${ALL_SERVICES[@]}"); fi
+  fi
 }
+
+# stop dependants before the services they use
+STOP_ORDER=(mariadb-replica redis-sentinel redis-cluster redis-tls mariadb-tls kafka-sasl kafka redis mariadb)
 
 cmd="${1:-}"; [ $# -gt 0 ] && shift
 case "$cmd" in
   up)
-    parse_services "$@"
+    parse_services base "$@"
     ensure_dirs
     ensure_packages "${SERVICES[@]}"
-    for s in "${SERVICES[@]}"; do "${s}_up"; done
+    for s in "${SERVICES[@]}"; do
+      if is_variant "$s"; then variant_up "$s"; else "${s}_up"; fi
+    done
     write_env
     log "env file: $ENV_FILE"
     ;;
   down)
     wipe=0; args=()
     for a in "$@"; do if [ "$a" = --wipe ]; then wipe=1; else args+=("$a"); fi; done
-    parse_services "${args[@]+"${args[@]}"}"
-    if [ "$wipe" = 1 ]; then SERVICES=("${ALL_SERVICES[@]}"); fi
-    # stop in reverse dependency order
-    for s in kafka redis mariadb; do
-      case " ${SERVICES[*]} " in *" $s "*) stop_service "$s";; esac
+    parse_services all "${args[@]+"${args[@]}"}"
+    if [ "$wipe" = 1 ]; then SERVICES=("${VARIANTS[@]}" "${ALL_SERVICES[@]}"); fi
+    named="${#args[@]}"
+    for s in "${STOP_ORDER[@]}"; do
+      case " ${SERVICES[*]} " in *" $s "*) ;; *) continue;; esac
+      if ! is_variant "$s"; then stop_service "$s"
+      # a plain `down` stops the variants that are up, without a line for every other one
+      elif [ "$named" -gt 0 ] || variant_active "$s"; then variant_down "$s"; fi
     done
-    if [ "$wipe" = 1 ] && [ -d "$DIR" ]; then log "deleting $DIR"; rm -rf "$DIR"; fi
+    if [ "$wipe" = 1 ] && [ -d "$DIR" ]; then log "deleting $DIR"; rm -rf "$DIR"
+    elif [ -f "$ENV_FILE" ]; then write_env; fi
     ;;
   wipe)
     "${BASH_SOURCE[0]}" down --wipe
     ;;
   status)
     for s in "${ALL_SERVICES[@]}"; do status_line "$s"; done
+    for s in "${VARIANTS[@]}"; do variant_status "$s"; done
     ;;
   env)
     echo "$ENV_FILE"
+    ;;
+  promote)
+    [ "${1:-}" = mariadb-replica ] || die "usage: $0 promote mariadb-replica"
+    ensure_dirs
+    mariadb_replica_promote
+    write_env
     ;;
   ""|-h|--help|help)
     usage

@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# Run a command with the devstack up, then stop only the services this call started
-# (a stack that was already running stays up). Used by `make demo|test|bench`.
+# Run a command with the devstack up, then stop only what this call started: the base
+# services that were not running before, and any variant (kafka-sasl, redis-cluster, ...)
+# that the command started (tests start variants by name). What was already running stays up.
+# Used by `make demo|test|bench`.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-started=()
-for service in mariadb redis kafka; do
-  "$here/stack.sh" status 2>/dev/null | grep -Eq "^${service}[[:space:]]+running" || started+=("$service")
-done
+running() { "$here/stack.sh" status 2>/dev/null | awk '$2 == "running" || $2 == "starting" || $2 == "degraded" {print $1}'; }
+before=" $(running | tr '\n' ' ') "
 cleanup() {
-  if [ ${#started[@]} -gt 0 ]; then "$here/stack.sh" down "${started[@]}"; fi
+  local service stop=()
+  for service in mariadb redis kafka $(running | tr '\n' ' '); do
+    case "$before" in *" $service "*) ;; *) case " ${stop[*]-} " in *" $service "*) ;; *) stop+=("$service");; esac;; esac
+  done
+  if [ ${#stop[@]} -gt 0 ]; then "$here/stack.sh" down "${stop[@]}"; fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT

@@ -24,6 +24,7 @@ from cachesync.schema.errors import CachesyncError
 from cachesync.schema.event import ChangeEvent, Source
 from cachesync.schema.ids import new_time_ordered_id
 from cachesync.schema.keys import kafka_key
+from cachesync.schema.sqlnames import qualified, quote
 
 OUTBOX_TABLE = "cachesync_outbox"
 # Kafka's default message.max.bytes is 1 MiB; the envelope (ids, keys, source) needs
@@ -71,8 +72,16 @@ def emit(conn, aggregate_type: str, aggregate_id: str | int, event_type: str,
                           "mode, so the outbox row would commit apart from the business rows")
     event_id = new_time_ordered_id()
     with conn.cursor() as cur:
-        cur.execute(_INSERT.format(table=table), (event_id, *values))
+        cur.execute(_INSERT.format(table=_table_name(table)), (event_id, *values))
     return event_id
+
+
+def _table_name(table: str) -> str:
+    """``table`` or ``db.table``, quoted; raises OutboxError for a name MySQL cannot have."""
+    try:
+        return qualified(*table.split(".", 1)) if "." in table else quote(table)
+    except (ValueError, AttributeError) as e:
+        raise OutboxError(f"table: {e}") from None
 
 
 def outbox_values(aggregate_type, aggregate_id, event_type, payload, keys,

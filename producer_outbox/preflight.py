@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from cachesync.schema.errors import FatalError
+
 REQUIRED_VARIABLES = {
     "log_bin": "ON",
     "binlog_format": "ROW",
@@ -85,3 +87,18 @@ def read_server_info(conn) -> ServerInfo:
         grants = tuple(row[0] for row in cur.fetchall())
     conn.commit()
     return ServerInfo(flavor, int(server_id), uuid, variables, grants)
+
+
+def check_server(connect) -> ServerInfo:
+    """Read the server's settings and this user's grants; raises FatalError listing every
+    problem. ``connect(database=None)``: no default database, so that a missing grant on
+    the state database cannot mask the replication grants it is checking."""
+    conn = connect(database=None)
+    try:
+        info = read_server_info(conn)
+    finally:
+        conn.close()
+    found = problems(info)
+    if found:
+        raise FatalError("the MySQL server is not ready for cachesync:\n  - " + "\n  - ".join(found))
+    return info

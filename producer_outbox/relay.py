@@ -12,15 +12,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
 from typing import Callable
 
 from kafka.errors import KafkaError
 
-from cachesync.consumer.core.retry import RetryPolicy
+from cachesync.schema.retry import RetryPolicy, Stopped, call, purge_in_batches
+from cachesync.config import RelaySettings
 from cachesync.producer_outbox.outbox import OutboxRow, event_kafka_key, to_event
 from cachesync.producer_outbox.relay_store import OutboxStore
-from cachesync.schema.errors import ConfigError, RetryableError
+from cachesync.schema.errors import RetryableError
 from cachesync.schema.event import encode
 
 log = logging.getLogger(__name__)
@@ -29,29 +29,6 @@ KAFKA_SLOW_S = 5.0          # an unconfirmed send older than this is worth a log
 WAIT_LOG_EVERY_S = 5.0
 PURGE_BATCHES_PER_ROUND = 100
 SHUTDOWN_FLUSH_S = 10.0
-
-
-@dataclass(frozen=True)
-class RelayOptions:
-    topic: str
-    poll_interval_s: float = 0.1
-    burst_limit: int = 500
-    redeliver_interval_s: float = 30.0
-    warn_after_attempts: int = 5
-    max_unconfirmed: int = 5000
-    retention_s: float = 7 * 24 * 3600.0
-    purge_batch: int = 1000
-    purge_interval_s: float = 60.0
-
-    def validate(self) -> "RelayOptions":
-        """Raises ConfigError naming the first out-of-range setting."""
-        for name in ("burst_limit", "warn_after_attempts", "max_unconfirmed", "purge_batch"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"relay.{name} must be at least 1, got {getattr(self, name)}")
-        for name in ("poll_interval_s", "redeliver_interval_s", "retention_s", "purge_interval_s"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"relay.{name} must be positive, got {getattr(self, name)}")
-        return self
 
 
 class Unconfirmed:
@@ -111,10 +88,11 @@ class Relay:
     """Publishes one outbox table; ``run()`` until ``stop()``."""
 
     def __init__(self, store: OutboxStore, publisher_factory: Callable[[], object],
-                 options: RelayOptions, db: str, server: str,
+                 settings: RelaySettings, topic: str, db: str, server: str,
                  retry: RetryPolicy = RetryPolicy(base_s=0.2, cap_s=10.0),
                  clock: Callable[[], float] = time.monotonic):
-        self._store, self._factory, self._opts = store, publisher_factory, options.validate()
+        self._store, self._factory, self._opts = store, publisher_factory, settings
+        self._topic = topic
         self._db, self._server, self._retry, self._clock = db, server, retry, clock
         self._publisher = None
         self._unconfirmed = Unconfirmed()
@@ -130,22 +108,15 @@ class Relay:
     def run(self) -> None:
         """Relay until stop(); transient errors back off and retry, FatalError raises."""
         log.info("relay starting: %s outbox -> topic %s (burst %d, redeliver after %.1fs)",
-                 self._db, self._opts.topic, self._opts.burst_limit,
+                 self._db, self._topic, self._opts.burst_limit,
                  self._opts.redeliver_interval_s)
-        failures = 0
         try:
             while not self._stop.is_set():
-                try:
-                    claimed = self.round()
-                    failures = 0
-                except RetryableError as e:
-                    failures += 1
-                    wait = self._retry.backoff(failures)
-                    log.warning("relay: %s; retrying in %.1fs (attempt %d)", e, wait, failures)
-                    self._stop.wait(wait)
-                    continue
+                claimed = call(self.round, "relay round", self._stop, self._retry)
                 if claimed < self._opts.burst_limit:
                     self._stop.wait(self._opts.poll_interval_s)
+        except Stopped:
+            pass
         finally:
             self._shutdown()
 
@@ -168,12 +139,7 @@ class Relay:
 
     def purge_all(self) -> int:
         """Purge every row published longer than the retention ago, in bounded batches."""
-        total = 0
-        while True:
-            deleted = self._store.purge(self._opts.retention_s, self._opts.purge_batch)
-            total += deleted
-            if deleted < self._opts.purge_batch:
-                return total
+        return purge_in_batches(self._purge, self._opts.purge_batch)
 
     # -- sending ---------------------------------------------------------------------
     def _warn_repeated(self, rows: list[OutboxRow]) -> None:
@@ -191,7 +157,7 @@ class Relay:
         event_id = row.event_id
         try:
             value = encode(to_event(row, self._db, self._server))
-            publisher.send(self._opts.topic, event_kafka_key(row, self._db), value, event_id,
+            publisher.send(self._topic, event_kafka_key(row, self._db), value, event_id,
                            on_ack=lambda: self._unconfirmed.acked(event_id),
                            on_error=lambda e: self._unconfirmed.failed(event_id, e))
         except (KafkaError, ValueError, TypeError) as e:
@@ -240,15 +206,13 @@ class Relay:
         if now - self._last_purge < self._opts.purge_interval_s:
             return
         self._last_purge = now
-        total = 0
-        for _ in range(PURGE_BATCHES_PER_ROUND):
-            deleted = self._store.purge(self._opts.retention_s, self._opts.purge_batch)
-            total += deleted
-            if deleted < self._opts.purge_batch:
-                break
+        total = purge_in_batches(self._purge, self._opts.purge_batch, PURGE_BATCHES_PER_ROUND)
         if total:
             log.info("purged %d outbox rows published more than %.0fs ago", total,
                      self._opts.retention_s)
+
+    def _purge(self, limit: int) -> int:
+        return self._store.purge(self._opts.retention_s, limit)
 
     def _log_waiting(self) -> None:
         now = self._clock()

@@ -14,6 +14,7 @@ import pymysql
 
 from cachesync.producer_outbox.mysql import Session
 from cachesync.producer_outbox.outbox import OutboxRow
+from cachesync.schema.sqlnames import qualified
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,7 @@ class OutboxStore:
     def __init__(self, connect: Callable[[], pymysql.connections.Connection], db: str,
                  table: str):
         self._session = Session(connect, setup=_read_committed)
-        self._table = f"`{db}`.`{table}`"
+        self._table = qualified(db, table)
         self._lock_name = f"cachesync_outbox_claim:{db}.{table}"
 
     def claim(self, limit: int, lease_s: float) -> list[OutboxRow]:

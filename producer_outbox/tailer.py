@@ -23,13 +23,14 @@ from pymysqlreplication.row_event import (DeleteRowsEvent, TableMapEvent, Update
 
 from cachesync.producer_outbox.binlog_read import DECODE_ERRORS, TableMaps, decode_error, read_events
 
+from cachesync.config import TailerSettings
 from cachesync.producer_outbox.checkpoint import Checkpoint, MySQLCheckpointStore
 from cachesync.producer_outbox.fastrows import decode_rows
 from cachesync.producer_outbox.groups import GroupPublishing
 from cachesync.producer_outbox.inflight import InflightTracker
 from cachesync.producer_outbox.mysql import MySQLParams
 from cachesync.producer_outbox.packing import Pack, Packer
-from cachesync.producer_outbox.preflight import ServerInfo, problems, read_server_info
+from cachesync.producer_outbox.preflight import ServerInfo, check_server
 from cachesync.producer_outbox.publisher import MAX_RECORD_BYTES, is_permanent
 from cachesync.producer_outbox.rows import (TxnContext, invalidate_only, key_columns,
                                             needed_columns, pk_columns, row_change, trim_image)
@@ -44,6 +45,7 @@ from cachesync.schema.mapping import MappingSet
 log = logging.getLogger(__name__)
 
 _ROW_EVENTS = {WriteRowsEvent: "insert", UpdateRowsEvent: "update", DeleteRowsEvent: "delete"}
+STREAM_HEARTBEAT_S = 1.0    # the binlog stream's heartbeat period (the server's, not our row's)
 _TXN_MARKERS = {"BEGIN", "COMMIT"}
 # MySQL's GtidEvent ("uuid:gno") and MariaDB's ("domain-server-seq"); both open a transaction.
 _GTID_EVENTS = (GtidEvent, MariadbGtidEvent)
@@ -51,19 +53,43 @@ _GTID_EVENTS = (GtidEvent, MariadbGtidEvent)
 
 @dataclass(frozen=True)
 class TailerOptions:
+    """The ``tailer`` settings section as loaded, plus what the wiring decides (topic, filter).
+
+    The settings are declared once, in TailerSettings; the properties only read them.
+    """
+
     topic: str
-    replica_server_id: int = 88001      # must be unique among the server's replicas
-    max_inflight: int = 20_000          # back-pressure: unacked rows before we block
-    pack_rows: int = 1                  # > 1: rows of one txn, table and partition share a record
-    pack_bytes: int = 256 * 1024        # a pack closes at this size (below Kafka's 1 MB limit)
-    checkpoint_interval_s: float = 0.5
-    heartbeat_s: float = 1.0
-    xa_buffer_rows: int = 100_000       # rows of one prepared XA held; beyond: table-level
-    max_record_bytes: int = MAX_RECORD_BYTES    # a larger event goes out invalidate-only
-    start: Checkpoint | None = None     # tail from here instead of the stored checkpoint
+    settings: TailerSettings = TailerSettings()
     # (db, table, row image) -> False drops the row; used to publish only this
     # tailer's own heartbeat row (cachesync.producer_outbox.heartbeat.own_rows_only)
     row_filter: Callable[[str, str, Mapping[str, Any]], bool] | None = None
+    heartbeat_s: float = STREAM_HEARTBEAT_S
+    start: Checkpoint | None = None     # tail from here instead of the stored checkpoint
+    max_record_bytes: int = MAX_RECORD_BYTES    # a larger event goes out invalidate-only
+
+    @property
+    def replica_server_id(self) -> int:
+        return self.settings.server_id
+
+    @property
+    def max_inflight(self) -> int:
+        return self.settings.max_inflight
+
+    @property
+    def pack_rows(self) -> int:
+        return self.settings.pack_rows
+
+    @property
+    def pack_bytes(self) -> int:
+        return self.settings.pack_bytes
+
+    @property
+    def checkpoint_interval_s(self) -> float:
+        return self.settings.checkpoint_interval_s
+
+    @property
+    def xa_buffer_rows(self) -> int:
+        return self.settings.xa_buffer_rows
 
 
 class Tailer(GroupPublishing):
@@ -97,20 +123,8 @@ class Tailer(GroupPublishing):
         self._stop.set()
 
     def preflight(self) -> ServerInfo:
-        """Check settings and grants; raises FatalError listing every problem.
-
-        Connects without a default database so that a missing grant on the state
-        database cannot mask the replication grants it is checking.
-        """
-        conn = self._mysql.connect(database=None)
-        try:
-            info = read_server_info(conn)
-        finally:
-            conn.close()
-        found = problems(info)
-        if found:
-            raise FatalError("the MySQL server is not ready for cachesync:\n  - " + "\n  - ".join(found))
-        return info
+        """Check settings and grants; raises FatalError listing every problem."""
+        return check_server(self._mysql.connect)
 
     def run(self) -> None:
         """Tail until stop(); raises RetryableError/FatalError when publishing fails."""

@@ -156,6 +156,50 @@ def decode_record(raw: bytes) -> list[ChangeEvent | DecodeError]:
     return out
 
 
+def pack_elements(raw: bytes) -> list[bytes]:
+    """The original bytes of each element of a pack record, in order.
+
+    A dead letter carries the element exactly as it was published, not a re-encoding.
+    Raises DecodeError when ``raw`` holds no well-formed top-level ``pack`` array.
+    """
+    out, begin, in_pack = [], 0, False
+    for i, c, depth in _structure(raw):
+        if not in_pack:
+            if depth == 1 and raw.startswith(b'"pack"', i) and raw[i + 6:].lstrip()[:1] == b":":
+                begin = raw.index(b"[", raw.index(b":", i + 6)) + 1
+                in_pack = True
+        elif i >= begin and depth == 2 and c in b",]":     # the array's own comma or bracket
+            out.append(raw[begin:i].strip())
+            if c == 0x5D:
+                return out
+            begin = i + 1
+    raise DecodeError("invalid_envelope", "no closed top-level pack array", raw)
+
+
+def _structure(raw: bytes):
+    """``(index, byte, depth)`` of every byte outside JSON strings, plus each string's
+    opening quote; depth counts the brackets open before the byte (a closer: after it)."""
+    depth, in_str, escaped = 0, False, False
+    for i, c in enumerate(raw):
+        if in_str:
+            if escaped:
+                escaped = False
+            elif c == 0x5C:
+                escaped = True
+            elif c == 0x22:
+                in_str = False
+            continue
+        if c in b"]}":
+            depth -= 1
+            yield i, c, depth + 1
+            continue
+        yield i, c, depth
+        if c == 0x22:
+            in_str = True
+        elif c in b"[{":
+            depth += 1
+
+
 def _envelope(raw: bytes) -> dict:
     try:
         doc = jsonfast.loads(raw)

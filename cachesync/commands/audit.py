@@ -10,7 +10,8 @@ import click
 
 from cachesync.commands.common import handle_errors, settings_options
 from cachesync.config import Settings
-from cachesync.producer_outbox.mysql import MySQLParams
+from cachesync import wiring
+from cachesync.schema.sqlnames import quote
 
 EXIT_STALE = 4        # the staleness ratio is over --max-stale-ratio (for cron)
 _INTEGER_TYPES = {"tinyint", "smallint", "mediumint", "int", "integer", "bigint"}
@@ -46,7 +47,6 @@ def command(settings: Settings, table, repair, sample, partitions, max_stale_rat
 
 def run_audit(settings: Settings, table: str, repair: bool = False, sample: int | None = None,
               partitions: int = 4, spark_master: str | None = None, spark=None):
-    from cachesync.consumer.adapters.redis_cache import RedisCache
     from cachesync.consumer.spark.audit import audit_table
     from cachesync.consumer.spark.session import spark_session
     mapping = settings.tables.tables.get(table)
@@ -54,12 +54,12 @@ def run_audit(settings: Settings, table: str, repair: bool = False, sample: int 
         raise click.UsageError(f"--table {table}: not a mapped table "
                                f"(mapped: {', '.join(sorted(settings.tables.tables))})")
     source = table_source(settings, table)
-    cache = RedisCache(str(settings.redis.url))
+    cache = wiring.build_cache(settings)
     try:
         with spark_session("cachesync-audit", spark_master) if spark is None \
                 else nullcontext(spark) as session:
-            report, to_repair = audit_table(session, source, mapping, str(settings.redis.url),
-                                            partitions, sample, scan=_scanner(settings))
+            report, to_repair = audit_table(session, source, mapping, settings, partitions,
+                                            sample, scan=_scanner(settings))
         if repair and to_repair:
             cache.delete(to_repair)
             report.repaired = len(to_repair)
@@ -69,10 +69,8 @@ def run_audit(settings: Settings, table: str, repair: bool = False, sample: int 
 
 
 def _scanner(settings: Settings):
-    import redis
-
     def scan(glob: str):
-        client = redis.Redis.from_url(str(settings.redis.url))
+        client = wiring.redis_client(settings)
         try:
             for key in client.scan_iter(match=glob, count=1000):
                 yield key.decode("utf-8", "replace")
@@ -86,7 +84,7 @@ def table_source(settings: Settings, table: str):
     from cachesync.consumer.spark.audit import TableSource
     db, name = table.split(".", 1)
     m = settings.mysql
-    conn = MySQLParams(m.host, m.port, m.user, str(m.password), database=db).connect()
+    conn = wiring.mysql_params(settings, db).connect()
     try:
         with conn.cursor() as cur:
             cur.execute("SELECT k.column_name, c.data_type FROM information_schema.key_column_usage k "
@@ -100,10 +98,10 @@ def table_source(settings: Settings, table: str):
             integer = len(pk) == 1 and pk[0][1].lower() in _INTEGER_TYPES
             col = pk[0][0]
             if integer:
-                cur.execute(f"SELECT MIN(`{col}`), MAX(`{col}`), COUNT(*) FROM `{name}`")
+                cur.execute(f"SELECT MIN({quote(col)}), MAX({quote(col)}), COUNT(*) FROM {quote(name)}")
                 lo, hi, rows = cur.fetchone()
             else:
-                cur.execute(f"SELECT COUNT(*) FROM `{name}`")
+                cur.execute(f"SELECT COUNT(*) FROM {quote(name)}")
                 (rows,), lo, hi = cur.fetchone(), None, None
     finally:
         conn.close()

@@ -46,6 +46,4 @@ def command(settings, engine_kind, **spark) -> None:
                 engine.close()
         finally:
             ops.close()
-        s = engine.stats
-        log.info("consumer stopped: %d consumed, %d applied, %d duplicates, %d dead-lettered",
-                 s.consumed, s.applied, s.duplicates, s.dead_lettered)
+        log.info("consumer stopped: %s", engine.stats.summary())

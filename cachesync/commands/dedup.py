@@ -6,7 +6,7 @@ import click
 
 from cachesync.commands.common import handle_errors, settings_options
 from cachesync.wiring import build_dedup
-from cachesync.consumer.engine import purge_dedup
+from cachesync.consumer.hooks import purge_dedup
 
 
 @click.group("dedup")

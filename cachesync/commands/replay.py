@@ -11,7 +11,7 @@ import click
 
 from cachesync.commands.common import handle_errors, settings_options
 from cachesync.config import Settings
-from cachesync.wiring import mappings as configured_mappings
+from cachesync.wiring import build_cache, mappings as configured_mappings, range_reader
 
 
 class _BoundType(click.ParamType):
@@ -69,7 +69,7 @@ def run_replay(settings: Settings, mappings, engine_kind: str, start, end, table
     """Resolve the range, replay it on the chosen engine; returns a ReplayReport."""
     from cachesync.consumer.replay import report_from_counts
     k = settings.kafka
-    ranges = _ranges(k.bootstrap_servers, k.topic, start, end)
+    ranges = _ranges(settings, start, end)
     total = sum(hi - lo for lo, hi in ranges.values())
     t0 = time.perf_counter()
     with click.progressbar(length=total, label=f"replay {k.topic}", file=sys.stderr,
@@ -82,13 +82,11 @@ def run_replay(settings: Settings, mappings, engine_kind: str, start, end, table
     return report_from_counts(engine_kind, dry_run, ranges, counts, time.perf_counter() - t0)
 
 
-def _ranges(bootstrap: str, topic: str, start, end):
-    from kafka import KafkaConsumer
+def _ranges(settings: Settings, start, end):
     from cachesync.consumer.replay import resolve_ranges
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap.split(","), group_id=None,
-                             enable_auto_commit=False)
+    consumer = range_reader(settings)
     try:
-        return resolve_ranges(consumer, topic, start, end)
+        return resolve_ranges(consumer, settings.kafka.topic, start, end)
     except ValueError as e:
         raise click.UsageError(str(e)) from None
     finally:
@@ -96,13 +94,12 @@ def _ranges(bootstrap: str, topic: str, start, end):
 
 
 def _replay_python(settings, mappings, ranges, tables, dry_run, rate, progress):
-    from cachesync.consumer.adapters.redis_cache import RedisCache
-    from cachesync.consumer.replay import ReplayApplier, replay_python
-    cache = None if dry_run else RedisCache(str(settings.redis.url))
+    from cachesync.consumer.replay import READER_OPTIONS, ReplayApplier, replay_python
+    cache = None if dry_run else build_cache(settings)
     try:
         applier = ReplayApplier(mappings, cache, tables, settings.consumer.batch_size)
-        return replay_python(settings.kafka.bootstrap_servers, settings.kafka.topic, ranges,
-                             applier, rate, settings.consumer.batch_size, progress)
+        return replay_python(range_reader(settings, **READER_OPTIONS), settings.kafka.topic,
+                             ranges, applier, rate, settings.consumer.batch_size, progress)
     finally:
         if cache is not None:
             cache.close()
@@ -115,7 +112,7 @@ def _replay_spark(settings, mappings, ranges, tables, dry_run, rate, master, spa
     with spark_session("cachesync-replay", master) if spark is None else nullcontext(spark) as session:
         # Tasks run at most defaultParallelism at a time: each gets its share of the rate.
         per_task = rate / session.sparkContext.defaultParallelism if rate else None
-        config = ReplayConfig(mappings, None if dry_run else str(settings.redis.url), tables,
+        config = ReplayConfig(mappings, None if dry_run else settings, tables,
                               per_task, settings.consumer.batch_size)
         return replay_spark(session, settings.kafka.bootstrap_servers, settings.kafka.topic,
                             ranges, config, progress)

@@ -8,13 +8,14 @@ from dataclasses import replace
 import click
 
 from cachesync.commands.common import handle_errors, log, on_termination, settings_options
-from cachesync.direct import build_direct
 from cachesync.direct_ops import DirectOps
 from cachesync.http import parse_listen
 from cachesync.metrics import Cumulative
 from cachesync.operate import consumer_ops, tail_ops
+from cachesync.standby import ActiveStandby, while_held
 from cachesync.supervisor import RestartingTailer, run_together
-from cachesync.wiring import build_engine, build_tailer
+from cachesync.wiring import (build_direct, build_engine, build_tailer, build_tailer_lock,
+                              tailer_preflight)
 
 
 @click.command("run")
@@ -49,21 +50,24 @@ def command(settings, direct: bool) -> None:
                      last.committed.describe() if last.committed else "-")
 
 
-def _run_direct(settings) -> RestartingTailer:
+def _run_direct(settings) -> ActiveStandby:
     """Tailer + in-process engine (rebuilt together on a restart) and their ops endpoint."""
     tailer = None
     current = lambda: tailer.last if tailer else None   # noqa: E731 - rebuilt on restarts
     ops = DirectOps(settings, lambda: current() and current().engine.stats,
                     lambda: current() and current().tailer)
     try:
-        tailer = RestartingTailer(lambda: build_direct(settings, ops.metrics.on_batch))
+        lock = build_tailer_lock(settings)
+        tailer = ActiveStandby(lock, lambda: RestartingTailer(
+            while_held(lock, lambda: build_direct(settings, ops.metrics.on_batch))),
+            tailer_preflight(settings))
         run_together({"direct": tailer}, on_termination)
     finally:
         ops.close()
     return tailer
 
 
-def _run_pipeline(settings) -> RestartingTailer:
+def _run_pipeline(settings) -> ActiveStandby:
     """Tailer -> Kafka and the consumer in two threads, each with its ops endpoint."""
     engine = None
     tailers = Cumulative(("published",))
@@ -73,7 +77,10 @@ def _run_pipeline(settings) -> RestartingTailer:
         closing.callback(ops.close)
         engine = build_engine(settings, on_batch=metrics.on_batch)
         closing.callback(engine.close)
-        tailer = RestartingTailer(lambda: tailers.track(build_tailer(settings)))
+        lock = build_tailer_lock(settings)
+        tailer = ActiveStandby(lock, lambda: RestartingTailer(
+            while_held(lock, lambda: tailers.track(build_tailer(settings)))),
+            tailer_preflight(settings))
         run_together({"tailer": tailer, "consumer": engine}, on_termination)
     s = engine.stats
     log.info("consumer: %d consumed, %d applied, %d duplicates, %d dead-lettered",

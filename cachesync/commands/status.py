@@ -8,9 +8,8 @@ import sys
 import click
 
 from cachesync.commands.common import EXIT_RUNTIME, handle_errors, settings_options
-from cachesync.probes import (KafkaOffsets, applied_lag, checkpoint_info, dedup_counts)
-from cachesync.wiring import mysql_params
-from cachesync.producer_outbox.mysql import Session, ensure_state_tables
+from cachesync import wiring
+from cachesync.probes import applied_lag, checkpoint_info
 from cachesync.schema.errors import CachesyncError
 
 SCHEMA_VERSION = 1
@@ -22,9 +21,10 @@ SCHEMA_VERSION = 1
 def command(settings, as_json: bool) -> None:
     """Show the pipeline's state as stored in MySQL and Kafka.
 
-    Checkpoint position and age (every tailer), commit->apply lag of the newest
+    Checkpoint position and age, and the active process, of every tailer; commit->apply lag of the newest
     heartbeat the consumer group applied, Kafka consumer lag (end minus committed
-    offsets), dedup table rows of the group's namespace, dead-letter topic depth.
+    offsets), dedup records of the group's namespace in consumer.dedup_store, dead-letter
+    topic depth.
     A part whose server is unreachable shows its error; the exit code is then 1.
     """
     with handle_errors():
@@ -37,8 +37,8 @@ def command(settings, as_json: bool) -> None:
 def collect(settings) -> dict:
     """The status document (schema version SCHEMA_VERSION); errors are collected, not raised."""
     k, ns = settings.kafka, settings.dedup_namespace
-    session = Session(mysql_params(settings).connect, setup=ensure_state_tables)
-    kafka = KafkaOffsets(k.bootstrap_servers)
+    session, kafka = wiring.state_session(settings), wiring.kafka_offsets(settings)
+    dedup_store = wiring.build_dedup(settings)
     errors: dict[str, str] = {}
 
     def part(name, fn):
@@ -50,7 +50,7 @@ def collect(settings) -> dict:
     try:
         checkpoints = part("checkpoints", lambda: [vars(c) for c in checkpoint_info(session)])
         lag = part("lag", lambda: [vars(a) for a in applied_lag(session, ns)])
-        dedup = part("dedup", lambda: dedup_counts(session, ns))
+        dedup = part("dedup", dedup_store.counts)
         per_partition = part("kafka", lambda: kafka.consumer_lag(k.group_id, k.topic))
         if "kafka" in errors:        # unreachable: do not wait for the same timeout twice
             errors["dead_letters"], depth = errors["kafka"], None
@@ -59,6 +59,7 @@ def collect(settings) -> dict:
     finally:
         session.close()
         kafka.close()
+        dedup_store.close()
     return {
         "schema_version": SCHEMA_VERSION,
         "checkpoints": checkpoints,
@@ -77,6 +78,8 @@ def render(report: dict) -> str:
     rows: list[tuple[str, str]] = []
     for c in report["checkpoints"] or []:
         rows.append((f"checkpoint {c['name']}", f"{c['position']}  (moved {c['age_s']:.1f}s ago)"))
+        rows.append((f"active tailer {c['name']}",
+                     f"{c['active']} (since {c['active_since']})" if c["active"] else "none"))
     if report["checkpoints"] == []:
         rows.append(("checkpoint", "none stored yet"))
     for a in report["lag"] or []:

@@ -7,11 +7,12 @@ import click
 from cachesync.commands.common import handle_errors, log, on_termination, settings_options
 from cachesync.metrics import Cumulative
 from cachesync.operate import tail_ops
+from cachesync.standby import ActiveStandby, while_held
 from cachesync.supervisor import RestartingTailer
 from cachesync.producer_outbox.binlog_read import LostPositionError
 from cachesync.producer_outbox.checkpoint import Checkpoint
 from cachesync.resync import resync
-from cachesync.wiring import build_tailer
+from cachesync.wiring import build_tailer, build_tailer_lock, tailer_preflight
 
 
 @click.command("tail")
@@ -38,6 +39,12 @@ def command(settings, from_gtid, from_file, from_pos) -> None:
     with exit code 3 naming it; recover with `cachesync resync`, or set
     tailer.on_lost_position: resync to do that automatically.
 
+    Any number of `tail` processes may run with one tailer.name: the one holding the MySQL
+    lock cachesync:tailer:<name> tails, the others wait as hot standbys and take over from
+    the checkpoint when it dies (at once when its process dies; within tailer.lock_lease_s
+    when its host or network is lost). `cachesync status` shows which one is active.
+    --from-gtid / --from-file applies to the first tailer this process builds only.
+
     Every tailer.heartbeat_interval_s it rewrites its row in cachesync.cachesync_heartbeat
     so the consumer measures lag while the application is idle. Serves /metrics,
     /healthz and /readyz on metrics.listen (default 127.0.0.1:9465); ready = MySQL and
@@ -52,10 +59,12 @@ def command(settings, from_gtid, from_file, from_pos) -> None:
         def build():
             once, first[0] = first[0], None     # a restart resumes from the checkpoint
             return tailers.track(build_tailer(settings, once))
-        supervisor = RestartingTailer(build)
+        lock = build_tailer_lock(settings)
+        supervisor = ActiveStandby(lock, lambda: ResyncingTailer(
+            settings, RestartingTailer(while_held(lock, build))), tailer_preflight(settings))
         on_termination(supervisor.stop)
         try:
-            run_resyncing(settings, supervisor)
+            supervisor.run()
         finally:
             ops.close()
         tailer = supervisor.last
@@ -75,16 +84,29 @@ def start_option(gtid: str | None, log_file: str | None, pos: int | None) -> Che
     return Checkpoint("", log_file=log_file, log_pos=pos) if log_file else None
 
 
-def run_resyncing(settings, supervisor: RestartingTailer) -> None:
-    """Run the tailer; with tailer.on_lost_position: resync, a lost position runs the
-    recovery (every mapped table invalidated, checkpoint at the current position) and
-    tailing goes on from there."""
-    while True:
-        try:
-            supervisor.run()
-            return
-        except LostPositionError as e:
-            if settings.tailer.on_lost_position != "resync":
-                raise
-            log.warning("%s; tailer.on_lost_position is resync: running it now", e)
-            resync(settings)
+class ResyncingTailer:
+    """A RestartingTailer that, with tailer.on_lost_position: resync, recovers from a lost
+    position (every mapped table invalidated, checkpoint at the current position) and goes
+    on tailing; it runs inside the active term, so the resync happens under the tailer lock.
+    Raises LostPositionError with on_lost_position: fail (exit 3)."""
+
+    def __init__(self, settings, supervisor: RestartingTailer):
+        self._settings, self._supervisor = settings, supervisor
+
+    @property
+    def last(self):
+        return self._supervisor.last
+
+    def run(self) -> None:
+        while True:
+            try:
+                self._supervisor.run()
+                return
+            except LostPositionError as e:
+                if self._settings.tailer.on_lost_position != "resync":
+                    raise
+                log.warning("%s; tailer.on_lost_position is resync: running it now", e)
+                resync(self._settings)
+
+    def stop(self) -> None:
+        self._supervisor.stop()

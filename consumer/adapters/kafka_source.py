@@ -7,12 +7,16 @@ import time
 from typing import Mapping
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.errors import (CommitFailedError, IllegalGenerationError, KafkaError,
-                          RebalanceInProgressError, UnknownMemberIdError)
-from kafka.structs import OffsetAndMetadata
+from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
+from kafka.coordinator.assignors.range import RangePartitionAssignor
+from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+from kafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
+from kafka.errors import (CommitFailedError, FencedInstanceIdError, IllegalGenerationError,
+                          KafkaError, RebalanceInProgressError, UnknownMemberIdError)
+from kafka.structs import MemberState, OffsetAndMetadata
 
 from cachesync.consumer.core.offsets import Record
-from cachesync.schema.errors import RetryableError
+from cachesync.schema.errors import ConfigError, FatalError, RetryableError
 
 log = logging.getLogger(__name__)
 
@@ -26,12 +30,41 @@ _REBALANCING = (CommitFailedError, RebalanceInProgressError, IllegalGenerationEr
 # outage sat idle for most of that; 2 s keeps recovery prompt without a reconnect storm.
 RECONNECT_BACKOFF_MAX_MS = 2000
 
+# kafka.assignment_strategy: cooperative-sticky (KIP-429) lets the members that stay keep
+# consuming their partitions through a rebalance; the eager ones stop every member.
+ASSIGNORS = {"cooperative-sticky": CooperativeStickyAssignor,
+             "sticky": StickyPartitionAssignor, "range": RangePartitionAssignor,
+             "roundrobin": RoundRobinPartitionAssignor}
+
+
+def group_config(session_timeout_ms: int = 10_000, heartbeat_interval_ms: int = 2_000,
+                 max_poll_interval_ms: int = 300_000, group_instance_id: str = "",
+                 assignment_strategy: str = "cooperative-sticky") -> dict:
+    """kafka-python's group membership settings; raises ConfigError for an unknown assignor.
+
+    A ``group_instance_id`` makes the member static (KIP-345): it does not leave the group on
+    close, and a restart under the same id within the session timeout gets its partitions
+    back without any rebalance. A member that does not come back loses them after
+    ``session_timeout_ms``.
+    """
+    if assignment_strategy not in ASSIGNORS:
+        raise ConfigError(f"kafka.assignment_strategy: expected one of {sorted(ASSIGNORS)}, "
+                          f"got {assignment_strategy!r}")
+    return {"session_timeout_ms": session_timeout_ms,
+            "heartbeat_interval_ms": heartbeat_interval_ms,
+            "max_poll_interval_ms": max_poll_interval_ms,
+            "group_instance_id": group_instance_id or None,
+            "partition_assignment_strategy": (ASSIGNORS[assignment_strategy],)}
+
 
 class KafkaSource:
     """A kafka-python consumer in a group; offsets are committed only explicitly."""
 
     def __init__(self, bootstrap_servers: str, topic: str, group_id: str,
-                 *, auto_offset_reset: str = "earliest", client_id: str = "cachesync-consumer"):
+                 *, auto_offset_reset: str = "earliest", client_id: str = "cachesync-consumer",
+                 group: dict | None = None):
+        """``group``: :func:`group_config` (its defaults when None)."""
+        self._instance = (group or {}).get("group_instance_id")
         try:
             self._consumer = KafkaConsumer(
                 bootstrap_servers=bootstrap_servers.split(","), group_id=group_id,
@@ -39,7 +72,8 @@ class KafkaSource:
                 isolation_level="read_committed", max_partition_fetch_bytes=4 * 1024 * 1024,
                 # what one poll can hold at most, whatever the records pack (50 MB by default)
                 fetch_max_bytes=16 * 1024 * 1024,
-                reconnect_backoff_max_ms=RECONNECT_BACKOFF_MAX_MS)
+                reconnect_backoff_max_ms=RECONNECT_BACKOFF_MAX_MS,
+                **(group if group is not None else group_config()))
             self._await_partitions(topic)
             self._consumer.subscribe([topic])
         except KafkaError as e:
@@ -62,8 +96,12 @@ class KafkaSource:
     def poll(self, max_records: int, timeout_s: float) -> list[Record]:
         try:
             polled = self._consumer.poll(timeout_ms=int(timeout_s * 1000), max_records=max_records)
+        except FencedInstanceIdError as e:
+            raise self._fenced(e) from e
         except KafkaError as e:
             raise RetryableError(f"Kafka poll failed: {e}") from e
+        if self._instance and _fenced_by_heartbeat(self._consumer):
+            raise self._fenced("the group coordinator refused its heartbeat")
         out = []
         for records in polled.values():
             for r in records:
@@ -75,6 +113,8 @@ class KafkaSource:
         try:
             self._consumer.commit({TopicPartition(t, p): OffsetAndMetadata(o, "", -1)
                                    for (t, p), o in offsets.items()})
+        except FencedInstanceIdError as e:
+            raise self._fenced(e) from e
         except _REBALANCING as e:
             # The group is rebalancing (or did): only a poll() can finish it, so retrying
             # the commit here would spin. Whoever owns the partitions next re-reads these
@@ -85,6 +125,25 @@ class KafkaSource:
 
     def close(self) -> None:
         self._consumer.close(autocommit=False)
+
+    def _fenced(self, error: Exception) -> FatalError:
+        return FatalError(f"another consumer joined the group with kafka.group_instance_id "
+                          f"{self._instance!r}; each consumer needs its own id ({error})")
+
+
+def _fenced_by_heartbeat(consumer: KafkaConsumer) -> bool:
+    """True when kafka-python's heartbeat thread was fenced off.
+
+    kafka-python (3.0) handles a FencedInstanceIdError on the heartbeat thread by logging
+    it and disabling heartbeats, leaving the member STABLE: poll() never raises, and an
+    idle fenced consumer would sit there consuming nothing. STABLE with heartbeats off
+    happens only then (a join disables them while REBALANCING and re-enables them on the
+    way to STABLE). Attributes a later version lacks mean "not detectable": False.
+    """
+    coordinator = getattr(consumer, "_coordinator", None)
+    stable = getattr(MemberState, "STABLE", object())
+    enabled = getattr(coordinator, "_heartbeat_enabled", True)
+    return getattr(coordinator, "state", None) is stable and enabled is False
 
 
 class KafkaDeadLetters:

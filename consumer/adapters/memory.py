@@ -45,6 +45,13 @@ class MemoryDedupStore:
         return min(len(old), limit)
 
 
+    def counts(self) -> dict[str, int]:
+        found = {"claimed": 0, "done": 0}
+        for status, _, _ in self.rows.values():
+            found[status] += 1
+        return found
+
+
 class MemoryCache:
     """Values and versions without TTLs; the same fencing rule as fenced_write.lua."""
 

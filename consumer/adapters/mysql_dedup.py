@@ -84,5 +84,15 @@ class MySQLDedupStore:
                                [self._ns, int(retention_s * 1_000_000), int(limit)])
         return self._session.run(work)
 
+    def counts(self) -> dict[str, int]:
+        """This namespace's records by status (index range scan on (ns, status))."""
+        def work(cur):
+            cur.execute("SELECT status, COUNT(*) FROM cachesync_dedup WHERE ns = %s "
+                        "GROUP BY status", (self._ns,))
+            return cur.fetchall()
+        found = {"claimed": 0, "done": 0}
+        found.update({status: int(n) for status, n in self._session.run(work)})
+        return found
+
     def close(self) -> None:
         self._session.close()

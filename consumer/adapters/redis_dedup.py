@@ -72,8 +72,7 @@ class RedisDedupStore:
             cutoff_ms = seconds * 1000 + micros // 1000 - int(retention_s * 1000)
             deleted = 0
             batch: list[bytes] = []
-            for key in self._client.scan_iter(match=_glob_escape(self._prefix) + "*",
-                                              count=SCAN_COUNT):
+            for key in self._scan():
                 batch.append(key)
                 if len(batch) >= SCAN_COUNT:
                     deleted += self._purge_keys(batch, cutoff_ms, limit - deleted)
@@ -84,6 +83,20 @@ class RedisDedupStore:
                 deleted += self._purge_keys(batch, cutoff_ms, limit - deleted)
             return deleted
         return redis_call(run, WHAT)
+
+    def counts(self) -> dict[str, int]:
+        """This namespace's records by status (a SCAN: for ``status``, not the hot path)."""
+        def run():
+            found = {"claimed": 0, "done": 0}
+            for keys in chunks(list(self._scan()), SCAN_COUNT):
+                for record in self._client.mget(keys):
+                    if record:
+                        found["done" if record.startswith(b"d ") else "claimed"] += 1
+            return found
+        return redis_call(run, WHAT)
+
+    def _scan(self):
+        return self._client.scan_iter(match=_glob_escape(self._prefix) + "*", count=SCAN_COUNT)
 
     def _purge_keys(self, keys: list[bytes], cutoff_ms: int, room: int) -> int:
         old = []

@@ -3,7 +3,6 @@
 from cachesync.consumer.core.dedup import ClaimState, Decision, decide
 from cachesync.consumer.core.offsets import Record, commit_offsets
 from cachesync.consumer.core.plan import EventPlan, Plan, plan_batch
-from cachesync.consumer.core.retry import RetryPolicy
 
 __all__ = ["ClaimState", "Decision", "decide", "Record", "commit_offsets",
-           "EventPlan", "Plan", "plan_batch", "RetryPolicy"]
+           "EventPlan", "Plan", "plan_batch"]

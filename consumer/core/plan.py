@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from cachesync.consumer.core.delivery import Delivery
 from cachesync.consumer.core.writes import (KIND_DELETE, CacheWrite, merge_writes, render_value,
                                   version_text)
 from cachesync.schema.errors import PoisonError, UnknownTableError
@@ -40,10 +41,6 @@ class EventPlan:
     unversioned: bool = False                   # NULL version column: invalidated, not written
     table: TableMapping | None = None           # table-level event: every key of this table
 
-    @property
-    def all_keys(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys([*self.keys, *(w.key for w in self.writes)]))
-
 
 @dataclass
 class Plan:
@@ -54,7 +51,7 @@ class Plan:
     """
 
     events: list[EventPlan] = field(default_factory=list)
-    poison: list[tuple[ChangeEvent, PoisonError]] = field(default_factory=list)
+    poison: list[tuple[Delivery | ChangeEvent, PoisonError]] = field(default_factory=list)
 
     @property
     def keys(self) -> list[str]:
@@ -155,12 +152,14 @@ def split_at_tables(plans: list[EventPlan]) -> list[tuple[list[EventPlan], Event
     return out
 
 
-def plan_batch(events: Iterable[ChangeEvent], mappings: MappingSet) -> Plan:
-    """Plan each event of a batch; poison is set aside."""
+def plan_batch(items: Iterable[Delivery | ChangeEvent], mappings: MappingSet) -> Plan:
+    """Plan each event of a batch; poison is set aside with the item it came in
+    (given deliveries, the poison names its delivery: record, pack index, bytes)."""
     plan = Plan()
-    for event in events:
+    for item in items:
+        event = item.event if isinstance(item, Delivery) else item
         try:
             plan.events.append(event_keys(event, mappings))
         except PoisonError as e:
-            plan.poison.append((event, e))
+            plan.poison.append((item, e))
     return plan

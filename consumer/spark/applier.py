@@ -1,9 +1,11 @@
 """Per-partition work of the Spark engine, run inside Spark's Python workers (no pyspark import).
 
 A Spark task gets one Kafka partition's slice of a micro-batch, in offset order. It
-runs the python engine's ``process`` on it (decode -> claim -> plan -> delete -> confirm,
-dead letters flushed) with the real adapters, so both engines share one implementation
-of the consumer semantics. Spark, not Kafka's group, owns the offsets: they move in the
+runs the shared applier (``cachesync.consumer.applier``: decode -> plan -> claim ->
+apply -> confirm -> dead letters) on it, with adapters built by the same factories
+as every other engine (``cachesync.wiring``) from the pickled Settings, and the same
+hooks: the worker's delayed second deletes, and the lag samples the driver's
+metrics record. Spark, not Kafka's group, owns the offsets: they move in the
 checkpoint only after every task of the batch returned.
 """
 
@@ -15,42 +17,35 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Iterable, Iterator
 
-from cachesync.consumer.adapters.memory import MemorySource
-from cachesync.consumer.engine import EngineOptions, PythonEngine, Stats
+from cachesync.consumer.applier import Applier, Stats
+from cachesync.consumer.core.offsets import commit_offsets
 from cachesync.consumer.spark.records import to_record
-from cachesync.producer_outbox.mysql import MySQLParams
-from cachesync.schema.errors import RetryableError
 from cachesync.schema.mapping import MappingSet
 
 log = logging.getLogger(__name__)
 
+AUDIT_TIMEOUT_S = 10.0      # one MGET or pipelined HGETALL of a chunk
+
 
 @dataclass(frozen=True)
 class ApplyConfig:
-    """Everything a task needs to build its adapters; pickled to the workers with the job."""
+    """Everything a task needs: the Settings (pickled to the workers with the job)."""
 
-    mysql: MySQLParams
-    namespace: str                  # dedup namespace (the python engine's: the group id)
-    redis_url: str
-    bootstrap_servers: str
-    dead_letter_topic: str
-    mappings: MappingSet
-    options: EngineOptions = EngineOptions()
+    settings: "Settings"  # noqa: F821 (cachesync.config.Settings)
     # Identifies one engine run: worker processes keep that run's connections under it.
     token: str = field(default_factory=lambda: uuid.uuid4().hex)
 
 
 class _LazyDeadLetters:
-    """A Kafka dead-letter producer created on the first poison record, not per task."""
+    """The dead-letter producer, created on the first poison record rather than per task."""
 
-    def __init__(self, bootstrap_servers: str, topic: str):
-        self._args = (bootstrap_servers, topic)
-        self._producer = None
+    def __init__(self, settings):
+        self._settings, self._producer = settings, None
 
     def send(self, record, reason: str, detail: str) -> None:
         if self._producer is None:
-            from cachesync.consumer.adapters.kafka_source import KafkaDeadLetters
-            self._producer = KafkaDeadLetters(*self._args)
+            from cachesync.wiring import build_dead_letters
+            self._producer = build_dead_letters(self._settings)
         self._producer.send(record, reason, detail)
 
     def flush(self) -> None:
@@ -58,80 +53,72 @@ class _LazyDeadLetters:
             self._producer.flush()
 
 
-# Spark reuses its Python worker processes across tasks (spark.python.worker.reuse), so
-# the connections of one engine run are opened once per worker, not once per batch.
-_ADAPTERS: dict[str, tuple] = {}
+class _Worker:
+    """One engine run's adapters and hooks in a worker process (Spark reuses its Python
+    workers, spark.python.worker.reuse, so connections are opened once per worker)."""
+
+    def __init__(self, settings):
+        from cachesync import wiring
+        from cachesync.consumer.hooks import Ticker, consumer_hooks
+        self.settings, self.mappings = settings, wiring.mappings(settings)
+        self.cache, self.dedup = wiring.build_cache(settings), wiring.build_dedup(settings)
+        self.dead_letters = _LazyDeadLetters(settings)
+        # delayed second deletes outlive the task that scheduled them: the worker's
+        # ticker runs them (the driver runs the dedup purge, so no store here)
+        stop = threading.Event()
+        self.hooks = consumer_hooks(self.cache, None, settings.consumer, Stats(), stop=stop)
+        Ticker(self.hooks, "cachesync-delayed-deletes", stop).start()
 
 
-def _adapters(config: ApplyConfig) -> tuple:
-    found = _ADAPTERS.get(config.token)
+_WORKERS: dict[str, object] = {}
+
+
+def _worker(config: ApplyConfig) -> _Worker:
+    found = _WORKERS.get(config.token)
     if found is None:
-        from cachesync.consumer.adapters.mysql_dedup import MySQLDedupStore
-        from cachesync.consumer.adapters.redis_cache import RedisCache
-        found = (MySQLDedupStore(config.mysql, config.namespace), RedisCache(config.redis_url),
-                 _LazyDeadLetters(config.bootstrap_servers, config.dead_letter_topic))
-        _ADAPTERS[config.token] = found
+        found = _WORKERS[config.token] = _Worker(config.settings)
     return found
 
 
 def consume_partition(rows: Iterable, config: ApplyConfig, batch_id: int) -> Iterator[dict]:
-    """Apply one partition's records of micro-batch ``batch_id``; yields one Stats dict.
+    """Apply one partition's records of micro-batch ``batch_id``; yields one dict:
+    ``stats`` (a Stats dict), ``lag`` (LagSamples) and ``offsets`` ({partition: next}).
 
-    Records are processed in chunks of ``options.batch_size`` (one dedup round trip
-    each). Transient errors are retried inside ``process`` and never skipped; anything
-    else fails the task, so Spark does not commit the batch and runs it again.
+    Records are applied in chunks of ``consumer.batch_size`` (one dedup round trip
+    each). Transient errors are retried and never skipped; anything else fails the
+    task, so Spark does not commit the batch and runs it again.
     """
-    dedup, cache, dead_letters = _adapters(config)
-    engine = PythonEngine(MemorySource(), dedup, cache, dead_letters, config.mappings,
-                          config.options)
+    from cachesync.metrics import lag_samples
+    worker, stats, lag, offsets = _worker(config), Stats(), [], {}
+    c = config.settings.consumer
+    applier = Applier(worker.cache, worker.mappings, c, worker.dedup, worker.dead_letters,
+                      stats=stats)
+    for part in _chunks(map(to_record, rows), c.batch_size):
+        result = applier.apply(part)
+        worker.hooks.after_batch(result)
+        lag += lag_samples(result, config.settings.mysql.state_db)
+        offsets.update({p: o for (_, p), o in commit_offsets(part).items()})
+    log.debug("batch %d: partition done: %s", batch_id, stats)
+    yield {"stats": asdict(stats), "lag": lag, "offsets": offsets}
+
+
+def _chunks(records: Iterator, size: int) -> Iterator[list]:
     chunk = []
-    for row in rows:
-        chunk.append(to_record(row))
-        if len(chunk) >= config.options.batch_size:
-            _schedule_double_deletes(engine.process(chunk), cache)
+    for record in records:
+        chunk.append(record)
+        if len(chunk) >= size:
+            yield chunk
             chunk = []
     if chunk:
-        _schedule_double_deletes(engine.process(chunk), cache)
-    log.debug("batch %d: partition done: %s", batch_id, engine.stats)
-    yield asdict(engine.stats)
-
-
-def _schedule_double_deletes(result, cache) -> None:
-    """Delete-mode ``double_delete_s``: invalidate the keys again after the delay.
-
-    The python engine keeps these in its loop; a task's engine ends with the task, so
-    the worker process (which Spark keeps) runs them on a timer. Like the python
-    engine's, they are an extra, not the guarantee: a worker that dies loses them.
-    """
-    by_delay: dict[float, dict[str, None]] = {}
-    for ep in result.applied:
-        if getattr(ep, "double_delete_s", None) and ep.keys:
-            by_delay.setdefault(ep.double_delete_s, {}).update(dict.fromkeys(ep.keys))
-    for delay, keys in by_delay.items():
-        timer = threading.Timer(delay, _delete_quietly, (cache, list(keys)))
-        timer.daemon = True
-        timer.start()
-
-
-def _delete_quietly(cache, keys: list[str]) -> None:
-    try:
-        cache.delete(keys)
-    except RetryableError as e:
-        log.warning("%d delayed second delete(s) not run: %s", len(keys), e)
-
-
-def add_stats(total: Stats, part: dict) -> None:
-    """Add one partition's Stats dict into ``total``."""
-    for name, value in part.items():
-        setattr(total, name, getattr(total, name) + value)
+        yield chunk
 
 
 @dataclass(frozen=True)
 class ReplayConfig:
-    """What a replay task needs; ``redis_url=None`` is a dry run (counts, touches nothing)."""
+    """What a replay task needs; ``settings=None`` is a dry run (counts, touches nothing)."""
 
     mappings: MappingSet
-    redis_url: str | None
+    settings: "Settings | None"  # noqa: F821 (cachesync.config.Settings): builds the cache
     tables: tuple[str, ...] = ()
     rate_per_task: float | None = None
     batch_size: int = 2000
@@ -150,18 +137,10 @@ def replay_partition(rows: Iterable, config: ReplayConfig, progress) -> Iterator
     ``progress`` is a Spark accumulator of records read, for the driver's progress bar.
     """
     from cachesync.consumer.replay import RateLimiter, ReplayApplier
-    cache = None if config.redis_url is None else _redis(config)
+    cache = None if config.settings is None else _replay_cache(config)
     applier = ReplayApplier(config.mappings, cache, config.tables, config.batch_size)
     limiter = RateLimiter(config.rate_per_task)
-    chunk = []
-    for row in rows:
-        chunk.append(to_record(row))
-        if len(chunk) >= config.batch_size:
-            limiter.acquire(len(chunk))
-            applier.apply(chunk)
-            progress.add(len(chunk))
-            chunk = []
-    if chunk:
+    for chunk in _chunks(map(to_record, rows), config.batch_size):
         limiter.acquire(len(chunk))
         applier.apply(chunk)
         progress.add(len(chunk))
@@ -173,18 +152,18 @@ def replay_partition(rows: Iterable, config: ReplayConfig, progress) -> Iterator
     yield ("", None, 0, c.keys_existed, c.poison, c.records)
 
 
-def _redis(config: ReplayConfig):
-    found = _ADAPTERS.get(config.token)
+def _replay_cache(config: ReplayConfig):
+    found = _WORKERS.get(config.token)
     if found is None:
-        from cachesync.consumer.adapters.redis_cache import RedisCache
-        found = _ADAPTERS[config.token] = RedisCache(config.redis_url)
+        from cachesync.wiring import build_cache
+        found = _WORKERS[config.token] = build_cache(config.settings)
     return found
 
 
 @dataclass(frozen=True)
 class AuditConfig:
     mapping: "TableMapping"  # noqa: F821 (cachesync.schema.mapping.TableMapping, pickled)
-    redis_url: str
+    settings: "Settings"     # noqa: F821 (cachesync.config.Settings): the Redis client
     chunk: int = 500
 
 
@@ -194,9 +173,9 @@ def audit_partition(rows: Iterable, config: AuditConfig, rows_read) -> Iterator[
     Values are read in chunks: one MGET (JSON values) and one pipelined HGETALL
     (update mode ``hash`` values) per chunk. ``rows_read`` is a Spark accumulator.
     """
-    import redis
     from cachesync.consumer.audit import expected_entries, verdict
-    client = redis.Redis.from_url(config.redis_url, socket_timeout=10)
+    from cachesync.wiring import redis_client
+    client = redis_client(config.settings, AUDIT_TIMEOUT_S)
     seen = 0
     try:
         chunk = []

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from cachesync.consumer.audit import STALE, AuditReport
 from cachesync.consumer.spark.applier import AuditConfig, audit_partition
+from cachesync.schema.sqlnames import quote
 
 JDBC_DRIVER = "org.mariadb.jdbc.Driver"
 SCAN_COUNT = 1000
@@ -32,19 +33,19 @@ def read_table(spark, source: TableSource, partitions: int):
     """The table as a DataFrame, ``partitions`` JDBC queries split by primary key."""
     props = {"user": source.user, "password": source.password, "driver": JDBC_DRIVER,
              "preferTimestampNTZ": "true"}
-    quoted = f"`{source.table}`"
+    quoted = quote(source.table)
     if source.integer_pk and source.lo is not None:
         return spark.read.jdbc(source.url, quoted, column=source.pk[0], lowerBound=source.lo,
                                upperBound=source.hi + 1, numPartitions=partitions,
                                properties=props)
     # Composite or non-integer key: split by a hash of the key columns.
-    cols = ", ".join(f"`{c}`" for c in source.pk)
+    cols = ", ".join(quote(c) for c in source.pk)
     predicates = [f"MOD(CRC32(CONCAT_WS(',', {cols})), {partitions}) = {i}"
                   for i in range(partitions)]
     return spark.read.jdbc(source.url, quoted, predicates=predicates, properties=props)
 
 
-def audit_table(spark, source: TableSource, mapping, redis_url: str, partitions: int = 4,
+def audit_table(spark, source: TableSource, mapping, settings, partitions: int = 4,
                 sample: int | None = None, scan=None) -> tuple[AuditReport, list[str]]:
     """Returns the report and every key to repair (stale values and extra keys).
 
@@ -56,7 +57,7 @@ def audit_table(spark, source: TableSource, mapping, redis_url: str, partitions:
     if sample:
         fraction = min(1.0, 1.5 * sample / max(source.rows, 1))
         frame = frame.sample(fraction=fraction, seed=7).limit(sample)
-    config = AuditConfig(mapping, redis_url)
+    config = AuditConfig(mapping, settings)
     rows_read = spark.sparkContext.accumulator(0)
     judged = spark.createDataFrame(
         frame.rdd.mapPartitions(lambda rows: audit_partition(rows, config, rows_read)),

@@ -1,7 +1,7 @@
 """The Spark engine: Structured Streaming from the change topic, foreachBatch per micro-batch.
 
 Per micro-batch (``batchId``), each Kafka partition's records go to one task that runs
-the python engine's batch logic (``applier.consume_partition``). Spark writes the batch's
+the shared applier (``applier.consume_partition``). Spark writes the batch's
 offsets to the checkpoint before running it and marks it committed only after
 foreachBatch returned; a crash in between re-runs the same batchId with the same
 records on restart, and the dedup table turns every id already done into a skipped
@@ -10,12 +10,13 @@ duplicate. Nothing is ever committed to the Kafka consumer group.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from dataclasses import dataclass, field
 
-from cachesync.consumer.engine import Stats
-from cachesync.consumer.spark.applier import ApplyConfig, add_stats, consume_partition
+from cachesync.consumer.applier import Stats
+from cachesync.consumer.spark.applier import ApplyConfig, consume_partition
 from cachesync.consumer.spark.records import KAFKA_SELECT
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,7 @@ class StreamOptions:
 class BatchReport:
     batch_id: int
     stats: Stats = field(default_factory=Stats)
+    lag: list = field(default_factory=list)       # LagSamples of the applied events
 
 
 class _StopRequested(Exception):
@@ -42,7 +44,8 @@ class _StopRequested(Exception):
 
 
 class SparkEngine:
-    """``run()`` until ``stop()``; ``stats`` sums every completed micro-batch."""
+    """``run()`` until ``stop()``; ``stats`` sums every completed micro-batch and ``offsets``
+    holds the next offset per partition of the last one (what the checkpoint commits)."""
 
     def __init__(self, spark, bootstrap_servers: str, topic: str, apply: ApplyConfig,
                  options: StreamOptions, on_batch=None):
@@ -52,6 +55,7 @@ class SparkEngine:
         self._idle = threading.Lock()      # held while a micro-batch is applied
         self._query = None
         self.stats = Stats()
+        self.offsets: dict[int, int] = {}
         self.batches: list[BatchReport] = []
 
     def start(self):
@@ -87,6 +91,18 @@ class SparkEngine:
     def stop(self) -> None:
         self._stop.set()
 
+    def committed_offsets(self) -> dict[int, int]:
+        """Next offset per partition as far as the checkpoint has committed: the query's
+        last progress (every partition, also idle ones) and the batches this run applied."""
+        found = dict(self.offsets)
+        progress = self._query.lastProgress if self._query is not None else None
+        for source in (progress or {}).get("sources") or []:
+            end = source.get("endOffset")
+            end = json.loads(end) if isinstance(end, str) else end
+            for partition, offset in ((end or {}).get(self._topic) or {}).items():
+                found[int(partition)] = max(found.get(int(partition), 0), int(offset))
+        return found
+
     def _apply_batch(self, frame, batch_id: int) -> None:
         if self._stop.is_set():
             raise _StopRequested(f"stop requested before batch {batch_id}")
@@ -96,8 +112,10 @@ class SparkEngine:
                 lambda rows: consume_partition(rows, apply, batch_id)).collect()
             report = BatchReport(batch_id)
             for part in parts:
-                add_stats(report.stats, part)
-                add_stats(self.stats, part)
+                report.stats.add(part["stats"])
+                report.lag += part["lag"]
+                self.offsets.update(part["offsets"])
+            self.stats.add(report.stats)
             self.batches.append(report)
             s = report.stats
             if s.consumed:

@@ -46,3 +46,12 @@ CREATE TABLE IF NOT EXISTS cachesync_lag (
   applied_us   BIGINT      NOT NULL,
   PRIMARY KEY (ns, source)
 ) ENGINE=InnoDB;
+
+-- The active tailer of each tailer.name (any number may run; the others wait as standbys on
+-- the MySQL named lock `cachesync:tailer:<name>`). Written by the tailer that takes the lock;
+-- `cachesync status` shows it, with whether the lock is still held.
+CREATE TABLE IF NOT EXISTS cachesync_tailer_lock (
+  name   VARCHAR(64)  NOT NULL PRIMARY KEY,
+  holder VARCHAR(255) NOT NULL,
+  since  DATETIME(6)  NOT NULL
+) ENGINE=InnoDB;

@@ -10,7 +10,7 @@ import pytest
 from cachesync.consumer.adapters.memory import MemoryDedupStore
 from cachesync.consumer.adapters.mysql_dedup import CLAIM_CHUNK, MySQLDedupStore
 from cachesync.consumer.adapters.redis_dedup import RedisDedupStore
-from cachesync.consumer.engine import purge_dedup
+from cachesync.consumer.hooks import purge_dedup
 from cachesync.consumer.core.dedup import ClaimState
 from cachesync.producer_outbox.mysql import MySQLParams
 

@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import os
-import re
 import signal
-import subprocess
-import sys
 import threading
 import urllib.error
 import urllib.request
@@ -14,47 +10,12 @@ import urllib.request
 import pytest
 
 from cachesync.schema.gtid import GtidState, parse_gtid
-from tests.support import stack_command, wait_for
+from tests.support import endpoints, http_get, stack_command, start, wait_for
+from tests.support.tables import USERS, USERS_DDL
 
 pytestmark = pytest.mark.integration
 
-USERS = {"users": {"keys": ["user:{id}", "user:email:{email}"]}}
-USERS_DDL = ("CREATE TABLE users (id BIGINT PRIMARY KEY, email VARCHAR(190) NOT NULL, "
-             "name VARCHAR(100) NOT NULL)")
 ROWS = 150
-
-
-def spawn(lab, cfg, *args, env=None):
-    """`cachesync <args> --config cfg` as a child process, output in the lab's tmp dir."""
-    log = open(lab.tmp / f"{'-'.join(args)}-{len(lab._procs)}.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "cachesync", *args, "--config", cfg],
-                            env={**os.environ, **lab.stack.env, **(env or {})}, stdout=log,
-                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    proc.log_path = log.name
-    lab._procs.append(proc)     # lab.close() terminates what is still running
-    return proc
-
-
-def start(lab, cfg, *args):
-    """Spawn and wait until its tailer stored the start checkpoint."""
-    before = lab.checkpoint_updated_at()
-    proc = spawn(lab, cfg, *args)
-    wait_for(lambda: lab._alive(proc) and lab.checkpoint_updated_at() != before, 60,
-             what=f"`cachesync {' '.join(args)}` to store its start checkpoint")
-    return proc
-
-
-def endpoints(lab, proc, count: int) -> list[str]:
-    """The metrics endpoints the process logged (the lab's config asks for port 0)."""
-    def found():
-        urls = re.findall(r"metrics and health on (http://\S+) ", lab.log(proc))
-        return urls if len(urls) == count else None
-    return wait_for(found, 30, what=f"{count} metrics endpoint(s) in the log")
-
-
-def http_get(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=10) as response:
-        return response.read().decode()
 
 
 def _ready(url: str) -> bool:

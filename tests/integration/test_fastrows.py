@@ -19,7 +19,7 @@ from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from cachesync.producer_outbox import fastrows
-from tests.unit.test_fastrows_unit import difference
+from tests.support.compare import difference
 
 ROW_EVENTS = [WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent]
 

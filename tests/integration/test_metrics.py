@@ -3,32 +3,12 @@
 
 from __future__ import annotations
 
-import re
 import urllib.error
 import urllib.request
 
-from prometheus_client.parser import text_string_to_metric_families
-
-from tests.support import stack_command, wait_for
+from tests.support import address, scrape, stack_command, wait_for
 
 USERS = {"users": {"keys": ["user:{id}"]}}
-
-
-def address(lab, proc) -> str:
-    """The host:port the child logged for its metrics server."""
-    def find():
-        lab._alive(proc)
-        m = re.search(r"metrics and health on http://(\S+) ", lab.log(proc))
-        return m and m.group(1)
-    return wait_for(find, 60, interval=0.1, what="the metrics server's address")
-
-
-def scrape(addr: str) -> dict[tuple[str, tuple], float]:
-    """Every sample as {(name, sorted labels): value}."""
-    with urllib.request.urlopen(f"http://{addr}/metrics", timeout=10) as r:
-        text = r.read().decode()
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for fam in text_string_to_metric_families(text) for s in fam.samples}
 
 
 def status_of(addr: str, path: str) -> int:

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from cachesync.schema.event import decode_record
-from tests.integration.test_poison import cli
+from tests.support import cli
 from tests.support import UsersWriter, wait_for
 
 pytestmark = pytest.mark.integration

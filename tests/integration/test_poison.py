@@ -4,15 +4,12 @@ tools for what was dead-lettered (dlq list / replay) and for the dedup table (de
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 from kafka import KafkaProducer
 
 from cachesync.schema.event import ChangeEvent, Source, encode
-from tests.support import wait_for
+from tests.support import cli, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -34,11 +31,6 @@ def produce(lab, values):
     for v in values:
         producer.send(lab.topic, key=b"k", value=v, headers=[("id", b"x")]).get(timeout=30)
     producer.close()
-
-
-def cli(lab, *args):
-    return subprocess.run([sys.executable, "-m", "cachesync", *args], capture_output=True,
-                          text=True, env={**os.environ, **lab.stack.env}, timeout=120)
 
 
 def test_each_poison_kind_has_its_outcome_and_nothing_is_lost(lab):

@@ -6,8 +6,8 @@ import signal
 
 import pytest
 
-from tests.integration.test_direct import USERS, USERS_DDL, endpoints, http_get, spawn, start
-from tests.support import wait_for
+from tests.support import endpoints, http_get, spawn, start, wait_for
+from tests.support.tables import USERS, USERS_DDL
 
 pytestmark = pytest.mark.integration
 

@@ -22,13 +22,15 @@ from click.testing import CliRunner
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from cachesync.cli import cli
-from cachesync.commands.consume_spark import build_spark_engine
+from cachesync.commands.consume_spark import build_spark_engine, dedup_purge
 from cachesync.commands.replay import run_replay
+from cachesync.consumer.adapters.redis_dedup import PREFIX as REDIS_DEDUP_PREFIX
+from cachesync.consumer.applier import Stats
 from cachesync.consumer.replay import parse_bound
 from cachesync.producer_outbox.rows import TxnContext, row_change
 from cachesync.schema.event import encode
 from cachesync.schema.keys import kafka_key
-from tests.support import add_config_sections, wait_for
+from tests.support import add_config_sections, address, scrape, status_json, wait_for
 
 pytestmark = pytest.mark.integration
 USERS = {"keys": ["user:{id}", "user:email:{email}"]}
@@ -173,6 +175,36 @@ def test_python_and_spark_engines_leave_identical_redis_and_dedup_state(lab, spa
     assert len(sp.batches) >= rec.count // 200
 
 
+def redis_dedup_records(lab, namespace: str) -> dict[str, bytes]:
+    prefix = f"{REDIS_DEDUP_PREFIX}{namespace}:"
+    return {k.decode()[len(prefix):]: lab.redis.get(k)
+            for k in lab.redis.scan_iter(match=prefix + "*", count=1000)}
+
+
+def test_spark_with_the_redis_dedup_store_claims_confirms_and_purges_in_redis(lab, spark):
+    rec = record_history(lab, users=30)
+    ns = f"rd-{lab.suffix}"
+    cfg = config_for_group(lab, {"users": USERS, "orders": ORDERS}, ns, "rd.yaml",
+                           dedup_store="redis", batch_size=50)
+    sp = run_spark_engine(lab, spark, cfg, lab.tmp / "rd-ck", rec.count)
+    assert sp.stats.applied == len(rec.ids) and sp.stats.duplicates == 3
+    done = redis_dedup_records(lab, ns)
+    assert set(done) == rec.ids and all(v.startswith(b"d ") for v in done.values())
+    assert dedup_records(lab, ns) == set()                     # nothing claimed in MySQL
+
+    returncode, doc = status_json(lab, cfg)                    # status reads the same store
+    assert doc["errors"] == {} and returncode == 0
+    assert doc["dedup"] == {"namespace": ns, "claimed": 0, "done": len(rec.ids),
+                            "total": len(rec.ids)}
+
+    purge_cfg = add_config_sections(cfg, consumer={"dedup_retention_s": 0,
+                                                   "purge_interval_s": 0.05})
+    stats = Stats()
+    with dedup_purge(lab.settings(purge_cfg), stats):          # what the Spark driver runs
+        wait_for(lambda: not redis_dedup_records(lab, ns), 30, what="the driver's purge in Redis")
+    assert stats.purged == len(rec.ids)
+
+
 # -- consume: kill -9 mid-stream, restart from the checkpoint -----------------------------------
 def spawn_spark_consumer(lab, config_path: str, checkpoint: Path, log_name: str):
     log = open(lab.tmp / log_name, "w")
@@ -201,6 +233,36 @@ def forget_last_commit(checkpoint: Path) -> int:
         (checkpoint / log_dir / str(batch)).unlink()
         (checkpoint / log_dir / f".{batch}.crc").unlink(missing_ok=True)   # Hadoop's checksum
     return last
+
+
+def test_spark_consume_serves_the_consumer_metrics_with_kafka_lag_from_its_checkpoint(lab, spark):
+    rec = Recorder(lab)
+    for i in range(40):
+        rec.change("users", "insert", None, {"id": i, "email": f"m{i}@x.org", "name": "n"})
+    rec.flush()
+    cfg = config_for_group(lab, {"users": USERS}, f"m-{lab.suffix}", "metrics.yaml")
+    proc = spawn_spark_consumer(lab, cfg, lab.tmp / "m-ck", "spark-m.log")
+    try:
+        addr = address(lab, proc)
+
+        def caught_up():
+            m = scrape(addr)
+            lag = {k: v for (name, k), v in m.items()
+                   if name == "cachesync_kafka_consumer_lag_messages"}
+            done = m.get(("cachesync_events_applied_total", ())) == 40
+            return (m, lag) if done and len(lag) == 3 and sum(lag.values()) == 0 else None
+        m, lag = wait_for(caught_up, 180, interval=0.5, what="metrics showing 40 applied, no lag")
+    finally:
+        proc.terminate()            # the driver only: it stops its query and its JVM itself
+        try:
+            proc.wait(90)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+    assert m[("cachesync_events_consumed_total", ())] == 40
+    assert m[("cachesync_commit_to_apply_seconds_count", (("kind", "binlog"),))] == 40
+    assert set(lag) == {(("partition", str(p)),) for p in range(3)}
+    assert proc.returncode == 0, lab.log(proc)
 
 
 BATCH_LINE = re.compile(r"spark batch (\d+): (\d+) consumed, (\d+) applied, (\d+) duplicates")

@@ -2,27 +2,15 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
-from tests.support import wait_for
+from tests.support import status_json as status, wait_for
 
 USERS = {"users": {"keys": ["user:{id}"]}}
-
-
-def status(lab, cfg: str) -> tuple[int, dict]:
-    out = subprocess.run([sys.executable, "-m", "cachesync", "status", "--json", "--config", cfg],
-                         env={**os.environ, **lab.stack.env}, capture_output=True, text=True,
-                         timeout=60)
-    return out.returncode, json.loads(out.stdout)
 
 
 def test_status_json_reports_every_part(lab):
     lab.sql("CREATE TABLE users (id INT PRIMARY KEY, name VARCHAR(50))")
     cfg = lab.write_config(USERS, tailer={"heartbeat_interval_s": 0.2})
-    lab.start_tailer(cfg)
+    tailer = lab.start_tailer(cfg)
     lab.spawn("consume", cfg)
     lab.sql("INSERT INTO users VALUES (1, 'a'), (2, 'b'), (3, 'c')")
     lab.produce_raw(b"not an event")
@@ -40,7 +28,9 @@ def test_status_json_reports_every_part(lab):
     assert doc["schema_version"] == 1 and doc["errors"] == {}
     mine = [c for c in doc["checkpoints"] if c["name"] == f"tailer-{lab.suffix}"]
     assert len(mine) == 1
-    assert set(mine[0]) == {"name", "server", "position", "updated_at", "age_s"}
+    assert set(mine[0]) == {"name", "server", "position", "updated_at", "age_s", "active",
+                            "active_since"}
+    assert mine[0]["active"].endswith(f":{tailer.pid}") and mine[0]["active_since"]
     assert mine[0]["position"].startswith(("gtid=", "mysql-bin")) and mine[0]["age_s"] < 30
     (lag,) = doc["lag"]
     assert lag["namespace"] == f"g-{lab.suffix}" and lag["source"] == f"tailer-{lab.suffix}"
@@ -55,11 +45,8 @@ def test_status_json_reports_every_part(lab):
 
 def test_status_names_an_unreachable_kafka_and_exits_1(lab):
     cfg = lab.write_config(USERS)
-    env = {**os.environ, **lab.stack.env, "CACHESYNC_KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1"}
-    out = subprocess.run([sys.executable, "-m", "cachesync", "status", "--json", "--config", cfg],
-                         env=env, capture_output=True, text=True, timeout=120)
-    doc = json.loads(out.stdout)
-    assert out.returncode == 1
+    returncode, doc = status(lab, cfg, {"CACHESYNC_KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1"})
+    assert returncode == 1
     assert set(doc["errors"]) == {"kafka", "dead_letters"}
     assert doc["kafka"] is None and doc["dead_letters"] is None
     assert doc["dedup"] == {"namespace": f"g-{lab.suffix}", "claimed": 0, "done": 0, "total": 0}

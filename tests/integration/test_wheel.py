@@ -8,6 +8,7 @@ a real Redis key through ``read_through``.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -23,11 +24,21 @@ ROOT = Path(__file__).resolve().parents[2]
 PYPI_SCHEMA = "schema==0.7.7"
 
 
+# What the Dockerfile copies: the wheel must build from exactly these.
+SOURCES = ("pyproject.toml", "README.md", "LICENSE", "schema", "producer_outbox", "consumer",
+           "cachesync")
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
+    """Built from a copy, so the build leaves nothing (build/, *.egg-info) in the checkout."""
+    src, out = tmp_path_factory.mktemp("src"), tmp_path_factory.mktemp("wheel")
+    for name in SOURCES:
+        copy = shutil.copytree if (ROOT / name).is_dir() else shutil.copy2
+        copy(ROOT / name, src / name, **({"ignore": shutil.ignore_patterns("__pycache__")}
+                                        if (ROOT / name).is_dir() else {}))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out),
-                    str(ROOT)], check=True, cwd=out)
+                    str(src)], check=True, cwd=out)
     (found,) = out.glob("cachesync-*.whl")
     return found
 
@@ -106,3 +117,11 @@ def test_the_command_line_without_the_sidecar_extra_says_what_to_install(wheel, 
                           capture_output=True, text=True)
     assert done.returncode == 2
     assert "pip install 'cachesync[sidecar]'" in done.stderr
+
+
+def test_the_dockerfile_copies_what_the_wheel_is_built_from():
+    copied = set()
+    for line in (ROOT / "Dockerfile").read_text().splitlines():
+        if line.startswith("COPY "):
+            copied.update(line.split()[1:-1])
+    assert copied == set(SOURCES)

@@ -8,9 +8,10 @@ from pymysqlreplication.row_event import WriteRowsEvent
 from cachesync.producer_outbox.binlog_read import LostPositionError, TableMaps, read_events
 from cachesync.producer_outbox.checkpoint import Checkpoint
 from cachesync.schema.errors import FatalError, RetryableError
-from tests.unit.test_gtid_tailer import (MARIADB, _Checkpoints, _Publisher, _Stream, MAPPINGS,
+from tests.support.binlog import (MARIADB, _Checkpoints, _Publisher, _Stream, MAPPINGS,
                                          mariadb_gtid, rows, table_map, u, xid)
 from cachesync.producer_outbox.mysql import MySQLParams
+from cachesync.config import TailerSettings
 from cachesync.producer_outbox.tailer import Tailer, TailerOptions
 
 
@@ -68,7 +69,7 @@ def test_the_tailer_publishes_rows_by_the_map_of_their_own_group():
     events[6].table_id = 25
     publisher = _Publisher()
     tailer = Tailer(MySQLParams("h", 1, "u", "p"), publisher, _Checkpoints(), MAPPINGS,
-                    TailerOptions(topic="t", checkpoint_interval_s=0))
+                    TailerOptions("t", TailerSettings(checkpoint_interval_s=0)))
     tailer._loop(_Stream(events), MARIADB, Checkpoint(MARIADB.identity, "0-1-41", "b.1", 4))
     assert [(e.table, e.pk) for _, e in publisher.sent] == [("users", (("id", 1),))]
 
@@ -76,6 +77,6 @@ def test_the_tailer_publishes_rows_by_the_map_of_their_own_group():
 def test_a_row_event_without_its_map_stops_the_tailer():
     events = [mariadb_gtid(0, 1, 42), rows(WriteRowsEvent, u(1, "a@x")), xid(1)]
     tailer = Tailer(MySQLParams("h", 1, "u", "p"), _Publisher(), _Checkpoints(), MAPPINGS,
-                    TailerOptions(topic="t", checkpoint_interval_s=0))
+                    TailerOptions("t", TailerSettings(checkpoint_interval_s=0)))
     with pytest.raises(FatalError, match="no table map"):
         tailer._loop(_Stream(events), MARIADB, Checkpoint(MARIADB.identity, "0-1-41", "b.1", 4))

@@ -9,32 +9,14 @@ import pytest
 from cachesync.direct import InProcessQueue
 from cachesync.supervisor import RestartingTailer, run_together
 from cachesync.consumer.adapters.memory import MemoryCache, MemoryDeadLetters, MemoryDedupStore
-from cachesync.consumer.core.retry import RetryPolicy
+from cachesync.schema.retry import RetryPolicy
 from cachesync.consumer.engine import PythonEngine
 from cachesync.schema.errors import FatalError, RetryableError
-from cachesync.schema.event import ChangeEvent, Source, encode
 from cachesync.schema.mapping import parse_mappings
+from tests.support.events import change
+from tests.support.fakes import FlakyCache
 
 MAPPINGS = parse_mappings({"shop.users": {"keys": ["user:{id}"]}})
-
-
-def change(msg_id: str, uid: int) -> bytes:
-    return encode(ChangeEvent(msg_id, Source("binlog", "s", "0-1-1", 0.0), "shop", "users",
-                              "update", (("id", uid),), {"id": uid}, {"id": uid}, 1))
-
-
-class FlakyCache(MemoryCache):
-    """Fails the first ``failures`` deletes, as Redis being down would."""
-
-    def __init__(self, failures: int = 0):
-        super().__init__()
-        self.failures = failures
-
-    def delete(self, keys):
-        if self.failures:
-            self.failures -= 1
-            raise RetryableError("redis down")
-        return super().delete(keys)
 
 
 def send(queue, log, cache, msg_id, uid):

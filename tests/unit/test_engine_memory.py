@@ -1,21 +1,13 @@
 """The python engine's protocol over the in-memory adapters (the real ones are in integration)."""
 
 from cachesync.consumer.adapters.memory import MemoryCache, MemoryDeadLetters, MemoryDedupStore, MemorySource
-from cachesync.consumer.core.offsets import Record
-from cachesync.consumer.engine import EngineOptions, PythonEngine
+from cachesync.config import ConsumerSettings
+from cachesync.consumer.engine import PythonEngine
 from cachesync.schema.event import ChangeEvent, Source, encode
 from cachesync.schema.mapping import parse_mappings
+from tests.support.events import change, record
 
 MAPPINGS = parse_mappings({"shop.users": {"keys": ["user:{id}"]}})
-
-
-def record(offset, value, partition=0):
-    return Record("changes", partition, offset, b"k", value)
-
-
-def change(msg_id, uid, table="users"):
-    return encode(ChangeEvent(msg_id, Source("binlog", "s", "0-1-1", 0.0), "shop", table, "update",
-                              (("id", uid),), {"id": uid}, {"id": uid}, 1))
 
 
 def engine_for(records, dedup=None):
@@ -117,7 +109,7 @@ def test_the_periodic_purge_runs_on_its_interval_and_is_bounded():
     dedup._clock = clock
     token, _ = dedup.claim([f"d{i}" for i in range(25)], 30)
     dedup.confirm(token, [f"d{i}" for i in range(25)])
-    opts = EngineOptions(dedup_retention_s=60, purge_interval_s=300, purge_batch=10,
+    opts = ConsumerSettings(dedup_retention_s=60, purge_interval_s=300, purge_batch=10,
                          purge_batches_per_run=2)
     engine = PythonEngine(MemorySource(), dedup, MemoryCache(), MemoryDeadLetters(), MAPPINGS,
                           options=opts, clock=clock)

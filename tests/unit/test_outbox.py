@@ -9,7 +9,8 @@ import pytest
 from cachesync.consumer.core.plan import plan_batch
 from cachesync.producer_outbox.outbox import (MAX_PAYLOAD_BYTES, OutboxError, OutboxRow, event_kafka_key,
                                     outbox_values, to_event)
-from cachesync.producer_outbox.relay import Relay, RelayOptions, Unconfirmed, _warn_due
+from cachesync.config import RelaySettings
+from cachesync.producer_outbox.relay import Relay, Unconfirmed, _warn_due
 from cachesync.schema.errors import ConfigError, RetryableError
 from cachesync.schema.event import decode, encode
 from cachesync.schema.mapping import parse_mappings
@@ -84,7 +85,7 @@ def test_warning_at_the_nth_attempt_and_every_n_after(attempts, expected):
                                           ("redeliver_interval_s", 0.0), ("retention_s", -1.0)])
 def test_relay_options_are_validated(field, value):
     with pytest.raises(ConfigError, match=f"relay.{field}"):
-        RelayOptions(topic="t", **{field: value}).validate()
+        RelaySettings(**{field: value})
 
 
 class FakeStore:
@@ -124,7 +125,8 @@ def rows(n):
 
 def test_a_round_is_bounded_and_marks_only_acknowledged_rows():
     store, pub = FakeStore(rows(10)), FakePublisher()
-    relay = Relay(store, lambda: pub, RelayOptions("t", burst_limit=4, max_unconfirmed=6), "app", "s")
+    relay = Relay(store, lambda: pub, RelaySettings(burst_limit=4, max_unconfirmed=6), "t", "app",
+                  "s")
     assert relay.round() == 4
     assert relay.round() == 2                  # only 2 more fit under max_unconfirmed
     assert relay.round() == 0 and store.claims == [4, 2]
@@ -138,7 +140,7 @@ def test_a_round_is_bounded_and_marks_only_acknowledged_rows():
 def test_rows_leased_again_warn_once_per_round_naming_the_most_retried(caplog):
     leased = [OutboxRow(**{**ROW.__dict__, "seq": i, "event_id": f"{i:032x}", "attempts": a})
               for i, a in enumerate([1, 3, 6, 4])]
-    relay = Relay(FakeStore(leased), FakePublisher, RelayOptions("t", warn_after_attempts=3),
+    relay = Relay(FakeStore(leased), FakePublisher, RelaySettings(warn_after_attempts=3), "t",
                   "app", "s")
     with caplog.at_level(logging.WARNING, logger="cachesync.producer_outbox.relay"):
         relay.round()
@@ -146,3 +148,20 @@ def test_rows_leased_again_warn_once_per_round_naming_the_most_retried(caplog):
     assert warnings == [f"2 outbox event(s) leased again without a confirmed publish; the most "
                         f"retried: {2:032x} (seq 2, {ROW.aggregate_type} {ROW.aggregate_id}) "
                         f"at attempt 6"]
+
+
+@pytest.mark.parametrize("name, quoted", [
+    ("cachesync_outbox", "`cachesync_outbox`"),
+    ("app.cachesync_outbox", "`app`.`cachesync_outbox`"),
+    ("o`; DROP TABLE users; --", "`o``; DROP TABLE users; --`"),
+])
+def test_the_outbox_table_name_is_quoted_never_pasted(name, quoted):
+    from cachesync.producer_outbox.outbox import _table_name
+    assert _table_name(name) == quoted
+
+
+@pytest.mark.parametrize("name", ["", "x" * 65, "a\0b"])
+def test_a_table_name_mysql_cannot_have_is_refused(name):
+    from cachesync.producer_outbox.outbox import OutboxError, _table_name
+    with pytest.raises(OutboxError, match="table: not a MySQL identifier"):
+        _table_name(name)

@@ -8,26 +8,23 @@ from kafka.partitioner.default import murmur2 as kafka_murmur2
 
 from cachesync.consumer.adapters.memory import MemoryCache, MemoryDeadLetters, MemoryDedupStore, MemorySource
 from cachesync.consumer.core.offsets import Record
-from cachesync.consumer.engine import EngineOptions, PythonEngine
+from cachesync.config import ConsumerSettings, TailerSettings
+from cachesync.consumer.engine import PythonEngine
 from cachesync.producer_outbox.checkpoint import Checkpoint
 from cachesync.producer_outbox.mysql import MySQLParams
 from cachesync.producer_outbox.packing import Packer
 from cachesync.producer_outbox.tailer import Tailer, TailerOptions
 from pymysqlreplication.row_event import UpdateRowsEvent, WriteRowsEvent
 from cachesync.schema.errors import DecodeError
-from cachesync.schema.event import ChangeEvent, Source, decode, decode_record, encode, encode_pack
+from cachesync.schema.event import decode, decode_record, encode, encode_pack
 from cachesync.schema.keys import kafka_key
 from cachesync.schema.mapping import parse_mappings
+from tests.support.events import event as change
 from cachesync.schema.partition import murmur2, partition_for
-from tests.unit.test_gtid_tailer import (MARIADB, _Checkpoints, _Stream, mariadb_gtid, rows, u,
-                                         with_table_maps, xid)
+from tests.support.binlog import (MARIADB, _Checkpoints, _Stream, mariadb_gtid, rows, u,
+                                  with_table_maps, xid)
 
 MAPPINGS = parse_mappings({"shop.users": {"keys": ["user:{id}"]}})
-
-
-def change(msg_id, uid, table="users", version=1):
-    return ChangeEvent(msg_id, Source("binlog", "s", "0-1-1", 0.0), "shop", table, "update",
-                       (("id", uid),), {"id": uid}, {"id": uid}, version)
 
 
 def test_murmur2_is_kafkas():
@@ -125,7 +122,7 @@ def test_the_tailer_packs_each_transaction_by_partition():
     publisher, checkpoints = _PackPublisher(), _Checkpoints()
     tailer = Tailer(MySQLParams("h", 1, "u", "p"), publisher, checkpoints,
                     parse_mappings({"app.users": {"keys": ["user:{id}"]}}),
-                    TailerOptions(topic="t", checkpoint_interval_s=0, pack_rows=5))
+                    TailerOptions("t", TailerSettings(checkpoint_interval_s=0, pack_rows=5)))
     tailer._loop(_Stream(with_table_maps(events)), MARIADB,
                  Checkpoint(MARIADB.identity, "0-1-41", "b.1", 4))
     tailer._save_checkpoint()
@@ -179,7 +176,7 @@ def test_the_engine_polls_fewer_records_when_they_are_packed():
     poll = source.poll
     source.poll = lambda n, t: asked.append(n) or poll(n, t)
     engine = PythonEngine(source, MemoryDedupStore(), MemoryCache(), MemoryDeadLetters(), MAPPINGS,
-                          EngineOptions(batch_size=8))
+                          ConsumerSettings(batch_size=8))
     for _ in range(4):
         engine.step()
     # nothing seen yet: batch_size records; then batch_size // the widest record seen (4)

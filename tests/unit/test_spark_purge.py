@@ -2,9 +2,11 @@
 
 import time
 
-from cachesync.commands.consume_spark import DedupPurger
+from cachesync.commands.consume_spark import dedup_purge
 from cachesync.config import load
 from cachesync.consumer.adapters.memory import MemoryDedupStore
+from cachesync.consumer.applier import Stats
+from cachesync.devstack import wait_for
 
 
 class ClosingStore(MemoryDedupStore):
@@ -22,10 +24,7 @@ def test_the_driver_purges_done_records_on_its_interval_and_closes_the_store(tmp
     token, _ = store.claim(["x", "y", "z"], 30)
     store.confirm(token, ["x", "y", "z"])
     store._clock = lambda: time.monotonic() + 1          # done records are now past retention
-    purger = DedupPurger(load(str(cfg), {}), build=lambda _settings: store)
-    purger.start()
-    deadline = time.monotonic() + 10
-    while store.rows and time.monotonic() < deadline:
-        time.sleep(0.01)                                   # awaiting the purge thread's work
-    purger.stop()
-    assert not store.rows and purger.purged == 3 and store.closed
+    stats = Stats()
+    with dedup_purge(load(str(cfg), {}), stats, build=lambda _settings: store):
+        wait_for(lambda: not store.rows, timeout=10, what="the driver's purge")
+    assert not store.rows and stats.purged == 3 and store.closed

@@ -36,8 +36,9 @@ from pymysqlreplication.row_event import WriteRowsEvent  # noqa: E402
 
 from cachesync.producer_outbox.checkpoint import Checkpoint  # noqa: E402
 from cachesync.producer_outbox.mysql import MySQLParams  # noqa: E402
+from cachesync.config import TailerSettings
 from cachesync.producer_outbox.tailer import Tailer, TailerOptions  # noqa: E402
-from tests.unit.test_gtid_tailer import (MAPPINGS, MARIADB, _Checkpoints, _Publisher,  # noqa: E402
+from tests.support.binlog import (MAPPINGS, MARIADB, _Checkpoints, _Publisher,  # noqa: E402
                                          _Stream, mariadb_gtid, rows, u, with_table_maps)
 
 XID = "X'6131',X'',1"
@@ -64,7 +65,7 @@ def xa_gtid(seq: int):
 def tail(events):
     publisher, checkpoints = _Publisher(), _Checkpoints()
     tailer = Tailer(MySQLParams("h", 1, "u", "p"), publisher, checkpoints, MAPPINGS,
-                    TailerOptions(topic="t", checkpoint_interval_s=0))
+                    TailerOptions("t", TailerSettings(checkpoint_interval_s=0)))
     tailer._loop(_Stream(with_table_maps(events)), MARIADB,
                  Checkpoint(MARIADB.identity, "0-1-41", "b.1", 4))
     tailer._save_checkpoint()
@@ -108,7 +109,7 @@ class _Partitioned(_Publisher):
 def test_a_commit_of_a_transaction_prepared_before_the_start_invalidates_every_table():
     publisher = _Partitioned()
     tailer = Tailer(MySQLParams("h", 1, "u", "p"), publisher, _Checkpoints(), MAPPINGS,
-                    TailerOptions(topic="t", checkpoint_interval_s=0))
+                    TailerOptions("t", TailerSettings(checkpoint_interval_s=0)))
     tailer._loop(_Stream([mariadb_gtid(0, 1, 44), query(f"XA COMMIT {XID}")]), MARIADB,
                  Checkpoint(MARIADB.identity, "0-1-43", "b.1", 4))
     sent = [e for _, e in publisher.sent]

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
+import urllib.request
 import subprocess
 import sys
 import threading
@@ -11,6 +14,7 @@ import time
 import uuid
 
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 from kafka.errors import TopicAlreadyExistsError
@@ -18,6 +22,8 @@ from kafka.errors import TopicAlreadyExistsError
 from cachesync import config
 from cachesync.devstack import DevStack, wait_for  # noqa: F401 (tests import wait_for from here)
 from cachesync.wiring import build_engine
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 class Lab:
@@ -68,13 +74,7 @@ class Lab:
 
     # -- processes ------------------------------------------------------------------
     def spawn(self, command: str, config_path: str) -> subprocess.Popen:
-        log = open(self.tmp / f"{command}-{len(self._procs)}.log", "w")
-        proc = subprocess.Popen([sys.executable, "-m", "cachesync", command, "--config", config_path],
-                                env={**os.environ, **self.stack.env}, stdout=log,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        proc.log_path = log.name
-        self._procs.append(proc)
-        return proc
+        return spawn(self, config_path, command)
 
     def start_tailer(self, config_path: str) -> subprocess.Popen:
         """Start `cachesync tail` and wait until it stored its start checkpoint."""
@@ -254,7 +254,69 @@ def prepare_outbox(lab: Lab) -> None:
 
 def stack_command(*args: str) -> None:
     """Run devstack/stack.sh (e.g. ``"down", "kafka"``) with this process's environment."""
-    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                          "devstack", "stack.sh")
+    script = os.path.join(REPO, "devstack", "stack.sh")
     subprocess.run([script, *args], check=True, stdout=subprocess.DEVNULL,
                    stderr=subprocess.PIPE, timeout=180)
+
+
+def status_json(lab: Lab, config_path: str, env: dict | None = None) -> tuple[int, dict]:
+    """``cachesync status --json`` as a child process: (exit code, document)."""
+    out = subprocess.run([sys.executable, "-m", "cachesync", "status", "--json", "--config",
+                          config_path], env={**os.environ, **lab.stack.env, **(env or {})},
+                         capture_output=True, text=True, timeout=120)
+    return out.returncode, json.loads(out.stdout)
+
+
+def address(lab, proc) -> str:
+    """The host:port the child logged for its metrics server."""
+    def find():
+        lab._alive(proc)
+        m = re.search(r"metrics and health on http://(\S+) ", lab.log(proc))
+        return m and m.group(1)
+    return wait_for(find, 60, interval=0.1, what="the metrics server's address")
+
+
+def scrape(addr: str) -> dict[tuple[str, tuple], float]:
+    """Every sample as {(name, sorted labels): value}."""
+    with urllib.request.urlopen(f"http://{addr}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+
+def cli(lab, *args):
+    return subprocess.run([sys.executable, "-m", "cachesync", *args], capture_output=True,
+                          text=True, env={**os.environ, **lab.stack.env}, timeout=120)
+
+
+def spawn(lab, cfg, *args, env=None):
+    """`cachesync <args> --config cfg` as a child process, output in the lab's tmp dir."""
+    log = open(lab.tmp / f"{'-'.join(args)}-{len(lab._procs)}.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "cachesync", *args, "--config", cfg],
+                            env={**os.environ, **lab.stack.env, **(env or {})}, stdout=log,
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    proc.log_path = log.name
+    lab._procs.append(proc)     # lab.close() terminates what is still running
+    return proc
+
+
+def start(lab, cfg, *args):
+    """Spawn and wait until its tailer stored the start checkpoint."""
+    before = lab.checkpoint_updated_at()
+    proc = spawn(lab, cfg, *args)
+    wait_for(lambda: lab._alive(proc) and lab.checkpoint_updated_at() != before, 60,
+             what=f"`cachesync {' '.join(args)}` to store its start checkpoint")
+    return proc
+
+
+def endpoints(lab, proc, count: int) -> list[str]:
+    """The metrics endpoints the process logged (the lab's config asks for port 0)."""
+    def found():
+        urls = re.findall(r"metrics and health on (http://\S+) ", lab.log(proc))
+        return urls if len(urls) == count else None
+    return wait_for(found, 30, what=f"{count} metrics endpoint(s) in the log")
+
+
+def http_get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return response.read().decode()

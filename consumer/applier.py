@@ -1,0 +1,204 @@
+"""The batch applier every engine shares: decode -> plan -> claim -> apply -> confirm -> dead letters.
+
+It takes records and returns what it did; it has no source and commits nothing. The
+Kafka loop (``cachesync.consumer.engine``), the Spark tasks, direct mode and replay
+all call it, and attach their side jobs as hooks (``cachesync.consumer.hooks``).
+Transient errors are retried (``cachesync.schema.retry.call``) and never skipped;
+without a dedup store (replay) nothing is claimed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from cachesync.config import ConsumerSettings
+from cachesync.consumer.core.dedup import decide
+from cachesync.consumer.core.delivery import Decoded, decode_records
+from cachesync.consumer.core.offsets import Record
+from cachesync.consumer.core.plan import (EventPlan, batch_keys, batch_writes, plan_batch,
+                                          split_at_tables)
+from cachesync.consumer.core.writes import padded
+from cachesync.consumer.ports import CacheWriter, DeadLetters, DedupStore
+from cachesync.schema.mapping import MappingSet
+from cachesync.schema.retry import RetryPolicy, Stopped, call
+
+log = logging.getLogger(__name__)
+
+# claimed by another consumer: wait at least this long (plus backoff) before asking again
+BUSY_WAIT_S = 0.1
+
+
+@dataclass
+class Stats:
+    consumed: int = 0
+    applied: int = 0
+    duplicates: int = 0
+    dead_lettered: int = 0
+    keys_deleted: int = 0
+    keys_written: int = 0
+    fenced: int = 0                # update-mode writes refused: Redis held a newer version
+    oversized: int = 0             # values over max_value_bytes, invalidated instead
+    unversioned: int = 0           # NULL version column, invalidated instead
+    null_key_skips: int = 0
+    double_deletes: int = 0        # delayed second deletes run (hook)
+    purged: int = 0                # done dedup records purged (hook)
+    batches: int = 0
+    retries: int = 0
+    table_invalidations: int = 0   # table-level events (truncate, drop, rename, statement)
+    table_keys_deleted: int = 0    # keys those removed
+
+    def summary(self) -> str:
+        return (f"{self.consumed} consumed, {self.applied} applied, {self.duplicates} duplicates, "
+                f"{self.dead_lettered} dead-lettered")
+
+    def add(self, other: "Stats | dict") -> None:
+        """Add another Stats (or its dict, as a Spark task returns it) into this one."""
+        values = other if isinstance(other, dict) else vars(other)
+        for name, value in values.items():
+            setattr(self, name, getattr(self, name) + value)
+
+
+@dataclass
+class BatchResult:
+    consumed: int = 0          # events decoded, plus records that could not be decoded
+    widest: int = 0            # the most events one record held
+    applied: list[EventPlan] = field(default_factory=list)
+    duplicates: list[str] = field(default_factory=list)
+    dead_lettered: list[tuple[Record, str]] = field(default_factory=list)
+    keys_existed: int = 0      # invalidated keys that were in Redis
+    applied_at: float = 0.0
+
+
+class Applier:
+    """Applies batches of records; ``stats`` sums every batch (and the retries)."""
+
+    def __init__(self, cache: CacheWriter, mappings: MappingSet,
+                 settings: ConsumerSettings = ConsumerSettings(), dedup: DedupStore | None = None,
+                 dead_letters: DeadLetters | None = None, retry: RetryPolicy = RetryPolicy(),
+                 stop: threading.Event | None = None, stats: Stats | None = None):
+        self._cache, self._mappings, self._settings = cache, mappings, settings
+        self._dedup, self._dlq, self._retry = dedup, dead_letters, retry
+        self._stop = stop or threading.Event()
+        self.stats = stats or Stats()
+
+    def apply(self, records: Sequence[Record]) -> BatchResult:
+        """Apply one batch; raises Stopped if stop was requested while it waited, or what is
+        not transient (the caller must not commit the batch then)."""
+        result = BatchResult()
+        decoded = decode_records(records)
+        result.consumed, result.widest = decoded.consumed, decoded.widest
+        plan = plan_batch(decoded.deliveries, self._mappings)
+        self._set_aside_poison(decoded, plan.poison, result)
+        by_id = {ep.event.id: ep for ep in plan.events}
+        claims = self._claim_all(list(by_id), result)
+        result.applied = [by_id[i] for _, ids in claims for i in ids]
+        self._write(result)
+        for token, ids in claims:
+            if token is not None:
+                self.call("dedup confirm", lambda t=token, i=ids: self._dedup.confirm(t, i))
+        if result.dead_lettered and self._dlq is not None:
+            self.call("dead-letter flush", self._dlq.flush)
+        result.applied_at = time.time()
+        result.duplicates += _repeats(ep.event.id for ep in plan.events)
+        self._count(result, plan.null_skips)
+        return result
+
+    def _set_aside_poison(self, decoded: Decoded, poison, result: BatchResult) -> None:
+        """Dead-letter what could not be decoded or planned, each as it was published."""
+        for bad in decoded.undecodable:
+            self._dead_letter(bad.record, bad.error.reason, bad.error.detail, result)
+        for delivery, error in poison:
+            self._dead_letter(delivery.dead_letter(), error.reason, error.detail, result)
+
+    def _write(self, result: BatchResult) -> None:
+        """Apply the batch in order: a table-level event splits it, rows before it apply first."""
+        for rows, table_event in split_at_tables(result.applied):
+            self._write_rows(rows, result)
+            if table_event is not None:
+                self._apply_table(table_event)
+
+    def _apply_table(self, ep: EventPlan) -> None:
+        """Invalidate every key of the table; update mode also fences older writes."""
+        event, mapping = ep.event, ep.table
+        fence = padded(event.version) if mapping.updates else None
+        removed = self.call("redis table invalidation",
+                            lambda: self._cache.invalidate_table(mapping, fence))
+        self.stats.table_invalidations += 1
+        self.stats.table_keys_deleted += removed
+        log.warning("table-level change of %s (%s): invalidated every key of its templates, "
+                    "%d removed", event.qualified_table, event.extra.get("reason", "?"), removed)
+
+    def _write_rows(self, applied: list[EventPlan], result: BatchResult) -> None:
+        """Invalidate, then write the fenced values (update mode)."""
+        s = self.stats
+        keys = batch_keys(applied)
+        if keys:
+            existed = self.call("redis delete", lambda: self._cache.delete(keys))
+            result.keys_existed += existed
+            s.keys_deleted += existed
+        writes = batch_writes(applied)
+        if writes:
+            done = self.call("redis fenced write", lambda: self._cache.write(writes))
+            s.keys_written += done.applied
+            s.fenced += done.refused
+        for ep in applied:
+            s.oversized += ep.oversized
+            s.unversioned += ep.unversioned
+
+    def _claim_all(self, ids: list[str], result: BatchResult) -> list[tuple[str | None, list[str]]]:
+        """Claim until every id is ours or done; busy ids wait for their lease to expire.
+        Without a dedup store every id is applied, unclaimed (token None)."""
+        if self._dedup is None:
+            return [(None, ids)] if ids else []
+        claims, pending, attempt, lease = [], ids, 0, self._settings.claim_lease_s
+        while pending:
+            token, states = self.call("dedup claim", lambda: self._dedup.claim(pending, lease))
+            decision = decide(pending, states)
+            if decision.apply:
+                claims.append((token, list(decision.apply)))
+            result.duplicates += decision.duplicates
+            pending = list(decision.busy)
+            if pending:
+                attempt += 1
+                wait = min(lease, self._retry.backoff(attempt) + BUSY_WAIT_S)
+                log.info("%d message(s) claimed by another consumer; waiting %.1fs for the lease",
+                         len(pending), wait)
+                if self._stop.wait(wait):
+                    raise Stopped("stop requested while waiting for a claim")
+        return claims
+
+    def _dead_letter(self, record: Record, reason: str, detail: str, result: BatchResult) -> None:
+        if self._dlq is not None:
+            self._dlq.send(record, reason, detail)
+        result.dead_lettered.append((record, reason))
+
+    def _count(self, result: BatchResult, null_skips: int) -> None:
+        s = self.stats
+        s.batches += 1
+        s.consumed += result.consumed
+        s.applied += len(result.applied)
+        s.duplicates += len(result.duplicates)
+        s.dead_lettered += len(result.dead_lettered)
+        s.null_key_skips += null_skips
+
+    def call(self, what: str, fn: Callable):
+        """``fn()`` retried under this applier's policy and stop; retries are counted."""
+        return call(fn, what, self._stop, self._retry, self._count_retry)
+
+    def _count_retry(self, error: BaseException, attempt: int) -> None:
+        self.stats.retries += 1
+
+
+def _repeats(ids) -> list[str]:
+    """Ids seen more than once in one batch (a tailer re-publish landing in the same poll)."""
+    seen: set[str] = set()
+    out = []
+    for msg_id in ids:
+        if msg_id in seen:
+            out.append(msg_id)
+        seen.add(msg_id)
+    return out

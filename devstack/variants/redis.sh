@@ -1,0 +1,213 @@
+# Sourced by devstack/stack.sh: the Redis variants, each its own redis-server processes with
+# a config file under <datadir>/<variant>/ (mode 600: it may hold ACL passwords), no
+# persistence, bound to 127.0.0.1, daemonized with pid files in <datadir>/run.
+#
+#   redis-tls       one server, TLS port only (devstack CA), default user off, ACL users
+#                   `devadmin` (everything) and `cachesync` (least privilege, see REDIS_ACL_CACHESYNC)
+#   redis-cluster   three masters (cluster-enabled), slots spread by `redis-cli --cluster create`
+#   redis-sentinel  a master, one replica and three sentinels watching master name `cachesync`
+# Default ports follow the main Redis port (16379), so stacks with other base ports never collide.
+REDIS_TLS_PORT="${DEVSTACK_REDIS_TLS_PORT:-$((REDIS_PORT + 1))}"                          # 16380
+REDIS_SENTINEL_MASTER_PORT="${DEVSTACK_REDIS_SENTINEL_MASTER_PORT:-$((REDIS_PORT + 11))}" # 16390, replica 16391
+REDIS_SENTINEL_PORT="${DEVSTACK_REDIS_SENTINEL_PORT:-$((REDIS_PORT + 21))}"               # sentinels 16400-16402
+REDIS_CLUSTER_PORT="${DEVSTACK_REDIS_CLUSTER_PORT:-$((REDIS_PORT + 31))}"                 # nodes 16410-16412
+REDIS_CLUSTER_BUS_PORT="${DEVSTACK_REDIS_CLUSTER_BUS_PORT:-$((REDIS_PORT + 41))}"         # their buses 16420-16422
+REDIS_SENTINEL_MASTER_NAME=cachesync
+
+# What the consumer (delete and update mode, Redis dedup store and its purge) and read_through
+# send, directly or from their Lua scripts, and nothing else; every key, since application
+# keys are whatever the templates say (a deployment can narrow `~*` to its key prefixes plus
+# `~cachesync:*`). `lint`/`audit` also need +type +ttl; `info`, `config`, `flushall`, `keys`,
+# pub/sub and the admin commands stay refused.
+REDIS_ACL_CACHESYNC="~* resetchannels -@all +ping +get +mget +set +del +unlink +exists +scan +hgetall +hset +pexpire +time +evalsha +eval +script|load +script|exists +client|setname"
+
+redis_conf() { # LABEL PORT DIR: the lines every devstack redis-server config starts with
+  cat <<EOF
+bind 127.0.0.1
+port $2
+daemonize yes
+pidfile $RUN/$1.pid
+logfile $LOGS/$1.log
+dir $3
+save ""
+appendonly no
+EOF
+}
+
+redis_start() { # LABEL CONF [ARGS...]: unless its pid file names a live redis-server
+  local label="$1" conf="$2"; shift 2
+  pid_alive "$RUN/$label.pid" redis-server >/dev/null && return 0
+  rm -f "$RUN/$label.pid"
+  redis-server "$conf" "$@" </dev/null >>"$LOGS/$label.log" 2>&1 ||
+    show_log_and_die "$LOGS/$label.log" "$label: redis-server failed to start"
+}
+
+# ---------------------------------------------------------------- redis-tls
+redis_tls_procs() { echo "$RUN/redis-tls.pid redis-server $REDIS_TLS_PORT"; }
+
+redis_tls_env() {
+  cat <<EOF
+DEVSTACK_REDIS_TLS_URL=rediss://127.0.0.1:$REDIS_TLS_PORT/0
+DEVSTACK_REDIS_TLS_USER=cachesync
+DEVSTACK_REDIS_TLS_PASSWORD_FILE=$SECRETS/redis-cachesync.password
+DEVSTACK_REDIS_TLS_ADMIN_USER=devadmin
+DEVSTACK_REDIS_TLS_ADMIN_PASSWORD_FILE=$SECRETS/redis-admin.password
+DEVSTACK_REDIS_SSL_CA=$TLS_DIR/ca.crt
+DEVSTACK_REDIS_SSL_CERT=$TLS_DIR/client.crt
+DEVSTACK_REDIS_SSL_KEY=$TLS_DIR/client.key
+EOF
+}
+
+redis_tls_cli() { # redis-cli args...: as devadmin over TLS (password from the environment, not argv)
+  REDISCLI_AUTH="$(cat "$SECRETS/redis-admin.password")" redis-cli --no-auth-warning --tls \
+    --cacert "$TLS_DIR/ca.crt" -h 127.0.0.1 -p "$REDIS_TLS_PORT" --user devadmin "$@" </dev/null
+}
+
+redis_tls_up() {
+  local dir="$DIR/redis-tls" conf="$DIR/redis-tls/redis.conf"
+  tls_ensure
+  ensure_secret "$SECRETS/redis-admin.password"
+  ensure_secret "$SECRETS/redis-cachesync.password"
+  if ! pid_alive "$RUN/redis-tls.pid" redis-server >/dev/null; then
+    check_port_free "$REDIS_TLS_PORT" DEVSTACK_REDIS_TLS_PORT
+    mkdir -p "$dir"
+    { redis_conf redis-tls 0 "$dir"
+      cat <<EOF
+tls-port $REDIS_TLS_PORT
+tls-cert-file $TLS_DIR/server.crt
+tls-key-file $TLS_DIR/server.key
+tls-ca-cert-file $TLS_DIR/ca.crt
+tls-auth-clients optional
+user default off
+user devadmin on >$(cat "$SECRETS/redis-admin.password") ~* &* +@all
+user cachesync on >$(cat "$SECRETS/redis-cachesync.password") $REDIS_ACL_CACHESYNC
+EOF
+    } | write_private "$conf"
+    log "starting redis-tls on 127.0.0.1:$REDIS_TLS_PORT (TLS only)"
+    redis_start redis-tls "$conf"
+  fi
+  wait_until "$REDIS_WAIT" redis-tls redis_tls_ping || show_log_and_die "$LOGS/redis-tls.log" "redis-tls does not answer"
+  log "redis-tls ready (TLS 127.0.0.1:$REDIS_TLS_PORT, ACL users devadmin, cachesync)"
+}
+
+redis_tls_ping() { [ "$(redis_tls_cli ping 2>/dev/null)" = PONG ]; }
+
+# ---------------------------------------------------------------- redis-cluster
+redis_cluster_ports() { echo "$REDIS_CLUSTER_PORT" $((REDIS_CLUSTER_PORT + 1)) $((REDIS_CLUSTER_PORT + 2)); }
+
+redis_cluster_procs() {
+  local p; for p in $(redis_cluster_ports); do echo "$RUN/redis-cluster-$p.pid redis-server $p"; done
+}
+
+redis_cluster_env() {
+  local nodes=() p; for p in $(redis_cluster_ports); do nodes+=("127.0.0.1:$p"); done
+  local IFS=,
+  echo "DEVSTACK_REDIS_CLUSTER_NODES=${nodes[*]}"
+  echo "DEVSTACK_REDIS_CLUSTER_URL=redis://127.0.0.1:$REDIS_CLUSTER_PORT/0"
+}
+
+redis_cluster_state_ok() { # every node says cluster_state:ok
+  local p; for p in $(redis_cluster_ports); do
+    redis-cli -h 127.0.0.1 -p "$p" cluster info </dev/null 2>/dev/null | grep -q '^cluster_state:ok' || return 1
+  done
+}
+
+redis_cluster_up() {
+  local i=0 p dir
+  for p in $(redis_cluster_ports); do
+    dir="$DIR/redis-cluster/$p"
+    if ! pid_alive "$RUN/redis-cluster-$p.pid" redis-server >/dev/null; then
+      check_port_free "$p" DEVSTACK_REDIS_CLUSTER_PORT
+      check_port_free $((REDIS_CLUSTER_BUS_PORT + i)) DEVSTACK_REDIS_CLUSTER_BUS_PORT
+      mkdir -p "$dir"
+      { redis_conf "redis-cluster-$p" "$p" "$dir"
+        printf '%s\n' "cluster-enabled yes" "cluster-config-file nodes.conf" "cluster-node-timeout 5000" \
+          "cluster-port $((REDIS_CLUSTER_BUS_PORT + i))"
+      } | write_private "$dir/redis.conf"
+      log "starting redis-cluster node 127.0.0.1:$p (bus $((REDIS_CLUSTER_BUS_PORT + i)))"
+      redis_start "redis-cluster-$p" "$dir/redis.conf"
+    fi
+    wait_until "$REDIS_WAIT" "redis-cluster node $p" redis-cli -h 127.0.0.1 -p "$p" ping ||
+      show_log_and_die "$LOGS/redis-cluster-$p.log" "redis-cluster node $p does not answer"
+    i=$((i + 1))
+  done
+  # a fresh set of nodes knows no slots; nodes restarted from their nodes.conf find each other
+  if [ "$(redis-cli -h 127.0.0.1 -p "$REDIS_CLUSTER_PORT" cluster info </dev/null | tr -d '\r' | sed -n 's/^cluster_slots_assigned://p')" = 0 ]; then
+    local nodes=(); for p in $(redis_cluster_ports); do nodes+=("127.0.0.1:$p"); done
+    log "creating the cluster: redis-cli --cluster create ${nodes[*]} --cluster-replicas 0 --cluster-yes"
+    redis-cli --cluster create "${nodes[@]}" --cluster-replicas 0 --cluster-yes </dev/null \
+      >"$LOGS/redis-cluster-create.log" 2>&1 || show_log_and_die "$LOGS/redis-cluster-create.log" "redis-cluster: create failed"
+  fi
+  wait_until 60 "redis-cluster cluster_state:ok" redis_cluster_state_ok ||
+    show_log_and_die "$LOGS/redis-cluster-$REDIS_CLUSTER_PORT.log" "redis-cluster: cluster_state is not ok"
+  log "redis-cluster ready (3 masters from 127.0.0.1:$REDIS_CLUSTER_PORT)"
+}
+
+# ---------------------------------------------------------------- redis-sentinel
+redis_sentinel_ports() { echo "$REDIS_SENTINEL_PORT" $((REDIS_SENTINEL_PORT + 1)) $((REDIS_SENTINEL_PORT + 2)); }
+
+redis_sentinel_procs() {
+  echo "$RUN/redis-sentinel-master.pid redis-server $REDIS_SENTINEL_MASTER_PORT"
+  echo "$RUN/redis-sentinel-replica.pid redis-server $((REDIS_SENTINEL_MASTER_PORT + 1))"
+  local p; for p in $(redis_sentinel_ports); do echo "$RUN/redis-sentinel-$p.pid redis-server $p"; done
+}
+
+redis_sentinel_env() {
+  local s=() p; for p in $(redis_sentinel_ports); do s+=("127.0.0.1:$p"); done
+  local IFS=,
+  echo "DEVSTACK_REDIS_SENTINELS=${s[*]}"
+  echo "DEVSTACK_REDIS_SENTINEL_MASTER_NAME=$REDIS_SENTINEL_MASTER_NAME"
+}
+
+sentinel_field() { # SENTINEL-PORT FIELD: a field of `SENTINEL MASTER cachesync`
+  redis-cli -h 127.0.0.1 -p "$1" sentinel master "$REDIS_SENTINEL_MASTER_NAME" </dev/null 2>/dev/null |
+    tr -d '\r' | grep -A1 -x "$2" | tail -n 1
+}
+
+# each sentinel knows the master, its replica and the two other sentinels, and the replica
+# (whichever server that is after a failover) is in sync
+redis_sentinel_ready() {
+  local p master replica
+  for p in $(redis_sentinel_ports); do
+    [ "$(sentinel_field "$p" num-slaves)" -ge 1 ] 2>/dev/null || return 1
+    [ "$(sentinel_field "$p" num-other-sentinels)" = 2 ] || return 1
+  done
+  master="$(sentinel_field "$REDIS_SENTINEL_PORT" port)"
+  replica=$((REDIS_SENTINEL_MASTER_PORT + 1))
+  [ "$master" = "$replica" ] && replica="$REDIS_SENTINEL_MASTER_PORT"
+  redis-cli -h 127.0.0.1 -p "$replica" info replication </dev/null 2>/dev/null |
+    grep -q '^master_link_status:up'
+}
+
+redis_sentinel_up() {
+  local m="$REDIS_SENTINEL_MASTER_PORT" r=$((REDIS_SENTINEL_MASTER_PORT + 1)) base="$DIR/redis-sentinel" p
+  if variant_active redis-sentinel && [ "$(variant_status redis-sentinel | awk '{print $2}')" != running ]; then
+    # after a partial crash the roles and the sentinels' views are unknown: start over
+    log "redis-sentinel is only partly running; restarting it"
+    variant_down redis-sentinel
+  fi
+  if ! pid_alive "$RUN/redis-sentinel-master.pid" redis-server >/dev/null; then
+    for p in "$m" "$r" $(redis_sentinel_ports); do check_port_free "$p" DEVSTACK_REDIS_SENTINEL_MASTER_PORT/DEVSTACK_REDIS_SENTINEL_PORT; done
+    # fresh configs each start: sentinels rewrite theirs, and a failover moves the master
+    rm -rf "$base"; mkdir -p "$base/master" "$base/replica"
+    redis_conf redis-sentinel-master "$m" "$base/master" | write_private "$base/master/redis.conf"
+    { redis_conf redis-sentinel-replica "$r" "$base/replica"; echo "replicaof 127.0.0.1 $m"; } |
+      write_private "$base/replica/redis.conf"
+    log "starting redis-sentinel: master 127.0.0.1:$m, replica $r, sentinels $(redis_sentinel_ports)"
+    redis_start redis-sentinel-master "$base/master/redis.conf"
+    redis_start redis-sentinel-replica "$base/replica/redis.conf"
+    for p in $(redis_sentinel_ports); do
+      mkdir -p "$base/sentinel-$p"
+      { redis_conf "redis-sentinel-$p" "$p" "$base/sentinel-$p"
+        printf '%s\n' "sentinel monitor $REDIS_SENTINEL_MASTER_NAME 127.0.0.1 $m 2" \
+          "sentinel down-after-milliseconds $REDIS_SENTINEL_MASTER_NAME 2000" \
+          "sentinel failover-timeout $REDIS_SENTINEL_MASTER_NAME 10000" \
+          "sentinel parallel-syncs $REDIS_SENTINEL_MASTER_NAME 1"
+      } | grep -v '^save\|^appendonly' | write_private "$base/sentinel-$p/sentinel.conf"
+      redis_start "redis-sentinel-$p" "$base/sentinel-$p/sentinel.conf" --sentinel
+    done
+  fi
+  wait_until 60 "redis-sentinel (sentinels see the master, its replica and each other)" redis_sentinel_ready ||
+    show_log_and_die "$LOGS/redis-sentinel-$REDIS_SENTINEL_PORT.log" "redis-sentinel is not ready"
+  log "redis-sentinel ready (master name $REDIS_SENTINEL_MASTER_NAME; fail over with: redis-cli -p $REDIS_SENTINEL_PORT SENTINEL FAILOVER $REDIS_SENTINEL_MASTER_NAME)"
+}

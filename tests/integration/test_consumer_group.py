@@ -1,0 +1,113 @@
+"""Consumer-group failover on the real broker: kill -9 of one of two `cachesync consume`
+processes during writes, restarted under its static id or not restarted at all.
+
+What must hold is asserted (every committed change invalidated, the partitions end up
+consumed, a static member gets its own partitions back); how long it took belongs to the
+failover benchmark, not here.
+"""
+
+from __future__ import annotations
+
+import pytest
+from kafka import KafkaAdminClient
+
+from tests.support import UsersWriter, add_config_sections, wait_for
+
+pytestmark = pytest.mark.integration
+
+CACHED = 5000          # keys user:0 .. user:4999 are cached before the writes start
+
+
+def assignment(lab) -> dict[str, list[int]]:
+    """``{group_instance_id or member_id: partitions}`` of the lab's consumer group, when stable."""
+    admin = KafkaAdminClient(bootstrap_servers=lab.stack.bootstrap)
+    try:
+        group = admin.describe_groups([f"g-{lab.suffix}"])[f"g-{lab.suffix}"]
+    finally:
+        admin.close()
+    if group["group_state"] != "Stable":
+        return {}
+    out = {}
+    for member in group["members"]:
+        owned = [p for a in member["member_assignment"]["assigned_partitions"] for p in a["partitions"]]
+        out[member["group_instance_id"] or member["member_id"]] = sorted(owned)
+    return out
+
+
+def consumers(lab, static: bool) -> tuple[list[str], list]:
+    lab.sql("CREATE TABLE users (id BIGINT PRIMARY KEY, email VARCHAR(64), name VARCHAR(32))")
+    configs = []
+    for n in (1, 2):
+        cfg = lab.write_config({"users": {"keys": ["user:{id}"]}}, name=f"c{n}.yaml")
+        if static:
+            add_config_sections(cfg, kafka={"group_instance_id": f"c{n}-{lab.suffix}"})
+        configs.append(cfg)
+    lab.start_tailer(configs[0])
+    procs = [lab.spawn("consume", cfg) for cfg in configs]
+    wait_for(lambda: len(assignment(lab)) == 2 and
+             sorted(p for ps in assignment(lab).values() for p in ps) == [0, 1, 2],
+             60, interval=0.5, what="both consumers in the group, every partition assigned")
+    pipe = lab.redis.pipeline(transaction=False)
+    for i in range(CACHED):
+        pipe.set(f"{lab.prefix}user:{i}", b"cached", ex=600)
+    pipe.execute()
+    return configs, procs
+
+
+def all_committed_invalidated(lab, writer: UsersWriter) -> None:
+    ids = [i for i in writer.committed if i < CACHED]
+    assert ids, "the writer committed nothing"
+
+    def left():
+        pipe = lab.redis.pipeline(transaction=False)
+        for i in ids:
+            pipe.exists(f"{lab.prefix}user:{i}")
+        return [i for i, found in zip(ids, pipe.execute()) if found]
+    wait_for(lambda: not left(), 120, interval=0.5, what="every committed row's key invalidated")
+
+
+def test_a_static_member_killed_and_restarted_gets_its_own_partitions_back(lab):
+    configs, procs = consumers(lab, static=True)
+    before = assignment(lab)
+    writer = UsersWriter(lab, rows_per_txn=1)
+    writer.start()
+    try:
+        wait_for(lambda: len(writer.committed) > 200, 30, what="writes before the kill")
+        lab.kill9(procs[0])
+        procs[0] = lab.spawn("consume", configs[0])          # same group_instance_id
+        wait_for(lambda: len(writer.committed) > 1000, 60, what="writes after the restart")
+    finally:
+        writer.stop()
+    all_committed_invalidated(lab, writer)
+    wait_for(lambda: assignment(lab) == before, 60, interval=0.5,
+             what=f"the same assignment as before the kill: {before}")
+    assert procs[1].poll() is None, lab.log(procs[1])
+
+
+def test_a_dynamic_member_killed_for_good_hands_its_partitions_to_the_survivor(lab):
+    _, procs = consumers(lab, static=False)
+    writer = UsersWriter(lab, rows_per_txn=1)
+    writer.start()
+    try:
+        wait_for(lambda: len(writer.committed) > 200, 30, what="writes before the kill")
+        lab.kill9(procs[0])
+        wait_for(lambda: [sorted(ps) for ps in assignment(lab).values()] == [[0, 1, 2]], 60,
+                 interval=0.5, what="the survivor owning every partition")
+        wait_for(lambda: len(writer.committed) > 1000, 60, what="writes after the takeover")
+    finally:
+        writer.stop()
+    all_committed_invalidated(lab, writer)
+
+
+def test_two_consumers_with_one_static_id_fence_each_other_with_a_clear_message(lab):
+    lab.sql("CREATE TABLE users (id BIGINT PRIMARY KEY, email VARCHAR(64), name VARCHAR(32))")
+    cfg = lab.write_config({"users": {"keys": ["user:{id}"]}})
+    add_config_sections(cfg, kafka={"group_instance_id": "same"})
+    first = lab.spawn("consume", cfg)
+    wait_for(lambda: assignment(lab), 60, interval=0.5, what="the first consumer in the group")
+    second = lab.spawn("consume", cfg)
+    wait_for(lambda: first.poll() is not None or second.poll() is not None, 60, interval=0.5,
+             what="one of the two consumers fenced")
+    fenced = first if first.poll() is not None else second
+    assert fenced.returncode == 3, lab.log(fenced)
+    assert "kafka.group_instance_id 'same'" in lab.log(fenced)

@@ -1,0 +1,238 @@
+"""The devstack's variants (TLS, SASL, Cluster, Sentinel, a replica), each started by name
+through devstack/stack.sh and proven with a real client. A variant that cannot start fails
+its test (stack.sh's error is shown)."""
+
+from __future__ import annotations
+
+import pathlib
+import subprocess
+import uuid
+
+import pymysql
+import pytest
+import redis
+from kafka import KafkaConsumer, KafkaProducer
+from kafka.errors import KafkaTimeoutError
+from redis.backoff import ExponentialBackoff, NoBackoff
+from redis.cluster import ClusterNode, RedisCluster
+from redis.retry import Retry
+from redis.sentinel import Sentinel
+
+from cachesync import config
+from cachesync.client import read_through
+from cachesync.consumer.adapters.redis_cache import RedisCache
+from cachesync.consumer.adapters.redis_dedup import RedisDedupStore
+from cachesync.consumer.core.writes import CacheWrite, padded
+from cachesync.devstack import default_env_file
+from tests.support import stack_command, wait_for
+
+pytestmark = pytest.mark.integration
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def start(variant: str) -> dict[str, str]:
+    """Start a variant (idempotent) and return the env file's facts; fails with stack.sh's error."""
+    try:
+        stack_command("up", variant)
+    except subprocess.CalledProcessError as e:
+        pytest.fail(f"stack.sh up {variant} failed:\n{e.stderr.decode(errors='replace')}")
+    return config.read_env_file(default_env_file(ROOT))
+
+
+def secret(env: dict[str, str], key: str) -> str:
+    """The secret in the file the env key ``<key>`` names."""
+    return pathlib.Path(env[key]).read_text(encoding="utf-8").strip()
+
+
+# ---------------------------------------------------------------- kafka-sasl
+def _kafka_sasl(env: dict[str, str], mechanism: str, password: str) -> dict:
+    return dict(bootstrap_servers=env["DEVSTACK_KAFKA_SASL_BOOTSTRAP_SERVERS"],
+                security_protocol=env["DEVSTACK_KAFKA_SASL_SECURITY_PROTOCOL"],
+                ssl_cafile=env["DEVSTACK_KAFKA_SSL_CAFILE"], sasl_mechanism=mechanism,
+                sasl_plain_username=env["DEVSTACK_KAFKA_SASL_USERNAME"],
+                sasl_plain_password=password)
+
+
+def _failed_logins(env: dict[str, str]) -> int:
+    log = pathlib.Path(env["DEVSTACK_DIR"]) / "kafka-sasl" / "server.log"
+    return log.read_text(errors="replace").count("due to invalid credentials")
+
+
+def test_kafka_sasl_ssl_carries_records_for_every_mechanism_and_refuses_a_wrong_password():
+    env = start("kafka-sasl")
+    password = secret(env, "DEVSTACK_KAFKA_SASL_PASSWORD_FILE")
+    mechanisms = env["DEVSTACK_KAFKA_SASL_MECHANISMS"].split(",")
+    assert env["DEVSTACK_KAFKA_SASL_MECHANISM"] == "SCRAM-SHA-512" and "SCRAM-SHA-256" in mechanisms
+    topic = f"cs.sasl.{uuid.uuid4().hex[:8]}"
+    for mechanism in mechanisms:
+        producer = KafkaProducer(**_kafka_sasl(env, mechanism, password))
+        producer.send(topic, value=mechanism.encode()).get(timeout=30)
+        producer.close()
+
+    consumer = KafkaConsumer(topic, auto_offset_reset="earliest", group_id=None,
+                             **_kafka_sasl(env, "SCRAM-SHA-512", password))
+    seen: list[bytes] = []
+
+    def all_read():
+        for records in consumer.poll(timeout_ms=500).values():
+            seen.extend(r.value for r in records)
+        return len(seen) >= len(mechanisms)
+    wait_for(all_read, 60, what="the records sent over SASL_SSL")
+    consumer.close()
+    assert sorted(seen) == sorted(m.encode() for m in mechanisms)
+
+    before = _failed_logins(env)
+    with pytest.raises(KafkaTimeoutError, match="Unable to bootstrap"):
+        KafkaProducer(bootstrap_timeout_ms=3000, **_kafka_sasl(env, "SCRAM-SHA-512", "wrong"))
+    wait_for(lambda: _failed_logins(env) > before, 10, what="the broker logging the refused login")
+
+
+# ---------------------------------------------------------------- mariadb-tls
+def _mysql_tls(env: dict[str, str], **kwargs) -> pymysql.connections.Connection:
+    return pymysql.connect(host=env["DEVSTACK_MYSQL_TLS_HOST"], port=int(env["DEVSTACK_MYSQL_TLS_PORT"]),
+                           user=env["DEVSTACK_MYSQL_TLS_USER"],
+                           password=secret(env, "DEVSTACK_MYSQL_TLS_PASSWORD_FILE"), **kwargs)
+
+
+def test_mariadb_tls_user_connects_over_verified_tls_and_is_refused_without():
+    env = start("mariadb-tls")
+    ca_only = {"ca": env["DEVSTACK_MYSQL_SSL_CA"]}   # pymysql then checks the host name too
+    with_cert = {**ca_only, "cert": env["DEVSTACK_MYSQL_SSL_CERT"], "key": env["DEVSTACK_MYSQL_SSL_KEY"]}
+    for ssl in (ca_only, with_cert):
+        with _mysql_tls(env, ssl=ssl) as conn, conn.cursor() as cur:
+            cur.execute("SHOW SESSION STATUS LIKE 'Ssl_version'")
+            assert cur.fetchone()[1].startswith("TLSv1.")
+            cur.execute("SHOW GRANTS")
+            grants = " ".join(row[0] for row in cur.fetchall())
+            assert "REQUIRE SSL" in grants
+            assert "SELECT, INSERT, UPDATE, DELETE, CREATE ON `cachesync`.*" in grants
+
+    with pytest.raises(pymysql.err.OperationalError) as refused:
+        _mysql_tls(env, ssl_disabled=True)   # PyMySQL would otherwise try TLS unverified
+    assert refused.value.args[0] == 1045   # access denied: the account requires TLS
+
+
+# ---------------------------------------------------------------- redis-tls
+def _redis_tls(env: dict[str, str], **kwargs) -> redis.Redis:
+    return redis.Redis.from_url(env["DEVSTACK_REDIS_TLS_URL"], ssl_ca_certs=env["DEVSTACK_REDIS_SSL_CA"],
+                                ssl_check_hostname=True, socket_timeout=5, **kwargs)
+
+
+def test_redis_tls_acl_user_can_do_what_the_consumer_and_read_through_do_and_nothing_more():
+    env = start("redis-tls")
+    client = _redis_tls(env, username=env["DEVSTACK_REDIS_TLS_USER"],
+                        password=secret(env, "DEVSTACK_REDIS_TLS_PASSWORD_FILE"))
+    key = f"variant:{uuid.uuid4().hex[:8]}"
+
+    assert read_through(client, key, lambda: b"row", ttl_s=60) == b"row"
+    assert client.get(key) == b"row"
+    cache = RedisCache("", client=client)
+    assert cache.delete([key]) == 1
+    assert cache.write([CacheWrite(key, "json", padded(2), '{"v": 2}', 60, 0.1),
+                        CacheWrite(key, "json", padded(1), '{"v": 1}', 60, 0.1)]).refused == 1
+    assert client.get(key) == b'{"v": 2}'
+    dedup = RedisDedupStore("", namespace=key, retention_s=60, client=client)
+    token, _ = dedup.claim(["m1", "m2"], lease_s=30)
+    dedup.confirm(token, ["m1", "m2"])
+    wait_for(lambda: dedup.purge(0.001, 10) == 2, 10, what="the purge of two done records")
+
+    for refused in (client.flushall, lambda: client.config_get("maxmemory"), lambda: client.keys("*")):
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            refused()
+    with pytest.raises(redis.exceptions.AuthenticationError):   # the default user is off
+        _redis_tls(env).ping()
+    plain = redis.Redis(host="127.0.0.1", port=client.connection_pool.connection_kwargs["port"],
+                        socket_timeout=2, retry=Retry(NoBackoff(), 0))
+    with pytest.raises(redis.exceptions.ConnectionError):       # TLS only: plain text is dropped
+        plain.ping()
+
+
+# ---------------------------------------------------------------- redis-cluster
+def _addresses(value: str) -> list[tuple[str, int]]:
+    return [(host, int(port)) for host, port in (a.rsplit(":", 1) for a in value.split(","))]
+
+
+def test_redis_cluster_serves_keys_on_each_of_its_three_masters():
+    env = start("redis-cluster")
+    nodes = [ClusterNode(h, p) for h, p in _addresses(env["DEVSTACK_REDIS_CLUSTER_NODES"])]
+    cluster = RedisCluster(startup_nodes=nodes, socket_timeout=5)
+    assert len(cluster.get_primaries()) == 3
+    by_node: dict[str, str] = {}
+    for i in range(1000):   # keys until one lands on each master
+        key = f"variant:{uuid.uuid4().hex[:8]}:{i}"
+        by_node.setdefault(cluster.get_node_from_key(key).name, key)
+        if len(by_node) == 3:
+            break
+    assert len({cluster.keyslot(k) for k in by_node.values()}) == 3
+    for node, key in by_node.items():
+        assert cluster.set(key, node, px=60000)
+        assert cluster.get(key) == node.encode()
+    cluster.close()
+
+
+# ---------------------------------------------------------------- redis-sentinel
+def test_redis_sentinel_client_keeps_working_through_a_failover():
+    env = start("redis-sentinel")
+    name = env["DEVSTACK_REDIS_SENTINEL_MASTER_NAME"]
+    sentinels = _addresses(env["DEVSTACK_REDIS_SENTINELS"])
+    sentinel = Sentinel(sentinels, socket_timeout=2)
+    # the application's side: a client that retries a write refused by a demoted master
+    master = sentinel.master_for(name, socket_timeout=2,
+                                 retry=Retry(ExponentialBackoff(cap=1, base=0.05), 30),
+                                 retry_on_error=[redis.exceptions.ReadOnlyError])
+    before = sentinel.discover_master(name)
+    key = f"variant:{uuid.uuid4().hex[:8]}"
+    master.set(key, "written before", px=600000)
+    assert master.execute_command("WAIT", 1, 5000) == 1   # the replica has it
+
+    host, port = sentinels[0]
+    out = subprocess.run(["redis-cli", "-h", host, "-p", str(port), "SENTINEL", "FAILOVER", name],
+                         capture_output=True, text=True, timeout=10, check=True).stdout
+    assert out.strip() == "OK"
+    after = wait_for(lambda: (a := sentinel.discover_master(name)) != before and a, 30,
+                     what="the sentinels to promote the replica")
+
+    master.set(f"{key}:after", "written after", px=600000)
+    assert master.get(key) == b"written before"
+    assert master.get(f"{key}:after") == b"written after"
+    assert master.connection_pool.get_master_address() == after
+
+
+# ---------------------------------------------------------------- mariadb-replica
+def test_mariadb_replica_follows_the_primary_and_promote_makes_it_writable(stack):
+    env = start("mariadb-replica")
+    name = f"variant_replica_{uuid.uuid4().hex[:8]}"
+    table = f"cachesync.{name}"
+    with stack.admin() as primary, primary.cursor() as cur:
+        cur.execute(f"CREATE TABLE {table} (id INT PRIMARY KEY, v VARCHAR(20))")
+        cur.execute(f"INSERT INTO {table} VALUES (1, 'from primary')")
+
+    def replica_as_cachesync():
+        return pymysql.connect(host=env["DEVSTACK_MYSQL_REPLICA_HOST"],
+                               port=int(env["DEVSTACK_MYSQL_REPLICA_PORT"]), user="cachesync",
+                               password=secret(env, "CACHESYNC_MYSQL_PASSWORD_FILE"), autocommit=True)
+
+    def replicated_row():
+        with replica_as_cachesync() as conn, conn.cursor() as cur:
+            if not cur.execute("SHOW TABLES FROM cachesync LIKE %s", (name,)):
+                return None
+            cur.execute(f"SELECT v FROM {table} WHERE id = 1")
+            return cur.fetchone()
+    assert wait_for(replicated_row, 30, what="the primary's row on the replica") == ("from primary",)
+
+    with replica_as_cachesync() as conn, conn.cursor() as cur:
+        cur.execute("SELECT @@server_id, @@read_only, @@log_slave_updates, @@binlog_format, "
+                    "@@gtid_strict_mode")
+        assert cur.fetchone() == (2, 1, 1, "ROW", 1)
+        with pytest.raises(pymysql.err.OperationalError) as refused:
+            cur.execute(f"INSERT INTO {table} VALUES (2, 'on the replica')")
+        assert refused.value.args[0] == 1290   # read-only
+
+    stack_command("promote", "mariadb-replica")
+    with replica_as_cachesync() as conn, conn.cursor() as cur:
+        cur.execute(f"INSERT INTO {table} VALUES (2, 'after promote')")
+        cur.execute("SELECT @@read_only")
+        assert cur.fetchone() == (0,)
+    with stack.admin() as primary, primary.cursor() as cur:
+        cur.execute(f"DROP TABLE {table}")

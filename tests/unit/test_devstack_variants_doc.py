@@ -1,0 +1,28 @@
+"""devstack/README.md, stack.sh's --help and the variant scripts name the same variants and settings."""
+
+import pathlib
+import re
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+STACK = (ROOT / "devstack" / "stack.sh").read_text()
+README = (ROOT / "devstack" / "README.md").read_text()
+SCRIPTS = "".join(p.read_text() for p in sorted((ROOT / "devstack" / "variants").glob("*.sh")))
+VARIANTS = re.search(r"^VARIANTS=\(([^)]*)\)", STACK, re.M).group(1).split()
+
+
+def test_every_variant_has_its_functions_a_readme_row_and_a_help_mention():
+    help_text = "\n".join(STACK.splitlines()[1:12])
+    assert len(VARIANTS) == 6
+    for variant in VARIANTS:
+        fn = variant.replace("-", "_")
+        for part in ("up", "procs", "env"):
+            assert re.search(rf"^{fn}_{part}\(\)", SCRIPTS, re.M), f"{fn}_{part} is missing"
+        assert f"| `{variant}` |" in README, variant
+        assert variant in help_text, variant
+
+
+def test_every_port_override_and_env_key_is_documented():
+    overrides = set(re.findall(r"\$\{(DEVSTACK_[A-Z_]+_PORT):-", SCRIPTS))
+    assert len(overrides) == 9 and {o for o in overrides if f"`{o}`" not in README} == set()
+    keys = set(re.findall(r"(?:^|echo \")(DEVSTACK_[A-Z_]+)=", SCRIPTS, re.M))   # heredocs and echo
+    assert len(keys) > 20 and {k for k in keys if f"`{k}`" not in README} == set()

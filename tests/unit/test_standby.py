@@ -1,0 +1,94 @@
+"""ActiveStandby: tail only while the lock is held; stand down when it is lost (fakes: no I/O)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from cachesync.schema.errors import FatalError, RetryableError
+from cachesync.standby import ActiveStandby, while_held
+from cachesync.supervisor import RestartingTailer
+
+
+class FakeLock:
+    name = "cachesync:tailer:t"
+
+    def __init__(self, grants: int):
+        self.grants, self.holding, self.released = grants, False, 0
+
+    def acquire(self, stop: threading.Event) -> bool:
+        if self.grants == 0 or stop.is_set():
+            return False
+        self.grants -= 1
+        self.holding = True
+        return True
+
+    def held(self) -> bool:
+        return self.holding
+
+    def release(self) -> None:
+        self.holding = False
+        self.released += 1
+
+
+class Tailer:
+    """Runs until stop(); ``on_run`` may act (lose the lock, raise) while it runs."""
+
+    def __init__(self, on_run=None):
+        self._stop, self._on_run = threading.Event(), on_run
+
+    def run(self):
+        if self._on_run:
+            self._on_run()
+        assert self._stop.wait(10), "never stopped"
+
+    def stop(self):
+        self._stop.set()
+
+
+def standby(lock, make_tailer) -> ActiveStandby:
+    return ActiveStandby(lock, lambda: RestartingTailer(while_held(lock, make_tailer)),
+                         check_every_s=0.01)
+
+
+def test_a_lost_lock_stops_the_tailer_and_waits_for_the_lock_again():
+    lock = FakeLock(grants=2)
+    terms = []
+
+    def make():
+        terms.append(1)
+        if len(terms) == 1:
+            return Tailer(on_run=lambda: setattr(lock, "holding", False))   # cut while running
+        return Tailer(on_run=runner.stop)                                  # second term: stop
+    runner = standby(lock, make)
+    runner.run()
+    assert runner.terms == 2 and lock.released == 2
+
+
+def test_a_tailer_failing_because_its_lock_was_taken_is_a_handover_not_a_crash():
+    lock = FakeLock(grants=1)
+
+    def fail_after_losing():
+        lock.holding = False
+        raise RuntimeError("A slave with the same server_uuid/server_id is already connected")
+    runner = standby(lock, lambda: Tailer(on_run=fail_after_losing))
+    runner.run()                       # returns when no more grants: stood down, no exception
+    assert runner.terms == 1 and lock.released == 1
+
+
+def test_a_fatal_error_while_holding_the_lock_propagates_and_releases_it():
+    lock = FakeLock(grants=1)
+
+    def fatal():
+        raise FatalError("binlog_format is STATEMENT")
+    runner = standby(lock, lambda: Tailer(on_run=fatal))
+    with pytest.raises(FatalError):
+        runner.run()
+    assert lock.released == 1
+
+
+def test_no_tailer_is_built_once_the_lock_is_gone():
+    lock = FakeLock(grants=0)
+    with pytest.raises(RetryableError, match="no longer held"):
+        while_held(lock, lambda: pytest.fail("built without the lock"))()
