@@ -2,7 +2,8 @@
 
 Exit codes: 0 success; 1 runtime failure (a dependency stayed unavailable);
 2 usage or configuration error; 3 the server is not ready for cachesync
-(settings, privileges, credentials).
+(settings, privileges, credentials) or the tailer's binlog position is gone (purged;
+recover with ``cachesync resync``).
 """
 
 from __future__ import annotations
@@ -20,12 +21,13 @@ except ModuleNotFoundError as missing:      # the base install is the applicatio
     sys.exit(2)
 
 from cachesync import __version__
-from cachesync.commands import audit, consume, dedup, demo, dlq, explain, lint, relay, replay, run, status, tail
+from cachesync.commands import (audit, consume, dedup, demo, dlq, explain, lint, relay, replay, resync,
+                                run, status, tail)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
              epilog="Exit codes: 0 ok, 1 runtime failure, 2 usage/config error, "
-                    "3 server not ready (settings, grants, credentials), "
+                    "3 server not ready (settings, grants, credentials) or binlog position lost, "
                     "4 explain/lint found a problem, audit over its staleness limit.")
 @click.version_option(__version__, prog_name="cachesync")
 def cli() -> None:
@@ -48,6 +50,7 @@ cli.add_command(dlq.command)
 cli.add_command(dedup.command)
 cli.add_command(replay.command)
 cli.add_command(audit.command)
+cli.add_command(resync.command)
 
 
 def main() -> None:

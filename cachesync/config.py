@@ -205,6 +205,11 @@ class TailerSettings(_Validated):
     # a standby takes over at most this long after the active tailer's host or network is
     # lost (a killed process releases the lock at once)
     lock_lease_s: float = setting(10.0, lo=2, hi=3600)
+    # rows of one prepared XA transaction held until its XA COMMIT; beyond, its tables
+    # are invalidated as a whole at the commit (bounded memory)
+    xa_buffer_rows: int = setting(100_000, **AT_LEAST_1)
+    # the checkpoint's binlog is gone (purged): "fail" (exit 3) or "resync"
+    on_lost_position: str = setting("fail", choices=("fail", "resync"))
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,10 @@ class InProcessQueue:
             self._callbacks[offset] = (on_ack, on_error)
             self._cond.notify_all()
 
+    def partitions(self, topic: str) -> list[int]:
+        """One in-process partition (the tailer sends a table-level event to each)."""
+        return [PARTITION]
+
     def flush(self, timeout_s: float | None = None) -> None:
         """Wait until every sent event was applied (or failed), at most ``timeout_s``."""
         with self._cond:

@@ -39,9 +39,19 @@ CONSUMER_COUNTERS = {
     "cachesync_dead_letters": ("Records sent to the dead-letter topic", "dead_lettered"),
     "cachesync_keys_deleted": ("Redis keys that existed and were deleted", "keys_deleted"),
     "cachesync_batches": ("Batches processed", "batches"),
+    "cachesync_table_invalidations": ("Table-level events applied (TRUNCATE, DROP, RENAME, "
+                                      "statement-logged DML): every key of the table removed",
+                                      "table_invalidations"),
+    "cachesync_table_keys_deleted": ("Keys removed by table-level invalidations",
+                                     "table_keys_deleted"),
 }
 TAILER_COUNTERS = {
     "cachesync_tailer_rows_published": ("Binlog row events sent to Kafka", "published"),
+    "cachesync_tailer_table_events": ("Table-level changes of mapped tables published "
+                                      "(TRUNCATE, DROP, RENAME, DROP DATABASE, statement DML)",
+                                      "table_events"),
+    "cachesync_tailer_rows_oversized": ("Rows over Kafka's record limit, published "
+                                        "invalidate-only (keys, no values)", "oversized"),
 }
 RELAY_COUNTERS = {
     "cachesync_relay_rows_sent": ("Outbox rows sent to Kafka", "sent"),

@@ -12,7 +12,7 @@ import threading
 from typing import Callable
 
 import redis
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Gauge
 
 from cachesync import __version__
 from cachesync.config import Settings
@@ -20,7 +20,8 @@ from cachesync.http import OpsServer, parse_listen
 from cachesync.metrics import (RELAY_COUNTERS, TAILER_COUNTERS, CheckpointAge, ConsumerMetrics,
                                Cumulative, counters, heartbeat_gauge, info)
 from cachesync import wiring
-from cachesync.probes import KafkaOffsets, Prober, checkpoint_info, record_applied_lag
+from cachesync.probes import (BinlogFormatWatch, KafkaOffsets, Prober, checkpoint_info,
+                              record_applied_lag)
 from cachesync.producer_outbox.mysql import Session
 from cachesync.schema.errors import CachesyncError
 
@@ -131,11 +132,15 @@ def tail_ops(settings: Settings, tailers: Cumulative) -> Ops:
     t, max_lag = settings.tailer, settings.metrics.ready_max_lag_s
     ops.heartbeat()
     age, session, kafka = CheckpointAge(ops.registry), ops.session(), ops.kafka()
+    binlog_format = BinlogFormatWatch(Gauge(
+        "cachesync_binlog_format_row", "1 when the server's global binlog_format is ROW, "
+        "re-read every metrics.probe_interval_s", registry=ops.registry))
 
     def probe():
         found = checkpoint_info(session, t.name)
         if found:
             age.set(found[0].age_s)
+        binlog_format.check(session)
         kafka.depth(settings.kafka.topic)        # proves Kafka answers for our topic
 
     def checkpoint_fresh():

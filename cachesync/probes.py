@@ -198,3 +198,23 @@ class Prober:
 
     def stop(self) -> None:
         self._stop.set()
+
+
+class BinlogFormatWatch:
+    """Re-reads the server's global binlog_format on every probe; warns once per change
+    away from ROW (a session can still log statements; the tailer turns those into
+    table-level invalidations, but the operator should know)."""
+
+    def __init__(self, gauge):
+        self._gauge, self.value = gauge, None
+
+    def check(self, session) -> None:
+        def work(cur):
+            cur.execute("SELECT @@GLOBAL.binlog_format")
+            return str(cur.fetchone()[0]).upper()
+        value = session.run(work)
+        if value != "ROW" and value != self.value:
+            log.warning("binlog_format is %s, not ROW: statement-logged writes of mapped tables "
+                        "will invalidate whole tables; set binlog_format=ROW", value)
+        self.value = value
+        self._gauge.set(1 if value == "ROW" else 0)

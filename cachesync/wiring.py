@@ -19,7 +19,7 @@ from cachesync.consumer.adapters.mysql_dedup import MySQLDedupStore
 from cachesync.consumer.adapters.redis_cache import RedisCache
 from cachesync.consumer.adapters.redis_dedup import RedisDedupStore
 from cachesync.consumer.engine import PythonEngine
-from cachesync.producer_outbox.checkpoint import MySQLCheckpointStore
+from cachesync.producer_outbox.checkpoint import Checkpoint, MySQLCheckpointStore
 from cachesync.probes import KafkaOffsets
 from cachesync.producer_outbox.heartbeat import HeartbeatWriter, own_rows_only, with_heartbeat
 from cachesync.producer_outbox.leader import TailerLock
@@ -118,14 +118,17 @@ def build_engine(settings: Settings, on_batch=None, source=None, dead_letters=No
         mappings=mappings(settings), options=settings.consumer, on_batch=on_batch)
 
 
-def build_tailer(settings: Settings, publisher=None, topic: str | None = None) -> Tailer:
-    """The binlog tailer publishing to Kafka (or to ``publisher`` on ``topic``: direct mode)."""
+def build_tailer(settings: Settings, start: Checkpoint | None = None, publisher=None,
+                 topic: str | None = None) -> Tailer:
+    """The binlog tailer publishing to Kafka (or to ``publisher`` on ``topic``: direct mode);
+    ``start`` overrides the stored checkpoint (``tail --from-...``)."""
     params = mysql_params(settings)
     t = settings.tailer
     return Tailer(params, publisher or KafkaPublisher(settings.kafka.bootstrap_servers),
                   MySQLCheckpointStore(params.connect, t.name), mappings(settings),
                   TailerOptions(topic or settings.kafka.topic, t,
-                                row_filter=own_rows_only(settings.mysql.state_db, t.name)))
+                                row_filter=own_rows_only(settings.mysql.state_db, t.name),
+                                start=start))
 
 
 def build_direct(settings: Settings, on_batch=None):

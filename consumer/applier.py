@@ -19,8 +19,10 @@ from cachesync.config import ConsumerSettings
 from cachesync.consumer.core.dedup import decide
 from cachesync.consumer.core.delivery import Decoded, decode_records
 from cachesync.consumer.core.offsets import Record
-from cachesync.consumer.core.plan import EventPlan, batch_keys, batch_writes, plan_batch
+from cachesync.consumer.core.plan import (EventPlan, batch_keys, batch_writes, plan_batch,
+                                          split_at_tables)
 from cachesync.consumer.core.tally import TableTally
+from cachesync.consumer.core.writes import padded
 from cachesync.consumer.ports import CacheWriter, DeadLetters, DedupStore
 from cachesync.schema.mapping import MappingSet
 from cachesync.schema.retry import RetryPolicy, Stopped, call
@@ -47,6 +49,8 @@ class Stats:
     purged: int = 0                # done dedup records purged (hook)
     batches: int = 0
     retries: int = 0
+    table_invalidations: int = 0   # table-level events (truncate, drop, rename, statement)
+    table_keys_deleted: int = 0    # keys those removed
 
     def summary(self) -> str:
         return (f"{self.consumed} consumed, {self.applied} applied, {self.duplicates} duplicates, "
@@ -117,17 +121,35 @@ class Applier:
             self._dead_letter(delivery.dead_letter(), error.reason, error.detail, result)
 
     def _write(self, result: BatchResult) -> None:
+        """Apply the batch in order: a table-level event splits it, rows before it apply first."""
+        for rows, table_event in split_at_tables(result.applied):
+            self._write_rows(rows, result)
+            if table_event is not None:
+                self._apply_table(table_event)
+
+    def _apply_table(self, ep: EventPlan) -> None:
+        """Invalidate every key of the table; update mode also fences older writes."""
+        event, mapping = ep.event, ep.table
+        fence = padded(event.version) if mapping.updates else None
+        removed = self.call("redis table invalidation",
+                            lambda: self._cache.invalidate_table(mapping, fence))
+        self.stats.table_invalidations += 1
+        self.stats.table_keys_deleted += removed
+        log.warning("table-level change of %s (%s): invalidated every key of its templates, "
+                    "%d removed", event.qualified_table, event.extra.get("reason", "?"), removed)
+
+    def _write_rows(self, applied: list[EventPlan], result: BatchResult) -> None:
         """Invalidate, then write the fenced values (update mode)."""
         s = self.stats
-        self._delete(batch_keys(result.applied), result)
-        writes = batch_writes(result.applied)
+        self._delete(batch_keys(applied), result)
+        writes = batch_writes(applied)
         if writes:
             done = self.call("redis fenced write", lambda: self._cache.write(writes))
             s.keys_written += done.applied
             s.fenced += done.refused
-            self._count_backwards(result.applied, done.backwards)
-        self.tables.observe(result.applied)
-        for ep in result.applied:
+            self._count_backwards(applied, done.backwards)
+        self.tables.observe(applied)
+        for ep in applied:
             s.oversized += ep.oversized
             s.unversioned += ep.unversioned
 

@@ -36,6 +36,12 @@ class CacheWriter(Protocol):
     def write(self, writes: Sequence[CacheWrite]) -> WriteResult:
         """Fenced writes (update mode); a write older than the stored version is refused."""
 
+    def invalidate_table(self, mapping, fence_version: str | None = None,
+                         progress=None) -> int:
+        """Delete every key the table's templates can produce; ``fence_version`` (update
+        mode) turns later writes of older rows of the table into deletes. Returns how many
+        keys existed."""
+
 
 class Source(Protocol):
     def poll(self, max_records: int, timeout_s: float) -> list[Record]: ...

@@ -6,11 +6,24 @@ import logging
 from typing import Callable
 
 from kafka import KafkaProducer
-from kafka.errors import KafkaError
+from kafka.errors import (AuthorizationError, InvalidTopicError, KafkaError,
+                          MessageSizeTooLargeError)
 
 from cachesync.schema.errors import RetryableError
 
 log = logging.getLogger(__name__)
+
+# kafka-python's max_request_size (1 MiB) bounds one record client-side, the broker's
+# message.max.bytes (1 MB + 12 by default) server-side; the key, headers and batch
+# framing need the rest.
+MAX_RECORD_BYTES = 1_000_000
+# Errors retrying cannot fix: the same record or topic fails the same way again.
+PERMANENT_ERRORS = (MessageSizeTooLargeError, InvalidTopicError, AuthorizationError)
+
+
+def is_permanent(error: BaseException) -> bool:
+    """A Kafka error that a retry would only repeat (too large, invalid topic, not authorised)."""
+    return isinstance(error, PERMANENT_ERRORS)
 
 
 class KafkaPublisher:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from cachesync.schema.event import (ENVELOPE_VERSION, HEARTBEAT_KIND, HEARTBEAT_TABLE, ChangeEvent,
-                                    Source, build_checked)
-from cachesync.schema.ids import binlog_message_id, binlog_version
+from cachesync.schema.event import (ENVELOPE_VERSION, HEARTBEAT_KIND, HEARTBEAT_TABLE, INVALIDATE_ONLY,
+                                    TABLE_ENVELOPE_VERSION, ChangeEvent, Source, build_checked)
+from cachesync.schema.ids import binlog_message_id, binlog_version, table_event_id
 
 
 @dataclass(frozen=True)
@@ -48,3 +48,66 @@ def row_change(ctx: TxnContext, row_index: int, db: str, table: str, op: str,
         "db": db, "table": table, "op": op, "pk": pk, "before": before, "after": after,
         "version": binlog_version(ctx.ordinal, row_index), "keys": (),
         "schema_version": ENVELOPE_VERSION, "extra": {}})
+
+
+STATEMENT_EXCERPT = 200     # characters of the statement a table-level event carries
+
+
+def table_change(ctx: TxnContext, index: int, partition: int, db: str, table: str,
+                 reason: str, statement: str) -> ChangeEvent:
+    """The copy, for ``partition``, of a table-level event (op ``truncate``)."""
+    source = build_checked(Source, {"kind": "binlog", "server": ctx.server,
+                                    "position": ctx.position, "commit_ts": ctx.commit_ts,
+                                    "row_index": index})
+    return build_checked(ChangeEvent, {
+        "id": table_event_id(ctx.server, ctx.position, index, partition), "source": source,
+        "db": db, "table": table, "op": "truncate", "pk": (), "before": None, "after": None,
+        "version": binlog_version(ctx.ordinal, index), "keys": (),
+        "schema_version": TABLE_ENVELOPE_VERSION,
+        "extra": {"reason": reason, "statement": statement[:STATEMENT_EXCERPT]}})
+
+
+def needed_columns(mapping) -> frozenset[str] | None:
+    """The columns the consumer reads for ``mapping`` (key fields; update mode also the value
+    and version columns), or None: every column (update mode without ``value_columns``, or a
+    table without key templates, such as the heartbeat, whose consumer reads its columns)."""
+    if not mapping.keys or (mapping.updates and mapping.value_columns is None):
+        return None
+    cols = {f for t in mapping.keys for f in t.fields}
+    if mapping.updates:
+        cols.update(mapping.value_columns)
+        if mapping.version_column:
+            cols.add(mapping.version_column)
+    return frozenset(cols)
+
+
+def key_columns(mapping) -> frozenset[str]:
+    """What an invalidate-only event keeps: the key fields and the version column."""
+    cols = {f for t in mapping.keys for f in t.fields}
+    if mapping.version_column:
+        cols.add(mapping.version_column)
+    return frozenset(cols)
+
+
+def trimmed(event: ChangeEvent, keep: frozenset[str]) -> ChangeEvent:
+    """``event`` with row images reduced to ``keep`` plus the primary key."""
+    keep = keep | {c for c, _ in event.pk}
+    return _with(event, before=trim_image(event.before, keep), after=trim_image(event.after, keep))
+
+
+def invalidate_only(event: ChangeEvent, keep: frozenset[str], reason: str) -> ChangeEvent:
+    """The keys-only form of an event too large for Kafka: the consumer invalidates its keys
+    (update mode: fenced deletes) and writes no value. Envelope version 2, so a consumer that
+    predates it dead-letters it instead of writing a partial value."""
+    small = trimmed(event, keep)
+    return _with(small, schema_version=TABLE_ENVELOPE_VERSION,
+                 extra={**event.extra, INVALIDATE_ONLY: reason})
+
+
+def trim_image(image, keep: frozenset[str]):
+    """``image`` with only the columns in ``keep`` (None stays None)."""
+    return None if image is None else {c: v for c, v in image.items() if c in keep}
+
+
+def _with(event: ChangeEvent, **changes) -> ChangeEvent:
+    return build_checked(ChangeEvent, {**event.__dict__, **changes})

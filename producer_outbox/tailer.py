@@ -10,29 +10,36 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping
 
 import pymysql
 from kafka.errors import KafkaError
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import (GtidEvent, HeartbeatLogEvent, MariadbGtidEvent,
-                                      QueryEvent, RotateEvent, XidEvent)
-from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+                                      QueryEvent, RotateEvent, XAPrepareEvent, XidEvent)
+from pymysqlreplication.row_event import (DeleteRowsEvent, TableMapEvent, UpdateRowsEvent,
+                                          WriteRowsEvent)
+
+from cachesync.producer_outbox.binlog_read import DECODE_ERRORS, TableMaps, decode_error, read_events
 
 from cachesync.config import TailerSettings
 from cachesync.producer_outbox.checkpoint import Checkpoint, MySQLCheckpointStore
 from cachesync.producer_outbox.fastrows import decode_rows
+from cachesync.producer_outbox.groups import GroupPublishing
 from cachesync.producer_outbox.inflight import InflightTracker
 from cachesync.producer_outbox.keycolumns import key_images, table_specs
 from cachesync.producer_outbox.mysql import MySQLParams
 from cachesync.producer_outbox.packing import Pack, Packer
 from cachesync.producer_outbox.preflight import ServerInfo, check_server
-from cachesync.producer_outbox.rows import TxnContext, row_change
+from cachesync.producer_outbox.publisher import MAX_RECORD_BYTES, is_permanent
+from cachesync.producer_outbox.rows import (TxnContext, invalidate_only, key_columns,
+                                            needed_columns, pk_columns, row_change, trim_image)
+from cachesync.producer_outbox.statements import STATEMENT, statement_kind, table_changes
+from cachesync.producer_outbox.xa import FL_PREPARED_XA, Prepared, XaGroup, xa_statement
 from cachesync.schema.errors import FatalError, RetryableError
 from cachesync.schema.event import encode
 from cachesync.schema.gtid import GtidState, parse_gtid
-from cachesync.schema.ids import file_pos_ordinal
 from cachesync.schema.keys import kafka_key
 from cachesync.schema.mapping import MappingSet
 
@@ -58,6 +65,8 @@ class TailerOptions:
     # tailer's own heartbeat row (cachesync.producer_outbox.heartbeat.own_rows_only)
     row_filter: Callable[[str, str, Mapping[str, Any]], bool] | None = None
     heartbeat_s: float = STREAM_HEARTBEAT_S
+    start: Checkpoint | None = None     # tail from here instead of the stored checkpoint
+    max_record_bytes: int = MAX_RECORD_BYTES    # a larger event goes out invalidate-only
 
     @property
     def replica_server_id(self) -> int:
@@ -79,8 +88,12 @@ class TailerOptions:
     def checkpoint_interval_s(self) -> float:
         return self.settings.checkpoint_interval_s
 
+    @property
+    def xa_buffer_rows(self) -> int:
+        return self.settings.xa_buffer_rows
 
-class Tailer:
+
+class Tailer(GroupPublishing):
     """Reads the binlog from the stored checkpoint and publishes mapped tables' rows."""
 
     def __init__(self, mysql: MySQLParams, publisher, checkpoints: MySQLCheckpointStore,
@@ -98,6 +111,13 @@ class Tailer:
         self._stop = threading.Event()
         self.published = 0      # rows handed to the publisher
         self.acked = 0          # rows Kafka acknowledged
+        self.table_events = 0   # table-level changes published (each to every partition)
+        self.oversized = 0      # rows over the record limit, published invalidate-only
+        self._keep: dict = {}   # (table, primary key) -> columns row images keep, None = all
+        # tables a table-level event can concern: those with keys (not the heartbeat table)
+        self._mapped = [tuple(name.split(".", 1)) for name, m in mappings.tables.items() if m.keys]
+        self._xa: XaGroup | None = None             # the open group is XA: records held
+        self._prepared: dict[str, Prepared] = {}    # xid -> prepared group awaiting its decision
         self.committed: Checkpoint | None = None
 
     def stop(self) -> None:
@@ -110,7 +130,7 @@ class Tailer:
     def run(self) -> None:
         """Tail until stop(); raises RetryableError/FatalError when publishing fails."""
         info = self.preflight()
-        start = self._checkpoints.load() or self._current_position(info)
+        start = self._start_position(info)
         self._checkpoints.save(start)
         self.committed = start
         log.info("tailer starting at %s (server %s, tables %s)", start.describe(),
@@ -121,6 +141,20 @@ class Tailer:
         finally:
             stream.close()
             self._drain()
+
+    def current_position(self) -> Checkpoint:
+        """The server's current binlog position (after preflight); raises FatalError."""
+        return self._current_position(self.preflight())
+
+    def _start_position(self, info: ServerInfo) -> Checkpoint:
+        """``options.start`` (re-tail from an operator's position), else the stored
+        checkpoint, else (first start) the server's current position."""
+        if self._opts.start is not None:
+            log.warning("tailer re-tailing from %s, not from its stored checkpoint; "
+                        "duplicates are skipped by the consumer's dedup store",
+                        self._opts.start.describe())
+            return replace(self._opts.start, server=info.identity)
+        return self._checkpoints.load() or self._current_position(info)
 
     def _open_stream(self, info: ServerInfo, start: Checkpoint) -> BinLogStreamReader:
         kwargs = {}
@@ -134,10 +168,11 @@ class Tailer:
             connection_settings={"host": self._mysql.host, "port": self._mysql.port,
                                  "user": self._mysql.user, "passwd": self._mysql.password},
             server_id=self._opts.replica_server_id, blocking=True,
+            # No only_schemas/only_tables: the library would drop the table maps of the
+            # tables it filters and decode a reused table id with a stale map
+            # (see binlog_read). TableMapEvent is listed so the loop sees each map.
             only_events=[*_GTID_EVENTS, QueryEvent, XidEvent, RotateEvent, HeartbeatLogEvent,
-                         *_ROW_EVENTS],
-            only_schemas=list(self._mappings.schemas),
-            only_tables=sorted({m.name for m in self._mappings.tables.values()}),
+                         TableMapEvent, XAPrepareEvent, *_ROW_EVENTS],
             slave_heartbeat=self._opts.heartbeat_s, **kwargs)
 
     def _current_position(self, info: ServerInfo) -> Checkpoint:
@@ -169,23 +204,35 @@ class Tailer:
         txn = ctx = None
         row_index = 0
         last_save = time.monotonic()
+        maps = TableMaps()
 
-        def close_txn():
+        def close_txn(hold: bool = False) -> Checkpoint:
+            """End the open group; ``hold``: a prepared XA group stays open in the tracker."""
             if self._packer is not None:
                 for pack in self._packer.drain():
                     self._send_pack(pack, txn)
             cp = Checkpoint(info.identity, str(gtid_state) or None,
                             stream.log_file, stream.log_pos)
-            with self._lock:
-                self._tracker.close(txn, cp)
+            if not hold:
+                with self._lock:
+                    self._tracker.close(txn, cp)
             if cp.gtid is not None:
                 # python-mysql-replication reconnects on its own from auto_position;
                 # keep it at the last transaction boundary so a dropped connection
                 # resumes here instead of replaying everything since start.
                 stream.auto_position = cp.gtid
+            return cp
 
-        for event in stream:
+        def where() -> str:
+            return f"{stream.log_file}:{stream.log_pos}" if stream.log_file else start.describe()
+
+        for event in read_events(stream, where):
             self._raise_if_failed()
+            if isinstance(event, TableMapEvent):
+                maps.add(event.table_id, event.schema, event.table)
+                continue
+            if type(event) not in _ROW_EVENTS and not isinstance(event, HeartbeatLogEvent):
+                maps.reset()     # any other event ends or starts an event group
             if isinstance(event, _GTID_EVENTS):
                 if txn is not None:
                     # Every event group ends in XID, COMMIT or DDL. A new GTID
@@ -197,21 +244,54 @@ class Tailer:
                 gtid_state.add(gtid)
                 ctx = TxnContext(info.identity, str(gtid), gtid.ordinal, float(event.timestamp))
                 txn, row_index = self._tracker_open(), 0
+                if getattr(event, "flags", 0) & FL_PREPARED_XA and isinstance(event, MariadbGtidEvent):
+                    self._xa = XaGroup(self._opts.xa_buffer_rows)
+            elif isinstance(event, XAPrepareEvent):
+                if txn is not None and self._xa is not None:
+                    held = self._xa
+                    if event.one_phase:            # MySQL's XA COMMIT ... ONE PHASE
+                        self._xa = None
+                        self._release(held, txn)
+                        close_txn()
+                    else:
+                        self._prepared[held.xid] = Prepared(held, txn, close_txn(hold=True))
+                        self._xa = None
+                    txn = ctx = None
             elif type(event) in _ROW_EVENTS:
                 if ctx is None:  # no GTID: the transaction starts at its first row event
-                    position = f"{stream.log_file}:{stream.log_pos}"
-                    ctx = TxnContext(info.identity, position,
-                                     file_pos_ordinal(stream.log_file, stream.log_pos),
-                                     float(event.timestamp))
+                    ctx = self._file_pos_context(stream, event, info)
                     txn, row_index = self._tracker_open(), 0
-                row_index = self._publish_rows(event, ctx, txn, row_index)
+                schema, table = maps.table_of(event, where())
+                row_index = self._publish_rows(event, ctx, txn, row_index, schema, table, where)
             elif isinstance(event, (XidEvent, QueryEvent)):
                 text = _query_text(event) if isinstance(event, QueryEvent) else "COMMIT"
-                if text not in _TXN_MARKERS:
+                xa = xa_statement(text) if text.startswith(("XA", "xa")) else None
+                if xa is not None:
+                    if txn is None and xa[0] in ("START", "COMMIT", "ROLLBACK"):
+                        # no GTID event: the group starts at this statement
+                        ctx = self._file_pos_context(stream, event, info)
+                        txn, row_index = self._tracker_open(), 0
+                    if txn is not None and self._on_xa(xa, text, ctx, txn, row_index):
+                        continue                   # XA START / END: the group goes on
+                    if txn is not None:
+                        close_txn()
+                    txn = ctx = self._xa = None
+                    continue
+                changes = [] if text in _TXN_MARKERS else table_changes(
+                    text, _schema_of(event), self._mapped)
+                if changes:
+                    if ctx is None:   # no GTID: the event group starts at this statement
+                        ctx = self._file_pos_context(stream, event, info)
+                        txn, row_index = self._tracker_open(), 0
+                    row_index = self._publish_table_events(changes, text, ctx, txn, row_index)
+                elif text not in _TXN_MARKERS:
                     # DDL: its own event group. Row decoding keeps working because
                     # binlog_row_metadata=FULL puts column names in every table map.
                     log.info("DDL in binlog: %s", text[:200])
-                if text != "BEGIN" and txn is not None:
+                # a DML statement is inside its transaction; anything else but BEGIN ends one
+                ends_group = text == "COMMIT" or (text != "BEGIN"
+                                                  and statement_kind(text) != STATEMENT)
+                if ends_group and txn is not None:
                     close_txn()
                     txn = ctx = None
             if time.monotonic() - last_save >= self._opts.checkpoint_interval_s:
@@ -226,15 +306,22 @@ class Tailer:
         with self._lock:
             return self._tracker.open(None)
 
-    def _publish_rows(self, event, ctx: TxnContext, txn, row_index: int) -> int:
+    def _publish_rows(self, event, ctx: TxnContext, txn, row_index: int, schema: str,
+                      table: str, where: Callable[[], str]) -> int:
         op = _ROW_EVENTS[type(event)]
-        # only_schemas x only_tables also admits unmapped pairs (billing.users when
-        # app.users and billing.invoices are mapped); those rows are not ours.
-        if self._mappings.get(event.schema, event.table) is None:
-            return row_index
-        rows = decode_rows(event)      # the per-table fast decoder, or None: the library's
+        mapping = self._mappings.get(schema, table)
+        if mapping is None:
+            return row_index     # decided here, by the names of this event group's map
+        if self._xa is not None:
+            self._xa.touch(schema, table)
+        keep = self._keep_columns(mapping, event.primary_key)
         specs = table_specs(event.table_map[event.table_id])
-        for row in rows if rows is not None else event.rows:
+        try:
+            rows = decode_rows(event)      # the per-table fast decoder, or None: the library's
+            rows = rows if rows is not None else event.rows
+        except DECODE_ERRORS as e:
+            raise decode_error(e, where(), f"{schema}.{table}") from e
+        for row in rows:
             row = key_images(row, specs)   # values whose text is the server's (key text)
             if op == "update":
                 before, after = row["before_values"], row["after_values"]
@@ -242,6 +329,8 @@ class Tailer:
                 before, after = None, row["values"]
             else:
                 before, after = row["values"], None
+            if keep is not None:
+                before, after = trim_image(before, keep), trim_image(after, keep)
             if self._opts.row_filter is not None and not self._opts.row_filter(
                     event.schema, event.table, after if after is not None else before):
                 row_index += 1       # ids of the rows that follow do not depend on the filter
@@ -250,20 +339,52 @@ class Tailer:
                                 event.primary_key, before, after)
             row_index += 1
             key = kafka_key(change.db, change.table, change.pk)
+            value = self._encode(change, mapping)
             if self._packer is None:
-                self._send(key, encode(change), change.id, txn, 1, None)
+                self._send(key, value, change.id, txn, 1, None)
+            elif len(value) > self._opts.pack_bytes:   # alone, after every pack opened before it
+                for pack in self._packer.drain():
+                    self._send_pack(pack, txn)
+                self._send(key, value, change.id, txn, 1, None)
             else:
-                full = self._packer.add(change.db, change.table, key, encode(change), change.id,
+                full = self._packer.add(change.db, change.table, key, value, change.id,
                                         self._partitions)
                 if full is not None:
                     self._send_pack(full, txn)
         return row_index
 
+    def _keep_columns(self, mapping, primary_key) -> frozenset[str] | None:
+        """The columns a row image of ``mapping`` keeps (cached per table and key)."""
+        cache_key = (mapping.table, primary_key if isinstance(primary_key, (str, tuple)) else None)
+        keep = self._keep.get(cache_key, False)
+        if keep is False:
+            needed = needed_columns(mapping)
+            # without a primary key the pk (and the Kafka key) is the whole image: keep it
+            keep = None if needed is None or not primary_key else needed | set(
+                pk_columns(primary_key, {}))
+            self._keep[cache_key] = keep
+        return keep
+
+    def _encode(self, change, mapping) -> bytes:
+        """The event's record value: only the columns the mapping needs; over Kafka's record
+        limit, the keys-only form (counted, WARNING naming the table)."""
+        value = encode(change)
+        if len(value) <= self._opts.max_record_bytes:
+            return value
+        self.oversized += 1
+        log.warning("row of %s at %s is %d bytes encoded, over the %d-byte Kafka record limit: "
+                    "published invalidate-only (keys, no values)", mapping.table,
+                    change.source.position, len(value), self._opts.max_record_bytes)
+        return encode(invalidate_only(change, key_columns(mapping), "over_record_limit"))
+
     def _send_pack(self, pack: Pack, txn) -> None:
         self._send(pack.key, pack.record_value(), pack.msg_id, txn, pack.rows, pack.partition)
 
     def _send(self, key: str, value: bytes, msg_id: str, txn, rows: int,
-              partition: int | None) -> None:
+              partition: int | None, row: bool = True) -> None:
+        if self._xa is not None:        # an XA group: held until its XA COMMIT
+            self._xa.hold((key, value, msg_id, rows, partition, row), rows)
+            return
         with self._lock:
             self._tracker.sent(txn, rows)
         try:
@@ -271,8 +392,11 @@ class Tailer:
                                  on_ack=lambda: self._on_ack(txn, rows), on_error=self._on_error,
                                  partition=partition)
         except KafkaError as e:   # e.g. buffer full / metadata timeout, raised synchronously
+            if is_permanent(e):
+                raise FatalError(f"Kafka refused a record for good ({type(e).__name__}: {e}); "
+                                 "not retrying, the checkpoint stays before it") from e
             raise RetryableError(f"Kafka send failed: {e}") from e
-        self.published += rows
+        self.published += rows if row else 0
         if self._tracker.pending >= self._opts.max_inflight:
             self._publisher.flush()
             self._raise_if_failed()
@@ -288,6 +412,11 @@ class Tailer:
         self._failure = error
 
     def _raise_if_failed(self) -> None:
+        if self._failure is not None and is_permanent(self._failure):
+            raise FatalError(f"Kafka refused a record for good ({type(self._failure).__name__}: "
+                             f"{self._failure}); not retrying, the checkpoint stays before it. "
+                             "Check the topic name, its ACLs and its max.message.bytes"
+                             ) from self._failure
         if self._failure is not None:
             raise RetryableError(f"Kafka send failed after retries, stopping before the "
                                  f"checkpoint moves: {self._failure}") from self._failure
@@ -320,6 +449,11 @@ def _binlog_status(cur):
             raise
         cur.execute("SHOW MASTER STATUS")
     return cur.fetchone()
+
+
+def _schema_of(event) -> str | None:
+    schema = getattr(event, "schema", None)
+    return schema.decode("utf-8", "replace") if isinstance(schema, bytes) else schema
 
 
 def _query_text(event: QueryEvent) -> str:

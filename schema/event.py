@@ -12,10 +12,22 @@ from cachesync.schema.errors import DecodeError
 from cachesync.schema.values import from_json, to_json
 
 ENVELOPE_VERSION = 1
-SUPPORTED_VERSIONS = frozenset({1})
+# Version 2 adds table-level ops. Row events stay version 1, so a consumer that
+# predates it keeps reading them, and dead-letters (never misapplies) a version-2
+# table event as ``unsupported_version``; this consumer reads both.
+TABLE_ENVELOPE_VERSION = 2
+SUPPORTED_VERSIONS = frozenset({1, 2})
 
-Op = Literal["insert", "update", "delete"]
-OPS = frozenset({"insert", "update", "delete"})
+Op = Literal["insert", "update", "delete", "truncate"]
+ROW_OPS = frozenset({"insert", "update", "delete"})
+# ``truncate``: what the binlog says about a whole table (TRUNCATE, DROP, RENAME,
+# DROP DATABASE, DML logged as a statement); every key of the table is invalidated.
+# ``extra`` carries ``reason`` and the first characters of the ``statement``.
+TABLE_OPS = frozenset({"truncate"})
+OPS = ROW_OPS | TABLE_OPS
+# ``extra`` key of a row event too large for Kafka, sent with its key columns only
+# (envelope version 2): invalidate its keys, write no value.
+INVALIDATE_ONLY = "invalidate_only"
 HEARTBEAT_KIND = "heartbeat"
 SOURCE_KINDS = frozenset({"binlog", "outbox", HEARTBEAT_KIND})
 # cachesync's own table (in the state database): its rows go out as HEARTBEAT_KIND events,
@@ -58,6 +70,11 @@ class ChangeEvent:
     @property
     def pk_dict(self) -> dict[str, Any]:
         return dict(self.pk)
+
+    @property
+    def table_level(self) -> bool:
+        """The event is about the whole table, not one row (no pk, no images)."""
+        return self.op in TABLE_OPS
 
 
 def encode(event: ChangeEvent) -> bytes:
@@ -214,6 +231,8 @@ def _from_doc(doc: dict) -> ChangeEvent:
     op = doc["op"]
     if op not in OPS:
         raise ValueError(f"op {op!r}")
+    if op in TABLE_OPS and doc["v"] < TABLE_ENVELOPE_VERSION:
+        raise ValueError(f"op {op!r} needs envelope version {TABLE_ENVELOPE_VERSION}")
     plain = _PLAIN
     pk = tuple([(str(k), v if type(v) in plain else from_json(v)) for k, v in doc["pk"]])
     keys = doc.get("keys")

@@ -22,6 +22,13 @@ def binlog_message_id(server: str, position: str, row_index: int) -> str:
     return hashlib.blake2b(material, digest_size=16).hexdigest()
 
 
+def table_event_id(server: str, position: str, index: int, partition: int) -> str:
+    """Id of the copy, sent to ``partition``, of the table-level event at ``index`` of the
+    transaction at ``position`` (each partition gets a copy, each applied once)."""
+    material = f"{server}|{position}|table:{index}|p{partition}".encode("utf-8")
+    return hashlib.blake2b(material, digest_size=16).hexdigest()
+
+
 def binlog_version(txn_ordinal: int, row_index: int) -> int:
     """A version that grows with commit order: transaction ordinal, then row index.
 

@@ -19,6 +19,7 @@ def kafka_key(db: str, table: str, pk: Iterable[tuple[str, Any]]) -> str:
     return f"{db}.{table}:{pk_text(pk)}"
 
 
+INTERNAL_PREFIX = "cachesync:"      # cachesync's own keys; never a cache key it deletes
 LEASE_PREFIX = "cachesync:lease:"
 
 
@@ -33,3 +34,11 @@ VERSION_PREFIX = "cachesync:ver:"
 def version_key(key: str) -> str:
     """Where update mode keeps the version of the value (or tombstone) at ``key``."""
     return VERSION_PREFIX + key
+
+
+TABLE_FENCE_PREFIX = "cachesync:table:"
+
+
+def table_fence_key(table: str) -> str:
+    """Where update mode keeps the source version of a table's newest table-level event."""
+    return TABLE_FENCE_PREFIX + table

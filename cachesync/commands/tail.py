@@ -9,37 +9,59 @@ from cachesync.metrics import Cumulative
 from cachesync.operate import tail_ops
 from cachesync.standby import ActiveStandby, while_held
 from cachesync.supervisor import RestartingTailer
+from cachesync.producer_outbox.binlog_read import LostPositionError
+from cachesync.producer_outbox.checkpoint import Checkpoint
+from cachesync.resync import resync
 from cachesync.wiring import build_tailer, build_tailer_lock, tailer_preflight
 
 
 @click.command("tail")
 @settings_options
-def command(settings) -> None:
+@click.option("--from-gtid", metavar="GTID",
+              help="re-tail from this GTID state (MariaDB 0-1-42, MySQL uuid:1-42): the "
+                   "transactions after it are published again, not the stored checkpoint's.")
+@click.option("--from-file", metavar="FILE", help="re-tail from this binlog file (with --from-pos).")
+@click.option("--from-pos", type=click.IntRange(min=4), metavar="POS",
+              help="position in --from-file, at a transaction boundary.")
+def command(settings, from_gtid, from_file, from_pos) -> None:
     """Tail the MySQL binlog and publish every committed row change to Kafka.
 
     Starts at the stored checkpoint (table cachesync.cachesync_checkpoint, named by
-    tailer.name) or, on first start, at the server's current position. The
+    tailer.name) or, on first start, at the server's current position (if keys were
+    cached before, run `cachesync resync` once first). The
     checkpoint advances only past transactions Kafka fully acknowledged. Requires
     binlog_format=ROW, binlog_row_image=FULL, binlog_row_metadata=FULL and the
     REPLICATION SLAVE + REPLICATION CLIENT grants; says which one is missing.
+
+    --from-gtid / --from-file --from-pos start at an operator's position instead (replay
+    by binlog position; the consumer's dedup store skips what it already applied), and
+    the checkpoint moves on from there. If the checkpoint's binlog was purged, tail stops
+    with exit code 3 naming it; recover with `cachesync resync`, or set
+    tailer.on_lost_position: resync to do that automatically.
 
     Any number of `tail` processes may run with one tailer.name: the one holding the MySQL
     lock cachesync:tailer:<name> tails, the others wait as hot standbys and take over from
     the checkpoint when it dies (at once when its process dies; within tailer.lock_lease_s
     when its host or network is lost). `cachesync status` shows which one is active.
+    --from-gtid / --from-file applies to the first tailer this process builds only.
 
     Every tailer.heartbeat_interval_s it rewrites its row in cachesync.cachesync_heartbeat
     so the consumer measures lag while the application is idle. Serves /metrics,
     /healthz and /readyz on metrics.listen (default 127.0.0.1:9465); ready = MySQL and
     Kafka answer and the checkpoint moved within metrics.ready_max_lag_s.
     """
+    start = start_option(from_gtid, from_file, from_pos)
     with handle_errors():
-        tailers = Cumulative(("published",))
+        tailers = Cumulative(("published", "table_events", "oversized"))
         ops = tail_ops(settings, tailers)
+        first = [start]
+
+        def build():
+            once, first[0] = first[0], None     # a restart resumes from the checkpoint
+            return tailers.track(build_tailer(settings, once))
         lock = build_tailer_lock(settings)
-        supervisor = ActiveStandby(lock, lambda: RestartingTailer(
-            while_held(lock, lambda: tailers.track(build_tailer(settings)))),
-            tailer_preflight(settings))
+        supervisor = ActiveStandby(lock, lambda: ResyncingTailer(
+            settings, RestartingTailer(while_held(lock, build))), tailer_preflight(settings))
         on_termination(supervisor.stop)
         try:
             supervisor.run()
@@ -49,3 +71,42 @@ def command(settings) -> None:
         if tailer is not None:
             log.info("tailer stopped after %d row events; checkpoint %s", tailer.published,
                      tailer.committed.describe() if tailer.committed else "-")
+
+
+def start_option(gtid: str | None, log_file: str | None, pos: int | None) -> Checkpoint | None:
+    """The --from-... position; raises UsageError for an incomplete or mixed one."""
+    if gtid and (log_file or pos):
+        raise click.UsageError("--from-gtid excludes --from-file/--from-pos")
+    if bool(log_file) != bool(pos):
+        raise click.UsageError("--from-file and --from-pos go together")
+    if gtid:
+        return Checkpoint("", gtid=gtid)
+    return Checkpoint("", log_file=log_file, log_pos=pos) if log_file else None
+
+
+class ResyncingTailer:
+    """A RestartingTailer that, with tailer.on_lost_position: resync, recovers from a lost
+    position (every mapped table invalidated, checkpoint at the current position) and goes
+    on tailing; it runs inside the active term, so the resync happens under the tailer lock.
+    Raises LostPositionError with on_lost_position: fail (exit 3)."""
+
+    def __init__(self, settings, supervisor: RestartingTailer):
+        self._settings, self._supervisor = settings, supervisor
+
+    @property
+    def last(self):
+        return self._supervisor.last
+
+    def run(self) -> None:
+        while True:
+            try:
+                self._supervisor.run()
+                return
+            except LostPositionError as e:
+                if self._settings.tailer.on_lost_position != "resync":
+                    raise
+                log.warning("%s; tailer.on_lost_position is resync: running it now", e)
+                resync(self._settings)
+
+    def stop(self) -> None:
+        self._supervisor.stop()

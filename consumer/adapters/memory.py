@@ -8,7 +8,9 @@ from typing import Mapping, Sequence
 
 from cachesync.consumer.core.dedup import ClaimState
 from cachesync.consumer.core.offsets import Record
-from cachesync.consumer.core.writes import APPLIED, BACKWARDS, KIND_DELETE, CacheWrite, fence
+from cachesync.consumer.core.writes import (APPLIED, BACKWARDS, KIND_DELETE, CacheWrite, fence,
+                                            fence_by_table)
+from cachesync.schema.keys import INTERNAL_PREFIX
 from cachesync.consumer.ports import WriteResult
 
 
@@ -58,6 +60,16 @@ class MemoryCache:
         self.data: dict[str, object] = {}
         self.versions: dict[str, str] = {}
         self.deleted: list[str] = []
+        self.table_fences: dict[str, str] = {}
+
+    def invalidate_table(self, mapping, fence_version: str | None = None, progress=None) -> int:
+        """Every key a template of ``mapping`` renders (the same match as the Redis adapter)."""
+        if fence_version is not None:
+            self.table_fences[mapping.table] = max(fence_version,
+                                                   self.table_fences.get(mapping.table, ""))
+        keys = [k for k in self.data if not k.startswith(INTERNAL_PREFIX)
+                and any(t.regex.fullmatch(k) for t in mapping.keys)]
+        return self.delete(keys)
 
     def delete(self, keys: Sequence[str]) -> int:
         self.deleted.extend(keys)
@@ -65,7 +77,7 @@ class MemoryCache:
 
     def write(self, writes: Sequence[CacheWrite]) -> WriteResult:
         applied, backwards = 0, []
-        for w in writes:
+        for w in fence_by_table(writes, self.table_fences):
             decision = fence(self.versions.get(w.key), w.version)
             if decision == BACKWARDS:
                 self.data.pop(w.key, None)

@@ -28,7 +28,7 @@ from cachesync.consumer.core.writes import (KIND_DELETE, CacheWrite, merge_write
                                   version_text)
 from cachesync.schema.collisions import ambiguous_key
 from cachesync.schema.errors import PoisonError, UnknownTableError
-from cachesync.schema.event import HEARTBEAT_KIND, ChangeEvent
+from cachesync.schema.event import HEARTBEAT_KIND, INVALIDATE_ONLY, ChangeEvent
 from cachesync.schema.mapping import KeyTemplate, MappingSet, MissingColumnError, TableMapping
 
 
@@ -49,6 +49,7 @@ class EventPlan:
     unversioned: bool = False                   # NULL version column: invalidated, not written
     ambiguous: tuple[tuple[str, str], ...] = () # (key, why): another row's key too, invalidated
     unrenderable: int = 0                       # templates naming a missing column (salvaged plans)
+    table: TableMapping | None = None           # table-level event: every key of this table
 
 
 @dataclass
@@ -95,6 +96,8 @@ def event_keys(event: ChangeEvent, mappings: MappingSet) -> EventPlan:
     mapping = mappings.get(event.db, event.table)
     if mapping is None and not event.keys:
         raise UnknownTableError(event.qualified_table)
+    if event.table_level:
+        return EventPlan(event, (), table=mapping)
     explicit = tuple(event.keys)
     if mapping is None:
         return EventPlan(event, tuple(dict.fromkeys(explicit)))
@@ -108,6 +111,10 @@ def event_keys(event: ChangeEvent, mappings: MappingSet) -> EventPlan:
     if version is None:                      # no order to fence with: invalidate instead
         keys = tuple(dict.fromkeys([*explicit, *_keys(before), *_keys(after)]))
         return EventPlan(event, keys, nulls, unversioned=True)
+    if event.extra and event.extra.get(INVALIDATE_ONLY):   # no values came: fenced deletes
+        writes = [_tombstone(k, version, mapping)
+                  for k in dict.fromkeys([*_keys(before), *_keys(after)])]
+        return EventPlan(event, tuple(dict.fromkeys(explicit)), nulls, tuple(writes), oversized=1)
     ambiguous = _ambiguous(mapping, event.after, after)
     writes, oversized = _update_writes(event, mapping, version, _keys(before), after, ambiguous)
     return EventPlan(event, tuple(dict.fromkeys(explicit)), nulls, tuple(writes),
@@ -158,7 +165,8 @@ def _update_writes(event: ChangeEvent, mapping: TableMapping, version: str, befo
             oversized = 1
             unsafe.update(keys)
         writes += [_tombstone(k, version, mapping) if k in unsafe else
-                   CacheWrite(k, kind, version, value, mapping.ttl_s, mapping.ttl_jitter)
+                   CacheWrite(k, kind, version, value, mapping.ttl_s, mapping.ttl_jitter,
+                              mapping.table)
                    for k in keys]
     gone = [k for k in dict.fromkeys(before) if k not in keys]
     writes += [_tombstone(k, version, mapping) for k in gone]
@@ -166,7 +174,22 @@ def _update_writes(event: ChangeEvent, mapping: TableMapping, version: str, befo
 
 
 def _tombstone(key: str, version: str, mapping: TableMapping) -> CacheWrite:
-    return CacheWrite(key, KIND_DELETE, version, "", mapping.tombstone_s, 0.0)
+    return CacheWrite(key, KIND_DELETE, version, "", mapping.tombstone_s, 0.0, mapping.table)
+
+
+def split_at_tables(plans: list[EventPlan]) -> list[tuple[list[EventPlan], EventPlan | None]]:
+    """The batch as (row events, then the table-level event after them or None) segments,
+    so that rows before a truncate are applied before it and rows after it after it."""
+    out, rows = [], []
+    for ep in plans:
+        if ep.table is None:
+            rows.append(ep)
+        else:
+            out.append((rows, ep))
+            rows = []
+    if rows or not out:
+        out.append((rows, None))
+    return out
 
 
 def plan_batch(items: Iterable[Delivery | ChangeEvent], mappings: MappingSet) -> Plan:

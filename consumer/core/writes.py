@@ -49,6 +49,27 @@ class CacheWrite:
     value: str
     ttl_s: int
     ttl_jitter: float
+    table: str = ""          # "db.table" whose row it comes from (table-level fences)
+
+    @property
+    def source_version(self) -> str:
+        """The source-position part of the version (the whole of it without a version column)."""
+        return self.version.rsplit("/", 1)[-1]
+
+
+def fence_by_table(writes: Iterable[CacheWrite], fences: Mapping[str, str]) -> list[CacheWrite]:
+    """Writes of rows a later table-level event (truncate, drop, ...) wiped become deletes.
+
+    ``fences`` maps "db.table" to the padded source version of the newest table-level
+    event applied to it; an update replayed from before it must not bring a value back.
+    """
+    out = []
+    for w in writes:
+        fence = fences.get(w.table)
+        if fence is not None and w.kind != KIND_DELETE and w.source_version <= fence:
+            w = CacheWrite(w.key, KIND_DELETE, w.version, "", w.ttl_s, 0.0, w.table)
+        out.append(w)
+    return out
 
 
 def padded(n: int) -> str:

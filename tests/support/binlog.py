@@ -13,7 +13,7 @@ import types
 import uuid
 
 from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, XidEvent
-from pymysqlreplication.row_event import UpdateRowsEvent
+from pymysqlreplication.row_event import TableMapEvent, UpdateRowsEvent
 
 from cachesync.producer_outbox.preflight import ServerInfo
 from cachesync.schema.event import decode
@@ -81,8 +81,28 @@ def rows(cls, *images, table="users"):
         decoded = [{"values": v} for v in images]
     event._RowsEvent__rows = decoded       # what RowsEvent.rows returns once fetched
     event.complete = False                 # no packet behind it: fastrows steps aside
-    event.table_id, event.table_map = 1, {1: types.SimpleNamespace(columns=[])}  # no typed columns
+    event.table_id = TABLE_IDS[table]
+    event.table_map = {event.table_id: types.SimpleNamespace(columns=[])}   # no typed columns
     return event
+
+
+TABLE_IDS = {"users": 25, "orders": 26}
+
+
+def table_map(schema: str, table: str, table_id: int) -> TableMapEvent:
+    event = object.__new__(TableMapEvent)
+    event.schema, event.table, event.table_id = schema, table, table_id
+    return event
+
+
+def with_table_maps(events):
+    """The stream as the server sends it: each row event preceded by its table's map."""
+    out = []
+    for event in events:
+        if hasattr(event, "table_id") and not isinstance(event, TableMapEvent):
+            out.append(table_map(event.schema, event.table, event.table_id))
+        out.append(event)
+    return out
 
 
 def u(i, email):

@@ -11,14 +11,15 @@ from cachesync.producer_outbox.tailer import Tailer, TailerOptions
 from cachesync.schema.errors import RetryableError
 from cachesync.schema.ids import binlog_message_id, binlog_version
 from tests.support.binlog import (MAPPINGS, MARIADB, MYSQL, OTHER, UUID, _Checkpoints, _Publisher,
-                                  _Stream, mariadb_gtid, mysql_gtid, rows, u, xid)
+                                  _Stream, mariadb_gtid, mysql_gtid, rows, u,
+                                  with_table_maps, xid)
 
 
 def tail(events, info, start_gtid):
     publisher, checkpoints = _Publisher(), _Checkpoints()
     tailer = Tailer(MySQLParams("h", 1, "u", "p"), publisher, checkpoints, MAPPINGS,
                     TailerOptions("t", TailerSettings(checkpoint_interval_s=0)))
-    tailer._loop(_Stream(events), info, Checkpoint(info.identity, start_gtid, "binlog.000003", 4))
+    tailer._loop(_Stream(with_table_maps(events)), info, Checkpoint(info.identity, start_gtid, "binlog.000003", 4))
     tailer._save_checkpoint()
     return publisher.sent, [cp.gtid for cp in checkpoints.saved]
 

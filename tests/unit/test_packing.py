@@ -21,7 +21,8 @@ from cachesync.schema.keys import kafka_key
 from cachesync.schema.mapping import parse_mappings
 from tests.support.events import event as change
 from cachesync.schema.partition import murmur2, partition_for
-from tests.support.binlog import MARIADB, _Checkpoints, _Stream, mariadb_gtid, rows, u, xid
+from tests.support.binlog import (MARIADB, _Checkpoints, _Stream, mariadb_gtid, rows, u,
+                                  with_table_maps, xid)
 
 MAPPINGS = parse_mappings({"shop.users": {"keys": ["user:{id}"]}})
 
@@ -45,7 +46,7 @@ def test_a_pack_round_trips_in_order():
 @pytest.mark.parametrize("raw, reason", [
     (b'{"v":1,"pack":[]}', "invalid_envelope"),
     (b'{"v":1,"pack":{"a":1}}', "invalid_envelope"),
-    (b'{"v":2,"pack":[]}', "unsupported_version"),
+    (b'{"v":3,"pack":[]}', "unsupported_version"),
     (b'{"v":1,"pack":[', "invalid_json"),
 ])
 def test_an_unreadable_pack_is_one_error(raw, reason):
@@ -122,7 +123,8 @@ def test_the_tailer_packs_each_transaction_by_partition():
     tailer = Tailer(MySQLParams("h", 1, "u", "p"), publisher, checkpoints,
                     parse_mappings({"app.users": {"keys": ["user:{id}"]}}),
                     TailerOptions("t", TailerSettings(checkpoint_interval_s=0, pack_rows=5)))
-    tailer._loop(_Stream(events), MARIADB, Checkpoint(MARIADB.identity, "0-1-41", "b.1", 4))
+    tailer._loop(_Stream(with_table_maps(events)), MARIADB,
+                 Checkpoint(MARIADB.identity, "0-1-41", "b.1", 4))
     tailer._save_checkpoint()
     assert tailer.published == tailer.acked == 21
     assert checkpoints.saved[-1].gtid == "0-1-43"

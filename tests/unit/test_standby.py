@@ -6,6 +6,7 @@ import threading
 
 import pytest
 
+from cachesync.producer_outbox.binlog_read import LostPositionError
 from cachesync.schema.errors import FatalError, RetryableError
 from cachesync.standby import ActiveStandby, while_held
 from cachesync.supervisor import RestartingTailer
@@ -92,3 +93,44 @@ def test_no_tailer_is_built_once_the_lock_is_gone():
     lock = FakeLock(grants=0)
     with pytest.raises(RetryableError, match="no longer held"):
         while_held(lock, lambda: pytest.fail("built without the lock"))()
+
+
+class _Settings:
+    """The one setting ResyncingTailer reads."""
+
+    def __init__(self, on_lost_position: str):
+        self.tailer = type("T", (), {"on_lost_position": on_lost_position})()
+
+
+class _LosesPositionOnce:
+    """A RestartingTailer stand-in whose first run finds its position purged."""
+
+    def __init__(self):
+        self.runs, self.last = 0, None
+
+    def run(self) -> None:
+        self.runs += 1
+        if self.runs == 1:
+            raise LostPositionError("the binlog position gtid=0-1-42 is gone from the server")
+
+    def stop(self) -> None:
+        pass
+
+
+def test_a_lost_position_resyncs_inside_the_active_term_with_on_lost_position_resync(monkeypatch):
+    from cachesync.commands import tail
+    lock, inner, resyncs = FakeLock(grants=1), _LosesPositionOnce(), []
+    monkeypatch.setattr(tail, "resync", lambda settings: resyncs.append(lock.held()))
+    ActiveStandby(lock, lambda: tail.ResyncingTailer(_Settings("resync"), inner)).run()
+    assert resyncs == [True]            # resynced once, while this process held the lock
+    assert inner.runs == 2              # then tailed on from the stored position
+
+
+def test_a_lost_position_stops_the_tailer_with_on_lost_position_fail(monkeypatch):
+    from cachesync.commands import tail
+    lock, resyncs = FakeLock(grants=1), []
+    monkeypatch.setattr(tail, "resync", lambda settings: resyncs.append(settings))
+    with pytest.raises(LostPositionError):
+        ActiveStandby(lock, lambda: tail.ResyncingTailer(_Settings("fail"),
+                                                         _LosesPositionOnce())).run()
+    assert resyncs == [] and lock.released == 1

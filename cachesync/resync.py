@@ -1,0 +1,91 @@
+"""``cachesync resync``: recover from a lost binlog position by invalidating the mapped tables.
+
+Order matters: the current position is read first, then every key of the tables is
+removed (the table-level mechanism), and only then is the position stored as the
+checkpoint. A change committed during the invalidation is after the stored position,
+so the tailer publishes it; nothing between the lost checkpoint and now can stay cached.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, field
+from typing import Callable
+
+from cachesync.config import Settings
+from cachesync.consumer.adapters.redis_cache import RedisCache
+from cachesync.consumer.core.writes import padded
+from cachesync.producer_outbox.checkpoint import Checkpoint, MySQLCheckpointStore
+from cachesync.schema.ids import binlog_version, file_pos_ordinal
+from cachesync.schema.mapping import TableMapping
+from cachesync.producer_outbox.tailer import Tailer, TailerOptions
+from cachesync.wiring import mappings as configured_mappings, mysql_params
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ResyncReport:
+    position: Checkpoint
+    removed: dict[str, int] = field(default_factory=dict)     # table -> keys removed
+    checkpoint_stored: bool = False
+
+    def to_dict(self) -> dict:
+        return {"position": self.position.describe(), "removed": self.removed,
+                "checkpoint_stored": self.checkpoint_stored}
+
+
+def resync(settings: Settings, tables: tuple[str, ...] = (),
+           on_table: Callable[[str, int], None] = lambda table, removed: None) -> ResyncReport:
+    """Invalidate every key of the mapped tables (or of ``tables``) and, when all of them
+    were, store the position read before as the tailer's checkpoint.
+
+    Raises FatalError (server not ready), RetryableError (MySQL or Redis unavailable).
+    """
+    chosen = resync_tables(settings, tables)
+    # a tailer only for its preflight and position query: no publisher, no checkpoint store
+    reader = Tailer(mysql_params(settings), None, None, configured_mappings(settings),
+                    TailerOptions(settings.kafka.topic, settings.tailer))
+    position = reader.current_position()
+    fence = padded(binlog_version(position_ordinal(position), 0))
+    report = ResyncReport(position)
+    cache = RedisCache(str(settings.redis.url))
+    try:
+        for mapping in chosen:
+            removed = cache.invalidate_table(mapping, fence if mapping.updates else None)
+            report.removed[mapping.table] = removed
+            on_table(mapping.table, removed)
+    finally:
+        cache.close()
+    if not tables:          # a subset leaves the other tables' gap: the checkpoint stays
+        store = MySQLCheckpointStore(mysql_params(settings).connect, settings.tailer.name)
+        try:
+            store.save(position)
+        finally:
+            store.close()
+        report.checkpoint_stored = True
+    log.warning("resync: %d key(s) removed from %d table(s); checkpoint %s",
+                sum(report.removed.values()), len(report.removed),
+                f"stored at {position.describe()}" if report.checkpoint_stored else "unchanged")
+    return report
+
+
+def resync_tables(settings: Settings, names: tuple[str, ...]) -> list[TableMapping]:
+    """The mapped tables to invalidate (those with key templates); raises ValueError for
+    a name that is not mapped."""
+    mapped = configured_mappings(settings).tables
+    unknown = [n for n in names if n not in mapped]
+    if unknown:
+        raise ValueError(f"not a mapped table: {', '.join(unknown)} "
+                         f"(mapped: {', '.join(sorted(settings.tables.tables))})")
+    return [m for name, m in mapped.items() if m.keys and (not names or name in names)]
+
+
+def position_ordinal(position: Checkpoint) -> int:
+    """The newest transaction ordinal of a position: the largest GTID sequence number
+    (MariaDB ``0-1-42``, MySQL ``uuid:1-23``), else the file:pos ordinal."""
+    if position.gtid:
+        return max(int(m.group(1)) for part in position.gtid.split(",")
+                   if (m := re.search(r"(\d+)\s*$", part)))
+    return file_pos_ordinal(position.log_file, position.log_pos)

@@ -1,0 +1,96 @@
+"""Which mapped tables a binlog Query event changes as a whole, and why (pure).
+
+Row-based logging carries DML as row events; a Query event carries DDL, the
+transaction markers, and DML the server logged as a statement (binlog_format
+STATEMENT or MIXED). cachesync cannot tell which rows such a statement touched, so
+every mapped table it names is invalidated as a whole. Naming is decided by the
+identifiers the statement contains: a false match costs cache misses, a missed
+table would be silent staleness.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Iterable
+
+TRUNCATE, DROP, RENAME, DROP_DATABASE, STATEMENT = (
+    "truncate", "drop", "rename", "drop_database", "statement")
+
+_COMMENTS = re.compile(r"/\*(?!!).*?\*/|--[^\n]*|#[^\n]*", re.S)
+_VERSIONED_COMMENT = re.compile(r"/\*!\d*\s?(.*?)\*/", re.S)
+_IDENT = r"(?:`(?:[^`]|``)+`|[A-Za-z0-9_$]+)"
+_NAME = re.compile(rf"({_IDENT})(?:\s*\.\s*({_IDENT}))?")
+_ALTER_RENAME = re.compile(r"\bRENAME\s+(?!(?:COLUMN|INDEX|KEY|CONSTRAINT)\b)", re.I)
+_DROP_DATABASE = re.compile(rf"^DROP\s+(?:SCHEMA|DATABASE)\s+(?:IF\s+EXISTS\s+)?({_IDENT})", re.I)
+_KINDS = [
+    (re.compile(r"^TRUNCATE\b", re.I), TRUNCATE),
+    (re.compile(r"^DROP\s+(?:SCHEMA|DATABASE)\b", re.I), DROP_DATABASE),
+    (re.compile(r"^DROP\s+TABLE\b", re.I), DROP),
+    (re.compile(r"^CREATE\s+OR\s+REPLACE\s+TABLE\b", re.I), DROP),
+    (re.compile(r"^RENAME\s+TABLES?\b", re.I), RENAME),
+    (re.compile(r"^(?:INSERT|UPDATE|DELETE|REPLACE|LOAD\s+DATA|LOAD\s+XML)\b", re.I), STATEMENT),
+    (re.compile(r"^WITH\b.*\b(?:UPDATE|DELETE|INSERT)\b", re.I | re.S), STATEMENT),
+]
+
+
+@dataclass(frozen=True)
+class TableChange:
+    """A mapped table a statement changed as a whole."""
+
+    db: str
+    table: str
+    reason: str          # truncate | drop | rename | drop_database | statement
+
+
+def statement_kind(query: str) -> str | None:
+    """The reason a statement changes whole tables, or None (other DDL, markers, XA)."""
+    text = clean(query)
+    if re.match(r"^ALTER\s+(?:ONLINE\s+|IGNORE\s+)*TABLE\b", text, re.I):
+        return RENAME if _ALTER_RENAME.search(text) else None
+    for pattern, kind in _KINDS:
+        if pattern.match(text):
+            return kind
+    return None
+
+
+def table_changes(query: str, default_db: str | None,
+                  mapped: Iterable[tuple[str, str]]) -> list[TableChange]:
+    """The mapped (db, table) pairs ``query`` changes as a whole, in mapping order.
+
+    Unqualified names resolve to ``default_db`` (the Query event's current database).
+    """
+    kind = statement_kind(query)
+    if kind is None:
+        return []
+    text = clean(query)
+    if kind == DROP_DATABASE:
+        m = _DROP_DATABASE.match(text)
+        dropped = _unquote(m.group(1)) if m else None
+        return [TableChange(db, t, kind) for db, t in mapped if db.lower() == dropped]
+    names = _names(text, default_db)
+    return [TableChange(db, t, kind) for db, t in mapped if (db.lower(), t.lower()) in names]
+
+
+def clean(query: str) -> str:
+    """The statement without comments (MariaDB's versioned ``/*!...*/`` keep their text)."""
+    return _COMMENTS.sub(" ", _VERSIONED_COMMENT.sub(r" \1 ", query)).strip()
+
+
+def _names(text: str, default_db: str | None) -> set[tuple[str | None, str]]:
+    """Every identifier as (db, name), lower-cased; a bare name resolves to ``default_db``."""
+    out: set[tuple[str | None, str]] = set()
+    default = default_db.lower() if default_db else None
+    for first, second in _NAME.findall(text):
+        a, b = _unquote(first), _unquote(second) if second else None
+        if b is not None:
+            out.add((a, b))
+        elif default:
+            out.add((default, a))
+    return out
+
+
+def _unquote(ident: str) -> str:
+    if ident.startswith("`"):
+        ident = ident[1:-1].replace("``", "`")
+    return ident.lower()
