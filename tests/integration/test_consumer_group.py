@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support import UsersWriter, add_config_sections, wait_for
+from tests.support import UsersWriter, add_config_sections, wait_for, wait_keys_gone
 
 pytestmark = pytest.mark.integration
 
@@ -43,15 +43,7 @@ def consumers(lab, static: bool) -> tuple[list[str], list]:
 
 
 def all_committed_invalidated(lab, writer: UsersWriter) -> None:
-    ids = [i for i in writer.committed if i < CACHED]
-    assert ids, "the writer committed nothing"
-
-    def left():
-        pipe = lab.redis.pipeline(transaction=False)
-        for i in ids:
-            pipe.exists(f"{lab.prefix}user:{i}")
-        return [i for i, found in zip(ids, pipe.execute()) if found]
-    wait_for(lambda: not left(), 120, interval=0.5, what="every committed row's key invalidated")
+    wait_keys_gone(lab, [i for i in writer.committed if i < CACHED])
 
 
 def test_a_static_member_killed_and_restarted_gets_its_own_partitions_back(lab):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support import UsersWriter, wait_for
+from tests.support import UsersWriter, wait_for, wait_keys_gone
 
 pytestmark = pytest.mark.integration
 
@@ -45,50 +45,36 @@ def pair(lab):
     return lab, first, second, engine
 
 
-def every_committed_key_invalidated(lab, writer: UsersWriter) -> None:
-    ids = [i for i in writer.committed if i < CACHED]
-    assert ids
-
-    def left():
-        pipe = lab.redis.pipeline(transaction=False)
-        for i in ids:
-            pipe.exists(f"{lab.prefix}user:{i}")
-        return [i for i, found in zip(ids, pipe.execute()) if found]
-    wait_for(lambda: not left(), 120, interval=0.5, what="every committed row's key invalidated")
-
-
-def test_the_standby_takes_over_when_the_active_tailer_is_killed(pair):
-    lab, first, second, _ = pair
+def takeover_under_writes(lab, second, fault) -> UsersWriter:
+    """Writes before ``fault()``, the standby ``second`` holding the lock after it, more writes
+    after the takeover, then every committed row's key invalidated; returns the writer."""
     writer = UsersWriter(lab, rows_per_txn=1)
     writer.start()
     try:
-        wait_for(lambda: len(writer.committed) > 200, 30, what="writes before the kill")
-        lab.kill9(first)
+        wait_for(lambda: len(writer.committed) > 200, 30, what="writes before the fault")
+        fault()
         wait_for(lambda: (lock_holder(lab) or ("x:0",))[0].endswith(f":{second.pid}"), 30,
                  interval=0.2, what="the standby holding the lock")
         mark = len(writer.committed)
         wait_for(lambda: len(writer.committed) > mark + 500, 60, what="writes after the takeover")
     finally:
         writer.stop()
-    every_committed_key_invalidated(lab, writer)
+    wait_keys_gone(lab, [i for i in writer.committed if i < CACHED])
+    return writer
+
+
+def test_the_standby_takes_over_when_the_active_tailer_is_killed(pair):
+    lab, first, second, _ = pair
+    takeover_under_writes(lab, second, lambda: lab.kill9(first))
     assert "is active here" in lab.log(second)
 
 
 def test_an_active_tailer_whose_lock_connection_is_cut_stands_down(pair):
     lab, first, second, _ = pair
-    writer = UsersWriter(lab, rows_per_txn=1)
-    writer.start()
-    try:
-        wait_for(lambda: len(writer.committed) > 200, 30, what="writes before the cut")
-        _, connection = lock_holder(lab)
-        lab.sql(f"KILL CONNECTION {int(connection)}")        # as the server sees a lost network
-        wait_for(lambda: (lock_holder(lab) or ("x:0",))[0].endswith(f":{second.pid}"), 30,
-                 interval=0.2, what="the standby holding the lock")
-        wait_for(lambda: "lock cachesync:tailer:" in lab.log(first) and
-                 "lost" in lab.log(first), 30, what="the first tailer standing down")
-        mark = len(writer.committed)
-        wait_for(lambda: len(writer.committed) > mark + 500, 60, what="writes after the takeover")
-    finally:
-        writer.stop()
-    every_committed_key_invalidated(lab, writer)
+
+    def cut():                                          # as the server sees a lost network
+        lab.sql(f"KILL CONNECTION {int(lock_holder(lab)[1])}")
+    takeover_under_writes(lab, second, cut)
+    wait_for(lambda: "lock cachesync:tailer:" in lab.log(first) and "lost" in lab.log(first), 30,
+             what="the first tailer standing down")
     assert first.poll() is None, "the old active tailer waits as a standby, it does not exit"

@@ -231,6 +231,20 @@ class UsersWriter(threading.Thread):
 
 
 # -- outbox helpers (appended for tests/integration/test_outbox.py) -----------------------
+def wait_keys_gone(lab: Lab, ids, template: str = "user:{}", timeout_s: float = 120) -> None:
+    """Wait until none of the lab's keys ``template.format(id)`` exists (every committed row's
+    key invalidated); asserts that there is something to wait for."""
+    ids = list(ids)
+    assert ids, "no committed row to check"
+
+    def left():
+        pipe = lab.redis.pipeline(transaction=False)
+        for i in ids:
+            pipe.exists(lab.prefix + template.format(i))
+        return [i for i, found in zip(ids, pipe.execute()) if found]
+    wait_for(lambda: not left(), timeout_s, interval=0.5, what="every committed row's key invalidated")
+
+
 def add_config_sections(config_path: str, **sections) -> str:
     """Merge extra sections (e.g. ``relay={...}``) into a config file written by Lab."""
     with open(config_path) as f:
