@@ -18,6 +18,15 @@ class TxnContext:
     position: str       # GTID, or "file:pos" of the transaction's first event
     ordinal: int        # GTID seq_no, or file_pos_ordinal(); grows with commit order
     commit_ts: float
+    gtid: bool = False  # ``position`` is a GTID: unique across the servers that replicate it
+
+    @property
+    def id_scope(self) -> str:
+        """What message ids are unique within: a GTID names its transaction on every server
+        that replicates it (the primary, a replica with log_slave_updates, a promoted
+        replica), so ids derived from it alone are the same whichever one was read; a
+        file:pos is only meaningful on the server that wrote it."""
+        return "gtid" if self.gtid else self.server
 
 
 def pk_columns(primary_key: Any, image: Mapping[str, Any]) -> tuple[str, ...]:
@@ -44,7 +53,7 @@ def row_change(ctx: TxnContext, row_index: int, db: str, table: str, op: str,
                                     "position": ctx.position, "commit_ts": ctx.commit_ts,
                                     "row_index": row_index})
     return build_checked(ChangeEvent, {
-        "id": binlog_message_id(ctx.server, ctx.position, row_index), "source": source,
+        "id": binlog_message_id(ctx.id_scope, ctx.position, row_index), "source": source,
         "db": db, "table": table, "op": op, "pk": pk, "before": before, "after": after,
         "version": binlog_version(ctx.ordinal, row_index), "keys": (),
         "schema_version": ENVELOPE_VERSION, "extra": {}})
@@ -60,7 +69,7 @@ def table_change(ctx: TxnContext, index: int, partition: int, db: str, table: st
                                     "position": ctx.position, "commit_ts": ctx.commit_ts,
                                     "row_index": index})
     return build_checked(ChangeEvent, {
-        "id": table_event_id(ctx.server, ctx.position, index, partition), "source": source,
+        "id": table_event_id(ctx.id_scope, ctx.position, index, partition), "source": source,
         "db": db, "table": table, "op": "truncate", "pk": (), "before": None, "after": None,
         "version": binlog_version(ctx.ordinal, index), "keys": (),
         "schema_version": TABLE_ENVELOPE_VERSION,

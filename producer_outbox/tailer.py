@@ -242,7 +242,8 @@ class Tailer(GroupPublishing):
                     raise RetryableError(f"binlog stream broke inside transaction {ctx.position}")
                 gtid = parse_gtid(event.gtid)
                 gtid_state.add(gtid)
-                ctx = TxnContext(info.identity, str(gtid), gtid.ordinal, float(event.timestamp))
+                ctx = TxnContext(info.identity, str(gtid), gtid.ordinal, float(event.timestamp),
+                                 gtid=True)
                 txn, row_index = self._tracker_open(), 0
                 if getattr(event, "flags", 0) & FL_PREPARED_XA and isinstance(event, MariadbGtidEvent):
                     self._xa = XaGroup(self._opts.xa_buffer_rows)

@@ -1,5 +1,7 @@
 """The tailer on recorded binlog events (tests/support/binlog), MySQL and MariaDB GTIDs, no server."""
 
+from dataclasses import replace
+
 import pymysql
 import pytest
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
@@ -43,10 +45,11 @@ def test_mysql_gtid_set_checkpoints_ids_and_versions():
     assert [(e.op, e.source.position, e.source.row_index) for e in events] == [
         ("insert", f"{UUID}:6", 0), ("insert", f"{UUID}:6", 1),
         ("update", f"{UUID}:7", 0), ("delete", f"{OTHER}:1", 0)]
-    assert [e.id for e in events] == [binlog_message_id(UUID, f"{UUID}:6", 0),
-                                      binlog_message_id(UUID, f"{UUID}:6", 1),
-                                      binlog_message_id(UUID, f"{UUID}:7", 0),
-                                      binlog_message_id(UUID, f"{OTHER}:1", 0)]
+    # ids come from the GTID alone (issue 14: the same from a replica or a promoted one)
+    assert [e.id for e in events] == [binlog_message_id("gtid", f"{UUID}:6", 0),
+                                      binlog_message_id("gtid", f"{UUID}:6", 1),
+                                      binlog_message_id("gtid", f"{UUID}:7", 0),
+                                      binlog_message_id("gtid", f"{OTHER}:1", 0)]
     assert [e.version for e in events] == [binlog_version(6, 0), binlog_version(6, 1),
                                            binlog_version(7, 0), binlog_version(1, 0)]
     assert [k for k, _ in sent] == ["app.users:1", "app.users:2", "app.users:1", "app.users:2"]
@@ -70,10 +73,25 @@ def test_mariadb_gtids_keep_their_ids_and_state():
     events = [mariadb_gtid(0, 1, 42), rows(WriteRowsEvent, u(1, "a@x")), xid(1),
               mariadb_gtid(1, 2, 7), rows(DeleteRowsEvent, u(1, "a@x")), xid(2)]
     sent, checkpoints = tail(events, MARIADB, "0-1-41")
-    assert [e.id for _, e in sent] == [binlog_message_id("mariadb:1", "0-1-42", 0),
-                                       binlog_message_id("mariadb:1", "1-2-7", 0)]
+    assert [e.id for _, e in sent] == [binlog_message_id("gtid", "0-1-42", 0),
+                                       binlog_message_id("gtid", "1-2-7", 0)]
     assert [e.version for _, e in sent] == [binlog_version(42, 0), binlog_version(7, 0)]
     assert list(dict.fromkeys(checkpoints)) == ["0-1-42", "0-1-42,1-2-7"]
+
+
+def test_a_replica_or_a_promoted_replica_gives_the_primarys_ids_and_versions():
+    """Read from another server (a replica with log_slave_updates logs the primary's GTIDs),
+    the same transactions get the same ids and versions, so the consumer's dedup skips them
+    and update-mode fences keep growing after a promotion (MariaDB continues the domain's
+    sequence numbers under the new server id)."""
+    events = [mariadb_gtid(0, 1, 42), rows(WriteRowsEvent, u(1, "a@x")), xid(1)]
+    from_primary, _ = tail(events, MARIADB, "0-1-41")
+    from_replica, _ = tail(events, replace(MARIADB, server_id=2), "0-1-41")
+    assert [e.id for _, e in from_replica] == [e.id for _, e in from_primary]
+    assert [e.version for _, e in from_replica] == [e.version for _, e in from_primary]
+    after_promotion, _ = tail([mariadb_gtid(0, 2, 43), rows(WriteRowsEvent, u(1, "b@x")), xid(2)],
+                              replace(MARIADB, server_id=2), "0-1-42")
+    assert after_promotion[0][1].version > from_primary[0][1].version
 
 
 def test_gtid_inside_an_open_transaction_restarts_from_the_checkpoint():
