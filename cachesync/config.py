@@ -168,6 +168,16 @@ class KafkaSettings(_Validated):
                                      what="an instance id ([A-Za-z0-9._-], up to 249), unique per consumer")
     assignment_strategy: str = setting("cooperative-sticky",
                                        choices=("cooperative-sticky", "sticky", "range", "roundrobin"))
+    # Security (README "Kafka security"): every Kafka client, python and Spark, uses these
+    security_protocol: str = setting("PLAINTEXT",
+                                     choices=("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"))
+    sasl_mechanism: str = setting("SCRAM-SHA-512", choices=("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"))
+    sasl_username: str = ""
+    sasl_password: Secret = field(default=Secret(""), repr=False)
+    ssl_cafile: str = ""           # PEM CA bundle; empty = the system's trusted CAs
+    ssl_certfile: str = ""         # PEM client certificate (mutual TLS)
+    ssl_keyfile: str = ""          # PEM private key of ssl_certfile
+    ssl_check_hostname: bool = True
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -175,6 +185,12 @@ class KafkaSettings(_Validated):
             raise ConfigError(f"kafka.heartbeat_interval_ms: must be at most a third of "
                               f"kafka.session_timeout_ms ({self.session_timeout_ms}), got "
                               f"{self.heartbeat_interval_ms}")
+        if self.security_protocol.startswith("SASL_") and not (self.sasl_username
+                                                               and self.sasl_password):
+            raise ConfigError(f"kafka.sasl_username and kafka.sasl_password: required with "
+                              f"kafka.security_protocol {self.security_protocol}")
+        if bool(self.ssl_certfile) != bool(self.ssl_keyfile):
+            raise ConfigError("kafka.ssl_certfile and kafka.ssl_keyfile: set both or neither")
 
 
 @dataclass(frozen=True)
@@ -361,6 +377,8 @@ def _coerce(value: Any, type_name: str, where: str):
             return float(value)
         if type_name == "Secret":
             return Secret(str(value))
+        if type_name == "bool":
+            return _boolean(value)
         if isinstance(value, (dict, list)):
             raise ValueError
         return str(value)
@@ -369,4 +387,17 @@ def _coerce(value: Any, type_name: str, where: str):
                           f"got {value!r}") from None
 
 
-_EXPECTED = {"int": "an integer", "float": "a number", "str": "a string", "Secret": "a string"}
+def _boolean(value: Any) -> bool:
+    """YAML's booleans as they are; text true/false/yes/no/1/0 (environment variables)."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "yes", "1", "on"):
+        return True
+    if text in ("false", "no", "0", "off"):
+        return False
+    raise ValueError(text)
+
+
+_EXPECTED = {"int": "an integer", "float": "a number", "str": "a string", "Secret": "a string",
+             "bool": "true or false"}

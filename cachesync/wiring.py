@@ -14,6 +14,8 @@ import redis
 from kafka import KafkaConsumer
 
 from cachesync.config import Settings
+from cachesync.kafka_login import refused_login_is_fatal
+from cachesync.kafka_security import client_security
 from cachesync.consumer.adapters.kafka_source import KafkaDeadLetters, KafkaSource, group_config
 from cachesync.consumer.adapters.mysql_dedup import MySQLDedupStore
 from cachesync.consumer.adapters.redis_cache import RedisCache
@@ -50,7 +52,7 @@ def state_session(settings: Settings) -> Session:
 
 
 def kafka_offsets(settings: Settings) -> KafkaOffsets:
-    return KafkaOffsets(settings.kafka.bootstrap_servers)
+    return KafkaOffsets(settings.kafka.bootstrap_servers, security=client_security(settings.kafka))
 
 
 def redis_client(settings: Settings, timeout_s: float | None = None) -> redis.Redis:
@@ -61,8 +63,10 @@ def redis_client(settings: Settings, timeout_s: float | None = None) -> redis.Re
 
 def range_reader(settings: Settings, **options) -> KafkaConsumer:
     """A group-less Kafka consumer (replay reads offset ranges; nothing is committed)."""
-    return KafkaConsumer(bootstrap_servers=settings.kafka.bootstrap_servers.split(","),
-                         group_id=None, enable_auto_commit=False, **options)
+    bootstrap = settings.kafka.bootstrap_servers
+    with refused_login_is_fatal(bootstrap):
+        return KafkaConsumer(bootstrap_servers=bootstrap.split(","), group_id=None,
+                             enable_auto_commit=False, **options, **client_security(settings.kafka))
 
 
 def build_heartbeat(settings: Settings) -> HeartbeatWriter:
@@ -97,7 +101,8 @@ def build_dedup(settings: Settings):
 
 
 def build_dead_letters(settings: Settings) -> KafkaDeadLetters:
-    return KafkaDeadLetters(settings.kafka.bootstrap_servers, settings.kafka.dead_letter_topic)
+    k = settings.kafka
+    return KafkaDeadLetters(k.bootstrap_servers, k.dead_letter_topic, client_security(k))
 
 
 def kafka_group(settings: Settings) -> dict:
@@ -112,7 +117,7 @@ def build_engine(settings: Settings, on_batch=None, source=None, dead_letters=No
     k = settings.kafka
     return PythonEngine(
         source=source or KafkaSource(k.bootstrap_servers, k.topic, k.group_id,
-                                     group=kafka_group(settings)),
+                                     group=kafka_group(settings), security=client_security(k)),
         dedup=build_dedup(settings), cache=build_cache(settings),
         dead_letters=dead_letters or build_dead_letters(settings),
         mappings=mappings(settings), options=settings.consumer, on_batch=on_batch)
@@ -122,7 +127,9 @@ def build_tailer(settings: Settings, publisher=None, topic: str | None = None) -
     """The binlog tailer publishing to Kafka (or to ``publisher`` on ``topic``: direct mode)."""
     params = mysql_params(settings)
     t = settings.tailer
-    return Tailer(params, publisher or KafkaPublisher(settings.kafka.bootstrap_servers),
+    publisher = publisher or KafkaPublisher(settings.kafka.bootstrap_servers,
+                                            security=client_security(settings.kafka))
+    return Tailer(params, publisher,
                   MySQLCheckpointStore(params.connect, t.name), mappings(settings),
                   TailerOptions(topic or settings.kafka.topic, t,
                                 row_filter=own_rows_only(settings.mysql.state_db, t.name)))
@@ -154,7 +161,7 @@ def build_relay(settings: Settings) -> Relay:
         raise ConfigError("relay.outbox_db is required: the application database holding "
                           "the outbox table (or CACHESYNC_RELAY_OUTBOX_DB)")
     params = mysql_params(settings, r.outbox_db)
-    bootstrap = settings.kafka.bootstrap_servers
+    bootstrap, security = settings.kafka.bootstrap_servers, client_security(settings.kafka)
     return Relay(OutboxStore(params.connect, r.outbox_db, r.outbox_table),
-                 lambda: KafkaPublisher(bootstrap, client_id="cachesync-relay"),
+                 lambda: KafkaPublisher(bootstrap, client_id="cachesync-relay", security=security),
                  r, settings.kafka.topic, db=r.outbox_db, server=f"{m.host}:{m.port}")
