@@ -9,6 +9,7 @@ import pathlib
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 from kafka import KafkaAdminClient
@@ -16,7 +17,14 @@ from kafka.admin import NewTopic
 from kafka.errors import TopicAlreadyExistsError
 
 from cachesync import config
+from cachesync.commands.replay import run_replay
+from cachesync.consumer.replay import parse_bound
 from cachesync.kafka_security import client_security
+from cachesync.producer_outbox.heartbeat import with_heartbeat
+from cachesync.producer_outbox.publisher import KafkaPublisher
+from cachesync.producer_outbox.rows import TxnContext, row_change
+from cachesync.schema.event import encode
+from cachesync.schema.keys import kafka_key
 from cachesync.wiring import build_engine
 from tests.integration.test_devstack_variants import start
 from tests.support import spawn, wait_for
@@ -87,3 +95,27 @@ def test_wrong_password_stops_consume_with_a_clear_error_and_exit_3(lab, sasl, t
     assert out.returncode == 3, out.stderr[-3000:]
     assert "cachesync: Kafka at" in out.stderr and "refused the login" in out.stderr
     assert "not-the-password" not in out.stderr + out.stdout
+
+
+def test_both_replay_engines_read_the_topic_over_sasl_ssl(lab, sasl):
+    """Spark reaches the broker with the PEM CA as truststore and a SCRAM JAAS line."""
+    from cachesync.consumer.spark.session import spark_session
+    cfg, overrides = sasl
+    settings = _settings(lab, cfg, overrides)
+    publisher = KafkaPublisher(settings.kafka.bootstrap_servers,
+                               security=client_security(settings.kafka))
+    acked = threading.Event()
+    ctx = TxnContext("mariadb:sasl", "0-1-1", 1, time.time())
+    event = row_change(ctx, 0, lab.db, "users", "insert", "id", None, {"id": 5, "name": "Eve"})
+    publisher.send(settings.kafka.topic, kafka_key(lab.db, "users", event.pk), encode(event),
+                   event.id, acked.set, lambda e: None)
+    wait_for(acked.is_set, 30, what="the event acknowledged over SASL_SSL")
+    publisher.close()
+    everything = (parse_bound("earliest"), parse_bound("latest"))
+    mappings = with_heartbeat(settings.tables, settings.mysql.state_db)
+    for engine in ("python", "spark"):
+        lab.cache("user:5")
+        with spark_session("cachesync-sasl-test", "local[1]") as spark:
+            report = run_replay(settings, mappings, engine, *everything, spark=spark,
+                                show_progress=False)
+        assert (report.records, report.keys_existed, lab.cached("user:5")) == (1, 1, []), engine
