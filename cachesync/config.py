@@ -148,6 +148,18 @@ class MySQLSettings(_Validated):
     user: str = setting("cachesync", **NON_EMPTY)
     password: Secret = field(default=Secret(""), repr=False)
     state_db: str = setting("cachesync", **IDENTIFIER)
+    # TLS: on when ssl_ca is set, for every session, the binlog stream and audit's JDBC
+    ssl_ca: str = ""               # PEM CA that signed the server's certificate
+    ssl_cert: str = ""             # PEM client certificate (with ssl_key)
+    ssl_key: str = ""
+    ssl_verify_identity: bool = True   # the certificate must name mysql.host
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if bool(self.ssl_cert) != bool(self.ssl_key):
+            raise ConfigError("mysql.ssl_cert and mysql.ssl_key: set both or neither")
+        if self.ssl_cert and not self.ssl_ca:
+            raise ConfigError("mysql.ssl_ca: required with mysql.ssl_cert (TLS is on when it is set)")
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,16 @@ from cachesync.schema.mapping import MappingSet
 def mysql_params(settings: Settings, database: str | None = None) -> MySQLParams:
     """The cachesync account's connection to ``database`` (default: the state database)."""
     m = settings.mysql
-    return MySQLParams(m.host, m.port, m.user, str(m.password), database=database or m.state_db)
+    return MySQLParams(m.host, m.port, m.user, str(m.password), database=database or m.state_db,
+                       tls=tls_options(m))
+
+
+def tls_options(m) -> tuple[tuple[str, object], ...]:
+    """pymysql's TLS arguments for ``mysql.ssl_*``; empty (plain text) without ``ssl_ca``."""
+    if not m.ssl_ca:
+        return ()
+    return (("ssl_ca", m.ssl_ca), ("ssl_cert", m.ssl_cert or None), ("ssl_key", m.ssl_key or None),
+            ("ssl_verify_cert", True), ("ssl_verify_identity", m.ssl_verify_identity))
 
 
 def mappings(settings: Settings) -> MappingSet:

@@ -130,8 +130,7 @@ class Tailer:
             kwargs.update(log_file=start.log_file, log_pos=start.log_pos, resume_stream=True,
                           is_mariadb=info.flavor == "mariadb")
         return BinLogStreamReader(
-            connection_settings={"host": self._mysql.host, "port": self._mysql.port,
-                                 "user": self._mysql.user, "passwd": self._mysql.password},
+            connection_settings=self._mysql.client_options(),
             server_id=self._opts.replica_server_id, blocking=True,
             only_events=[*_GTID_EVENTS, QueryEvent, XidEvent, RotateEvent, HeartbeatLogEvent,
                          *_ROW_EVENTS],

@@ -86,3 +86,36 @@ def test_a_boolean_setting_refuses_what_is_not_one(tmp_path):
     cfg.write_text("tables: {}\n")
     with pytest.raises(ConfigError, match="CACHESYNC_KAFKA_SSL_CHECK_HOSTNAME: expected true or false"):
         load(cfg, {"CACHESYNC_KAFKA_SSL_CHECK_HOSTNAME": "maybe"})
+
+
+# ---------------------------------------------------------------- mysql.ssl_*
+def test_mysql_tls_reaches_pymysql_the_binlog_stream_and_jdbc():
+    from cachesync.commands.audit import jdbc_tls
+    from cachesync.config import MySQLSettings
+    plain = MySQLSettings()
+    assert _params(plain).tls == () and jdbc_tls(plain) == ""
+    assert "ssl_ca" not in _params(plain).client_options()
+    m = MySQLSettings(ssl_ca="/ca.pem", ssl_cert="/c.pem", ssl_key="/k.pem", ssl_verify_identity=False)
+    options = _params(m).client_options()     # what the tailer gives the binlog stream too
+    assert {k: options[k] for k in ("ssl_ca", "ssl_cert", "ssl_key", "ssl_verify_cert",
+                                    "ssl_verify_identity")} == {
+        "ssl_ca": "/ca.pem", "ssl_cert": "/c.pem", "ssl_key": "/k.pem", "ssl_verify_cert": True,
+        "ssl_verify_identity": False}
+    assert jdbc_tls(m) == "&sslMode=verify-ca&serverSslCert=/ca.pem"
+    assert jdbc_tls(MySQLSettings(ssl_ca="/ca.pem")) == "&sslMode=verify-full&serverSslCert=/ca.pem"
+
+
+def _params(m):
+    from cachesync.producer_outbox.mysql import MySQLParams
+    from cachesync.wiring import tls_options
+    return MySQLParams(m.host, m.port, m.user, "pw", tls=tls_options(m))
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"ssl_ca": "/ca", "ssl_cert": "/c"}, "mysql.ssl_cert and mysql.ssl_key: set both"),
+    ({"ssl_cert": "/c", "ssl_key": "/k"}, "mysql.ssl_ca: required with mysql.ssl_cert"),
+])
+def test_incomplete_mysql_tls_settings_are_refused(values, message):
+    from cachesync.config import MySQLSettings
+    with pytest.raises(ConfigError, match=message):
+        MySQLSettings(**values)
