@@ -210,9 +210,19 @@ class RedisSettings(_Validated):
     SECTION = "redis"
     url: Secret = setting(Secret("redis://127.0.0.1:6379/0"), pattern=r"(rediss?|unix)://.*",
                           what="a redis://, rediss:// or unix:// URL")
+    # Sentinel: the sentinels' host:port list; the URL then gives only the user, password,
+    # database and TLS of the master, which the sentinels name
+    sentinels: str = setting("", check=lambda v: _hostports_problem(v) if v else None)
+    master_name: str = ""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.sentinels and not self.master_name:
+            raise ConfigError("redis.master_name: required with redis.sentinels")
 
     def __repr__(self) -> str:
-        return f"RedisSettings(url={mask_url(self.url)!r})"
+        return (f"RedisSettings(url={mask_url(self.url)!r}, sentinels={self.sentinels!r}, "
+                f"master_name={self.master_name!r})")
 
 
 @dataclass(frozen=True)

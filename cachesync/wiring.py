@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import redis
+from redis.connection import parse_url
+from redis.sentinel import Sentinel
 from kafka import KafkaConsumer
 
 from cachesync.config import Settings
@@ -33,6 +35,9 @@ from cachesync.producer_outbox.relay_store import OutboxStore
 from cachesync.producer_outbox.tailer import Tailer, TailerOptions
 from cachesync.schema.errors import ConfigError
 from cachesync.schema.mapping import MappingSet
+
+
+ADAPTER_TIMEOUT_S = 5    # the cache's and the dedup store's Redis socket timeouts
 
 
 def mysql_params(settings: Settings, database: str | None = None) -> MySQLParams:
@@ -65,9 +70,18 @@ def kafka_offsets(settings: Settings) -> KafkaOffsets:
 
 
 def redis_client(settings: Settings, timeout_s: float | None = None) -> redis.Redis:
-    """A plain client of ``redis.url`` for reads outside the cache port (probes, audit, scans)."""
-    return redis.Redis.from_url(str(settings.redis.url), socket_timeout=timeout_s,
-                                socket_connect_timeout=timeout_s)
+    """A client of ``redis.url``, or of the master ``redis.sentinels`` name (every Redis user)."""
+    r = settings.redis
+    if not r.sentinels:
+        return redis.Redis.from_url(str(r.url), socket_timeout=timeout_s,
+                                    socket_connect_timeout=timeout_s)
+    options = parse_url(str(r.url))
+    options.pop("host", None), options.pop("port", None)
+    if options.pop("connection_class", None) is redis.SSLConnection:
+        options["ssl"] = True
+    sentinels = [(h, int(p)) for h, _, p in (s.strip().rpartition(":") for s in r.sentinels.split(","))]
+    return Sentinel(sentinels, socket_timeout=timeout_s).master_for(
+        r.master_name, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, **options)
 
 
 def range_reader(settings: Settings, **options) -> KafkaConsumer:
@@ -84,7 +98,7 @@ def build_heartbeat(settings: Settings) -> HeartbeatWriter:
 
 
 def build_cache(settings: Settings) -> RedisCache:
-    return RedisCache(str(settings.redis.url))
+    return RedisCache("", client=redis_client(settings, ADAPTER_TIMEOUT_S))
 
 
 def build_tailer_lock(settings: Settings) -> TailerLock:
@@ -104,8 +118,8 @@ def build_dedup(settings: Settings):
     if c.dedup_store == "mysql":
         return MySQLDedupStore(mysql_params(settings), settings.dedup_namespace)
     if c.dedup_store == "redis":
-        return RedisDedupStore(str(settings.redis.url), settings.dedup_namespace,
-                               c.dedup_retention_s)
+        return RedisDedupStore("", settings.dedup_namespace, c.dedup_retention_s,
+                               client=redis_client(settings, ADAPTER_TIMEOUT_S))
     raise ConfigError(f"consumer.dedup_store: expected 'mysql' or 'redis', got {c.dedup_store!r}")
 
 

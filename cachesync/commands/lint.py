@@ -10,7 +10,7 @@ import redis
 
 from cachesync.commands.common import handle_errors, settings_options
 from cachesync.explain import keys_without_ttl, lint, live_columns
-from cachesync.wiring import mysql_params
+from cachesync.wiring import mysql_params, redis_client
 from cachesync.producer_outbox.mysql import classify
 from cachesync.schema.errors import FatalError, RetryableError
 
@@ -62,8 +62,7 @@ def _columns(settings) -> dict[str, set[str]]:
 
 
 def _no_ttl(settings, sample: int) -> dict[str, list[str]]:
-    client = redis.Redis.from_url(str(settings.redis.url), socket_timeout=5,
-                                  socket_connect_timeout=5)
+    client = redis_client(settings, 5)
     try:
         return {t.text: keys_without_ttl(client, t, sample)
                 for m in settings.tables.tables.values() for t in m.keys}

@@ -1,5 +1,5 @@
-"""kafka.security_protocol, kafka.sasl_* and kafka.ssl_*: loading, checks, and the options
-every python and Spark Kafka client is given."""
+"""Connectivity settings (issue 15): kafka.security_protocol, kafka.sasl_* and kafka.ssl_* (the
+options every python and Spark Kafka client is given), mysql.ssl_*, redis.sentinels."""
 
 import pytest
 
@@ -119,3 +119,21 @@ def test_incomplete_mysql_tls_settings_are_refused(values, message):
     from cachesync.config import MySQLSettings
     with pytest.raises(ConfigError, match=message):
         MySQLSettings(**values)
+
+
+# ---------------------------------------------------------------- redis.sentinels
+@pytest.mark.parametrize("values, message", [
+    ({"sentinels": "s1:26379"}, "redis.master_name: required with redis.sentinels"),
+    ({"sentinels": "s1", "master_name": "m"}, "redis.sentinels: expected host:port"),
+])
+def test_incomplete_sentinel_settings_are_refused(values, message):
+    from cachesync.config import RedisSettings
+    with pytest.raises(ConfigError, match=message):
+        RedisSettings(**values)
+
+
+def test_sentinel_settings_show_in_the_repr_without_the_password():
+    from cachesync.config import RedisSettings
+    r = RedisSettings(url=Secret("redis://app:hunter2@x/0"), sentinels="s1:26379,s2:26379",
+                      master_name="cachesync")
+    assert "hunter2" not in repr(r) and "s2:26379" in repr(r) and "'cachesync'" in repr(r)
