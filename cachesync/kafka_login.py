@@ -1,4 +1,5 @@
-"""A Kafka login the broker refuses is fatal, not a broker to wait for.
+"""A Kafka login the broker refuses is fatal, not a broker to wait for; kafka-python never
+logs the SASL password.
 
 kafka-python retries a refused SASL login until its bootstrap timeout and then raises
 only "Unable to bootstrap", the same error as for a broker that is down; the refusal
@@ -45,3 +46,16 @@ def refused_login_is_fatal(bootstrap_servers: str) -> Iterator[None]:
         raise
     finally:
         logger.removeHandler(refusals)
+
+
+class _ConfigDumpHidden(logging.Filter):
+    """kafka-python's admin client logs its whole configuration, SASL password included, at
+    DEBUG; the line stays, its configuration goes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "configuration" in str(record.msg) and record.args:
+            record.args = ("(not shown: it holds credentials)",)
+        return True
+
+
+logging.getLogger("kafka.admin.client").addFilter(_ConfigDumpHidden())

@@ -137,3 +137,13 @@ def test_sentinel_settings_show_in_the_repr_without_the_password():
     r = RedisSettings(url=Secret("redis://app:hunter2@x/0"), sentinels="s1:26379,s2:26379",
                       master_name="cachesync")
     assert "hunter2" not in repr(r) and "s2:26379" in repr(r) and "'cachesync'" in repr(r)
+
+
+def test_kafka_admin_configuration_dump_never_shows_the_sasl_password(caplog):
+    import logging
+
+    import cachesync.kafka_login  # noqa: F401  (installs the filter, as wiring does)
+    with caplog.at_level(logging.DEBUG, logger="kafka.admin.client"):
+        logging.getLogger("kafka.admin.client").debug(
+            "Starting KafkaAdminClient with configuration: %s", {"sasl_plain_password": "s3cr3t"})
+    assert "s3cr3t" not in caplog.text and "Starting KafkaAdminClient" in caplog.text
