@@ -27,7 +27,7 @@ from cachesync.schema.event import encode
 from cachesync.schema.keys import kafka_key
 from cachesync.wiring import build_engine
 from tests.integration.test_devstack_variants import start
-from tests.support import spawn, wait_for
+from tests.support import spawn, status_json, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -82,6 +82,15 @@ def test_pipeline_over_sasl_ssl_invalidates_and_never_logs_the_password(lab, sas
     assert lab.topic_records() == []   # the plain broker's copy of the topic saw nothing
     password = pathlib.Path(overrides["CACHESYNC_KAFKA_SASL_PASSWORD_FILE"]).read_text().strip()
     assert password and password not in lab.log(tailer)
+
+    # the admin client (status, probes) and the dlq tools take the same settings
+    code, report = status_json(lab, cfg, overrides)
+    assert code == 0 and report["errors"] == {}, report["errors"]
+    assert report["kafka"]["topic"] == lab.topic and report["dead_letters"] is not None
+    listed = subprocess.run([sys.executable, "-m", "cachesync", "dlq", "list", "--config", cfg],
+                            env={**os.environ, **lab.stack.env, **overrides},
+                            capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0 and f"no dead letters in {lab.dlq}" in listed.stdout, listed.stderr
 
 
 def test_wrong_password_stops_consume_with_a_clear_error_and_exit_3(lab, sasl, tmp_path):
