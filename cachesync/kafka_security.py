@@ -30,7 +30,7 @@ def client_security(k: KafkaSettings) -> dict:
     return out
 
 
-def spark_options(k: KafkaSettings) -> dict[str, str]:
+def spark_kafka_options(k: KafkaSettings) -> dict[str, str]:
     """Spark's ``kafka.*`` source options for ``k`` (the JVM client reads the PEM CA itself).
 
     Raises ConfigError for a client certificate: the Spark engine does not take one yet.

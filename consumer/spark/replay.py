@@ -27,7 +27,7 @@ def replay_spark(spark, bootstrap_servers: str, topic: str,
                  kafka_options: Mapping[str, str] | None = None) -> ReplayCounts:
     """Replay ``ranges`` (``{partition: (start, end)}``); returns counts (keys as a count only).
 
-    ``kafka_options``: the ``kafka.*`` security options (kafka_security.spark_options).
+    ``kafka_options``: the ``kafka.*`` security options (kafka_security.spark_kafka_options).
     """
     from pyspark.sql import functions as F
 

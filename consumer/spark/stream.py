@@ -50,7 +50,7 @@ class SparkEngine:
 
     def __init__(self, spark, bootstrap_servers: str, topic: str, apply: ApplyConfig,
                  options: StreamOptions, on_batch=None, kafka_options: Mapping | None = None):
-        """``kafka_options``: the ``kafka.*`` security options (kafka_security.spark_options)."""
+        """``kafka_options``: the ``kafka.*`` security options (kafka_security.spark_kafka_options)."""
         self._spark, self._bootstrap, self._topic = spark, bootstrap_servers, topic
         self._kafka_options = dict(kafka_options or {})
         self._apply, self._opts, self._on_batch = apply, options, on_batch

@@ -4,7 +4,7 @@ options every python and Spark Kafka client is given), mysql.ssl_*, redis.sentin
 import pytest
 
 from cachesync.config import KafkaSettings, Secret, load
-from cachesync.kafka_security import client_security, spark_options
+from cachesync.kafka_security import client_security, spark_kafka_options
 from cachesync.schema.errors import ConfigError
 
 YAML = """
@@ -41,7 +41,7 @@ def test_password_from_file_reaches_the_client_and_never_the_repr(tmp_path):
 
 def test_plaintext_passes_nothing_but_the_protocol():
     assert client_security(KafkaSettings()) == {"security_protocol": "PLAINTEXT"}
-    assert spark_options(KafkaSettings()) == {"kafka.security.protocol": "PLAINTEXT"}
+    assert spark_kafka_options(KafkaSettings()) == {"kafka.security.protocol": "PLAINTEXT"}
 
 
 def test_ssl_without_sasl_passes_the_certificates_and_no_login():
@@ -51,14 +51,14 @@ def test_ssl_without_sasl_passes_the_certificates_and_no_login():
 
 
 def test_spark_gets_a_pem_truststore_and_an_escaped_jaas_line():
-    assert spark_options(_sasl(ssl_check_hostname=False)) == {
+    assert spark_kafka_options(_sasl(ssl_check_hostname=False)) == {
         "kafka.security.protocol": "SASL_SSL",
         "kafka.ssl.truststore.type": "PEM", "kafka.ssl.truststore.location": "/ca.pem",
         "kafka.ssl.endpoint.identification.algorithm": "",
         "kafka.sasl.mechanism": "SCRAM-SHA-256",
         "kafka.sasl.jaas.config": 'org.apache.kafka.common.security.scram.ScramLoginModule '
                                   'required username="u" password="p\\"w\\\\x";'}
-    plain = spark_options(_sasl(sasl_mechanism="PLAIN", security_protocol="SASL_PLAINTEXT"))
+    plain = spark_kafka_options(_sasl(sasl_mechanism="PLAIN", security_protocol="SASL_PLAINTEXT"))
     assert plain["kafka.sasl.jaas.config"].startswith(
         "org.apache.kafka.common.security.plain.PlainLoginModule required")
     assert "kafka.ssl.truststore.location" not in plain
@@ -66,7 +66,7 @@ def test_spark_gets_a_pem_truststore_and_an_escaped_jaas_line():
 
 def test_spark_refuses_a_client_certificate_it_cannot_use():
     with pytest.raises(ConfigError, match="kafka.ssl_certfile: client certificates"):
-        spark_options(_sasl(ssl_certfile="/c", ssl_keyfile="/k"))
+        spark_kafka_options(_sasl(ssl_certfile="/c", ssl_keyfile="/k"))
 
 
 @pytest.mark.parametrize("values, message", [
