@@ -148,6 +148,18 @@ class MySQLSettings(_Validated):
     user: str = setting("cachesync", **NON_EMPTY)
     password: Secret = field(default=Secret(""), repr=False)
     state_db: str = setting("cachesync", **IDENTIFIER)
+    # TLS: on when ssl_ca is set, for every session, the binlog stream and audit's JDBC
+    ssl_ca: str = ""               # PEM CA that signed the server's certificate
+    ssl_cert: str = ""             # PEM client certificate (with ssl_key)
+    ssl_key: str = ""
+    ssl_verify_identity: bool = True   # the certificate must name mysql.host
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if bool(self.ssl_cert) != bool(self.ssl_key):
+            raise ConfigError("mysql.ssl_cert and mysql.ssl_key: set both or neither")
+        if self.ssl_cert and not self.ssl_ca:
+            raise ConfigError("mysql.ssl_ca: required with mysql.ssl_cert (TLS is on when it is set)")
 
 
 @dataclass(frozen=True)
@@ -168,6 +180,16 @@ class KafkaSettings(_Validated):
                                      what="an instance id ([A-Za-z0-9._-], up to 249), unique per consumer")
     assignment_strategy: str = setting("cooperative-sticky",
                                        choices=("cooperative-sticky", "sticky", "range", "roundrobin"))
+    # Security (README "Kafka security"): every Kafka client, python and Spark, uses these
+    security_protocol: str = setting("PLAINTEXT",
+                                     choices=("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"))
+    sasl_mechanism: str = setting("SCRAM-SHA-512", choices=("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"))
+    sasl_username: str = ""
+    sasl_password: Secret = field(default=Secret(""), repr=False)
+    ssl_cafile: str = ""           # PEM CA bundle; empty = the system's trusted CAs
+    ssl_certfile: str = ""         # PEM client certificate (mutual TLS)
+    ssl_keyfile: str = ""          # PEM private key of ssl_certfile
+    ssl_check_hostname: bool = True
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -175,6 +197,12 @@ class KafkaSettings(_Validated):
             raise ConfigError(f"kafka.heartbeat_interval_ms: must be at most a third of "
                               f"kafka.session_timeout_ms ({self.session_timeout_ms}), got "
                               f"{self.heartbeat_interval_ms}")
+        if self.security_protocol.startswith("SASL_") and not (self.sasl_username
+                                                               and self.sasl_password):
+            raise ConfigError(f"kafka.sasl_username and kafka.sasl_password: required with "
+                              f"kafka.security_protocol {self.security_protocol}")
+        if bool(self.ssl_certfile) != bool(self.ssl_keyfile):
+            raise ConfigError("kafka.ssl_certfile and kafka.ssl_keyfile: set both or neither")
 
 
 @dataclass(frozen=True)
@@ -182,9 +210,19 @@ class RedisSettings(_Validated):
     SECTION = "redis"
     url: Secret = setting(Secret("redis://127.0.0.1:6379/0"), pattern=r"(rediss?|unix)://.*",
                           what="a redis://, rediss:// or unix:// URL")
+    # Sentinel: the sentinels' host:port list; the URL then gives only the user, password,
+    # database and TLS of the master, which the sentinels name
+    sentinels: str = setting("", check=lambda v: _hostports_problem(v) if v else None)
+    master_name: str = ""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.sentinels and not self.master_name:
+            raise ConfigError("redis.master_name: required with redis.sentinels")
 
     def __repr__(self) -> str:
-        return f"RedisSettings(url={mask_url(self.url)!r})"
+        return (f"RedisSettings(url={mask_url(self.url)!r}, sentinels={self.sentinels!r}, "
+                f"master_name={self.master_name!r})")
 
 
 @dataclass(frozen=True)
@@ -366,6 +404,8 @@ def _coerce(value: Any, type_name: str, where: str):
             return float(value)
         if type_name == "Secret":
             return Secret(str(value))
+        if type_name == "bool":
+            return _boolean(value)
         if isinstance(value, (dict, list)):
             raise ValueError
         return str(value)
@@ -374,4 +414,17 @@ def _coerce(value: Any, type_name: str, where: str):
                           f"got {value!r}") from None
 
 
-_EXPECTED = {"int": "an integer", "float": "a number", "str": "a string", "Secret": "a string"}
+def _boolean(value: Any) -> bool:
+    """YAML's booleans as they are; text true/false/yes/no/1/0 (environment variables)."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "yes", "1", "on"):
+        return True
+    if text in ("false", "no", "0", "off"):
+        return False
+    raise ValueError(text)
+
+
+_EXPECTED = {"int": "an integer", "float": "a number", "str": "a string", "Secret": "a string",
+             "bool": "true or false"}

@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Mapping
 
 from kafka import KafkaAdminClient, TopicPartition
 from kafka.admin import OffsetSpec
@@ -29,8 +29,10 @@ KAFKA_TIMEOUT_MS = 5000
 class KafkaOffsets:
     """One lazily created admin client; dropped after any error so the next call reconnects."""
 
-    def __init__(self, bootstrap_servers: str, timeout_ms: int = KAFKA_TIMEOUT_MS):
+    def __init__(self, bootstrap_servers: str, timeout_ms: int = KAFKA_TIMEOUT_MS,
+                 security: Mapping | None = None):
         self._bootstrap, self._timeout_ms = bootstrap_servers.split(","), timeout_ms
+        self._security = dict(security or {})
         self._admin: KafkaAdminClient | None = None
 
     def consumer_lag(self, group: str, topic: str) -> dict[int, int]:
@@ -76,7 +78,8 @@ class KafkaOffsets:
             if self._admin is None:
                 self._admin = KafkaAdminClient(bootstrap_servers=self._bootstrap,
                                                client_id="cachesync-probe",
-                                               request_timeout_ms=self._timeout_ms)
+                                               request_timeout_ms=self._timeout_ms,
+                                               **self._security)
             return work(self._admin)
         except (KafkaError, OSError) as e:
             self.close()

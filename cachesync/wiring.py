@@ -11,9 +11,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 import redis
+from redis.connection import parse_url
+from redis.sentinel import Sentinel
 from kafka import KafkaConsumer
 
 from cachesync.config import Settings
+from cachesync.kafka_login import refused_login_is_fatal
+from cachesync.kafka_security import client_security
 from cachesync.consumer.adapters.kafka_source import KafkaDeadLetters, KafkaSource, group_config
 from cachesync.consumer.adapters.mysql_dedup import MySQLDedupStore
 from cachesync.consumer.adapters.redis_cache import RedisCache
@@ -33,10 +37,22 @@ from cachesync.schema.errors import ConfigError
 from cachesync.schema.mapping import MappingSet
 
 
+ADAPTER_TIMEOUT_S = 5    # the cache's and the dedup store's Redis socket timeouts
+
+
 def mysql_params(settings: Settings, database: str | None = None) -> MySQLParams:
     """The cachesync account's connection to ``database`` (default: the state database)."""
     m = settings.mysql
-    return MySQLParams(m.host, m.port, m.user, str(m.password), database=database or m.state_db)
+    return MySQLParams(m.host, m.port, m.user, str(m.password), database=database or m.state_db,
+                       tls=tls_options(m))
+
+
+def tls_options(m) -> tuple[tuple[str, object], ...]:
+    """pymysql's TLS arguments for ``mysql.ssl_*``; empty (plain text) without ``ssl_ca``."""
+    if not m.ssl_ca:
+        return ()
+    return (("ssl_ca", m.ssl_ca), ("ssl_cert", m.ssl_cert or None), ("ssl_key", m.ssl_key or None),
+            ("ssl_verify_cert", True), ("ssl_verify_identity", m.ssl_verify_identity))
 
 
 def mappings(settings: Settings) -> MappingSet:
@@ -50,19 +66,30 @@ def state_session(settings: Settings) -> Session:
 
 
 def kafka_offsets(settings: Settings) -> KafkaOffsets:
-    return KafkaOffsets(settings.kafka.bootstrap_servers)
+    return KafkaOffsets(settings.kafka.bootstrap_servers, security=client_security(settings.kafka))
 
 
 def redis_client(settings: Settings, timeout_s: float | None = None) -> redis.Redis:
-    """A plain client of ``redis.url`` for reads outside the cache port (probes, audit, scans)."""
-    return redis.Redis.from_url(str(settings.redis.url), socket_timeout=timeout_s,
-                                socket_connect_timeout=timeout_s)
+    """A client of ``redis.url``, or of the master ``redis.sentinels`` name (every Redis user)."""
+    r = settings.redis
+    if not r.sentinels:
+        return redis.Redis.from_url(str(r.url), socket_timeout=timeout_s,
+                                    socket_connect_timeout=timeout_s)
+    options = parse_url(str(r.url))
+    options.pop("host", None), options.pop("port", None)
+    if options.pop("connection_class", None) is redis.SSLConnection:
+        options["ssl"] = True
+    sentinels = [(h, int(p)) for h, _, p in (s.strip().rpartition(":") for s in r.sentinels.split(","))]
+    return Sentinel(sentinels, socket_timeout=timeout_s).master_for(
+        r.master_name, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, **options)
 
 
 def range_reader(settings: Settings, **options) -> KafkaConsumer:
     """A group-less Kafka consumer (replay reads offset ranges; nothing is committed)."""
-    return KafkaConsumer(bootstrap_servers=settings.kafka.bootstrap_servers.split(","),
-                         group_id=None, enable_auto_commit=False, **options)
+    bootstrap = settings.kafka.bootstrap_servers
+    with refused_login_is_fatal(bootstrap):
+        return KafkaConsumer(bootstrap_servers=bootstrap.split(","), group_id=None,
+                             enable_auto_commit=False, **options, **client_security(settings.kafka))
 
 
 def build_heartbeat(settings: Settings) -> HeartbeatWriter:
@@ -71,7 +98,7 @@ def build_heartbeat(settings: Settings) -> HeartbeatWriter:
 
 
 def build_cache(settings: Settings) -> RedisCache:
-    return RedisCache(str(settings.redis.url))
+    return RedisCache("", client=redis_client(settings, ADAPTER_TIMEOUT_S))
 
 
 def build_tailer_lock(settings: Settings) -> TailerLock:
@@ -91,13 +118,14 @@ def build_dedup(settings: Settings):
     if c.dedup_store == "mysql":
         return MySQLDedupStore(mysql_params(settings), settings.dedup_namespace)
     if c.dedup_store == "redis":
-        return RedisDedupStore(str(settings.redis.url), settings.dedup_namespace,
-                               c.dedup_retention_s)
+        return RedisDedupStore("", settings.dedup_namespace, c.dedup_retention_s,
+                               client=redis_client(settings, ADAPTER_TIMEOUT_S))
     raise ConfigError(f"consumer.dedup_store: expected 'mysql' or 'redis', got {c.dedup_store!r}")
 
 
 def build_dead_letters(settings: Settings) -> KafkaDeadLetters:
-    return KafkaDeadLetters(settings.kafka.bootstrap_servers, settings.kafka.dead_letter_topic)
+    k = settings.kafka
+    return KafkaDeadLetters(k.bootstrap_servers, k.dead_letter_topic, client_security(k))
 
 
 def kafka_group(settings: Settings) -> dict:
@@ -112,7 +140,7 @@ def build_engine(settings: Settings, on_batch=None, source=None, dead_letters=No
     k = settings.kafka
     return PythonEngine(
         source=source or KafkaSource(k.bootstrap_servers, k.topic, k.group_id,
-                                     group=kafka_group(settings)),
+                                     group=kafka_group(settings), security=client_security(k)),
         dedup=build_dedup(settings), cache=build_cache(settings),
         dead_letters=dead_letters or build_dead_letters(settings),
         mappings=mappings(settings), options=settings.consumer, on_batch=on_batch)
@@ -124,7 +152,9 @@ def build_tailer(settings: Settings, start: Checkpoint | None = None, publisher=
     ``start`` overrides the stored checkpoint (``tail --from-...``)."""
     params = mysql_params(settings)
     t = settings.tailer
-    return Tailer(params, publisher or KafkaPublisher(settings.kafka.bootstrap_servers),
+    publisher = publisher or KafkaPublisher(settings.kafka.bootstrap_servers,
+                                            security=client_security(settings.kafka))
+    return Tailer(params, publisher,
                   MySQLCheckpointStore(params.connect, t.name), mappings(settings),
                   TailerOptions(topic or settings.kafka.topic, t,
                                 row_filter=own_rows_only(settings.mysql.state_db, t.name),
@@ -157,7 +187,7 @@ def build_relay(settings: Settings) -> Relay:
         raise ConfigError("relay.outbox_db is required: the application database holding "
                           "the outbox table (or CACHESYNC_RELAY_OUTBOX_DB)")
     params = mysql_params(settings, r.outbox_db)
-    bootstrap = settings.kafka.bootstrap_servers
+    bootstrap, security = settings.kafka.bootstrap_servers, client_security(settings.kafka)
     return Relay(OutboxStore(params.connect, r.outbox_db, r.outbox_table),
-                 lambda: KafkaPublisher(bootstrap, client_id="cachesync-relay"),
+                 lambda: KafkaPublisher(bootstrap, client_id="cachesync-relay", security=security),
                  r, settings.kafka.topic, db=r.outbox_db, server=f"{m.host}:{m.port}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -24,12 +25,18 @@ class MySQLParams:
     password: str = field(repr=False)
     database: str | None = None
     connect_timeout: float = 5.0
+    # pymysql's TLS arguments (tls_options); empty: plain text
+    tls: tuple[tuple[str, object], ...] = ()
+
+    def client_options(self) -> dict:
+        """pymysql keyword arguments for the account and TLS (also the binlog stream's)."""
+        return dict(host=self.host, port=self.port, user=self.user, password=self.password,
+                    **dict(self.tls))
 
     def connect(self, **overrides) -> pymysql.connections.Connection:
         """Open a connection; raises RetryableError or FatalError, never a bare pymysql error."""
-        kwargs = dict(host=self.host, port=self.port, user=self.user, password=self.password,
-                      database=self.database, connect_timeout=self.connect_timeout,
-                      autocommit=False, charset="utf8mb4")
+        kwargs = dict(self.client_options(), database=self.database,
+                      connect_timeout=self.connect_timeout, autocommit=False, charset="utf8mb4")
         kwargs.update(overrides)
         try:
             return pymysql.connect(**kwargs)
@@ -40,6 +47,10 @@ class MySQLParams:
 def classify(error: pymysql.err.MySQLError) -> Exception:
     """Map a pymysql error to RetryableError / FatalError (others are returned unchanged)."""
     code = error.args[0] if error.args and isinstance(error.args[0], int) else None
+    if isinstance(getattr(error, "original_exception", None), ssl.SSLCertVerificationError):
+        # a CA or host name that does not match stays wrong: retrying cannot fix it
+        return FatalError(f"MySQL's TLS certificate failed verification (mysql.ssl_ca, "
+                          f"mysql.ssl_verify_identity): {error.original_exception}")
     if code in _FATAL_CODES:
         return FatalError(f"MySQL refused: {error.args[1] if len(error.args) > 1 else error}")
     if code in _TRANSIENT_CODES or isinstance(error, pymysql.err.OperationalError):

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from typing import Callable, Mapping
 
 from kafka import KafkaProducer
 from kafka.errors import (AuthorizationError, InvalidTopicError, KafkaError,
                           MessageSizeTooLargeError)
 
+from cachesync.kafka_login import refused_login_is_fatal
 from cachesync.schema.errors import RetryableError
 
 log = logging.getLogger(__name__)
@@ -34,17 +35,25 @@ class KafkaPublisher:
     """
 
     def __init__(self, bootstrap_servers: str, *, linger_ms: int = 5,
-                 batch_size: int = 256 * 1024, client_id: str = "cachesync-tailer"):
+                 batch_size: int = 256 * 1024, client_id: str = "cachesync-tailer",
+                 security: Mapping | None = None):
+        """``security``: the client's security options (kafka_security.client_security)."""
         try:
-            self._producer = KafkaProducer(
-                bootstrap_servers=bootstrap_servers.split(","), client_id=client_id,
-                acks="all", enable_idempotence=True, max_in_flight_requests_per_connection=5,
-                linger_ms=linger_ms, batch_size=batch_size, compression_type=None,
-                retries=2**31 - 1, delivery_timeout_ms=120_000,
-                reconnect_backoff_max_ms=2000,   # default 30 s: slow to notice a broker is back
-            )
+            with refused_login_is_fatal(bootstrap_servers):
+                self._producer = self._connect(bootstrap_servers, client_id, linger_ms,
+                                               batch_size, security)
         except KafkaError as e:
             raise RetryableError(f"Kafka unavailable at {bootstrap_servers}: {e}") from e
+
+    @staticmethod
+    def _connect(bootstrap_servers, client_id, linger_ms, batch_size, security) -> KafkaProducer:
+        return KafkaProducer(
+            bootstrap_servers=bootstrap_servers.split(","), client_id=client_id,
+            acks="all", enable_idempotence=True, max_in_flight_requests_per_connection=5,
+            linger_ms=linger_ms, batch_size=batch_size, compression_type=None,
+            retries=2**31 - 1, delivery_timeout_ms=120_000,
+            reconnect_backoff_max_ms=2000,   # default 30 s: slow to notice a broker is back
+            **(security or {}))
 
     def send(self, topic: str, key: str, value: bytes, msg_id: str,
              on_ack: Callable[[], None], on_error: Callable[[Exception], None],

@@ -165,8 +165,7 @@ class Tailer(GroupPublishing):
             kwargs.update(log_file=start.log_file, log_pos=start.log_pos, resume_stream=True,
                           is_mariadb=info.flavor == "mariadb")
         return BinLogStreamReader(
-            connection_settings={"host": self._mysql.host, "port": self._mysql.port,
-                                 "user": self._mysql.user, "passwd": self._mysql.password},
+            connection_settings=self._mysql.client_options(),
             server_id=self._opts.replica_server_id, blocking=True,
             # No only_schemas/only_tables: the library would drop the table maps of the
             # tables it filters and decode a reused table id with a stale map

@@ -111,8 +111,17 @@ def table_source(settings: Settings, table: str):
         conn.close()
     # Spark picks its MySQL dialect (backtick quoting) by the jdbc:mysql prefix; the MariaDB
     # driver accepts that scheme with permitMysqlScheme.
-    return TableSource(f"jdbc:mysql://{m.host}:{m.port}/{db}?permitMysqlScheme", m.user, str(m.password), name,
+    return TableSource(f"jdbc:mysql://{m.host}:{m.port}/{db}?permitMysqlScheme{jdbc_tls(m)}",
+                       m.user, str(m.password), name,
                        tuple(c for c, _ in pk), integer, lo, hi, rows, columns)
+
+
+def jdbc_tls(m) -> str:
+    """The MariaDB driver's TLS parameters for ``mysql.ssl_*`` (empty without ``ssl_ca``)."""
+    if not m.ssl_ca:
+        return ""
+    mode = "verify-full" if m.ssl_verify_identity else "verify-ca"
+    return f"&sslMode={mode}&serverSslCert={m.ssl_ca}"
 
 
 def render_table(report) -> str:

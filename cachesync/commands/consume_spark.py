@@ -9,6 +9,7 @@ import click
 from cachesync.commands.common import log, on_termination
 from cachesync.config import Settings
 from cachesync.consumer.hooks import DedupPurge, Ticker
+from cachesync.kafka_security import spark_kafka_options
 from cachesync.operate import consumer_ops
 from cachesync.wiring import build_dedup
 
@@ -39,7 +40,7 @@ def build_spark_engine(settings: Settings, spark, checkpoint_location: str,
     return SparkEngine(spark, settings.kafka.bootstrap_servers, settings.kafka.topic,
                        ApplyConfig(settings),
                        StreamOptions(checkpoint_location, max_offsets_per_trigger),
-                       on_batch=on_batch)
+                       on_batch=on_batch, kafka_options=spark_kafka_options(settings.kafka))
 
 
 def run(settings: Settings, checkpoint_location: str | None, max_offsets_per_trigger: int,

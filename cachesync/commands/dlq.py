@@ -8,6 +8,7 @@ import click
 
 from cachesync.commands.common import handle_errors, settings_options
 from cachesync.consumer.adapters.dlq_tools import read_dead_letters, replay_dead_letters
+from cachesync.kafka_security import client_security
 
 
 @click.group("dlq")
@@ -29,7 +30,8 @@ def list_command(settings, limit, as_json) -> None:
     """List dead letters from the start of the topic."""
     with handle_errors():
         letters = read_dead_letters(settings.kafka.bootstrap_servers,
-                                    settings.kafka.dead_letter_topic, limit=limit)
+                                    settings.kafka.dead_letter_topic, limit=limit,
+                                    security=client_security(settings.kafka))
     if as_json:
         for d in letters:
             click.echo(json.dumps(d.summary(), ensure_ascii=False))
@@ -64,6 +66,6 @@ def replay_command(settings, reasons, dry_run) -> None:
     with handle_errors():
         replayed, skipped = replay_dead_letters(k.bootstrap_servers, k.dead_letter_topic, k.topic,
                                                 f"{k.group_id}.dlq-replay", accept=accept,
-                                                dry_run=dry_run)
+                                                dry_run=dry_run, security=client_security(k))
     verb = "would replay" if dry_run else "replayed"
     click.echo(f"{verb} {replayed} dead letter(s) to {k.topic}; skipped {skipped}")

@@ -11,7 +11,7 @@ import redis
 from cachesync.commands.common import handle_errors, settings_options
 from cachesync.explain import keys_without_ttl, lint
 from cachesync.lint_keys import live_column_types
-from cachesync.wiring import mysql_params
+from cachesync.wiring import mysql_params, redis_client
 from cachesync.producer_outbox.mysql import classify
 from cachesync.schema.errors import FatalError, RetryableError
 
@@ -75,8 +75,7 @@ def _types(settings) -> dict[str, dict[str, tuple]]:
 
 
 def _no_ttl(settings, sample: int) -> dict[str, list[str]]:
-    client = redis.Redis.from_url(str(settings.redis.url), socket_timeout=5,
-                                  socket_connect_timeout=5)
+    client = redis_client(settings, 5)
     try:
         return {t.text: keys_without_ttl(client, t, sample)
                 for m in settings.tables.tables.values() for t in m.keys}

@@ -13,11 +13,12 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Mapping
 
 from kafka import KafkaConsumer, KafkaProducer, OffsetAndMetadata, TopicPartition
 from kafka.errors import KafkaError
 
+from cachesync.kafka_login import refused_login_is_fatal
 from cachesync.schema.errors import RetryableError
 
 HEADER_FIELDS = ("reason", "detail", "topic", "partition", "offset", "pack_index", "attempts", "id")
@@ -47,28 +48,34 @@ class DeadLetter:
 
 
 def read_dead_letters(bootstrap: str, topic: str, *, group: str | None = None,
-                      limit: int | None = None, timeout_s: float = 30.0) -> list[DeadLetter]:
-    """Dead letters from the start (or, with ``group``, from its committed offsets) to the end."""
-    with _reader(bootstrap, topic, group) as (consumer, partitions):
+                      limit: int | None = None, timeout_s: float = 30.0,
+                      security: Mapping | None = None) -> list[DeadLetter]:
+    """Dead letters from the start (or, with ``group``, from its committed offsets) to the end.
+
+    ``security``: the clients' security options (kafka_security.client_security).
+    """
+    with _reader(bootstrap, topic, group, security) as (consumer, partitions):
         return list(_read(consumer, partitions, limit, timeout_s))
 
 
 def replay_dead_letters(bootstrap: str, dlq_topic: str, target_topic: str, group: str, *,
                         accept: Callable[[DeadLetter], bool] = lambda _: True,
-                        dry_run: bool = False, timeout_s: float = 60.0) -> tuple[int, int]:
+                        dry_run: bool = False, timeout_s: float = 60.0,
+                        security: Mapping | None = None) -> tuple[int, int]:
     """Re-publish the dead letters ``group`` has not replayed yet; returns (replayed, skipped).
 
     Letters ``accept`` rejects are skipped and stay in the topic, but the group moves
     past them too: replay is "everything from here on that matches". ``dry_run`` only
     counts. Raises RetryableError when Kafka does not acknowledge.
     """
-    with _reader(bootstrap, dlq_topic, group) as (consumer, partitions):
+    with _reader(bootstrap, dlq_topic, group, security) as (consumer, partitions):
         letters = list(_read(consumer, partitions, None, timeout_s))
         chosen = [d for d in letters if accept(d)]
         if dry_run:
             return len(chosen), len(letters) - len(chosen)
         producer = KafkaProducer(bootstrap_servers=bootstrap.split(","), acks="all",
-                                 enable_idempotence=True, client_id="cachesync-dlq-replay")
+                                 enable_idempotence=True, client_id="cachesync-dlq-replay",
+                                 **(security or {}))
         try:
             futures = [producer.send(target_topic, key=d.key, value=d.value,
                                      headers=list(d.headers)) for d in chosen]
@@ -90,13 +97,14 @@ def replay_dead_letters(bootstrap: str, dlq_topic: str, target_topic: str, group
 
 
 @contextmanager
-def _reader(bootstrap: str, topic: str, group: str | None):
+def _reader(bootstrap: str, topic: str, group: str | None, security: Mapping | None):
     """A consumer assigned to every partition of ``topic``, at ``group``'s committed
     offsets (or the beginning); closed on exit, also when positioning fails."""
     try:
-        consumer = KafkaConsumer(bootstrap_servers=bootstrap.split(","), group_id=group,
-                                 enable_auto_commit=False, auto_offset_reset="earliest",
-                                 client_id="cachesync-dlq-tools")
+        with refused_login_is_fatal(bootstrap):
+            consumer = KafkaConsumer(bootstrap_servers=bootstrap.split(","), group_id=group,
+                                     enable_auto_commit=False, auto_offset_reset="earliest",
+                                     client_id="cachesync-dlq-tools", **(security or {}))
     except KafkaError as e:
         raise RetryableError(f"Kafka unavailable at {bootstrap}: {e}") from e
     try:

@@ -16,6 +16,7 @@ from kafka.errors import (CommitFailedError, FencedInstanceIdError, IllegalGener
 from kafka.structs import OffsetAndMetadata
 
 from cachesync.consumer.core.offsets import Record
+from cachesync.kafka_login import refused_login_is_fatal
 from cachesync.schema.errors import ConfigError, FatalError, RetryableError
 
 log = logging.getLogger(__name__)
@@ -94,18 +95,21 @@ class KafkaSource:
 
     def __init__(self, bootstrap_servers: str, topic: str, group_id: str,
                  *, auto_offset_reset: str = "earliest", client_id: str = "cachesync-consumer",
-                 group: dict | None = None):
-        """``group``: :func:`group_config` (its defaults when None)."""
+                 group: dict | None = None, security: Mapping | None = None):
+        """``group``: :func:`group_config` (its defaults when None); ``security``: the
+        client's security options (cachesync.kafka_security.client_security)."""
         self._instance = (group or {}).get("group_instance_id")
         try:
-            self._consumer = KafkaConsumer(
-                bootstrap_servers=bootstrap_servers.split(","), group_id=group_id,
-                client_id=client_id, enable_auto_commit=False, auto_offset_reset=auto_offset_reset,
-                isolation_level="read_committed", max_partition_fetch_bytes=4 * 1024 * 1024,
-                # what one poll can hold at most, whatever the records pack (50 MB by default)
-                fetch_max_bytes=16 * 1024 * 1024,
-                reconnect_backoff_max_ms=RECONNECT_BACKOFF_MAX_MS,
-                **(group if group is not None else group_config()))
+            with refused_login_is_fatal(bootstrap_servers):
+                self._consumer = KafkaConsumer(
+                    bootstrap_servers=bootstrap_servers.split(","), group_id=group_id,
+                    client_id=client_id, enable_auto_commit=False,
+                    auto_offset_reset=auto_offset_reset, isolation_level="read_committed",
+                    max_partition_fetch_bytes=4 * 1024 * 1024,
+                    # what one poll can hold at most, whatever the records pack (50 MB by default)
+                    fetch_max_bytes=16 * 1024 * 1024,
+                    reconnect_backoff_max_ms=RECONNECT_BACKOFF_MAX_MS,
+                    **(group if group is not None else group_config()), **(security or {}))
             self._await_partitions(topic)
             self._consumer.subscribe([topic])
         except KafkaError as e:
@@ -169,12 +173,14 @@ class KafkaSource:
 class KafkaDeadLetters:
     """Publishes poison records with their reason and origin; the value is the original bytes."""
 
-    def __init__(self, bootstrap_servers: str, topic: str):
+    def __init__(self, bootstrap_servers: str, topic: str, security: Mapping | None = None):
         self._topic = topic
-        self._producer = KafkaProducer(bootstrap_servers=bootstrap_servers.split(","),
-                                       acks="all", enable_idempotence=True,
-                                       client_id="cachesync-dlq",
-                                       reconnect_backoff_max_ms=RECONNECT_BACKOFF_MAX_MS)
+        with refused_login_is_fatal(bootstrap_servers):
+            self._producer = KafkaProducer(bootstrap_servers=bootstrap_servers.split(","),
+                                           acks="all", enable_idempotence=True,
+                                           client_id="cachesync-dlq",
+                                           reconnect_backoff_max_ms=RECONNECT_BACKOFF_MAX_MS,
+                                           **(security or {}))
         self._pending: list = []   # ((record, reason, detail), future)
 
     def send(self, record: Record, reason: str, detail: str) -> None:

@@ -23,8 +23,12 @@ PROGRESS_EVERY_S = 0.5
 
 def replay_spark(spark, bootstrap_servers: str, topic: str,
                  ranges: Mapping[int, tuple[int, int]], config: ReplayConfig,
-                 progress: Callable[[int], None] = lambda n: None) -> ReplayCounts:
-    """Replay ``ranges`` (``{partition: (start, end)}``); returns counts (keys as a count only)."""
+                 progress: Callable[[int], None] = lambda n: None,
+                 kafka_options: Mapping[str, str] | None = None) -> ReplayCounts:
+    """Replay ``ranges`` (``{partition: (start, end)}``); returns counts (keys as a count only).
+
+    ``kafka_options``: the ``kafka.*`` security options (kafka_security.spark_kafka_options).
+    """
     from pyspark.sql import functions as F
 
     ranges = {p: r for p, r in ranges.items() if r[1] > r[0]}
@@ -39,6 +43,7 @@ def replay_spark(spark, bootstrap_servers: str, topic: str,
              .option("minPartitions", str(max(len(ranges), -(-total // RECORDS_PER_TASK))))
              .option("includeHeaders", "true")
              .option("kafka.isolation.level", "read_committed")
+             .options(**(kafka_options or {}))
              .load().selectExpr(*KAFKA_SELECT))
     read = spark.sparkContext.accumulator(0)
     rows = frame.rdd.mapPartitions(lambda it: replay_partition(it, config, read))

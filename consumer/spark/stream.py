@@ -14,6 +14,7 @@ import json
 import logging
 import threading
 from dataclasses import dataclass, field
+from typing import Mapping
 
 from cachesync.consumer.applier import Stats
 from cachesync.consumer.core.tally import TableTally
@@ -49,8 +50,10 @@ class SparkEngine:
     holds the next offset per partition of the last one (what the checkpoint commits)."""
 
     def __init__(self, spark, bootstrap_servers: str, topic: str, apply: ApplyConfig,
-                 options: StreamOptions, on_batch=None):
+                 options: StreamOptions, on_batch=None, kafka_options: Mapping | None = None):
+        """``kafka_options``: the ``kafka.*`` security options (kafka_security.spark_kafka_options)."""
         self._spark, self._bootstrap, self._topic = spark, bootstrap_servers, topic
+        self._kafka_options = dict(kafka_options or {})
         self._apply, self._opts, self._on_batch = apply, options, on_batch
         self._stop = threading.Event()
         self._idle = threading.Lock()      # held while a micro-batch is applied
@@ -68,7 +71,8 @@ class SparkEngine:
                   .option("startingOffsets", self._opts.starting_offsets)
                   .option("maxOffsetsPerTrigger", str(self._opts.max_offsets_per_trigger))
                   .option("includeHeaders", "true")
-                  .option("kafka.isolation.level", "read_committed"))
+                  .option("kafka.isolation.level", "read_committed")
+                  .options(**self._kafka_options))
         frame = reader.load().selectExpr(*KAFKA_SELECT)
         self._query = (frame.writeStream.queryName(f"cachesync-{self._topic}")
                        .foreachBatch(self._apply_batch)

@@ -40,6 +40,8 @@ def test_documented_defaults_are_the_declared_ones():
         shown = re.match(r"`([^`]*)`", cell)
         if shown is None:           # prose ("empty", "group id", "required by relay")
             assert default == "", f"{key}: README says {cell!r}, the default is {default!r}"
+        elif isinstance(default, bool):     # YAML spelling: true / false
+            assert shown.group(1) == str(default).lower(), key
         elif isinstance(default, (int, float)):
             assert float(shown.group(1)) == default, key
         else:

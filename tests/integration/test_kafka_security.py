@@ -1,0 +1,130 @@
+"""The pipeline over SASL_SSL Kafka (the devstack's kafka-sasl variant): tail -> Kafka
+(SCRAM-SHA-512 over TLS, the CA checked) -> consume -> Redis, the password read through
+CACHESYNC_KAFKA_SASL_PASSWORD_FILE; a wrong password stops the process with exit 3."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from kafka import KafkaAdminClient
+from kafka.admin import NewTopic
+from kafka.errors import TopicAlreadyExistsError
+
+from cachesync import config
+from cachesync.commands.replay import run_replay
+from cachesync.consumer.replay import parse_bound
+from cachesync.kafka_security import client_security
+from cachesync.producer_outbox.heartbeat import with_heartbeat
+from cachesync.producer_outbox.publisher import KafkaPublisher
+from cachesync.producer_outbox.rows import TxnContext, row_change
+from cachesync.schema.event import encode
+from cachesync.schema.keys import kafka_key
+from cachesync.wiring import build_engine
+from tests.integration.test_devstack_variants import start
+from tests.support import spawn, status_json, wait_for
+
+pytestmark = pytest.mark.integration
+
+USERS = {"users": {"keys": ["user:{id}"]}}
+
+
+@pytest.fixture
+def sasl(lab):
+    """(config, environment) of the lab pointed at the SASL_SSL broker, topics created there.
+
+    The settings are environment variables: they must win over the plain broker's
+    CACHESYNC_KAFKA_BOOTSTRAP_SERVERS in the devstack's env file.
+    """
+    env = start("kafka-sasl")
+    overrides = {"CACHESYNC_KAFKA_BOOTSTRAP_SERVERS": env["DEVSTACK_KAFKA_SASL_BOOTSTRAP_SERVERS"],
+                 "CACHESYNC_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+                 "CACHESYNC_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512",
+                 "CACHESYNC_KAFKA_SASL_USERNAME": env["DEVSTACK_KAFKA_SASL_USERNAME"],
+                 "CACHESYNC_KAFKA_SASL_PASSWORD_FILE": env["DEVSTACK_KAFKA_SASL_PASSWORD_FILE"],
+                 "CACHESYNC_KAFKA_SSL_CAFILE": env["DEVSTACK_KAFKA_SSL_CAFILE"]}
+    cfg = lab.write_config(USERS)
+    k = _settings(lab, cfg, overrides).kafka
+    admin = KafkaAdminClient(bootstrap_servers=k.bootstrap_servers, **client_security(k))
+    try:
+        admin.create_topics([NewTopic(k.topic, 3, 1), NewTopic(k.dead_letter_topic, 1, 1)])
+    except TopicAlreadyExistsError:
+        pass
+    finally:
+        admin.close()
+    return cfg, overrides
+
+
+def _settings(lab, cfg, overrides):
+    return config.load(cfg, {**os.environ, **lab.stack.env, **overrides})
+
+
+def test_pipeline_over_sasl_ssl_invalidates_and_never_logs_the_password(lab, sasl):
+    cfg, overrides = sasl
+    lab.sql("CREATE TABLE users (id BIGINT PRIMARY KEY, name VARCHAR(50) NOT NULL)")
+    before = lab.checkpoint_updated_at()
+    tailer = spawn(lab, cfg, "tail", env=overrides)
+    wait_for(lambda: lab._alive(tailer) and lab.checkpoint_updated_at() != before, 60,
+             what="the tailer's start checkpoint")
+    engine = build_engine(_settings(lab, cfg, overrides))
+    thread = threading.Thread(target=engine.run, daemon=True)
+    thread.start()
+    lab._threads.append((thread, engine))     # lab.close() stops it if the test fails
+    lab.cache("user:1", "user:2")
+    lab.sql("INSERT INTO users VALUES (1, 'Ada')")
+    wait_for(lambda: not lab.cached("user:1"), 60, what="invalidation through SASL_SSL Kafka")
+    assert lab.cached("user:2") == ["user:2"]
+    assert lab.topic_records() == []   # the plain broker's copy of the topic saw nothing
+    password = pathlib.Path(overrides["CACHESYNC_KAFKA_SASL_PASSWORD_FILE"]).read_text().strip()
+    assert password and password not in lab.log(tailer)
+
+    # the admin client (status, probes) and the dlq tools take the same settings
+    code, report = status_json(lab, cfg, overrides)
+    assert code == 0 and report["errors"] == {}, report["errors"]
+    assert report["kafka"]["topic"] == lab.topic and report["dead_letters"] is not None
+    listed = subprocess.run([sys.executable, "-m", "cachesync", "dlq", "list", "--config", cfg],
+                            env={**os.environ, **lab.stack.env, **overrides},
+                            capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0 and f"no dead letters in {lab.dlq}" in listed.stdout, listed.stderr
+
+
+def test_wrong_password_stops_consume_with_a_clear_error_and_exit_3(lab, sasl, tmp_path):
+    cfg, overrides = sasl
+    wrong = tmp_path / "wrong.password"
+    wrong.write_text("not-the-password\n")
+    out = subprocess.run([sys.executable, "-m", "cachesync", "consume", "--config", cfg],
+                         env={**os.environ, **lab.stack.env, **overrides,
+                              "CACHESYNC_KAFKA_SASL_PASSWORD_FILE": str(wrong)},
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 3, out.stderr[-3000:]
+    assert "cachesync: Kafka at" in out.stderr and "refused the login" in out.stderr
+    assert "not-the-password" not in out.stderr + out.stdout
+
+
+def test_both_replay_engines_read_the_topic_over_sasl_ssl(lab, sasl):
+    """Spark reaches the broker with the PEM CA as truststore and a SCRAM JAAS line."""
+    from cachesync.consumer.spark.session import spark_session
+    cfg, overrides = sasl
+    settings = _settings(lab, cfg, overrides)
+    publisher = KafkaPublisher(settings.kafka.bootstrap_servers,
+                               security=client_security(settings.kafka))
+    acked = threading.Event()
+    ctx = TxnContext("mariadb:sasl", "0-1-1", 1, time.time())
+    event = row_change(ctx, 0, lab.db, "users", "insert", "id", None, {"id": 5, "name": "Eve"})
+    publisher.send(settings.kafka.topic, kafka_key(lab.db, "users", event.pk), encode(event),
+                   event.id, acked.set, lambda e: None)
+    wait_for(acked.is_set, 30, what="the event acknowledged over SASL_SSL")
+    publisher.close()
+    everything = (parse_bound("earliest"), parse_bound("latest"))
+    mappings = with_heartbeat(settings.tables, settings.mysql.state_db)
+    for engine in ("python", "spark"):
+        lab.cache("user:5")
+        with spark_session("cachesync-sasl-test", "local[1]") as spark:
+            report = run_replay(settings, mappings, engine, *everything, spark=spark,
+                                show_progress=False)
+        assert (report.records, report.keys_existed, lab.cached("user:5")) == (1, 1, []), engine

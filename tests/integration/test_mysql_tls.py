@@ -1,0 +1,72 @@
+"""The pipeline against the devstack's mariadb-tls variant as its REQUIRE SSL account
+(`cachesync_tls`): pymysql sessions and the binlog stream both over verified TLS
+(mysql.ssl_ca, host name checked)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.integration.test_devstack_variants import start
+from tests.support import wait_for
+
+pytestmark = pytest.mark.integration
+
+USERS = {"users": {"keys": ["user:{id}"]}}
+
+
+@pytest.fixture
+def tls_lab(lab, monkeypatch):
+    """The lab moved onto the TLS server, connecting as cachesync_tls with mysql.ssl_ca."""
+    env = start("mariadb-tls")
+    plain = lab.stack
+    tls = dataclasses.replace(plain, env={
+        **plain.env, "CACHESYNC_MYSQL_PORT": env["DEVSTACK_MYSQL_TLS_PORT"],
+        "CACHESYNC_MYSQL_USER": env["DEVSTACK_MYSQL_TLS_USER"],
+        "CACHESYNC_MYSQL_PASSWORD_FILE": env["DEVSTACK_MYSQL_TLS_PASSWORD_FILE"],
+        "CACHESYNC_MYSQL_SSL_CA": env["DEVSTACK_MYSQL_SSL_CA"]})
+    with tls.admin() as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE {lab.db}")
+        for account in ("cachesync_tls", "cachesync"):   # lab.close() revokes cachesync's
+            cur.execute(f"GRANT SELECT ON {lab.db}.* TO {account}@'127.0.0.1'")
+    monkeypatch.setattr(lab, "stack", tls)
+    yield lab
+    with plain.admin() as conn, conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS {lab.db}")
+
+
+def test_tail_and_consume_as_a_require_ssl_account(tls_lab):
+    lab = tls_lab
+    settings = lab.settings(lab.write_config(USERS))
+    assert settings.mysql.user == "cachesync_tls" and settings.mysql.ssl_ca
+    lab.sql("CREATE TABLE users (id BIGINT PRIMARY KEY, name VARCHAR(50) NOT NULL)")
+    cfg = lab.write_config(USERS)
+    lab.start_tailer(cfg)              # its checkpoint is on the TLS server's state database
+    engine = lab.start_engine(cfg)     # dedup records there too
+    lab.cache("user:1", "user:2")
+    lab.sql("INSERT INTO users VALUES (1, 'Ada')")
+    wait_for(lambda: not lab.cached("user:1"), 60, what="invalidation from the TLS server's binlog")
+    assert lab.cached("user:2") == ["user:2"]
+    sessions = lab.sql("SELECT COUNT(*) FROM information_schema.processlist WHERE user = 'cachesync_tls'")
+    assert sessions[0][0] >= 2         # the binlog dump and the state sessions, all REQUIRE SSL
+    wait_for(lambda: lab.dedup_rows("done") >= 1, 30, what="the dedup record on the TLS server")
+    lab.stop_engine(engine)
+
+
+def test_a_server_certificate_from_another_ca_stops_the_tailer_with_exit_3(tls_lab, tmp_path):
+    """Proves mysql.ssl_ca is applied: PyMySQL alone would encrypt without verifying."""
+    lab = tls_lab
+    other_ca = tmp_path / "other-ca.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=not the devstack CA", "-keyout", str(tmp_path / "other.key"),
+                    "-out", str(other_ca)], check=True, capture_output=True, timeout=60)
+    cfg = lab.write_config(USERS)
+    out = subprocess.run([sys.executable, "-m", "cachesync", "tail", "--config", cfg],
+                         env={**os.environ, **lab.stack.env, "CACHESYNC_MYSQL_SSL_CA": str(other_ca)},
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 3, out.stderr[-3000:]
+    assert "cachesync: MySQL's TLS certificate failed verification" in out.stderr
