@@ -288,6 +288,12 @@ def test_spark_consumer_killed_mid_stream_resumes_from_its_checkpoint(lab, spark
     finally:
         if first.poll() is None:
             os.killpg(first.pid, signal.SIGKILL)
+    # A confirm the killed process had already sent still commits on the server after the
+    # kill: count only once no statement of the cachesync account is running any more.
+    wait_for(lambda: lab.sql("SELECT COUNT(*) FROM information_schema.processlist WHERE "
+                             "user = 'cachesync' AND command NOT IN ('Sleep', 'Binlog Dump', "
+                             "'Binlog Dump GTID')")[0][0] == 0, 30,
+             what="the killed consumer's in-flight statements to finish", interval=0.1)
     at_kill = done_count(lab, ns)
     assert 300 <= at_kill < 1500, "the kill was not mid-stream"
     rerun = forget_last_commit(checkpoint)
