@@ -27,7 +27,7 @@ from typing import Callable
 
 import pymysql
 
-from cachesync.producer_outbox.mysql import classify, ensure_state_tables
+from cachesync.producer_outbox.mysql import classify, close_quietly, ensure_state_tables
 from cachesync.schema.errors import RetryableError
 
 log = logging.getLogger(__name__)
@@ -142,17 +142,13 @@ class TailerLock:
                 with conn.cursor() as cur:
                     cur.execute("SET SESSION wait_timeout = %s", (max(1, round(self._lease_s)),))
             except pymysql.err.MySQLError as e:
-                conn.close()
+                close_quietly(conn)
                 raise _classified(e) from e
             self._conn = conn
         return self._conn
 
     def _drop(self) -> None:
-        if self._conn is not None:
-            try:
-                self._conn.close()
-            except pymysql.err.Error:
-                pass
+        close_quietly(self._conn)
         self._conn = None
 
 

@@ -107,9 +107,14 @@ class Session:
         return self._conn
 
     def close(self) -> None:
-        if self._conn is not None:
-            try:
-                self._conn.close()
-            except pymysql.err.Error:
-                pass   # closing a broken connection; nothing left to release
+        close_quietly(self._conn)
         self._conn = None
+
+
+def close_quietly(conn: pymysql.connections.Connection | None) -> None:
+    """Close ``conn`` if there is one; a broken connection has nothing left to release."""
+    if conn is not None:
+        try:
+            conn.close()
+        except pymysql.err.Error:
+            pass

@@ -56,7 +56,7 @@ _GTID_EVENTS = (GtidEvent, MariadbGtidEvent)
 class TailerOptions:
     """The ``tailer`` settings section as loaded, plus what the wiring decides (topic, filter).
 
-    The settings are declared once, in TailerSettings; the properties only read them.
+    The settings are declared once, in TailerSettings, and read from ``settings``.
     """
 
     topic: str
@@ -67,30 +67,6 @@ class TailerOptions:
     heartbeat_s: float = STREAM_HEARTBEAT_S
     start: Checkpoint | None = None     # tail from here instead of the stored checkpoint
     max_record_bytes: int = MAX_RECORD_BYTES    # a larger event goes out invalidate-only
-
-    @property
-    def replica_server_id(self) -> int:
-        return self.settings.server_id
-
-    @property
-    def max_inflight(self) -> int:
-        return self.settings.max_inflight
-
-    @property
-    def pack_rows(self) -> int:
-        return self.settings.pack_rows
-
-    @property
-    def pack_bytes(self) -> int:
-        return self.settings.pack_bytes
-
-    @property
-    def checkpoint_interval_s(self) -> float:
-        return self.settings.checkpoint_interval_s
-
-    @property
-    def xa_buffer_rows(self) -> int:
-        return self.settings.xa_buffer_rows
 
 
 class Tailer(GroupPublishing):
@@ -104,7 +80,8 @@ class Tailer(GroupPublishing):
         self._mappings = mappings
         self._opts = options
         self._tracker: InflightTracker[Checkpoint] = InflightTracker()
-        self._packer = Packer(options.pack_rows, options.pack_bytes) if options.pack_rows > 1 else None
+        t = options.settings
+        self._packer = Packer(t.pack_rows, t.pack_bytes) if t.pack_rows > 1 else None
         self._partitions = 0          # the topic's partition count, read once per transaction
         self._lock = threading.Lock()
         self._failure: Exception | None = None
@@ -166,7 +143,7 @@ class Tailer(GroupPublishing):
                           is_mariadb=info.flavor == "mariadb")
         return BinLogStreamReader(
             connection_settings=self._mysql.client_options(),
-            server_id=self._opts.replica_server_id, blocking=True,
+            server_id=self._opts.settings.server_id, blocking=True,
             # No only_schemas/only_tables: the library would drop the table maps of the
             # tables it filters and decode a reused table id with a stale map
             # (see binlog_read). TableMapEvent is listed so the loop sees each map.
@@ -245,7 +222,7 @@ class Tailer(GroupPublishing):
                                  gtid=True)
                 txn, row_index = self._tracker_open(), 0
                 if getattr(event, "flags", 0) & FL_PREPARED_XA and isinstance(event, MariadbGtidEvent):
-                    self._xa = XaGroup(self._opts.xa_buffer_rows)
+                    self._xa = XaGroup(self._opts.settings.xa_buffer_rows)
             elif isinstance(event, XAPrepareEvent):
                 if txn is not None and self._xa is not None:
                     held = self._xa
@@ -294,7 +271,7 @@ class Tailer(GroupPublishing):
                 if ends_group and txn is not None:
                     close_txn()
                     txn = ctx = None
-            if time.monotonic() - last_save >= self._opts.checkpoint_interval_s:
+            if time.monotonic() - last_save >= self._opts.settings.checkpoint_interval_s:
                 self._save_checkpoint()
                 last_save = time.monotonic()
             if self._stop.is_set():
@@ -342,7 +319,7 @@ class Tailer(GroupPublishing):
             value = self._encode(change, mapping)
             if self._packer is None:
                 self._send(key, value, change.id, txn, 1, None)
-            elif len(value) > self._opts.pack_bytes:   # alone, after every pack opened before it
+            elif len(value) > self._opts.settings.pack_bytes:   # alone, after every pack opened before it
                 for pack in self._packer.drain():
                     self._send_pack(pack, txn)
                 self._send(key, value, change.id, txn, 1, None)
@@ -397,7 +374,7 @@ class Tailer(GroupPublishing):
                                  "not retrying, the checkpoint stays before it") from e
             raise RetryableError(f"Kafka send failed: {e}") from e
         self.published += rows if row else 0
-        if self._tracker.pending >= self._opts.max_inflight:
+        if self._tracker.pending >= self._opts.settings.max_inflight:
             self._publisher.flush()
             self._raise_if_failed()
 

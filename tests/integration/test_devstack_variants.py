@@ -18,31 +18,15 @@ from redis.cluster import ClusterNode, RedisCluster
 from redis.retry import Retry
 from redis.sentinel import Sentinel
 
-from cachesync import config
 from cachesync.client import read_through
 from cachesync.consumer.adapters.redis_cache import RedisCache
 from cachesync.consumer.adapters.redis_dedup import RedisDedupStore
 from cachesync.consumer.core.writes import CacheWrite, padded
-from cachesync.devstack import default_env_file
 from tests.support import stack_command, wait_for
+from tests.support.variants import addresses, secret, start
 
 pytestmark = pytest.mark.integration
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-
-
-def start(variant: str) -> dict[str, str]:
-    """Start a variant (idempotent) and return the env file's facts; fails with stack.sh's error."""
-    try:
-        stack_command("up", variant)
-    except subprocess.CalledProcessError as e:
-        pytest.fail(f"stack.sh up {variant} failed:\n{e.stderr.decode(errors='replace')}")
-    return config.read_env_file(default_env_file(ROOT))
-
-
-def secret(env: dict[str, str], key: str) -> str:
-    """The secret in the file the env key ``<key>`` names."""
-    return pathlib.Path(env[key]).read_text(encoding="utf-8").strip()
 
 
 # ---------------------------------------------------------------- kafka-sasl
@@ -149,13 +133,9 @@ def test_redis_tls_acl_user_can_do_what_the_consumer_and_read_through_do_and_not
 
 
 # ---------------------------------------------------------------- redis-cluster
-def _addresses(value: str) -> list[tuple[str, int]]:
-    return [(host, int(port)) for host, port in (a.rsplit(":", 1) for a in value.split(","))]
-
-
 def test_redis_cluster_serves_keys_on_each_of_its_three_masters():
     env = start("redis-cluster")
-    nodes = [ClusterNode(h, p) for h, p in _addresses(env["DEVSTACK_REDIS_CLUSTER_NODES"])]
+    nodes = [ClusterNode(h, p) for h, p in addresses(env["DEVSTACK_REDIS_CLUSTER_NODES"])]
     cluster = RedisCluster(startup_nodes=nodes, socket_timeout=5)
     assert len(cluster.get_primaries()) == 3
     by_node: dict[str, str] = {}
@@ -175,7 +155,7 @@ def test_redis_cluster_serves_keys_on_each_of_its_three_masters():
 def test_redis_sentinel_client_keeps_working_through_a_failover():
     env = start("redis-sentinel")
     name = env["DEVSTACK_REDIS_SENTINEL_MASTER_NAME"]
-    sentinels = _addresses(env["DEVSTACK_REDIS_SENTINELS"])
+    sentinels = addresses(env["DEVSTACK_REDIS_SENTINELS"])
     sentinel = Sentinel(sentinels, socket_timeout=2)
     # the application's side: a client that retries a write refused by a demoted master
     master = sentinel.master_for(name, socket_timeout=2,

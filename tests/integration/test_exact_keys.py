@@ -89,7 +89,7 @@ def test_a_version_going_backwards_invalidates_and_a_stale_replay_stays_refused(
 
 
 def test_consume_exports_the_per_table_counters_on_metrics(lab):
-    from tests.integration.test_metrics import address, scrape
+    from tests.support import address, scrape
     lab.sql("CREATE TABLE t (id INT PRIMARY KEY, email VARCHAR(20), v INT NOT NULL)")
     cfg = lab.write_config({"t": {"keys": ["t:{id}", "t:email:{email}"], "mode": "update",
                                   "version_column": "v"}})

@@ -12,9 +12,6 @@ import threading
 import time
 
 import pytest
-from kafka import KafkaAdminClient
-from kafka.admin import NewTopic
-from kafka.errors import TopicAlreadyExistsError
 
 from cachesync import config
 from cachesync.commands.replay import run_replay
@@ -26,8 +23,8 @@ from cachesync.producer_outbox.rows import TxnContext, row_change
 from cachesync.schema.event import encode
 from cachesync.schema.keys import kafka_key
 from cachesync.wiring import build_engine
-from tests.integration.test_devstack_variants import start
-from tests.support import spawn, status_json, wait_for
+from tests.support.variants import start
+from tests.support import create_topics, spawn, status_json, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -50,13 +47,7 @@ def sasl(lab):
                  "CACHESYNC_KAFKA_SSL_CAFILE": env["DEVSTACK_KAFKA_SSL_CAFILE"]}
     cfg = lab.write_config(USERS)
     k = _settings(lab, cfg, overrides).kafka
-    admin = KafkaAdminClient(bootstrap_servers=k.bootstrap_servers, **client_security(k))
-    try:
-        admin.create_topics([NewTopic(k.topic, 3, 1), NewTopic(k.dead_letter_topic, 1, 1)])
-    except TopicAlreadyExistsError:
-        pass
-    finally:
-        admin.close()
+    create_topics(k.bootstrap_servers, {k.topic: 3, k.dead_letter_topic: 1}, **client_security(k))
     return cfg, overrides
 
 

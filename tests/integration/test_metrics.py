@@ -3,20 +3,9 @@
 
 from __future__ import annotations
 
-import urllib.error
-import urllib.request
-
-from tests.support import address, scrape, stack_command, wait_for
+from tests.support import address, scrape, stack_command, status_of, wait_for
 
 USERS = {"users": {"keys": ["user:{id}"]}}
-
-
-def status_of(addr: str, path: str) -> int:
-    try:
-        with urllib.request.urlopen(f"http://{addr}{path}", timeout=10) as r:
-            return r.status
-    except urllib.error.HTTPError as e:
-        return e.code
 
 
 def start_pipeline(lab, tailer=None):

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tests.integration.test_devstack_variants import start
+from tests.support.variants import start
 from tests.support import wait_for
 
 pytestmark = pytest.mark.integration

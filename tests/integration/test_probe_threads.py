@@ -7,10 +7,11 @@ import time
 
 import pytest
 
-from tests.integration.test_metrics import USERS, address, scrape, status_of
-from tests.support import UsersWriter, add_config_sections, wait_for
+from tests.support import UsersWriter, add_config_sections, address, scrape, status_of, wait_for
 
 pytestmark = pytest.mark.integration
+
+USERS = {"users": {"keys": ["user:{id}"]}}
 
 PROBE_EVERY_S = 0.01
 WATCH_S = 10.0

@@ -12,7 +12,7 @@ from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 from redis.sentinel import Sentinel
 
-from tests.integration.test_devstack_variants import _addresses, start
+from tests.support.variants import addresses, start
 from tests.support import wait_for
 
 pytestmark = pytest.mark.integration
@@ -23,7 +23,7 @@ USERS = {"users": {"keys": ["user:{id}"]}}
 def test_failover_during_consumption_loses_no_invalidation(lab, monkeypatch):
     env = start("redis-sentinel")
     name, sentinels = env["DEVSTACK_REDIS_SENTINEL_MASTER_NAME"], env["DEVSTACK_REDIS_SENTINELS"]
-    sentinel = Sentinel(_addresses(sentinels), socket_timeout=2)
+    sentinel = Sentinel(addresses(sentinels), socket_timeout=2)
     # the test's own view of the master, following it through the failover
     master = sentinel.master_for(name, socket_timeout=2,
                                  retry=Retry(ExponentialBackoff(cap=1, base=0.05), 30),
@@ -44,7 +44,7 @@ def test_failover_during_consumption_loses_no_invalidation(lab, monkeypatch):
     wait_for(lambda: not lab.cached(*first), 60, what="the first rows invalidated")
     assert master.execute_command("WAIT", 1, 5000) == 1    # and their deletes replicated
     before = sentinel.discover_master(name)
-    host, port = _addresses(sentinels)[0]
+    host, port = addresses(sentinels)[0]
     subprocess.run(["redis-cli", "-h", host, "-p", str(port), "SENTINEL", "FAILOVER", name],
                    check=True, capture_output=True, timeout=10)
     wait_for(lambda: sentinel.discover_master(name) != before, 30,

@@ -10,7 +10,7 @@ from urllib.parse import quote
 import pytest
 import redis
 
-from tests.integration.test_devstack_variants import secret, start
+from tests.support.variants import secret, start
 from tests.support import wait_for
 
 pytestmark = pytest.mark.integration

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaProducer
 
 from cachesync.cli import cli
 from cachesync.commands.consume_spark import build_spark_engine, dedup_purge

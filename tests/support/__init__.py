@@ -6,6 +6,7 @@ import json
 import os
 import re
 import signal
+import urllib.error
 import urllib.request
 import subprocess
 import sys
@@ -44,13 +45,7 @@ class Lab:
         with stack.admin() as conn, conn.cursor() as cur:
             cur.execute(f"CREATE DATABASE {self.db}")
             cur.execute(f"GRANT SELECT ON {self.db}.* TO cachesync@'127.0.0.1'")
-        admin = KafkaAdminClient(bootstrap_servers=stack.bootstrap)
-        try:
-            admin.create_topics([NewTopic(self.topic, 3, 1), NewTopic(self.dlq, 1, 1)])
-        except TopicAlreadyExistsError:
-            pass
-        finally:
-            admin.close()
+        create_topics(stack.bootstrap, {self.topic: 3, self.dlq: 1})
 
     # -- configuration -------------------------------------------------------------
     def write_config(self, tables: dict, tailer: dict | None = None, consumer: dict | None = None,
@@ -201,6 +196,18 @@ class Lab:
             cur.execute(f"REVOKE SELECT ON {self.db}.* FROM cachesync@'127.0.0.1'")
 
 
+def create_topics(bootstrap: str, partitions: dict[str, int], **client) -> None:
+    """Create ``{topic: partitions}`` (replication 1) unless they exist; ``client`` are extra
+    KafkaAdminClient options (security)."""
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, **client)
+    try:
+        admin.create_topics([NewTopic(t, n, 1) for t, n in partitions.items()])
+    except TopicAlreadyExistsError:
+        pass
+    finally:
+        admin.close()
+
+
 class UsersWriter(threading.Thread):
     """Commits ``rows_per_txn`` new ``users`` rows per transaction until ``stop()``.
 
@@ -329,6 +336,15 @@ def endpoints(lab, proc, count: int) -> list[str]:
         urls = re.findall(r"metrics and health on (http://\S+) ", lab.log(proc))
         return urls if len(urls) == count else None
     return wait_for(found, 30, what=f"{count} metrics endpoint(s) in the log")
+
+
+def status_of(addr: str, path: str) -> int:
+    """The HTTP status of ``http://<addr><path>`` (an error status is returned, not raised)."""
+    try:
+        with urllib.request.urlopen(f"http://{addr}{path}", timeout=10) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
 
 
 def http_get(url: str) -> str:
