@@ -125,6 +125,18 @@ def consumer_ops(settings: Settings, stats: Callable[[], object],
     return ops, metrics
 
 
+def monitor_hook(settings: Settings, ops: Ops) -> list:
+    """The consistency monitor as a consumer hook, its metrics in ``ops`` (none when
+    ``monitor.enabled`` is false or nothing is sampled)."""
+    if not settings.monitor.enabled or settings.monitor.sample_ratio <= 0:
+        return []
+    from cachesync.monitor import MonitorCollector, build_monitor
+    monitor = build_monitor(settings)
+    ops.registry.register(MonitorCollector(monitor))
+    ops._closers.append(monitor.close)      # also when the engine never starts
+    return [monitor.start()]
+
+
 def tail_ops(settings: Settings, tailers: Cumulative) -> Ops:
     """Metrics, heartbeat writer and checkpoint-age probe for ``tail``; started."""
     ops = Ops(settings, "tail")
