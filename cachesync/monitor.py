@@ -60,17 +60,14 @@ class RowReader:
         where = " AND ".join(f"{quote(c)} = %s" for c, _ in pk)
         sql = f"SELECT {texts} FROM {quote(mapping.db)}.{quote(mapping.name)} WHERE {where}"
         self.reads += 1
-        found = self._session.run(lambda cur: (cur.execute(sql, [v for _, v in pk]), cur.fetchone())[1])
+        found = self._session.run(lambda cur: _one(cur, sql, [v for _, v in pk]))
         if found is None:
             return None
         return {c: _value(text, types[c]) for (c, _), text in zip(types.items(), found)}
 
     def _columns(self, mapping: TableMapping) -> dict[str, str]:
         if mapping.table not in self._types:
-            rows = self._session.run(lambda cur: (cur.execute(
-                "SELECT column_name, data_type FROM information_schema.columns WHERE "
-                "table_schema = %s AND table_name = %s ORDER BY ordinal_position",
-                (mapping.db, mapping.name)), cur.fetchall())[1])
+            rows = self._session.run(lambda cur: _all(cur, COLUMNS_SQL, (mapping.db, mapping.name)))
             self.reads += 1
             self._types[mapping.table] = {c: t for c, t in rows}
         return self._types[mapping.table]
@@ -81,6 +78,20 @@ class RowReader:
     def forget(self) -> None:
         """Drop the cached column lists (a failed read may come from a changed table)."""
         self._types.clear()
+
+
+COLUMNS_SQL = ("SELECT column_name, data_type FROM information_schema.columns WHERE "
+               "table_schema = %s AND table_name = %s ORDER BY ordinal_position")
+
+
+def _one(cur, sql: str, params) -> tuple | None:
+    cur.execute(sql, params)
+    return cur.fetchone()
+
+
+def _all(cur, sql: str, params) -> tuple:
+    cur.execute(sql, params)
+    return cur.fetchall()
 
 
 def _value(text: str | None, data_type: str) -> Any:
@@ -107,8 +118,8 @@ class ConsistencyMonitor(Hook):
 
     def __init__(self, settings: MonitorSettings, mappings: MappingSet, reader: RowReader,
                  client: redis.Redis, clock: Callable[[], float] = time.time):
-        self._settings, self._mappings, self._reader, self._client = settings, mappings, reader, client
-        self._clock = clock
+        self._settings, self._mappings, self._reader = settings, mappings, reader
+        self._client, self._clock = client, clock
         self._limit = RateLimit(settings.max_checks_per_s, clock)
         self._queue: queue.Queue[Sample] = queue.Queue(settings.queue_size)
         self._due: list[tuple[float, int, Sample]] = []
@@ -177,7 +188,9 @@ class ConsistencyMonitor(Hook):
                 self._stop.wait(ERROR_PAUSE_S)
 
     def _take_queued(self) -> None:
-        wait = IDLE_WAIT_S if not self._due else max(0.0, min(IDLE_WAIT_S, self._due[0][0] - self._clock()))
+        wait = IDLE_WAIT_S
+        if self._due:
+            wait = max(0.0, min(IDLE_WAIT_S, self._due[0][0] - self._clock()))
         try:
             item = self._queue.get(timeout=wait) if wait > 0 else self._queue.get_nowait()
         except queue.Empty:
@@ -296,9 +309,10 @@ class MonitorCollector:
         return []
 
 
-MONITOR_METRICS = ("cachesync_consistency_checks_total", "cachesync_consistency_samples_dropped_total",
-                   "cachesync_consistency_check_errors_total", "cachesync_consistency_mysql_reads_total",
-                   "cachesync_consistency_pending")
+MONITOR_METRICS = ("cachesync_consistency_checks_total",
+                   "cachesync_consistency_samples_dropped_total",
+                   "cachesync_consistency_check_errors_total",
+                   "cachesync_consistency_mysql_reads_total", "cachesync_consistency_pending")
 
 
 def build_monitor(settings: Settings) -> ConsistencyMonitor:

@@ -18,7 +18,8 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from cachesync.consumer.audit import CONSISTENT, MISSING, STALE, UNVERIFIED, expected_entries, verdict
+from cachesync.consumer.audit import (CONSISTENT, MISSING, STALE, UNVERIFIED, expected_entries,
+                                      verdict)
 from cachesync.schema.collisions import ambiguous_key
 from cachesync.schema.mapping import TableMapping
 

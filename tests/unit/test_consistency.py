@@ -18,7 +18,8 @@ MAPS = parse_mappings({
     "app.pairs": {"keys": ["pair:{a}{b}"], "mode": "update"},
     "app.hashes": {"keys": ["h:{id}"], "mode": "update", "value": "hash"},
 })
-USERS, ITEMS, PAIRS, HASHES = (MAPS.tables[f"app.{t}"] for t in ("users", "items", "pairs", "hashes"))
+USERS, ITEMS, PAIRS, HASHES = (MAPS.tables[f"app.{t}"]
+                              for t in ("users", "items", "pairs", "hashes"))
 ROW = {"id": 7, "email": "a@x", "name": "Ann"}
 ITEM = {"id": 7, "sku": "S-1", "price": "9.50"}
 
@@ -71,7 +72,7 @@ ITEM_JSON = json.dumps(ITEM, separators=(",", ":")).encode()
     (USERS, ROW, {"user:7": b'{"id": 7, "name": "Ann"}'}, CONSISTENT),
     (USERS, ROW, {"user:7": b'{"id": 7, "name": "Bob"}'}, STALE),
     (USERS, ROW, {"user:7": b"Ann|a@x"}, UNVERIFIABLE),           # not JSON: the format is the app's
-    (USERS, ROW, {"user:7": b'{"nickname": "A"}'}, UNVERIFIABLE),  # no column in common
+    (USERS, ROW, {"user:7": b'{"nick": "A"}'}, UNVERIFIABLE),      # no column in common
     (USERS, None, {"user:7": b'{"id": 7, "name": "Ann"}'}, STALE),
     (USERS, None, {"user:7": b"none"}, UNVERIFIABLE),             # maybe the app's "not found"
 ])
