@@ -111,7 +111,7 @@ def _measure(box: Sandbox, addr: str, p: dict) -> dict:
     """One timed phase of the workload; the monitor's counters over it, once it settled."""
     before = _counts(addr)
     seconds = p["minutes"] * 60
-    work = _Workload(box, p, seconds)
+    work = Workload(box, p["rows"], p["write_rate"], p["readers"], seconds)
     t0 = time.monotonic()
     work.run()
     elapsed = time.monotonic() - t0
@@ -134,17 +134,19 @@ def _measure(box: Sandbox, addr: str, p: dict) -> dict:
             "check_errors": int(delta.get("cachesync_consistency_check_errors_total", 0))}
 
 
-class _Workload:
-    """Writers at ``write_rate`` row changes/s in total (half items, half users) and readers
-    filling users with ``read_through``, for ``seconds``."""
+class Workload:
+    """Writers at ``write_rate`` row changes/s in total (half ``items``, half ``users``) over
+    ``rows`` rows, and ``readers`` filling ``users`` with ``read_through``, for ``seconds``
+    (also the integration test's workload). ``box`` has ``stack``, ``db`` and ``prefix``."""
 
-    def __init__(self, box: Sandbox, p: dict, seconds: float):
-        self._box, self._p, self._until = box, p, time.monotonic() + seconds
+    def __init__(self, box, rows: int, write_rate: float, readers: int, seconds: float):
+        self._box, self._rows, self._rate = box, rows, write_rate
+        self._until = time.monotonic() + seconds
         self.events = self.fills = 0
         self._lock = threading.Lock()
         self._workers = [Worker(self._write, "monitor-writer")]
         self._workers += [Worker(lambda i=i: self._read(random.Random(i)), f"monitor-reader-{i}")
-                          for i in range(p["readers"])]
+                          for i in range(readers)]
 
     def run(self) -> None:
         for w in self._workers:
@@ -154,15 +156,16 @@ class _Workload:
             w.check()
 
     def _write(self) -> None:
-        rnd, interval = random.Random(7), 1.0 / self._p["write_rate"]
+        rnd, interval = random.Random(7), 1.0 / self._rate
         with self._box.stack.admin(self._box.db) as conn, conn.cursor() as cur:
             due = time.monotonic()
             while due < self._until:
-                row = rnd.randrange(self._p["rows"])
+                row = rnd.randrange(self._rows)
                 if rnd.random() < 0.5:
                     cur.execute("UPDATE items SET price = price + 1 WHERE id = %s", (row,))
                 else:
-                    cur.execute("UPDATE users SET name = %s WHERE id = %s", (f"n{rnd.random():.6f}", row))
+                    cur.execute("UPDATE users SET name = %s WHERE id = %s",
+                                (f"n{rnd.random():.6f}", row))
                 self.events += 1
                 due += interval
                 time.sleep(max(0.0, due - time.monotonic()))
@@ -175,7 +178,7 @@ class _Workload:
                     cur.execute("SELECT id, name FROM users WHERE id = %s", (uid,))
                     return json.dumps(cur.fetchone())
             while time.monotonic() < self._until:
-                uid = rnd.randrange(self._p["rows"])
+                uid = rnd.randrange(self._rows)
                 read_through(client, f"{box.prefix}user:{uid}", lambda: load(uid), ttl_s=600)
                 with self._lock:
                     self.fills += 1

@@ -5,19 +5,15 @@ and reports no stale key while a racing write workload runs."""
 from __future__ import annotations
 
 import json
-import random
 import re
-import threading
-import time
 
-import pymysql
-
-from cachesync.client import read_through
+from bench.monitor import Workload
 from tests.support import add_config_sections, address, scrape, wait_for
 
 TABLES = {"users": {"keys": ["user:{id}"]},                      # delete mode: the app fills
           "items": {"keys": ["item:{id}"], "mode": "update"}}    # cachesync writes the value
 MONITOR = {"sample_ratio": 1.0, "window_s": 3.0, "max_checks_per_s": 1000}
+ROWS = 200
 
 
 def start(lab, monitor=None):
@@ -87,62 +83,17 @@ def test_the_monitor_catches_keys_planted_stale(lab):
                                     (lab.prefix + "user:1", f"{lab.db}.users")]
 
 
-class Workload:
-    """Writers updating random rows and readers filling users with ``read_through`` for a
-    bounded time; ``events`` counts the row changes committed."""
-
-    ROWS = 200
-
-    def __init__(self, lab, seconds: float, writers: int = 2, readers: int = 2):
-        self._lab, self._until = lab, time.monotonic() + seconds
-        self.events = 0
-        self._lock = threading.Lock()
-        self._threads = [threading.Thread(target=self._write, args=(random.Random(i),))
-                         for i in range(writers)]
-        self._threads += [threading.Thread(target=self._read, args=(random.Random(100 + i),))
-                          for i in range(readers)]
-
-    def run(self) -> None:
-        for t in self._threads:
-            t.start()
-        for t in self._threads:
-            t.join()
-
-    def _write(self, rnd: random.Random) -> None:
-        with self._lab.stack.admin(self._lab.db) as conn, conn.cursor() as cur:
-            while time.monotonic() < self._until:
-                row = rnd.randrange(self.ROWS)
-                if rnd.random() < 0.5:
-                    cur.execute("UPDATE items SET price = price + 1 WHERE id = %s", (row,))
-                else:
-                    cur.execute("UPDATE users SET name = %s WHERE id = %s", (f"n{rnd.random()}", row))
-                with self._lock:
-                    self.events += 1
-                time.sleep(0.02)
-
-    def _read(self, rnd: random.Random) -> None:
-        lab = self._lab
-        with lab.stack.admin(lab.db) as conn:
-            def load(uid):
-                with conn.cursor(pymysql.cursors.DictCursor) as cur:
-                    cur.execute("SELECT id, name FROM users WHERE id = %s", (uid,))
-                    return json.dumps(cur.fetchone())
-            while time.monotonic() < self._until:
-                uid = rnd.randrange(self.ROWS)
-                read_through(lab.redis, f"{lab.prefix}user:{uid}", lambda: load(uid), ttl_s=600)
-                time.sleep(0.005)
-
-
 def test_no_stale_key_is_reported_under_a_racing_write_workload(lab):
     cfg = start(lab, {"window_s": 1.0})
     consume = lab.spawn("consume", cfg)
     addr = address(lab, consume)
-    rows = range(Workload.ROWS)
+    rows = range(ROWS)
     lab.sql("INSERT INTO items VALUES " + ",".join(f"({i}, 0, 'i')" for i in rows))
     lab.sql("INSERT INTO users VALUES " + ",".join(f"({i}, 'u')" for i in rows))
-    work = Workload(lab, seconds=40)
+    # racing: each row changes every ~2 s on average, two readers fill users meanwhile
+    work = Workload(lab, rows=ROWS, write_rate=100, readers=2, seconds=40)
     work.run()
-    applied = 2 * Workload.ROWS + work.events
+    applied = 2 * ROWS + work.events
     c = settled(addr, lambda c: c.get("cachesync_events_applied_total") == applied)
     stale = {k: v for k, v in c.items() if isinstance(k, tuple) and k[1] == "stale"}
     assert stale == {}, c
