@@ -48,14 +48,16 @@ def run(stack, quick: bool, runs: int, minutes: float | None = None) -> dict:
                                topic=topic, metrics={"listen": "127.0.0.1:0"})
         _add_monitor(cfg)
         tail = box.spawn("tail", cfg)
-        wait_for(lambda: _alive(box, tail) and _checkpoint_stored(stack, box.settings(cfg).tailer.name),
-                 60, "the tailer's start checkpoint")
+        name = box.settings(cfg).tailer.name
+        wait_for(lambda: _alive(box, tail) and _checkpoint_stored(stack, name), 60,
+                 "the tailer's start checkpoint")
         consume = box.spawn("consume", cfg)
         addr = wait_for(lambda: _address(box, consume), 60, "the consumer's metrics address",
                         interval=0.2)
         rows = ",".join(f"({i}, 0, 'i')" for i in range(p["rows"]))
         stack.admin_sql(f"INSERT INTO `{box.db}`.items VALUES {rows}")
-        stack.admin_sql(f"INSERT INTO `{box.db}`.users (id, name) SELECT id, 'u' FROM `{box.db}`.items")
+        stack.admin_sql(f"INSERT INTO `{box.db}`.users (id, name) "
+                        f"SELECT id, 'u' FROM `{box.db}`.items")
         wait_for(lambda: _counts(addr).get("cachesync_events_applied_total", 0) >= 2 * p["rows"],
                  SETTLE_S, "the rows' inserts applied", interval=0.5)
         results = []
@@ -91,6 +93,10 @@ def _address(box: Sandbox, proc) -> str | None:
     return m and m.group(1)
 
 
+_UNLABELLED = ("cachesync_consistency_mysql_reads_total", "cachesync_events_applied_total",
+               "cachesync_consistency_pending", "cachesync_consistency_check_errors_total")
+
+
 def _counts(addr: str) -> dict:
     with urllib.request.urlopen(f"http://{addr}/metrics", timeout=10) as r:
         text = r.read().decode()
@@ -101,8 +107,7 @@ def _counts(addr: str) -> dict:
                 out[s.labels["result"]] = out.get(s.labels["result"], 0) + s.value
             elif s.name == "cachesync_consistency_samples_dropped_total":
                 out["dropped"] = out.get("dropped", 0) + s.value
-            elif s.name in ("cachesync_consistency_mysql_reads_total", "cachesync_events_applied_total",
-                            "cachesync_consistency_pending", "cachesync_consistency_check_errors_total"):
+            elif s.name in _UNLABELLED:
                 out[s.name] = s.value
     return out
 

@@ -145,7 +145,8 @@ def test_the_dashboard_shows_consistency_nines_from_the_monitors_checks():
 
     from cachesync.monitor import MonitorCollector
     dash = json.loads((ROOT / "docker" / "grafana" / "dashboards" / "cachesync.json").read_text())
-    nines = [t["expr"] for p in dash["panels"] if "nines" in p["title"].lower() for t in p["targets"]]
+    nines = [t["expr"] for p in dash["panels"] if "nines" in p["title"].lower()
+             for t in p["targets"]]
     assert len(nines) == 1
     # stale over consistent + stale, from the counter the monitor exports with these labels
     assert 'cachesync_consistency_checks_total{result="stale"}' in nines[0]
