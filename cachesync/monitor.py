@@ -21,7 +21,6 @@ from collections import Counter
 from typing import Any, Callable, Iterable, Mapping
 
 import redis
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from cachesync.config import MonitorSettings, Settings
 from cachesync.consumer.applier import BatchResult
@@ -275,44 +274,6 @@ class ConsistencyMonitor(Hook):
     def snapshot(self) -> tuple[dict, dict, int, int]:
         with self._lock:
             return dict(self.counts), dict(self.dropped), self.errors, self._reader.reads
-
-
-class MonitorCollector:
-    """The monitor's counters, read at scrape time (registered in the process's registry)."""
-
-    def __init__(self, monitor: ConsistencyMonitor):
-        self._monitor = monitor
-
-    def collect(self):
-        counts, dropped, errors, reads = self._monitor.snapshot()
-        checks = CounterMetricFamily(
-            "cachesync_consistency_checks", "Cache keys of sampled rows checked against MySQL, "
-            "per table and result (consistent, stale, missing, unverifiable, unsettled)",
-            labels=["table", "result"])
-        for (table, result), n in sorted(counts.items()):
-            checks.add_metric([table, result], n)
-        yield checks
-        drops = CounterMetricFamily("cachesync_consistency_samples_dropped", "Sampled events "
-                                    "not checked, per reason (rate_limit, queue_full)",
-                                    labels=["reason"])
-        for reason, n in sorted(dropped.items()):
-            drops.add_metric([reason], n)
-        yield drops
-        yield CounterMetricFamily("cachesync_consistency_check_errors", "Checks abandoned "
-                                  "because MySQL or Redis failed", value=errors)
-        yield CounterMetricFamily("cachesync_consistency_mysql_reads", "SELECTs the monitor "
-                                  "ran (the extra read load on MySQL)", value=reads)
-        yield GaugeMetricFamily("cachesync_consistency_pending", "Samples waiting for their "
-                                "check", value=self._monitor.pending)
-
-    def describe(self):
-        return []
-
-
-MONITOR_METRICS = ("cachesync_consistency_checks_total",
-                   "cachesync_consistency_samples_dropped_total",
-                   "cachesync_consistency_check_errors_total",
-                   "cachesync_consistency_mysql_reads_total", "cachesync_consistency_pending")
 
 
 def build_monitor(settings: Settings) -> ConsistencyMonitor:

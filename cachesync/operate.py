@@ -18,7 +18,7 @@ from cachesync import __version__
 from cachesync.config import Settings
 from cachesync.http import OpsServer, parse_listen
 from cachesync.metrics import (RELAY_COUNTERS, TAILER_COUNTERS, CheckpointAge, ConsumerMetrics,
-                               Cumulative, counters, heartbeat_gauge, info)
+                               Cumulative, MonitorCollector, counters, heartbeat_gauge, info)
 from cachesync import wiring
 from cachesync.probes import (BinlogFormatWatch, KafkaOffsets, Prober, checkpoint_info,
                               record_applied_lag)
@@ -130,7 +130,7 @@ def monitor_hook(settings: Settings, ops: Ops) -> list:
     ``monitor.enabled`` is false or nothing is sampled)."""
     if not settings.monitor.enabled or settings.monitor.sample_ratio <= 0:
         return []
-    from cachesync.monitor import MonitorCollector, build_monitor
+    from cachesync.monitor import build_monitor
     monitor = build_monitor(settings)
     ops.registry.register(MonitorCollector(monitor))
     ops._closers.append(monitor.close)      # also when the engine never starts

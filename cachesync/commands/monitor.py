@@ -12,7 +12,8 @@ from cachesync.config import Settings
 from cachesync.consumer.core.delivery import decode_records
 from cachesync.consumer.core.offsets import commit_offsets
 from cachesync.consumer.core.plan import plan_batch
-from cachesync.monitor import MonitorCollector, build_monitor
+from cachesync.metrics import MonitorCollector
+from cachesync.monitor import build_monitor
 from cachesync.operate import Ops
 from cachesync import wiring
 from cachesync.consumer.adapters.kafka_source import KafkaSource

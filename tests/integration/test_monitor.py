@@ -102,3 +102,38 @@ def test_no_stale_key_is_reported_under_a_racing_write_workload(lab):
     assert c.get(("users", "consistent"), 0) >= 20, c
     assert c["cachesync_consistency_check_errors_total"] == 0
     assert "stale cache key" not in lab.log(consume)
+
+
+def test_a_blocked_monitor_drops_samples_and_never_holds_up_the_consumer(lab):
+    # the monitor's reads wait on a table lock; the consumer keeps applying, samples beyond
+    # the bounded queue are dropped and counted, and the checks finish once the lock is gone
+    cfg = start(lab, {"window_s": 0.2, "queue_size": 5})
+    consume = lab.spawn("consume", cfg)
+    addr = address(lab, consume)
+    lab.sql("INSERT INTO items VALUES " + ",".join(f"({i}, 0, 'i')" for i in range(40)))
+    settled(addr, lambda c: c.get(("items", "consistent")) == 40)
+    with lab.stack.admin(lab.db) as conn, conn.cursor() as cur:
+        cur.execute("LOCK TABLES items WRITE")          # plain SELECTs of others now wait
+        for i in range(40):
+            cur.execute("UPDATE items SET price = 1 WHERE id = %s", (i,))
+
+        def applied():
+            values = lab.redis.mget([f"{lab.prefix}item:{i}" for i in range(40)])
+            c = checks(addr)
+            done = all(v and json.loads(v)["price"] == 1 for v in values)
+            # every sample is dropped, waiting, or the one check blocked on the lock
+            waiting = c.get("cachesync_consistency_samples_dropped_total", 0) + \
+                c["cachesync_consistency_pending"] + 1
+            return c if done and c["cachesync_events_applied_total"] == 80 and waiting == 40 \
+                else None
+        c = wait_for(applied, 60, interval=0.1, what="the 40 updates applied while the monitor waits")
+        assert c[("items", "consistent")] == 40                  # nothing checked since the lock
+        dropped = c["cachesync_consistency_samples_dropped_total"]
+        assert dropped > 0
+        assert c["cachesync_consistency_pending"] <= 2 * 5, c    # queue + the checker's heap
+        cur.execute("UNLOCK TABLES")
+    c = settled(addr, lambda c: c.get(("items", "consistent"), 0) == 40 + 40 - dropped)
+    assert ("items", "stale") not in c and ("items", "unsettled") not in c, c
+    assert c["cachesync_consistency_check_errors_total"] == 0
+    assert scrape(addr)[("cachesync_consistency_samples_dropped_total",
+                         (("reason", "queue_full"),))] == dropped

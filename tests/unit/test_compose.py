@@ -126,10 +126,10 @@ def test_every_bind_mount_exists_in_the_repository():
 def test_the_dashboard_queries_only_metrics_cachesync_exports():
     import json
 
-    from cachesync import metrics, monitor
+    from cachesync import metrics
     dash = json.loads((ROOT / "docker" / "grafana" / "dashboards" / "cachesync.json").read_text())
     exported = {f"{n}_total" for n in (*metrics.CONSUMER_COUNTERS, *metrics.TAILER_COUNTERS,
-                                       *metrics.RELAY_COUNTERS)} | set(monitor.MONITOR_METRICS)
+                                       *metrics.RELAY_COUNTERS)} | set(metrics.MONITOR_METRICS)
     gauges = {"cachesync_commit_to_apply_seconds", "cachesync_last_commit_to_apply_seconds",
               "cachesync_checkpoint_age_seconds", "cachesync_kafka_consumer_lag_messages"}
     src = (ROOT / "cachesync" / "metrics.py").read_text()
@@ -143,7 +143,7 @@ def test_the_dashboard_queries_only_metrics_cachesync_exports():
 def test_the_dashboard_shows_consistency_nines_from_the_monitors_checks():
     import json
 
-    from cachesync.monitor import MonitorCollector
+    from cachesync.metrics import MonitorCollector
     dash = json.loads((ROOT / "docker" / "grafana" / "dashboards" / "cachesync.json").read_text())
     nines = [t["expr"] for p in dash["panels"] if "nines" in p["title"].lower()
              for t in p["targets"]]
