@@ -299,8 +299,8 @@ class MetricsSettings(_Validated):
 @dataclass(frozen=True)
 class MonitorSettings(_Validated):
     SECTION = "monitor"
-    # on by default: a 1 % sample capped at max_checks_per_s costs at most 3 point SELECTs and
-    # one Redis read per check, and operators see their consistency without asking for it
+    # on by default: a 1 % sample capped at max_checks_per_s costs 2 point SELECTs and one
+    # Redis read per look, and operators see their consistency without asking for it
     enabled: bool = True
     sample_ratio: float = setting(0.01, lo=0, hi=1)           # share of applied events checked
     # how long after an event was applied (consume) or committed (monitor) its keys are
