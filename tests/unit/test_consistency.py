@@ -107,3 +107,15 @@ def test_a_key_is_stale_only_when_the_row_stood_still_for_a_window(sample, befor
         assert step.verdicts is None
         assert (step.recheck.attempt, step.recheck.suspect) == expected[1]
         assert step.recheck.due == 22.0 and step.recheck.pk == sample.pk
+
+
+@pytest.mark.parametrize("monitor", [{"enabled": False}, {"sample_ratio": 0.0}])
+def test_a_monitor_that_checks_nothing_is_not_built(monitor, tmp_path):
+    # no thread, no connection, no metrics: consume runs exactly as without the monitor
+    from cachesync.config import load
+    from cachesync.operate import monitor_hook
+    path = tmp_path / "c.yaml"
+    path.write_text(json.dumps({"tables": {"app.users": {"keys": ["user:{id}"]}},
+                                "monitor": monitor}))
+    settings = load(path, {})
+    assert monitor_hook(settings, ops=None) == []
