@@ -33,6 +33,7 @@ from cachesync.producer_outbox.mysql import MySQLParams
 from cachesync.producer_outbox.packing import Pack, Packer
 from cachesync.producer_outbox.preflight import ServerInfo, check_server
 from cachesync.producer_outbox.publisher import MAX_RECORD_BYTES, is_permanent
+from cachesync.producer_outbox.source import check_resumable
 from cachesync.producer_outbox.rows import (TxnContext, invalidate_only, key_columns,
                                             needed_columns, pk_columns, row_change, trim_image)
 from cachesync.producer_outbox.statements import STATEMENT, statement_kind, table_changes
@@ -102,7 +103,7 @@ class Tailer(GroupPublishing):
 
     def preflight(self) -> ServerInfo:
         """Check settings and grants; raises FatalError listing every problem."""
-        return check_server(self._mysql.connect)
+        return check_server(self._mysql.connect, replica=bool(self._opts.settings.source_hosts))
 
     def run(self) -> None:
         """Tail until stop(); raises RetryableError/FatalError when publishing fails."""
@@ -131,7 +132,9 @@ class Tailer(GroupPublishing):
                         "duplicates are skipped by the consumer's dedup store",
                         self._opts.start.describe())
             return replace(self._opts.start, server=info.identity)
-        return self._checkpoints.load() or self._current_position(info)
+        stored = self._checkpoints.load()
+        check_resumable(stored, info.identity)
+        return stored or self._current_position(info)
 
     def _open_stream(self, info: ServerInfo, start: Checkpoint) -> BinLogStreamReader:
         kwargs = {}
