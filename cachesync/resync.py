@@ -9,7 +9,6 @@ so the tailer publishes it; nothing between the lost checkpoint and now can stay
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -18,6 +17,7 @@ from cachesync.consumer.adapters.redis_cache import RedisCache
 from cachesync.consumer.core.writes import padded
 from cachesync.producer_outbox.binlog_read import LostPositionError
 from cachesync.producer_outbox.checkpoint import Checkpoint, MySQLCheckpointStore
+from cachesync.schema.gtid import GtidState
 from cachesync.schema.ids import binlog_version, file_pos_ordinal
 from cachesync.schema.mapping import TableMapping
 from cachesync.supervisor import RestartingTailer
@@ -86,11 +86,10 @@ def resync_tables(settings: Settings, names: tuple[str, ...]) -> list[TableMappi
 
 
 def position_ordinal(position: Checkpoint) -> int:
-    """The newest transaction ordinal of a position: the largest GTID sequence number
-    (MariaDB ``0-1-42``, MySQL ``uuid:1-23``), else the file:pos ordinal."""
+    """The transaction ordinal of a position, as the tailer numbers versions: the GTID
+    state's place in the history (GtidState.ordinal), else the file:pos ordinal."""
     if position.gtid:
-        return max(int(m.group(1)) for part in position.gtid.split(",")
-                   if (m := re.search(r"(\d+)\s*$", part)))
+        return GtidState.parse(position.gtid).ordinal
     return file_pos_ordinal(position.log_file, position.log_pos)
 
 

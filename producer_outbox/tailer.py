@@ -91,6 +91,7 @@ class Tailer(GroupPublishing):
         self.acked = 0          # rows Kafka acknowledged
         self.table_events = 0   # table-level changes published (each to every partition)
         self.oversized = 0      # rows over the record limit, published invalidate-only
+        self.versions_not_newer = 0     # GTIDs that did not advance the history (versions)
         self._keep: dict = {}   # (table, primary key) -> columns row images keep, None = all
         # tables a table-level event can concern: those with keys (not the heartbeat table)
         self._mapped = [tuple(name.split(".", 1)) for name, m in mappings.tables.items() if m.keys]
@@ -219,10 +220,14 @@ class Tailer(GroupPublishing):
                     # reconnects silently): restart from the stored checkpoint rather
                     # than declare half a transaction done.
                     raise RetryableError(f"binlog stream broke inside transaction {ctx.position}")
-                gtid = parse_gtid(event.gtid)
+                gtid, before = parse_gtid(event.gtid), gtid_state.ordinal
                 gtid_state.add(gtid)
-                ctx = TxnContext(info.identity, str(gtid), gtid.ordinal, float(event.timestamp),
-                                 gtid=True)
+                if gtid_state.ordinal <= before:
+                    self._version_not_newer(gtid, before, gtid_state.ordinal)
+                # the version orders by the stream's place in the history, not by the GTID's
+                # own number: that survives a failover (schema.gtid, GtidState.ordinal)
+                ctx = TxnContext(info.identity, str(gtid), gtid_state.ordinal,
+                                 float(event.timestamp), gtid=True)
                 txn, row_index = self._tracker_open(), 0
                 if getattr(event, "flags", 0) & FL_PREPARED_XA and isinstance(event, MariadbGtidEvent):
                     self._xa = XaGroup(self._opts.settings.xa_buffer_rows)
@@ -279,6 +284,14 @@ class Tailer(GroupPublishing):
                 last_save = time.monotonic()
             if self._stop.is_set():
                 break
+
+    def _version_not_newer(self, gtid, before: int, after: int) -> None:
+        """Counted and logged: the versions of this transaction's rows are not above the
+        previous one's, so update-mode fences may refuse its writes (its deletes apply)."""
+        self.versions_not_newer += 1
+        log.warning("transaction %s does not advance the GTID history (%d after %d; MariaDB "
+                    "without gtid_strict_mode?): update-mode tables may keep older values for "
+                    "its rows until their TTL; check gtid_strict_mode=ON", gtid, after, before)
 
     def _tracker_open(self):
         if self._packer is not None:
