@@ -287,7 +287,7 @@ class Tailer(GroupPublishing):
 
     def _version_not_newer(self, gtid, before: int, after: int) -> None:
         """Counted and logged: the versions of this transaction's rows are not above the
-        previous one's, so update-mode fences may refuse its writes (its deletes apply)."""
+        previous one's, so update-mode fences may refuse its writes (delete mode is unaffected)."""
         self.versions_not_newer += 1
         log.warning("transaction %s does not advance the GTID history (%d after %d; MariaDB "
                     "without gtid_strict_mode?): update-mode tables may keep older values for "
