@@ -159,8 +159,13 @@ def test_the_tailer_reads_the_replica_and_resumes_on_the_promoted_replica(pair):
         event = decode(record.value)
         ids.setdefault((event.source.position, event.source.row_index), set()).add(event.id)
     assert all(len(found) == 1 for found in ids.values()), "a change published under two ids"
-    origins = {parse_gtid(position).server_id for position, _ in ids}
-    assert origins == {1, 2}, "published the primary's transactions and the new primary's"
+    by_origin: dict[int, list[int]] = {}
+    for position, _ in ids:
+        gtid = parse_gtid(position)
+        by_origin.setdefault(gtid.server_id, []).append(gtid.ordinal)
+    assert set(by_origin) == {1, 2}, "published the primary's transactions and the new primary's"
+    # the new primary (server 2) continued domain 0's numbering after the old one's
+    assert max(by_origin[1]) < min(by_origin[2])
     print(f"{len(records)} records for {len(ids)} row changes, {writer.committed} transactions "
           f"committed; domain 0 seq_no {seq_before} before the promotion, "
           f"{domain_seq(replica)} at the end")
