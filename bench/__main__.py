@@ -25,7 +25,7 @@ from bench.common import ROOT, Stack, log
 # what a plain `python -m bench` (and `make bench`) runs: every figure the README quotes,
 # the 10-minute memory soak included; replay_spark is reachable with --only
 BENCHMARKS = ("tailer", "consumer", "lag", "soak", "outbox", "consistency", "failover")
-_NOT_BENCHMARKS = {"__init__", "__main__", "common", "perf_table"}
+_NOT_BENCHMARKS = {"__init__", "__main__", "common", "perf_table", "failover_promotion"}
 
 
 def available() -> list[str]:

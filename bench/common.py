@@ -262,10 +262,12 @@ class Sandbox:
         return config.load(path, self.stack.environ)
 
     # -- child processes --------------------------------------------------------------
-    def spawn(self, command: str, config_path: Path) -> subprocess.Popen:
+    def spawn(self, command: str, config_path: Path,
+              env: dict[str, str] | None = None) -> subprocess.Popen:
+        """``cachesync <command>``; ``env`` overrides settings (they win over the file)."""
         out = open(self.tmp / f"{command}-{len(self.procs)}.log", "w")
         proc = subprocess.Popen([sys.executable, "-m", "cachesync", command, "--config",
-                                 str(config_path)], cwd=ROOT, env=self.stack.environ,
+                                 str(config_path)], cwd=ROOT, env={**self.stack.environ, **(env or {})},
                                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         proc.log_path = out.name
         self.procs.append(proc)

@@ -10,7 +10,9 @@ the writer caches a row's key, commits the row, and the poller records when the 
 * ``tailer_standby``: an active and a standby ``cachesync tail`` of one name; the active one
   is killed -9.
 * ``kafka_restart``: ``devstack/stack.sh down kafka`` then ``up kafka``.
-* ``mariadb_promotion``: needs the devstack's MariaDB replica; null with a reason without it.
+* ``mariadb_promotion``: the MariaDB primary lost (``stack.sh down mariadb``), the devstack's
+  replica promoted; a tailer that read the replica restarted against it
+  (bench/failover_promotion.py).
 
 A partition's **stall** is the longest interval during which at least one committed key of
 it was outstanding and none of its keys was invalidated (a key's partition: murmur2 of
@@ -30,6 +32,7 @@ import time
 from pathlib import Path
 
 from bench.common import ROOT, Sandbox, Worker, log, median, percentile, wait_for
+from bench.failover_promotion import PromotionFault
 from bench.lag import DDL, Harness, _alive, _checkpoint_stored, _child_report
 from cachesync.schema.partition import partition_for
 
@@ -108,6 +111,9 @@ def run(stack, quick: bool, runs: int) -> dict:
             bench.harness.close()
         if not _port_open(stack.bootstrap):     # a run that failed mid-restart
             _stack_sh(stack, "up", "kafka")
+        mysql = f"{stack.env['CACHESYNC_MYSQL_HOST']}:{stack.env['CACHESYNC_MYSQL_PORT']}"
+        if not _port_open(mysql):               # a run that failed mid-promotion
+            _stack_sh(stack, "up", "mariadb")
         box.cleanup()
 
 
@@ -122,13 +128,28 @@ class FailoverBench:
         self.tailer_name = box.new_tailer_name()
         self.tables = {f"{box.db}.lag": {"keys": [box.prefix + "lag:{id}"]}}
         self.progress = Progress(box.db)
+        self.metrics = METRICS
         self.tail_cfg = self._config()
-        log("failover: starting `cachesync tail`")
-        self.tail = box.spawn("tail", self.tail_cfg)
-        wait_for(lambda: _alive(box, self.tail) and
-                 _checkpoint_stored(box.stack, self.tailer_name), 60, "the tailer's start checkpoint")
+        self.tail = self._start_tailer()
         self.consumers = {}
         self.harness = Harness(box, on_gone=self.progress)
+
+    def _start_tailer(self):
+        log("failover: starting `cachesync tail`")
+        tail = self.box.spawn("tail", self.tail_cfg)
+        wait_for(lambda: _alive(self.box, tail) and
+                 _checkpoint_stored(self.box.stack, self.tailer_name), 60,
+                 "the tailer's start checkpoint")
+        return tail
+
+    def stop_pipeline(self) -> None:
+        """Stop the run's tailer and consumers (the promotion phase runs its own)."""
+        for proc in [self.tail, *self.consumers.values()]:
+            self.box.stop_proc(proc)
+        self.tail, self.consumers = None, {}
+
+    def _promotion(self) -> dict:
+        return PromotionFault(self, _stack_sh, PARTITIONS, RATE).run()
 
     def _config(self, instance_id: str | None = None) -> Path:
         return self.box.write_config(
@@ -140,6 +161,8 @@ class FailoverBench:
     def one_run(self, i: int) -> dict:
         log(f"failover: run {i + 1}")
         since = time.perf_counter()
+        if self.tail is None:         # the last run's promotion phase stopped it
+            self.tail = self._start_tailer()
         self._start_consumers([f"{self.box.suffix}-r{i}-c{n}" for n in (1, 2)])
         self.harness.warm_up(self._pipeline_alive)
         faults = {"consumer_static_restart": self._phase(self._kill_static_consumer)}
@@ -149,9 +172,11 @@ class FailoverBench:
         wait_for(lambda: "standby" in self.box.proc_log(standby), 60, "the standby tailer waiting")
         faults["tailer_standby"] = self._phase(lambda: self._kill_active_tailer(standby))
         faults["kafka_restart"] = self._phase(self._restart_kafka)
-        faults["mariadb_promotion"] = {"figure_s": None, "reason": "needs devstack mariadb-replica"}
+        faults["mariadb_promotion"] = self._promotion()
         lat = self.progress.latencies_ms(since)
-        stale = self._stale_keys()
+        # the old primary's rows, and the rows the promotion phase left on the new primary
+        stale = (self.stale_keys(lambda: self.box.stack.admin(self.box.db))
+                 + faults["mariadb_promotion"]["stale_keys_new_primary"])
         run = {"faults": faults, "p99_ms": _r(percentile(lat, 99)), "max_ms": _r(max(lat, default=None)),
                "invalidations": len(lat), "stale_keys": stale,
                "missing_after_drain": sum(f.get("missing", 0) for f in faults.values())}
@@ -161,7 +186,7 @@ class FailoverBench:
         return run
 
     def _pipeline_alive(self) -> bool:
-        return _alive(self.box, self.tail) and all(_alive(self.box, p) for p in self.consumers.values())
+        return self.tail is not None and _alive(self.box, self.tail) and all(_alive(self.box, p) for p in self.consumers.values())
 
     def _phase(self, fault) -> dict:
         """Write at RATE while ``fault()`` runs and for after_s once it returns (the pipeline
@@ -301,9 +326,10 @@ class FailoverBench:
         proc.wait(10)
         return t
 
-    def _stale_keys(self) -> int:
-        """Rows in MySQL whose key is still cached, once the pipeline had time to drain."""
-        with self.box.stack.admin(self.box.db) as conn, conn.cursor() as cur:
+    def stale_keys(self, connect) -> int:
+        """Rows in the MySQL ``connect()`` reaches whose key is still cached, once the
+        pipeline had time to drain."""
+        with connect() as conn, conn.cursor() as cur:
             cur.execute("SELECT id FROM lag")
             keys = [f"{self.box.prefix}lag:{row_id}" for (row_id,) in cur.fetchall()]
         r = self.box.stack.redis()
@@ -316,7 +342,8 @@ class FailoverBench:
             r.close()
 
     def report(self, results: list[dict], runs: int) -> dict:
-        children = {"tail": _child_report(self.box, self.tail),
+        tail = {"tail": _child_report(self.box, self.tail)} if self.tail is not None else {}
+        children = {**tail,
                     **{f"consume {k}": _child_report(self.box, p) for k, p in self.consumers.items()}}
         return {"description": "how long invalidation stops when a part of the pipeline dies, "
                                f"during {RATE} row changes/s (cachesync tail + consume, child processes)",
@@ -364,7 +391,9 @@ def _stack_sh_env(stack) -> dict[str, str]:
     that the script acts on the stack the benchmark uses."""
     data_dir = stack.env["DEVSTACK_DIR"]
     port = stack.bootstrap.rsplit(":", 1)[1]
-    env = {**os.environ, "CACHESYNC_DEVSTACK_DIR": data_dir, "DEVSTACK_KAFKA_PORT": port}
+    env = {**os.environ, "CACHESYNC_DEVSTACK_DIR": data_dir, "DEVSTACK_KAFKA_PORT": port,
+           "DEVSTACK_MYSQL_PORT": stack.env["CACHESYNC_MYSQL_PORT"],
+           "DEVSTACK_REDIS_PORT": stack.env["CACHESYNC_REDIS_URL"].rsplit(":", 1)[1].split("/")[0]}
     props = Path(data_dir) / "kafka" / "server.properties"
     for line in props.read_text().splitlines():
         if line.startswith("controller.quorum.voters="):

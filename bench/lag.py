@@ -19,6 +19,8 @@ import os
 import threading
 import time
 
+import pymysql
+
 from bench.common import Sandbox, Worker, log, median, percentile, summarize, wait_for
 from bench.consumer import _drop_redis_dedup
 
@@ -132,6 +134,14 @@ class Harness:
         self._stop = threading.Event()
         self._poller = Worker(self._poll_loop, "lag-poller")
         self._poller.start()
+
+    def reconnect(self, connect) -> None:
+        """Write through ``connect()`` from now on (the failover benchmark's new primary)."""
+        try:
+            self._conn.close()
+        except pymysql.err.Error:
+            pass                    # the old server is gone, and the connection with it
+        self._conn = connect()
 
     def close(self) -> None:
         self._stop.set()

@@ -106,6 +106,29 @@ def _hostports_problem(value: str) -> str | None:
     return None
 
 
+def host_list(value: str, default_port: int) -> tuple[tuple[str, int], ...]:
+    """``a, b:3307`` -> ``(("a", default_port), ("b", 3307))``; raises ConfigError."""
+    problem = _hosts_problem(value)
+    if problem:
+        raise ConfigError(problem)
+    out = []
+    for server in (s.strip() for s in value.split(",")):
+        host, sep, port = server.rpartition(":")
+        out.append((host, int(port)) if sep else (server, default_port))
+    return tuple(out)
+
+
+def _hosts_problem(value: str) -> str | None:
+    """A comma-separated list of host or host:port (empty: none)."""
+    if not value:
+        return None
+    for server in (s.strip() for s in value.split(",")):
+        host, sep, port = server.rpartition(":")
+        if not server or (sep and (not host or not _port_ok(port, lowest=1))):
+            return f"expected a comma-separated list of host or host:port (port 1 to 65535), got {value!r}"
+    return None
+
+
 def _listen_problem(value: str) -> str | None:
     host, sep, port = value.rpartition(":")
     if value in ("auto", "off") or (sep and _port_ok(port, lowest=0)):
@@ -248,6 +271,9 @@ class TailerSettings(_Validated):
     xa_buffer_rows: int = setting(100_000, **AT_LEAST_1)
     # the checkpoint's binlog is gone (purged): "fail" (exit 3) or "resync"
     on_lost_position: str = setting("fail", choices=("fail", "resync"))
+    # read the binlog from these servers (the first that answers; a replica needs
+    # log_slave_updates) instead of mysql.host; state stays on mysql.host. Empty: mysql.host
+    source_hosts: str = setting("", check=_hosts_problem)
 
 
 @dataclass(frozen=True)

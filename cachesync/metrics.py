@@ -52,6 +52,10 @@ TAILER_COUNTERS = {
                                       "table_events"),
     "cachesync_tailer_rows_oversized": ("Rows over Kafka's record limit, published "
                                         "invalidate-only (keys, no values)", "oversized"),
+    "cachesync_tailer_versions_not_newer": ("Transactions whose GTID did not advance the "
+                                            "history, so their update-mode versions are not "
+                                            "newer (MariaDB without gtid_strict_mode)",
+                                            "versions_not_newer"),
 }
 RELAY_COUNTERS = {
     "cachesync_relay_rows_sent": ("Outbox rows sent to Kafka", "sent"),

@@ -9,18 +9,20 @@ so the tailer publishes it; nothing between the lost checkpoint and now can stay
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import dataclass, field
 from typing import Callable
 
 from cachesync.config import Settings
 from cachesync.consumer.adapters.redis_cache import RedisCache
 from cachesync.consumer.core.writes import padded
+from cachesync.producer_outbox.binlog_read import LostPositionError
 from cachesync.producer_outbox.checkpoint import Checkpoint, MySQLCheckpointStore
+from cachesync.schema.gtid import GtidState
 from cachesync.schema.ids import binlog_version, file_pos_ordinal
 from cachesync.schema.mapping import TableMapping
+from cachesync.supervisor import RestartingTailer
 from cachesync.producer_outbox.tailer import Tailer, TailerOptions
-from cachesync.wiring import mappings as configured_mappings, mysql_params
+from cachesync.wiring import mappings as configured_mappings, mysql_params, source_params
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +47,8 @@ def resync(settings: Settings, tables: tuple[str, ...] = (),
     """
     chosen = resync_tables(settings, tables)
     # a tailer only for its preflight and position query: no publisher, no checkpoint store
-    reader = Tailer(mysql_params(settings), None, None, configured_mappings(settings),
+    # the position is the binlog source's (tailer.source_hosts): the checkpoint is read there
+    reader = Tailer(source_params(settings), None, None, configured_mappings(settings),
                     TailerOptions(settings.kafka.topic, settings.tailer))
     position = reader.current_position()
     fence = padded(binlog_version(position_ordinal(position), 0))
@@ -83,9 +86,36 @@ def resync_tables(settings: Settings, names: tuple[str, ...]) -> list[TableMappi
 
 
 def position_ordinal(position: Checkpoint) -> int:
-    """The newest transaction ordinal of a position: the largest GTID sequence number
-    (MariaDB ``0-1-42``, MySQL ``uuid:1-23``), else the file:pos ordinal."""
+    """The transaction ordinal of a position, as the tailer numbers versions: the GTID
+    state's place in the history (GtidState.ordinal), else the file:pos ordinal."""
     if position.gtid:
-        return max(int(m.group(1)) for part in position.gtid.split(",")
-                   if (m := re.search(r"(\d+)\s*$", part)))
+        return GtidState.parse(position.gtid).ordinal
     return file_pos_ordinal(position.log_file, position.log_pos)
+
+
+class ResyncingTailer:
+    """A RestartingTailer that, with tailer.on_lost_position: resync, recovers from a lost
+    position (every mapped table invalidated, checkpoint at the current position) and goes
+    on tailing; it runs inside the active term, so the resync happens under the tailer lock.
+    Raises LostPositionError with on_lost_position: fail (exit 3)."""
+
+    def __init__(self, settings, supervisor: RestartingTailer):
+        self._settings, self._supervisor = settings, supervisor
+
+    @property
+    def last(self):
+        return self._supervisor.last
+
+    def run(self) -> None:
+        while True:
+            try:
+                self._supervisor.run()
+                return
+            except LostPositionError as e:
+                if self._settings.tailer.on_lost_position != "resync":
+                    raise
+                log.warning("%s; tailer.on_lost_position is resync: running it now", e)
+                resync(self._settings)
+
+    def stop(self) -> None:
+        self._supervisor.stop()

@@ -15,7 +15,7 @@ from redis.connection import parse_url
 from redis.sentinel import Sentinel
 from kafka import KafkaConsumer
 
-from cachesync.config import Settings
+from cachesync.config import Settings, host_list
 from cachesync.kafka_login import refused_login_is_fatal
 from cachesync.kafka_security import client_security
 from cachesync.consumer.adapters.kafka_source import KafkaDeadLetters, KafkaSource, group_config
@@ -32,6 +32,7 @@ from cachesync.producer_outbox.preflight import check_server
 from cachesync.producer_outbox.publisher import KafkaPublisher
 from cachesync.producer_outbox.relay import Relay
 from cachesync.producer_outbox.relay_store import OutboxStore
+from cachesync.producer_outbox.source import first_answering, source_candidates
 from cachesync.producer_outbox.tailer import Tailer, TailerOptions
 from cachesync.schema.errors import ConfigError
 from cachesync.schema.mapping import MappingSet
@@ -108,8 +109,19 @@ def build_tailer_lock(settings: Settings) -> TailerLock:
 
 
 def tailer_preflight(settings: Settings):
-    """A check of the server's binlog settings and the user's grants (raises FatalError)."""
-    return lambda: check_server(mysql_params(settings).connect)
+    """A check of the binlog source's settings and the user's grants (raises FatalError,
+    RetryableError when no source answers)."""
+    return lambda: check_server(source_params(settings).connect,
+                                replica=bool(settings.tailer.source_hosts))
+
+
+def source_params(settings: Settings) -> MySQLParams:
+    """The server whose binlog the tailer reads: the first of ``tailer.source_hosts`` that
+    answers, else ``mysql.host`` (raises RetryableError when none answers, FatalError)."""
+    if not settings.tailer.source_hosts:
+        return mysql_params(settings)
+    hosts = host_list(settings.tailer.source_hosts, settings.mysql.port)
+    return first_answering(source_candidates(mysql_params(settings), hosts))
 
 
 def build_dedup(settings: Settings):
@@ -152,12 +164,12 @@ def build_tailer(settings: Settings, start: Checkpoint | None = None, publisher=
                  topic: str | None = None) -> Tailer:
     """The binlog tailer publishing to Kafka (or to ``publisher`` on ``topic``: direct mode);
     ``start`` overrides the stored checkpoint (``tail --from-...``)."""
-    params = mysql_params(settings)
     t = settings.tailer
+    source = source_params(settings)
     publisher = publisher or KafkaPublisher(settings.kafka.bootstrap_servers,
                                             security=client_security(settings.kafka))
-    return Tailer(params, publisher,
-                  MySQLCheckpointStore(params.connect, t.name), mappings(settings),
+    return Tailer(source, publisher,
+                  MySQLCheckpointStore(mysql_params(settings).connect, t.name), mappings(settings),
                   TailerOptions(topic or settings.kafka.topic, t,
                                 row_filter=own_rows_only(settings.mysql.state_db, t.name),
                                 start=start))

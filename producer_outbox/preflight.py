@@ -17,6 +17,10 @@ REQUIRED_VARIABLES = {
     "binlog_row_image": "FULL",
     "binlog_row_metadata": "FULL",
 }
+# Required of a server read through tailer.source_hosts (a replica, or one that may become
+# one): without it a replica's binlog holds none of the primary's transactions, and the
+# tailer would publish nothing for them.
+REPLICA_VARIABLES = {"log_slave_updates": "ON"}
 # MariaDB reports REPLICATION CLIENT as BINLOG MONITOR, REPLICATION SLAVE as REPLICATION REPLICA.
 REQUIRED_PRIVILEGES = {
     "REPLICATION SLAVE": ("REPLICATION SLAVE", "REPLICATION REPLICA", "ALL PRIVILEGES"),
@@ -38,10 +42,12 @@ class ServerInfo:
         return self.server_uuid or f"{self.flavor}:{self.server_id}"
 
 
-def problems(info: ServerInfo) -> list[str]:
-    """Every reason the tailer cannot run against this server (empty when all is well)."""
+def problems(info: ServerInfo, replica: bool = False) -> list[str]:
+    """Every reason the tailer cannot run against this server (empty when all is well);
+    ``replica``: the server is read as a (possible) replica, see REPLICA_VARIABLES."""
     out = []
-    for name, expected in REQUIRED_VARIABLES.items():
+    required = {**REQUIRED_VARIABLES, **(REPLICA_VARIABLES if replica else {})}
+    for name, expected in required.items():
         actual = info.variables.get(name)
         if actual is None:
             out.append(f"server variable {name} is unknown to this server (need {expected}; "
@@ -80,7 +86,7 @@ def read_server_info(conn) -> ServerInfo:
         if flavor == "mysql":
             cur.execute("SELECT @@server_uuid")
             uuid = cur.fetchone()[0]
-        names = ", ".join(f"'{n}'" for n in REQUIRED_VARIABLES)
+        names = ", ".join(f"'{n}'" for n in {**REQUIRED_VARIABLES, **REPLICA_VARIABLES})
         cur.execute(f"SHOW GLOBAL VARIABLES WHERE Variable_name IN ({names})")
         variables = {k: str(v) for k, v in cur.fetchall()}
         cur.execute("SHOW GRANTS FOR CURRENT_USER()")
@@ -89,16 +95,17 @@ def read_server_info(conn) -> ServerInfo:
     return ServerInfo(flavor, int(server_id), uuid, variables, grants)
 
 
-def check_server(connect) -> ServerInfo:
+def check_server(connect, replica: bool = False) -> ServerInfo:
     """Read the server's settings and this user's grants; raises FatalError listing every
-    problem. ``connect(database=None)``: no default database, so that a missing grant on
-    the state database cannot mask the replication grants it is checking."""
+    problem (``replica``: also REPLICA_VARIABLES). ``connect(database=None)``: no default
+    database, so that a missing grant on the state database cannot mask the replication
+    grants it is checking."""
     conn = connect(database=None)
     try:
         info = read_server_info(conn)
     finally:
         conn.close()
-    found = problems(info)
+    found = problems(info, replica)
     if found:
         raise FatalError("the MySQL server is not ready for cachesync:\n  - " + "\n  - ".join(found))
     return info

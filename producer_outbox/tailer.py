@@ -33,6 +33,7 @@ from cachesync.producer_outbox.mysql import MySQLParams
 from cachesync.producer_outbox.packing import Pack, Packer
 from cachesync.producer_outbox.preflight import ServerInfo, check_server
 from cachesync.producer_outbox.publisher import MAX_RECORD_BYTES, is_permanent
+from cachesync.producer_outbox.source import check_resumable
 from cachesync.producer_outbox.rows import (TxnContext, invalidate_only, key_columns,
                                             needed_columns, pk_columns, row_change, trim_image)
 from cachesync.producer_outbox.statements import STATEMENT, statement_kind, table_changes
@@ -90,6 +91,7 @@ class Tailer(GroupPublishing):
         self.acked = 0          # rows Kafka acknowledged
         self.table_events = 0   # table-level changes published (each to every partition)
         self.oversized = 0      # rows over the record limit, published invalidate-only
+        self.versions_not_newer = 0     # GTIDs that did not advance the history (versions)
         self._keep: dict = {}   # (table, primary key) -> columns row images keep, None = all
         # tables a table-level event can concern: those with keys (not the heartbeat table)
         self._mapped = [tuple(name.split(".", 1)) for name, m in mappings.tables.items() if m.keys]
@@ -102,7 +104,7 @@ class Tailer(GroupPublishing):
 
     def preflight(self) -> ServerInfo:
         """Check settings and grants; raises FatalError listing every problem."""
-        return check_server(self._mysql.connect)
+        return check_server(self._mysql.connect, replica=bool(self._opts.settings.source_hosts))
 
     def run(self) -> None:
         """Tail until stop(); raises RetryableError/FatalError when publishing fails."""
@@ -131,7 +133,9 @@ class Tailer(GroupPublishing):
                         "duplicates are skipped by the consumer's dedup store",
                         self._opts.start.describe())
             return replace(self._opts.start, server=info.identity)
-        return self._checkpoints.load() or self._current_position(info)
+        stored = self._checkpoints.load()
+        check_resumable(stored, info.identity)
+        return stored or self._current_position(info)
 
     def _open_stream(self, info: ServerInfo, start: Checkpoint) -> BinLogStreamReader:
         kwargs = {}
@@ -216,10 +220,14 @@ class Tailer(GroupPublishing):
                     # reconnects silently): restart from the stored checkpoint rather
                     # than declare half a transaction done.
                     raise RetryableError(f"binlog stream broke inside transaction {ctx.position}")
-                gtid = parse_gtid(event.gtid)
+                gtid, before = parse_gtid(event.gtid), gtid_state.ordinal
                 gtid_state.add(gtid)
-                ctx = TxnContext(info.identity, str(gtid), gtid.ordinal, float(event.timestamp),
-                                 gtid=True)
+                if gtid_state.ordinal <= before:
+                    self._version_not_newer(gtid, before, gtid_state.ordinal)
+                # the version orders by the stream's place in the history, not by the GTID's
+                # own number: that survives a failover (schema.gtid, GtidState.ordinal)
+                ctx = TxnContext(info.identity, str(gtid), gtid_state.ordinal,
+                                 float(event.timestamp), gtid=True)
                 txn, row_index = self._tracker_open(), 0
                 if getattr(event, "flags", 0) & FL_PREPARED_XA and isinstance(event, MariadbGtidEvent):
                     self._xa = XaGroup(self._opts.settings.xa_buffer_rows)
@@ -276,6 +284,14 @@ class Tailer(GroupPublishing):
                 last_save = time.monotonic()
             if self._stop.is_set():
                 break
+
+    def _version_not_newer(self, gtid, before: int, after: int) -> None:
+        """Counted and logged: the versions of this transaction's rows are not above the
+        previous one's, so update-mode fences may refuse its writes (delete mode is unaffected)."""
+        self.versions_not_newer += 1
+        log.warning("transaction %s does not advance the GTID history (%d after %d; MariaDB "
+                    "without gtid_strict_mode?): update-mode tables may keep older values for "
+                    "its rows until their TTL; check gtid_strict_mode=ON", gtid, after, before)
 
     def _tracker_open(self):
         if self._packer is not None:

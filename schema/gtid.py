@@ -11,6 +11,17 @@ The tailer keeps one ``GtidState`` per stream, adds each transaction's GTID as i
 starts and stores ``str(state)`` in its checkpoint when the transaction is acked.
 The text forms are canonical (sorted, lower case, merged intervals) so that equal
 states always produce equal checkpoints.
+
+``ordinal`` numbers the state in the stream's history, and update-mode versions are built
+from it (schema.ids.binlog_version). It must keep growing across a failover, whichever
+server is read:
+
+* MariaDB: the sum of every domain's last seq_no. A promoted replica continues each
+  domain's numbering, and a transaction raises one domain's seq_no (strict GTID mode), so
+  the sum grows by at least one per transaction. With one domain it is the seq_no itself.
+* MySQL: the number of transactions in the set. A new primary numbers its own transactions
+  under its own uuid from 1, so a gno alone would go backwards; the count grows by one per
+  transaction whichever uuid wrote it. With one uuid numbered from 1 it is the gno itself.
 """
 
 from __future__ import annotations
@@ -71,6 +82,7 @@ class GtidState:
         self.flavor: str | None = None
         self._domains: dict[int, Gtid] = {}                    # MariaDB
         self._intervals: dict[str, list[list[int]]] = {}       # MySQL: uuid -> [[lo, hi], ...]
+        self.ordinal = 0        # the state's place in the history (see the module docstring)
 
     @classmethod
     def parse(cls, text: str | None) -> "GtidState":
@@ -92,8 +104,11 @@ class GtidState:
         if gtid.flavor == MARIADB:
             # The state is the *last* GTID per domain: binlog order within a domain
             # is the commit order, so the newest one replaces the old.
+            old = self._domains.get(int(gtid.source))
+            self.ordinal += gtid.ordinal - (old.ordinal if old is not None else 0)
             self._domains[int(gtid.source)] = gtid
-        else:
+        elif gtid not in self:
+            self.ordinal += 1
             _insert(self._intervals.setdefault(gtid.source, []), gtid.ordinal, gtid.ordinal)
 
     def union(self, other: "GtidState") -> "GtidState":
@@ -110,7 +125,12 @@ class GtidState:
             target = out._intervals.setdefault(uuid, [])
             for lo, hi in intervals:
                 _insert(target, lo, hi)
+        out._recount()
         return out
+
+    def _recount(self) -> None:
+        self.ordinal = (sum(g.ordinal for g in self._domains.values())
+                        + sum(hi - lo + 1 for ivs in self._intervals.values() for lo, hi in ivs))
 
     def __contains__(self, gtid: Gtid) -> bool:
         if gtid.flavor != self.flavor:
@@ -159,6 +179,7 @@ class GtidState:
             if not 0 < lo <= hi <= MAX_GNO:
                 raise ValueError(f"bad GTID interval {text!r} in {member!r}")
             _insert(target, lo, hi)
+        self._recount()
 
 
 def _insert(intervals: list[list[int]], lo: int, hi: int) -> None:

@@ -12,6 +12,7 @@ from cachesync.direct_ops import DirectOps
 from cachesync.http import parse_listen
 from cachesync.metrics import Cumulative
 from cachesync.operate import consumer_ops, monitor_hook, tail_ops
+from cachesync.resync import ResyncingTailer
 from cachesync.standby import ActiveStandby, while_held
 from cachesync.supervisor import RestartingTailer, run_together
 from cachesync.wiring import (build_direct, build_engine, build_tailer, build_tailer_lock,
@@ -33,6 +34,9 @@ def command(settings, direct: bool) -> None:
     the topic to Redis. With --direct there is no Kafka: the tailer hands every change
     to the consumer logic in-process, and the checkpoint advances only past transactions
     whose invalidations were applied to Redis, so a kill -9 loses nothing.
+
+    A purged checkpoint position stops it with exit code 3, or, with
+    tailer.on_lost_position: resync, runs `cachesync resync` and goes on (as `tail` does).
 
     SIGTERM or SIGINT stops both cleanly (the tailer drains what it sent). A fatal error in
     either stops both with its exit code.
@@ -59,8 +63,8 @@ def _run_direct(settings) -> ActiveStandby:
                     lambda: current() and current().engine.tables)
     try:
         lock = build_tailer_lock(settings)
-        tailer = ActiveStandby(lock, lambda: RestartingTailer(
-            while_held(lock, lambda: build_direct(settings, ops.metrics.on_batch))),
+        tailer = ActiveStandby(lock, lambda: ResyncingTailer(settings, RestartingTailer(
+            while_held(lock, lambda: build_direct(settings, ops.metrics.on_batch)))),
             tailer_preflight(settings))
         run_together({"direct": tailer}, on_termination)
     finally:
@@ -81,8 +85,8 @@ def _run_pipeline(settings) -> ActiveStandby:
                               hooks=monitor_hook(settings, ops))
         closing.callback(engine.close)
         lock = build_tailer_lock(settings)
-        tailer = ActiveStandby(lock, lambda: RestartingTailer(
-            while_held(lock, lambda: tailers.track(build_tailer(settings)))),
+        tailer = ActiveStandby(lock, lambda: ResyncingTailer(settings, RestartingTailer(
+            while_held(lock, lambda: tailers.track(build_tailer(settings))))),
             tailer_preflight(settings))
         run_together({"tailer": tailer, "consumer": engine}, on_termination)
     s = engine.stats

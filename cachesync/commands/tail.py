@@ -9,9 +9,8 @@ from cachesync.metrics import Cumulative
 from cachesync.operate import tail_ops
 from cachesync.standby import ActiveStandby, while_held
 from cachesync.supervisor import RestartingTailer
-from cachesync.producer_outbox.binlog_read import LostPositionError
 from cachesync.producer_outbox.checkpoint import Checkpoint
-from cachesync.resync import resync
+from cachesync.resync import ResyncingTailer
 from cachesync.wiring import build_tailer, build_tailer_lock, tailer_preflight
 
 
@@ -45,6 +44,12 @@ def command(settings, from_gtid, from_file, from_pos) -> None:
     when its host or network is lost). `cachesync status` shows which one is active.
     --from-gtid / --from-file applies to the first tailer this process builds only.
 
+    tailer.source_hosts reads the binlog of other servers (a replica with log_slave_updates;
+    the first that answers) while the checkpoint, lock and heartbeat stay on mysql.host.
+    After a failover, point mysql.host at the new primary and restart: the tailer resumes by
+    GTID from the checkpoint the new primary holds (a file:pos checkpoint of another server
+    is refused, exit 3).
+
     Every tailer.heartbeat_interval_s it rewrites its row in cachesync.cachesync_heartbeat
     so the consumer measures lag while the application is idle. Serves /metrics,
     /healthz and /readyz on metrics.listen (default 127.0.0.1:9465); ready = MySQL and
@@ -52,7 +57,8 @@ def command(settings, from_gtid, from_file, from_pos) -> None:
     """
     start = start_option(from_gtid, from_file, from_pos)
     with handle_errors():
-        tailers = Cumulative(("published", "table_events", "oversized"))
+        tailers = Cumulative(("published", "table_events", "oversized",
+                                 "versions_not_newer"))
         ops = tail_ops(settings, tailers)
         first = [start]
 
@@ -82,31 +88,3 @@ def start_option(gtid: str | None, log_file: str | None, pos: int | None) -> Che
     if gtid:
         return Checkpoint("", gtid=gtid)
     return Checkpoint("", log_file=log_file, log_pos=pos) if log_file else None
-
-
-class ResyncingTailer:
-    """A RestartingTailer that, with tailer.on_lost_position: resync, recovers from a lost
-    position (every mapped table invalidated, checkpoint at the current position) and goes
-    on tailing; it runs inside the active term, so the resync happens under the tailer lock.
-    Raises LostPositionError with on_lost_position: fail (exit 3)."""
-
-    def __init__(self, settings, supervisor: RestartingTailer):
-        self._settings, self._supervisor = settings, supervisor
-
-    @property
-    def last(self):
-        return self._supervisor.last
-
-    def run(self) -> None:
-        while True:
-            try:
-                self._supervisor.run()
-                return
-            except LostPositionError as e:
-                if self._settings.tailer.on_lost_position != "resync":
-                    raise
-                log.warning("%s; tailer.on_lost_position is resync: running it now", e)
-                resync(self._settings)
-
-    def stop(self) -> None:
-        self._supervisor.stop()

@@ -106,9 +106,10 @@ def test_purged_checkpoint_then_resync_then_retail_a_range(lab):
     assert records_of(lab, 1) == 1          # nothing before the position was re-published
 
 
-def test_on_lost_position_resync_recovers_and_keeps_tailing(lab):
+@pytest.mark.parametrize("command", ["tail", "run"])     # issue 14: `run` honours it too
+def test_on_lost_position_resync_recovers_and_keeps_tailing(lab, command):
     cfg, *_ = lose_the_position(lab, {"on_lost_position": "resync"})
-    tailer = lab.spawn("tail", cfg)
+    tailer = lab.spawn(command, cfg)
     wait_for(lambda: not lab.cached(*GAP_KEYS),
              what="every users key removed by the automatic resync")
     lab.cache("user:2")

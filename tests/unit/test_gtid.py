@@ -114,3 +114,36 @@ def test_canonical_text_is_accepted_by_python_mysql_replication():
     text = str(GtidState.parse(f"{U2}:1-3,{U1}:7:1-5"))
     parsed = GtidSet(text)
     assert sorted(str(g) for g in parsed.gtids) == [f"{U1}:1-5:7", f"{U2}:1-3"]
+
+
+@pytest.mark.parametrize("text, ordinal", [
+    ("", 0),
+    ("0-1-42", 42),                         # one domain: the seq_no itself
+    ("0-1-42,1-2-7", 49),                   # several: their sum
+    (f"{U1}:1-23", 23),                     # one uuid from 1: the gno itself
+    (f"{U1}:1-23,{U2}:1-5", 28),            # several uuids: the transactions counted
+    (f"{U1}:1-3:7-9", 6),
+])
+def test_state_ordinal(text, ordinal):
+    assert GtidState.parse(text).ordinal == ordinal
+
+
+@pytest.mark.parametrize("start, added", [
+    ("0-1-41", ["0-1-42", "0-2-43", "0-2-44"]),          # MariaDB promotion: the domain goes on
+    ("0-1-41,1-1-3", ["1-1-4", "0-2-42"]),
+    (f"{U1}:1-41", [f"{U1}:42", f"{U2}:1", f"{U2}:2"]),  # MySQL promotion: a new uuid from 1
+    (f"{U1}:1-41,{U2}:1-2", [f"{U1}:42", f"{U2}:3"]),
+])
+def test_state_ordinal_grows_by_at_least_one_per_transaction(start, added):
+    state, seen = GtidState.parse(start), []
+    for text in added:
+        before = state.ordinal
+        state.add(parse_gtid(text))
+        assert state.ordinal > before, text
+        seen.append(state.ordinal)
+    assert GtidState.parse(str(state)).ordinal == seen[-1]    # what a restart resumes with
+
+
+def test_state_ordinal_of_a_union_is_recounted():
+    union = GtidState.parse(f"{U1}:1-5").union(GtidState.parse(f"{U1}:3-8,{U2}:1"))
+    assert union.ordinal == 9

@@ -50,8 +50,10 @@ def test_mysql_gtid_set_checkpoints_ids_and_versions():
                                       binlog_message_id("gtid", f"{UUID}:6", 1),
                                       binlog_message_id("gtid", f"{UUID}:7", 0),
                                       binlog_message_id("gtid", f"{OTHER}:1", 0)]
+    # versions count the transactions of the set (issue 14): OTHER:1 is the 8th, not "1",
+    # so a new primary's uuid numbered from 1 does not send versions backwards
     assert [e.version for e in events] == [binlog_version(6, 0), binlog_version(6, 1),
-                                           binlog_version(7, 0), binlog_version(1, 0)]
+                                           binlog_version(7, 0), binlog_version(8, 0)]
     assert [k for k, _ in sent] == ["app.users:1", "app.users:2", "app.users:1", "app.users:2"]
     # one checkpoint per transaction boundary, each a merged GTID set; the unmapped
     # transaction still advances it (its GTID is executed, nothing to publish)
@@ -75,7 +77,8 @@ def test_mariadb_gtids_keep_their_ids_and_state():
     sent, checkpoints = tail(events, MARIADB, "0-1-41")
     assert [e.id for _, e in sent] == [binlog_message_id("gtid", "0-1-42", 0),
                                        binlog_message_id("gtid", "1-2-7", 0)]
-    assert [e.version for _, e in sent] == [binlog_version(42, 0), binlog_version(7, 0)]
+    # versions sum the domains' seq_no (issue 14): 1-2-7 after 0-1-42 is 49, not 7
+    assert [e.version for _, e in sent] == [binlog_version(42, 0), binlog_version(49, 0)]
     assert list(dict.fromkeys(checkpoints)) == ["0-1-42", "0-1-42,1-2-7"]
 
 
@@ -92,6 +95,30 @@ def test_a_replica_or_a_promoted_replica_gives_the_primarys_ids_and_versions():
     after_promotion, _ = tail([mariadb_gtid(0, 2, 43), rows(WriteRowsEvent, u(1, "b@x")), xid(2)],
                               replace(MARIADB, server_id=2), "0-1-42")
     assert after_promotion[0][1].version > from_primary[0][1].version
+
+
+def test_versions_keep_growing_after_a_mysql_promotion():
+    """MySQL's new primary writes under its own uuid from 1: the versions of its transactions
+    still come after every one the old primary wrote."""
+    old = [mysql_gtid(UUID, 8), rows(WriteRowsEvent, u(1, "a@x")), xid(1)]
+    new = [mysql_gtid(OTHER, 1), rows(UpdateRowsEvent, (u(1, "a@x"), u(1, "b@x"))), xid(2)]
+    before, _ = tail(old, MYSQL, f"{UUID}:1-7")
+    after, _ = tail(new, replace(MYSQL, server_uuid=OTHER), f"{UUID}:1-8")
+    assert after[0][1].version > before[0][1].version
+
+
+def test_a_gtid_that_does_not_advance_the_history_is_counted_and_logged(caplog):
+    """MariaDB without gtid_strict_mode can log a lower seq_no in a domain: the versions of
+    that transaction are not newer, which the tailer says rather than keeps quiet."""
+    publisher, checkpoints = _Publisher(), _Checkpoints()
+    tailer = Tailer(MySQLParams("h", 1, "u", "p"), publisher, checkpoints, MAPPINGS,
+                    TailerOptions("t", TailerSettings(checkpoint_interval_s=0)))
+    events = [mariadb_gtid(0, 1, 42), rows(WriteRowsEvent, u(1, "a@x")), xid(1),
+              mariadb_gtid(0, 2, 40), rows(WriteRowsEvent, u(2, "b@x")), xid(2)]
+    tailer._loop(_Stream(with_table_maps(events)), MARIADB, Checkpoint(MARIADB.identity, "0-1-41"))
+    assert tailer.versions_not_newer == 1
+    assert "0-2-40 does not advance the GTID history" in caplog.text
+    assert len(publisher.sent) == 2          # published all the same (deletes still apply)
 
 
 def test_gtid_inside_an_open_transaction_restarts_from_the_checkpoint():

@@ -118,7 +118,7 @@ class _LosesPositionOnce:
 
 
 def test_a_lost_position_resyncs_inside_the_active_term_with_on_lost_position_resync(monkeypatch):
-    from cachesync.commands import tail
+    from cachesync import resync as tail      # ResyncingTailer lives beside resync (tail, run)
     lock, inner, resyncs = FakeLock(grants=1), _LosesPositionOnce(), []
     monkeypatch.setattr(tail, "resync", lambda settings: resyncs.append(lock.held()))
     ActiveStandby(lock, lambda: tail.ResyncingTailer(_Settings("resync"), inner)).run()
@@ -127,7 +127,7 @@ def test_a_lost_position_resyncs_inside_the_active_term_with_on_lost_position_re
 
 
 def test_a_lost_position_stops_the_tailer_with_on_lost_position_fail(monkeypatch):
-    from cachesync.commands import tail
+    from cachesync import resync as tail
     lock, resyncs = FakeLock(grants=1), []
     monkeypatch.setattr(tail, "resync", lambda settings: resyncs.append(settings))
     with pytest.raises(LostPositionError):
