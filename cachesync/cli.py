@@ -21,8 +21,8 @@ except ModuleNotFoundError as missing:      # the base install is the applicatio
     sys.exit(2)
 
 from cachesync import __version__
-from cachesync.commands import (audit, consume, dedup, demo, dlq, explain, lint, relay, replay, resync,
-                                run, status, tail)
+from cachesync.commands import (audit, consume, dedup, demo, dlq, explain, lint, monitor, relay,
+                                replay, resync, run, status, tail)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
@@ -51,6 +51,7 @@ cli.add_command(dedup.command)
 cli.add_command(replay.command)
 cli.add_command(audit.command)
 cli.add_command(resync.command)
+cli.add_command(monitor.command)
 
 
 def main() -> None:

@@ -316,10 +316,26 @@ class RelaySettings(_Validated):
 class MetricsSettings(_Validated):
     SECTION = "metrics"
     # host:port of /metrics /healthz /readyz; "auto" = 127.0.0.1 and the role's port
-    # (consume 9464, tail 9465, relay 9466); port 0 = any free port; "off" = no endpoint
+    # (consume 9464, tail 9465, relay 9466, monitor 9467); port 0 = any free port; "off" = no endpoint
     listen: str = setting("auto", check=_listen_problem)
     ready_max_lag_s: float = setting(30.0, **POSITIVE)      # /readyz fails above this lag
     probe_interval_s: float = setting(5.0, **POSITIVE)      # how often dependencies are probed
+
+
+@dataclass(frozen=True)
+class MonitorSettings(_Validated):
+    SECTION = "monitor"
+    # on by default: a 1 % sample capped at max_checks_per_s costs 2 point SELECTs and one
+    # Redis read per look, and operators see their consistency without asking for it
+    enabled: bool = True
+    sample_ratio: float = setting(0.01, lo=0, hi=1)           # share of applied events checked
+    # how long after an event was applied (consume) or committed (monitor) its keys are
+    # checked, and how long a suspected stale key must stay so before it counts as stale
+    window_s: float = setting(2.0, **POSITIVE)
+    max_checks_per_s: float = setting(20.0, **POSITIVE)       # samples above this rate are dropped
+    queue_size: int = setting(1000, lo=1, hi=1_000_000)       # pending checks; more are dropped
+    max_attempts: int = setting(3, lo=1, hi=100)              # re-checks of a row that keeps changing
+    warn_interval_s: float = setting(60.0, **POSITIVE)        # at most one stale-key WARNING per table per interval
 
 
 @dataclass(frozen=True)
@@ -333,6 +349,7 @@ class Settings:
     source: str = "<defaults>"
     relay: RelaySettings = RelaySettings()
     metrics: MetricsSettings = MetricsSettings()
+    monitor: MonitorSettings = MonitorSettings()
 
     @property
     def dedup_namespace(self) -> str:
@@ -341,7 +358,7 @@ class Settings:
 
 _SECTIONS = {"mysql": MySQLSettings, "kafka": KafkaSettings, "redis": RedisSettings,
              "tailer": TailerSettings, "consumer": ConsumerSettings, "relay": RelaySettings,
-             "metrics": MetricsSettings}
+             "metrics": MetricsSettings, "monitor": MonitorSettings}
 
 
 def load(path: str | os.PathLike | None, environ: Mapping[str, str] | None = None) -> Settings:

@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 Check = Callable[[], "str | None"]   # returns why the process is not ready, or None
 
 
-ROLE_PORTS = {"consume": 9464, "tail": 9465, "relay": 9466}
+ROLE_PORTS = {"consume": 9464, "tail": 9465, "relay": 9466, "monitor": 9467}
 
 
 def parse_listen(listen: str, role: str) -> tuple[str, int] | None:

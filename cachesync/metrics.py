@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from prometheus_client import CollectorRegistry, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from cachesync.producer_outbox.heartbeat import beat_time
 from cachesync.schema.event import HEARTBEAT_KIND
@@ -255,3 +255,42 @@ def heartbeat_gauge(registry: CollectorRegistry, writer) -> None:
 def info(registry: CollectorRegistry, role: str, version: str) -> None:
     Gauge("cachesync_info", "Process role and version", ["role", "version"],
           registry=registry).labels(role, version).set(1)
+
+
+# issue 16: the consistency monitor (cachesync.monitor), in consume, run and monitor
+class MonitorCollector:
+    """A ConsistencyMonitor's counters (cachesync.monitor), read at scrape time."""
+
+    def __init__(self, monitor):
+        self._monitor = monitor
+
+    def collect(self):
+        counts, dropped, errors, reads = self._monitor.snapshot()
+        checks = CounterMetricFamily(
+            "cachesync_consistency_checks", "Cache keys of sampled rows checked against MySQL, "
+            "per table and result (consistent, stale, missing, unverifiable, unsettled)",
+            labels=["table", "result"])
+        for (table, result), n in sorted(counts.items()):
+            checks.add_metric([table, result], n)
+        yield checks
+        drops = CounterMetricFamily("cachesync_consistency_samples_dropped", "Sampled events "
+                                    "not checked, per reason (rate_limit, queue_full)",
+                                    labels=["reason"])
+        for reason, n in sorted(dropped.items()):
+            drops.add_metric([reason], n)
+        yield drops
+        yield CounterMetricFamily("cachesync_consistency_check_errors", "Checks abandoned "
+                                  "because MySQL or Redis failed", value=errors)
+        yield CounterMetricFamily("cachesync_consistency_mysql_reads", "SELECTs the monitor "
+                                  "ran (the extra read load on MySQL)", value=reads)
+        yield GaugeMetricFamily("cachesync_consistency_pending", "Samples waiting for their "
+                                "check", value=self._monitor.pending)
+
+    def describe(self):
+        return []
+
+
+MONITOR_METRICS = ("cachesync_consistency_checks_total",
+                   "cachesync_consistency_samples_dropped_total",
+                   "cachesync_consistency_check_errors_total",
+                   "cachesync_consistency_mysql_reads_total", "cachesync_consistency_pending")

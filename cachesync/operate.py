@@ -18,7 +18,7 @@ from cachesync import __version__
 from cachesync.config import Settings
 from cachesync.http import OpsServer, parse_listen
 from cachesync.metrics import (RELAY_COUNTERS, TAILER_COUNTERS, CheckpointAge, ConsumerMetrics,
-                               Cumulative, counters, heartbeat_gauge, info)
+                               Cumulative, MonitorCollector, counters, heartbeat_gauge, info)
 from cachesync import wiring
 from cachesync.probes import (BinlogFormatWatch, KafkaOffsets, Prober, checkpoint_info,
                               record_applied_lag)
@@ -123,6 +123,18 @@ def consumer_ops(settings: Settings, stats: Callable[[], object],
 
     ops.start(probe, [lambda: metrics.lag_problem(settings.metrics.ready_max_lag_s)])
     return ops, metrics
+
+
+def monitor_hook(settings: Settings, ops: Ops) -> list:
+    """The consistency monitor as a consumer hook, its metrics in ``ops`` (none when
+    ``monitor.enabled`` is false or nothing is sampled)."""
+    if not settings.monitor.enabled or settings.monitor.sample_ratio <= 0:
+        return []
+    from cachesync.monitor import build_monitor
+    monitor = build_monitor(settings)
+    ops.registry.register(MonitorCollector(monitor))
+    ops._closers.append(monitor.close)      # also when the engine never starts
+    return [monitor.start()]
 
 
 def tail_ops(settings: Settings, tailers: Cumulative) -> Ops:

@@ -147,15 +147,17 @@ def kafka_group(settings: Settings) -> dict:
                         k.group_instance_id, k.assignment_strategy)
 
 
-def build_engine(settings: Settings, on_batch=None, source=None, dead_letters=None) -> PythonEngine:
-    """The python engine on the Kafka group (or on ``source``, direct mode's queue)."""
+def build_engine(settings: Settings, on_batch=None, source=None, dead_letters=None,
+                 hooks=()) -> PythonEngine:
+    """The python engine on the Kafka group (or on ``source``, direct mode's queue), with
+    extra ``hooks`` (the consistency monitor)."""
     k = settings.kafka
     return PythonEngine(
         source=source or KafkaSource(k.bootstrap_servers, k.topic, k.group_id,
                                      group=kafka_group(settings), security=client_security(k)),
         dedup=build_dedup(settings), cache=build_cache(settings),
         dead_letters=dead_letters or build_dead_letters(settings),
-        mappings=mappings(settings), options=settings.consumer, on_batch=on_batch)
+        mappings=mappings(settings), options=settings.consumer, on_batch=on_batch, hooks=hooks)
 
 
 def build_tailer(settings: Settings, start: Checkpoint | None = None, publisher=None,

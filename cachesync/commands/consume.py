@@ -6,7 +6,7 @@ import click
 
 from cachesync.commands import consume_spark
 from cachesync.commands.common import handle_errors, log, on_termination, settings_options
-from cachesync.operate import consumer_ops
+from cachesync.operate import consumer_ops, monitor_hook
 from cachesync.wiring import build_engine
 
 
@@ -29,6 +29,10 @@ def command(settings, engine_kind, **spark) -> None:
     Serves /metrics, /healthz and /readyz on metrics.listen (default 127.0.0.1:9464),
     with either engine (spark: Kafka lag measured from its checkpoint); ready = Kafka,
     MySQL and Redis answer and the commit->apply lag is under metrics.ready_max_lag_s.
+
+    With monitor.enabled (the default; python engine), a sample of the applied events
+    (monitor.sample_ratio) is checked monitor.window_s later against MySQL, read-only:
+    cachesync_consistency_checks_total{table,result} (see cachesync monitor).
     """
     if engine_kind == "spark":
         with handle_errors():
@@ -39,7 +43,8 @@ def command(settings, engine_kind, **spark) -> None:
         ops, metrics = consumer_ops(settings, lambda: engine.stats if engine else None,
                                     tables=lambda: engine.tables if engine else None)
         try:
-            engine = build_engine(settings, on_batch=metrics.on_batch)
+            engine = build_engine(settings, on_batch=metrics.on_batch,
+                                  hooks=monitor_hook(settings, ops))
             on_termination(engine.stop)
             try:
                 engine.run()

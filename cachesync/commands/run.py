@@ -11,7 +11,7 @@ from cachesync.commands.common import handle_errors, log, on_termination, settin
 from cachesync.direct_ops import DirectOps
 from cachesync.http import parse_listen
 from cachesync.metrics import Cumulative
-from cachesync.operate import consumer_ops, tail_ops
+from cachesync.operate import consumer_ops, monitor_hook, tail_ops
 from cachesync.resync import ResyncingTailer
 from cachesync.standby import ActiveStandby, while_held
 from cachesync.supervisor import RestartingTailer, run_together
@@ -81,7 +81,8 @@ def _run_pipeline(settings) -> ActiveStandby:
         ops, metrics = consumer_ops(settings, lambda: engine.stats if engine else None,
                                     tables=lambda: engine.tables if engine else None)
         closing.callback(ops.close)
-        engine = build_engine(settings, on_batch=metrics.on_batch)
+        engine = build_engine(settings, on_batch=metrics.on_batch,
+                              hooks=monitor_hook(settings, ops))
         closing.callback(engine.close)
         lock = build_tailer_lock(settings)
         tailer = ActiveStandby(lock, lambda: ResyncingTailer(settings, RestartingTailer(

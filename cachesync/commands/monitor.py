@@ -1,0 +1,90 @@
+"""``cachesync monitor``: check a sample of the change events against MySQL and Redis."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import click
+
+from cachesync.commands.common import handle_errors, log, on_termination, settings_options
+from cachesync.config import Settings
+from cachesync.consumer.core.delivery import decode_records
+from cachesync.consumer.core.offsets import commit_offsets
+from cachesync.consumer.core.plan import plan_batch
+from cachesync.metrics import MonitorCollector
+from cachesync.monitor import build_monitor
+from cachesync.operate import Ops
+from cachesync import wiring
+from cachesync.consumer.adapters.kafka_source import KafkaSource
+from cachesync.kafka_security import client_security
+from cachesync.schema.retry import RetryPolicy, Stopped, call
+
+POLL_RECORDS = 500
+GROUP_SUFFIX = "-monitor"
+
+
+@click.command("monitor")
+@settings_options
+def command(settings: Settings) -> None:
+    """Check a sample of the change events: does Redis agree with MySQL once they applied?
+
+    Reads the change topic (kafka.topic) in its own consumer group, kafka.group_id +
+    "-monitor", from the newest events on; it applies nothing and claims nothing. Of
+    the events, monitor.sample_ratio are checked monitor.window_s after they were read
+    (at most monitor.max_checks_per_s; the rest are dropped and counted): the row is
+    read from MySQL (read-only: SELECT on the mapped tables), the keys it renders from
+    Redis, the row again. A key that disagrees is checked again a window later and
+    counts as stale only if the row did not change meanwhile; one WARNING per table per
+    monitor.warn_interval_s names a stale key. The same checks run inside consume
+    (monitor.enabled); this command runs them beside any consumer, also Spark's.
+
+    Serves cachesync_consistency_checks_total{table,result} and the monitor's cost
+    (cachesync_consistency_mysql_reads_total) on metrics.listen (default 127.0.0.1:9467).
+    """
+    with handle_errors():
+        stop = threading.Event()
+        on_termination(stop.set)
+        ops = Ops(settings, "monitor")
+        monitor = build_monitor(settings)
+        ops.registry.register(MonitorCollector(monitor))
+        try:
+            probe_session, redis_ping = ops.session(), ops.redis_ping()
+            ops.start(lambda: (probe_session.run(lambda cur: cur.execute("SELECT 1")),
+                               redis_ping()), [])
+            source = _source(settings)
+            monitor.start()
+            try:
+                _follow(source, monitor, settings, stop)
+            finally:
+                source.close()
+        finally:
+            monitor.close()
+            ops.close()
+        counts, dropped, errors, reads = monitor.snapshot()
+        log.info("monitor stopped: %s; dropped %s; %d check error(s); %d MySQL read(s)",
+                 dict(counts), dict(dropped), errors, reads)
+
+
+def _source(settings: Settings) -> KafkaSource:
+    k = settings.kafka
+    return KafkaSource(k.bootstrap_servers, k.topic, k.group_id + GROUP_SUFFIX,
+                       auto_offset_reset="latest", client_id="cachesync-monitor",
+                       group=wiring.kafka_group(settings), security=client_security(k))
+
+
+def _follow(source: KafkaSource, monitor, settings: Settings, stop: threading.Event) -> None:
+    """Offer every polled event to the monitor until ``stop``; offsets are committed as read
+    (a restarted monitor samples from there; a sample lost in a crash is only a sample)."""
+    mappings, retry = wiring.mappings(settings), RetryPolicy()   # heartbeats plan, unchecked
+    try:
+        while not stop.is_set():
+            records = call(lambda: source.poll(POLL_RECORDS, settings.consumer.poll_timeout_s),
+                           "poll", stop, retry)
+            if not records:
+                continue
+            plan = plan_batch(decode_records(records).deliveries, mappings)
+            monitor.offer(plan.events, time.time() + settings.monitor.window_s)
+            call(lambda: source.commit(commit_offsets(records)), "commit offsets", stop, retry)
+    except Stopped:
+        pass

@@ -1,0 +1,139 @@
+"""The consistency monitor on real MariaDB, Kafka and Redis: inside `cachesync consume` (a hook)
+and as `cachesync monitor` (its own consumer group), it catches keys planted stale on purpose,
+and reports no stale key while a racing write workload runs."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from bench.monitor import Workload
+from tests.support import add_config_sections, address, scrape, wait_for
+
+TABLES = {"users": {"keys": ["user:{id}"]},                      # delete mode: the app fills
+          "items": {"keys": ["item:{id}"], "mode": "update"}}    # cachesync writes the value
+MONITOR = {"sample_ratio": 1.0, "window_s": 3.0, "max_checks_per_s": 1000}
+ROWS = 200
+
+
+def start(lab, monitor=None):
+    lab.sql("CREATE TABLE users (id INT PRIMARY KEY, name VARCHAR(50))")
+    lab.sql("CREATE TABLE items (id INT PRIMARY KEY, price INT, name VARCHAR(50))")
+    cfg = add_config_sections(lab.write_config(TABLES), monitor={**MONITOR, **(monitor or {})})
+    lab.start_tailer(cfg)
+    return cfg
+
+
+def checks(addr: str) -> dict:
+    """{(table suffix, result): count} of cachesync_consistency_checks_total, and the rest."""
+    out = {}
+    for (name, labels), value in scrape(addr).items():
+        if name == "cachesync_consistency_checks_total":
+            d = dict(labels)
+            out[(d["table"].split(".", 1)[1], d["result"])] = value
+        elif name.startswith("cachesync_consistency_") or name == "cachesync_events_applied_total":
+            out[name] = value
+    return out
+
+
+def settled(addr: str, expect) -> dict:
+    """The counts once nothing is pending and ``expect(counts)`` holds."""
+    def done():
+        c = checks(addr)
+        return c if c.get("cachesync_consistency_pending") == 0 and expect(c) else None
+    return wait_for(done, 120, interval=0.5, what=f"the monitor at {addr} to settle")
+
+
+def test_the_monitor_catches_keys_planted_stale(lab):
+    cfg = start(lab)
+    consume, monitor = lab.spawn("consume", cfg), lab.spawn("monitor", cfg)
+    c_addr, m_addr = address(lab, consume), address(lab, monitor)
+    # `cachesync monitor` starts at the newest offsets: write until it has checked a row
+    warmed = []
+
+    def followed():
+        warmed.append(1000 + len(warmed))
+        lab.sql("INSERT INTO users VALUES (%s, 'w')", (warmed[-1],))
+        return checks(m_addr).get(("users", "missing"))
+    wait_for(followed, 60, interval=1.0, what="the monitor to follow the change topic")
+    lab.sql("INSERT INTO items VALUES (1, 10, 'a'), (2, 20, 'b')")
+    lab.sql("INSERT INTO users VALUES (1, 'ann'), (2, 'bob')")
+
+    # update mode: once cachesync wrote the values, the row changes behind its back (no binlog)
+    wait_for(lambda: lab.redis.get(lab.prefix + "item:1") and lab.redis.get(lab.prefix + "item:2"),
+             30, interval=0.05, what="cachesync's values of item:1 and item:2")
+    with lab.stack.admin(lab.db) as conn, conn.cursor() as cur:
+        cur.execute("SET SESSION sql_log_bin = 0")
+        cur.execute("UPDATE items SET price = 11 WHERE id = 1")
+    # delete mode: once the inserts were applied, an application fills one key wrong, one right
+    wait_for(lambda: checks(c_addr).get("cachesync_events_applied_total") == len(warmed) + 4, 30,
+             interval=0.05, what="the consumer to apply every insert")
+    lab.redis.set(lab.prefix + "user:1", json.dumps({"id": 1, "name": "eve"}), ex=600)
+    lab.redis.set(lab.prefix + "user:2", json.dumps({"id": 2, "name": "bob"}), ex=600)
+
+    for addr, proc in ((c_addr, consume), (m_addr, monitor)):
+        c = settled(addr, lambda c: c.get(("items", "stale")) and c.get(("users", "stale")))
+        assert c[("items", "stale")] == 1 and c[("users", "stale")] == 1, c
+        assert c[("items", "consistent")] == 1 and c[("users", "consistent")] == 1, c
+        assert ("items", "unsettled") not in c and ("users", "unsettled") not in c, c
+        assert c["cachesync_consistency_check_errors_total"] == 0
+        assert c["cachesync_consistency_mysql_reads_total"] > 0
+        warnings = re.findall(r"WARNING.*stale cache key (\S+) of (\S+):", lab.log(proc))
+        assert sorted(warnings) == [(lab.prefix + "item:1", f"{lab.db}.items"),
+                                    (lab.prefix + "user:1", f"{lab.db}.users")]
+
+
+def test_no_stale_key_is_reported_under_a_racing_write_workload(lab):
+    cfg = start(lab, {"window_s": 1.0})
+    consume = lab.spawn("consume", cfg)
+    addr = address(lab, consume)
+    rows = range(ROWS)
+    lab.sql("INSERT INTO items VALUES " + ",".join(f"({i}, 0, 'i')" for i in rows))
+    lab.sql("INSERT INTO users VALUES " + ",".join(f"({i}, 'u')" for i in rows))
+    # racing: each row changes every ~2 s on average, two readers fill users meanwhile
+    work = Workload(lab, rows=ROWS, write_rate=100, readers=2, seconds=40)
+    work.run()
+    applied = 2 * ROWS + work.events
+    c = settled(addr, lambda c: c.get("cachesync_events_applied_total") == applied)
+    stale = {k: v for k, v in c.items() if isinstance(k, tuple) and k[1] == "stale"}
+    assert stale == {}, c
+    # the checks did compare values: cachesync's own (items) and the readers' fills (users)
+    assert c[("items", "consistent")] >= 200, c
+    assert c.get(("users", "consistent"), 0) >= 20, c
+    assert c["cachesync_consistency_check_errors_total"] == 0
+    assert "stale cache key" not in lab.log(consume)
+
+
+def test_a_blocked_monitor_drops_samples_and_never_holds_up_the_consumer(lab):
+    # the monitor's reads wait on a table lock; the consumer keeps applying, samples beyond
+    # the bounded queue are dropped and counted, and the checks finish once the lock is gone
+    cfg = start(lab, {"window_s": 0.2, "queue_size": 5})
+    consume = lab.spawn("consume", cfg)
+    addr = address(lab, consume)
+    lab.sql("INSERT INTO items VALUES " + ",".join(f"({i}, 0, 'i')" for i in range(40)))
+    dropped_name = "cachesync_consistency_samples_dropped_total"
+    c0 = settled(addr, lambda c: c.get("cachesync_events_applied_total") == 40)
+    checked0, dropped0 = c0.get(("items", "consistent"), 0), c0.get(dropped_name, 0)
+    assert checked0 + dropped0 == 40            # one batch of 40 samples, a queue of 5
+    with lab.stack.admin(lab.db) as conn, conn.cursor() as cur:
+        cur.execute("LOCK TABLES items WRITE")          # plain SELECTs of others now wait
+        for i in range(40):
+            cur.execute("UPDATE items SET price = 1 WHERE id = %s", (i,))
+
+        def applied():
+            values = lab.redis.mget([f"{lab.prefix}item:{i}" for i in range(40)])
+            c = checks(addr)
+            done = all(v and json.loads(v)["price"] == 1 for v in values)
+            # every sample is dropped, waiting, or the one check blocked on the lock
+            waiting = c.get(dropped_name, 0) - dropped0 + c["cachesync_consistency_pending"] + 1
+            return c if done and c["cachesync_events_applied_total"] == 80 and waiting == 40 \
+                else None
+        c = wait_for(applied, 60, interval=0.1, what="the 40 updates applied while the monitor waits")
+        assert c[("items", "consistent")] == checked0            # nothing checked since the lock
+        dropped = c[dropped_name] - dropped0
+        assert dropped > 0 and c["cachesync_consistency_pending"] <= 2 * 5, c
+        cur.execute("UNLOCK TABLES")
+    c = settled(addr, lambda c: c.get(("items", "consistent"), 0) == checked0 + 40 - dropped)
+    assert ("items", "stale") not in c and ("items", "unsettled") not in c, c
+    assert c["cachesync_consistency_check_errors_total"] == 0
+    assert scrape(addr)[(dropped_name, (("reason", "queue_full"),))] == dropped0 + dropped
