@@ -14,13 +14,12 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from cachesync.config import Settings
-from cachesync.consumer.adapters.redis_cache import RedisCache
 from cachesync.consumer.core.writes import padded
 from cachesync.producer_outbox.checkpoint import Checkpoint, MySQLCheckpointStore
 from cachesync.schema.ids import binlog_version, file_pos_ordinal
 from cachesync.schema.mapping import TableMapping
 from cachesync.producer_outbox.tailer import Tailer, TailerOptions
-from cachesync.wiring import mappings as configured_mappings, mysql_params
+from cachesync.wiring import build_cache, mappings as configured_mappings, mysql_params
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +49,7 @@ def resync(settings: Settings, tables: tuple[str, ...] = (),
     position = reader.current_position()
     fence = padded(binlog_version(position_ordinal(position), 0))
     report = ResyncReport(position)
-    cache = RedisCache(str(settings.redis.url))
+    cache = build_cache(settings)     # the one Redis factory: Sentinel and Cluster too
     try:
         for mapping in chosen:
             removed = cache.invalidate_table(mapping, fence if mapping.updates else None)

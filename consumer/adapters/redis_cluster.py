@@ -1,0 +1,58 @@
+"""What the Redis adapters do differently on a Redis Cluster (``redis.cluster``).
+
+A cluster takes a multi-key command or a script only when all its keys hash to one slot
+(else CROSSSLOT), and SCAN sees one node's keys. So the adapters group keys per slot
+(schema.slots; a single server gets one group), pipeline the groups (redis-py's cluster
+pipeline sends each node its commands and follows MOVED/ASK), and SCAN every primary.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable, Sequence
+
+import redis
+from redis.cluster import RedisCluster
+
+from cachesync.schema.slots import key_slot
+
+
+def is_cluster(client) -> bool:
+    return isinstance(client, RedisCluster)
+
+
+def per_slot(items: Sequence, cluster: bool, key: Callable = lambda item: item) -> Iterable[list]:
+    """``items`` in lists that one multi-key command or script may take: per hash slot of
+    ``key(item)`` on a cluster (in first-seen order), else all of them."""
+    if not cluster:
+        return [list(items)] if items else []
+    groups: dict[int, list] = {}
+    for item in items:
+        groups.setdefault(key_slot(key(item)), []).append(item)
+    return list(groups.values())
+
+
+def masters(client) -> list:
+    """The servers to SCAN: a client of each primary of a cluster, else the client itself."""
+    if not is_cluster(client):
+        return [client]
+    return [client.get_redis_connection(node) for node in client.get_primaries()]
+
+
+def run_pipeline(client, fill: Callable[[object], None], scripts: Sequence = ()) -> list:
+    """Queue ``fill(pipe)`` on a non-transactional pipeline and execute it.
+
+    A cluster pipeline does not load scripts first as a single server's does, and a node
+    forgets them when it restarts or fails over: on NOSCRIPT the ``scripts`` are loaded on
+    every primary and the pipeline runs once more (every command the adapters queue is
+    idempotent). Raises redis errors.
+    """
+    pipe = client.pipeline(transaction=False)
+    fill(pipe)
+    try:
+        return pipe.execute()
+    except redis.exceptions.NoScriptError:
+        for script in scripts:
+            script.sha = client.script_load(script.script)
+        pipe = client.pipeline(transaction=False)
+        fill(pipe)
+        return pipe.execute()

@@ -1,0 +1,65 @@
+"""Hash slots and companion key names (schema.slots, schema.keys): every companion key lands in
+its key's slot, whatever braces the key holds; the tag table is complete and deterministic."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, strategies as st
+from redis.crc import key_slot as redis_py_slot
+
+from cachesync.schema.keys import (DEDUP_SLOTS, companion_owner, dedup_key, lease_key,
+                                   legacy_lease_key, legacy_version_key, version_key)
+from cachesync.schema.slots import SLOTS, TAG_ALPHABET, hashed_part, key_slot, slot_tags
+
+BRACED = ["user:1", "{user1000}.following", "a{}{b}", "a{x}{y}", "{}", "{", "}", "x}{y}",
+          "{{a}}", "user:{id}", "{a}b", "é{ü}", ""]
+
+
+def test_the_tag_table_reaches_every_slot_with_short_brace_free_tags():
+    tags = slot_tags()
+    assert len(tags) == SLOTS
+    assert all(key_slot(tag) == slot for slot, tag in enumerate(tags))
+    assert all(1 <= len(t) <= 3 and set(t) <= set(TAG_ALPHABET) for t in tags)
+    assert tags[:3] == ("06S", "Qi", "5L5")       # deterministic: pinned, clients depend on it
+
+
+@pytest.mark.parametrize("key, hashed", [
+    (b"user:1", b"user:1"), (b"{user1000}.following", b"user1000"), (b"a{}{b}", b"a{}{b}"),
+    (b"a{x}{y}", b"x"), (b"{", b"{"), (b"x}{y}", b"y"), (b"{{a}}", b"{a"),
+])
+def test_only_the_first_non_empty_braces_are_hashed(key, hashed):
+    assert hashed_part(key) == hashed
+
+
+@pytest.mark.parametrize("key", BRACED)
+def test_slots_agree_with_redis_py(key):
+    assert key_slot(key) == redis_py_slot(key.encode())
+
+
+@pytest.mark.parametrize("key", BRACED)
+def test_companions_share_the_slot_of_their_key(key):
+    for name in (lease_key(key), version_key(key)):
+        assert redis_py_slot(name.encode()) == redis_py_slot(key.encode())
+    assert lease_key(key).startswith("cachesync:lease:{") and lease_key(key).endswith(key)
+
+
+@given(st.binary(max_size=40) | st.text(max_size=40).map(lambda t: t.encode()))
+def test_any_key_bytes_and_its_lease_share_a_slot_and_the_owner_is_recovered(key):
+    name = lease_key(key)
+    assert redis_py_slot(name) == redis_py_slot(key)
+    assert companion_owner(name, "cachesync:lease:") == key
+
+
+def test_legacy_names_and_foreign_names_are_not_owned_companions():
+    assert companion_owner(legacy_lease_key(b"user:1"), "cachesync:lease:") is None
+    assert companion_owner(b"cachesync:lease:{zz}user:1", "cachesync:lease:") is None   # wrong tag
+    assert legacy_version_key("user:1") == "cachesync:ver:user:1"
+
+
+def test_dedup_records_spread_over_evenly_spaced_slots_and_stay_put():
+    keys = [dedup_key("g", f"binlog:s:0-1-{i}:0") for i in range(5000)]
+    slots = {redis_py_slot(k.encode()) for k in keys}
+    assert len(slots) == DEDUP_SLOTS
+    assert all(s % (SLOTS // DEDUP_SLOTS) == 0 for s in slots)
+    assert dedup_key("g", "m1") == dedup_key("g", "m1") != dedup_key("h", "m1")
+    assert dedup_key("g", "m1").startswith("cachesync:dedup:g:{") and dedup_key("g", "m1").endswith("}m1")
