@@ -12,7 +12,8 @@ from cachesync.consumer.core.writes import APPLIED, BACKWARDS, CacheWrite, fence
 from cachesync.consumer.ports import WriteResult, chunks
 from cachesync.schema import resource_text
 from cachesync.schema.errors import FatalError, RetryableError
-from cachesync.consumer.adapters.redis_cluster import is_cluster, masters, per_slot, run_pipeline
+from cachesync.consumer.adapters.redis_cluster import (is_cluster, masters, per_slot, queue_script,
+                                                       queue_unlink, run_pipeline)
 from cachesync.schema.keys import (INTERNAL_PREFIX, LEASE_PREFIX, companion_owner, lease_key,
                                    legacy_lease_key, legacy_version_key, table_fence_key,
                                    version_key)
@@ -59,8 +60,8 @@ class RedisCache:
         many of ``keys`` existed."""
         def fill(pipe):
             for group in per_slot(keys, self._cluster):
-                pipe.unlink(*group)
-                pipe.unlink(*self._leases(group))
+                queue_unlink(pipe, group)
+                queue_unlink(pipe, self._leases(group))
         return sum(run_pipeline(self._client, fill)[::2])
 
     def _leases(self, keys: Sequence) -> list:
@@ -84,9 +85,9 @@ class RedisCache:
 
             def fill(pipe):
                 for part in parts:
-                    self._fenced(keys=[k for w in part for k in self._script_keys(w.key)],
-                                 args=[a for w in part for a in self._script_args(w)],
-                                 client=pipe)
+                    queue_script(pipe, self._fenced,
+                                 [k for w in part for k in self._script_keys(w.key)],
+                                 [a for w in part for a in self._script_args(w)])
             results = run_pipeline(self._client, fill, [self._fenced])
             outcomes = [(w.key, int(x)) for part, result in zip(parts, results)
                         for w, x in zip(part, result)]
@@ -132,7 +133,7 @@ class RedisCache:
                     for part in _batched(_leases_matching(node, template, self._legacy),
                                          PIPELINE_CHUNK):
                         run_pipeline(self._client, lambda pipe: [
-                            pipe.unlink(*group) for group in per_slot(part, self._cluster)])
+                            queue_unlink(pipe, group) for group in per_slot(part, self._cluster)])
             return removed
         return redis_call(run)
 

@@ -38,13 +38,25 @@ def masters(client) -> list:
     return [client.get_redis_connection(node) for node in client.get_primaries()]
 
 
+def queue_script(pipe, script, keys: Sequence, args: Sequence) -> None:
+    """Queue EVALSHA of a redis-py Script: a cluster pipeline refuses ``script(client=pipe)``
+    (its evalsha method is blocked); its execute_command routes by the keys' slot."""
+    pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+
+
+def queue_unlink(pipe, keys: Sequence) -> None:
+    """Queue one UNLINK of ``keys`` (of one slot on a cluster, whose pipeline's unlink
+    method takes a single key)."""
+    pipe.execute_command("UNLINK", *keys)
+
+
 def run_pipeline(client, fill: Callable[[object], None], scripts: Sequence = ()) -> list:
     """Queue ``fill(pipe)`` on a non-transactional pipeline and execute it.
 
-    A cluster pipeline does not load scripts first as a single server's does, and a node
-    forgets them when it restarts or fails over: on NOSCRIPT the ``scripts`` are loaded on
-    every primary and the pipeline runs once more (every command the adapters queue is
-    idempotent). Raises redis errors.
+    Scripts go as EVALSHA (queue_script), and a server forgets them when it restarts or
+    fails over: on NOSCRIPT the ``scripts`` are loaded (on every primary of a cluster) and
+    the pipeline runs once more (every command the adapters queue is idempotent). Raises
+    redis errors.
     """
     pipe = client.pipeline(transaction=False)
     fill(pipe)

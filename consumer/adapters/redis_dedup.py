@@ -21,7 +21,8 @@ from typing import Mapping, Sequence
 import redis
 
 from cachesync.consumer.adapters.redis_cache import redis_call
-from cachesync.consumer.adapters.redis_cluster import is_cluster, per_slot, run_pipeline
+from cachesync.consumer.adapters.redis_cluster import (is_cluster, per_slot, queue_script,
+                                                       queue_unlink, run_pipeline)
 from cachesync.consumer.core.dedup import ClaimState
 from cachesync.consumer.ports import chunks
 from cachesync.schema import resource_text
@@ -51,7 +52,7 @@ class RedisDedupStore:
 
         def run():
             answers = run_pipeline(self._client, lambda pipe: [
-                self._claim(keys=keys, args=args, client=pipe) for _, keys in parts],
+                queue_script(pipe, self._claim, keys, args) for _, keys in parts],
                 [self._claim])
             return {i: _STATES[a] for (part, _), answer in zip(parts, answers)
                     for i, a in zip(part, answer)}
@@ -60,7 +61,7 @@ class RedisDedupStore:
     def confirm(self, token: str, ids: Sequence[str]) -> None:
         parts = self._script_parts(list(ids))
         redis_call(lambda: run_pipeline(self._client, lambda pipe: [
-            self._confirm(keys=keys, args=[token, self._retention_ms], client=pipe)
+            queue_script(pipe, self._confirm, keys, [token, self._retention_ms])
             for _, keys in parts], [self._confirm]), WHAT)
 
     def _script_parts(self, ids: list[str]) -> list[tuple[list[str], list[str]]]:
@@ -111,7 +112,7 @@ class RedisDedupStore:
         old = old[:room]
         if old:     # done records never change back: no race
             run_pipeline(self._client, lambda pipe: [
-                pipe.delete(*group) for group in per_slot(old, self._cluster)])
+                queue_unlink(pipe, group) for group in per_slot(old, self._cluster)])
         return len(old)
 
     def _mget(self, keys: list[bytes]) -> list:

@@ -14,17 +14,17 @@ from cachesync.consumer.adapters.memory import MemoryCache
 from cachesync.consumer.adapters.redis_cache import RedisCache
 from cachesync.consumer.core.writes import CacheWrite, padded
 from cachesync.schema.keys import version_key
+from tests.support.variants import redis_cluster
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["memory", "redis", "redis-cluster"])
 def cache(request):
     """(cache, read(key) -> value or None, stored version of key, key namer)."""
     if request.param == "memory":
         c = MemoryCache()
         yield c, c.data.get, c.versions.get, lambda k: k
         return
-    stack = request.getfixturevalue("stack")
-    client = stack.redis()
+    client = request.getfixturevalue("stack").redis() if request.param == "redis" else redis_cluster()
     prefix = f"fence-{uuid.uuid4().hex[:8]}:"
     c = RedisCache("", client=client)
 
