@@ -1,5 +1,6 @@
 """Hash slots and companion key names (schema.slots, schema.keys): every companion key lands in
-its key's slot, whatever braces the key holds; the tag table is complete and deterministic."""
+its key's slot, whatever braces the key holds; the tag table is complete and deterministic.
+And the redis.cluster settings."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import pytest
 from hypothesis import given, strategies as st
 from redis.crc import key_slot as redis_py_slot
 
+from cachesync.config import RedisSettings, Secret, load
+from cachesync.schema.errors import ConfigError
 from cachesync.schema.keys import (DEDUP_SLOTS, companion_owner, dedup_key, lease_key,
                                    legacy_lease_key, legacy_version_key, version_key)
 from cachesync.schema.slots import SLOTS, TAG_ALPHABET, hashed_part, key_slot, slot_tags
@@ -63,3 +66,25 @@ def test_dedup_records_spread_over_evenly_spaced_slots_and_stay_put():
     assert all(s % (SLOTS // DEDUP_SLOTS) == 0 for s in slots)
     assert dedup_key("g", "m1") == dedup_key("g", "m1") != dedup_key("h", "m1")
     assert dedup_key("g", "m1").startswith("cachesync:dedup:g:{") and dedup_key("g", "m1").endswith("}m1")
+
+
+# -- the settings --------------------------------------------------------------------------------
+@pytest.mark.parametrize("values, message", [
+    ({"cluster": True, "sentinels": "s1:26379", "master_name": "m"},
+     "redis.cluster: a cluster has no sentinels"),
+    ({"cluster": True, "url": Secret("unix:///run/redis.sock")}, "redis.cluster: the URL must be"),
+])
+def test_cluster_settings_that_cannot_work_are_refused(values, message):
+    with pytest.raises(ConfigError, match=message):
+        RedisSettings(**values)
+
+
+def test_cluster_settings_load_from_the_environment_and_show_in_the_repr(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("redis:\n  url: redis://app:hunter2@node-1:6379/0\n"
+                    "tables:\n  app.users:\n    keys: [\"user:{id}\"]\n")
+    settings = load(str(path), {"CACHESYNC_REDIS_CLUSTER": "true",
+                                "CACHESYNC_REDIS_LEGACY_COMPANION_KEYS": "false"})
+    r = settings.redis
+    assert (r.cluster, r.legacy_companion_keys) == (True, False)
+    assert "hunter2" not in repr(r) and "cluster=True" in repr(r)
