@@ -9,6 +9,7 @@ import json
 import pytest
 import redis
 
+from cachesync.operate import Ops
 from cachesync.schema.keys import lease_key, legacy_lease_key, version_key
 from cachesync.schema.slots import key_slot
 from tests.support import cli, status_json, wait_for
@@ -76,11 +77,13 @@ def test_deletes_fenced_writes_and_a_truncate_on_every_master(pipeline):
 
     # the Redis dedup store on the cluster: every consumed message confirmed, counted by
     # `status` over every master
-    dedup = status_json(lab, cfg)[1]["dedup"]
-    assert (dedup["done"], dedup["claimed"]) == (engine.stats.consumed, 0)
+    report = status_json(lab, cfg)[1]
+    assert report["errors"] == {}
+    assert (report["dedup"]["done"], report["dedup"]["claimed"]) == (engine.stats.consumed, 0)
 
 
-def test_lint_scans_every_master_for_keys_without_ttl(lab, monkeypatch):
+def test_lint_scans_every_master_for_keys_without_ttl_and_the_probe_pings_the_cluster(
+        lab, monkeypatch):
     cluster = use_redis_cluster(lab, monkeypatch)
     lab.sql("CREATE TABLE users (id BIGINT PRIMARY KEY, email VARCHAR(50) NOT NULL)")
     cfg = lab.write_config({"users": {"keys": ["user:{id}"]}})
@@ -93,6 +96,11 @@ def test_lint_scans_every_master_for_keys_without_ttl(lab, monkeypatch):
         assert result.returncode == 4, result.stdout + result.stderr
         assert (f"[no-ttl] 30 sampled key(s) matching '{lab.prefix}user:{{id}}' have no TTL"
                 in result.stdout)
+        ops = Ops(lab.settings(cfg), "consumer")
+        try:
+            ops.redis_ping()()          # the readiness probe's Redis step, on the cluster client
+        finally:
+            ops.close()
     finally:
         for key in forever:
             cluster.delete(key)
