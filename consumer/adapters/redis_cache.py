@@ -186,12 +186,22 @@ def _renders(template, key: bytes) -> bool:
     return template.regex.fullmatch(key.decode("utf-8", "surrogateescape")) is not None
 
 
+# A cluster resharding or failing over: a multi-key command or script on a slot that is
+# migrating (TRYAGAIN until the move completes; redis-py retries it, then gives up with a
+# ClusterError), a master down, a slot no master serves yet.
+_CLUSTER_TRANSIENT = (redis.exceptions.ClusterError, redis.exceptions.TryAgainError,
+                      redis.exceptions.SlotNotCoveredError)
+
+
 def redis_call(fn, what: str = "Redis"):
     """Run ``fn()``; refused credentials raise FatalError, an unreachable or loading
-    server RetryableError (the engines retry those and never skip)."""
+    server or a cluster mid-resharding or failover RetryableError (the engines retry
+    those and never skip)."""
     try:
         return fn()
     except redis.AuthenticationError as e:
         raise FatalError(f"{what} refused the credentials: {e}") from e
     except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError) as e:
         raise RetryableError(f"{what} unavailable: {e}") from e
+    except _CLUSTER_TRANSIENT as e:
+        raise RetryableError(f"{what}: the cluster is resharding or failing over: {e}") from e

@@ -5,15 +5,19 @@ tail -> Kafka -> consume -> Redis Cluster, with keys in every master's slots and
 from __future__ import annotations
 
 import json
+import uuid
 
 import pytest
 import redis
 
+from cachesync.consumer.adapters.redis_cache import RedisCache
+from cachesync.consumer.core.writes import CacheWrite, padded
 from cachesync.operate import Ops
+from cachesync.schema.errors import RetryableError
 from cachesync.schema.keys import lease_key, legacy_lease_key, version_key
 from cachesync.schema.slots import key_slot
 from tests.support import cli, status_json, wait_for
-from tests.support.variants import use_redis_cluster
+from tests.support.variants import redis_cluster, use_redis_cluster
 
 pytestmark = pytest.mark.integration
 
@@ -104,3 +108,47 @@ def test_lint_scans_every_master_for_keys_without_ttl_and_the_probe_pings_the_cl
     finally:
         for key in forever:
             cluster.delete(key)
+
+
+def _set_slot(nodes, slot: int, *state) -> None:
+    for node in nodes:
+        node.execute_command("CLUSTER", "SETSLOT", slot, *state)
+
+
+def test_deletes_follow_ask_and_fenced_writes_follow_moved_while_a_slot_moves():
+    """A resharding step by step (an empty slot, so no key has to be migrated). While the slot
+    is migrating the source answers ASK for keys it does not hold: single-key UNLINKs follow
+    it; a fenced write (a three-key script) gets TRYAGAIN, which Redis answers until the move
+    completes, so the batch fails as retryable (the engines retry it, nothing is skipped).
+    Once moved the source answers MOVED, and the write goes through; the fence holds."""
+    cluster = redis_cluster()
+    cache = RedisCache("", client=cluster)
+    key = next(k for k in (f"moving:{uuid.uuid4().hex}" for _ in range(100))
+               if cluster.get_redis_connection(cluster.get_node_from_key(k)).execute_command(
+                   "CLUSTER", "COUNTKEYSINSLOT", cluster.keyslot(k)) == 0)
+    slot = cluster.keyslot(key)
+    primaries = {n.name: cluster.get_redis_connection(n) for n in cluster.get_primaries()}
+    source = primaries[cluster.get_node_from_key(key).name]
+    target = next(conn for conn in primaries.values() if conn is not source)
+    source_id, target_id = (c.execute_command("CLUSTER", "MYID") for c in (source, target))
+    write = lambda version: CacheWrite(key, "json", padded(version), f'"v{version}"', 60, 0.0)  # noqa: E731
+    try:
+        _set_slot([target], slot, "IMPORTING", source_id)
+        _set_slot([source], slot, "MIGRATING", target_id)
+        assert cluster.set(key, b"cached")
+        assert [n.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot)
+                for n in (source, target)] == [0, 1]                   # on the target (ASK)
+        assert cache.delete([key]) == 1 and cluster.exists(key) == 0
+        with pytest.raises(RetryableError, match="resharding"):
+            cache.write([write(2)])
+        _set_slot(primaries.values(), slot, "NODE", target_id)
+        # the client's slot map still names the source: MOVED
+        assert cache.write([write(2)]).applied == 1
+        assert cache.write([write(1)]).refused == 1
+        assert cluster.get(key) == b'"v2"' and target.get(key) == b'"v2"'
+        assert cache.delete([key]) == 1 and cluster.exists(key) == 0
+    finally:
+        cluster.delete(version_key(key))
+        cluster.delete(key)
+        _set_slot(primaries.values(), slot, "NODE", source_id)
+        cluster.close()
