@@ -150,5 +150,6 @@ def test_deletes_follow_ask_and_fenced_writes_follow_moved_while_a_slot_moves():
     finally:
         cluster.delete(version_key(key))
         cluster.delete(key)
+        _set_slot(primaries.values(), slot, "STABLE")       # no importing/migrating left
         _set_slot(primaries.values(), slot, "NODE", source_id)
         cluster.close()
