@@ -1,15 +1,17 @@
 """Hash slots and companion key names (schema.slots, schema.keys): every companion key lands in
 its key's slot, whatever braces the key holds; the tag table is complete and deterministic.
-And the redis.cluster settings."""
+And the redis.cluster settings, and which cluster errors are retried."""
 
 from __future__ import annotations
 
 import pytest
+import redis
 from hypothesis import given, strategies as st
 from redis.crc import key_slot as redis_py_slot
 
 from cachesync.config import RedisSettings, Secret, load
-from cachesync.schema.errors import ConfigError
+from cachesync.consumer.adapters.redis_cache import redis_call
+from cachesync.schema.errors import ConfigError, RetryableError
 from cachesync.schema.keys import (DEDUP_SLOTS, companion_owner, dedup_key, lease_key,
                                    legacy_lease_key, legacy_version_key, version_key)
 from cachesync.schema.slots import SLOTS, TAG_ALPHABET, hashed_part, key_slot, slot_tags
@@ -88,3 +90,24 @@ def test_cluster_settings_load_from_the_environment_and_show_in_the_repr(tmp_pat
     r = settings.redis
     assert (r.cluster, r.legacy_companion_keys) == (True, False)
     assert "hunter2" not in repr(r) and "cluster=True" in repr(r)
+
+
+# -- errors of a cluster that reshards or fails over -----------------------------------------
+@pytest.mark.parametrize("error", [
+    redis.exceptions.ClusterError("TTL exhausted."),         # TRYAGAIN until a slot's move ends
+    redis.exceptions.TryAgainError("Multiple keys request during rehashing of slot"),
+    redis.exceptions.ClusterDownError("CLUSTERDOWN The cluster is down"),
+    redis.exceptions.SlotNotCoveredError("Slot 7 is not covered by the cluster."),
+])
+def test_a_resharding_or_failing_over_cluster_is_retryable(error):
+    def fail():
+        raise error
+    with pytest.raises(RetryableError, match="resharding or failing over"):
+        redis_call(fail)
+
+
+def test_a_client_side_cross_slot_mistake_is_not_retried():
+    def fail():
+        raise redis.exceptions.RedisClusterException("UNLINK - all keys must map to the same key slot")
+    with pytest.raises(redis.exceptions.RedisClusterException):
+        redis_call(fail)
