@@ -27,7 +27,7 @@ from kafka import KafkaProducer
 from bench.common import Sandbox, Worker, log, ratio, summarize, wait_for
 from cachesync.wiring import build_engine
 from cachesync.consumer.adapters.redis_cache import PIPELINE_CHUNK
-from cachesync.consumer.adapters.redis_dedup import PREFIX as REDIS_DEDUP_PREFIX
+from cachesync.schema.keys import DEDUP_PREFIX as REDIS_DEDUP_PREFIX
 from cachesync.producer_outbox.packing import Packer
 from cachesync.producer_outbox.rows import TxnContext, row_change
 from cachesync.schema.event import encode

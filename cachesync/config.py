@@ -237,15 +237,29 @@ class RedisSettings(_Validated):
     # database and TLS of the master, which the sentinels name
     sentinels: str = setting("", check=lambda v: _hostports_problem(v) if v else None)
     master_name: str = ""
+    # Redis Cluster: the URL names one node (the others are discovered) and gives the user,
+    # password and TLS; keys are grouped per hash slot, SCANs visit every master
+    cluster: bool = False
+    # Also read the old untagged version keys and void the old untagged leases
+    # (cachesync:ver:<key>, cachesync:lease:<key>): a single server upgraded from the layout
+    # before hash-tagged companions; off once the longest TTL has passed (README, upgrading)
+    legacy_companion_keys: bool = True
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.sentinels and not self.master_name:
             raise ConfigError("redis.master_name: required with redis.sentinels")
+        if self.sentinels and self.cluster:
+            raise ConfigError("redis.cluster: a cluster has no sentinels; set redis.cluster or "
+                              "redis.sentinels, not both")
+        if self.cluster and str(self.url).startswith("unix://"):
+            raise ConfigError("redis.cluster: the URL must be redis:// or rediss:// (a node's "
+                              "host and port), not unix://")
 
     def __repr__(self) -> str:
         return (f"RedisSettings(url={mask_url(self.url)!r}, sentinels={self.sentinels!r}, "
-                f"master_name={self.master_name!r})")
+                f"master_name={self.master_name!r}, cluster={self.cluster!r}, "
+                f"legacy_companion_keys={self.legacy_companion_keys!r})")
 
 
 @dataclass(frozen=True)

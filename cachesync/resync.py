@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from cachesync.config import Settings
-from cachesync.consumer.adapters.redis_cache import RedisCache
 from cachesync.consumer.core.writes import padded
 from cachesync.producer_outbox.binlog_read import LostPositionError
 from cachesync.producer_outbox.checkpoint import Checkpoint, MySQLCheckpointStore
@@ -22,7 +21,7 @@ from cachesync.schema.ids import binlog_version, file_pos_ordinal
 from cachesync.schema.mapping import TableMapping
 from cachesync.supervisor import RestartingTailer
 from cachesync.producer_outbox.tailer import Tailer, TailerOptions
-from cachesync.wiring import mappings as configured_mappings, mysql_params, source_params
+from cachesync.wiring import build_cache, mappings as configured_mappings, mysql_params, source_params
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +52,7 @@ def resync(settings: Settings, tables: tuple[str, ...] = (),
     position = reader.current_position()
     fence = padded(binlog_version(position_ordinal(position), 0))
     report = ResyncReport(position)
-    cache = RedisCache(str(settings.redis.url))
+    cache = build_cache(settings)     # the one Redis factory: Sentinel and Cluster too
     try:
         for mapping in chosen:
             removed = cache.invalidate_table(mapping, fence if mapping.updates else None)

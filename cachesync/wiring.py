@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import redis
+from redis.cluster import RedisCluster
 from redis.connection import parse_url
 from redis.sentinel import Sentinel
 from kafka import KafkaConsumer
@@ -71,8 +72,12 @@ def kafka_offsets(settings: Settings) -> KafkaOffsets:
 
 
 def redis_client(settings: Settings, timeout_s: float | None = None) -> redis.Redis:
-    """A client of ``redis.url``, or of the master ``redis.sentinels`` name (every Redis user)."""
+    """A client of ``redis.url``, of the cluster it is a node of (``redis.cluster``), or of the
+    master ``redis.sentinels`` name (every Redis user)."""
     r = settings.redis
+    if r.cluster:
+        return RedisCluster.from_url(str(r.url), socket_timeout=timeout_s,
+                                     socket_connect_timeout=timeout_s)
     if not r.sentinels:
         return redis.Redis.from_url(str(r.url), socket_timeout=timeout_s,
                                     socket_connect_timeout=timeout_s)
@@ -99,7 +104,8 @@ def build_heartbeat(settings: Settings) -> HeartbeatWriter:
 
 
 def build_cache(settings: Settings) -> RedisCache:
-    return RedisCache("", client=redis_client(settings, ADAPTER_TIMEOUT_S))
+    return RedisCache("", client=redis_client(settings, ADAPTER_TIMEOUT_S),
+                      legacy_companions=settings.redis.legacy_companion_keys)
 
 
 def build_tailer_lock(settings: Settings) -> TailerLock:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from cachesync.schema.slots import SLOTS, companion, key_slot, slot_tags
 from cachesync.schema.values import canonical_text
 
 _ESCAPES = str.maketrans({"\\": "\\\\", ",": "\\,"})
@@ -21,19 +22,59 @@ def kafka_key(db: str, table: str, pk: Iterable[tuple[str, Any]]) -> str:
 
 INTERNAL_PREFIX = "cachesync:"      # cachesync's own keys; never a cache key it deletes
 LEASE_PREFIX = "cachesync:lease:"
-
-
-def lease_key(key: str) -> str:
-    """The fill-lease companion of a cache key; every invalidation deletes it too."""
-    return LEASE_PREFIX + key
-
-
 VERSION_PREFIX = "cachesync:ver:"
 
 
+def lease_key(key: str) -> str:
+    """The fill-lease companion of a cache key, ``cachesync:lease:{<tag>}<key>`` in the key's
+    hash slot (schema.slots); every invalidation deletes it too."""
+    return companion(LEASE_PREFIX, key)
+
+
 def version_key(key: str) -> str:
-    """Where update mode keeps the version of the value (or tombstone) at ``key``."""
-    return VERSION_PREFIX + key
+    """Where update mode keeps the version of the value (or tombstone) at ``key``, in its
+    hash slot: ``cachesync:ver:{<tag>}<key>``."""
+    return companion(VERSION_PREFIX, key)
+
+
+def legacy_lease_key(key: str) -> str:
+    """The old, untagged lease name ``cachesync:lease:<key>`` (another slot): an upgraded
+    single-node consumer voids it too while ``redis.legacy_companion_keys`` is on."""
+    return _legacy(LEASE_PREFIX, key)
+
+
+def legacy_version_key(key: str) -> str:
+    """The old, untagged version name ``cachesync:ver:<key>``: still read (never written) while
+    ``redis.legacy_companion_keys`` is on, so an upgrade cannot lose a newer version."""
+    return _legacy(VERSION_PREFIX, key)
+
+
+def _legacy(prefix: str, key):
+    return (prefix.encode() + key) if isinstance(key, bytes) else prefix + key
+
+
+def companion_owner(name: bytes, prefix: str) -> bytes | None:
+    """The cache key a companion ``name`` (``<prefix>{<tag>}<key>``) belongs to, or None when
+    ``name`` is not one (a legacy name, or the tag is not the key's own)."""
+    head = prefix.encode() + b"{"
+    end = name.find(b"}", len(head))
+    if not name.startswith(head) or end < 0:
+        return None
+    key = name[end + 1:]
+    return key if companion(prefix, key) == name else None
+
+
+DEDUP_PREFIX = "cachesync:dedup:"
+# The Redis dedup store spreads a namespace's records over this many hash slots, evenly spaced
+# (so over every master of a cluster); a batch's claims take one script call per slot used.
+DEDUP_SLOTS = 64
+
+
+def dedup_key(namespace: str, message_id: str) -> str:
+    """``cachesync:dedup:<ns>:{<tag>}<id>``: the Redis dedup record of a message id, in one of
+    DEDUP_SLOTS slots chosen by the id's own hash."""
+    slot = key_slot(message_id) % DEDUP_SLOTS * (SLOTS // DEDUP_SLOTS)
+    return f"{DEDUP_PREFIX}{namespace}:{{{slot_tags()[slot]}}}{message_id}"
 
 
 TABLE_FENCE_PREFIX = "cachesync:table:"

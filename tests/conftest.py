@@ -32,3 +32,16 @@ def lab(stack, tmp_path, request):
     lab = Lab(stack, tmp_path, request.node.name)
     yield lab
     lab.close()
+
+
+@pytest.fixture(params=["redis", "redis-cluster"])
+def redis_server(request):
+    """A client of the devstack's Redis, then of its 3-master cluster variant (started on
+    demand): suites that must hold on both take this fixture."""
+    if request.param == "redis":
+        client = request.getfixturevalue("stack").redis()
+    else:
+        from tests.support.variants import redis_cluster
+        client = redis_cluster()
+    yield client
+    client.close()

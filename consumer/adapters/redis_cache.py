@@ -12,7 +12,11 @@ from cachesync.consumer.core.writes import APPLIED, BACKWARDS, CacheWrite, fence
 from cachesync.consumer.ports import WriteResult, chunks
 from cachesync.schema import resource_text
 from cachesync.schema.errors import FatalError, RetryableError
-from cachesync.schema.keys import INTERNAL_PREFIX, lease_key, table_fence_key, version_key
+from cachesync.consumer.adapters.redis_cluster import (is_cluster, masters, per_slot, queue_script,
+                                                       queue_unlink, run_pipeline)
+from cachesync.schema.keys import (INTERNAL_PREFIX, LEASE_PREFIX, companion_owner, lease_key,
+                                   legacy_lease_key, legacy_version_key, table_fence_key,
+                                   version_key)
 from cachesync.schema.mapping import TableMapping
 
 # Keys per pipeline round trip: large enough to amortise the RTT, small enough
@@ -30,9 +34,13 @@ VERSION_MARGIN_MS = 1000
 
 class RedisCache:
     def __init__(self, url: str, client: redis.Redis | None = None,
-                 rand: random.Random | None = None):
+                 rand: random.Random | None = None, legacy_companions: bool = False):
         self._client = client or redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
         self._rand = rand or random.Random()
+        self._cluster = is_cluster(self._client)
+        # The old untagged companions exist only where cachesync ran before the tagged
+        # layout, which is a single server (it could not run on a cluster).
+        self._legacy = legacy_companions and not self._cluster
         self._fenced = self._client.register_script(resource_text("lua/fenced_write.lua"))
         self._table_fence = self._client.register_script(resource_text("lua/table_fence.lua"))
 
@@ -44,39 +52,61 @@ class RedisCache:
         Returns how many cache keys (not leases) existed.
         """
         def run():
-            existed = 0
-            for part in chunks(list(keys), PIPELINE_CHUNK // 2):
-                pipe = self._client.pipeline(transaction=False)
-                pipe.unlink(*part)
-                pipe.unlink(*(lease_key(k) for k in part))
-                existed += int(pipe.execute()[0])
-            return existed
+            return sum(self._unlink(part) for part in chunks(list(keys), PIPELINE_CHUNK // 2))
         return redis_call(run)
+
+    def _unlink(self, keys: Sequence) -> int:
+        """UNLINK ``keys`` and their leases, one pipeline, per slot on a cluster; returns how
+        many of ``keys`` existed."""
+        def fill(pipe):
+            for group in per_slot(keys, self._cluster):
+                queue_unlink(pipe, group)
+                queue_unlink(pipe, self._leases(group))
+        return sum(run_pipeline(self._client, fill)[::2])
+
+    def _leases(self, keys: Sequence) -> list:
+        leases = [lease_key(k) for k in keys]
+        if self._legacy:
+            leases += [legacy_lease_key(k) for k in keys]
+        return leases
 
     def write(self, writes: Sequence[CacheWrite]) -> WriteResult:
         """Apply fenced writes (update mode); returns how many were applied and refused.
 
         Refused means Redis holds a newer version (or a newer delete's tombstone).
         TTLs get their jitter here: ``ttl * (1 - jitter * U[0,1))``, never longer
-        than configured, so the TTL stays a bound on staleness.
+        than configured, so the TTL stays a bound on staleness. One script call takes the
+        writes of one hash slot (all of them on a single server), up to WRITE_CHUNK.
         """
         def run():
             fenced = fence_by_table(writes, self._table_fences({w.table for w in writes}))
-            pipe = self._client.pipeline(transaction=False)
-            parts = list(chunks(list(fenced), WRITE_CHUNK))
-            for part in parts:
-                keys, args = [], []
-                for w in part:
-                    ttl_ms = max(1, int(w.ttl_s * 1000 * (1 - w.ttl_jitter * self._rand.random())))
-                    keys += [w.key, version_key(w.key), lease_key(w.key)]
-                    args += [w.kind, w.version, w.value, ttl_ms, ttl_ms + VERSION_MARGIN_MS]
-                self._fenced(keys=keys, args=args, client=pipe)
-            outcomes = [(w.key, int(x)) for part, result in zip(parts, pipe.execute())
+            parts = [part for group in per_slot(fenced, self._cluster, key=lambda w: w.key)
+                     for part in chunks(group, WRITE_CHUNK)]
+
+            def fill(pipe):
+                for part in parts:
+                    queue_script(pipe, self._fenced,
+                                 [k for w in part for k in self._script_keys(w.key)],
+                                 [a for w in part for a in self._script_args(w)])
+            results = run_pipeline(self._client, fill, [self._fenced])
+            outcomes = [(w.key, int(x)) for part, result in zip(parts, results)
                         for w, x in zip(part, result)]
             applied = sum(1 for _, x in outcomes if x == APPLIED)
             backwards = tuple(key for key, x in outcomes if x == BACKWARDS)
             return WriteResult(applied, len(outcomes) - applied - len(backwards), backwards)
         return redis_call(run) if writes else WriteResult(0, 0)
+
+    def _script_keys(self, key: str) -> list[str]:
+        """fenced_write.lua's keys of one entry (with the old untagged companions during an
+        upgrade)."""
+        keys = [key, version_key(key), lease_key(key)]
+        if self._legacy:
+            keys += [legacy_version_key(key), legacy_lease_key(key)]
+        return keys
+
+    def _script_args(self, w: CacheWrite) -> list:
+        ttl_ms = max(1, int(w.ttl_s * 1000 * (1 - w.ttl_jitter * self._rand.random())))
+        return [w.kind, w.version, w.value, ttl_ms, ttl_ms + VERSION_MARGIN_MS]
 
     def invalidate_table(self, mapping: TableMapping, fence_version: str | None = None,
                          progress: Callable[[int], None] | None = None) -> int:
@@ -94,49 +124,34 @@ class RedisCache:
             if fence_version is not None:
                 self._table_fence(keys=[table_fence_key(mapping.table)], args=[fence_version])
             removed = 0
-            for node in _masters(self._client):
+            for node in masters(self._client):
                 for template in mapping.keys:
                     for part in _batched(_matching(node, template), PIPELINE_CHUNK // 2):
-                        removed += self._unlink(node, part)
+                        removed += self._unlink(part)
                         if progress is not None:
                             progress(len(part))
-                    for part in _batched(_matching(node, template, LEASE_PREFIX_B),
+                    for part in _batched(_leases_matching(node, template, self._legacy),
                                          PIPELINE_CHUNK):
-                        node.unlink(*part)
+                        run_pipeline(self._client, lambda pipe: [
+                            queue_unlink(pipe, group) for group in per_slot(part, self._cluster)])
             return removed
         return redis_call(run)
-
-    @staticmethod
-    def _unlink(node, keys: Sequence[bytes]) -> int:
-        pipe = node.pipeline(transaction=False)
-        pipe.unlink(*keys)
-        pipe.unlink(*(LEASE_PREFIX_B + k for k in keys))
-        return int(pipe.execute()[0])
 
     def _table_fences(self, tables: set[str]) -> dict[str, str]:
         """The stored table-level fence of each table (one pipelined GET each)."""
         tables = sorted(t for t in tables if t)
         if not tables:
             return {}
-        pipe = self._client.pipeline(transaction=False)
-        for t in tables:
-            pipe.get(table_fence_key(t))
-        return {t: v.decode() for t, v in zip(tables, pipe.execute()) if v is not None}
+        found = run_pipeline(self._client,
+                             lambda pipe: [pipe.get(table_fence_key(t)) for t in tables])
+        return {t: v.decode() for t, v in zip(tables, found) if v is not None}
 
     def close(self) -> None:
         self._client.close()
 
 
-LEASE_PREFIX_B = lease_key("").encode()
 _INTERNAL_B = INTERNAL_PREFIX.encode()
-
-
-def _masters(client) -> list:
-    """The servers to SCAN: every primary of a cluster client, else the client itself."""
-    primaries = getattr(client, "get_primaries", None)
-    if primaries is None:
-        return [client]
-    return [client.get_redis_connection(node) for node in primaries()]
+_LEGACY_LEASE_B = LEASE_PREFIX.encode()
 
 
 def _batched(items, size: int):
@@ -147,23 +162,46 @@ def _batched(items, size: int):
         yield part
 
 
-def _matching(node, template, prefix: bytes = b""):
-    """Keys on ``node`` the template renders (not cachesync's own), as bytes; with a
-    ``prefix`` (the lease prefix), the keys that are that prefix plus such a key."""
-    for key in node.scan_iter(match=prefix.decode() + template.glob, count=SCAN_COUNT):
-        name = key[len(prefix):]
-        if not prefix and name.startswith(_INTERNAL_B):
-            continue
-        if template.regex.fullmatch(name.decode("utf-8", "surrogateescape")):
+def _matching(node, template):
+    """Keys on ``node`` the template renders (not cachesync's own), as bytes."""
+    for key in node.scan_iter(match=template.glob, count=SCAN_COUNT):
+        if not key.startswith(_INTERNAL_B) and _renders(template, key):
             yield key
+
+
+def _leases_matching(node, template, legacy: bool):
+    """Lease keys on ``node`` of keys the template renders, as bytes (with the old untagged
+    ones while ``legacy``)."""
+    for name in node.scan_iter(match=LEASE_PREFIX + "{*}" + template.glob, count=SCAN_COUNT):
+        owner = companion_owner(name, LEASE_PREFIX)
+        if owner is not None and _renders(template, owner):
+            yield name
+    if legacy:
+        for name in node.scan_iter(match=LEASE_PREFIX + template.glob, count=SCAN_COUNT):
+            if _renders(template, name[len(_LEGACY_LEASE_B):]):
+                yield name
+
+
+def _renders(template, key: bytes) -> bool:
+    return template.regex.fullmatch(key.decode("utf-8", "surrogateescape")) is not None
+
+
+# A cluster resharding or failing over: a multi-key command or script on a slot that is
+# migrating (TRYAGAIN until the move completes; redis-py retries it, then gives up with a
+# ClusterError), a master down, a slot no master serves yet.
+_CLUSTER_TRANSIENT = (redis.exceptions.ClusterError, redis.exceptions.TryAgainError,
+                      redis.exceptions.SlotNotCoveredError)
 
 
 def redis_call(fn, what: str = "Redis"):
     """Run ``fn()``; refused credentials raise FatalError, an unreachable or loading
-    server RetryableError (the engines retry those and never skip)."""
+    server or a cluster mid-resharding or failover RetryableError (the engines retry
+    those and never skip)."""
     try:
         return fn()
     except redis.AuthenticationError as e:
         raise FatalError(f"{what} refused the credentials: {e}") from e
     except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError) as e:
         raise RetryableError(f"{what} unavailable: {e}") from e
+    except _CLUSTER_TRANSIENT as e:
+        raise RetryableError(f"{what}: the cluster is resharding or failing over: {e}") from e

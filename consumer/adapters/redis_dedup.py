@@ -1,8 +1,10 @@
 """The dedup store on Redis (``consumer.dedup_store: redis``): same contract as MySQL's.
 
-One string per message id, ``cachesync:dedup:<ns>:<id>``, holding ``c <token>
+One string per message id, ``cachesync:dedup:<ns>:{<tag>}<id>`` (schema.keys.dedup_key:
+one of 64 hash slots per namespace), holding ``c <token>
 <until_ms>`` while claimed and ``d <done_ms>`` once done. Claims and confirms are
-Lua scripts over a whole chunk (one round trip each), timed by Redis's clock.
+Lua scripts over a whole chunk (one pipelined round trip; on a Redis Cluster one script
+call per slot a batch uses), timed by Redis's clock.
 Every record carries the retention as its TTL, so done records expire on their
 own; ``purge`` removes those written under a longer retention than today's.
 
@@ -19,13 +21,15 @@ from typing import Mapping, Sequence
 import redis
 
 from cachesync.consumer.adapters.redis_cache import redis_call
+from cachesync.consumer.adapters.redis_cluster import (is_cluster, per_slot, queue_script,
+                                                       queue_unlink, run_pipeline)
 from cachesync.consumer.core.dedup import ClaimState
 from cachesync.consumer.ports import chunks
 from cachesync.schema import resource_text
+from cachesync.schema.keys import DEDUP_PREFIX, dedup_key
 
 CLAIM_CHUNK = 1000
 SCAN_COUNT = 1000
-PREFIX = "cachesync:dedup:"
 WHAT = "Redis (dedup store)"
 _STATES = {b"owned": ClaimState.OWNED, b"done": ClaimState.DONE, b"busy": ClaimState.BUSY}
 
@@ -34,36 +38,38 @@ class RedisDedupStore:
     def __init__(self, url: str, namespace: str, retention_s: float,
                  client: redis.Redis | None = None):
         self._client = client or redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
-        self._prefix = f"{PREFIX}{namespace}:"
+        self._namespace = namespace
+        self._prefix = f"{DEDUP_PREFIX}{namespace}:"
+        self._cluster = is_cluster(self._client)
         self._retention_ms = max(1, int(retention_s * 1000))
         self._claim = self._client.register_script(resource_text("lua/dedup_claim.lua"))
         self._confirm = self._client.register_script(resource_text("lua/dedup_confirm.lua"))
 
     def claim(self, ids: Sequence[str], lease_s: float) -> tuple[str, Mapping[str, ClaimState]]:
         token = uuid.uuid4().hex
-        unique = list(dict.fromkeys(ids))
+        parts = self._script_parts(list(dict.fromkeys(ids)))
+        args = [token, max(1, int(lease_s * 1000)), self._retention_ms]
 
         def run():
-            states: dict[str, ClaimState] = {}
-            pipe = self._client.pipeline(transaction=False)
-            parts = list(chunks(unique, CLAIM_CHUNK))
-            for part in parts:
-                self._claim(keys=[self._prefix + i for i in part],
-                            args=[token, max(1, int(lease_s * 1000)), self._retention_ms],
-                            client=pipe)
-            for part, answer in zip(parts, pipe.execute()):
-                states.update((i, _STATES[a]) for i, a in zip(part, answer))
-            return states
+            answers = run_pipeline(self._client, lambda pipe: [
+                queue_script(pipe, self._claim, keys, args) for _, keys in parts],
+                [self._claim])
+            return {i: _STATES[a] for (part, _), answer in zip(parts, answers)
+                    for i, a in zip(part, answer)}
         return token, redis_call(run, WHAT)
 
     def confirm(self, token: str, ids: Sequence[str]) -> None:
-        def run():
-            pipe = self._client.pipeline(transaction=False)
-            for part in chunks(list(ids), CLAIM_CHUNK):
-                self._confirm(keys=[self._prefix + i for i in part],
-                              args=[token, self._retention_ms], client=pipe)
-            pipe.execute()
-        redis_call(run, WHAT)
+        parts = self._script_parts(list(ids))
+        redis_call(lambda: run_pipeline(self._client, lambda pipe: [
+            queue_script(pipe, self._confirm, keys, [token, self._retention_ms])
+            for _, keys in parts], [self._confirm]), WHAT)
+
+    def _script_parts(self, ids: list[str]) -> list[tuple[list[str], list[str]]]:
+        """``(ids, their record keys)`` per script call: up to CLAIM_CHUNK ids of one slot."""
+        keyed = [(i, dedup_key(self._namespace, i)) for i in ids]
+        return [([i for i, _ in part], [k for _, k in part])
+                for group in per_slot(keyed, self._cluster, key=lambda pair: pair[1])
+                for part in chunks(group, CLAIM_CHUNK)]
 
     def purge(self, retention_s: float, limit: int) -> int:
         """Delete up to ``limit`` done records older than ``retention_s`` (a SCAN of the namespace)."""
@@ -89,7 +95,7 @@ class RedisDedupStore:
         def run():
             found = {"claimed": 0, "done": 0}
             for keys in chunks(list(self._scan()), SCAN_COUNT):
-                for record in self._client.mget(keys):
+                for record in self._mget(keys):
                     if record:
                         found["done" if record.startswith(b"d ") else "claimed"] += 1
             return found
@@ -100,13 +106,18 @@ class RedisDedupStore:
 
     def _purge_keys(self, keys: list[bytes], cutoff_ms: int, room: int) -> int:
         old = []
-        for key, record in zip(keys, self._client.mget(keys)):
+        for key, record in zip(keys, self._mget(keys)):
             if record and record.startswith(b"d ") and int(record[2:]) < cutoff_ms:
                 old.append(key)
         old = old[:room]
-        if old:
-            self._client.delete(*old)     # done records never change back: no race
+        if old:     # done records never change back: no race
+            run_pipeline(self._client, lambda pipe: [
+                queue_unlink(pipe, group) for group in per_slot(old, self._cluster)])
         return len(old)
+
+    def _mget(self, keys: list[bytes]) -> list:
+        """The records at ``keys`` (on a cluster: per node, not one atomic MGET)."""
+        return self._client.mget_nonatomic(keys) if self._cluster else self._client.mget(keys)
 
     def close(self) -> None:
         self._client.close()

@@ -13,18 +13,19 @@ import pytest
 from cachesync.consumer.adapters.memory import MemoryCache
 from cachesync.consumer.adapters.redis_cache import RedisCache
 from cachesync.consumer.core.writes import CacheWrite, padded
-from cachesync.schema.keys import version_key
+from cachesync.schema.keys import lease_key, legacy_lease_key, legacy_version_key, version_key
+from cachesync.schema.mapping import parse_mappings
+from tests.support.variants import redis_cluster
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["memory", "redis", "redis-cluster"])
 def cache(request):
     """(cache, read(key) -> value or None, stored version of key, key namer)."""
     if request.param == "memory":
         c = MemoryCache()
         yield c, c.data.get, c.versions.get, lambda k: k
         return
-    stack = request.getfixturevalue("stack")
-    client = stack.redis()
+    client = request.getfixturevalue("stack").redis() if request.param == "redis" else redis_cluster()
     prefix = f"fence-{uuid.uuid4().hex[:8]}:"
     c = RedisCache("", client=client)
 
@@ -79,3 +80,53 @@ def test_a_backwards_delete_also_deletes_and_keeps_the_version(cache):
     c.write([write(k, v(5, 10))])
     result = c.write([write(k, v(3, 20), kind="del")])
     assert result.backwards == (k,) and read(k) is None and version(k) == v(5, 10)
+
+
+# -- upgrading a single server from the untagged companion names ------------------------------
+@pytest.fixture
+def upgraded(stack):
+    """(client, key) on the devstack's single server; the key's companions cleaned after."""
+    client = stack.redis()
+    key = f"fence-{uuid.uuid4().hex[:8]}:item:1"
+    yield client, key
+    client.delete(key, version_key(key), legacy_version_key(key), lease_key(key),
+                  legacy_lease_key(key))
+    client.close()
+
+
+@pytest.mark.parametrize("old_version, refused", [
+    (v(6, 20), True),               # a value's version written before the upgrade
+    (v(9, 30), True),               # a delete's tombstone written before the upgrade
+    (v(4, 5), False),               # an older one: the write is newer
+])
+def test_an_untagged_version_still_fences_after_the_upgrade(upgraded, old_version, refused):
+    client, key = upgraded
+    client.set(legacy_version_key(key), old_version, px=60000)
+    result = RedisCache("", client=client, legacy_companions=True).write([write(key, v(5, 10))])
+    assert result.refused == int(refused)
+    if refused:
+        assert client.get(key) is None and client.get(legacy_version_key(key)) is not None
+    else:       # applied: the version moves to the tagged name
+        assert client.get(version_key(key)) == v(5, 10).encode()
+        assert client.get(legacy_version_key(key)) is None
+
+
+def test_without_the_legacy_setting_an_untagged_version_is_not_seen(upgraded):
+    """Why redis.legacy_companion_keys defaults to true: off, a stale write wins."""
+    client, key = upgraded
+    client.set(legacy_version_key(key), v(6, 20), px=60000)
+    assert RedisCache("", client=client).write([write(key, v(5, 10))]).applied == 1
+
+
+def test_invalidations_void_untagged_leases_too(upgraded):
+    """An application still on the old client takes ``cachesync:lease:<key>``: an upgraded
+    consumer's delete, fenced write and table invalidation void it."""
+    client, key = upgraded
+    cache = RedisCache("", client=client, legacy_companions=True)
+    table = parse_mappings({"app.items": {"keys": [key.rsplit(":", 1)[0] + ":{id}"]}})
+    for invalidate in (lambda: cache.delete([key]), lambda: cache.write([write(key, v(1, 1))]),
+                       lambda: cache.invalidate_table(table.tables["app.items"])):
+        client.set(legacy_lease_key(key), "old-client-token", px=60000)
+        client.set(lease_key(key), "new-client-token", px=60000)
+        invalidate()
+        assert client.exists(legacy_lease_key(key), lease_key(key)) == 0

@@ -13,11 +13,12 @@ from cachesync.consumer.adapters.redis_dedup import RedisDedupStore
 from cachesync.consumer.hooks import purge_dedup
 from cachesync.consumer.core.dedup import ClaimState
 from cachesync.producer_outbox.mysql import MySQLParams
+from tests.support.variants import redis_cluster
 
 O, D, B = ClaimState.OWNED, ClaimState.DONE, ClaimState.BUSY
 
 
-@pytest.fixture(params=["memory", "mysql", "redis"])
+@pytest.fixture(params=["memory", "mysql", "redis", "redis-cluster"])
 def make_store(request):
     """A factory: stores made by one call share a namespace (two consumers, one group)."""
     if request.param == "memory":
@@ -33,8 +34,10 @@ def make_store(request):
                                  env["CACHESYNC_MYSQL_USER"], f.read().strip(),
                                  database="cachesync")
         build = lambda: MySQLDedupStore(params, ns)                      # noqa: E731
-    else:
+    elif request.param == "redis":
         build = lambda: RedisDedupStore(env["CACHESYNC_REDIS_URL"], ns, retention_s=3600)  # noqa: E731
+    else:   # a batch's records over many slots of three masters
+        build = lambda: RedisDedupStore("", ns, retention_s=3600, client=redis_cluster())  # noqa: E731
     stores = []
 
     def make():

@@ -10,6 +10,7 @@ import logging
 import pytest
 
 from cachesync.schema.event import decode, encode
+from cachesync.schema.keys import version_key
 from tests.support import wait_for
 
 pytestmark = pytest.mark.integration
@@ -31,7 +32,7 @@ def test_update_mode_never_lets_one_row_hold_anothers_key(lab, caplog):
     settle(engine, 3)
     # both rows render bk:x:y:z: the key is invalidated and fenced, never written
     assert lab.redis.get(f"{lab.prefix}bk:x:y:z") is None
-    assert lab.redis.get(f"cachesync:ver:{lab.prefix}bk:x:y:z") is not None
+    assert lab.redis.get(version_key(f"{lab.prefix}bk:x:y:z")) is not None
     assert json.loads(lab.redis.get(f"{lab.prefix}bk:p:q")) == {"id": 3, "a": "p", "b": "q"}
     table = f"{lab.db}.bk"
     assert engine.tables.snapshot() == {("invalidated_instead_of_written", table,

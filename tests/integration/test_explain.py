@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from cachesync.schema.keys import lease_key
+
 pytestmark = pytest.mark.integration
 
 USERS = {"users": {"keys": ["user:{id}", "user:email:{email}"]}}
@@ -98,6 +100,6 @@ def test_explain_needs_no_server(lab):
     p = lab.prefix
     assert result.stdout.splitlines()[1:] == [
         "update:",
-        f"  UNLINK {p}user:1 cachesync:lease:{p}user:1",
-        f"  UNLINK {p}user:email:a@x cachesync:lease:{p}user:email:a@x",
-        f"  UNLINK {p}user:email:b@x cachesync:lease:{p}user:email:b@x"]
+        f"  UNLINK {p}user:1 {lease_key(p + 'user:1')}",
+        f"  UNLINK {p}user:email:a@x {lease_key(p + 'user:email:a@x')}",
+        f"  UNLINK {p}user:email:b@x {lease_key(p + 'user:email:b@x')}"]

@@ -9,6 +9,7 @@ import pytest
 from kafka import KafkaProducer
 
 from cachesync.schema.event import ChangeEvent, Source, encode
+from cachesync.schema.keys import version_key
 from tests.support import cli, wait_for
 
 pytestmark = pytest.mark.integration
@@ -68,7 +69,7 @@ def test_each_poison_kind_has_its_outcome_and_nothing_is_lost(lab):
     assert not lab.cached("doc:zürich-東京:0x00ff10", "doc:a\\,b:0x2c")
     # an oversized value is not written: the key is invalidated and fenced instead
     assert not lab.cached("big:1") and engine.stats.oversized == 1
-    assert lab.redis.get(f"cachesync:ver:{lab.prefix}big:1") is not None
+    assert lab.redis.get(version_key(f"{lab.prefix}big:1")) is not None
     assert engine.stats.dead_lettered == 5 and engine.stats.applied == 4
 
 

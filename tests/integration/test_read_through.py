@@ -12,15 +12,21 @@ import threading
 
 import pytest
 import redis.asyncio
+from redis.asyncio.cluster import RedisCluster
 
 from cachesync.client import read_through, read_through_async
 from tests.support import wait_for
+from tests.support.variants import use_redis_cluster
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def race(lab):
+@pytest.fixture(params=["redis", "redis-cluster"])
+def race(lab, request, monkeypatch):
+    """The pipeline on the devstack's Redis, then on its 3-master cluster (key, lease and
+    fill script in one slot there, or the fill fails with CROSSSLOT)."""
+    if request.param == "redis-cluster":
+        use_redis_cluster(lab, monkeypatch)
     lab.sql("CREATE TABLE users (id BIGINT PRIMARY KEY, name VARCHAR(50) NOT NULL)")
     cfg = lab.write_config({"users": {"keys": ["user:{id}"]}})
     lab.start_tailer(cfg)
@@ -83,7 +89,9 @@ def test_the_async_twin_refuses_the_stale_fill_too(race):
 
     def async_reader(key, loader):
         async def main():
-            client = redis.asyncio.Redis.from_url(lab.stack.env["CACHESYNC_REDIS_URL"])
+            env = lab.stack.env
+            client = (RedisCluster if env.get("CACHESYNC_REDIS_CLUSTER") else redis.asyncio.Redis
+                      ).from_url(env["CACHESYNC_REDIS_URL"])
             try:
                 returned.append(await read_through_async(
                     client, key, lambda: asyncio.to_thread(loader), ttl_s=600))

@@ -24,13 +24,14 @@ from kafka import KafkaProducer
 from cachesync.cli import cli
 from cachesync.commands.consume_spark import build_spark_engine, dedup_purge
 from cachesync.commands.replay import run_replay
-from cachesync.consumer.adapters.redis_dedup import PREFIX as REDIS_DEDUP_PREFIX
+from cachesync.schema.keys import DEDUP_PREFIX as REDIS_DEDUP_PREFIX
 from cachesync.consumer.applier import Stats
 from cachesync.consumer.replay import parse_bound
 from cachesync.producer_outbox.rows import TxnContext, row_change
 from cachesync.schema.event import encode
 from cachesync.schema.keys import kafka_key
 from tests.support import add_config_sections, address, scrape, status_json, wait_for
+from tests.support.variants import use_redis_cluster
 
 pytestmark = pytest.mark.integration
 USERS = {"keys": ["user:{id}", "user:email:{email}"]}
@@ -176,8 +177,9 @@ def test_python_and_spark_engines_leave_identical_redis_and_dedup_state(lab, spa
 
 
 def redis_dedup_records(lab, namespace: str) -> dict[str, bytes]:
+    """message id -> record (the key is ``<prefix>{<slot tag>}<id>``)."""
     prefix = f"{REDIS_DEDUP_PREFIX}{namespace}:"
-    return {k.decode()[len(prefix):]: lab.redis.get(k)
+    return {k.decode()[len(prefix):].split("}", 1)[1]: lab.redis.get(k)
             for k in lab.redis.scan_iter(match=prefix + "*", count=1000)}
 
 
@@ -366,7 +368,11 @@ def test_replay_dry_run_counts_match_what_the_replay_then_deletes(lab, spark):
 
 
 # -- audit -------------------------------------------------------------------------------------------
-def test_audit_finds_exactly_the_planted_stale_keys_and_repair_removes_them(lab, spark):
+@pytest.mark.parametrize("redis_variant", ["redis", "redis-cluster"])
+def test_audit_finds_exactly_the_planted_stale_keys_and_repair_removes_them(lab, spark, monkeypatch,
+                                                                          redis_variant):
+    if redis_variant == "redis-cluster":      # keys on three masters: SCAN each, MGET per node
+        use_redis_cluster(lab, monkeypatch)
     lab.sql("CREATE TABLE users (id INT PRIMARY KEY, email VARCHAR(64), name VARCHAR(64), "
             "score DECIMAL(8,2))")
     rows = [(i, f"a{i}@x.org", f"name {i}", f"{i}.50") for i in range(1, 201)]

@@ -10,11 +10,17 @@ from cachesync.cli import cli
 from cachesync.explain import (check_columns, check_delete_path, explain_event,
                                lint, make_event)
 from cachesync.consumer.core.plan import Plan, plan_batch
+from cachesync.schema.keys import lease_key
 from cachesync.schema.mapping import KeyTemplate, parse_mappings
 
 TABLES = {"app.users": {"keys": ["user:{id}", "user:email:{email}"], "ttl": 600}}
 MAPPINGS = parse_mappings(TABLES)
 USERS = MAPPINGS.tables["app.users"]
+
+
+def unlink(key: str) -> str:
+    """What explain prints for a key's invalidation: the key and its lease (in its slot)."""
+    return f"UNLINK {key} {lease_key(key)}"
 
 
 def explain(op, before, after):
@@ -24,22 +30,22 @@ def explain(op, before, after):
 
 @pytest.mark.parametrize("op, before, after, expected", [
     ("insert", None, {"id": 1, "email": "a@x"},
-     ["UNLINK user:1 cachesync:lease:user:1",
-      "UNLINK user:email:a@x cachesync:lease:user:email:a@x"]),
+     [unlink("user:1"),
+      unlink("user:email:a@x")]),
     ("update", {"id": 1, "email": "a@x"}, {"id": 1, "email": "b@x"},
-     ["UNLINK user:1 cachesync:lease:user:1",
-      "UNLINK user:email:a@x cachesync:lease:user:email:a@x",
-      "UNLINK user:email:b@x cachesync:lease:user:email:b@x"]),
+     [unlink("user:1"),
+      unlink("user:email:a@x"),
+      unlink("user:email:b@x")]),
     ("delete", {"id": 1, "email": "a@x"}, None,
-     ["UNLINK user:1 cachesync:lease:user:1",
-      "UNLINK user:email:a@x cachesync:lease:user:email:a@x"]),
+     [unlink("user:1"),
+      unlink("user:email:a@x")]),
     ("insert", None, {"id": 2, "email": None},
-     ["UNLINK user:2 cachesync:lease:user:2",
+     [unlink("user:2"),
       "skipped 1 template rendering(s): a key column is NULL"]),
     ("insert", None, {"id": {"$dec": "7.50"}, "email": "c@x"},          # tagged JSON values
      ["key text: id = '7.50'",                                   # the canonical text, shown
-      "UNLINK user:7.50 cachesync:lease:user:7.50",
-      "UNLINK user:email:c@x cachesync:lease:user:email:c@x"]),
+      unlink("user:7.50"),
+      unlink("user:email:c@x")]),
 ])
 def test_explain_known_rows(op, before, after, expected):
     assert explain(op, before, after) == (expected, False)
@@ -195,15 +201,14 @@ def test_explain_shows_the_canonical_key_text_of_typed_values():
     lines, _ = explain_event(make_event("app.ev", "insert", None, {
         "at": {"$dt": "2020-01-01T10:00:00.000001"}, "b": {"$b64": "0CkAAA=="}}), m)
     assert lines == ["key text: at = '2020-01-01 10:00:00.000001'", "key text: b = '0xd0290000'",
-                     "UNLINK ev:2020-01-01 10:00:00.000001 "
-                     "cachesync:lease:ev:2020-01-01 10:00:00.000001",
-                     "UNLINK ev:blob:0xd0290000 cachesync:lease:ev:blob:0xd0290000"]
+                     unlink("ev:2020-01-01 10:00:00.000001"),
+                     unlink("ev:blob:0xd0290000")]
 
 
 def test_explain_shows_a_dead_letter_and_the_keys_still_invalidated():
     lines, poison = explain("delete", {"id": 1}, None)
     assert poison and lines == [
-        lines[0], "UNLINK user:1 cachesync:lease:user:1  (the row's other keys)"]
+        lines[0], unlink("user:1") + "  (the row's other keys)"]
 
 
 def test_explain_shows_an_ambiguous_key_invalidated_instead_of_written():
