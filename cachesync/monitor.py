@@ -109,7 +109,8 @@ def read_values(client: redis.Redis, mapping: TableMapping, keys: list[str]) -> 
         for key in keys:
             pipe.hgetall(key)
         return dict(zip(keys, pipe.execute()))
-    return dict(zip(keys, client.mget(keys)))
+    get_many = getattr(client, "mget_nonatomic", client.mget)   # a cluster's keys span slots
+    return dict(zip(keys, get_many(keys)))
 
 
 class ConsistencyMonitor(Hook):
