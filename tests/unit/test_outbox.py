@@ -53,12 +53,17 @@ def test_row_becomes_an_outbox_change_event_that_round_trips():
     assert event_kafka_key(ROW, "app") == "app.board:7"
 
 
-def test_consumer_invalidates_explicit_keys_of_an_unmapped_aggregate():
-    mappings = parse_mappings({"app.users": {"keys": ["user:{id}"]}})
+def test_consumer_invalidates_the_allowed_explicit_keys_of_an_aggregate():
+    # issue 15: explicit keys need the aggregate type's allow-list (they were deleted unchecked)
+    mappings = parse_mappings({"app.users": {"keys": ["user:{id}"]},
+                               "app.board": {"explicit_keys": ["lb:{board}", "page:home"]}})
     plan = plan_batch([to_event(ROW, "app", "s")], mappings)
     assert plan.keys == ["lb:7", "page:home"] and not plan.poison
     no_keys = OutboxRow(**{**ROW.__dict__, "cache_keys": None})
-    assert plan_batch([to_event(no_keys, "app", "s")], mappings).poison  # unknown table: DLQ
+    unmapped = parse_mappings({"app.users": {"keys": ["user:{id}"]}})
+    assert plan_batch([to_event(no_keys, "app", "s")], unmapped).poison  # unknown table: DLQ
+    [(_, refused)] = plan_batch([to_event(ROW, "app", "s")], unmapped).poison
+    assert refused.reason == "key_not_allowed"                 # no allow-list: refused
 
 
 def test_unconfirmed_tracks_sends_acks_and_failures():
