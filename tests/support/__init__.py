@@ -58,11 +58,15 @@ class Lab:
                           "heartbeat_interval_s": 0, **(tailer or {})},
                "consumer": {"poll_timeout_s": 0.05, **(consumer or {})},
                "metrics": {"listen": "127.0.0.1:0", "probe_interval_s": 0.5},
-               "tables": {f"{self.db}.{t}": {**spec, "keys": [self.prefix + k for k in spec["keys"]]}
-                          for t, spec in tables.items()}}
+               "tables": {f"{self.db}.{t}": self._prefixed(spec) for t, spec in tables.items()}}
         path = self.tmp / name
         path.write_text(yaml.safe_dump(doc))
         return str(path)
+
+    def _prefixed(self, spec: dict) -> dict:
+        """A table's spec with this lab's key prefix on its templates and explicit-key patterns."""
+        return {**spec, **{field: [self.prefix + k for k in spec[field]]
+                           for field in ("keys", "explicit_keys") if field in spec}}
 
     def settings(self, config_path: str):
         return config.load(config_path, {**os.environ, **self.stack.env})
