@@ -34,7 +34,8 @@ def mask_url(url: str) -> str:
     """``redis://user:pw@host/0?password=x`` -> ``redis://user:***@host/0?password=***``.
 
     The user info ends at the LAST ``@`` before the query (a password may contain ``@``);
-    ``password`` query parameters are masked too.
+    query parameters named ``password`` or ``...password`` (JDBC's ``trustStorePassword``,
+    any case) are masked too.
     """
     scheme, sep, rest = url.partition("://")
     if not sep:
@@ -45,7 +46,7 @@ def mask_url(url: str) -> str:
         user, colon, _ = head[:at].partition(":")
         head = f"{user}{colon}***{head[at:]}" if colon else head
     if q:
-        query = re.sub(r"(^|&)(password=)[^&]*", r"\1\2***", query)
+        query = re.sub(r"(^|&)([^=&]*password=)[^&]*", r"\1\2***", query, flags=re.I)
     return f"{scheme}{sep}{head}{q}{query}"
 
 

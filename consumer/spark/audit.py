@@ -32,6 +32,11 @@ class TableSource:
     # key text (schema.keytext.server_text_sql), as the tailer renders it from the binlog
     columns: tuple[tuple[str, str], ...] = ()
 
+    def __repr__(self) -> str:
+        from cachesync.config import mask_url
+        return (f"TableSource(url={mask_url(self.url)!r}, user={self.user!r}, password='***', "
+                f"table={self.table!r}, pk={self.pk!r}, rows={self.rows})")
+
 
 PARTITION_COLUMN = "__cachesync_pk"      # the integer key, typed, for JDBC partitioning
 
