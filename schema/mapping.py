@@ -13,6 +13,7 @@ from typing import Any, Mapping
 
 from cachesync.schema.errors import ConfigError, PoisonError
 from cachesync.schema.keys import INTERNAL_PREFIX
+from cachesync.schema.sqlnames import qualified
 from cachesync.schema.trust import KeyPattern
 from cachesync.schema.values import canonical_text
 
@@ -164,6 +165,10 @@ def _parse_table(name: str, spec: Any, source: str) -> TableMapping:
     where = f"{source}: tables.{name}"
     if not _TABLE.match(name):
         raise ConfigError(f"{where}: table must be written as db.table")
+    try:
+        qualified(*name.split(".", 1))      # what MySQL allows: 1 to 64 characters, no NUL
+    except ValueError as e:
+        raise ConfigError(f"{where}: {e}") from None
     if not isinstance(spec, Mapping):
         raise ConfigError(f"{where}: expected a mapping with at least 'keys'")
     unknown = set(spec) - _FIELDS

@@ -158,15 +158,28 @@ def test_rows_leased_again_warn_once_per_round_naming_the_most_retried(caplog):
 @pytest.mark.parametrize("name, quoted", [
     ("cachesync_outbox", "`cachesync_outbox`"),
     ("app.cachesync_outbox", "`app`.`cachesync_outbox`"),
-    ("o`; DROP TABLE users; --", "`o``; DROP TABLE users; --`"),
+    ("app$1.t_2", "`app$1`.`t_2`"),
 ])
 def test_the_outbox_table_name_is_quoted_never_pasted(name, quoted):
     from cachesync.producer_outbox.outbox import _table_name
     assert _table_name(name) == quoted
 
 
-@pytest.mark.parametrize("name", ["", "x" * 65, "a\0b"])
-def test_a_table_name_mysql_cannot_have_is_refused(name):
+# issue 15: a configured name must match the identifier pattern (it was only quoted, so a
+# name such as "o`; DROP ..." was accepted and quoted rather than refused)
+@pytest.mark.parametrize("name", ["", "x" * 65, "a\0b", "o`; DROP TABLE users; --", "a.b.c",
+                                  "app.", "my-outbox", "outbox ", 42])
+def test_a_table_name_that_is_not_an_identifier_is_refused(name):
     from cachesync.producer_outbox.outbox import OutboxError, _table_name
-    with pytest.raises(OutboxError, match="table: not a MySQL identifier"):
+    with pytest.raises(OutboxError, match="table: .* is not a table name"):
         _table_name(name)
+
+
+def test_ensure_outbox_table_refuses_a_bad_name_before_any_sql():
+    from cachesync.producer_outbox.outbox import OutboxError, ensure_outbox_table
+
+    class NoSQL:
+        def cursor(self):
+            raise AssertionError("no SQL may run")
+    with pytest.raises(OutboxError, match="is not a table name"):
+        ensure_outbox_table(NoSQL(), "x`; DROP TABLE t; --")
