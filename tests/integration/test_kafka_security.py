@@ -24,7 +24,9 @@ from cachesync.schema.event import encode
 from cachesync.schema.keys import kafka_key
 from cachesync.wiring import build_engine
 from tests.support.variants import start
-from tests.support import create_topics, spawn, status_json, wait_for
+from cachesync.producer_outbox.outbox import emit
+from tests.support import (add_config_sections, create_topics, prepare_outbox, spawn, status_json,
+                           wait_for)
 
 pytestmark = pytest.mark.integration
 
@@ -119,3 +121,27 @@ def test_both_replay_engines_read_the_topic_over_sasl_ssl(lab, sasl):
             report = run_replay(settings, mappings, engine, *everything, spark=spark,
                                 show_progress=False)
         assert (report.records, report.keys_existed, lab.cached("user:5")) == (1, 1, []), engine
+
+
+def test_relay_publishes_over_sasl_ssl_and_never_logs_the_password(lab, sasl):
+    """Issue 15's untested path: `cachesync relay` is a Kafka producer too."""
+    _, overrides = sasl
+    prepare_outbox(lab)
+    cfg = add_config_sections(lab.write_config({**USERS, "board": {"explicit_keys": ["board:{n}"]}}),
+                              relay={"outbox_db": lab.db, "poll_interval_s": 0.05})
+    relay = spawn(lab, cfg, "relay", env=overrides)
+    engine = build_engine(_settings(lab, cfg, overrides))
+    thread = threading.Thread(target=engine.run, daemon=True)
+    thread.start()
+    lab._threads.append((thread, engine))
+    lab.cache("board:1", "board:2")
+    with lab.stack.admin(lab.db, autocommit=False) as conn:
+        emit(conn, "board", 1, "bumped", {"n": 1}, keys=[lab.prefix + "board:1"])
+        conn.commit()
+    wait_for(lambda: lab._alive(relay) and not lab.cached("board:1"), 60,
+             what="the outbox event relayed and applied through SASL_SSL Kafka")
+    assert lab.sql("SELECT COUNT(*) FROM cachesync_outbox WHERE published_at IS NULL")[0][0] == 0
+    assert lab.cached("board:2") == ["board:2"]
+    assert lab.topic_records() == []   # the plain broker's copy of the topic saw nothing
+    password = pathlib.Path(overrides["CACHESYNC_KAFKA_SASL_PASSWORD_FILE"]).read_text().strip()
+    assert password and password not in lab.log(relay)
