@@ -140,11 +140,13 @@ class Lab:
             params.append(status)
         return self.sql(query, params)[0][0] if self._state_tables_exist() else 0
 
-    def topic_records(self, topic: str | None = None, timeout_s: float = 10.0) -> list:
-        """Every record currently in ``topic`` (default: the change topic)."""
+    def topic_records(self, topic: str | None = None, timeout_s: float = 10.0,
+                      bootstrap: str | None = None, **security) -> list:
+        """Every record currently in ``topic`` (default: the change topic), on the devstack's
+        broker or on ``bootstrap`` with kafka-python ``security`` options (a secured variant)."""
         topic = topic or self.topic
-        consumer = KafkaConsumer(bootstrap_servers=self.stack.bootstrap, enable_auto_commit=False,
-                                 group_id=None)
+        consumer = KafkaConsumer(bootstrap_servers=bootstrap or self.stack.bootstrap,
+                                 enable_auto_commit=False, group_id=None, **security)
         partitions = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)]
         consumer.assign(partitions)
         consumer.seek_to_beginning()
