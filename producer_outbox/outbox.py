@@ -7,8 +7,9 @@
     conn.commit()          # business rows and the outbox row commit (or roll back) together
 
 The relay (cachesync.producer_outbox.relay) publishes committed rows to Kafka; the consumer
-deletes the explicit ``keys`` (and keys rendered from ``payload`` when the table
-``<db>.<aggregate_type>`` has a mapping). Everything is validated before the
+deletes the explicit ``keys`` that the mapping's ``explicit_keys`` for ``<db>.<aggregate_type>``
+allows (and keys rendered from ``payload`` when that table has templates); it dead-letters
+an event with any other key (cachesync.schema.trust). Everything is validated before the
 INSERT, so a bad payload raises here and leaves the caller's transaction as it was.
 """
 
@@ -23,8 +24,9 @@ from cachesync.schema import resource_text
 from cachesync.schema.errors import CachesyncError
 from cachesync.schema.event import ChangeEvent, Source
 from cachesync.schema.ids import new_time_ordered_id
-from cachesync.schema.keys import kafka_key
+from cachesync.schema.keys import INTERNAL_PREFIX, kafka_key
 from cachesync.schema.sqlnames import configured
+from cachesync.schema.trust import is_reserved
 
 OUTBOX_TABLE = "cachesync_outbox"
 # Kafka's default message.max.bytes is 1 MiB; the envelope (ids, keys, source) needs
@@ -128,6 +130,10 @@ def _keys_text(keys: Iterable[str]) -> str | None:
     bad = [k for k in keys if not isinstance(k, str) or not k]
     if bad:
         raise OutboxError(f"keys must be non-empty strings, got {bad[0]!r}")
+    reserved = [k for k in keys if is_reserved(k)]
+    if reserved:
+        raise OutboxError(f"key {reserved[0]!r} is under {INTERNAL_PREFIX!r}, cachesync's own "
+                          "keys; the consumer would dead-letter the event")
     if not keys:
         return None
     text = json.dumps(keys, ensure_ascii=False)

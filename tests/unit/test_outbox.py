@@ -26,6 +26,7 @@ from cachesync.schema.mapping import parse_mappings
     (("a", "1", "t", {"x": "y" * MAX_PAYLOAD_BYTES}, ()), "the limit is 900,000 bytes"),
     (("a", "1", "t", {}, "one-key"), "not one string"),
     (("a", "1", "t", {}, ["ok", ""]), "keys must be non-empty strings"),
+    (("a", "1", "t", {}, ["ok", "cachesync:ver:ok"]), "under 'cachesync:', cachesync's own"),
 ])
 def test_emit_input_is_refused_with_a_clear_message(args, message):
     with pytest.raises(OutboxError, match=message):
