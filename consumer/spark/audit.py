@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cachesync.config import mask_url
 from cachesync.consumer.audit import STALE, AuditReport
 from cachesync.consumer.spark.applier import AuditConfig, audit_partition
 from cachesync.schema.keytext import server_text_sql
@@ -33,7 +34,7 @@ class TableSource:
     columns: tuple[tuple[str, str], ...] = ()
 
     def __repr__(self) -> str:
-        from cachesync.config import mask_url
+        """Without the password, the JDBC URL masked: a logged source shows no secret."""
         return (f"TableSource(url={mask_url(self.url)!r}, user={self.user!r}, password='***', "
                 f"table={self.table!r}, pk={self.pk!r}, rows={self.rows})")
 
