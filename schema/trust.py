@@ -72,13 +72,15 @@ def is_allowed(key: str, patterns: Sequence[KeyPattern]) -> bool:
     return not is_reserved(key) and any(p.matches(key) for p in patterns)
 
 
-def check_rendered(table: str, keys: Iterable[str]) -> None:
-    """Raises UntrustedKeyError when a key rendered from a template is reserved."""
-    for key in keys:
-        if is_reserved(key):
-            raise UntrustedKeyError(RESERVED_KEY, table, key,
-                                    f"was rendered from the row and is under the reserved "
-                                    f"prefix {INTERNAL_PREFIX!r}")
+def check_rendered(event, *rendered: Iterable[tuple[object, str]]) -> None:
+    """Raises UntrustedKeyError when a key rendered from a template is reserved;
+    ``rendered``: (template, key) pairs, as the planner renders each image."""
+    for pairs in rendered:
+        for _, key in pairs:
+            if key.startswith(INTERNAL_PREFIX):
+                raise UntrustedKeyError(RESERVED_KEY, event.qualified_table, key,
+                                        f"was rendered from the row and is under the reserved "
+                                        f"prefix {INTERNAL_PREFIX!r}")
 
 
 def check_explicit(table: str, keys: Iterable[str], patterns: Sequence[KeyPattern]) -> None:

@@ -101,12 +101,13 @@ def event_keys(event: ChangeEvent, mappings: MappingSet) -> EventPlan:
     if event.table_level:
         return EventPlan(event, (), table=mapping)
     explicit = tuple(event.keys)
-    check_explicit(event.qualified_table, explicit, mapping.explicit_keys if mapping else ())
+    if explicit:
+        check_explicit(event.qualified_table, explicit, mapping.explicit_keys if mapping else ())
     if mapping is None:
         return EventPlan(event, tuple(dict.fromkeys(explicit)))
     before, nulls_b = _render(mapping, event.before)
     after, nulls_a = _render(mapping, event.after)
-    check_rendered(event.qualified_table, [*_keys(before), *_keys(after)])
+    check_rendered(event, before, after)
     nulls = nulls_b + nulls_a
     if not mapping.updates:
         keys = tuple(dict.fromkeys([*explicit, *_keys(before), *_keys(after)]))
