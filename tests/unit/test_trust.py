@@ -125,3 +125,15 @@ def test_an_entry_with_only_explicit_keys_is_an_aggregate_type():
     table = MAPPINGS.get("app", "leaderboard")
     assert table.keys == () and [p.text for p in table.explicit_keys] == ["leaderboard:{board}",
                                                                            "page:*"]
+
+
+def test_lint_flags_templates_that_can_render_reserved_keys():
+    from cachesync.explain import lint
+    tables = parse_mappings({"d.t": {"keys": ["{name}", "c{code}", "x:{name}", "{id}:x"]}})
+    types = {"d.t": {"name": ("varchar", "utf8mb4_bin"), "code": ("varchar", "utf8mb4_bin"),
+                     "id": ("bigint", None)}}
+    found = [f for f in lint(tables, types=types) if f.check == "reserved-key"]
+    assert [f.message.split(":", 1)[0] for f in found] == ["'{name}'", "'c{code}'"]
+    assert all("dead-letters" in f.message for f in found)
+    # offline (key columns assumed integer) an integer cannot begin with "cachesync:"
+    assert not [f for f in lint(tables) if f.check == "reserved-key"]
