@@ -19,6 +19,7 @@ import yaml
 
 from cachesync.schema.errors import ConfigError
 from cachesync.schema.mapping import MappingSet, parse_mappings
+from cachesync.schema.sqlnames import IDENTIFIER_PATTERN
 
 ENV_PREFIX = "CACHESYNC_"
 
@@ -34,7 +35,8 @@ def mask_url(url: str) -> str:
     """``redis://user:pw@host/0?password=x`` -> ``redis://user:***@host/0?password=***``.
 
     The user info ends at the LAST ``@`` before the query (a password may contain ``@``);
-    ``password`` query parameters are masked too.
+    query parameters named ``password`` or ``...password`` (JDBC's ``trustStorePassword``,
+    any case) are masked too.
     """
     scheme, sep, rest = url.partition("://")
     if not sep:
@@ -45,7 +47,7 @@ def mask_url(url: str) -> str:
         user, colon, _ = head[:at].partition(":")
         head = f"{user}{colon}***{head[at:]}" if colon else head
     if q:
-        query = re.sub(r"(^|&)(password=)[^&]*", r"\1\2***", query)
+        query = re.sub(r"(^|&)([^=&]*password=)[^&]*", r"\1\2***", query, flags=re.I)
     return f"{scheme}{sep}{head}{q}{query}"
 
 
@@ -158,7 +160,7 @@ POSITIVE = {"lo": 0, "lo_open": True}        # seconds and sizes that must be ab
 AT_LEAST_1 = {"lo": 1}
 NOT_NEGATIVE = {"lo": 0}                     # 0 turns the feature off
 # Backticked in SQL: a database or table name cachesync creates or reads.
-IDENTIFIER = {"pattern": r"[A-Za-z0-9_$]{1,64}", "what": "a MySQL identifier (letters, digits, _ or $; 1 to 64)"}
+IDENTIFIER = {"pattern": IDENTIFIER_PATTERN, "what": "a MySQL identifier (letters, digits, _ or $; 1 to 64)"}
 NON_EMPTY = {"pattern": r"\S(.*\S)?", "what": "a non-empty value"}
 TOPIC = {"pattern": r"[A-Za-z0-9._-]{1,249}", "what": "a Kafka topic name ([A-Za-z0-9._-], 1 to 249)"}
 
@@ -313,7 +315,7 @@ class ConsumerSettings(_Validated):
 class RelaySettings(_Validated):
     SECTION = "relay"
     # the application database holding the outbox; required by relay
-    outbox_db: str = setting("", pattern=r"([A-Za-z0-9_$]{1,64})?",
+    outbox_db: str = setting("", pattern=f"({IDENTIFIER_PATTERN})?",
                              what="a MySQL identifier (letters, digits, _ or $; up to 64)")
     outbox_table: str = setting("cachesync_outbox", **IDENTIFIER)
     poll_interval_s: float = setting(0.1, **POSITIVE)

@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from cachesync.consumer.core.plan import plan_batch
 from cachesync.lint_keys import (ColumnTypes, check_binary_forms, check_collations,
-                                 check_collisions)
+                                 check_collisions, check_reserved)
 from cachesync.schema.event import ChangeEvent, Source
 from cachesync.schema.keys import lease_key
 from cachesync.schema.mapping import KeyTemplate, MappingSet, TableMapping
@@ -157,6 +157,7 @@ def lint(mappings: MappingSet, columns: Mapping[str, set[str]] | None = None,
         found += check_delete_path(mapping, mappings, planner)
         found += check_collations(mapping, types, Finding)
         found += check_binary_forms(mapping, types, Finding)
+        found += check_reserved(mapping, types, Finding)
         if columns is not None:
             found += check_columns(mapping, columns.get(mapping.table))
         if no_ttl is not None:

@@ -8,7 +8,7 @@ The results hold the SASL password: pass them on, never log them.
 
 from __future__ import annotations
 
-from cachesync.config import KafkaSettings
+from cachesync.config import KafkaSettings, Secret
 from cachesync.schema.errors import ConfigError
 
 _JAAS_MODULES = {
@@ -47,7 +47,8 @@ def spark_kafka_options(k: KafkaSettings) -> dict[str, str]:
             out["kafka.ssl.endpoint.identification.algorithm"] = ""
     if k.security_protocol.startswith("SASL_"):
         out.update({"kafka.sasl.mechanism": k.sasl_mechanism,
-                    "kafka.sasl.jaas.config": _jaas(k)})
+                    # a Secret: a logged or printed options dict masks the password
+                    "kafka.sasl.jaas.config": Secret(_jaas(k))})
     return out
 
 

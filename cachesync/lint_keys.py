@@ -9,7 +9,9 @@ columns whose collation makes MySQL equal what the keys keep apart.
 * ``ci-collation``: a template field under a case-insensitive (``_ci``) collation: MySQL
   treats ``abc`` and ``ABC `` as the same value, keys are byte-exact;
 * ``binary-form``: a MariaDB INET4/INET6/UUID template field, whose key text is the hex of
-  its stored bytes (the binlog carries it as BINARY), not the server's text.
+  its stored bytes (the binlog carries it as BINARY), not the server's text;
+* ``reserved-key``: a template that can render a key under ``cachesync:`` (``{name}`` with a
+  text column): the consumer dead-letters such rows (cachesync.schema.trust).
 
 What a value "may contain" comes from the live column types (information_schema). Without
 them (``--offline``) every field is assumed to be an integer, so only what collides
@@ -22,6 +24,7 @@ from typing import Iterable, Mapping
 
 from cachesync.schema.collisions import (INTEGER, other_reading, sample_key, separators,
                                          sql_texts)
+from cachesync.schema.keys import INTERNAL_PREFIX
 from cachesync.schema.keytext import BINARY_FORM_TYPES
 from cachesync.schema.mapping import KeyTemplate, MappingSet, TableMapping
 
@@ -104,6 +107,24 @@ def check_binary_forms(mapping: TableMapping, types: ColumnTypes | None, finding
                     "(CONCAT('0x', LOWER(HEX(col))))")
             for f, data_type, _ in _key_columns(mapping, types)
             if data_type.lower() in BINARY_FORM_TYPES]
+
+
+def check_reserved(mapping: TableMapping, types: ColumnTypes | None, finding) -> list:
+    """``reserved-key`` findings: a template whose keys can begin with ``cachesync:`` (its
+    text before the first field is the start of that prefix, and the field's column can
+    render the rest); the consumer dead-letters such rows (reason ``reserved_key``)."""
+    texts = field_texts(mapping, types)
+    out = []
+    for template in mapping.keys:
+        head, first = template.parts[0], template.parts[1]
+        rest = INTERNAL_PREFIX[len(head):]
+        if INTERNAL_PREFIX.startswith(head) and texts[first].fullmatch(rest):
+            out.append(finding("reserved-key", mapping.table,
+                               f"{template.text!r}: a row whose {{{first}}} begins with {rest!r} "
+                               f"renders a key under {INTERNAL_PREFIX!r} (cachesync's own); the "
+                               "consumer dead-letters it (reserved_key): start the template "
+                               "with a literal prefix"))
+    return out
 
 
 def live_column_types(conn, tables: Iterable[str]) -> dict[str, dict[str, tuple[str, str | None]]]:

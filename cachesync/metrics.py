@@ -92,7 +92,13 @@ TABLE_COUNTERS = {
                                        "Update-mode keys invalidated instead of written, per "
                                        "table and reason (ambiguous_key, oversized_value, "
                                        "null_version)"),
+    "untrusted_keys": ("cachesync_untrusted_keys",
+                       "Events dead-lettered at the trust boundary, per table and reason "
+                       "(reserved_key, key_not_allowed)"),
 }
+
+
+_WITH_REASON = frozenset({"invalidated_instead_of_written", "untrusted_keys"})
 
 
 class TableCollector:
@@ -106,7 +112,7 @@ class TableCollector:
         tally = self._source()
         counts = tally.snapshot() if tally is not None else {}
         for counter, (name, doc) in TABLE_COUNTERS.items():
-            reasons = counter == "invalidated_instead_of_written"
+            reasons = counter in _WITH_REASON
             family = CounterMetricFamily(name, doc, labels=["table", "reason"] if reasons
                                          else ["table"])
             for (c, table, reason), value in sorted(counts.items()):

@@ -26,6 +26,7 @@ from cachesync.consumer.core.writes import padded
 from cachesync.consumer.ports import CacheWriter, DeadLetters, DedupStore
 from cachesync.schema.mapping import MappingSet
 from cachesync.schema.retry import RetryPolicy, Stopped, call
+from cachesync.schema.trust import UntrustedKeyError
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +120,8 @@ class Applier:
             self._dead_letter(bad.record, bad.error.reason, bad.error.detail, result)
         for delivery, error in poison:
             self._dead_letter(delivery.dead_letter(), error.reason, error.detail, result)
+            if isinstance(error, UntrustedKeyError):
+                self.tables.untrusted(error.table, error.reason, error.detail)
 
     def _write(self, result: BatchResult) -> None:
         """Apply the batch in order: a table-level event splits it, rows before it apply first."""

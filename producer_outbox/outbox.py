@@ -7,8 +7,9 @@
     conn.commit()          # business rows and the outbox row commit (or roll back) together
 
 The relay (cachesync.producer_outbox.relay) publishes committed rows to Kafka; the consumer
-deletes the explicit ``keys`` (and keys rendered from ``payload`` when the table
-``<db>.<aggregate_type>`` has a mapping). Everything is validated before the
+deletes the explicit ``keys`` that the mapping's ``explicit_keys`` for ``<db>.<aggregate_type>``
+allows (and keys rendered from ``payload`` when that table has templates); it dead-letters
+an event with any other key (cachesync.schema.trust). Everything is validated before the
 INSERT, so a bad payload raises here and leaves the caller's transaction as it was.
 """
 
@@ -23,8 +24,9 @@ from cachesync.schema import resource_text
 from cachesync.schema.errors import CachesyncError
 from cachesync.schema.event import ChangeEvent, Source
 from cachesync.schema.ids import new_time_ordered_id
-from cachesync.schema.keys import kafka_key
-from cachesync.schema.sqlnames import qualified, quote
+from cachesync.schema.keys import INTERNAL_PREFIX, kafka_key
+from cachesync.schema.sqlnames import configured
+from cachesync.schema.trust import is_reserved
 
 OUTBOX_TABLE = "cachesync_outbox"
 # Kafka's default message.max.bytes is 1 MiB; the envelope (ids, keys, source) needs
@@ -67,20 +69,21 @@ def emit(conn, aggregate_type: str, aggregate_id: str | int, event_type: str,
     """
     values = outbox_values(aggregate_type, aggregate_id, event_type, payload, keys,
                            max_payload_bytes)
+    insert = _INSERT.format(table=_table_name(table))
     if conn.get_autocommit() and not conn.server_status & _SERVER_STATUS_IN_TRANS:
         raise OutboxError("emit() needs an open transaction: the connection is in autocommit "
                           "mode, so the outbox row would commit apart from the business rows")
     event_id = new_time_ordered_id()
     with conn.cursor() as cur:
-        cur.execute(_INSERT.format(table=_table_name(table)), (event_id, *values))
+        cur.execute(insert, (event_id, *values))
     return event_id
 
 
 def _table_name(table: str) -> str:
-    """``table`` or ``db.table``, quoted; raises OutboxError for a name MySQL cannot have."""
+    """``table`` or ``db.table``, checked and quoted; raises OutboxError for another name."""
     try:
-        return qualified(*table.split(".", 1)) if "." in table else quote(table)
-    except (ValueError, AttributeError) as e:
+        return configured(table)
+    except ValueError as e:
         raise OutboxError(f"table: {e}") from None
 
 
@@ -127,6 +130,10 @@ def _keys_text(keys: Iterable[str]) -> str | None:
     bad = [k for k in keys if not isinstance(k, str) or not k]
     if bad:
         raise OutboxError(f"keys must be non-empty strings, got {bad[0]!r}")
+    reserved = [k for k in keys if is_reserved(k)]
+    if reserved:
+        raise OutboxError(f"key {reserved[0]!r} is under {INTERNAL_PREFIX!r}, cachesync's own "
+                          "keys; the consumer would dead-letter the event")
     if not keys:
         return None
     text = json.dumps(keys, ensure_ascii=False)
@@ -137,8 +144,12 @@ def _keys_text(keys: Iterable[str]) -> str | None:
 
 
 def ensure_outbox_table(conn, table: str = OUTBOX_TABLE) -> None:
-    """Create the outbox table in ``conn``'s current database if missing (idempotent)."""
-    execute_script(conn, resource_text("sql/outbox.sql").replace(OUTBOX_TABLE, table))
+    """Create the outbox table in ``conn``'s current database if missing (idempotent); raises
+    OutboxError for a table name that is not an identifier (before any SQL)."""
+    create = "CREATE TABLE IF NOT EXISTS {} ("
+    script = resource_text("sql/outbox.sql")
+    execute_script(conn, script.replace(create.format(OUTBOX_TABLE),
+                                        create.format(_table_name(table))))
 
 
 def to_event(row: OutboxRow, db: str, server: str) -> ChangeEvent:

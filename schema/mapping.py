@@ -12,6 +12,9 @@ from functools import cached_property
 from typing import Any, Mapping
 
 from cachesync.schema.errors import ConfigError, PoisonError
+from cachesync.schema.keys import INTERNAL_PREFIX
+from cachesync.schema.sqlnames import qualified
+from cachesync.schema.trust import KeyPattern
 from cachesync.schema.values import canonical_text
 
 MODES = ("delete", "update")
@@ -21,8 +24,8 @@ DEFAULT_TTL_JITTER = 0.1
 # A rendered value larger than this is not written: the key is invalidated instead
 # (readers refill it), so one huge row cannot stall Redis or be lost.
 DEFAULT_MAX_VALUE_BYTES = 512 * 1024
-_FIELDS = frozenset({"keys", "mode", "ttl", "ttl_jitter", "value", "value_columns",
-                     "version_column", "tombstone_ttl", "double_delete", "max_value_bytes"})
+_FIELDS = frozenset({"keys", "explicit_keys", "mode", "ttl", "ttl_jitter", "value",
+                     "value_columns", "version_column", "tombstone_ttl", "double_delete", "max_value_bytes"})
 _FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_$]*)\}")
 _TABLE = re.compile(r"^[^.\s]+\.[^.\s]+$")
 _GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
@@ -104,7 +107,7 @@ class TableMapping:
     """How one table's changes reach the cache."""
 
     table: str                       # "db.table"
-    keys: tuple[KeyTemplate, ...]
+    keys: tuple[KeyTemplate, ...]    # empty for an outbox aggregate type with explicit keys only
     mode: str = "delete"             # "delete": invalidate; "update": write the new value, fenced
     ttl_s: int = DEFAULT_TTL_S
     ttl_jitter: float = DEFAULT_TTL_JITTER
@@ -114,6 +117,8 @@ class TableMapping:
     tombstone_ttl_s: int | None = None              # update mode; None = ttl_s
     double_delete_s: float | None = None            # delete mode: delayed second delete
     max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES
+    # outbox events' explicit keys must match one of these (cachesync.schema.trust); none = refused
+    explicit_keys: tuple[KeyPattern, ...] = ()
 
     @property
     def updates(self) -> bool:
@@ -160,19 +165,18 @@ def _parse_table(name: str, spec: Any, source: str) -> TableMapping:
     where = f"{source}: tables.{name}"
     if not _TABLE.match(name):
         raise ConfigError(f"{where}: table must be written as db.table")
+    try:
+        qualified(*name.split(".", 1))      # what MySQL allows: 1 to 64 characters, no NUL
+    except ValueError as e:
+        raise ConfigError(f"{where}: {e}") from None
     if not isinstance(spec, Mapping):
         raise ConfigError(f"{where}: expected a mapping with at least 'keys'")
     unknown = set(spec) - _FIELDS
     if unknown:
         raise ConfigError(f"{where}: unknown field(s) {sorted(unknown)}; "
                           f"expected some of {sorted(_FIELDS)}")
-    keys = spec.get("keys")
-    if not isinstance(keys, list) or not keys or not all(isinstance(k, str) for k in keys):
-        raise ConfigError(f"{where}.keys: expected a non-empty list of key templates")
-    try:
-        templates = tuple(KeyTemplate.parse(k) for k in keys)
-    except ValueError as e:
-        raise ConfigError(f"{where}.keys: {e}") from None
+    explicit = _explicit_keys(spec, where)
+    templates = _templates(spec, where, required=not explicit)
     mode = spec.get("mode", "delete")
     if mode not in MODES:
         raise ConfigError(f"{where}.mode: expected one of {list(MODES)}, got {mode!r}")
@@ -212,7 +216,38 @@ def _parse_table(name: str, spec: Any, source: str) -> TableMapping:
         tombstone_ttl_s=_positive_int(spec, "tombstone_ttl", None, where),
         double_delete_s=float(double_delete) if double_delete is not None else None,
         max_value_bytes=_positive_int(spec, "max_value_bytes", DEFAULT_MAX_VALUE_BYTES, where),
+        explicit_keys=explicit,
     )
+
+
+def _templates(spec: Mapping, where: str, required: bool) -> tuple[KeyTemplate, ...]:
+    """The parsed ``keys``; optional only for an entry that allows explicit keys (an
+    outbox aggregate type whose events carry their keys)."""
+    keys = spec.get("keys", None if required else [])
+    if not isinstance(keys, list) or (required and not keys) \
+            or not all(isinstance(k, str) for k in keys):
+        raise ConfigError(f"{where}.keys: expected a non-empty list of key templates")
+    try:
+        templates = tuple(KeyTemplate.parse(k) for k in keys)
+    except ValueError as e:
+        raise ConfigError(f"{where}.keys: {e}") from None
+    reserved = [t.text for t in templates if t.text.startswith(INTERNAL_PREFIX)]
+    if reserved:
+        raise ConfigError(f"{where}.keys: {reserved[0]!r}: keys under {INTERNAL_PREFIX!r} are "
+                          "cachesync's own (versions, leases); choose another prefix")
+    return templates
+
+
+def _explicit_keys(spec: Mapping, where: str) -> tuple[KeyPattern, ...]:
+    """The parsed ``explicit_keys`` allow-list (empty when absent)."""
+    raw = spec.get("explicit_keys", [])
+    if not isinstance(raw, list):
+        raise ConfigError(f"{where}.explicit_keys: expected a list of key patterns such as "
+                          "'leaderboard:{board}' or 'page:*'")
+    try:
+        return tuple(KeyPattern.parse(p) for p in raw)
+    except ValueError as e:
+        raise ConfigError(f"{where}.explicit_keys: {e}") from None
 
 
 def _positive_int(spec: Mapping, name: str, default, where: str):

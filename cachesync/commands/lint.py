@@ -42,6 +42,8 @@ def command(settings, offline: bool, sample: int) -> None:
                     'ABC ' as equal, keys are byte-exact
     binary-form     an INET4/INET6/UUID key column: its key text is 0x-hex of the
                     stored bytes, not the server's text
+    reserved-key    a template that can render a key under cachesync: ({name}
+                    with a text column): the consumer dead-letters such rows
 
     Column types come from information_schema; --offline assumes integer key
     columns, so it reports only the collisions every column type has.

@@ -30,6 +30,7 @@ from cachesync.schema.collisions import ambiguous_key
 from cachesync.schema.errors import PoisonError, UnknownTableError
 from cachesync.schema.event import HEARTBEAT_KIND, INVALIDATE_ONLY, ChangeEvent
 from cachesync.schema.mapping import KeyTemplate, MappingSet, MissingColumnError, TableMapping
+from cachesync.schema.trust import check_explicit, check_rendered, is_allowed, is_reserved
 
 
 @dataclass(slots=True)
@@ -90,7 +91,8 @@ def batch_writes(events: Iterable[EventPlan]) -> list[CacheWrite]:
 
 
 def event_keys(event: ChangeEvent, mappings: MappingSet) -> EventPlan:
-    """Plan one event; raises UnknownTableError, MissingColumnError or BadVersionError (poison)."""
+    """Plan one event; raises UnknownTableError, MissingColumnError, BadVersionError or
+    UntrustedKeyError (poison)."""
     if event.source.kind == HEARTBEAT_KIND:       # measures lag only: no table, no key
         return EventPlan(event, ())
     mapping = mappings.get(event.db, event.table)
@@ -99,10 +101,13 @@ def event_keys(event: ChangeEvent, mappings: MappingSet) -> EventPlan:
     if event.table_level:
         return EventPlan(event, (), table=mapping)
     explicit = tuple(event.keys)
+    if explicit:
+        check_explicit(event.qualified_table, explicit, mapping.explicit_keys if mapping else ())
     if mapping is None:
         return EventPlan(event, tuple(dict.fromkeys(explicit)))
     before, nulls_b = _render(mapping, event.before)
     after, nulls_a = _render(mapping, event.after)
+    check_rendered(event, before, after)
     nulls = nulls_b + nulls_a
     if not mapping.updates:
         keys = tuple(dict.fromkeys([*explicit, *_keys(before), *_keys(after)]))
@@ -212,9 +217,10 @@ def plan_batch(items: Iterable[Delivery | ChangeEvent], mappings: MappingSet) ->
 def salvage(event: ChangeEvent, mappings: MappingSet) -> EventPlan | None:
     """The invalidations a poison event still allows: every key any template renders from
     either image (skipping templates that name a missing column, counted), and its
-    explicit keys; None when there is none."""
+    explicit keys the table allows; never a reserved key; None when there is none."""
     mapping = mappings.get(event.db, event.table)
-    keys, nulls, unrenderable = list(event.keys), 0, 0
+    patterns = mapping.explicit_keys if mapping is not None else ()
+    keys, nulls, unrenderable = [k for k in event.keys if is_allowed(k, patterns)], 0, 0
     images = [i for i in (event.before, event.after) if i is not None]
     for template in mapping.keys if mapping is not None else ():
         failed = False
@@ -225,7 +231,7 @@ def salvage(event: ChangeEvent, mappings: MappingSet) -> EventPlan | None:
                 failed = True
                 continue
             nulls += key is None
-            keys += [key] if key is not None else []
+            keys += [key] if key is not None and not is_reserved(key) else []
         unrenderable += failed
     if not keys and not unrenderable:
         return None

@@ -22,6 +22,7 @@ NULL_KEY_SKIPS = "null_key_skips"
 VERSION_BACKWARDS = "version_backwards"
 UNRENDERABLE = "unrenderable_templates"
 INSTEAD = "invalidated_instead_of_written"
+UNTRUSTED = "untrusted_keys"      # reasons: cachesync.schema.trust (reserved_key, key_not_allowed)
 # reasons of INSTEAD
 AMBIGUOUS, OVERSIZED, NULL_VERSION = "ambiguous_key", "oversized_value", "null_version"
 
@@ -73,6 +74,12 @@ class TableTally:
                           f"{ep.unrenderable} template(s) name a column the row does not have; "
                           "its other keys were invalidated and the event dead-lettered "
                           "(missing_column): fix the mapping, then `cachesync dlq replay`")
+
+    def untrusted(self, table: str, reason: str, detail: str) -> None:
+        """Count and warn about an event refused at the trust boundary (dead-lettered)."""
+        self.add(UNTRUSTED, table, 1, reason)
+        self.warn(table, reason, f"event dead-lettered at the trust boundary: {detail}; keys "
+                                 "the table allows were still invalidated")
 
     def backwards(self, table: str, keys: Iterable[str]) -> None:
         for key in keys:

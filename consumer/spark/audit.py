@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cachesync.config import mask_url
 from cachesync.consumer.audit import STALE, AuditReport
 from cachesync.consumer.spark.applier import AuditConfig, audit_partition
 from cachesync.schema.keytext import server_text_sql
@@ -31,6 +32,11 @@ class TableSource:
     # (column, information_schema data_type) of every column: the audit reads each as its
     # key text (schema.keytext.server_text_sql), as the tailer renders it from the binlog
     columns: tuple[tuple[str, str], ...] = ()
+
+    def __repr__(self) -> str:
+        """Without the password, the JDBC URL masked: a logged source shows no secret."""
+        return (f"TableSource(url={mask_url(self.url)!r}, user={self.user!r}, password='***', "
+                f"table={self.table!r}, pk={self.pk!r}, rows={self.rows})")
 
 
 PARTITION_COLUMN = "__cachesync_pk"      # the integer key, typed, for JDBC partitioning

@@ -4,6 +4,7 @@ CACHESYNC_KAFKA_SASL_PASSWORD_FILE; a wrong password stops the process with exit
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pathlib
 import subprocess
@@ -24,7 +25,9 @@ from cachesync.schema.event import encode
 from cachesync.schema.keys import kafka_key
 from cachesync.wiring import build_engine
 from tests.support.variants import start
-from tests.support import create_topics, spawn, status_json, wait_for
+from cachesync.producer_outbox.outbox import emit
+from tests.support import (add_config_sections, create_topics, prepare_outbox, spawn, status_json,
+                           wait_for)
 
 pytestmark = pytest.mark.integration
 
@@ -119,3 +122,65 @@ def test_both_replay_engines_read_the_topic_over_sasl_ssl(lab, sasl):
             report = run_replay(settings, mappings, engine, *everything, spark=spark,
                                 show_progress=False)
         assert (report.records, report.keys_existed, lab.cached("user:5")) == (1, 1, []), engine
+
+
+def test_relay_publishes_over_sasl_ssl_and_never_logs_the_password(lab, sasl):
+    """Issue 15's untested path: `cachesync relay` is a Kafka producer too."""
+    _, overrides = sasl
+    prepare_outbox(lab)
+    cfg = add_config_sections(lab.write_config({**USERS, "board": {"explicit_keys": ["board:{n}"]}}),
+                              relay={"outbox_db": lab.db, "poll_interval_s": 0.05})
+    relay = spawn(lab, cfg, "relay", env=overrides)
+    engine = build_engine(_settings(lab, cfg, overrides))
+    thread = threading.Thread(target=engine.run, daemon=True)
+    thread.start()
+    lab._threads.append((thread, engine))
+    lab.cache("board:1", "board:2")
+    with lab.stack.admin(lab.db, autocommit=False) as conn:
+        emit(conn, "board", 1, "bumped", {"n": 1}, keys=[lab.prefix + "board:1"])
+        conn.commit()
+    wait_for(lambda: lab._alive(relay) and not lab.cached("board:1"), 60,
+             what="the outbox event relayed and applied through SASL_SSL Kafka")
+    assert lab.sql("SELECT COUNT(*) FROM cachesync_outbox WHERE published_at IS NULL")[0][0] == 0
+    assert lab.cached("board:2") == ["board:2"]
+    assert lab.topic_records() == []   # the plain broker's copy of the topic saw nothing
+    password = pathlib.Path(overrides["CACHESYNC_KAFKA_SASL_PASSWORD_FILE"]).read_text().strip()
+    assert password and password not in lab.log(relay)
+
+
+def test_spark_stream_consumes_and_dead_letters_over_sasl_ssl(lab, sasl, tmp_path):
+    """Issue 15's untested path: the Spark stream engine's Kafka source, and its workers'
+    dead-letter producer, over SASL_SSL. One small run: a row event and an outbox event whose
+    explicit key no allow-list permits (dead-lettered, key_not_allowed)."""
+    from cachesync.commands.consume_spark import build_spark_engine
+    from cachesync.consumer.spark.session import spark_session
+    cfg, overrides = sasl
+    settings = _settings(lab, cfg, overrides)
+    k, security = settings.kafka, client_security(settings.kafka)
+    publisher = KafkaPublisher(k.bootstrap_servers, security=security)
+    ctx = TxnContext("mariadb:sasl", "0-1-2", 1, time.time())
+    row = row_change(ctx, 0, lab.db, "users", "insert", "id", None, {"id": 6, "name": "Fay"})
+    refused = dataclasses.replace(row, id=f"refused-{lab.suffix}", table="board",
+                                  keys=(f"{lab.prefix}session:1",))
+    acks = []
+    for event in (row, refused):
+        publisher.send(k.topic, kafka_key(lab.db, event.table, event.pk), encode(event),
+                       event.id, lambda: acks.append(1), lambda e: None)
+    wait_for(lambda: len(acks) == 2, 30, what="both events acknowledged over SASL_SSL")
+    publisher.close()
+    lab.cache("user:6", "session:1")
+    with spark_session("cachesync-sasl-stream", "local[1]") as spark:
+        engine = build_spark_engine(settings, spark, str(tmp_path / "checkpoint"))
+        thread = threading.Thread(target=engine.run, daemon=True)
+        thread.start()
+        try:
+            wait_for(lambda: engine.stats.consumed >= 2 or not thread.is_alive(), 180,
+                     what="the Spark stream to consume both events over SASL_SSL")
+        finally:
+            engine.stop()
+            thread.join(60)
+    assert (engine.stats.applied, engine.stats.dead_lettered) == (1, 1)
+    assert lab.cached("user:6", "session:1") == ["session:1"]
+    dead = lab.topic_records(k.dead_letter_topic, bootstrap=k.bootstrap_servers, **security)
+    assert [dict(r.headers)["reason"] for r in dead] == [b"key_not_allowed"]
+    assert lab.topic_records(lab.dlq) == []          # nothing went to the plain broker

@@ -70,3 +70,19 @@ def test_a_server_certificate_from_another_ca_stops_the_tailer_with_exit_3(tls_l
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 3, out.stderr[-3000:]
     assert "cachesync: MySQL's TLS certificate failed verification" in out.stderr
+
+
+def test_audit_reads_the_table_through_jdbc_over_tls(tls_lab):
+    """Issue 15's untested path: audit's JDBC URL carries the TLS settings (sslMode=verify-full,
+    serverSslCert); the account REQUIRE SSL refuses any other login. One small Spark run."""
+    from cachesync.commands.audit import run_audit
+    lab = tls_lab
+    lab.sql("CREATE TABLE users (id BIGINT PRIMARY KEY, name VARCHAR(50) NOT NULL)")
+    lab.sql("INSERT INTO users VALUES (1, 'Ada'), (2, 'Bob'), (3, 'Cy')")
+    settings = lab.settings(lab.write_config(USERS))
+    assert settings.mysql.user == "cachesync_tls" and settings.mysql.ssl_ca
+    lab.redis.set(f"{lab.prefix}user:1", b'{"id": 1, "name": "Ada"}', ex=600)
+    lab.redis.set(f"{lab.prefix}user:2", b'{"id": 2, "name": "Old"}', ex=600)
+    report = run_audit(settings, f"{lab.db}.users", partitions=1, spark_master="local[1]")
+    assert (report.rows, report.consistent, report.stale, report.missing) == (3, 1, 1, 1)
+    assert report.stale_keys == [f"{lab.prefix}user:2"]

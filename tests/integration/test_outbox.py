@@ -18,8 +18,11 @@ from tests.support import add_config_sections, prepare_outbox, stack_command, wa
 
 pytestmark = pytest.mark.integration
 
-# The consumer needs one mapped table; outbox events here carry explicit keys only.
-TABLES = {"unused": {"keys": ["unused:{id}"]}}
+# Outbox events here carry explicit keys only; each aggregate type allows its own
+# (issue 15: explicit keys outside an allow-list are dead-lettered).
+TABLES = {"unused": {"keys": ["unused:{id}"]},
+          "leaderboard": {"explicit_keys": ["leaderboard:{board}", "page:*"]},
+          "board": {"explicit_keys": ["board:{id}"]}}
 FAST_RELAY = {"poll_interval_s": 0.05, "redeliver_interval_s": 2.0, "burst_limit": 50}
 
 

@@ -58,11 +58,15 @@ class Lab:
                           "heartbeat_interval_s": 0, **(tailer or {})},
                "consumer": {"poll_timeout_s": 0.05, **(consumer or {})},
                "metrics": {"listen": "127.0.0.1:0", "probe_interval_s": 0.5},
-               "tables": {f"{self.db}.{t}": {**spec, "keys": [self.prefix + k for k in spec["keys"]]}
-                          for t, spec in tables.items()}}
+               "tables": {f"{self.db}.{t}": self._prefixed(spec) for t, spec in tables.items()}}
         path = self.tmp / name
         path.write_text(yaml.safe_dump(doc))
         return str(path)
+
+    def _prefixed(self, spec: dict) -> dict:
+        """A table's spec with this lab's key prefix on its templates and explicit-key patterns."""
+        return {**spec, **{field: [self.prefix + k for k in spec[field]]
+                           for field in ("keys", "explicit_keys") if field in spec}}
 
     def settings(self, config_path: str):
         return config.load(config_path, {**os.environ, **self.stack.env})
@@ -136,11 +140,13 @@ class Lab:
             params.append(status)
         return self.sql(query, params)[0][0] if self._state_tables_exist() else 0
 
-    def topic_records(self, topic: str | None = None, timeout_s: float = 10.0) -> list:
-        """Every record currently in ``topic`` (default: the change topic)."""
+    def topic_records(self, topic: str | None = None, timeout_s: float = 10.0,
+                      bootstrap: str | None = None, **security) -> list:
+        """Every record currently in ``topic`` (default: the change topic), on the devstack's
+        broker or on ``bootstrap`` with kafka-python ``security`` options (a secured variant)."""
         topic = topic or self.topic
-        consumer = KafkaConsumer(bootstrap_servers=self.stack.bootstrap, enable_auto_commit=False,
-                                 group_id=None)
+        consumer = KafkaConsumer(bootstrap_servers=bootstrap or self.stack.bootstrap,
+                                 enable_auto_commit=False, group_id=None, **security)
         partitions = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)]
         consumer.assign(partitions)
         consumer.seek_to_beginning()

@@ -55,6 +55,9 @@ def test_unknown_fields_are_named(tmp_path):
     ("rediss://u:a:b@h", "rediss://u:***@h"),
     ("redis://h:1/0?password=s3cret&db=2", "redis://h:1/0?password=***&db=2"),
     ("redis://u@h:1/0?db=2&password=s3cret", "redis://u@h:1/0?db=2&password=***"),
+    ("jdbc:mysql://h:1/db?permitMysqlScheme&trustStorePassword=s3cret",
+     "jdbc:mysql://h:1/db?permitMysqlScheme&trustStorePassword=***"),
+    ("redis://h/0?PASSWORD=s3cret", "redis://h/0?PASSWORD=***"),
     ("not a url", "not a url"),
 ])
 def test_mask_url(url, masked):

@@ -26,6 +26,7 @@ from cachesync.schema.mapping import parse_mappings
     (("a", "1", "t", {"x": "y" * MAX_PAYLOAD_BYTES}, ()), "the limit is 900,000 bytes"),
     (("a", "1", "t", {}, "one-key"), "not one string"),
     (("a", "1", "t", {}, ["ok", ""]), "keys must be non-empty strings"),
+    (("a", "1", "t", {}, ["ok", "cachesync:ver:ok"]), "under 'cachesync:', cachesync's own"),
 ])
 def test_emit_input_is_refused_with_a_clear_message(args, message):
     with pytest.raises(OutboxError, match=message):
@@ -53,12 +54,17 @@ def test_row_becomes_an_outbox_change_event_that_round_trips():
     assert event_kafka_key(ROW, "app") == "app.board:7"
 
 
-def test_consumer_invalidates_explicit_keys_of_an_unmapped_aggregate():
-    mappings = parse_mappings({"app.users": {"keys": ["user:{id}"]}})
+def test_consumer_invalidates_the_allowed_explicit_keys_of_an_aggregate():
+    # issue 15: explicit keys need the aggregate type's allow-list (they were deleted unchecked)
+    mappings = parse_mappings({"app.users": {"keys": ["user:{id}"]},
+                               "app.board": {"explicit_keys": ["lb:{board}", "page:home"]}})
     plan = plan_batch([to_event(ROW, "app", "s")], mappings)
     assert plan.keys == ["lb:7", "page:home"] and not plan.poison
     no_keys = OutboxRow(**{**ROW.__dict__, "cache_keys": None})
-    assert plan_batch([to_event(no_keys, "app", "s")], mappings).poison  # unknown table: DLQ
+    unmapped = parse_mappings({"app.users": {"keys": ["user:{id}"]}})
+    assert plan_batch([to_event(no_keys, "app", "s")], unmapped).poison  # unknown table: DLQ
+    [(_, refused)] = plan_batch([to_event(ROW, "app", "s")], unmapped).poison
+    assert refused.reason == "key_not_allowed"                 # no allow-list: refused
 
 
 def test_unconfirmed_tracks_sends_acks_and_failures():
@@ -153,15 +159,28 @@ def test_rows_leased_again_warn_once_per_round_naming_the_most_retried(caplog):
 @pytest.mark.parametrize("name, quoted", [
     ("cachesync_outbox", "`cachesync_outbox`"),
     ("app.cachesync_outbox", "`app`.`cachesync_outbox`"),
-    ("o`; DROP TABLE users; --", "`o``; DROP TABLE users; --`"),
+    ("app$1.t_2", "`app$1`.`t_2`"),
 ])
 def test_the_outbox_table_name_is_quoted_never_pasted(name, quoted):
     from cachesync.producer_outbox.outbox import _table_name
     assert _table_name(name) == quoted
 
 
-@pytest.mark.parametrize("name", ["", "x" * 65, "a\0b"])
-def test_a_table_name_mysql_cannot_have_is_refused(name):
+# issue 15: a configured name must match the identifier pattern (it was only quoted, so a
+# name such as "o`; DROP ..." was accepted and quoted rather than refused)
+@pytest.mark.parametrize("name", ["", "x" * 65, "a\0b", "o`; DROP TABLE users; --", "a.b.c",
+                                  "app.", "my-outbox", "outbox ", 42])
+def test_a_table_name_that_is_not_an_identifier_is_refused(name):
     from cachesync.producer_outbox.outbox import OutboxError, _table_name
-    with pytest.raises(OutboxError, match="table: not a MySQL identifier"):
+    with pytest.raises(OutboxError, match="table: .* is not a table name"):
         _table_name(name)
+
+
+def test_ensure_outbox_table_refuses_a_bad_name_before_any_sql():
+    from cachesync.producer_outbox.outbox import OutboxError, ensure_outbox_table
+
+    class NoSQL:
+        def cursor(self):
+            raise AssertionError("no SQL may run")
+    with pytest.raises(OutboxError, match="is not a table name"):
+        ensure_outbox_table(NoSQL(), "x`; DROP TABLE t; --")

@@ -6,7 +6,8 @@ from cachesync.schema.event import ChangeEvent, Source
 from cachesync.schema.mapping import parse_mappings
 
 MAPPINGS = parse_mappings({
-    "shop.users": {"keys": ["user:{id}", "user:email:{email}"]},
+    # explicit keys need an allow-list (issue 15: unchecked, any producer could delete any key)
+    "shop.users": {"keys": ["user:{id}", "user:email:{email}"], "explicit_keys": ["explicit:{n}"]},
     "shop.orders": {"keys": ["order:{id}", "user:orders:{user_id}"]},
 })
 

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import io
 import logging
 import os
+import pkgutil
+import re
 import subprocess
 import sys
 import threading
 
 from cachesync import config, logs
+from cachesync.kafka_security import spark_kafka_options
 from cachesync.wiring import mysql_params
 from cachesync.producer_outbox.heartbeat import HeartbeatWriter
 
@@ -68,3 +73,93 @@ def test_a_command_failing_on_unreachable_servers_logs_no_secret(tmp_path):
     assert "MySQL unavailable" in out.stderr
     assert PASSWORD not in out.stdout + out.stderr
     assert REDIS_PASSWORD not in out.stdout + out.stderr
+
+
+# -- issue 15: every config dataclass, found by walking the packages -----------------------
+SECRET = "Wa1k-s3cr3t-9d2e"
+_SECRET_FIELD = re.compile(r"password|secret|jaas|url|dsn|credential", re.I)
+_PACKAGES = ("cachesync", "cachesync.consumer", "cachesync.schema", "cachesync.producer_outbox")
+
+
+def _dataclasses_holding_secrets():
+    """Every dataclass of the installed packages with a secret-shaped field or a Settings."""
+    found = {}
+    for package in map(importlib.import_module, _PACKAGES):
+        for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+            if info.name.endswith("__main__"):
+                continue
+            module = importlib.import_module(info.name)
+            for obj in vars(module).values():
+                if (isinstance(obj, type) and dataclasses.is_dataclass(obj)
+                        and obj.__module__ == info.name and _holds_secrets(obj)):
+                    found[f"{obj.__module__}.{obj.__qualname__}"] = obj
+    return found
+
+
+# fields holding the loaded Settings, or one of its sections that holds a secret
+_HOLDERS = ("settings", "mysql", "kafka", "redis")
+
+
+def _holds_secrets(cls) -> bool:
+    return any(_SECRET_FIELD.search(f.name) or f.name in _HOLDERS
+               for f in dataclasses.fields(cls))
+
+
+def _secret_value(name: str, settings):
+    if name == "settings":
+        return settings
+    if name in _HOLDERS:
+        return getattr(settings, name)
+    if "url" in name.lower():
+        return f"jdbc:mysql://user:{SECRET}@h:1/db?password={SECRET}&trustStorePassword={SECRET}"
+    return SECRET
+
+
+def _instance(cls, settings):
+    """``cls`` with every secret-shaped field holding SECRET (built without validation, so
+    a value its own checks would refuse is shown too) and the other fields their defaults."""
+    obj = object.__new__(cls)
+    for f in dataclasses.fields(cls):
+        if _SECRET_FIELD.search(f.name) or f.name in _HOLDERS:
+            value = _secret_value(f.name, settings)
+        elif f.default is not dataclasses.MISSING:
+            value = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            value = f.default_factory()
+        else:
+            value = None
+        object.__setattr__(obj, f.name, value)
+    return obj
+
+
+def test_every_config_dataclass_masks_its_secrets(tmp_path, caplog):
+    env = {**ENV, "CACHESYNC_MYSQL_PASSWORD": SECRET,
+           "CACHESYNC_REDIS_URL": f"rediss://cachesync:{SECRET}@h:1/0?password={SECRET}",
+           "CACHESYNC_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+           "CACHESYNC_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512",
+           "CACHESYNC_KAFKA_SASL_USERNAME": "u", "CACHESYNC_KAFKA_SASL_PASSWORD": SECRET}
+    settings = config.load(write_config(tmp_path), env)
+    classes = _dataclasses_holding_secrets()
+    # the walk finds the known holders (a rename must not make this test vacuous)
+    assert {"cachesync.config.MySQLSettings", "cachesync.config.KafkaSettings",
+            "cachesync.config.RedisSettings", "cachesync.config.Settings",
+            "cachesync.consumer.spark.applier.ApplyConfig",
+            "cachesync.consumer.spark.applier.AuditConfig",
+            "cachesync.consumer.spark.audit.TableSource",
+            "cachesync.producer_outbox.mysql.MySQLParams"} <= set(classes)
+    with caplog.at_level(logging.DEBUG, logger="test.secrets"):
+        for name, cls in classes.items():
+            obj = _instance(cls, settings)
+            logging.getLogger("test.secrets").debug("%s %r", obj, obj)
+            for text in (repr(obj), str(obj), f"{obj}"):
+                assert SECRET not in text, f"{name} shows a secret: {text}"
+    assert SECRET not in caplog.text and caplog.records
+
+
+def test_spark_kafka_options_mask_the_jaas_password(tmp_path):
+    env = {**ENV, "CACHESYNC_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+           "CACHESYNC_KAFKA_SASL_MECHANISM": "SCRAM-SHA-256",
+           "CACHESYNC_KAFKA_SASL_USERNAME": "u", "CACHESYNC_KAFKA_SASL_PASSWORD": SECRET}
+    options = spark_kafka_options(config.load(write_config(tmp_path), env).kafka)
+    assert SECRET in options["kafka.sasl.jaas.config"]       # the JVM gets the password ...
+    assert SECRET not in repr(options) and SECRET not in str(options)   # ... logs do not
