@@ -3,7 +3,8 @@
 Asks this container's own endpoint: the port of ``CACHESYNC_METRICS_LISTEN`` (``host:port``,
 the setting the image's deployments set), on loopback. Exit 0 on HTTP 200, 1 otherwise,
 with the reason on stderr. Without the variable (``metrics.listen`` from the config file, or
-``auto``) it tries the role ports (consume 9464, tail 9465, relay 9466): a container runs one.
+``auto``) it tries the role ports (consume 9464, tail 9465, relay 9466, monitor 9467): a container
+runs one.
 """
 
 from __future__ import annotations

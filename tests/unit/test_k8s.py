@@ -118,7 +118,7 @@ def test_the_example_secret_holds_no_real_value():
 
 
 @pytest.mark.parametrize("listen, expected", [
-    (None, [9464, 9465, 9466]), ("auto", [9464, 9465, 9466]), ("0.0.0.0:9465", [9465]),
+    (None, [9464, 9465, 9466, 9467]), ("auto", [9464, 9465, 9466, 9467]), ("0.0.0.0:9465", [9465]),
     ("[::]:9464", [9464]), ("off", []),
 ])
 def test_healthcheck_ports(listen, expected):
