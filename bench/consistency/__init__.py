@@ -17,7 +17,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from bench.common import ROOT, Sandbox, log, median
+from bench.common import ROOT, Sandbox, log, median, percentile
 from bench.consistency import measure, plot
 from bench.consistency.faults import CLASSES, OUTSIDE_SHARE, P_FAULT, Faults, shape
 from bench.consistency.strategies import (APP, CACHESYNC, CACHESYNC_DOUBLE_DELETE_S,
@@ -34,8 +34,10 @@ PLOT = {"full": Path("docs") / "consistency-lab.png",
         "quick": Path("bench") / "results" / "consistency-quick.png"}
 
 
-def run(stack, quick: bool, runs: int) -> dict:
-    """The lab; ``--quick`` runs once (each cell 0.5 s) whatever ``runs`` says."""
+def run(stack, quick: bool, runs: int, classes: tuple[Faults, ...] = CLASSES,
+        plot_to: Path | None = None) -> dict:
+    """The lab; ``--quick`` runs once (each cell 0.5 s) whatever ``runs`` says. Raises
+    RuntimeError when a cachesync child dies or a probe never arrives."""
     mode = "quick" if quick else "full"
     runs = 1 if quick else runs
     base = SIZES[mode]
@@ -47,17 +49,17 @@ def run(stack, quick: bool, runs: int) -> dict:
         dbs = Databases(stack, box.db)
         procs = [box.spawn("tail", cfg), box.spawn("consume", cfg)]
         warm_up(dbs, box.prefix)
-        cells = {f.name: {s.name: [] for s in STRATEGIES} for f in CLASSES}
-        windows: dict[str, list[float]] = {f.name: [] for f in CLASSES}
+        cells = {f.name: {s.name: [] for s in STRATEGIES} for f in classes}
+        windows: dict[str, list[float]] = {f.name: [] for f in classes}
         for i in range(runs):
-            for faults in CLASSES:
+            for n, faults in enumerate(classes):
                 w = _run_class(dbs, box.prefix, faults, shape(base, faults), values,
-                               seed=i * 100 + CLASSES.index(faults), into=cells[faults.name])
+                               seed=i * 100 + n, into=cells[faults.name])
                 windows[faults.name].append(w)
                 _check_alive(box, procs)
         dbs.close()
         table = {f: {s: measure.medians(c) for s, c in per.items()} for f, per in cells.items()}
-        return _document(base, runs, mode, table, cells, windows)
+        return _document(base, runs, table, cells, windows, plot_to or ROOT / PLOT[mode])
     finally:
         _drop_internal_keys(box)
         box.cleanup()
@@ -76,7 +78,8 @@ def _run_class(dbs, prefix: str, faults: Faults, p: dict, values, seed: int,
     for cell, raw in done:
         result = measure.verdict(cell.reads, cell.history, window, raw["left"], raw["seconds"])
         into[cell.strategy.name].append({**result, "injected": raw["injected"],
-                                         "lag_window_ms": round(window * 1000, 1)})
+                                         "lag_window_ms": round(window * 1000, 1),
+                                         **_replica_lag(cell.replica_lags)})
         log(f"consistency: {faults.name:>14} {cell.strategy.name:>23}: "
             f"{result['stale_reads']}/{result['reads']} stale reads, "
             f"{result['stale_keys_after']} stale keys after, injected {raw['injected']}")
@@ -84,8 +87,17 @@ def _run_class(dbs, prefix: str, faults: Faults, p: dict, values, seed: int,
     return window
 
 
-def _document(base: dict, runs: int, mode: str, table: dict, cells: dict, windows: dict) -> dict:
-    plot_path = plot.draw(table, {s.name: s.label for s in STRATEGIES}, ROOT / PLOT[mode],
+def _replica_lag(lags: list[float]) -> dict:
+    """The replica's apply lag measured during a replica cell (none elsewhere)."""
+    if not lags:
+        return {}
+    return {"replica_lag_ms": {"p50": round(percentile(lags, 50) * 1000, 1),
+                               "max": round(max(lags) * 1000, 1), "samples": len(lags)}}
+
+
+def _document(base: dict, runs: int, table: dict, cells: dict, windows: dict,
+              plot_to: Path) -> dict:
+    plot_path = plot.draw(table, {s.name: s.label for s in STRATEGIES}, plot_to,
                           "cachesync consistency lab: stale reads beyond the lag window and "
                           "stale keys left, per fault class (medians)")
     return {
@@ -107,7 +119,7 @@ def _document(base: dict, runs: int, mode: str, table: dict, cells: dict, window
         "targets_other_cachesync": {f: {s: measure.target(t, s, APP) for s in CACHESYNC[1:]}
                                     for f, t in table.items()},
         "runs": cells,
-        "plot": str(plot_path.relative_to(ROOT)) if plot_path else None,
+        "plot": _relative(plot_path),
     }
 
 
@@ -115,7 +127,9 @@ def _create(box: Sandbox):
     """The schema: one table per strategy group, ROWS rows each; returns the value counter."""
     tables = sorted({s.table for s in STRATEGIES})
     box.create_schema(*(DDL.format(table=t) for t in tables),
-                      "CREATE TABLE probe (id INT PRIMARY KEY, n BIGINT NOT NULL)")
+                      "CREATE TABLE probe (id INT PRIMARY KEY, n BIGINT NOT NULL)",
+                      # the replica's own lag; not in cachesync's mapping
+                      "CREATE TABLE replica_probe (id INT PRIMARY KEY, n BIGINT NOT NULL)")
     values = itertools.count(1)
     with box.stack.admin(box.db) as conn, conn.cursor() as cur:
         for t in tables:
@@ -159,3 +173,9 @@ def _drop_internal_keys(box: Sandbox) -> None:
     keys = list(r.scan_iter(match=f"cachesync:*:{box.prefix}*", count=5000))
     if keys:
         r.unlink(*keys)
+
+
+def _relative(path: Path | None) -> str | None:
+    if path is None:
+        return None
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)

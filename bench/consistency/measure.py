@@ -106,6 +106,10 @@ def medians(cells: list[dict]) -> dict:
     out["nines"] = round(-math.log10(ratio), 2) if ratio else None
     out["injected"] = {k: median([c["injected"][k] for c in cells])
                        for k in cells[0].get("injected", {})}
+    lags = [c["replica_lag_ms"] for c in cells if c.get("replica_lag_ms")]
+    if lags:
+        out["replica_lag_ms"] = {"p50": median([x["p50"] for x in lags]),
+                                 "max": max(x["max"] for x in lags)}
     return out
 
 

@@ -80,6 +80,7 @@ class Cell:
         self.history = measure.History()
         self.reads: list[tuple[float, int, bool]] = []
         self.probe_lags: list[float] = []
+        self.replica_lags: list[float] = []
         self.injectors: list[Injector] = []
         self.lock = threading.Lock()
         self.ready: threading.Barrier | None = None
@@ -122,6 +123,8 @@ class Cell:
         if probes:
             writers += [Worker(lambda i=i: self._probe_loop(writes_stop, i), f"probe-{i}")
                         for i in range(PROBES)]
+        if self.faults.replica_reads:
+            writers.append(Worker(lambda: self._replica_loop(writes_stop), "replica-probe"))
         readers = [Worker(lambda r=r: self._read_loop(reads_stop, r), f"reader-{r}")
                    for r in range(self.p["readers"])]
         return writers, readers
@@ -268,6 +271,34 @@ class Cell:
                 raise RuntimeError("a probe was not invalidated within 30 s")
             self.probe_lags.append(lag)
             time.sleep(0.01)
+
+
+    def _replica_loop(self, stop: threading.Event) -> None:
+        """The replica's own lag under the workload: commit on the primary -> row visible
+        on the replica, every 50 ms (a row of the probe table cachesync does not watch)."""
+        primary, replica = self.dbs.pooled("probe", -1), self.dbs.pooled("replica", -2)
+        self.ready.wait()
+        while not stop.is_set():
+            self.replica_lags.append(replica_lag(primary, replica, 30.0))
+            time.sleep(0.05)
+
+
+def replica_lag(primary, replica, timeout: float) -> float:
+    """Seconds from a commit on the primary until the replica shows it; raises TimeoutError."""
+    with primary.cursor() as cur:
+        cur.execute("INSERT INTO replica_probe VALUES (1, 0) ON DUPLICATE KEY UPDATE n = n + 1")
+        cur.execute("SELECT n FROM replica_probe WHERE id = 1")
+        (n,), = cur.fetchall()
+    t0 = time.perf_counter()
+    while True:
+        with replica.cursor() as cur:
+            cur.execute("SELECT n FROM replica_probe WHERE id = 1")
+            row = cur.fetchone()
+        if row is not None and row[0] >= n:
+            return time.perf_counter() - t0
+        if time.perf_counter() - t0 > timeout:
+            raise TimeoutError(f"the replica did not apply a commit within {timeout}s")
+        time.sleep(0.0005)
 
 
 def _join(threads: list[Worker]) -> None:
