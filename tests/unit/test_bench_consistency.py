@@ -167,3 +167,18 @@ def test_decode_reads_fills_and_update_mode_values(cached, v):
 def test_decode_refuses_anything_else():
     with pytest.raises(ValueError):
         decode(b"garbage")
+
+
+def test_report_renders_every_strategy_and_fault_class():
+    from bench.consistency.report import markdown
+    cells = {"a": {**_cell(0.012, 3), "longest_stale_ms": 1500.0},
+             "cachesync": _cell(0, 0)}
+    lab = {"median": {"none": cells}, "strategies": {"a": "app A", "cachesync": "cs"},
+           "lag_window_ms": {"none": {"median": 380.5}},
+           "targets": {"none": measure.target(cells, "cachesync", ("a",))}}
+    text = markdown(lab)
+    assert "| app A | 1.2 % · 3 |" in text
+    assert "| cs | 0 · 0 |" in text
+    assert "| a | 1500 · 500/s |" in text
+    assert "| lag window (median) | 380.5 ms |" in text
+    assert "| none | yes | met (zero) | a (1.2 %) | 0 |" in text
