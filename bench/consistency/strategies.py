@@ -26,6 +26,7 @@ class Strategy:
     after: tuple[str, ...] = ()    # after it: "set", "del", "del_later"
     table: str = APP_TABLE
     mapping: dict | None = None    # cachesync's table settings (None: an app strategy)
+    replica_guard: bool = False    # replica readers' fills bound to the replica's position
 
     @property
     def cachesync(self) -> bool:
@@ -48,6 +49,9 @@ STRATEGIES = (
              f"cachesync delete mode + double_delete {CACHESYNC_DOUBLE_DELETE_S:g} s "
              "+ read_through", table="acct_dd",
              mapping={"mode": "delete", "double_delete": CACHESYNC_DOUBLE_DELETE_S}),
+    Strategy("cachesync_replica_guard", "cachesync delete mode + read_through bound to the "
+             "replica's position (ReplicaCaughtUp)", table="acct_rg",
+             mapping={"mode": "delete"}, replica_guard=True),
 )
 BY_NAME = {s.name: s for s in STRATEGIES}
 APP = tuple(s.name for s in STRATEGIES if not s.cachesync)

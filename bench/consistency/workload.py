@@ -20,10 +20,11 @@ from bench.consistency import measure
 from bench.consistency.faults import Faults, Injector
 from bench.consistency.strategies import (CACHESYNC_DOUBLE_DELETE_S, DOUBLE_DELETE_S, TTL_S,
                                           Strategy, decode, key_template)
-from cachesync.client import read_through
+from cachesync.client import ReplicaCaughtUp, read_through
 from cachesync.schema.keys import lease_key
 
 FILL_DELAY_S = 0.005      # app work between reading the row and filling the cache (max, uniform)
+REPLICA_WAIT_S = 0.05    # how long a guarded replica reader waits for the replica on a miss
 PROBES = 6                # concurrent probe rows: enough samples to find the lag's tail
 
 
@@ -210,6 +211,9 @@ class Cell:
     def _read_loop(self, stop: threading.Event, n: int) -> None:
         rng = random.Random(self.seed * 1000 + 500 + n)
         conn = self.dbs.pooled("replica" if self.faults.replica_reads else "reader", n)
+        fresh = None
+        if self.faults.replica_reads and self.strategy.replica_guard:
+            fresh = ReplicaCaughtUp(self.dbs.pooled("reader", n), conn, wait_s=REPLICA_WAIT_S)
         r = self.dbs.stack.redis()
         self.ready.wait()
         while not stop.is_set():
@@ -224,12 +228,12 @@ class Cell:
                 time.sleep(rng.uniform(0, FILL_DELAY_S))
                 return str(v)
             t0 = time.perf_counter()
-            value = self._read(r, self.key(row), load)
+            value = self._read(r, self.key(row), load, fresh)
             self.reads.append((t0, decode(value), bool(loaded)))
 
-    def _read(self, r, key: str, load) -> bytes | str:
+    def _read(self, r, key: str, load, fresh) -> bytes | str:
         if self.strategy.cachesync:
-            return read_through(r, key, load, ttl_s=TTL_S)
+            return read_through(r, key, load, ttl_s=TTL_S, fresh=fresh)
         value = r.get(key)
         if value is None:
             value = load()

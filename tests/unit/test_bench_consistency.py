@@ -149,11 +149,13 @@ def test_fault_classes_each_alone_and_all_together():
 
 def test_strategies_and_their_cachesync_mapping_loads():
     assert len(APP) == 5 and CACHESYNC == ("cachesync", "cachesync_update",
-                                          "cachesync_double_delete")
+                                          "cachesync_double_delete", "cachesync_replica_guard")
     tables = tables_config("db", "p:")
     parse_mappings(tables)                         # raises ConfigError on a bad setting
     assert tables["db.acct_up"]["mode"] == "update"
     assert tables["db.acct_dd"]["double_delete"] > 0
+    assert tables["db.acct_rg"] == {"keys": ["p:acct_rg:{id}"], "mode": "delete"}
+    assert BY_NAME["cachesync_replica_guard"].replica_guard
     assert "db.acct" not in tables                 # the app strategies' table: cachesync stays out
     assert not BY_NAME["db_then_delete"].cachesync and BY_NAME["cachesync"].cachesync
 
@@ -175,10 +177,10 @@ def test_report_renders_every_strategy_and_fault_class():
              "cachesync": _cell(0, 0)}
     lab = {"median": {"none": cells}, "strategies": {"a": "app A", "cachesync": "cs"},
            "lag_window_ms": {"none": {"median": 380.5}},
-           "targets": {"none": measure.target(cells, "cachesync", ("a",))}}
+           "targets": {"none": {"cachesync": measure.target(cells, "cachesync", ("a",))}}}
     text = markdown(lab)
     assert "| app A | 1.2 % · 3 |" in text
     assert "| cs | 0 · 0 |" in text
     assert "| a | 1500 · 500/s |" in text
     assert "| lag window (median) | 380.5 ms |" in text
-    assert "| none | yes | met (zero) | a (1.2 %) | 0 |" in text
+    assert "| none | cachesync | yes | met (zero) | a (1.2 %) | 0 |" in text
