@@ -26,7 +26,8 @@ def markdown(lab: dict) -> str:
                f"{_ratio(t['cachesync_ratio'])} |"
                for c, per in lab["targets"].items() for n, t in per.items()]
     return "\n".join([
-        "Stale reads beyond the lag window (ratio) · stale keys left after writes stop:", "",
+        "Stale reads beyond the lag window (ratio, and nines of consistent reads) · stale keys "
+        "left after writes stop:", "",
         head, *stale, window, "",
         "Longest time a key was seen stale (ms) · reads served per second:", "",
         head.replace("strategy", "strategy (name in the JSON)"), *longest, "",
@@ -43,7 +44,8 @@ def _ratio(r: float | None) -> str:
 
 
 def _cell(c: dict) -> str:
-    return f"{_ratio(c['stale_read_ratio'])} · {c['stale_keys_after']:g}"
+    nines = f" ({c['nines']:g} nines)" if c.get("nines") is not None else ""
+    return f"{_ratio(c['stale_read_ratio'])}{nines} · {c['stale_keys_after']:g}"
 
 
 def _longest(c: dict) -> str:

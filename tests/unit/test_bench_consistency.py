@@ -173,13 +173,13 @@ def test_decode_refuses_anything_else():
 
 def test_report_renders_every_strategy_and_fault_class():
     from bench.consistency.report import markdown
-    cells = {"a": {**_cell(0.012, 3), "longest_stale_ms": 1500.0},
+    cells = {"a": {**_cell(0.012, 3), "longest_stale_ms": 1500.0, "nines": 1.92},
              "cachesync": _cell(0, 0)}
     lab = {"median": {"none": cells}, "strategies": {"a": "app A", "cachesync": "cs"},
            "lag_window_ms": {"none": {"median": 380.5}},
            "targets": {"none": {"cachesync": measure.target(cells, "cachesync", ("a",))}}}
     text = markdown(lab)
-    assert "| app A | 1.2 % · 3 |" in text
+    assert "| app A | 1.2 % (1.92 nines) · 3 |" in text
     assert "| cs | 0 · 0 |" in text
     assert "| a | 1500 · 500/s |" in text
     assert "| lag window (median) | 380.5 ms |" in text
