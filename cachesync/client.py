@@ -22,13 +22,17 @@ from cachesync.schema.keys import lease_key
 DEFAULT_LEASE_MS = 10_000   # longer than any sane loader; an expired lease just skips one fill
 
 def read_through(client: redis.Redis, key: str, loader: Callable[[], bytes | str | None],
-                 ttl_s: int, lease_ms: int = DEFAULT_LEASE_MS) -> bytes | str | None:
+                 ttl_s: int, lease_ms: int = DEFAULT_LEASE_MS,
+                 fresh: Callable[[], bool] | None = None) -> bytes | str | None:
     """Return the cached value of ``key`` or ``loader()``, filling the cache only if safe.
 
     ``loader`` reads the database (it runs after the lease is taken, which is what
     makes the fill safe). A None from the loader is returned and not cached.
-    Raises whatever ``loader`` raises and redis errors (the cache is optional to
-    callers that catch them).
+    ``fresh``, for loaders that read a replica (:class:`ReplicaCaughtUp`): called once
+    the lease is held, before the loader; False means the replica may predate an
+    invalidation that already ran, so the value is returned but not cached.
+    Raises whatever ``loader`` or ``fresh`` raise and redis errors (the cache is
+    optional to callers that catch them).
     """
     cached = client.get(key)
     if cached is not None:
@@ -36,34 +40,82 @@ def read_through(client: redis.Redis, key: str, loader: Callable[[], bytes | str
     token = uuid.uuid4().hex
     # NX: if another reader holds the lease, load anyway but do not fill.
     have_lease = client.set(lease_key(key), token, nx=True, px=lease_ms)
+    if have_lease and fresh is not None and not fresh():
+        _script(client, "release_lease")(keys=[lease_key(key)], args=[token])
+        have_lease = False
     value = loader()
     if value is not None and have_lease:
-        _fill_script(client)(keys=[key, lease_key(key)], args=[token, value, ttl_s * 1000])
+        _script(client, "fill_if_lease")(keys=[key, lease_key(key)], args=[token, value, ttl_s * 1000])
     return value
 
 
 async def read_through_async(client: redis.asyncio.Redis, key: str,
                              loader: Callable[[], Awaitable[bytes | str | None]], ttl_s: int,
-                             lease_ms: int = DEFAULT_LEASE_MS) -> bytes | str | None:
-    """The asyncio twin of :func:`read_through` (``redis.asyncio`` client, awaitable loader)."""
+                             lease_ms: int = DEFAULT_LEASE_MS,
+                             fresh: Callable[[], Awaitable[bool]] | None = None
+                             ) -> bytes | str | None:
+    """The asyncio twin of :func:`read_through` (``redis.asyncio`` client, awaitable loader
+    and ``fresh``)."""
     cached = await client.get(key)
     if cached is not None:
         return cached
     token = uuid.uuid4().hex
     have_lease = await client.set(lease_key(key), token, nx=True, px=lease_ms)
+    if have_lease and fresh is not None and not await fresh():
+        await _script(client, "release_lease")(keys=[lease_key(key)], args=[token])
+        have_lease = False
     value = await loader()
     if value is not None and have_lease:
-        await _fill_script(client)(keys=[key, lease_key(key)], args=[token, value, ttl_s * 1000])
+        await _script(client, "fill_if_lease")(keys=[key, lease_key(key)], args=[token, value, ttl_s * 1000])
     return value
+
+
+class ReplicaCaughtUp:
+    """``read_through``'s ``fresh`` check for loaders that read a replica: the lease bound
+    to the replica's position.
+
+    An invalidation can run before the replica applied the change it invalidates
+    (cachesync tails the primary). A reader that misses after it and loads from the
+    lagging replica would cache the old row until the TTL. Called with the lease held,
+    this reads the primary's position and waits up to ``wait_s`` for the replica to
+    apply it: every change whose invalidation ran before the lease is then in what the
+    loader reads, and every later one voids the lease. Costs, per miss, one primary
+    round trip (a variable, no row) and one on the replica. ``primary`` and ``replica``
+    are DB-API connections (pymysql) in autocommit; ``flavor`` is "mariadb" or "mysql".
+    """
+
+    _POSITION = {"mariadb": "SELECT @@GLOBAL.gtid_binlog_pos",
+                 "mysql": "SELECT @@GLOBAL.gtid_executed"}
+    # MASTER_GTID_WAIT: 0 reached, -1 timed out; WAIT_FOR_EXECUTED_GTID_SET: 0 / 1
+    _WAIT = {"mariadb": "SELECT MASTER_GTID_WAIT(%s, %s) = 0",
+             "mysql": "SELECT WAIT_FOR_EXECUTED_GTID_SET(%s, %s) = 0"}
+
+    def __init__(self, primary, replica, wait_s: float = 0.05, flavor: str = "mariadb"):
+        if flavor not in self._POSITION:
+            raise ValueError(f"flavor: expected 'mariadb' or 'mysql', got {flavor!r}")
+        self.primary, self.replica, self.wait_s, self.flavor = primary, replica, wait_s, flavor
+
+    def __call__(self) -> bool:
+        """True when the replica holds every transaction the primary had committed."""
+        with self.primary.cursor() as cur:
+            cur.execute(self._POSITION[self.flavor])
+            (position,), = cur.fetchall()
+        with self.replica.cursor() as cur:
+            cur.execute(self._WAIT[self.flavor], (position, self.wait_s))
+            (reached,), = cur.fetchall()
+        return bool(reached)
 
 
 # One Script per client: redis-py Script objects hash the Lua once and fall back from
 # EVALSHA to EVAL by themselves; building one per miss would re-hash on a hot path.
-_SCRIPTS: "weakref.WeakKeyDictionary[object, object]" = weakref.WeakKeyDictionary()
+_SCRIPTS: "weakref.WeakKeyDictionary[object, dict]" = weakref.WeakKeyDictionary()
 
 
-def _fill_script(client):
-    script = _SCRIPTS.get(client)
-    if script is None:
-        script = _SCRIPTS[client] = client.register_script(resource_text("lua/fill_if_lease.lua"))
-    return script
+def _script(client, name: str):
+    """The registered ``lua/<name>.lua`` of ``client`` (fill_if_lease, release_lease)."""
+    scripts = _SCRIPTS.get(client)
+    if scripts is None:
+        scripts = _SCRIPTS[client] = {}
+    if name not in scripts:
+        scripts[name] = client.register_script(resource_text(f"lua/{name}.lua"))
+    return scripts[name]

@@ -10,12 +10,13 @@ from __future__ import annotations
 import asyncio
 import threading
 
+import pymysql
 import pytest
 import redis.asyncio
 from redis.asyncio.cluster import RedisCluster
 
-from cachesync.client import read_through, read_through_async
-from tests.support import wait_for
+from cachesync.client import ReplicaCaughtUp, read_through, read_through_async
+from tests.support import variants, wait_for
 from tests.support.variants import use_redis_cluster
 
 pytestmark = pytest.mark.integration
@@ -106,3 +107,89 @@ def test_the_async_twin_refuses_the_stale_fill_too(race):
     assert returned == [b"old", b"two"]
     assert lab.redis.get(lab.prefix + "user:2") == b"two"   # an unraced fill is cached
     assert 0 < lab.redis.ttl(lab.prefix + "user:2") <= 600
+
+
+# ---------------------------------------------------------------- readers of a replica
+@pytest.fixture(scope="module")
+def replica_env():
+    """Started before any lab: `stack.sh up` grants cachesync's privileges afresh, which
+    would drop the grant of a lab made earlier."""
+    return variants.start("mariadb-replica")
+
+
+@pytest.fixture
+def lagging_replica(replica_env, race):
+    """The race fixture plus the devstack's replica, its SQL thread stopped (a replica that
+    lags by as long as the test wants), restarted afterwards."""
+    lab, engine = race
+    env = replica_env
+
+    def connect(port_key):
+        return pymysql.connect(host="127.0.0.1", port=int(env[port_key]),
+                               user=env["DEVSTACK_MYSQL_ADMIN_USER"],
+                               password=variants.secret(env, "DEVSTACK_MYSQL_ADMIN_PASSWORD_FILE"),
+                               database=lab.db, autocommit=True)
+    replica = wait_for(lambda: _connect_when_replicated(connect), 30, what="the lab's database "
+                       "on the replica")
+    primary = connect("CACHESYNC_MYSQL_PORT")
+    _replica_sql(replica, "STOP SLAVE SQL_THREAD")
+    try:
+        yield lab, engine, primary, replica
+    finally:
+        _replica_sql(replica, "START SLAVE SQL_THREAD")
+        replica.close()
+        primary.close()
+
+
+def _connect_when_replicated(connect):
+    try:
+        conn = connect("DEVSTACK_MYSQL_REPLICA_PORT")
+    except pymysql.err.OperationalError:      # 1049: the database is not there yet
+        return None
+    with conn.cursor() as cur:
+        cur.execute("SELECT COUNT(*) FROM users")
+        if cur.fetchone()[0] == 1:
+            return conn
+    conn.close()
+    return None
+
+
+def _replica_sql(conn, statement: str) -> None:
+    with conn.cursor() as cur:
+        cur.execute(statement)
+
+
+def _load_from(conn):
+    def load():
+        with conn.cursor() as cur:
+            cur.execute("SELECT name FROM users WHERE id = 1")
+            return cur.fetchone()[0].encode()
+    return load
+
+
+def test_a_fill_from_a_lagging_replica_is_refused_until_it_caught_up(lagging_replica):
+    """cachesync invalidated (it tails the primary) before the replica applied the update:
+    a plain read_through from the replica caches the old row; bound to the replica's
+    position it returns the old row without caching it, and caches once the replica caught up."""
+    lab, engine, primary, replica = lagging_replica
+    key = lab.prefix + "user:1"
+    applied = engine.stats.applied
+    lab.sql("UPDATE users SET name = 'new' WHERE id = 1")
+    wait_for(lambda: engine.stats.applied > applied, what="cachesync's invalidation")
+
+    guard = ReplicaCaughtUp(primary, replica, wait_s=0.2)
+    assert read_through(lab.redis, key, _load_from(replica), 600, fresh=guard) == b"old"
+    assert lab.redis.get(key) is None                      # not cached: the replica lags
+    assert read_through(lab.redis, key, _load_from(replica), 600) == b"old"
+    assert lab.redis.get(key) == b"old"                    # unguarded: stale until the TTL
+
+    lab.redis.delete(key)
+    _replica_sql(replica, "START SLAVE SQL_THREAD")
+    assert read_through(lab.redis, key, _load_from(replica), 600,
+                        fresh=ReplicaCaughtUp(primary, replica, wait_s=30)) == b"new"
+    assert lab.redis.get(key) == b"new"
+
+
+def test_the_replica_guard_rejects_an_unknown_flavor():
+    with pytest.raises(ValueError, match="flavor"):
+        ReplicaCaughtUp(None, None, flavor="postgres")

@@ -1,0 +1,136 @@
+"""The lab's verdicts, pure: commit history, stale reads beyond the window, nines, targets.
+
+A read is **stale** when the value it returned had been superseded by a commit more than
+the lag window before the read started. The window is the slowest commit -> invalidation
+that cachesync's own probes measured in the same run and fault class; every strategy gets
+the same allowance. A key is **left stale** when, once writes stopped and the window
+passed, its cached value differs from the database's: it stays wrong until its TTL.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+
+from bench.common import median
+
+
+class History:
+    """Per row, the commit time of each ``seq``; per value, the row and seq that wrote it.
+
+    Thread-safe: writers record commits while readers' values are judged later.
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._commits: dict[int, dict[int, float]] = {}
+        self._value: dict[int, tuple[int, int]] = {}
+
+    def base(self, row: int, seq: int, value: int) -> None:
+        """The row's state before the measured interval (committed long ago)."""
+        self.commit(row, seq, value, float("-inf"))
+
+    def commit(self, row: int, seq: int, value: int, at: float) -> None:
+        with self._lock:
+            self._commits.setdefault(row, {})[seq] = at
+            self._value[value] = (row, seq)
+
+    def superseded_at(self, value: int) -> float | None:
+        """When the commit after the one that wrote ``value`` happened; None while it is
+        the row's newest (or was never committed: a SET before its commit)."""
+        with self._lock:
+            where = self._value.get(value)
+            if where is None:
+                return None
+            row, seq = where
+            return self._commits[row].get(seq + 1)
+
+    def writes(self) -> int:
+        """Commits made in the measured interval (not the base states)."""
+        with self._lock:
+            return sum(1 for seqs in self._commits.values() for t in seqs.values()
+                       if t != float("-inf"))
+
+
+def stale_reads(reads: list[tuple[float, int, bool]], history: History,
+                window: float) -> list[tuple[float, int, bool, float]]:
+    """The reads ``(start, value, loaded)`` whose value was superseded more than ``window``
+    before they started, each with its age (start - superseded at)."""
+    out = []
+    for start, value, loaded in reads:
+        at = history.superseded_at(value)
+        if at is not None and at < start - window:
+            out.append((start, value, loaded, start - at))
+    return out
+
+
+def nines(stale: int, total: int) -> float | None:
+    """-log10 of the stale ratio: 2.0 = 99 % consistent reads; None when nothing was stale
+    (or nothing read): infinitely many nines is not a number to average."""
+    if not total or not stale:
+        return None
+    return round(-math.log10(stale / total), 2)
+
+
+def window(probe_lags: list[float]) -> float:
+    """The lag window: the slowest commit -> key-gone that cachesync's probes measured.
+    Raises ValueError when there was no probe (no honest window without one)."""
+    if not probe_lags:
+        raise ValueError("no cachesync probe completed: no lag window to judge by")
+    return max(probe_lags)
+
+
+def verdict(reads: list[tuple[float, int, bool]], history: History, window_s: float,
+            left: list[float | None], seconds: float) -> dict:
+    """One cell's figures. ``left`` holds, per key left stale, how long ago its value
+    was superseded at the final check (None if unknown)."""
+    stale = stale_reads(reads, history, window_s)
+    ages = [age for *_, age in stale] + [a for a in left if a is not None]
+    return {"reads": len(reads), "reads_per_s": round(len(reads) / seconds, 1),
+            "writes": history.writes(), "stale_reads": len(stale),
+            "stale_read_ratio": len(stale) / len(reads) if reads else None,
+            "nines": nines(len(stale), len(reads)),
+            "stale_from_db_load": sum(1 for _, _, loaded, _ in stale if loaded),
+            "stale_keys_after": len(left),
+            "longest_stale_ms": round(max(ages) * 1000, 1) if ages else 0.0}
+
+
+FIELDS = ("stale_read_ratio", "stale_reads", "reads", "reads_per_s", "writes",
+          "stale_keys_after", "longest_stale_ms", "stale_from_db_load")
+
+
+def medians(cells: list[dict]) -> dict:
+    """Median of each figure over runs; nines from the median ratio."""
+    out = {f: median([c[f] for c in cells if c.get(f) is not None]) for f in FIELDS}
+    ratio = out["stale_read_ratio"]
+    out["nines"] = round(-math.log10(ratio), 2) if ratio else None
+    out["injected"] = {k: median([c["injected"][k] for c in cells])
+                       for k in cells[0].get("injected", {})}
+    lags = [c["replica_lag_ms"] for c in cells if c.get("replica_lag_ms")]
+    if lags:
+        out["replica_lag_ms"] = {"p50": median([x["p50"] for x in lags]),
+                                 "max": max(x["max"] for x in lags)}
+    return out
+
+
+def target(table: dict[str, dict], cachesync: str, others: tuple[str, ...]) -> dict:
+    """The issue's targets for one fault class: ``cachesync`` leaves 0 stale keys; where any
+    other strategy leaves stale keys or reads, its stale-read ratio is 0 or >= 100x lower
+    than the best other's."""
+    mine = table[cachesync]
+    best = min(others, key=lambda s: table[s]["stale_read_ratio"])
+    best_ratio = table[best]["stale_read_ratio"]
+    others_fail = any(table[s]["stale_keys_after"] or table[s]["stale_read_ratio"]
+                      for s in others)
+    ratio = mine["stale_read_ratio"]
+    if not ratio:
+        reads = "zero against zero" if not best_ratio else "met (zero)"
+    elif not others_fail:
+        reads = "missed: others zero, cachesync not"
+    else:
+        reads = "met" if best_ratio and best_ratio / ratio >= 100 else "missed"
+    return {"stale_keys_zero": mine["stale_keys_after"] == 0,
+            "stale_reads": reads, "best_other": best, "best_other_ratio": best_ratio,
+            "cachesync_ratio": ratio,
+            "advantage": round(best_ratio / ratio, 1) if ratio and best_ratio else None,
+            "others_leave_stale": others_fail}

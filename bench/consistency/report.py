@@ -1,0 +1,67 @@
+"""The lab's README tables from its JSON: ``python -m bench.consistency.report FILE``.
+
+FILE is a ``python -m bench`` document (or the lab's own section of it).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+def markdown(lab: dict) -> str:
+    """Three tables: stale reads and keys left per strategy and fault class; the longest
+    stale time and reads served; the targets per fault class."""
+    table, classes = lab["median"], list(lab["median"])
+    names = list(lab["strategies"])
+    head = "| strategy | " + " | ".join(classes) + " |\n|---|" + "---|" * len(classes)
+    stale = [f"| {lab['strategies'][n]} | "
+             + " | ".join(_cell(table[c][n]) for c in classes) + " |" for n in names]
+    longest = [f"| {n} | " + " | ".join(_longest(table[c][n]) for c in classes) + " |"
+               for n in names]
+    window = "| lag window (median) | " + " | ".join(
+        f"{lab['lag_window_ms'][c]['median']:g} ms" for c in classes) + " |"
+    targets = [f"| {c} | {n} | {_yes(t['stale_keys_zero'])} | {t['stale_reads']} | "
+               f"{t['best_other']} ({_ratio(t['best_other_ratio'])}) | "
+               f"{_ratio(t['cachesync_ratio'])} |"
+               for c, per in lab["targets"].items() for n, t in per.items()]
+    return "\n".join([
+        "Stale reads beyond the lag window (ratio, and nines of consistent reads) · stale keys "
+        "left after writes stop:", "",
+        head, *stale, window, "",
+        "Longest time a key was seen stale (ms) · reads served per second:", "",
+        head.replace("strategy", "strategy (name in the JSON)"), *longest, "",
+        "Targets, each cachesync strategy against the best app strategy (the issue's are "
+        "for `cachesync`, delete mode + read_through):", "",
+        "| fault class | cachesync strategy | 0 stale keys | stale reads: ≥ 100x lower or zero "
+        "| best other (ratio) | its ratio |", "|---|---|---|---|---|---|", *targets])
+
+
+def _ratio(r: float | None) -> str:
+    if r is None:
+        return "–"
+    return "0" if r == 0 else f"{r * 100:.2g} %"
+
+
+def _cell(c: dict) -> str:
+    nines = f" ({c['nines']:g} nines)" if c.get("nines") is not None else ""
+    return f"{_ratio(c['stale_read_ratio'])}{nines} · {c['stale_keys_after']:g}"
+
+
+def _longest(c: dict) -> str:
+    return f"{c['longest_stale_ms']:g} · {c['reads_per_s']:,.0f}/s"
+
+
+def _yes(ok: bool) -> str:
+    return "yes" if ok else "**no**"
+
+
+def main(argv: list[str]) -> int:
+    with open(argv[0], encoding="utf-8") as f:
+        doc = json.load(f)
+    print(markdown(doc.get("benchmarks", {}).get("consistency", doc)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,186 @@
+"""The consistency lab's pure parts: stale-read accounting, the window rule, nines, targets,
+the fault injector and the strategies' cachesync mapping."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pytest
+
+from bench.consistency import measure
+from bench.consistency.faults import CLASSES, Faults, Injector, shape
+from bench.consistency.strategies import APP, BY_NAME, CACHESYNC, decode, tables_config
+from cachesync.schema.mapping import parse_mappings
+
+
+def _history() -> measure.History:
+    """Row 1: value 10 (base, seq 0) superseded at t=1.0 by value 11, superseded at t=2.0 by 12."""
+    h = measure.History()
+    h.base(1, 0, 10)
+    h.commit(1, 1, 11, 1.0)
+    h.commit(1, 2, 12, 2.0)
+    return h
+
+
+def test_history_knows_when_each_value_was_superseded():
+    h = _history()
+    assert h.superseded_at(10) == 1.0
+    assert h.superseded_at(11) == 2.0
+    assert h.superseded_at(12) is None          # the newest: not superseded
+    assert h.superseded_at(99) is None          # never committed (a SET before its commit)
+    assert h.writes() == 2                      # the base state is not a write
+
+
+@pytest.mark.parametrize("read, window, stale", [
+    ((1.5, 10, False), 0.4, True),    # superseded 0.5 s before the read: beyond a 0.4 s window
+    ((1.3, 10, False), 0.4, False),   # superseded 0.3 s before: within the window, allowed
+    ((1.4, 10, False), 0.4, False),   # exactly the window: allowed
+    ((5.0, 12, False), 0.0, False),   # the newest value is never stale
+    ((0.5, 10, False), 0.0, False),   # read before the superseding commit
+    ((9.0, 99, True), 0.0, False),    # a value never committed is not "old"
+])
+def test_a_read_is_stale_only_beyond_the_window(read, window, stale):
+    out = measure.stale_reads([read], _history(), window)
+    assert bool(out) is stale
+    if stale:
+        assert out[0][3] == pytest.approx(read[0] - 1.0)   # its age since superseded
+
+
+def test_the_window_is_the_slowest_probe_and_needs_one():
+    assert measure.window([0.01, 0.5, 0.2]) == 0.5
+    with pytest.raises(ValueError, match="no cachesync probe"):
+        measure.window([])
+
+
+@pytest.mark.parametrize("stale, total, nines", [
+    (1, 100, 2.0), (1, 1000, 3.0), (5, 1000, 2.3), (0, 1000, None), (0, 0, None), (3, 0, None)])
+def test_nines(stale, total, nines):
+    assert measure.nines(stale, total) == nines
+
+
+def test_verdict_counts_stale_reads_keys_left_and_the_longest_stale_time():
+    reads = [(1.5, 10, True), (1.6, 10, False), (1.7, 11, False), (2.6, 11, False)]
+    out = measure.verdict(reads, _history(), 0.4, left=[3.0, None], seconds=2.0)
+    assert out["reads"] == 4 and out["reads_per_s"] == 2.0 and out["writes"] == 2
+    assert out["stale_reads"] == 3                 # 1.5 and 1.6 (value 10), 2.6 (value 11)
+    assert out["stale_read_ratio"] == 0.75
+    assert out["stale_from_db_load"] == 1
+    assert out["stale_keys_after"] == 2
+    assert out["longest_stale_ms"] == 3000.0       # the key left stale, 3 s after superseded
+    assert out["nines"] == pytest.approx(round(-math.log10(0.75), 2))
+
+
+def test_verdict_without_stale_reads_or_keys():
+    out = measure.verdict([(1.0, 12, False)], _history(), 0.0, left=[], seconds=1.0)
+    assert (out["stale_reads"], out["stale_keys_after"], out["longest_stale_ms"],
+            out["nines"]) == (0, 0, 0.0, None)
+
+
+def _cell(ratio, keys, reads=1000):
+    return {"stale_read_ratio": ratio, "stale_reads": int(ratio * reads), "reads": reads,
+            "reads_per_s": reads / 2, "writes": 100, "stale_keys_after": keys,
+            "longest_stale_ms": 0.0, "stale_from_db_load": 0,
+            "injected": {"crashes": 1, "lost_cache_calls": 0, "outside_writes": 0}}
+
+
+def test_medians_over_runs_and_nines_of_the_median_ratio():
+    out = measure.medians([_cell(0.01, 1), _cell(0.001, 0), _cell(0.1, 3)])
+    assert out["stale_read_ratio"] == 0.01 and out["stale_keys_after"] == 1
+    assert out["nines"] == 2.0
+    assert out["injected"] == {"crashes": 1, "lost_cache_calls": 0, "outside_writes": 0}
+
+
+@pytest.mark.parametrize("mine, others, reads, keys_zero", [
+    # others leave stale reads, cachesync none
+    (_cell(0, 0), [_cell(0.01, 2), _cell(0.001, 0)], "met (zero)", True),
+    # nobody stale: reported as such
+    (_cell(0, 0), [_cell(0, 0), _cell(0, 0)], "zero against zero", True),
+    # 100x lower than the best other: met; 10x: missed
+    (_cell(0.00001, 0), [_cell(0.01, 2), _cell(0.001, 0)], "met", True),
+    (_cell(0.0001, 0), [_cell(0.01, 2), _cell(0.001, 0)], "missed", True),
+    # the best other has no stale read (another one leaves a key): cachesync must be zero
+    (_cell(0.0001, 1), [_cell(0, 1), _cell(0.01, 0)], "missed", False),
+    # nobody else is stale, cachesync is
+    (_cell(0.0001, 0), [_cell(0, 0)], "missed: others zero, cachesync not", True),
+])
+def test_targets(mine, others, reads, keys_zero):
+    table = {"cachesync": mine, **{f"o{i}": c for i, c in enumerate(others)}}
+    out = measure.target(table, "cachesync", tuple(f"o{i}" for i in range(len(others))))
+    assert out["stale_reads"] == reads
+    assert out["stale_keys_zero"] is keys_zero
+
+
+def test_injector_rolls_each_fault_at_its_probability_and_counts_it():
+    faults = Faults("x", "x", crash_p=0.1, cache_fail_p=0.2, outside_share=0.3)
+    inj = Injector(faults, random.Random(7))
+    sent = []
+    for _ in range(10_000):
+        inj.crashed()
+        inj.outside()
+        inj.cache_call(sent.append, 1)
+    assert inj.counts["crashes"] == pytest.approx(1000, rel=0.1)
+    assert inj.counts["outside_writes"] == pytest.approx(3000, rel=0.1)
+    assert inj.counts["lost_cache_calls"] == pytest.approx(2000, rel=0.1)
+    assert len(sent) + inj.counts["lost_cache_calls"] == 10_000   # a lost call is not sent
+
+
+def test_no_fault_class_injects_nothing():
+    inj = Injector(CLASSES[0], random.Random(1))
+    sent = []
+    for _ in range(1000):
+        assert not inj.crashed() and not inj.outside()
+        inj.cache_call(sent.append, 1)
+    assert len(sent) == 1000 and set(inj.counts.values()) == {0}
+
+
+def test_fault_classes_each_alone_and_all_together():
+    by = {f.name: f for f in CLASSES}
+    assert list(by) == ["none", "crash", "cache_fail", "outside_writes", "replica_lag",
+                        "hot_rows", "all"]
+    every = by["all"]
+    assert every.crash_p and every.cache_fail_p and every.outside_share
+    assert every.replica_reads and every.hot_rows
+    hot = shape({"rows": 32, "writers": 2, "readers": 4, "write_rate": 120}, by["hot_rows"])
+    assert hot["writers"] >= 8 and hot["rows"] <= 4
+    assert shape({"rows": 32, "writers": 2}, by["none"]) == {"rows": 32, "writers": 2}
+
+
+def test_strategies_and_their_cachesync_mapping_loads():
+    assert len(APP) == 5 and CACHESYNC == ("cachesync", "cachesync_update",
+                                          "cachesync_double_delete", "cachesync_replica_guard")
+    tables = tables_config("db", "p:")
+    parse_mappings(tables)                         # raises ConfigError on a bad setting
+    assert tables["db.acct_up"]["mode"] == "update"
+    assert tables["db.acct_dd"]["double_delete"] > 0
+    assert tables["db.acct_rg"] == {"keys": ["p:acct_rg:{id}"], "mode": "delete"}
+    assert BY_NAME["cachesync_replica_guard"].replica_guard
+    assert "db.acct" not in tables                 # the app strategies' table: cachesync stays out
+    assert not BY_NAME["db_then_delete"].cachesync and BY_NAME["cachesync"].cachesync
+
+
+@pytest.mark.parametrize("cached, v", [(b"42", 42), ("7", 7), (b'{"v":9}', 9),
+                                       (json.dumps({"v": 12}).encode(), 12)])
+def test_decode_reads_fills_and_update_mode_values(cached, v):
+    assert decode(cached) == v
+
+
+def test_decode_refuses_anything_else():
+    with pytest.raises(ValueError):
+        decode(b"garbage")
+
+
+def test_report_renders_every_strategy_and_fault_class():
+    from bench.consistency.report import markdown
+    cells = {"a": {**_cell(0.012, 3), "longest_stale_ms": 1500.0, "nines": 1.92},
+             "cachesync": _cell(0, 0)}
+    lab = {"median": {"none": cells}, "strategies": {"a": "app A", "cachesync": "cs"},
+           "lag_window_ms": {"none": {"median": 380.5}},
+           "targets": {"none": {"cachesync": measure.target(cells, "cachesync", ("a",))}}}
+    text = markdown(lab)
+    assert "| app A | 1.2 % (1.92 nines) · 3 |" in text
+    assert "| cs | 0 · 0 |" in text
+    assert "| a | 1500 · 500/s |" in text
+    assert "| lag window (median) | 380.5 ms |" in text
+    assert "| none | cachesync | yes | met (zero) | a (1.2 %) | 0 |" in text
