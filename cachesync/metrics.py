@@ -52,6 +52,11 @@ TAILER_COUNTERS = {
                                       "table_events"),
     "cachesync_tailer_rows_oversized": ("Rows over Kafka's record limit, published "
                                         "invalidate-only (keys, no values)", "oversized"),
+    "cachesync_tailer_outbox_events": ("Outbox events published from the binlog "
+                                       "(tailer.outbox_tables)", "outbox_events"),
+    "cachesync_tailer_outbox_rows_invalid": ("Outbox rows published without their payload or "
+                                             "keys (not valid JSON, or over the record limit)",
+                                             "outbox_invalid"),
 }
 RELAY_COUNTERS = {
     "cachesync_relay_rows_sent": ("Outbox rows sent to Kafka", "sent"),
