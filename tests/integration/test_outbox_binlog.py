@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import random
+import subprocess
+import sys
 import time
 
 import pytest
@@ -158,3 +161,21 @@ def test_tailer_killed_9_at_random_loses_nothing(outbox):
     assert engine.stats.dead_lettered == 0
     print(f"{len(committed)} committed, {len(writers.rolled_back)} rolled back, "
           f"{duplicates} re-published after the kills")
+
+
+def test_purge_only_deletes_rows_created_before_the_retention(outbox):
+    """Binlog mode marks nothing published: the purge goes by created_at, in batches."""
+    lab, cfg = outbox
+    add_config_sections(cfg, relay={"outbox_db": lab.db, "retention_s": 3600, "purge_batch": 2})
+    with lab.stack.admin(lab.db, autocommit=False) as conn:
+        for i in range(7):
+            emit(conn, "board", i, "bumped", {"i": i})
+        conn.commit()
+    lab.sql("UPDATE cachesync_outbox SET created_at = NOW(6) - INTERVAL 2 HOUR WHERE seq <= "
+            "(SELECT s FROM (SELECT MIN(seq) + 4 AS s FROM cachesync_outbox) m)")   # 5 old
+    purge = subprocess.run([sys.executable, "-m", "cachesync", "relay", "--config", cfg,
+                            "--purge-only"], env={**os.environ, **lab.stack.env},
+                           capture_output=True, text=True, timeout=60)
+    assert purge.returncode == 0, purge.stderr
+    assert "purged 5 outbox rows created more than 3600s ago" in purge.stderr
+    assert lab.sql("SELECT COUNT(*), COUNT(published_at) FROM cachesync_outbox") == ((2, 0),)
