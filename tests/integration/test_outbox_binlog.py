@@ -149,8 +149,12 @@ def test_tailer_killed_9_at_random_loses_nothing(outbox):
             tailer = lab.spawn("tail", cfg)
         wait_for(lambda: len(writers.committed) >= 200, 60, what="200 committed events")
     committed = dict(writers.committed)
-    wait_for(lambda: set(committed) <= set(record_ids(lab.topic_records())), 90,
-             interval=0.5, what="every committed event on Kafka")
+    missing = lambda: set(committed) - set(record_ids(lab.topic_records()))   # noqa: E731
+    try:
+        wait_for(lambda: not missing(), 90, interval=0.5, what="every committed event on Kafka")
+    except TimeoutError:
+        raise AssertionError(f"{len(missing())} of {len(committed)} committed events not on "
+                             f"Kafka; the last tailer's log:\n{lab.log(tailer)}") from None
     records = lab.settled_records(engine)
     ids = record_ids(records)
     assert set(ids) == set(committed)                  # nothing lost, no rolled-back row
