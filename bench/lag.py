@@ -192,8 +192,9 @@ class Harness:
                 now = time.perf_counter()
                 with self._lock:
                     for k, present in zip(keys, found):
-                        if not present:
-                            t_commit = self._outstanding.pop(k)
+                        # a measurement that ended meanwhile cleared the keys it gave up on
+                        t_commit = None if present else self._outstanding.pop(k, None)
+                        if t_commit is not None:
                             self._latencies.append(now - t_commit)
                             if self._on_gone is not None:
                                 self._on_gone(k, t_commit, now)
