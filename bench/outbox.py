@@ -1,9 +1,16 @@
-"""Outbox relay: events/s and emit->publish latency, next to a naive ``seq > last_id`` poller.
+"""Outbox: events/s and commit -> publish latency of the three ways to publish an outbox.
 
-Both publish the same outbox table to their own topic through the same KafkaPublisher:
+Each path publishes the same outbox table to its own topic through the same
+KafkaPublisher, alone (the others stopped), runs alternating in order:
 
-* throughput: N rows written up front; time until every row is Kafka-acknowledged
-  (the relay also marks them published; the naive poller only keeps its watermark);
+* ``relay``: cachesync's polling relay (lease with FOR UPDATE SKIP LOCKED, marks
+  ``published_at`` after the ack), for deployments without binlog access;
+* ``naive``: a ``seq > last_id`` poller, the baseline (it skips late commits);
+* ``binlog``: the tailer reading the outbox from the binlog (``tailer.outbox_tables``),
+  default settings, started from the GTID position before the rows.
+
+* throughput: N rows written up front (transactions of 50); time until Kafka
+  acknowledged every row; median of the runs;
 * latency: W writers emit for D seconds, 1 transaction in 10 held open a few ms after
   its INSERT so that commits come out of seq order; latency = commit returned ->
   Kafka ack. The naive poller's watermark jumps past rows still uncommitted; those it
@@ -15,8 +22,15 @@ from __future__ import annotations
 import random
 import threading
 import time
+from dataclasses import dataclass
+from typing import Callable
 
-from bench.common import Sandbox, Worker, log, percentile, ratio, wait_for
+from bench.common import (Sandbox, Worker, log, percentile, ratio, summarize, topic_events,
+                          wait_for)
+from bench.tailer import _close_tailer
+from cachesync.producer_outbox.checkpoint import Checkpoint, MySQLCheckpointStore
+from cachesync.producer_outbox.preflight import read_server_info
+from cachesync.wiring import build_tailer, mysql_params
 from cachesync.producer_outbox.mysql import MySQLParams
 from cachesync.producer_outbox.outbox import OutboxRow, emit, ensure_outbox_table, event_kafka_key, to_event
 from cachesync.producer_outbox.publisher import KafkaPublisher
@@ -30,13 +44,18 @@ SIZES = {"full": (50_000, 4, 15.0), "quick": (5_000, 4, 5.0)}   # rows, writers,
 TXN_ROWS = 50
 LATE_COMMIT = (0.1, 0.05)          # share of transactions held open, for up to this many s
 OPTIONS = RelaySettings()          # the relay's defaults: poll 0.1 s, burst 500
+PATHS = ("relay", "naive", "binlog")
+THROUGHPUT_PATHS = (*PATHS, "binlog_packed")
+PACK_ROWS = 500                    # binlog_packed: tailer.pack_rows
+TARGET_EVENTS_PER_S = 10_000       # issue 17, target 4
+THROUGHPUT_TIMEOUT_S = 300
 _NAIVE = ("SELECT seq, event_id, aggregate_type, aggregate_id, event_type, payload, cache_keys, "
           "UNIX_TIMESTAMP(created_at), attempts FROM cachesync_outbox WHERE seq > %s "
           "ORDER BY seq LIMIT %s")
 
 
 def run(stack=None, quick: bool = False, runs: int = 1) -> dict:
-    """Both benchmarks on a fresh sandbox; ``run(True)`` means quick with the default stack."""
+    """Every path on a fresh sandbox; ``run(True)`` means quick with the default stack."""
     if isinstance(stack, bool):
         stack, quick = None, stack
     if stack is None:
@@ -46,18 +65,25 @@ def run(stack=None, quick: bool = False, runs: int = 1) -> dict:
     box = Sandbox(stack, NAME)
     try:
         params = _prepare(box)
-        throughput = _throughput(box, params, n)
-        latency = _latency(box, params, writers, seconds)
+        throughput = _throughput(box, params, n, runs)
+        latency = _latency(box, params, writers, seconds, runs)
+        binlog = throughput["binlog"]["median"]["events_per_s"]
         return {
-            "description": "outbox relay (FOR UPDATE SKIP LOCKED lease) vs naive seq > last_id "
-                           "poller, same table, same KafkaPublisher, measured in one run",
+            "description": "outbox paths on one table and one KafkaPublisher: the relay "
+                           "(FOR UPDATE SKIP LOCKED lease), a naive seq > last_id poller, and "
+                           "the tailer reading the outbox from the binlog (tailer.outbox_tables, "
+                           "default settings); each path alone on the same N rows",
             "params": {"rows": n, "txn_rows": TXN_ROWS, "writers": writers, "seconds": seconds,
                        "late_commit_share": LATE_COMMIT[0], "late_commit_max_s": LATE_COMMIT[1],
                        "poll_interval_s": OPTIONS.poll_interval_s,
-                       "burst_limit": OPTIONS.burst_limit},
+                       "burst_limit": OPTIONS.burst_limit, "runs": runs},
             "throughput": throughput, "latency": latency,
-            "ratio_relay_to_naive_events_per_s": ratio(throughput["relay_events_per_s"],
-                                                       throughput["naive_events_per_s"]),
+            "ratio_relay_to_naive_events_per_s": ratio(throughput["relay"]["median"]["events_per_s"],
+                                                       throughput["naive"]["median"]["events_per_s"]),
+            "ratio_binlog_to_naive_events_per_s": ratio(binlog,
+                                                        throughput["naive"]["median"]["events_per_s"]),
+            "target": f">= {TARGET_EVENTS_PER_S} events/s end to end (binlog path)",
+            "target_met": binlog is not None and binlog >= TARGET_EVENTS_PER_S,
         }
     finally:
         _revoke(box)
@@ -65,7 +91,7 @@ def run(stack=None, quick: bool = False, runs: int = 1) -> dict:
 
 
 def _prepare(box: Sandbox) -> MySQLParams:
-    box.create_schema()
+    box.create_schema("CREATE TABLE unused (id BIGINT PRIMARY KEY)")   # the tailer's mapping
     with box.stack.admin(box.db, autocommit=False) as conn:
         ensure_outbox_table(conn)
         with conn.cursor() as cur:
@@ -93,20 +119,22 @@ class TimedPublisher(KafkaPublisher):
         super().__init__(bootstrap, client_id="cachesync-bench-outbox")
         self.acked: dict[str, float] = {}
 
-    def send(self, topic, key, value, msg_id, on_ack, on_error):
+    def send(self, topic, key, value, msg_id, on_ack, on_error, partition=None):
         def ack():
             self.acked.setdefault(msg_id, time.time())
             on_ack()
-        super().send(topic, key, value, msg_id, on_ack=ack, on_error=on_error)
+        super().send(topic, key, value, msg_id, on_ack=ack, on_error=on_error,
+                     partition=partition)
 
 
 class NaivePoller:
     """The baseline: remember the highest seq seen and select ``seq > last``."""
 
-    def __init__(self, params: MySQLParams, publisher: TimedPublisher, topic: str, db: str):
+    def __init__(self, params: MySQLParams, publisher: TimedPublisher, topic: str, db: str,
+                 last: int):
         self._params, self._pub, self._topic, self._db = params, publisher, topic, db
         self.stop = threading.Event()
-        self.last = 0
+        self.last = last
 
     def run(self) -> None:
         conn = self._params.connect(autocommit=True)
@@ -126,42 +154,116 @@ class NaivePoller:
             conn.close()
 
 
-def _start(box, params, label):
-    """A relay and a naive poller, each with its own topic and timed publisher."""
-    bootstrap = box.stack.bootstrap
-    relay_pub, naive_pub = TimedPublisher(bootstrap), TimedPublisher(bootstrap)
-    relay = Relay(OutboxStore(params.connect, box.db, "cachesync_outbox"), lambda: relay_pub,
-                  OPTIONS, box.new_topic(), box.db, "bench")
-    naive = NaivePoller(params, naive_pub, box.new_topic(), box.db)
-    workers = [Worker(relay.run, f"{label}-relay"), Worker(naive.run, f"{label}-naive")]
-    return relay, naive, relay_pub, naive_pub, workers
+@dataclass
+class Running:
+    """One outbox path publishing to its own topic, in a worker thread."""
+
+    name: str
+    publisher: TimedPublisher
+    topic: str
+    stop: Callable[[], None]
+    worker: Worker
+    tailer: object = None
+
+    def acked(self) -> int:
+        """Events Kafka acknowledged (a packed record carries several)."""
+        return self.tailer.acked if self.tailer is not None else len(self.publisher.acked)
+
+    def close(self) -> None:
+        self.stop()
+        self.worker.join(30)
+        if self.tailer is not None:
+            _close_tailer(self.tailer)      # its publisher and checkpoint connection
+        elif self.name == "naive":          # the relay closes its own publisher
+            self.publisher.close()
+        self.worker.check()
 
 
-def _throughput(box, params, n: int) -> dict:
+def _start(box: Sandbox, params: MySQLParams, name: str, since: dict) -> Running:
+    """Start path ``name`` after ``since`` (``seq``: the naive watermark, ``gtid``: the
+    tailer's checkpoint; the relay selects by state)."""
+    pub, topic = TimedPublisher(box.stack.bootstrap), box.new_topic()
+    if name == "relay":
+        relay = Relay(OutboxStore(params.connect, box.db, "cachesync_outbox"), lambda: pub,
+                      OPTIONS, topic, box.db, "bench")
+        running = Running(name, pub, topic, relay.stop, Worker(relay.run, name))
+    elif name == "naive":
+        naive = NaivePoller(params, pub, topic, box.db, since["seq"])
+        running = Running(name, pub, topic, naive.stop.set, Worker(naive.run, name))
+    else:
+        tailer = _binlog_tailer(box, pub, topic, since, PACK_ROWS if name == "binlog_packed" else 1)
+        running = Running(name, pub, topic, tailer.stop, Worker(tailer.run, name), tailer)
+    running.worker.start()
+    return running
+
+
+def _binlog_tailer(box: Sandbox, pub: TimedPublisher, topic: str, since: dict, pack_rows: int):
+    """The tailer with default settings plus tailer.outbox_tables and ``pack_rows``, from
+    ``since["gtid"]``."""
+    cfg = box.write_config({f"{box.db}.unused": {"keys": [box.prefix + "unused:{id}"]}},
+                           topic=topic, tailer={"outbox_tables": f"{box.db}.cachesync_outbox",
+                                                "pack_rows": pack_rows})
+    settings = box.settings(cfg)
+    MySQLCheckpointStore(mysql_params(settings).connect, settings.tailer.name).save(
+        Checkpoint(since["server"], gtid=since["gtid"]))
+    return build_tailer(settings, publisher=pub)
+
+
+def _position(box: Sandbox) -> dict:
+    """Where each path starts to read: the highest seq and the binlog's GTID position now."""
+    with box.stack.admin(box.db) as conn, conn.cursor() as cur:
+        cur.execute("SELECT COALESCE(MAX(seq), 0) FROM cachesync_outbox")
+        seq = cur.fetchone()[0]
+        cur.execute("SELECT @@gtid_binlog_pos")
+        gtid = cur.fetchone()[0]
+        return {"seq": int(seq), "gtid": gtid, "server": read_server_info(conn).identity}
+
+
+def _throughput(box, params, n: int, runs: int) -> dict:
+    since = _position(box)
     log(f"outbox: writing {n} rows")
     _write_rows(box, n)
-    relay, naive, relay_pub, naive_pub, workers = _start(box, params, "throughput")
+    results: dict[str, list] = {name: [] for name in THROUGHPUT_PATHS}
+    for i in range(runs):
+        for name in (THROUGHPUT_PATHS if i % 2 == 0 else THROUGHPUT_PATHS[::-1]):   # alternate
+            _unpublish(box)
+            results[name].append(_throughput_run(box, params, name, since, n))
+            log(f"outbox: run {i + 1}/{runs} {name}: "
+                f"{results[name][-1]['events_per_s']:.0f} events/s")
+    out = {name: summarize(rs, ["events_per_s", "elapsed_s"]) for name, rs in results.items()}
+    out["note"] = ("each path alone on the same N committed rows, time from its start until "
+                   "Kafka acknowledged all N; the relay also marks published_at; the binlog "
+                   "path is the tailer with default settings (pack_rows 1) from the GTID "
+                   f"before the writes, binlog_packed the same with pack_rows {PACK_ROWS}; "
+                   "their topics are checked to hold exactly the N event ids")
+    return out
+
+
+def _throughput_run(box, params, name: str, since: dict, n: int) -> dict:
     t0 = time.perf_counter()
-    for w in workers:
-        w.start()
-    done = {}
-    while len(done) < 2:
-        for name, pub in (("relay", relay_pub), ("naive", naive_pub)):
-            if name not in done and len(pub.acked) >= n:
-                done[name] = time.perf_counter() - t0
-        if time.perf_counter() - t0 > 120:
-            raise TimeoutError("outbox throughput: not every row acknowledged in 120 s")
-        for w in workers:
-            w.check()
-        time.sleep(0.01)
-    relay.stop()
-    naive.stop.set()
-    for w in workers:
-        w.join(30)
-    log(f"outbox: relay {n / done['relay']:.0f} ev/s, naive {n / done['naive']:.0f} ev/s")
-    return {"relay_events_per_s": round(n / done["relay"], 1), "relay_elapsed_s": round(done["relay"], 3),
-            "naive_events_per_s": round(n / done["naive"], 1), "naive_elapsed_s": round(done["naive"], 3),
-            "note": "both run at once on the same rows; the relay also marks published_at"}
+    running = _start(box, params, name, since)
+    try:
+        while running.acked() < n:
+            running.worker.check()
+            if time.perf_counter() - t0 > THROUGHPUT_TIMEOUT_S:
+                raise TimeoutError(f"outbox throughput: {name} acknowledged "
+                                   f"{running.acked()}/{n} in {THROUGHPUT_TIMEOUT_S} s")
+            time.sleep(0.01)
+        elapsed = time.perf_counter() - t0
+    finally:
+        running.close()
+    if running.tailer is not None:
+        _, events, ids = topic_events(box.stack.bootstrap, running.topic)
+        if (events, len(ids)) != (n, n):
+            raise RuntimeError(f"binlog outbox topic holds {events} events ({len(ids)} ids), "
+                               f"expected {n}")
+    return {"events_per_s": round(n / elapsed, 1), "elapsed_s": round(elapsed, 3)}
+
+
+def _unpublish(box) -> None:
+    """Every row due again, so the relay publishes all of them in each of its runs."""
+    box.stack.admin_sql(f"UPDATE `{box.db}`.cachesync_outbox SET published_at = NULL, "
+                        "attempts = 0, next_attempt_at = NOW(6)")
 
 
 def _write_rows(box, n: int) -> None:
@@ -173,32 +275,53 @@ def _write_rows(box, n: int) -> None:
         conn.commit()
 
 
-def _latency(box, params, writers: int, seconds: float) -> dict:
+def _latency(box, params, writers: int, seconds: float, runs: int) -> dict:
+    results: dict[str, list] = {name: [] for name in PATHS}
+    for i in range(runs):
+        for name in (PATHS if i % 2 == 0 else PATHS[::-1]):
+            results[name].append(_latency_run(box, params, name, writers, seconds))
+            log(f"outbox: latency run {i + 1}/{runs} {name}: p99 {results[name][-1]['p99_ms']} ms")
+    fields = ["events", "published", "skipped", "p50_ms", "p99_ms", "max_ms"]
+    out = {name: summarize(rs, fields) for name, rs in results.items()}
+    out["note"] = ("each path alone under the same workload: commit returned -> Kafka ack; "
+                   "the naive poller never publishes rows its watermark passed ('skipped')")
+    return out
+
+
+def _latency_run(box, params, name: str, writers: int, seconds: float) -> dict:
     box.stack.admin_sql(f"UPDATE `{box.db}`.cachesync_outbox SET published_at = NOW(6) "
-                        "WHERE published_at IS NULL")   # the latency phase starts clean
-    relay, naive, relay_pub, naive_pub, workers = _start(box, params, "latency")
-    (naive.last,), = box.stack.admin_sql(f"SELECT COALESCE(MAX(seq), 0) FROM `{box.db}`.cachesync_outbox")
-    for w in workers:
-        w.start()
-    committed: dict[str, float] = {}
-    stop = threading.Event()
-    threads = [Worker(lambda k=k: _emit_loop(box, k, committed, stop), f"writer-{k}")
-               for k in range(writers)]
-    for t in threads:
-        t.start()
-    time.sleep(seconds)
-    stop.set()
-    for t in threads:
-        t.join(30)
-        t.check()
-    wait_for(lambda: all(i in relay_pub.acked for i in committed), 120, "the relay to publish all")
-    time.sleep(1.0)               # give the naive poller the same chance to catch up
-    relay.stop()
-    naive.stop.set()
-    for w in workers:
-        w.join(30)
-    return {"events": len(committed),
-            "relay": _lat(committed, relay_pub.acked), "naive": _lat(committed, naive_pub.acked)}
+                        "WHERE published_at IS NULL")   # each phase starts clean
+    running = _start(box, params, name, _position(box))
+    try:
+        _warm_up(box, running)
+        committed: dict[str, float] = {}
+        stop = threading.Event()
+        threads = [Worker(lambda k=k: _emit_loop(box, k, committed, stop), f"writer-{k}")
+                   for k in range(writers)]
+        for t in threads:
+            t.start()
+        time.sleep(seconds)
+        stop.set()
+        for t in threads:
+            t.join(30)
+            t.check()
+        acked = running.publisher.acked
+        if name != "naive":
+            wait_for(lambda: all(i in acked for i in committed), 120, f"{name} to publish all")
+        else:
+            time.sleep(1.0)       # give the naive poller a chance to catch up
+    finally:
+        running.close()
+    return {"events": len(committed), **_lat(committed, running.publisher.acked)}
+
+
+def _warm_up(box, running: Running) -> None:
+    """One event through the path before the clock starts: its start-up is not latency."""
+    with box.stack.admin(box.db, autocommit=False) as conn:
+        event_id = emit(conn, "board", "warm-up", "bumped", {}, keys=[f"{box.prefix}warm"])
+        conn.commit()
+    wait_for(lambda: running.worker.check() or event_id in running.publisher.acked, 120,
+             f"{running.name} to publish the warm-up event")
 
 
 def _emit_loop(box, k: int, committed: dict, stop: threading.Event) -> None:

@@ -160,6 +160,8 @@ POSITIVE = {"lo": 0, "lo_open": True}        # seconds and sizes that must be ab
 AT_LEAST_1 = {"lo": 1}
 NOT_NEGATIVE = {"lo": 0}                     # 0 turns the feature off
 # Backticked in SQL: a database or table name cachesync creates or reads.
+_NAME = IDENTIFIER_PATTERN
+OUTBOX_TABLES = rf"( *{_NAME}\.{_NAME} *(, *{_NAME}\.{_NAME} *)*)?"
 IDENTIFIER = {"pattern": IDENTIFIER_PATTERN, "what": "a MySQL identifier (letters, digits, _ or $; 1 to 64)"}
 NON_EMPTY = {"pattern": r"\S(.*\S)?", "what": "a non-empty value"}
 TOPIC = {"pattern": r"[A-Za-z0-9._-]{1,249}", "what": "a Kafka topic name ([A-Za-z0-9._-], 1 to 249)"}
@@ -290,6 +292,16 @@ class TailerSettings(_Validated):
     # read the binlog from these servers (the first that answers; a replica needs
     # log_slave_updates) instead of mysql.host; state stays on mysql.host. Empty: mysql.host
     source_hosts: str = setting("", check=_hosts_problem)
+    # outbox tables read from the binlog ("db.table,db.table"): their inserts are published
+    # as the outbox events they carry (as the relay would), their deletes and updates ignored
+    outbox_tables: str = setting("", pattern=OUTBOX_TABLES,
+                                 what="a comma-separated list of db.table names")
+
+    @property
+    def outbox_table_names(self) -> frozenset[tuple[str, str]]:
+        """``outbox_tables`` as (db, table) pairs."""
+        names = (n.strip() for n in self.outbox_tables.split(",") if n.strip())
+        return frozenset(tuple(n.split(".", 1)) for n in names)
 
 
 @dataclass(frozen=True)
@@ -389,7 +401,17 @@ def load(path: str | os.PathLike | None, environ: Mapping[str, str] | None = Non
     sections = {name: _section(name, cls, raw.get(name) or {}, environ, source)
                 for name, cls in _SECTIONS.items()}
     tables = parse_mappings(raw.get("tables"), source)
+    _check_outbox_not_mapped(sections["tailer"], tables, source)
     return Settings(**sections, tables=tables, source=source)
+
+
+def _check_outbox_not_mapped(tailer: TailerSettings, tables: MappingSet, source: str) -> None:
+    """An outbox table's rows are events, not cached rows: it cannot be mapped too."""
+    both = sorted(f"{db}.{t}" for db, t in tailer.outbox_table_names if f"{db}.{t}" in tables.tables)
+    if both:
+        raise ConfigError(f"{source}: tailer.outbox_tables lists {', '.join(both)}, which "
+                          "tables: also maps; an outbox table's rows are published as the "
+                          "events they carry, so it cannot be a mapped table")
 
 
 def read_env_file(path: str | os.PathLike) -> dict[str, str]:

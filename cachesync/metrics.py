@@ -56,6 +56,11 @@ TAILER_COUNTERS = {
                                             "history, so their update-mode versions are not "
                                             "newer (MariaDB without gtid_strict_mode)",
                                             "versions_not_newer"),
+    "cachesync_tailer_outbox_events": ("Outbox events published from the binlog "
+                                       "(tailer.outbox_tables)", "outbox_events"),
+    "cachesync_tailer_outbox_rows_invalid": ("Outbox rows published without their payload or "
+                                             "keys (not valid JSON, or over the record limit)",
+                                             "outbox_invalid"),
 }
 RELAY_COUNTERS = {
     "cachesync_relay_rows_sent": ("Outbox rows sent to Kafka", "sent"),

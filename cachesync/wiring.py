@@ -210,4 +210,5 @@ def build_relay(settings: Settings) -> Relay:
     bootstrap, security = settings.kafka.bootstrap_servers, client_security(settings.kafka)
     return Relay(OutboxStore(params.connect, r.outbox_db, r.outbox_table),
                  lambda: KafkaPublisher(bootstrap, client_id="cachesync-relay", security=security),
-                 r, settings.kafka.topic, db=r.outbox_db, server=f"{m.host}:{m.port}")
+                 r, settings.kafka.topic, db=r.outbox_db, server=f"{m.host}:{m.port}",
+                 from_binlog=(r.outbox_db, r.outbox_table) in settings.tailer.outbox_table_names)

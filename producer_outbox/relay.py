@@ -90,8 +90,11 @@ class Relay:
     def __init__(self, store: OutboxStore, publisher_factory: Callable[[], object],
                  settings: RelaySettings, topic: str, db: str, server: str,
                  retry: RetryPolicy = RetryPolicy(base_s=0.2, cap_s=10.0),
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, from_binlog: bool = False):
+        """``from_binlog``: the tailer publishes this table too (tailer.outbox_tables); the
+        purge then goes by creation time, since no row is ever marked published."""
         self._store, self._factory, self._opts = store, publisher_factory, settings
+        self._from_binlog = from_binlog
         self._topic = topic
         self._db, self._server, self._retry, self._clock = db, server, retry, clock
         self._publisher = None
@@ -105,11 +108,19 @@ class Relay:
     def stop(self) -> None:
         self._stop.set()
 
+    @property
+    def from_binlog(self) -> bool:
+        return self._from_binlog
+
     def run(self) -> None:
         """Relay until stop(); transient errors back off and retry, FatalError raises."""
         log.info("relay starting: %s outbox -> topic %s (burst %d, redeliver after %.1fs)",
                  self._db, self._topic, self._opts.burst_limit,
                  self._opts.redeliver_interval_s)
+        if self._from_binlog:
+            log.warning("relay: the %s outbox is also in tailer.outbox_tables: both publish "
+                        "every event (the consumer skips the second copy by id); run the relay "
+                        "only to switch over, or `relay --purge-only`", self._db)
         try:
             while not self._stop.is_set():
                 claimed = call(self.round, "relay round", self._stop, self._retry)
@@ -208,11 +219,11 @@ class Relay:
         self._last_purge = now
         total = purge_in_batches(self._purge, self._opts.purge_batch, PURGE_BATCHES_PER_ROUND)
         if total:
-            log.info("purged %d outbox rows published more than %.0fs ago", total,
-                     self._opts.retention_s)
+            log.info("purged %d outbox rows %s more than %.0fs ago", total,
+                     "created" if self._from_binlog else "published", self._opts.retention_s)
 
     def _purge(self, limit: int) -> int:
-        return self._store.purge(self._opts.retention_s, limit)
+        return self._store.purge(self._opts.retention_s, limit, by_created=self._from_binlog)
 
     def _log_waiting(self) -> None:
         now = self._clock()

@@ -38,6 +38,11 @@ _LEASE = ("UPDATE {t} SET attempts = attempts + 1, "
           "next_attempt_at = NOW(6) + INTERVAL %s MICROSECOND WHERE seq IN ({marks})")
 _MARK = "UPDATE {t} SET published_at = NOW(6) WHERE published_at IS NULL AND event_id IN ({marks})"
 _PURGE = "DELETE FROM {t} WHERE published_at < NOW(6) - INTERVAL %s MICROSECOND LIMIT %s"
+# Read from the binlog (tailer.outbox_tables), rows are never marked published: the insert
+# is in the binlog whatever happens to the row, so age alone decides. seq order: the oldest
+# rows come first in the primary key, so a purge with little to do stops early.
+_PURGE_CREATED = ("DELETE FROM {t} WHERE created_at < NOW(6) - INTERVAL %s MICROSECOND "
+                  "ORDER BY seq LIMIT %s")
 
 
 class OutboxStore:
@@ -67,10 +72,11 @@ class OutboxStore:
             return changed
         return self._session.run(work)
 
-    def purge(self, retention_s: float, batch: int) -> int:
-        """Delete at most ``batch`` rows published more than ``retention_s`` ago."""
-        return self._session.run(lambda cur: cur.execute(_PURGE.format(t=self._table),
-                                                         (_micros(retention_s), batch)))
+    def purge(self, retention_s: float, batch: int, by_created: bool = False) -> int:
+        """Delete at most ``batch`` rows published (``by_created``: created) more than
+        ``retention_s`` ago."""
+        sql = (_PURGE_CREATED if by_created else _PURGE).format(t=self._table)
+        return self._session.run(lambda cur: cur.execute(sql, (_micros(retention_s), batch)))
 
     def close(self) -> None:
         self._session.close()

@@ -30,6 +30,7 @@ from cachesync.producer_outbox.groups import GroupPublishing
 from cachesync.producer_outbox.inflight import InflightTracker
 from cachesync.producer_outbox.keycolumns import key_images, table_specs
 from cachesync.producer_outbox.mysql import MySQLParams
+from cachesync.producer_outbox.outbox_binlog import OutboxRouter
 from cachesync.producer_outbox.packing import Pack, Packer
 from cachesync.producer_outbox.preflight import ServerInfo, check_server
 from cachesync.producer_outbox.publisher import MAX_RECORD_BYTES, is_permanent
@@ -97,7 +98,18 @@ class Tailer(GroupPublishing):
         self._mapped = [tuple(name.split(".", 1)) for name, m in mappings.tables.items() if m.keys]
         self._xa: XaGroup | None = None             # the open group is XA: records held
         self._prepared: dict[str, Prepared] = {}    # xid -> prepared group awaiting its decision
+        self._outbox: OutboxRouter | None = None    # tailer.outbox_tables, built at run()
         self.committed: Checkpoint | None = None
+
+    @property
+    def outbox_events(self) -> int:
+        """Outbox events published from the binlog (tailer.outbox_tables)."""
+        return self._outbox.events if self._outbox is not None else 0
+
+    @property
+    def outbox_invalid(self) -> int:
+        """Outbox rows published without a payload or keys that were not valid JSON."""
+        return self._outbox.invalid if self._outbox is not None else 0
 
     def stop(self) -> None:
         self._stop.set()
@@ -112,6 +124,7 @@ class Tailer(GroupPublishing):
         start = self._start_position(info)
         self._checkpoints.save(start)
         self.committed = start
+        self._outbox = self._outbox_router(info)
         log.info("tailer starting at %s (server %s, tables %s)", start.describe(),
                  info.identity, ", ".join(self._mappings.tables))
         stream = self._open_stream(info, start)
@@ -120,6 +133,26 @@ class Tailer(GroupPublishing):
         finally:
             stream.close()
             self._drain()
+
+    def _outbox_router(self, info: ServerInfo) -> OutboxRouter | None:
+        """The router of tailer.outbox_tables, or None when none are configured."""
+        names = self._opts.settings.outbox_table_names
+        if not names:
+            return None
+        log.info("tailer publishing the outbox events of %s from the binlog",
+                 ", ".join(sorted(f"{db}.{t}" for db, t in names)))
+        return OutboxRouter(names, info.identity, self._utc_offset_s(),
+                            self._opts.max_record_bytes)
+
+    def _utc_offset_s(self) -> float:
+        """The server's time zone offset: outbox ``created_at`` values are its local time."""
+        conn = self._mysql.connect()
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(), NOW())")
+                return float(cur.fetchone()[0])
+        finally:
+            conn.close()
 
     def current_position(self) -> Checkpoint:
         """The server's current binlog position (after preflight); raises FatalError."""
@@ -302,6 +335,9 @@ class Tailer(GroupPublishing):
     def _publish_rows(self, event, ctx: TxnContext, txn, row_index: int, schema: str,
                       table: str, where: Callable[[], str]) -> int:
         op = _ROW_EVENTS[type(event)]
+        if self._outbox is not None and self._outbox.covers(schema, table):
+            self._publish_outbox(event, op, txn, schema, table, where)
+            return row_index     # outbox rows take no row index: the ids of the others stay
         mapping = self._mappings.get(schema, table)
         if mapping is None:
             return row_index     # decided here, by the names of this event group's map
@@ -309,12 +345,7 @@ class Tailer(GroupPublishing):
             self._xa.touch(schema, table)
         keep = self._keep_columns(mapping, event.primary_key)
         specs = table_specs(event.table_map[event.table_id])
-        try:
-            rows = decode_rows(event)      # the per-table fast decoder, or None: the library's
-            rows = rows if rows is not None else event.rows
-        except DECODE_ERRORS as e:
-            raise decode_error(e, where(), f"{schema}.{table}") from e
-        for row in rows:
+        for row in self._decode(event, schema, table, where):
             row = key_images(row, specs)   # values whose text is the server's (key text)
             if op == "update":
                 before, after = row["before_values"], row["after_values"]
@@ -332,19 +363,43 @@ class Tailer(GroupPublishing):
                                 event.primary_key, before, after)
             row_index += 1
             key = kafka_key(change.db, change.table, change.pk)
-            value = self._encode(change, mapping)
-            if self._packer is None:
-                self._send(key, value, change.id, txn, 1, None)
-            elif len(value) > self._opts.settings.pack_bytes:   # alone, after every pack opened before it
-                for pack in self._packer.drain():
-                    self._send_pack(pack, txn)
-                self._send(key, value, change.id, txn, 1, None)
-            else:
-                full = self._packer.add(change.db, change.table, key, value, change.id,
-                                        self._partitions)
-                if full is not None:
-                    self._send_pack(full, txn)
+            self._publish(change.db, change.table, key, self._encode(change, mapping),
+                          change.id, txn)
         return row_index
+
+    @staticmethod
+    def _decode(event, schema: str, table: str, where: Callable[[], str]) -> list[dict]:
+        """The event's rows; raises the tailer's decode error naming the table and position."""
+        try:
+            rows = decode_rows(event)      # the per-table fast decoder, or None: the library's
+            return rows if rows is not None else event.rows
+        except DECODE_ERRORS as e:
+            raise decode_error(e, where(), f"{schema}.{table}") from e
+
+    def _publish_outbox(self, event, op: str, txn, schema: str, table: str,
+                        where: Callable[[], str]) -> None:
+        """An outbox table's rows: each insert goes out as the event it carries; deletes
+        (the purge) and updates (a relay's bookkeeping) carry none."""
+        if op != "insert":
+            return
+        rows = self._decode(event, schema, table, where)
+        for rec in self._outbox.records(schema, table, [r["values"] for r in rows]):
+            if self._xa is not None:   # too large to hold: its aggregates' tables are invalidated
+                self._xa.touch(schema, rec.aggregate_type)
+            self._publish(schema, rec.aggregate_type, rec.key, rec.value, rec.msg_id, txn)
+
+    def _publish(self, db: str, table: str, key: str, value: bytes, msg_id: str, txn) -> None:
+        """Send one encoded event, alone or in the pack of its (db, table, partition)."""
+        if self._packer is None:
+            self._send(key, value, msg_id, txn, 1, None)
+        elif len(value) > self._opts.settings.pack_bytes:   # alone, after every pack opened before it
+            for pack in self._packer.drain():
+                self._send_pack(pack, txn)
+            self._send(key, value, msg_id, txn, 1, None)
+        else:
+            full = self._packer.add(db, table, key, value, msg_id, self._partitions)
+            if full is not None:
+                self._send_pack(full, txn)
 
     def _keep_columns(self, mapping, primary_key) -> frozenset[str] | None:
         """The columns a row image of ``mapping`` keeps (cached per table and key)."""

@@ -12,8 +12,9 @@ from cachesync.wiring import build_relay
 @click.command("relay")
 @click.option("--purge-only", is_flag=True,
               help="Delete rows published longer than relay.retention_s ago (in batches of "
-                   "relay.purge_batch), then exit. The running relay also purges every "
-                   "relay.purge_interval_s.")
+                   "relay.purge_batch), then exit; when the table is in tailer.outbox_tables "
+                   "(published from the binlog, never marked), rows created longer ago. The "
+                   "running relay also purges every relay.purge_interval_s.")
 @settings_options
 def command(settings, purge_only: bool) -> None:
     """Publish outbox rows (table relay.outbox_table in relay.outbox_db) to Kafka.
@@ -37,8 +38,8 @@ def command(settings, purge_only: bool) -> None:
         relay = build_relay(settings)
         if purge_only:
             deleted = relay.purge_all()
-            log.info("purged %d outbox rows published more than %.0fs ago", deleted,
-                     settings.relay.retention_s)
+            log.info("purged %d outbox rows %s more than %.0fs ago", deleted,
+                     "created" if relay.from_binlog else "published", settings.relay.retention_s)
             return
         on_termination(relay.stop)
         ops = relay_ops(settings, relay)

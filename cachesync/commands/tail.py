@@ -32,6 +32,10 @@ def command(settings, from_gtid, from_file, from_pos) -> None:
     binlog_format=ROW, binlog_row_image=FULL, binlog_row_metadata=FULL and the
     REPLICATION SLAVE + REPLICATION CLIENT grants; says which one is missing.
 
+    The outbox tables listed in tailer.outbox_tables (db.table,...) are read from the
+    binlog too: each inserted row goes out as the outbox event it carries (the event
+    the relay would publish, same id), deletes and updates of them are ignored.
+
     --from-gtid / --from-file --from-pos start at an operator's position instead (replay
     by binlog position; the consumer's dedup store skips what it already applied), and
     the checkpoint moves on from there. If the checkpoint's binlog was purged, tail stops
@@ -57,8 +61,8 @@ def command(settings, from_gtid, from_file, from_pos) -> None:
     """
     start = start_option(from_gtid, from_file, from_pos)
     with handle_errors():
-        tailers = Cumulative(("published", "table_events", "oversized",
-                                 "versions_not_newer"))
+        tailers = Cumulative(("published", "table_events", "oversized", "versions_not_newer",
+                              "outbox_events", "outbox_invalid"))
         ops = tail_ops(settings, tailers)
         first = [start]
 

@@ -37,11 +37,13 @@ class MySQLDedupStore:
         return token, self._session.run(work)
 
     def _claim_chunk(self, cur, token: str, ids: Sequence[str], lease_s: float) -> dict[str, ClaimState]:
-        values = ", ".join(["(%s, %s, 'claimed', %s, NOW(6) + INTERVAL %s MICROSECOND)"] * len(ids))
-        params: list = []
-        lease_us = int(lease_s * 1_000_000)
-        for msg_id in ids:
-            params += [self._ns, msg_id, token, lease_us]
+        # ns, token and lease are the same for every row: escaped once, not once per id
+        # (a '%' in them is doubled: the statement is still formatted with the ids)
+        def esc(value: str) -> str:
+            return cur.connection.escape(value).replace("%", "%%")
+        row = (f"({esc(self._ns)}, %s, 'claimed', {esc(token)}, "
+               f"NOW(6) + INTERVAL {int(lease_s * 1_000_000)} MICROSECOND)")
+        values = ", ".join([row] * len(ids))
         # Take over only expired claims. Both assignments test the same condition on
         # the old row and claimed_until comes last, so the result does not depend on
         # whether the server evaluates assignments in order or simultaneously.
@@ -50,16 +52,16 @@ class MySQLDedupStore:
             "INSERT INTO cachesync_dedup (ns, msg_id, status, claim_token, claimed_until) "
             f"VALUES {values} ON DUPLICATE KEY UPDATE "
             f"claim_token = IF({expired}, VALUES(claim_token), claim_token), "
-            f"claimed_until = IF({expired}, VALUES(claimed_until), claimed_until)", params)
+            f"claimed_until = IF({expired}, VALUES(claimed_until), claimed_until)", list(ids))
+        # Every id has a row now; only those not claimed under ``token`` come back (usually
+        # none), so a batch of new ids costs no result rows to transfer and parse.
         marks = ", ".join(["%s"] * len(ids))
-        cur.execute(f"SELECT msg_id, status, claim_token FROM cachesync_dedup "
-                    f"WHERE ns = %s AND msg_id IN ({marks})", [self._ns, *ids])
-        out = {}
-        for msg_id, status, owner in cur.fetchall():
-            if status == "done":
-                out[msg_id] = ClaimState.DONE
-            else:
-                out[msg_id] = ClaimState.OWNED if owner == token else ClaimState.BUSY
+        cur.execute(f"SELECT msg_id, status FROM cachesync_dedup WHERE ns = %s "
+                    f"AND msg_id IN ({marks}) AND NOT (status = 'claimed' AND claim_token = %s)",
+                    [self._ns, *ids, token])
+        out = dict.fromkeys(ids, ClaimState.OWNED)
+        for msg_id, status in cur.fetchall():
+            out[msg_id] = ClaimState.DONE if status == "done" else ClaimState.BUSY
         return out
 
     def confirm(self, token: str, ids: Sequence[str]) -> None:

@@ -27,7 +27,8 @@ def make_store(request):
         return
     stack = request.getfixturevalue("stack")
     env = stack.env
-    ns = f"contract-{uuid.uuid4().hex[:8]}"
+    # quote and percent sign: the MySQL store inlines the namespace, escaped, in its claim
+    ns = f"contract-{uuid.uuid4().hex[:8]}-%s'x"
     if request.param == "mysql":
         with open(env["CACHESYNC_MYSQL_PASSWORD_FILE"]) as f:
             params = MySQLParams(env["CACHESYNC_MYSQL_HOST"], int(env["CACHESYNC_MYSQL_PORT"]),

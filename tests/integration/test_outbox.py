@@ -7,14 +7,13 @@ import os
 import random
 import subprocess
 import sys
-import threading
 import time
-from collections import defaultdict
 
 import pytest
 
 from cachesync.producer_outbox.outbox import OutboxError, emit
 from tests.support import add_config_sections, prepare_outbox, stack_command, wait_for
+from tests.support.outbox import Writers, assert_first_deliveries_in_aggregate_order
 
 pytestmark = pytest.mark.integration
 
@@ -97,48 +96,6 @@ def test_row_committing_after_a_higher_published_id_is_still_published(outbox):
     assert unpublished(lab) == 0
 
 
-class Writers:
-    """N threads emitting events per aggregate in transactions; ~1 in 5 rolls back."""
-
-    def __init__(self, lab, n: int, aggregates_per_writer: int = 4):
-        self.lab, self.n, self.aggs = lab, n, aggregates_per_writer
-        self.committed: dict[str, tuple[str, int]] = {}   # event id -> (aggregate, n)
-        self.rolled_back: set[str] = set()
-        self.stop = threading.Event()
-        self.threads = [threading.Thread(target=self._write, args=(w,)) for w in range(n)]
-        self.lock = threading.Lock()
-
-    def __enter__(self):
-        for t in self.threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        for t in self.threads:
-            t.join(30)
-
-    def _write(self, w: int) -> None:
-        rng, counters = random.Random(w), defaultdict(int)
-        with self.lab.stack.admin(self.lab.db, autocommit=False) as conn:
-            while not self.stop.is_set():
-                agg = f"w{w}-{rng.randrange(self.aggs)}"
-                with conn.cursor() as cur:   # the aggregate row serialises its events
-                    cur.execute("INSERT INTO scores VALUES (%s, 0) ON DUPLICATE KEY UPDATE "
-                                "points = points + 1", (hash(agg) % 10**9,))
-                event_id = emit(conn, "board", agg, "bumped", {"n": counters[agg]},
-                                keys=[f"{self.lab.prefix}board:{agg}"])
-                if rng.random() < 0.2:
-                    conn.rollback()
-                    self.rolled_back.add(event_id)
-                    continue
-                conn.commit()
-                with self.lock:
-                    self.committed[event_id] = (agg, counters[agg])
-                counters[agg] += 1
-                time.sleep(rng.uniform(0, 0.01))
-
-
 def test_relays_killed_9_at_random_lose_nothing_keep_aggregate_order(outbox):
     lab, cfg = outbox
     engine = lab.start_engine(cfg)
@@ -178,19 +135,6 @@ def test_relays_killed_9_at_random_lose_nothing_keep_aggregate_order(outbox):
     assert duplicates > 0            # kills during publishing re-send leased rows
     print(f"{len(committed)} committed, {len(writers.rolled_back)} rolled back, "
           f"{duplicates} duplicates")
-
-
-def assert_first_deliveries_in_aggregate_order(records, committed) -> None:
-    """Per aggregate (one Kafka key, one partition, offset order), first deliveries ascend."""
-    seen, order = set(), defaultdict(list)
-    for r in sorted(records, key=lambda r: (r.partition, r.offset)):
-        event_id = dict(r.headers)["id"].decode()
-        if event_id not in seen:
-            seen.add(event_id)
-            agg, n = committed[event_id]
-            order[agg].append(n)
-    for agg, ns in order.items():
-        assert ns == sorted(ns), f"aggregate {agg} delivered out of order: {ns}"
 
 
 def test_kafka_down_30s_during_writes_everything_arrives_after(outbox):

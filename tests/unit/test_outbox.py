@@ -107,7 +107,7 @@ class FakeStore:
         self.marked.extend(ids)
         return len(ids)
 
-    def purge(self, retention_s, batch):
+    def purge(self, retention_s, batch, by_created=False):
         return 0
 
     def close(self):
