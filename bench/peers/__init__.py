@@ -1,0 +1,116 @@
+"""The peer readers of bench/tailer.py: Debezium and Canal reading the same binlog range.
+
+Each peer is a small Java program (``bench/peers/src/cachesync/bench/``) with its own pom
+(``bench/peers/<peer>/pom.xml``): Debezium 3.5.0.Final embedded with the MariaDB connector
+and JSON records, and Alibaba Canal 1.1.7's parser (``canal.parse``). ``make install`` does
+not build them: the first use runs Maven (offline when the local repository already holds
+every artifact, else online) into ``bench/peers/<peer>/target/`` (gitignored), and later
+uses reuse that build until a source or pom changes.
+
+Both read as the devstack's admin account (Debezium's schema recovery reads grants, binlog
+status and table definitions; the least-privilege cachesync account has too little), start
+at the range's first event (Debezium: the GTID position in a preset in-memory offset; Canal:
+the binlog file:pos) and stop after the range's N row changes. Each prints one JSON line:
+rows, seconds and rows/s from the first row change to the last (JVM start and connection
+setup excluded, reported apart as ``setup_s``), and the rows counted per operation.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+PEERS = ("debezium", "canal")
+_MAIN = {"debezium": "cachesync.bench.DebeziumReader", "canal": "cachesync.bench.CanalReader"}
+_BUILD_TIMEOUT_S = 900          # a clean clone downloads ~100 MB of jars on the first build
+
+
+class PeerUnavailable(RuntimeError):
+    """No JDK or no Maven on this machine: the peer figures are null, with this reason."""
+
+
+def unavailable_reason() -> str | None:
+    """Why the peers cannot run here (a missing ``java``/``mvn``), or None when they can."""
+    missing = [tool for tool in ("java", "mvn") if shutil.which(tool) is None]
+    return f"not on PATH: {', '.join(missing)}" if missing else None
+
+
+def build(peer: str) -> str:
+    """The Java classpath of ``peer``, built with Maven unless an up-to-date build exists.
+
+    Raises PeerUnavailable without a JDK or Maven, RuntimeError when Maven fails.
+    """
+    reason = unavailable_reason()
+    if reason:
+        raise PeerUnavailable(reason)
+    project = HERE / peer
+    classpath_file = project / "target" / "classpath.txt"
+    if not _up_to_date(peer, classpath_file):
+        goals = ["compile", "dependency:build-classpath",
+                 f"-Dmdep.outputFile={classpath_file}"]
+        # offline first: a warm local repository builds in seconds without the network
+        if _maven(project, ["-o", *goals]) is not None:
+            failure = _maven(project, goals)
+            if failure is not None:
+                raise RuntimeError(f"building the {peer} reader failed: mvn {' '.join(goals)}:\n"
+                                   f"{failure}")
+    return f"{project / 'target' / 'classes'}:{classpath_file.read_text().strip()}"
+
+
+def _up_to_date(peer: str, classpath_file: Path) -> bool:
+    main_class = HERE / peer / "target" / "classes" / (_MAIN[peer].replace(".", "/") + ".class")
+    if not (classpath_file.exists() and main_class.exists()):
+        return False
+    built = min(classpath_file.stat().st_mtime, main_class.stat().st_mtime)
+    sources = [HERE / peer / "pom.xml", *(HERE / "src").rglob("*.java")]
+    return all(path.stat().st_mtime <= built for path in sources)
+
+
+def _maven(project: Path, args: list[str]) -> str | None:
+    """Runs mvn in ``project``; None on success, else the tail of its output."""
+    proc = subprocess.run(["mvn", "-q", "-B", *args], cwd=project, capture_output=True,
+                          text=True, timeout=_BUILD_TIMEOUT_S)
+    if proc.returncode == 0:
+        return None
+    return (proc.stdout + proc.stderr)[-3000:]
+
+
+def read_range(peer: str, env: dict, *, database: str, table: str, data: dict, rows: int,
+               server_id: int, timeout_s: float = 600) -> dict:
+    """Reads ``rows`` row changes of ``database.table`` from the range ``data`` describes.
+
+    ``env`` is the devstack's env file; ``data`` has ``start_gtid`` and ``start``
+    (``file:pos``) from bench/tailer.py's write_changes. Returns the reader's JSON figures.
+    Raises PeerUnavailable without a JDK or Maven, RuntimeError when the reader fails or
+    counts another number of rows.
+    """
+    classpath = build(peer)
+    start_file, start_pos = data["start"].rsplit(":", 1)
+    args = {"host": env["CACHESYNC_MYSQL_HOST"], "port": env["CACHESYNC_MYSQL_PORT"],
+            "user": env["DEVSTACK_MYSQL_ADMIN_USER"],
+            "password_file": env["DEVSTACK_MYSQL_ADMIN_PASSWORD_FILE"],
+            "database": database, "table": table, "gtid": data["start_gtid"],
+            "file": start_file, "pos": start_pos, "rows": rows, "server_id": server_id,
+            "timeout_s": int(timeout_s)}
+    command = ["java", "-cp", classpath, _MAIN[peer], *(f"{k}={v}" for k, v in args.items())]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s + 60)
+    result = _last_json_line(proc.stdout)
+    if proc.returncode != 0 or result is None or "error" in result:
+        detail = result.get("error") if result else proc.stderr[-3000:]
+        raise RuntimeError(f"the {peer} reader failed (exit {proc.returncode}): {detail}")
+    if result["rows"] != rows:
+        raise RuntimeError(f"the {peer} reader counted {result['rows']} rows, expected {rows}")
+    return {"what": peer, **result}
+
+
+def _last_json_line(stdout: str) -> dict | None:
+    for line in reversed(stdout.splitlines()):
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except ValueError:
+                return None
+    return None

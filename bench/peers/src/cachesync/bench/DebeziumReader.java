@@ -1,0 +1,173 @@
+package cachesync.bench;
+
+import java.nio.ByteBuffer;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.List;
+import java.util.Map;
+import java.util.Properties;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.TimeUnit;
+
+import org.apache.kafka.connect.storage.MemoryOffsetBackingStore;
+
+import io.debezium.engine.ChangeEvent;
+import io.debezium.engine.DebeziumEngine;
+import io.debezium.engine.format.Json;
+
+/**
+ * Reads one binlog range of one MariaDB table with Debezium's embedded engine (MariaDB
+ * connector, JSON records) and prints one JSON line: rows, seconds, rows/s.
+ *
+ * Arguments are key=value: host, port, user, password_file, database, table, gtid (the
+ * server's @@gtid_binlog_pos just before the range), file, pos (its binlog coordinates),
+ * rows (stop after this many row changes), server_id, timeout_s. The clock runs from the
+ * first row change of the range to the last: JVM start, connection setup and Debezium's
+ * schema recovery are excluded (reported apart as setup_s).
+ */
+public final class DebeziumReader {
+
+    /** The engine's offset store: in memory, holding the start of the range before it starts. */
+    public static final class PresetOffsetStore extends MemoryOffsetBackingStore {
+        static volatile byte[] presetKey;
+        static volatile byte[] presetValue;
+
+        @Override
+        public synchronized void start() {
+            super.start();
+            // MariaDB needs the GTID here: with file:pos alone the connector NPEs on gtidSet
+            data.put(ByteBuffer.wrap(presetKey), ByteBuffer.wrap(presetValue));
+        }
+
+        @Override
+        public java.util.Set<Map<String, Object>> connectorPartitions(String connectorName) {
+            return java.util.Set.of();   // only asked for by Connect's REST API, not by the engine
+        }
+    }
+
+    private static final String NAME = "cachesync-bench";
+
+    public static void main(String[] argv) throws Exception {
+        Map<String, String> args = Args.parse(argv);
+        long rows = Long.parseLong(args.get("rows"));
+        String password = Files.readString(Path.of(args.get("password_file"))).strip();
+        String database = args.get("database");
+        String table = database + "." + args.get("table");
+
+        PresetOffsetStore.presetKey = ("[\"" + NAME + "\",{\"server\":\"" + NAME + "\"}]")
+                .getBytes(StandardCharsets.UTF_8);
+        PresetOffsetStore.presetValue = ("{\"file\":\"" + args.get("file") + "\",\"pos\":" + args.get("pos")
+                + ",\"gtids\":\"" + args.get("gtid") + "\"}").getBytes(StandardCharsets.UTF_8);
+
+        Properties props = new Properties();
+        props.setProperty("name", NAME);
+        props.setProperty("topic.prefix", NAME);
+        props.setProperty("connector.class", "io.debezium.connector.mariadb.MariaDbConnector");
+        props.setProperty("database.hostname", args.get("host"));
+        props.setProperty("database.port", args.get("port"));
+        props.setProperty("database.user", args.get("user"));
+        props.setProperty("database.password", password);
+        props.setProperty("database.server.id", args.get("server_id"));
+        props.setProperty("database.include.list", database);
+        props.setProperty("table.include.list", table);
+        // the offset says where to stream from; "recovery" rebuilds the in-memory schema
+        // history from the current table definitions (no data snapshot) before streaming
+        props.setProperty("snapshot.mode", "recovery");
+        props.setProperty("schema.history.internal", "io.debezium.relational.history.MemorySchemaHistory");
+        props.setProperty("offset.storage", PresetOffsetStore.class.getName());
+        props.setProperty("offset.flush.interval.ms", "600000");
+        props.setProperty("include.schema.changes", "false");
+        props.setProperty("tombstones.on.delete", "false");
+
+        Counter counter = new Counter(rows, table);
+        long t0 = System.nanoTime();
+        try (DebeziumEngine<ChangeEvent<String, String>> engine = DebeziumEngine.create(Json.class)
+                .using(props)
+                .notifying(counter::handle)
+                .using((success, message, error) -> counter.engineStopped(success, message, error))
+                .build()) {
+            ExecutorService executor = Executors.newSingleThreadExecutor();
+            executor.execute(engine);
+            boolean done = counter.done.await(Long.parseLong(args.getOrDefault("timeout_s", "600")),
+                    TimeUnit.SECONDS);
+            executor.shutdownNow();
+            if (!done) {
+                Args.fail("timed out after " + counter.seen + " of " + rows + " rows");
+            }
+        }
+        if (counter.failure != null) {
+            Args.fail(counter.failure);
+        }
+        System.out.println(counter.json((counter.firstNanos - t0) / 1e9));
+        System.out.flush();
+        System.exit(0);
+    }
+
+    /** Counts the range's row changes by operation; the clock is first row to last. */
+    static final class Counter {
+        final long rows;
+        final String topic;
+        final CountDownLatch done = new CountDownLatch(1);
+        volatile long seen;
+        long firstNanos;
+        long lastNanos;
+        final long[] ops = new long[3];   // c, u, d
+        volatile String failure;
+
+        Counter(long rows, String table) {
+            this.rows = rows;
+            this.topic = NAME + "." + table;
+        }
+
+        void handle(List<ChangeEvent<String, String>> records,
+                    DebeziumEngine.RecordCommitter<ChangeEvent<String, String>> committer)
+                throws InterruptedException {
+            for (ChangeEvent<String, String> record : records) {
+                if (seen >= rows || record.value() == null || !topic.equals(record.destination())) {
+                    continue;
+                }
+                if (seen == 0) {
+                    firstNanos = System.nanoTime();
+                }
+                count(record.value());
+                if (++seen == rows) {
+                    lastNanos = System.nanoTime();
+                    done.countDown();
+                }
+            }
+            committer.markBatchFinished();
+        }
+
+        private void count(String value) {
+            // the envelope's "op" field, searched from the end where the converter puts it
+            int at = value.lastIndexOf("\"op\":\"");
+            char op = at < 0 ? '?' : value.charAt(at + 6);
+            if (op == 'c') {
+                ops[0]++;
+            } else if (op == 'u') {
+                ops[1]++;
+            } else if (op == 'd') {
+                ops[2]++;
+            }
+        }
+
+        void engineStopped(boolean success, String message, Throwable error) {
+            if (seen < rows) {
+                failure = "engine stopped after " + seen + " rows: " + message
+                        + (error == null ? "" : " (" + error + ")");
+                done.countDown();
+            }
+        }
+
+        String json(double setupSeconds) {
+            double seconds = (lastNanos - firstNanos) / 1e9;
+            return String.format(java.util.Locale.ROOT,
+                    "{\"reader\":\"debezium\",\"rows\":%d,\"seconds\":%.4f,\"rows_per_s\":%.1f,"
+                            + "\"setup_s\":%.4f,\"ops\":{\"insert\":%d,\"update\":%d,\"delete\":%d}}",
+                    seen, seconds, seconds > 0 ? seen / seconds : 0.0, setupSeconds, ops[0], ops[1], ops[2]);
+        }
+    }
+}
