@@ -20,7 +20,10 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import time
 from pathlib import Path
+
+from bench.common import log, median, ratio
 
 HERE = Path(__file__).resolve().parent
 PEERS = ("debezium", "canal")
@@ -114,3 +117,71 @@ def _last_json_line(stdout: str) -> dict | None:
             except ValueError:
                 return None
     return None
+
+
+# -- the benchmark's use: build before timing, compare after ------------------------------
+# (key in bench/tailer.py's figures of one shape, label) of every reader compared
+READERS = (("baseline", "raw python-mysql-replication (touching every value)"),
+           ("unpacked", "cachesync tail, default (pack_rows 1)"),
+           ("contender", "cachesync tail, best packing (pack_rows 500)"),
+           ("debezium", "Debezium 3.5.0.Final embedded, MariaDB connector, JSON records"),
+           ("canal", "Alibaba Canal 1.1.7 parser (LogEventConvert, RowChange decoded)"))
+TARGETS = (("debezium", ">= 1.0x Debezium (must)"), ("canal", ">= 1.0x Canal (goal)"))
+BASIS = ("rows/s from the first row change of the range to the last, for every reader: "
+         "connection setup (and the peers' JVM start, Debezium's schema recovery) excluded; "
+         "cachesync: first row published to last row acknowledged by Kafka")
+
+
+def prepare() -> tuple[tuple[str, ...], str | None]:
+    """The peers to run, built now so no build falls into a timed run, and why none run.
+
+    Raises RuntimeError when Maven fails (a JDK and Maven are there, so the peers must run).
+    """
+    reason = unavailable_reason()
+    if reason:
+        log(f"tailer: no peer readers ({reason}); their figures are null")
+        return (), reason
+    for peer in PEERS:
+        t0 = time.perf_counter()
+        build(peer)
+        log(f"tailer: {peer} reader ready ({time.perf_counter() - t0:.1f}s)")
+    return PEERS, None
+
+
+def compare(shapes: dict[str, dict], missing: str | None) -> dict:
+    """Each reader's median rows/s (first row to last) per shape, with the target ratios."""
+    out = {"basis": BASIS, "peers_missing": missing}
+    for shape, figures in shapes.items():
+        medians = {key: _first_to_last_median(figures.get(key)) for key, _ in READERS}
+        default = medians["unpacked"]
+        out[shape] = {
+            "rows": figures["table"]["rows"], "txn_rows": figures["table"]["txn_rows"],
+            "readers": {key: {"name": label, "rows_per_s": medians[key]}
+                        for key, label in READERS},
+            "ratios": {f"cachesync_default_to_{peer}": ratio(default, medians[peer])
+                       for peer, _ in TARGETS},
+            "ratios_best_packing": {f"cachesync_packed_to_{peer}": ratio(medians["contender"],
+                                                                         medians[peer])
+                                    for peer, _ in TARGETS},
+            "targets": [_target(text, ratio(default, medians[peer])) for peer, text in TARGETS],
+        }
+    return out
+
+
+def _target(text: str, value) -> dict:
+    return {"target": text, "value": value, "met": None if value is None else value >= 1.0}
+
+
+def _first_to_last_median(figure: dict | None):
+    """Median over runs of rows/s from the first row to the last (None: not measured)."""
+    if not figure:
+        return None
+    rates = [_first_to_last(run) for run in figure["runs"]]
+    return median([r for r in rates if r is not None])
+
+
+def _first_to_last(run: dict):
+    if "seconds" in run:                       # a peer: measured so by the reader itself
+        return run["rows_per_s"]
+    span = run["elapsed_s"] - (run.get("startup_s") or 0.0)
+    return round(run["rows"] / span, 1) if span > 0 else None

@@ -20,6 +20,20 @@ final class Args {
         return args;
     }
 
+    /** Fails the reader after timeoutSeconds: a range with fewer rows than asked never ends. */
+    static void watchdog(long timeoutSeconds, java.util.function.LongSupplier seen, long rows) {
+        Thread thread = new Thread(() -> {
+            try {
+                Thread.sleep(timeoutSeconds * 1000);
+            } catch (InterruptedException e) {
+                return;
+            }
+            fail("timed out after " + seen.getAsLong() + " of " + rows + " rows");
+        }, "watchdog");
+        thread.setDaemon(true);
+        thread.start();
+    }
+
     static void fail(String message) {
         System.out.println("{\"error\":\"" + message.replace("\\", "\\\\").replace("\"", "\\\"")
                 .replace("\n", " ") + "\"}");

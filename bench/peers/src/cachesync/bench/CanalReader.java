@@ -21,7 +21,7 @@ import com.taobao.tddl.dbsync.binlog.LogEvent;
  * Canal client does) and prints one JSON line: rows, seconds, rows/s.
  *
  * Arguments are key=value: host, port, user, password_file, database, table, file, pos,
- * rows (stop after this many row changes), server_id. The clock runs from the first row
+ * rows (stop after this many row changes), server_id, timeout_s. The clock runs from the first row
  * change of the range to the last: JVM start and connection setup are excluded (setup_s).
  */
 public final class CanalReader {
@@ -48,6 +48,7 @@ public final class CanalReader {
         convert.start();
 
         Counter counter = new Counter(rows);
+        Args.watchdog(Long.parseLong(args.getOrDefault("timeout_s", "600")), () -> counter.seen, rows);
         try {
             dump.dump(args.get("file"), Long.parseLong(args.get("pos")), new SinkFunction<LogEvent>() {
                 @Override
@@ -71,7 +72,7 @@ public final class CanalReader {
     /** Counts the range's row changes by operation; the clock is first row to last. */
     static final class Counter {
         final long rows;
-        long seen;
+        volatile long seen;
         long firstNanos;
         long lastNanos;
         final long[] ops = new long[3];   // insert, update, delete

@@ -8,9 +8,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Properties;
 import java.util.concurrent.CountDownLatch;
-import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
-import java.util.concurrent.TimeUnit;
 
 import org.apache.kafka.connect.storage.MemoryOffsetBackingStore;
 
@@ -84,23 +82,22 @@ public final class DebeziumReader {
 
         Counter counter = new Counter(rows, table);
         long t0 = System.nanoTime();
-        try (DebeziumEngine<ChangeEvent<String, String>> engine = DebeziumEngine.create(Json.class)
+        DebeziumEngine<ChangeEvent<String, String>> engine = DebeziumEngine.create(Json.class)
                 .using(props)
                 .notifying(counter::handle)
                 .using((success, message, error) -> counter.engineStopped(success, message, error))
-                .build()) {
-            ExecutorService executor = Executors.newSingleThreadExecutor();
-            executor.execute(engine);
-            boolean done = counter.done.await(Long.parseLong(args.getOrDefault("timeout_s", "600")),
-                    TimeUnit.SECONDS);
-            executor.shutdownNow();
-            if (!done) {
-                Args.fail("timed out after " + counter.seen + " of " + rows + " rows");
-            }
-        }
+                .build();
+        Executors.newSingleThreadExecutor(runnable -> {
+            Thread thread = new Thread(runnable, "debezium-engine");
+            thread.setDaemon(true);
+            return thread;
+        }).execute(engine);
+        Args.watchdog(Long.parseLong(args.getOrDefault("timeout_s", "600")), () -> counter.seen, rows);
+        counter.done.await();
         if (counter.failure != null) {
             Args.fail(counter.failure);
         }
+        // no engine.close(): the process exits now, and closing a stopping engine throws
         System.out.println(counter.json((counter.firstNanos - t0) / 1e9));
         System.out.flush();
         System.exit(0);
