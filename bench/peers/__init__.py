@@ -17,6 +17,7 @@ setup excluded, reported apart as ``setup_s``), and the rows counted per operati
 
 from __future__ import annotations
 
+import fcntl
 import json
 import shutil
 import subprocess
@@ -51,16 +52,24 @@ def build(peer: str) -> str:
         raise PeerUnavailable(reason)
     project = HERE / peer
     classpath_file = project / "target" / "classpath.txt"
-    if not _up_to_date(peer, classpath_file):
-        goals = ["compile", "dependency:build-classpath",
-                 f"-Dmdep.outputFile={classpath_file}"]
-        # offline first: a warm local repository builds in seconds without the network
-        if _maven(project, ["-o", *goals]) is not None:
-            failure = _maven(project, goals)
-            if failure is not None:
-                raise RuntimeError(f"building the {peer} reader failed: mvn {' '.join(goals)}:\n"
-                                   f"{failure}")
+    (project / "target").mkdir(exist_ok=True)
+    # one build at a time (a test run and a benchmark may start together)
+    with open(project / "target" / ".build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not _up_to_date(peer, classpath_file):
+            _compile(peer, project, classpath_file)
     return f"{project / 'target' / 'classes'}:{classpath_file.read_text().strip()}"
+
+
+def _compile(peer: str, project: Path, classpath_file: Path) -> None:
+    """Raises RuntimeError when Maven fails offline and online."""
+    goals = ["compile", "dependency:build-classpath", f"-Dmdep.outputFile={classpath_file}"]
+    # offline first: a warm local repository builds without the network
+    if _maven(project, ["-o", *goals]) is None:
+        return
+    failure = _maven(project, goals)
+    if failure is not None:
+        raise RuntimeError(f"building the {peer} reader failed: mvn {' '.join(goals)}:\n{failure}")
 
 
 def _up_to_date(peer: str, classpath_file: Path) -> bool:
