@@ -65,20 +65,19 @@ def _compile(peer: str, project: Path, classpath_file: Path) -> None:
     """Raises RuntimeError when Maven fails offline and online."""
     goals = ["compile", "dependency:build-classpath", f"-Dmdep.outputFile={classpath_file}"]
     # offline first: a warm local repository builds without the network
-    if _maven(project, ["-o", *goals]) is None:
-        return
-    failure = _maven(project, goals)
-    if failure is not None:
+    failure = _maven(project, ["-o", *goals]) and _maven(project, goals)
+    if failure:
         raise RuntimeError(f"building the {peer} reader failed: mvn {' '.join(goals)}:\n{failure}")
+    # Maven leaves classpath.txt (and unchanged classes) untouched: the stamp dates the build
+    (project / "target" / "built").touch()
 
 
 def _up_to_date(peer: str, classpath_file: Path) -> bool:
-    main_class = HERE / peer / "target" / "classes" / (_MAIN[peer].replace(".", "/") + ".class")
-    if not (classpath_file.exists() and main_class.exists()):
+    stamp = HERE / peer / "target" / "built"
+    if not (classpath_file.exists() and stamp.exists()):
         return False
-    built = min(classpath_file.stat().st_mtime, main_class.stat().st_mtime)
     sources = [HERE / peer / "pom.xml", *(HERE / "src").rglob("*.java")]
-    return all(path.stat().st_mtime <= built for path in sources)
+    return all(path.stat().st_mtime <= stamp.stat().st_mtime for path in sources)
 
 
 def _maven(project: Path, args: list[str]) -> str | None:
