@@ -33,7 +33,7 @@ public final class CanalReader {
         InetSocketAddress address = new InetSocketAddress(args.get("host"), Integer.parseInt(args.get("port")));
         String table = args.get("database") + "." + args.get("table");
 
-        long t0 = System.nanoTime();
+        RowCount count = new RowCount(rows);   // its clock starts here: setup_s includes connecting
         MysqlConnection dump = new MysqlConnection(address, args.get("user"), password);
         dump.setSlaveId(Long.parseLong(args.get("server_id")));
         dump.connect();
@@ -47,76 +47,43 @@ public final class CanalReader {
         convert.setFilterQueryDml(true);
         convert.start();
 
-        Counter counter = new Counter(rows);
-        Args.watchdog(Long.parseLong(args.getOrDefault("timeout_s", "600")), () -> counter.seen, rows);
+        Args.watchdog(Long.parseLong(args.getOrDefault("timeout_s", "600")), () -> count.seen, rows);
         try {
             dump.dump(args.get("file"), Long.parseLong(args.get("pos")), new SinkFunction<LogEvent>() {
                 @Override
                 public boolean sink(LogEvent event) {
-                    return counter.sink(convert, event);
+                    return !count(count, convert, event);
                 }
             });
         } catch (Exception e) {
-            if (counter.seen < rows) {
-                Args.fail("canal stopped after " + counter.seen + " rows: " + e);
+            if (count.seen < rows) {
+                Args.fail("canal stopped after " + count.seen + " rows: " + e);
             }
         }
-        if (counter.seen < rows) {
-            Args.fail("the binlog dump ended after " + counter.seen + " of " + rows + " rows");
+        if (count.seen < rows) {
+            Args.fail("the binlog dump ended after " + count.seen + " of " + rows + " rows");
         }
-        System.out.println(counter.json((counter.firstNanos - t0) / 1e9));
-        System.out.flush();
-        System.exit(0);
+        count.printAndExit("canal");
     }
 
-    /** Counts the range's row changes by operation; the clock is first row to last. */
-    static final class Counter {
-        final long rows;
-        volatile long seen;
-        long firstNanos;
-        long lastNanos;
-        final long[] ops = new long[3];   // insert, update, delete
-
-        Counter(long rows) {
-            this.rows = rows;
+    /** Counts the row changes of one binlog event; true once the range's rows were all seen. */
+    private static boolean count(RowCount count, LogEventConvert convert, LogEvent event) {
+        CanalEntry.Entry entry = convert.parse(event, false);
+        if (entry == null || entry.getEntryType() != CanalEntry.EntryType.ROWDATA) {
+            return false;
         }
-
-        /** One binlog event; false (stop the dump) once the range's rows were all seen. */
-        boolean sink(LogEventConvert convert, LogEvent event) {
-            CanalEntry.Entry entry = convert.parse(event, false);
-            if (entry == null || entry.getEntryType() != CanalEntry.EntryType.ROWDATA) {
-                return true;
-            }
-            CanalEntry.RowChange change;
-            try {
-                change = CanalEntry.RowChange.parseFrom(entry.getStoreValue());
-            } catch (Exception e) {
-                throw new IllegalStateException("undecodable row change: " + e, e);
-            }
-            if (seen == 0) {
-                firstNanos = System.nanoTime();
-            }
-            int n = change.getRowDatasCount();
-            switch (change.getEventType()) {
-                case INSERT -> ops[0] += n;
-                case UPDATE -> ops[1] += n;
-                case DELETE -> ops[2] += n;
-                default -> { }
-            }
-            seen += n;
-            if (seen >= rows) {
-                lastNanos = System.nanoTime();
-                return false;
-            }
-            return true;
+        CanalEntry.RowChange change;
+        try {
+            change = CanalEntry.RowChange.parseFrom(entry.getStoreValue());
+        } catch (Exception e) {
+            throw new IllegalStateException("undecodable row change: " + e, e);
         }
-
-        String json(double setupSeconds) {
-            double seconds = (lastNanos - firstNanos) / 1e9;
-            return String.format(java.util.Locale.ROOT,
-                    "{\"reader\":\"canal\",\"rows\":%d,\"seconds\":%.4f,\"rows_per_s\":%.1f,"
-                            + "\"setup_s\":%.4f,\"ops\":{\"insert\":%d,\"update\":%d,\"delete\":%d}}",
-                    seen, seconds, seconds > 0 ? seen / seconds : 0.0, setupSeconds, ops[0], ops[1], ops[2]);
-        }
+        int op = switch (change.getEventType()) {
+            case INSERT -> RowCount.INSERT;
+            case UPDATE -> RowCount.UPDATE;
+            case DELETE -> RowCount.DELETE;
+            default -> -1;
+        };
+        return count.add(op, change.getRowDatasCount());
     }
 }

@@ -80,8 +80,7 @@ public final class DebeziumReader {
         props.setProperty("include.schema.changes", "false");
         props.setProperty("tombstones.on.delete", "false");
 
-        Counter counter = new Counter(rows, table);
-        long t0 = System.nanoTime();
+        Counter counter = new Counter(new RowCount(rows), table);   // setup_s includes the engine's start
         DebeziumEngine<ChangeEvent<String, String>> engine = DebeziumEngine.create(Json.class)
                 .using(props)
                 .notifying(counter::handle)
@@ -92,30 +91,24 @@ public final class DebeziumReader {
             thread.setDaemon(true);
             return thread;
         }).execute(engine);
-        Args.watchdog(Long.parseLong(args.getOrDefault("timeout_s", "600")), () -> counter.seen, rows);
+        Args.watchdog(Long.parseLong(args.getOrDefault("timeout_s", "600")), () -> counter.count.seen, rows);
         counter.done.await();
         if (counter.failure != null) {
             Args.fail(counter.failure);
         }
         // no engine.close(): the process exits now, and closing a stopping engine throws
-        System.out.println(counter.json((counter.firstNanos - t0) / 1e9));
-        System.out.flush();
-        System.exit(0);
+        counter.count.printAndExit("debezium");
     }
 
-    /** Counts the range's row changes by operation; the clock is first row to last. */
+    /** Feeds the engine's records of the range's table to a RowCount until it has them all. */
     static final class Counter {
-        final long rows;
+        final RowCount count;
         final String topic;
         final CountDownLatch done = new CountDownLatch(1);
-        volatile long seen;
-        long firstNanos;
-        long lastNanos;
-        final long[] ops = new long[3];   // c, u, d
         volatile String failure;
 
-        Counter(long rows, String table) {
-            this.rows = rows;
+        Counter(RowCount count, String table) {
+            this.count = count;
             this.topic = NAME + "." + table;
         }
 
@@ -123,48 +116,30 @@ public final class DebeziumReader {
                     DebeziumEngine.RecordCommitter<ChangeEvent<String, String>> committer)
                 throws InterruptedException {
             for (ChangeEvent<String, String> record : records) {
-                if (seen >= rows || record.value() == null || !topic.equals(record.destination())) {
+                if (count.seen >= count.rows || record.value() == null
+                        || !topic.equals(record.destination())) {
                     continue;
                 }
-                if (seen == 0) {
-                    firstNanos = System.nanoTime();
-                }
-                count(record.value());
-                if (++seen == rows) {
-                    lastNanos = System.nanoTime();
+                if (count.add(operation(record.value()), 1)) {
                     done.countDown();
                 }
             }
             committer.markBatchFinished();
         }
 
-        private void count(String value) {
+        private static int operation(String value) {
             // the envelope's "op" field, searched from the end where the converter puts it
             int at = value.lastIndexOf("\"op\":\"");
             char op = at < 0 ? '?' : value.charAt(at + 6);
-            if (op == 'c') {
-                ops[0]++;
-            } else if (op == 'u') {
-                ops[1]++;
-            } else if (op == 'd') {
-                ops[2]++;
-            }
+            return op == 'c' ? RowCount.INSERT : op == 'u' ? RowCount.UPDATE : op == 'd' ? RowCount.DELETE : -1;
         }
 
         void engineStopped(boolean success, String message, Throwable error) {
-            if (seen < rows) {
-                failure = "engine stopped after " + seen + " rows: " + message
+            if (count.seen < count.rows) {
+                failure = "engine stopped after " + count.seen + " rows: " + message
                         + (error == null ? "" : " (" + error + ")");
                 done.countDown();
             }
-        }
-
-        String json(double setupSeconds) {
-            double seconds = (lastNanos - firstNanos) / 1e9;
-            return String.format(java.util.Locale.ROOT,
-                    "{\"reader\":\"debezium\",\"rows\":%d,\"seconds\":%.4f,\"rows_per_s\":%.1f,"
-                            + "\"setup_s\":%.4f,\"ops\":{\"insert\":%d,\"update\":%d,\"delete\":%d}}",
-                    seen, seconds, seconds > 0 ? seen / seconds : 0.0, setupSeconds, ops[0], ops[1], ops[2]);
         }
     }
 }
