@@ -145,7 +145,7 @@ def write_changes(box: Sandbox, table: str, n: int, seed: int = 42,
             remaining = n
             while remaining:
                 size = min(remaining, rng.randint(*txn_rows))
-                ins, ups, dels = _split(rng, size, len(live))
+                ins, ups, dels = _split(rng, size, len(live), txn_rows == SINGLE_ROW)
                 picked = rng.sample(range(len(live)), ups + dels)
                 up_ids = [live[i] for i in picked[:ups]]
                 del_idx = sorted(picked[ups:], reverse=True)
@@ -191,13 +191,13 @@ def write_changes(box: Sandbox, table: str, n: int, seed: int = 42,
             "write_s": round(write_s, 3), "server": identity}
 
 
-def _split(rng: random.Random, size: int, live: int) -> tuple[int, int, int]:
+def _split(rng: random.Random, size: int, live: int, single_row: bool) -> tuple[int, int, int]:
     """(inserts, updates, deletes) of one transaction of ``size`` rows, ``live`` rows existing.
 
-    A multi-row transaction takes the MIX shares; a single-row one draws its operation with
-    the MIX weights (an insert while no row exists), so shape S has the same mix as M.
+    A multi-row transaction takes the MIX shares; in shape S each transaction draws its one
+    operation with the MIX weights (an insert while no row exists), so S has M's mix.
     """
-    if size == 1:
+    if single_row:
         op = rng.choices(list(MIX), weights=list(MIX.values()))[0] if live else "insert"
         return int(op == "insert"), int(op == "update"), int(op == "delete")
     ups = min(int(size * MIX["update"]), live)
