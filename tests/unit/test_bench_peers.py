@@ -60,3 +60,17 @@ def test_the_median_of_three_runs_is_taken_per_reader():
     assert m["readers"]["debezium"]["rows_per_s"] == 200.0
     assert m["readers"]["unpacked"]["rows_per_s"] == 500.0
     assert m["ratios"]["cachesync_default_to_debezium"] == 2.5
+
+
+def test_shape_s_draws_one_operation_per_transaction_with_the_mix_weights():
+    import random
+    from bench.tailer import _split
+    rng = random.Random(7)
+    assert _split(rng, 1, 0, single_row=True) == (1, 0, 0)       # nothing live: an insert
+    drawn = [_split(rng, 1, 100, single_row=True) for _ in range(10_000)]
+    assert all(sum(d) == 1 for d in drawn)
+    shares = [sum(d[i] for d in drawn) / len(drawn) for i in range(3)]
+    assert shares == pytest.approx([0.5, 0.3, 0.2], abs=0.02)
+    # shape M keeps its fixed shares (and its 1-row tail transaction stays an insert)
+    assert _split(rng, 40, 100, single_row=False) == (20, 12, 8)
+    assert _split(rng, 1, 100, single_row=False) == (1, 0, 0)
