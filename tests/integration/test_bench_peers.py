@@ -54,9 +54,10 @@ def test_each_peer_reads_exactly_the_range(box, table, txn_rows):
             ROWS / result["seconds"], rel=0.01), (peer, result)
 
 
-@pytest.mark.parametrize("peer", peers.PEERS)
-def test_a_range_shorter_than_asked_is_an_error_not_a_figure(box, peer):
+def test_a_range_shorter_than_asked_is_an_error_not_a_figure(box):
+    # both readers stop through the same watchdog (Args.watchdog): Canal, the faster to
+    # start, stands for both
     data = write_changes(box, "t", 200)
-    with pytest.raises(RuntimeError, match=f"the {peer} reader failed .*timed out after 200 of 201 rows"):
-        peers.read_range(peer, box.stack.env, database=box.db, table="t", data=data,
-                         rows=201, server_id=box.new_server_id(), timeout_s=90)
+    with pytest.raises(RuntimeError, match="the canal reader failed .*timed out after 200 of 201 rows"):
+        peers.read_range("canal", box.stack.env, database=box.db, table="t", data=data,
+                         rows=201, server_id=box.new_server_id(), timeout_s=30)
