@@ -20,6 +20,7 @@ def render(doc: dict) -> str:
     b = doc.get("benchmarks", {})
     if "tailer" in b:
         rows += _tailer(b["tailer"])
+        rows += _peers(b["tailer"].get("peers"))
     if "consumer" in b:
         rows += _consumer(b["consumer"])
     if "lag" in b:
@@ -59,6 +60,23 @@ def _tailer(t: dict) -> list:
             out.append(("  same, one record per row (pack_rows 1)",
                         f"{_n(unpacked['median']['rows_per_s'])} rows/s = "
                         f"{unpacked['ratio_to_baseline']}x", raw, "(reported)", "-"))
+    return out
+
+
+def _peers(p: dict | None) -> list:
+    """cachesync's default tailer beside Debezium and Canal, per shape (first row to last)."""
+    out = []
+    for shape in ("S", "M"):
+        fig = (p or {}).get(shape)
+        if not fig:
+            continue
+        r = fig["readers"]
+        peers = (f"Debezium {_n(r['debezium']['rows_per_s'])}, Canal {_n(r['canal']['rows_per_s'])} "
+                 f"rows/s" if not p.get("peers_missing") else f"peers: {p['peers_missing']}")
+        target = "; ".join(f"{t['target'].split(' (')[0]}: {_met(t['met'])}" for t in fig["targets"])
+        ratios = " / ".join(str(v) for v in fig["ratios"].values())
+        out.append((f"tailer vs peers, shape {shape}, {fig['rows']:,} rows, pack_rows 1",
+                    f"{_n(r['unpacked']['rows_per_s'])} rows/s = {ratios}x", peers, target, "-"))
     return out
 
 

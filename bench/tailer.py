@@ -13,7 +13,10 @@ the same binlog range twice, alternating which goes first:
   checkpoint set to the start GTID, publishing to a fresh topic, until Kafka acknowledged
   all N rows -> rows/s acked; then the topic is read back and must hold exactly the N
   row ids, once each;
-* the same Tailer with ``pack_rows: 1`` (one record per row), reported beside it.
+* the same Tailer with ``pack_rows: 1`` (one record per row), reported beside it;
+* the peers (bench/peers): Debezium embedded and Canal's parser, reading the same range
+  as Java programs, on the shapes S (single-row transactions) and M (20-80-row
+  transactions) of the 5-column table. ``peers`` compares every reader first row to last.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import HeartbeatLogEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
+from bench import peers
 from bench.common import Sandbox, Worker, log, ratio, summarize, topic_events
 from cachesync.wiring import build_tailer, mysql_params
 from cachesync.producer_outbox.checkpoint import Checkpoint, MySQLCheckpointStore
@@ -34,7 +38,8 @@ from cachesync.producer_outbox.preflight import read_server_info
 NAME = "tailer"
 SIZES = {"full": 200_000, "quick": 10_000}
 WIDE_SIZES = {"full": 50_000, "quick": 5_000}     # the 30-column table (reported too)
-TXN_ROWS = (20, 80)              # row changes per transaction, uniform
+TXN_ROWS = (20, 80)              # row changes per transaction, uniform (shape M)
+SINGLE_ROW = (1, 1)              # shape S: one row change per transaction
 MIX = {"insert": 0.5, "update": 0.3, "delete": 0.2}
 WIDE_EXTRA = 25                  # 5 + 25 = 30 columns
 DDL = ("CREATE TABLE t (id BIGINT PRIMARY KEY, a INT NOT NULL, b VARCHAR(64) NOT NULL, "
@@ -59,44 +64,53 @@ def run(stack, quick: bool, runs: int) -> dict:
     size = "quick" if quick else "full"
     box = Sandbox(stack, NAME)
     try:
-        box.create_schema(DDL, WIDE_DDL)
+        box.create_schema(DDL, DDL.replace("CREATE TABLE t ", "CREATE TABLE s "), WIDE_DDL)
+        readers, peers_missing = peers.prepare()
         out = {
             "description": "binlog -> Kafka-acked rows/s of the cachesync Tailer vs raw "
                            "python-mysql-replication decoding the same binlog range",
             "params": {"txn_rows": list(TXN_ROWS), "mix": MIX, "partitions": PARTITIONS,
                        "runs": runs},
         }
-        # the 5-column table is the target figure; the 30-column one is reported beside it
-        out.update(_table_figures(box, "t", DDL, SIZES[size], runs))
+        # the 5-column table is the target figure (shape M here, S in "single_row"); the
+        # 30-column one is reported beside it
+        out.update(_table_figures(box, "t", DDL, SIZES[size], runs, peer_names=readers))
+        out["single_row"] = _table_figures(box, "s", DDL, SIZES[size], runs, SINGLE_ROW, readers)
         out["wide"] = _table_figures(box, "w", WIDE_DDL, WIDE_SIZES[size], runs)
+        out["peers"] = peers.compare({"S": out["single_row"], "M": out}, peers_missing)
         return out
     finally:
         box.cleanup()
 
 
-def _table_figures(box: Sandbox, table: str, ddl: str, n: int, runs: int) -> dict:
+def _table_figures(box: Sandbox, table: str, ddl: str, n: int, runs: int,
+                   txn_rows: tuple[int, int] = TXN_ROWS, peer_names: tuple[str, ...] = ()) -> dict:
     log(f"tailer: writing {n} row changes to {box.db}.{table}")
-    data = write_changes(box, table, n)
+    data = write_changes(box, table, n, txn_rows=txn_rows)
     log(f"tailer: wrote {data['transactions']} transactions in {data['write_s']:.1f}s; "
         f"binlog {data['start_gtid']} -> {data['end_gtid']}")
-    sides = {"baseline": [], "packed": [], "unpacked": []}
+    sides = {"baseline": [], "packed": [], "unpacked": [], **{p: [] for p in peer_names}}
     for i in range(runs):
         # alternate the order so neither side always runs on a warmer machine
-        order = ["baseline", "packed", "unpacked"]
+        order = list(sides)
         for what in (order if i % 2 == 0 else order[::-1]):
             if what == "baseline":
                 result = baseline_run(box, table, data, n)
+            elif what in peer_names:
+                result = peers.read_range(what, box.stack.env, database=box.db, table=table,
+                                          data=data, rows=n, server_id=box.new_server_id())
             else:
                 result = tailer_run(box, table, data, n, PACK_ROWS if what == "packed" else 1)
             sides[what].append(result)
             log(f"tailer[{table}]: run {i + 1}/{runs} {result['what']}: "
                 f"{result['rows_per_s']:.0f} rows/s")
     fields = ["rows_per_s", "elapsed_s", "published_rows_per_s", "startup_s", "records"]
-    baseline = summarize(sides["baseline"], ["rows_per_s", "elapsed_s"])
+    baseline = summarize(sides["baseline"], ["rows_per_s", "elapsed_s", "startup_s"])
     contender = summarize(sides["packed"], fields)
     unpacked = summarize(sides["unpacked"], fields)
     return {
-        "table": {"name": table, "ddl": ddl, "columns": 5 if table == "t" else 5 + WIDE_EXTRA, "rows": n},
+        "table": {"name": table, "ddl": ddl, "columns": 5 + WIDE_EXTRA if table == "w" else 5,
+                  "rows": n, "txn_rows": list(txn_rows)},
         "data": data,
         "baseline": {"name": "BinLogStreamReader(is_mariadb, auto_position, blocking=True, "
                              "only_events=rows, only_schemas) rows decoded/s",
@@ -108,11 +122,14 @@ def _table_figures(box: Sandbox, table: str, ddl: str, n: int, runs: int) -> dic
         "unpacked": {"name": "the same with pack_rows 1 (one record per row)", **unpacked,
                      "ratio_to_baseline": ratio(unpacked["median"]["rows_per_s"],
                                                 baseline["median"]["rows_per_s"])},
+        **{peer: summarize(sides[peer], ["rows_per_s", "seconds", "setup_s"])
+           for peer in peer_names},
     }
 
 
 # -- the data set -------------------------------------------------------------------------
-def write_changes(box: Sandbox, table: str, n: int, seed: int = 42) -> dict:
+def write_changes(box: Sandbox, table: str, n: int, seed: int = 42,
+                  txn_rows: tuple[int, int] = TXN_ROWS) -> dict:
     rng = random.Random(seed)
     live: list[int] = []
     next_id, counts, txns = 1, dict.fromkeys(MIX, 0), 0
@@ -127,10 +144,8 @@ def write_changes(box: Sandbox, table: str, n: int, seed: int = 42) -> dict:
             t0 = time.perf_counter()
             remaining = n
             while remaining:
-                size = min(remaining, rng.randint(*TXN_ROWS))
-                ups = min(int(size * MIX["update"]), len(live))
-                dels = min(int(size * MIX["delete"]), len(live) - ups)
-                ins = size - ups - dels
+                size = min(remaining, rng.randint(*txn_rows))
+                ins, ups, dels = _split(rng, size, len(live), txn_rows == SINGLE_ROW)
                 picked = rng.sample(range(len(live)), ups + dels)
                 up_ids = [live[i] for i in picked[:ups]]
                 del_idx = sorted(picked[ups:], reverse=True)
@@ -176,10 +191,24 @@ def write_changes(box: Sandbox, table: str, n: int, seed: int = 42) -> dict:
             "write_s": round(write_s, 3), "server": identity}
 
 
+def _split(rng: random.Random, size: int, live: int, single_row: bool) -> tuple[int, int, int]:
+    """(inserts, updates, deletes) of one transaction of ``size`` rows, ``live`` rows existing.
+
+    A multi-row transaction takes the MIX shares; in shape S each transaction draws its one
+    operation with the MIX weights (an insert while no row exists), so S has M's mix.
+    """
+    if single_row:
+        op = rng.choices(list(MIX), weights=list(MIX.values()))[0] if live else "insert"
+        return int(op == "insert"), int(op == "update"), int(op == "delete")
+    ups = min(int(size * MIX["update"]), live)
+    dels = min(int(size * MIX["delete"]), live - ups)
+    return size - ups - dels, ups, dels
+
+
 def _row(table: str, rng: random.Random, row_id: int, epoch: dt.datetime) -> tuple:
     base = (row_id, rng.randint(0, 10**6), f"name-{row_id}-{rng.random():.6f}",
             rng.random() * 1000, epoch + dt.timedelta(seconds=row_id))
-    if table == "t":
+    if table != "w":
         return base
     extra = []
     for i in range(WIDE_EXTRA // 5):
@@ -203,10 +232,12 @@ def baseline_run(box: Sandbox, table: str, data: dict, n: int) -> dict:
         only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, HeartbeatLogEvent],
         only_schemas=[box.db], only_tables=[table])
     seen = touched = 0
+    t_first = None
     try:
         for event in stream:
             if isinstance(event, HeartbeatLogEvent):   # idle: the binlog ran out before N rows
                 break
+            t_first = t_first or time.perf_counter()
             for row in event.rows:
                 if "after_values" in row:
                     touched += _touch(row["before_values"]) + _touch(row["after_values"])
@@ -221,7 +252,8 @@ def baseline_run(box: Sandbox, table: str, data: dict, n: int) -> dict:
     if seen != n:
         raise RuntimeError(f"baseline read {seen} rows from the binlog, expected {n}")
     return {"what": "baseline", "rows": seen, "values_touched": touched,
-            "elapsed_s": round(elapsed, 4), "rows_per_s": round(n / elapsed, 1)}
+            "elapsed_s": round(elapsed, 4), "rows_per_s": round(n / elapsed, 1),
+            "startup_s": round(t_first - t0, 4)}
 
 
 def _touch(values: dict) -> int:
