@@ -248,6 +248,9 @@ class TailerSettings(_Validated):
     xa_buffer_rows: int = setting(100_000, **AT_LEAST_1)
     # the checkpoint's binlog is gone (purged): "fail" (exit 3) or "resync"
     on_lost_position: str = setting("fail", choices=("fail", "resync"))
+    # the binlog reader: "auto"/"fast" = hot events parsed from the raw dump stream
+    # (producer_outbox/dumpstream.py), "library" = python-mysql-replication for every event
+    reader: str = setting("auto", choices=("auto", "fast", "library"))
 
 
 @dataclass(frozen=True)

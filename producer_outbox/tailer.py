@@ -24,6 +24,7 @@ from pymysqlreplication.row_event import (DeleteRowsEvent, TableMapEvent, Update
 from cachesync.producer_outbox.binlog_read import DECODE_ERRORS, TableMaps, decode_error, read_events
 
 from cachesync.config import TailerSettings
+from cachesync.producer_outbox.dumpstream import FAST_ROW_EVENTS, DumpStreamReader, reader_kind
 from cachesync.producer_outbox.checkpoint import Checkpoint, MySQLCheckpointStore
 from cachesync.producer_outbox.fastrows import decode_rows
 from cachesync.producer_outbox.groups import GroupPublishing
@@ -46,6 +47,7 @@ from cachesync.schema.mapping import MappingSet
 log = logging.getLogger(__name__)
 
 _ROW_EVENTS = {WriteRowsEvent: "insert", UpdateRowsEvent: "update", DeleteRowsEvent: "delete"}
+_ROW_EVENTS.update({fast: _ROW_EVENTS[lib] for fast, lib in FAST_ROW_EVENTS.items()})
 STREAM_HEARTBEAT_S = 1.0    # the binlog stream's heartbeat period (the server's, not our row's)
 _TXN_MARKERS = {"BEGIN", "COMMIT"}
 # MySQL's GtidEvent ("uuid:gno") and MariaDB's ("domain-server-seq"); both open a transaction.
@@ -141,7 +143,8 @@ class Tailer(GroupPublishing):
         else:
             kwargs.update(log_file=start.log_file, log_pos=start.log_pos, resume_stream=True,
                           is_mariadb=info.flavor == "mariadb")
-        return BinLogStreamReader(
+        fast = reader_kind(self._opts.settings.reader) == "fast"
+        return (DumpStreamReader if fast else BinLogStreamReader)(
             connection_settings=self._mysql.client_options(),
             server_id=self._opts.settings.server_id, blocking=True,
             # No only_schemas/only_tables: the library would drop the table maps of the
