@@ -69,7 +69,18 @@ def run(stack, quick: bool, runs: int) -> dict:
         # the 5-column table is the target figure; the 30-column one is reported beside it
         out.update(_table_figures(box, "t", DDL, SIZES[size], runs))
         out["wide"] = _table_figures(box, "w", WIDE_DDL, WIDE_SIZES[size], runs)
-        return out
+    finally:
+        box.cleanup()
+    out["shapes"] = {shape: run_shape(stack, shape, SHAPE_SIZES[size], runs) for shape in SHAPES}
+    return out
+
+
+def run_shape(stack, shape: str, n: int, runs: int, tailer: dict | None = None) -> dict:
+    """shape_figures in a sandbox of its own."""
+    box = Sandbox(stack, f"{NAME}{shape.lower()}")
+    try:
+        box.create_schema(DDL)
+        return shape_figures(box, shape, n, runs, tailer)
     finally:
         box.cleanup()
 
@@ -111,8 +122,45 @@ def _table_figures(box: Sandbox, table: str, ddl: str, n: int, runs: int) -> dic
     }
 
 
+# -- the issue-17 shapes: default configuration against the raw library -----------------
+# S: single-row transactions; M: 20-80-row transactions (the peers' readers run the same
+# shapes: write_shape returns the binlog range they read)
+SHAPES = {"S": (1, 1), "M": TXN_ROWS}
+SHAPE_SIZES = {"full": 200_000, "quick": 10_000}
+
+
+def write_shape(box: Sandbox, shape: str, n: int) -> dict:
+    """Write ``n`` row changes of ``shape`` ("S" or "M") to ``box``'s table t; the range."""
+    log(f"tailer: writing shape {shape}, {n} row changes")
+    data = write_changes(box, "t", n, txn_rows=SHAPES[shape])
+    log(f"tailer: shape {shape}: {data['transactions']} transactions in {data['write_s']:.1f}s")
+    return data
+
+
+def shape_figures(box: Sandbox, shape: str, n: int, runs: int,
+                  tailer: dict | None = None) -> dict:
+    """Median rows/s of the Tailer with the default configuration (``tailer`` overrides)
+    and of raw python-mysql-replication, alternating, on one written shape."""
+    data = write_shape(box, shape, n)
+    sides = {"baseline": [], "default": []}
+    for i in range(runs):
+        for what in (["baseline", "default"] if i % 2 == 0 else ["default", "baseline"]):
+            result = (baseline_run(box, "t", data, n) if what == "baseline"
+                      else tailer_run(box, "t", data, n, None, tailer))
+            sides[what].append(result)
+            log(f"tailer[{shape}]: run {i + 1}/{runs} {result['what']}: "
+                f"{result['rows_per_s']:.0f} rows/s")
+    baseline = summarize(sides["baseline"], ["rows_per_s", "elapsed_s", "rows_per_cpu_s"])
+    default = summarize(sides["default"], ["rows_per_s", "elapsed_s", "records", "rows_per_cpu_s"])
+    return {"shape": shape, "txn_rows": list(SHAPES[shape]), "data": data,
+            "baseline": baseline, "default": {"settings": tailer or {}, **default},
+            "ratio_default_to_baseline": ratio(default["median"]["rows_per_s"],
+                                               baseline["median"]["rows_per_s"])}
+
+
 # -- the data set -------------------------------------------------------------------------
-def write_changes(box: Sandbox, table: str, n: int, seed: int = 42) -> dict:
+def write_changes(box: Sandbox, table: str, n: int, seed: int = 42,
+                  txn_rows: tuple[int, int] = TXN_ROWS) -> dict:
     rng = random.Random(seed)
     live: list[int] = []
     next_id, counts, txns = 1, dict.fromkeys(MIX, 0), 0
@@ -127,9 +175,8 @@ def write_changes(box: Sandbox, table: str, n: int, seed: int = 42) -> dict:
             t0 = time.perf_counter()
             remaining = n
             while remaining:
-                size = min(remaining, rng.randint(*TXN_ROWS))
-                ups = min(int(size * MIX["update"]), len(live))
-                dels = min(int(size * MIX["delete"]), len(live) - ups)
+                size = min(remaining, rng.randint(*txn_rows))
+                ups, dels = _mix(rng, size, len(live))
                 ins = size - ups - dels
                 picked = rng.sample(range(len(live)), ups + dels)
                 up_ids = [live[i] for i in picked[:ups]]
@@ -176,6 +223,18 @@ def write_changes(box: Sandbox, table: str, n: int, seed: int = 42) -> dict:
             "write_s": round(write_s, 3), "server": identity}
 
 
+def _mix(rng: random.Random, size: int, live: int) -> tuple[int, int]:
+    """(updates, deletes) of a transaction of ``size`` rows; a single-row transaction draws
+    its one change from MIX (the rest are inserts)."""
+    if size == 1:
+        draw = rng.random()
+        ups = int(draw < MIX["update"] and live > 0)
+        dels = int(not ups and draw < MIX["update"] + MIX["delete"] and live > 0)
+        return ups, dels
+    ups = min(int(size * MIX["update"]), live)
+    return ups, min(int(size * MIX["delete"]), live - ups)
+
+
 def _row(table: str, rng: random.Random, row_id: int, epoch: dt.datetime) -> tuple:
     base = (row_id, rng.randint(0, 10**6), f"name-{row_id}-{rng.random():.6f}",
             rng.random() * 1000, epoch + dt.timedelta(seconds=row_id))
@@ -194,7 +253,7 @@ def baseline_run(box: Sandbox, table: str, data: dict, n: int) -> dict:
     m = box.stack.env
     with open(m["CACHESYNC_MYSQL_PASSWORD_FILE"]) as f:
         password = f.read().strip()
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     stream = BinLogStreamReader(
         connection_settings={"host": m["CACHESYNC_MYSQL_HOST"], "port": int(m["CACHESYNC_MYSQL_PORT"]),
                              "user": m["CACHESYNC_MYSQL_USER"], "passwd": password},
@@ -217,11 +276,18 @@ def baseline_run(box: Sandbox, table: str, data: dict, n: int) -> dict:
                 break
     finally:
         stream.close()
-    elapsed = time.perf_counter() - t0
+    elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     if seen != n:
         raise RuntimeError(f"baseline read {seen} rows from the binlog, expected {n}")
     return {"what": "baseline", "rows": seen, "values_touched": touched,
-            "elapsed_s": round(elapsed, 4), "rows_per_s": round(n / elapsed, 1)}
+            "elapsed_s": round(elapsed, 4), "rows_per_s": round(n / elapsed, 1),
+            **_cpu_figures(n, cpu)}
+
+
+def _cpu_figures(n: int, cpu: float) -> dict:
+    """CPU seconds of this process (every thread) and rows per CPU second: on a loaded
+    host, wall-clock rates measure the other processes as much as the reader."""
+    return {"cpu_s": round(cpu, 3), "rows_per_cpu_s": round(n / cpu, 1) if cpu else None}
 
 
 def _touch(values: dict) -> int:
@@ -233,12 +299,17 @@ def _touch(values: dict) -> int:
 
 
 # -- contender ----------------------------------------------------------------------------
-def tailer_run(box: Sandbox, table_name: str, data: dict, n: int, pack_rows: int) -> dict:
+def tailer_run(box: Sandbox, table_name: str, data: dict, n: int, pack_rows: int | None,
+               tailer: dict | None = None) -> dict:
+    """``pack_rows`` None: the default (or ``tailer``'s settings)."""
     topic = box.new_topic(PARTITIONS)
     table = f"{box.db}.{table_name}"
+    settings_section = dict(tailer or {})
+    if pack_rows is not None:
+        settings_section["pack_rows"] = pack_rows
     cfg = box.write_config({table: {"keys": [box.prefix + table_name + ":{id}",
                                              box.prefix + table_name + ":b:{b}"]}},
-                           topic=topic, tailer={"pack_rows": pack_rows})
+                           topic=topic, tailer=settings_section)
     settings = box.settings(cfg)
     MySQLCheckpointStore(mysql_params(settings).connect, settings.tailer.name).save(
         Checkpoint(data["server"], gtid=data["start_gtid"]))
@@ -246,7 +317,7 @@ def tailer_run(box: Sandbox, table_name: str, data: dict, n: int, pack_rows: int
     worker = Worker(tailer.run, "tailer")
     t_published = t_first = None
     try:
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         worker.start()
         deadline = time.monotonic() + 300
         while True:
@@ -263,7 +334,7 @@ def tailer_run(box: Sandbox, table_name: str, data: dict, n: int, pack_rows: int
             if time.monotonic() > deadline:
                 raise TimeoutError(f"tailer published {published}/{n} in 300s")
             time.sleep(0.01)
-        elapsed = time.perf_counter() - t0
+        elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     finally:
         tailer.stop()
         worker.join(30)
@@ -274,10 +345,12 @@ def tailer_run(box: Sandbox, table_name: str, data: dict, n: int, pack_rows: int
     if (events, len(ids)) != (n, n):
         raise RuntimeError(f"topic {topic} holds {events} events ({len(ids)} distinct ids) "
                            f"in {records} records, expected {n}")
-    return {"what": f"tailer pack_rows={pack_rows}", "rows": n, "records": records,
+    what = (f"tailer pack_rows={pack_rows}" if pack_rows is not None
+            else f"tailer {settings_section or 'default'}")
+    return {"what": what, "rows": n, "records": records,
             "elapsed_s": round(elapsed, 4), "rows_per_s": round(n / elapsed, 1),
             "published_rows_per_s": round(n / (t_published - t0), 1),
-            "startup_s": round(t_first - t0, 4),
+            "startup_s": round(t_first - t0, 4), **_cpu_figures(n, cpu),
             "checkpoint": tailer.committed.describe() if tailer.committed else None}
 
 

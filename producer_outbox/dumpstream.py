@@ -29,6 +29,7 @@ one): the same tests run on both.
 from __future__ import annotations
 
 import errno
+import select
 import struct
 from typing import Callable
 
@@ -91,6 +92,7 @@ class DumpConnection(pymysql.connections.Connection):
     handoff: bytes | None = None
     handoff_error: Exception | None = None
     on_idle: Callable[[], None] | None = None   # called before blocking on an empty buffer
+    idle_wait_s = 0.0     # how long the socket may stay silent before on_idle is called
 
     def _write_bytes(self, data) -> None:
         if len(data) > 4 and data[4] in (_COM_BINLOG_DUMP, _COM_BINLOG_DUMP_GTID):
@@ -144,7 +146,7 @@ class DumpConnection(pymysql.connections.Connection):
         return self._buf[start:self._pos]
 
     def _fill(self) -> None:
-        if self._pos == len(self._buf) and self.on_idle is not None:
+        if self._pos == len(self._buf) and self.on_idle is not None and not self._arrives():
             self.on_idle()
         try:
             chunk = self._rfile.read1(_CHUNK)
@@ -160,6 +162,19 @@ class DumpConnection(pymysql.connections.Connection):
                                                "Lost connection to MySQL server during query")
         self._buf = self._buf[self._pos:] + chunk
         self._pos = 0
+
+    def _arrives(self) -> bool:
+        """Whether more bytes arrive within ``idle_wait_s`` (a reader that drained the
+        socket mid-burst should not be taken for idle)."""
+        sock = self._sock
+        if sock is None or self.idle_wait_s <= 0:
+            return False
+        if getattr(sock, "pending", None) is not None and sock.pending():   # TLS: decrypted bytes
+            return True
+        try:
+            return bool(select.select([sock], [], [], self.idle_wait_s)[0])
+        except (OSError, ValueError):
+            return True          # let the read report the failure
 
     def _check_seq(self, seq: int) -> None:
         if seq != self._next_seq_id:
@@ -236,8 +251,9 @@ _FAST_OF = {lib: fast for fast, lib in FAST_ROW_EVENTS.items()}
 class DumpStreamReader(BinLogStreamReader):
     """``BinLogStreamReader`` with the hot events parsed from the raw packets (module doc).
 
-    ``on_idle`` (settable): called when every received byte was read and the reader is
-    about to wait for the server, e.g. to flush what the caller batches.
+    ``on_idle`` (settable): called when every received byte was read and nothing more
+    arrived within ``idle_wait_s``, before the reader waits for the server, e.g. to flush
+    what the caller batches.
     """
 
     def __init__(self, *args, **kwargs):
@@ -250,10 +266,11 @@ class DumpStreamReader(BinLogStreamReader):
         self._allowed = frozenset(kwargs.get("only_events") or ())
         self._tables: dict[bytes, object] = {}     # table-map body -> the library's Table
         self.on_idle: Callable[[], None] | None = None
+        self.idle_wait_s = 0.0
 
     def _connection(self, **settings) -> DumpConnection:
         conn = DumpConnection(**settings)
-        conn.on_idle = self._idle
+        conn.on_idle, conn.idle_wait_s = self._idle, self.idle_wait_s
         return conn
 
     def _idle(self) -> None:

@@ -31,7 +31,7 @@ from cachesync.producer_outbox.groups import GroupPublishing
 from cachesync.producer_outbox.inflight import InflightTracker
 from cachesync.producer_outbox.keycolumns import key_images, table_specs
 from cachesync.producer_outbox.mysql import MySQLParams
-from cachesync.producer_outbox.packing import Pack, Packer
+from cachesync.producer_outbox.packing import PACK_LINGER_S, Pack, Packer
 from cachesync.producer_outbox.preflight import ServerInfo, check_server
 from cachesync.producer_outbox.publisher import MAX_RECORD_BYTES, is_permanent
 from cachesync.producer_outbox.rows import (TxnContext, invalidate_only, key_columns,
@@ -85,6 +85,8 @@ class Tailer(GroupPublishing):
         t = options.settings
         self._packer = Packer(t.pack_rows, t.pack_bytes) if t.pack_rows > 1 else None
         self._partitions = 0          # the topic's partition count, read once per transaction
+        self._partitions_read = -1.0  # when (monotonic), for packs spanning transactions
+        self._span = False            # packs span transactions (the reader signals idleness)
         self._lock = threading.Lock()
         self._failure: Exception | None = None
         self._stop = threading.Event()
@@ -115,6 +117,9 @@ class Tailer(GroupPublishing):
         log.info("tailer starting at %s (server %s, tables %s)", start.describe(),
                  info.identity, ", ".join(self._mappings.tables))
         stream = self._open_stream(info, start)
+        if self._packer is not None and isinstance(stream, DumpStreamReader):
+            self._span = True
+            stream.on_idle, stream.idle_wait_s = self._flush_packs, PACK_LINGER_S
         try:
             self._loop(stream, info, start)
         finally:
@@ -187,9 +192,10 @@ class Tailer(GroupPublishing):
 
         def close_txn(hold: bool = False) -> Checkpoint:
             """End the open group; ``hold``: a prepared XA group stays open in the tracker."""
-            if self._packer is not None:
-                for pack in self._packer.drain():
-                    self._send_pack(pack, txn)
+            if self._packer is not None and (not self._span or self._xa is not None or hold
+                                             or time.monotonic() - self._packer.opened_at
+                                             >= PACK_LINGER_S):
+                self._flush_packs(txn)
             cp = Checkpoint(info.identity, str(gtid_state) or None,
                             stream.log_file, stream.log_pos)
             if not hold:
@@ -225,6 +231,7 @@ class Tailer(GroupPublishing):
                                  gtid=True)
                 txn, row_index = self._tracker_open(), 0
                 if getattr(event, "flags", 0) & FL_PREPARED_XA and isinstance(event, MariadbGtidEvent):
+                    self._flush_packs()     # earlier transactions' rows are not held
                     self._xa = XaGroup(self._opts.settings.xa_buffer_rows)
             elif isinstance(event, XAPrepareEvent):
                 if txn is not None and self._xa is not None:
@@ -281,10 +288,20 @@ class Tailer(GroupPublishing):
                 break
 
     def _tracker_open(self):
-        if self._packer is not None:
+        if self._packer is not None and (not self._span or time.monotonic()
+                                         - self._partitions_read >= 1.0):
+            # spanning packs keep one count for a second: a pack's rows share it
+            self._flush_packs()
             self._partitions = len(self._publisher.partitions(self._opts.topic))
+            self._partitions_read = time.monotonic()
         with self._lock:
             return self._tracker.open(None)
+
+    def _flush_packs(self, txn=None) -> None:
+        """Send every open pack (``txn``: the transaction of packs not counted yet)."""
+        if self._packer:
+            for pack in self._packer.drain():
+                self._send_pack(pack, txn)
 
     def _publish_rows(self, event, ctx: TxnContext, txn, row_index: int, schema: str,
                       table: str, where: Callable[[], str]) -> int:
@@ -327,8 +344,12 @@ class Tailer(GroupPublishing):
                     self._send_pack(pack, txn)
                 self._send(key, value, change.id, txn, 1, None)
             else:
+                counted = txn if self._span and self._xa is None else None
+                if counted is not None:
+                    with self._lock:
+                        self._tracker.sent(txn, 1)
                 full = self._packer.add(change.db, change.table, key, value, change.id,
-                                        self._partitions)
+                                        self._partitions, counted)
                 if full is not None:
                     self._send_pack(full, txn)
         return row_index
@@ -358,19 +379,28 @@ class Tailer(GroupPublishing):
         return encode(invalidate_only(change, key_columns(mapping), "over_record_limit"))
 
     def _send_pack(self, pack: Pack, txn) -> None:
-        self._send(pack.key, pack.record_value(), pack.msg_id, txn, pack.rows, pack.partition)
+        if pack.txns:      # rows of transactions counted when they entered the pack
+            self._send(pack.key, pack.record_value(), pack.msg_id, pack.txns, pack.rows,
+                       pack.partition, counted=True)
+        else:
+            self._send(pack.key, pack.record_value(), pack.msg_id, txn, pack.rows,
+                       pack.partition)
 
     def _send(self, key: str, value: bytes, msg_id: str, txn, rows: int,
-              partition: int | None, row: bool = True) -> None:
-        if self._xa is not None:        # an XA group: held until its XA COMMIT
+              partition: int | None, row: bool = True, counted: bool = False) -> None:
+        """``counted``: ``txn`` is a pack's [transaction, rows] list, already counted."""
+        if self._xa is not None and not counted:    # an XA group: held until its XA COMMIT
             self._xa.hold((key, value, msg_id, rows, partition, row), rows)
             return
-        with self._lock:
-            self._tracker.sent(txn, rows)
+        if counted:
+            on_ack = lambda: self._on_acks(txn)     # noqa: E731
+        else:
+            with self._lock:
+                self._tracker.sent(txn, rows)
+            on_ack = lambda: self._on_ack(txn, rows)    # noqa: E731
         try:
             self._publisher.send(self._opts.topic, key, value, msg_id,
-                                 on_ack=lambda: self._on_ack(txn, rows), on_error=self._on_error,
-                                 partition=partition)
+                                 on_ack=on_ack, on_error=self._on_error, partition=partition)
         except KafkaError as e:   # e.g. buffer full / metadata timeout, raised synchronously
             if is_permanent(e):
                 raise FatalError(f"Kafka refused a record for good ({type(e).__name__}: {e}); "
@@ -385,6 +415,12 @@ class Tailer(GroupPublishing):
         with self._lock:
             self._tracker.acked(txn, rows)
             self.acked += rows
+
+    def _on_acks(self, txns: list) -> None:
+        with self._lock:
+            for txn, rows in txns:
+                self._tracker.acked(txn, rows)
+                self.acked += rows
 
     def _on_error(self, error: Exception) -> None:
         # Called on the Kafka I/O thread: record it; the main loop stops the tailer
@@ -409,8 +445,11 @@ class Tailer(GroupPublishing):
             self.committed = safe
 
     def _drain(self) -> None:
-        """On a clean stop: wait for acks, then store the last safe checkpoint."""
+        """On a clean stop: send the open packs, wait for acks, then store the last safe
+        checkpoint."""
         if self._failure is None:
+            if self._span:      # counted rows; otherwise the open transaction's, not closed
+                self._flush_packs()
             self._publisher.flush(timeout_s=30)
         if self._failure is None:
             self._save_checkpoint()
