@@ -263,7 +263,8 @@ class DumpStreamReader(BinLogStreamReader):
                              "skip_to_timestamp or table/schema filters")
         kwargs["pymysql_wrapper"] = self._connection
         super().__init__(*args, **kwargs)
-        self._allowed = frozenset(kwargs.get("only_events") or ())
+        allowed = frozenset(kwargs.get("only_events") or ())
+        self._fast_allowed = frozenset(f for f, lib in _LIBRARY_CLASS.items() if lib in allowed)
         self._tables: dict[bytes, object] = {}     # table-map body -> the library's Table
         self.on_idle: Callable[[], None] | None = None
         self.idle_wait_s = 0.0
@@ -344,7 +345,7 @@ class DumpStreamReader(BinLogStreamReader):
             return None
         if log_pos:
             self.log_pos = log_pos
-        if event is not _SKIP and _LIBRARY_CLASS[type(event)] not in self._allowed:
+        if event is not _SKIP and type(event) not in self._fast_allowed:
             return _SKIP      # parsed (a table map still counts) but not asked for
         return event
 
@@ -380,7 +381,8 @@ class DumpStreamReader(BinLogStreamReader):
             pos += 2
         if self._post_header_len(etype) != pos - _BODY:
             return None
-        table = self.table_map.get(int.from_bytes(raw[_BODY:_BODY + 6], "little"))
+        table_id = int.from_bytes(raw[_BODY:_BODY + 6], "little")
+        table = self.table_map.get(table_id)
         if table is None:
             return None
         columns, pos = _length_coded(raw, pos)
@@ -393,8 +395,7 @@ class DumpStreamReader(BinLogStreamReader):
         if decoder is None:
             return None
         event = _FAST_OF[kind]()
-        event.timestamp, event.table_id, event._table, event._kind = (
-            timestamp, int.from_bytes(raw[_BODY:_BODY + 6], "little"), table, kind)
+        event.timestamp, event.table_id, event._table, event._kind = timestamp, table_id, table, kind
         event.schema, event.table, event.primary_key = table.schema, table.table, table.primary_key
         event.table_map, event.columns, event.number_of_columns = self.table_map, table.columns, columns
         event.columns_present_bitmap, event._reader = bitmap, self

@@ -29,7 +29,7 @@ from cachesync.producer_outbox.checkpoint import Checkpoint, MySQLCheckpointStor
 from cachesync.producer_outbox.fastrows import decode_rows
 from cachesync.producer_outbox.groups import GroupPublishing
 from cachesync.producer_outbox.inflight import InflightTracker
-from cachesync.producer_outbox.keycolumns import key_images, table_specs
+from cachesync.producer_outbox.keycolumns import key_images, kept_specs
 from cachesync.producer_outbox.mysql import MySQLParams
 from cachesync.producer_outbox.packing import PACK_LINGER_S, Pack, Packer
 from cachesync.producer_outbox.preflight import ServerInfo, check_server
@@ -290,8 +290,8 @@ class Tailer(GroupPublishing):
     def _tracker_open(self):
         if self._packer is not None and (not self._span or time.monotonic()
                                          - self._partitions_read >= 1.0):
-            # spanning packs keep one count for a second: a pack's rows share it
-            self._flush_packs()
+            if self._span:      # spanning packs share one partition count: re-read each second
+                self._flush_packs()
             self._partitions = len(self._publisher.partitions(self._opts.topic))
             self._partitions_read = time.monotonic()
         with self._lock:
@@ -312,7 +312,8 @@ class Tailer(GroupPublishing):
         if self._xa is not None:
             self._xa.touch(schema, table)
         keep = self._keep_columns(mapping, event.primary_key)
-        specs = table_specs(event.table_map[event.table_id])
+        # key text corrected only where a kept column needs it (trimmed columns never count)
+        specs = kept_specs(event.table_map[event.table_id], keep)
         try:
             rows = decode_rows(event)      # the per-table fast decoder, or None: the library's
             rows = rows if rows is not None else event.rows
