@@ -131,22 +131,23 @@ class DumpConnection(pymysql.connections.Connection):
         """A packet not wholly buffered (or continued): read until it is."""
         parts = []
         while True:
-            header = self._take(4)
+            header = self._take(4, between_packets=not parts)
             length = header[0] | header[1] << 8 | header[2] << 16
             self._check_seq(header[3])
-            parts.append(self._take(length))
+            parts.append(self._take(length, between_packets=False))
             if length < _MAX_PACKET:
                 return parts[0] if len(parts) == 1 else b"".join(parts)
 
-    def _take(self, n: int) -> bytes:
+    def _take(self, n: int, between_packets: bool) -> bytes:
+        """``n`` bytes; ``between_packets``: no packet is partly read (the stream may be idle)."""
         while len(self._buf) - self._pos < n:
-            self._fill()
+            self._fill(between_packets and self._pos == len(self._buf))
         start = self._pos
         self._pos += n
         return self._buf[start:self._pos]
 
-    def _fill(self) -> None:
-        if self._pos == len(self._buf) and self.on_idle is not None and not self._arrives():
+    def _fill(self, maybe_idle: bool) -> None:
+        if maybe_idle and self.on_idle is not None and not self._arrives():
             self.on_idle()
         try:
             chunk = self._rfile.read1(_CHUNK)
@@ -255,6 +256,8 @@ class DumpStreamReader(BinLogStreamReader):
     arrived within ``idle_wait_s``, before the reader waits for the server, e.g. to flush
     what the caller batches.
     """
+
+    signals_idle = True
 
     def __init__(self, *args, **kwargs):
         if kwargs.get("pymysql_wrapper") or kwargs.get("end_log_pos") or kwargs.get(

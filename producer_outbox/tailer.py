@@ -117,14 +117,18 @@ class Tailer(GroupPublishing):
         log.info("tailer starting at %s (server %s, tables %s)", start.describe(),
                  info.identity, ", ".join(self._mappings.tables))
         stream = self._open_stream(info, start)
-        if self._packer is not None and isinstance(stream, DumpStreamReader):
-            self._span = True
-            stream.on_idle, stream.idle_wait_s = self._flush_packs, PACK_LINGER_S
+        self._attach(stream)
         try:
             self._loop(stream, info, start)
         finally:
             stream.close()
             self._drain()
+
+    def _attach(self, stream) -> None:
+        """Packs span transactions when the reader says when it is idle (the fast reader)."""
+        if self._packer is not None and getattr(stream, "signals_idle", False):
+            self._span = True
+            stream.on_idle, stream.idle_wait_s = self._flush_packs, PACK_LINGER_S
 
     def current_position(self) -> Checkpoint:
         """The server's current binlog position (after preflight); raises FatalError."""

@@ -17,7 +17,8 @@ from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from cachesync.producer_outbox import fastrows
-from tests.support.columns import COLUMNS, INSERT, random_rows, special_rows, write
+from tests.support.columns import (COLUMNS, INSERT, _datetime, _decimal, random_rows,
+                                   special_rows, write)
 from tests.support.compare import difference
 
 ROW_EVENTS = [WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent]
