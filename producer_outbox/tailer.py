@@ -114,8 +114,9 @@ class Tailer(GroupPublishing):
         start = self._start_position(info)
         self._checkpoints.save(start)
         self.committed = start
-        log.info("tailer starting at %s (server %s, tables %s)", start.describe(),
-                 info.identity, ", ".join(self._mappings.tables))
+        log.info("tailer starting at %s (server %s, tables %s, %s binlog reader)",
+                 start.describe(), info.identity, ", ".join(self._mappings.tables),
+                 reader_kind(self._opts.settings.reader))
         stream = self._open_stream(info, start)
         self._attach(stream)
         try:
