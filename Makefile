@@ -9,11 +9,12 @@ BIN    := $(VENV)/bin
 STACK  := devstack/stack.sh
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test unit bench install up down status clean help
+.PHONY: demo test test-library-reader unit bench install up down status clean help
 
 help:
 	@echo "make demo    run the demo pipeline on the local devstack (stops it on exit)"
 	@echo "make test    install, start services, run every test, stop services"
+	@echo "make test-library-reader   the integration tests with tailer.reader: library"
 	@echo "make unit    pure unit tests only (no services)"
 	@echo "make bench   benchmarks (JSON to bench/results/)"
 	@echo "make up / down / status   the devstack services"
@@ -33,6 +34,11 @@ demo: install
 
 test: install
 	devstack/with-stack.sh $(BIN)/pytest -p no:cacheprovider tests
+
+# the integration tests again with python-mysql-replication reading every binlog event
+# (tailer.reader: library), the fast reader's fallback
+test-library-reader: install
+	CACHESYNC_TAILER_READER=library devstack/with-stack.sh $(BIN)/pytest -p no:cacheprovider tests/integration
 
 unit: install
 	$(BIN)/pytest tests/unit

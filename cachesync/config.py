@@ -302,6 +302,9 @@ class TailerSettings(_Validated):
         """``outbox_tables`` as (db, table) pairs."""
         names = (n.strip() for n in self.outbox_tables.split(",") if n.strip())
         return frozenset(tuple(n.split(".", 1)) for n in names)
+    # the binlog reader: "auto"/"fast" = hot events parsed from the raw dump stream
+    # (producer_outbox/dumpstream.py), "library" = python-mysql-replication for every event
+    reader: str = setting("auto", choices=("auto", "fast", "library"))
 
 
 @dataclass(frozen=True)

@@ -89,7 +89,7 @@ _IMAGE_KEYS = {
 # Exceptions a generated decoder raises on input the library would reject or
 # decode in some way it does not reproduce (truncated event, undecodable
 # string, impossible date, fraction out of range): decode_rows then returns None.
-_GIVE_UP = (ValueError, IndexError, struct.error)
+GIVE_UP = (ValueError, IndexError, struct.error)
 
 # (schema, table) -> (snapshot of the columns' attributes, decoders for that layout)
 _LAYOUTS: dict[tuple[str, str], tuple[list[dict], dict]] = {}
@@ -110,23 +110,16 @@ def decode_rows(event) -> list[dict] | None:
     wrapper = event.packet
     if wrapper._BinLogPacketWrapper__data_buffer:   # bytes pushed back by `unread`
         return None
-    table = event.table_map[event.table_id]
-    decoders = table.__dict__.get("_fastrows")
-    if decoders is None:
-        decoders = table._fastrows = _layout_decoders(table)
-    key = (kind, event.columns_present_bitmap,
-           getattr(event, "columns_present_bitmap2", None), event._ignore_decode_errors)
-    try:
-        decoder = decoders[key]
-    except KeyError:
-        decoder = decoders[key] = _build(event, key)
+    decoder = table_decoder(event.table_map[event.table_id], kind, event.columns_present_bitmap,
+                            getattr(event, "columns_present_bitmap2", None),
+                            event._ignore_decode_errors, event.number_of_columns)
     if decoder is None:
         return None
     packet = wrapper.packet
     start = packet._position
     try:
         return decoder(packet._data, start, start + event.event_size - wrapper.read_bytes)
-    except _GIVE_UP:
+    except GIVE_UP:
         return None
 
 
@@ -140,14 +133,32 @@ def _layout_decoders(table) -> dict:
     return known[1]
 
 
-def _build(event, key) -> Callable | None:
-    """Compile the decoder for ``event``'s columns and ``key`` (None: unsupported)."""
-    columns = event.columns
-    kind, bitmap, bitmap2, ignore_errors = key
+def table_decoder(table, kind, bitmap: bytes, bitmap2: bytes | None, ignore_errors: bool,
+                  number_of_columns: int) -> Callable | None:
+    """The generated decoder of ``table``'s rows in a ``kind`` event (a library row event
+    class) with these columns-present bitmaps, or None when the fast path does not cover it.
+
+    The decoder is ``decoder(data, start, end) -> rows``: ``data[start:end]`` is the event's
+    row section; it raises one of ``GIVE_UP`` where the library's result would differ.
+    """
+    decoders = table.__dict__.get("_fastrows")
+    if decoders is None:
+        decoders = table._fastrows = _layout_decoders(table)
+    key = (kind, bitmap, bitmap2, ignore_errors, number_of_columns)
+    try:
+        return decoders[key]
+    except KeyError:
+        decoder = decoders[key] = _build(table.columns, key)
+        return decoder
+
+
+def _build(columns, key) -> Callable | None:
+    """Compile the decoder for ``columns`` and ``key`` (None: unsupported)."""
+    kind, bitmap, bitmap2, ignore_errors, number_of_columns = key
     images = _IMAGE_KEYS[kind]
     errors = "ignore" if ignore_errors else "strict"
     fields = [_field(c, errors) for c in columns]
-    if (event.number_of_columns != len(columns) or not all(fields)
+    if (number_of_columns != len(columns) or not all(fields)
             or not all(c.name for c in columns)):
         return None
     names = [c.name for c in columns]

@@ -27,6 +27,7 @@ class GroupPublishing:
         """Handle an XA statement of the open group; True while the group goes on."""
         verb, xid, one_phase = xa
         if verb == "START":                        # MySQL: the group is XA from here
+            self._flush_packs()                    # earlier transactions' rows are not held
             self._xa = XaGroup(self._opts.settings.xa_buffer_rows, xid)
             return True
         if verb in ("END", "PREPARE"):

@@ -71,6 +71,19 @@ def table_specs(table) -> tuple[ColumnSpec, ...]:
     return specs
 
 
+def kept_specs(table, keep: frozenset[str] | None) -> tuple[ColumnSpec, ...]:
+    """``table_specs`` of the columns in ``keep`` only (None: every column), kept on the table."""
+    if keep is None:
+        return table_specs(table)
+    cache = table.__dict__.get("_keptspecs")
+    if cache is None:
+        cache = table._keptspecs = {}
+    specs = cache.get(keep)
+    if specs is None:
+        specs = cache[keep] = tuple(s for s in table_specs(table) if s.name in keep)
+    return specs
+
+
 def key_images(row: dict, specs: tuple[ColumnSpec, ...]) -> dict:
     """``row`` (a decoder's row dict) with each image corrected; the same dict when no
     column needs it. Raises ValueError on a value its column cannot hold."""

@@ -24,14 +24,15 @@ from pymysqlreplication.row_event import (DeleteRowsEvent, TableMapEvent, Update
 from cachesync.producer_outbox.binlog_read import DECODE_ERRORS, TableMaps, decode_error, read_events
 
 from cachesync.config import TailerSettings
+from cachesync.producer_outbox.dumpstream import FAST_ROW_EVENTS, DumpStreamReader, reader_kind
 from cachesync.producer_outbox.checkpoint import Checkpoint, MySQLCheckpointStore
 from cachesync.producer_outbox.fastrows import decode_rows
 from cachesync.producer_outbox.groups import GroupPublishing
 from cachesync.producer_outbox.inflight import InflightTracker
-from cachesync.producer_outbox.keycolumns import key_images, table_specs
+from cachesync.producer_outbox.keycolumns import key_images, kept_specs
 from cachesync.producer_outbox.mysql import MySQLParams
 from cachesync.producer_outbox.outbox_binlog import OutboxRouter
-from cachesync.producer_outbox.packing import Pack, Packer
+from cachesync.producer_outbox.packing import PACK_LINGER_S, Pack, Packer
 from cachesync.producer_outbox.preflight import ServerInfo, check_server
 from cachesync.producer_outbox.publisher import MAX_RECORD_BYTES, is_permanent
 from cachesync.producer_outbox.source import check_resumable
@@ -48,6 +49,7 @@ from cachesync.schema.mapping import MappingSet
 log = logging.getLogger(__name__)
 
 _ROW_EVENTS = {WriteRowsEvent: "insert", UpdateRowsEvent: "update", DeleteRowsEvent: "delete"}
+_ROW_EVENTS.update({fast: _ROW_EVENTS[lib] for fast, lib in FAST_ROW_EVENTS.items()})
 STREAM_HEARTBEAT_S = 1.0    # the binlog stream's heartbeat period (the server's, not our row's)
 _TXN_MARKERS = {"BEGIN", "COMMIT"}
 # MySQL's GtidEvent ("uuid:gno") and MariaDB's ("domain-server-seq"); both open a transaction.
@@ -85,6 +87,8 @@ class Tailer(GroupPublishing):
         t = options.settings
         self._packer = Packer(t.pack_rows, t.pack_bytes) if t.pack_rows > 1 else None
         self._partitions = 0          # the topic's partition count, read once per transaction
+        self._partitions_read = -1.0  # when (monotonic), for packs spanning transactions
+        self._span = False            # packs span transactions (the reader signals idleness)
         self._lock = threading.Lock()
         self._failure: Exception | None = None
         self._stop = threading.Event()
@@ -125,9 +129,11 @@ class Tailer(GroupPublishing):
         self._checkpoints.save(start)
         self.committed = start
         self._outbox = self._outbox_router(info)
-        log.info("tailer starting at %s (server %s, tables %s)", start.describe(),
-                 info.identity, ", ".join(self._mappings.tables))
+        log.info("tailer starting at %s (server %s, tables %s, %s binlog reader)",
+                 start.describe(), info.identity, ", ".join(self._mappings.tables),
+                 reader_kind(self._opts.settings.reader))
         stream = self._open_stream(info, start)
+        self._attach(stream)
         try:
             self._loop(stream, info, start)
         finally:
@@ -154,6 +160,12 @@ class Tailer(GroupPublishing):
         finally:
             conn.close()
 
+    def _attach(self, stream) -> None:
+        """Packs span transactions when the reader says when it is idle (the fast reader)."""
+        if self._packer is not None and getattr(stream, "signals_idle", False):
+            self._span = True
+            stream.on_idle, stream.idle_wait_s = self._flush_packs, PACK_LINGER_S
+
     def current_position(self) -> Checkpoint:
         """The server's current binlog position (after preflight); raises FatalError."""
         return self._current_position(self.preflight())
@@ -178,7 +190,8 @@ class Tailer(GroupPublishing):
         else:
             kwargs.update(log_file=start.log_file, log_pos=start.log_pos, resume_stream=True,
                           is_mariadb=info.flavor == "mariadb")
-        return BinLogStreamReader(
+        fast = reader_kind(self._opts.settings.reader) == "fast"
+        return (DumpStreamReader if fast else BinLogStreamReader)(
             connection_settings=self._mysql.client_options(),
             server_id=self._opts.settings.server_id, blocking=True,
             # No only_schemas/only_tables: the library would drop the table maps of the
@@ -221,9 +234,10 @@ class Tailer(GroupPublishing):
 
         def close_txn(hold: bool = False) -> Checkpoint:
             """End the open group; ``hold``: a prepared XA group stays open in the tracker."""
-            if self._packer is not None:
-                for pack in self._packer.drain():
-                    self._send_pack(pack, txn)
+            if self._packer is not None and (not self._span or self._xa is not None or hold
+                                             or time.monotonic() - self._packer.opened_at
+                                             >= PACK_LINGER_S):
+                self._flush_packs(txn)
             cp = Checkpoint(info.identity, str(gtid_state) or None,
                             stream.log_file, stream.log_pos)
             if not hold:
@@ -263,6 +277,7 @@ class Tailer(GroupPublishing):
                                  float(event.timestamp), gtid=True)
                 txn, row_index = self._tracker_open(), 0
                 if getattr(event, "flags", 0) & FL_PREPARED_XA and isinstance(event, MariadbGtidEvent):
+                    self._flush_packs()     # earlier transactions' rows are not held
                     self._xa = XaGroup(self._opts.settings.xa_buffer_rows)
             elif isinstance(event, XAPrepareEvent):
                 if txn is not None and self._xa is not None:
@@ -327,10 +342,20 @@ class Tailer(GroupPublishing):
                     "its rows until their TTL; check gtid_strict_mode=ON", gtid, after, before)
 
     def _tracker_open(self):
-        if self._packer is not None:
+        if self._packer is not None and (not self._span or time.monotonic()
+                                         - self._partitions_read >= 1.0):
+            if self._span:      # spanning packs share one partition count: re-read each second
+                self._flush_packs()
             self._partitions = len(self._publisher.partitions(self._opts.topic))
+            self._partitions_read = time.monotonic()
         with self._lock:
             return self._tracker.open(None)
+
+    def _flush_packs(self, txn=None) -> None:
+        """Send every open pack (``txn``: the transaction of packs not counted yet)."""
+        if self._packer:
+            for pack in self._packer.drain():
+                self._send_pack(pack, txn)
 
     def _publish_rows(self, event, ctx: TxnContext, txn, row_index: int, schema: str,
                       table: str, where: Callable[[], str]) -> int:
@@ -344,7 +369,8 @@ class Tailer(GroupPublishing):
         if self._xa is not None:
             self._xa.touch(schema, table)
         keep = self._keep_columns(mapping, event.primary_key)
-        specs = table_specs(event.table_map[event.table_id])
+        # key text corrected only where a kept column needs it (trimmed columns never count)
+        specs = kept_specs(event.table_map[event.table_id], keep)
         for row in self._decode(event, schema, table, where):
             row = key_images(row, specs)   # values whose text is the server's (key text)
             if op == "update":
@@ -397,7 +423,11 @@ class Tailer(GroupPublishing):
                 self._send_pack(pack, txn)
             self._send(key, value, msg_id, txn, 1, None)
         else:
-            full = self._packer.add(db, table, key, value, msg_id, self._partitions)
+            counted = txn if self._span and self._xa is None else None
+            if counted is not None:     # a spanning pack: its rows are in flight from now on
+                with self._lock:
+                    self._tracker.sent(txn, 1)
+            full = self._packer.add(db, table, key, value, msg_id, self._partitions, counted)
             if full is not None:
                 self._send_pack(full, txn)
 
@@ -426,19 +456,28 @@ class Tailer(GroupPublishing):
         return encode(invalidate_only(change, key_columns(mapping), "over_record_limit"))
 
     def _send_pack(self, pack: Pack, txn) -> None:
-        self._send(pack.key, pack.record_value(), pack.msg_id, txn, pack.rows, pack.partition)
+        if pack.txns:      # rows of transactions counted when they entered the pack
+            self._send(pack.key, pack.record_value(), pack.msg_id, pack.txns, pack.rows,
+                       pack.partition, counted=True)
+        else:
+            self._send(pack.key, pack.record_value(), pack.msg_id, txn, pack.rows,
+                       pack.partition)
 
     def _send(self, key: str, value: bytes, msg_id: str, txn, rows: int,
-              partition: int | None, row: bool = True) -> None:
-        if self._xa is not None:        # an XA group: held until its XA COMMIT
+              partition: int | None, row: bool = True, counted: bool = False) -> None:
+        """``counted``: ``txn`` is a pack's [transaction, rows] list, already counted."""
+        if self._xa is not None and not counted:    # an XA group: held until its XA COMMIT
             self._xa.hold((key, value, msg_id, rows, partition, row), rows)
             return
-        with self._lock:
-            self._tracker.sent(txn, rows)
+        if counted:
+            on_ack = lambda: self._on_acks(txn)     # noqa: E731
+        else:
+            with self._lock:
+                self._tracker.sent(txn, rows)
+            on_ack = lambda: self._on_ack(txn, rows)    # noqa: E731
         try:
             self._publisher.send(self._opts.topic, key, value, msg_id,
-                                 on_ack=lambda: self._on_ack(txn, rows), on_error=self._on_error,
-                                 partition=partition)
+                                 on_ack=on_ack, on_error=self._on_error, partition=partition)
         except KafkaError as e:   # e.g. buffer full / metadata timeout, raised synchronously
             if is_permanent(e):
                 raise FatalError(f"Kafka refused a record for good ({type(e).__name__}: {e}); "
@@ -453,6 +492,12 @@ class Tailer(GroupPublishing):
         with self._lock:
             self._tracker.acked(txn, rows)
             self.acked += rows
+
+    def _on_acks(self, txns: list) -> None:
+        with self._lock:
+            for txn, rows in txns:
+                self._tracker.acked(txn, rows)
+                self.acked += rows
 
     def _on_error(self, error: Exception) -> None:
         # Called on the Kafka I/O thread: record it; the main loop stops the tailer
@@ -477,8 +522,11 @@ class Tailer(GroupPublishing):
             self.committed = safe
 
     def _drain(self) -> None:
-        """On a clean stop: wait for acks, then store the last safe checkpoint."""
+        """On a clean stop: send the open packs, wait for acks, then store the last safe
+        checkpoint."""
         if self._failure is None:
+            if self._span:      # counted rows; otherwise the open transaction's, not closed
+                self._flush_packs()
             self._publisher.flush(timeout_s=30)
         if self._failure is None:
             self._save_checkpoint()

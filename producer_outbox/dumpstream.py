@@ -1,0 +1,443 @@
+"""A faster binlog reader: the dump stream's hot events parsed directly, the rest by the library.
+
+python-mysql-replication builds every event through pymysql's packet reader (two buffered
+reads per packet), a ``BinLogPacketWrapper`` and an event class whose constructor parses
+field by field; a single-row transaction is five such events (GTID, annotate, table map,
+rows, XID). ``DumpStreamReader`` is a ``BinLogStreamReader`` whose stream connection reads
+whole socket chunks and splits the packets itself, and whose ``fetchone`` handles the hot
+events with ``struct`` on the raw packet:
+
+* MariaDB GTID and XID events become the library's event classes (subclasses built without
+  their constructors, same attributes the tailer reads);
+* annotate-rows, binlog-checkpoint and GTID-list events are skipped, as the library skips
+  them when they are not in ``only_events`` (the tailer never lists them);
+* a table map whose bytes were seen before (same table id, same columns and metadata) reuses
+  the library's ``Table`` parsed from the first one; a new one goes through the library;
+* row events (v1, and v2 without extra data) decode their rows lazily with the table's
+  generated decoder (``fastrows.table_decoder``).
+
+Everything else (QUERY, ROTATE, FORMAT_DESCRIPTION, heartbeats, XA_PREPARE, MySQL GTIDs, rows
+of tables the generated decoders do not cover, unknown types) is handed back, raw packet and
+all, to the library's own ``fetchone``, which therefore keeps doing exactly what it does
+today: checksum setting, rotates and their table-map reset, reconnects after a lost
+connection, the server's errors (a purged position), EOF.
+
+``reader_kind`` picks this reader or the plain library (``tailer.reader``; ``auto`` is this
+one): the same tests run on both.
+"""
+
+from __future__ import annotations
+
+import errno
+import select
+import struct
+from typing import Callable
+
+import pymysql
+from pymysql.constants import CR
+from pymysql.protocol import MysqlPacket
+from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.event import MariadbGtidEvent, XidEvent
+from pymysqlreplication.packet import BinLogPacketWrapper
+from pymysqlreplication.row_event import (DeleteRowsEvent, TableMapEvent, UpdateRowsEvent,
+                                          WriteRowsEvent)
+
+from cachesync.producer_outbox.fastrows import GIVE_UP, table_decoder
+
+READERS = ("auto", "fast", "library")
+
+# Binlog event types (MySQL/MariaDB log_event.h)
+_XID, _TABLE_MAP = 16, 19
+_ROWS_V1 = {23: WriteRowsEvent, 24: UpdateRowsEvent, 25: DeleteRowsEvent}
+_ROWS_V2 = {30: WriteRowsEvent, 31: UpdateRowsEvent, 32: DeleteRowsEvent}
+_MARIADB_ANNOTATE, _MARIADB_CHECKPOINT, _MARIADB_GTID, _MARIADB_GTID_LIST = 160, 161, 162, 163
+_SKIPPED = frozenset((_MARIADB_ANNOTATE, _MARIADB_CHECKPOINT, _MARIADB_GTID_LIST))
+_HOT = frozenset((_XID, _TABLE_MAP, _MARIADB_GTID, *_ROWS_V1, *_ROWS_V2, *_SKIPPED))
+_COM_BINLOG_DUMP, _COM_BINLOG_DUMP_GTID = 0x12, 0x1E
+_MAX_PACKET = 0xFFFFFF          # a payload this long continues in the next packet
+_CHUNK = 1 << 18                # bytes asked of the socket per read
+_TABLE_CACHE = 4096             # table-map bodies remembered (cleared when full)
+
+_HEADER = struct.Struct("<IBIIIH")      # after the OK byte: timestamp, type, server, size, next, flags
+_U16, _U32, _U64 = struct.Struct("<H"), struct.Struct("<I"), struct.Struct("<Q")
+_GTID_BODY = struct.Struct("<QIB")      # MariaDB GTID: seq_no, domain_id, flags
+_BODY = 20                              # OK byte + 19-byte header
+
+
+def reader_kind(setting: str) -> str:
+    """``fast`` or ``library`` for the ``tailer.reader`` setting; raises ValueError."""
+    if setting not in READERS:
+        raise ValueError(f"tailer.reader must be one of {', '.join(READERS)}, not {setting!r}")
+    return "library" if setting == "library" else "fast"
+
+
+class _Hot(Exception):
+    """Raised inside the library's fetchone: the next packet is one the fast path handles."""
+
+    def __init__(self, raw: bytes):
+        super().__init__()
+        self.raw = raw
+
+
+class DumpConnection(pymysql.connections.Connection):
+    """pymysql connection that, once the binlog dump started, reads packets in whole chunks.
+
+    Before the dump command everything is pymysql's own. After it, ``next_raw`` returns
+    each packet's payload; ``_read_packet`` (what the library calls) returns the packet
+    ``handoff`` gave it, or the next one from the socket, or raises ``_Hot`` for one the
+    reader handles itself.
+    """
+
+    dumping = False
+    handoff: bytes | None = None
+    handoff_error: Exception | None = None
+    on_idle: Callable[[], None] | None = None   # called before blocking on an empty buffer
+    idle_wait_s = 0.0     # how long the socket may stay silent before on_idle is called
+
+    def _write_bytes(self, data) -> None:
+        if len(data) > 4 and data[4] in (_COM_BINLOG_DUMP, _COM_BINLOG_DUMP_GTID):
+            self.dumping, self._buf, self._pos = True, b"", 0
+        super()._write_bytes(data)
+
+    def _read_packet(self, packet_type=MysqlPacket):
+        if not self.dumping:
+            return super()._read_packet(packet_type)
+        if self.handoff_error is not None:
+            error, self.handoff_error = self.handoff_error, None
+            raise error
+        raw, self.handoff = self.handoff, None
+        if raw is None:
+            raw = self.next_raw()
+            if len(raw) > 5 and raw[0] == 0 and raw[5] in _HOT:
+                raise _Hot(raw)
+        packet = packet_type(raw, self.encoding)
+        if packet.is_error_packet():
+            packet.raise_for_error()
+        return packet
+
+    def next_raw(self) -> bytes:
+        """The next packet's payload; raises pymysql's OperationalError when the connection is lost."""
+        buf, pos = self._buf, self._pos
+        if len(buf) - pos >= 4:
+            length = buf[pos] | buf[pos + 1] << 8 | buf[pos + 2] << 16
+            end = pos + 4 + length
+            if end <= len(buf) and length < _MAX_PACKET:
+                self._check_seq(buf[pos + 3])
+                self._pos = end
+                return buf[pos + 4:end]
+        return self._next_raw_slow()
+
+    def _next_raw_slow(self) -> bytes:
+        """A packet not wholly buffered (or continued): read until it is."""
+        parts = []
+        while True:
+            header = self._take(4, between_packets=not parts)
+            length = header[0] | header[1] << 8 | header[2] << 16
+            self._check_seq(header[3])
+            parts.append(self._take(length, between_packets=False))
+            if length < _MAX_PACKET:
+                return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def _take(self, n: int, between_packets: bool) -> bytes:
+        """``n`` bytes; ``between_packets``: no packet is partly read (the stream may be idle)."""
+        while len(self._buf) - self._pos < n:
+            self._fill(between_packets and self._pos == len(self._buf))
+        start = self._pos
+        self._pos += n
+        return self._buf[start:self._pos]
+
+    def _fill(self, maybe_idle: bool) -> None:
+        if maybe_idle and self.on_idle is not None and not self._arrives():
+            self.on_idle()
+        try:
+            chunk = self._rfile.read1(_CHUNK)
+        except OSError as e:
+            if e.errno == errno.EINTR:
+                return
+            self._force_close()
+            raise pymysql.err.OperationalError(
+                CR.CR_SERVER_LOST, f"Lost connection to MySQL server during query ({e})") from e
+        if not chunk:
+            self._force_close()
+            raise pymysql.err.OperationalError(CR.CR_SERVER_LOST,
+                                               "Lost connection to MySQL server during query")
+        self._buf = self._buf[self._pos:] + chunk
+        self._pos = 0
+
+    def _arrives(self) -> bool:
+        """Whether more bytes arrive within ``idle_wait_s`` (a reader that drained the
+        socket mid-burst should not be taken for idle)."""
+        sock = self._sock
+        if sock is None or self.idle_wait_s <= 0:
+            return False
+        if getattr(sock, "pending", None) is not None and sock.pending():   # TLS: decrypted bytes
+            return True
+        try:
+            return bool(select.select([sock], [], [], self.idle_wait_s)[0])
+        except (OSError, ValueError):
+            return True          # let the read report the failure
+
+    def _check_seq(self, seq: int) -> None:
+        if seq != self._next_seq_id:
+            self._force_close()
+            if seq == 0:    # MariaDB sends an error packet with sequence 0 when shutting down
+                raise pymysql.err.OperationalError(
+                    CR.CR_SERVER_LOST, "Lost connection to MySQL server during query")
+            raise pymysql.err.InternalError(
+                f"Packet sequence number wrong - got {seq} expected {self._next_seq_id}")
+        self._next_seq_id = (seq + 1) % 256
+
+
+# -- the hot events, as the library's classes -------------------------------------------
+
+class FastGtidEvent(MariadbGtidEvent):
+    """A MariaDB GTID event read by the fast path (constructor not run)."""
+
+    def __init__(self):   # noqa: D107 -- the library's needs a packet wrapper
+        pass
+
+
+class FastXidEvent(XidEvent):
+    """An XID event read by the fast path."""
+
+    def __init__(self):
+        pass
+
+
+class FastTableMapEvent(TableMapEvent):
+    """A table map whose table was parsed by the library from an identical earlier map."""
+
+    def __init__(self):
+        pass
+
+
+class _FastRows:
+    """Row events read by the fast path; ``rows`` decodes with the generated decoder,
+    falling back to the library's event built from the same packet."""
+
+    def __init__(self):
+        pass
+
+    @property
+    def rows(self) -> list[dict]:
+        decoder, raw, start, end = self._decode
+        try:
+            return decoder(raw, start, end)
+        except GIVE_UP:
+            return self._library_event().rows
+
+    def _library_event(self):
+        return self._reader.library_event(raw=self._decode[1], kind=self._kind,
+                                          table_map={self.table_id: self._table})
+
+
+class FastWriteRowsEvent(_FastRows, WriteRowsEvent):
+    pass
+
+
+class FastUpdateRowsEvent(_FastRows, UpdateRowsEvent):
+    pass
+
+
+class FastDeleteRowsEvent(_FastRows, DeleteRowsEvent):
+    pass
+
+
+# fast row event class -> the library's class it stands for
+FAST_ROW_EVENTS = {FastWriteRowsEvent: WriteRowsEvent, FastUpdateRowsEvent: UpdateRowsEvent,
+                   FastDeleteRowsEvent: DeleteRowsEvent}
+_FAST_OF = {lib: fast for fast, lib in FAST_ROW_EVENTS.items()}
+
+
+class DumpStreamReader(BinLogStreamReader):
+    """``BinLogStreamReader`` with the hot events parsed from the raw packets (module doc).
+
+    ``on_idle`` (settable): called when every received byte was read and nothing more
+    arrived within ``idle_wait_s``, before the reader waits for the server, e.g. to flush
+    what the caller batches.
+    """
+
+    signals_idle = True
+
+    def __init__(self, *args, **kwargs):
+        if kwargs.get("pymysql_wrapper") or kwargs.get("end_log_pos") or kwargs.get(
+                "skip_to_timestamp") or kwargs.get("only_tables") or kwargs.get("only_schemas"):
+            raise ValueError("DumpStreamReader does not support pymysql_wrapper, end_log_pos, "
+                             "skip_to_timestamp or table/schema filters")
+        kwargs["pymysql_wrapper"] = self._connection
+        super().__init__(*args, **kwargs)
+        allowed = frozenset(kwargs.get("only_events") or ())
+        self._fast_allowed = frozenset(f for f, lib in _LIBRARY_CLASS.items() if lib in allowed)
+        self._tables: dict[bytes, object] = {}     # table-map body -> the library's Table
+        self.on_idle: Callable[[], None] | None = None
+        self.idle_wait_s = 0.0
+
+    def _connection(self, **settings) -> DumpConnection:
+        conn = DumpConnection(**settings)
+        conn.on_idle, conn.idle_wait_s = self._idle, self.idle_wait_s
+        return conn
+
+    def _idle(self) -> None:
+        if self.on_idle is not None:
+            self.on_idle()
+
+    def fetchone(self):
+        raw = None
+        while True:
+            if raw is None:
+                raw = self._next_raw()
+            if raw is not None:
+                event = self._fast_event(raw)
+                if event is not None:
+                    raw = None
+                    if event is _SKIP:
+                        continue
+                    return event
+                self._stream_connection.handoff = raw     # the library reads this one
+                raw = None
+            try:
+                event = super().fetchone()
+            except _Hot as hot:
+                raw = hot.raw
+                continue
+            if type(event) is TableMapEvent:
+                self._remember(event)
+            return event
+
+    def _next_raw(self) -> bytes | None:
+        """The next packet if the dump is running (None: let the library connect or fail)."""
+        conn = self._stream_connection if self._BinLogStreamReader__connected_stream else None
+        if conn is None or not conn.dumping:
+            return None
+        try:
+            return conn.next_raw()
+        except pymysql.err.MySQLError as e:
+            conn.handoff_error = e      # raised where the library reads: it reconnects or raises
+            return None
+
+    def _remember(self, event: TableMapEvent) -> None:
+        """Keep the Table the library parsed, under the bytes of its map."""
+        raw = event.packet.packet._data
+        if len(self._tables) >= _TABLE_CACHE:
+            self._tables.clear()
+        self._tables[raw[_BODY:self._body_end(raw)]] = self.table_map[event.table_id]
+
+    def _body_end(self, raw: bytes) -> int:
+        return len(raw) - 4 if self._BinLogStreamReader__use_checksum else len(raw)
+
+    def _fast_event(self, raw: bytes):
+        """The event of ``raw`` (or _SKIP), or None: the library handles it."""
+        if len(raw) < _BODY or raw[0] != 0:
+            return None
+        etype = raw[5]
+        if etype not in _HOT:
+            return None
+        timestamp, _type, server_id, _size, log_pos, _flags = _HEADER.unpack_from(raw, 1)
+        if etype in _SKIPPED:
+            event = _SKIP
+        elif etype == _MARIADB_GTID:
+            event = self._gtid(raw, timestamp, server_id)
+        elif etype == _XID:
+            event = FastXidEvent()
+            event.timestamp, event.xid = timestamp, _U64.unpack_from(raw, _BODY)[0]
+        elif etype == _TABLE_MAP:
+            event = self._table_map(raw, timestamp)
+        else:
+            event = self._rows(raw, etype, timestamp)
+        if event is None:
+            return None
+        if log_pos:
+            self.log_pos = log_pos
+        if event is not _SKIP and type(event) not in self._fast_allowed:
+            return _SKIP      # parsed (a table map still counts) but not asked for
+        return event
+
+    @staticmethod
+    def _gtid(raw: bytes, timestamp: int, server_id: int) -> FastGtidEvent:
+        event = FastGtidEvent()
+        seq, domain, flags = _GTID_BODY.unpack_from(raw, _BODY)
+        event.timestamp, event.server_id, event.gtid_seq_no = timestamp, server_id, seq
+        event.domain_id, event.flags = domain, flags
+        event.gtid = f"{domain}-{server_id}-{seq}"
+        return event
+
+    def _table_map(self, raw: bytes, timestamp: int) -> FastTableMapEvent | None:
+        table = self._tables.get(raw[_BODY:self._body_end(raw)])
+        if table is None:
+            return None
+        table_id = int.from_bytes(raw[_BODY:_BODY + 6], "little")
+        self.table_map[table_id] = table
+        event = FastTableMapEvent()
+        event.timestamp, event.table_id = timestamp, table_id
+        event.schema, event.table, event.table_obj = table.schema, table.table, table
+        event.columns, event.primary_key = table.columns, table.primary_key
+        return event
+
+    def _rows(self, raw: bytes, etype: int, timestamp: int) -> _FastRows | None:
+        """A row event on the fast path, or None (another layout or table: the library)."""
+        kind = _ROWS_V1.get(etype)
+        pos = _BODY + 8             # table id (6), flags (2)
+        if kind is None:
+            kind = _ROWS_V2[etype]
+            if _U16.unpack_from(raw, pos)[0] != 2:     # extra row info: the library reads it
+                return None
+            pos += 2
+        if self._post_header_len(etype) != pos - _BODY:
+            return None
+        table_id = int.from_bytes(raw[_BODY:_BODY + 6], "little")
+        table = self.table_map.get(table_id)
+        if table is None:
+            return None
+        columns, pos = _length_coded(raw, pos)
+        width = (columns + 7) >> 3
+        bitmap, pos = raw[pos:pos + width], pos + width
+        bitmap2 = None
+        if kind is UpdateRowsEvent:
+            bitmap2, pos = raw[pos:pos + width], pos + width
+        decoder = table_decoder(table, kind, bitmap, bitmap2, False, columns)
+        if decoder is None:
+            return None
+        event = _FAST_OF[kind]()
+        event.timestamp, event.table_id, event._table, event._kind = timestamp, table_id, table, kind
+        event.schema, event.table, event.primary_key = table.schema, table.table, table.primary_key
+        event.table_map, event.columns, event.number_of_columns = self.table_map, table.columns, columns
+        event.columns_present_bitmap, event._reader = bitmap, self
+        event._decode = (decoder, raw, pos, self._body_end(raw))
+        return event
+
+    def _post_header_len(self, etype: int) -> int | None:
+        """The post-header length the server declared for ``etype`` (None: not declared)."""
+        lengths = self._BinLogStreamReader__post_header_lengths
+        if not lengths or etype - 1 >= len(lengths):
+            return _ROWS_POST_HEADER[etype]
+        return lengths[etype - 1]
+
+    def library_event(self, raw: bytes, kind, table_map: dict):
+        """The library's event for ``raw`` (a packet payload), built as its fetchone does."""
+        r = "_BinLogStreamReader__"
+        wrapper = BinLogPacketWrapper(
+            MysqlPacket(raw, "utf8"), table_map, self._ctl_connection, self.mysql_version,
+            getattr(self, r + "use_checksum"), frozenset((kind,)), None, None, None, None,
+            getattr(self, r + "freeze_schema"), getattr(self, r + "ignore_decode_errors"),
+            getattr(self, r + "verify_checksum"), getattr(self, r + "optional_meta_data"),
+            getattr(self, r + "enable_logging"), getattr(self, r + "use_column_name_cache"),
+            getattr(self, r + "post_header_lengths"))
+        return wrapper.event
+
+
+_SKIP = object()
+_LIBRARY_CLASS = {FastGtidEvent: MariadbGtidEvent, FastXidEvent: XidEvent,
+                  FastTableMapEvent: TableMapEvent, **FAST_ROW_EVENTS}
+_ROWS_POST_HEADER = {**dict.fromkeys(_ROWS_V1, 8), **dict.fromkeys(_ROWS_V2, 10)}
+
+
+def _length_coded(raw: bytes, pos: int) -> tuple[int, int]:
+    """A length-encoded integer at ``pos``: (value, next position)."""
+    first = raw[pos]
+    if first < 251:
+        return first, pos + 1
+    if first == 252:
+        return _U16.unpack_from(raw, pos + 1)[0], pos + 3
+    if first == 253:
+        return int.from_bytes(raw[pos + 1:pos + 4], "little"), pos + 4
+    return _U64.unpack_from(raw, pos + 1)[0], pos + 9

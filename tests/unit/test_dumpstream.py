@@ -1,0 +1,164 @@
+"""The fast binlog reader's pure parts and packs spanning transactions (no services).
+
+Event-level equality with python-mysql-replication is tested on a real server in
+tests/integration/test_dumpstream.py.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+
+import pymysql
+import pytest
+from pymysqlreplication.row_event import WriteRowsEvent
+
+from cachesync.config import TailerSettings
+from cachesync.producer_outbox.checkpoint import Checkpoint
+from cachesync.producer_outbox.dumpstream import DumpConnection, _length_coded, reader_kind
+from cachesync.producer_outbox.mysql import MySQLParams
+from cachesync.producer_outbox.tailer import Tailer, TailerOptions
+from cachesync.schema.event import decode_record
+from cachesync.schema.mapping import parse_mappings
+from tests.support.binlog import MARIADB, _Checkpoints, _Stream, mariadb_gtid, rows, u, \
+    with_table_maps, xid
+
+
+class _Chunks(io.RawIOBase):
+    """A socket file giving out the bytes in the chunks it was made of."""
+
+    def __init__(self, chunks):
+        self._chunks = list(chunks)
+
+    def read1(self, _n):
+        return self._chunks.pop(0) if self._chunks else b""
+
+
+def connection(data: bytes, chunk: int) -> DumpConnection:
+    conn = object.__new__(DumpConnection)      # no server: only the packet reader
+    conn._rfile = _Chunks([data[i:i + chunk] for i in range(0, len(data), chunk)])
+    conn._next_seq_id, conn._sock, conn.dumping, conn._buf, conn._pos = 1, None, True, b"", 0
+    conn._force_close = lambda: None
+    return conn
+
+
+def packet(payload: bytes, seq: int) -> bytes:
+    return struct.pack("<I", len(payload))[:3] + bytes([seq % 256]) + payload
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 7, 64, 1 << 20])
+def test_packets_split_across_any_chunking(chunk):
+    payloads = [b"\x00" + bytes([i]) * (i * 37 % 300) for i in range(40)]
+    data = b"".join(packet(p, seq) for seq, p in enumerate(payloads, start=1))
+    conn = connection(data, chunk)
+    assert [conn.next_raw() for _ in payloads] == payloads
+    with pytest.raises(pymysql.err.OperationalError, match="Lost connection"):
+        conn.next_raw()        # the server closed the stream: pymysql's error, for the library
+
+
+def test_a_payload_of_16_mib_continues_in_the_next_packet():
+    big = b"\x00" + b"x" * (0xFFFFFF - 1)
+    tail = b"y" * 10
+    data = packet(big, 1) + packet(tail, 2) + packet(b"\x00next", 3)
+    conn = connection(data, 1 << 20)
+    assert conn.next_raw() == big + tail
+    assert conn.next_raw() == b"\x00next"
+
+
+def test_a_sequence_gap_is_an_error_and_sequence_0_a_lost_server():
+    conn = connection(packet(b"\x00a", 1) + packet(b"\x00b", 5), 100)
+    assert conn.next_raw() == b"\x00a"
+    with pytest.raises(pymysql.err.InternalError, match="got 5 expected 2"):
+        conn.next_raw()
+    conn = connection(packet(b"\xff\x00\x00", 0), 100)    # MariaDB shutting down
+    with pytest.raises(pymysql.err.OperationalError, match="Lost connection"):
+        conn.next_raw()
+
+
+def test_the_reader_is_idle_only_when_the_buffer_is_empty():
+    idle = []
+    conn = connection(packet(b"\x00a", 1) + packet(b"\x00b", 2), 5)   # b arrives in pieces
+    conn.on_idle = lambda: idle.append(conn._pos)
+    conn.next_raw()
+    conn.next_raw()
+    assert idle == [0]       # before the first read only; a half-read packet is not idle
+
+
+def test_length_coded_integers():
+    assert _length_coded(b"\x05", 0) == (5, 1)
+    assert _length_coded(b"\xfc\x01\x02", 0) == (0x0201, 3)
+    assert _length_coded(b"\xfd\x01\x02\x03", 0) == (0x030201, 4)
+    assert _length_coded(b"\xfe" + struct.pack("<Q", 2 ** 40), 0) == (2 ** 40, 9)
+
+
+def test_reader_setting():
+    assert [reader_kind(r) for r in ("auto", "fast", "library")] == ["fast", "fast", "library"]
+    with pytest.raises(ValueError, match="tailer.reader"):
+        reader_kind("turbo")
+
+
+# -- packs spanning transactions -------------------------------------------------------
+
+class _IdleStream(_Stream):
+    """A stream that says when it is idle: None items call ``on_idle`` instead of yielding."""
+
+    signals_idle = True
+    on_idle = None
+    idle_wait_s = 0.0
+
+    def __iter__(self):
+        for item in list.__iter__(self):
+            if item is None:
+                self.on_idle()
+            else:
+                yield item
+
+
+class _HeldAcks:
+    """A publisher whose acks arrive when the test says so."""
+
+    def __init__(self):
+        self.records, self.pending = [], []
+
+    def partitions(self, topic):
+        return [0, 1, 2]
+
+    def send(self, topic, key, value, msg_id, on_ack, on_error, partition=None):
+        self.records.append(decode_record(value))
+        self.pending.append(on_ack)
+
+    def ack_all(self):
+        while self.pending:
+            self.pending.pop(0)()
+
+    def flush(self, timeout_s=None):
+        pass
+
+
+def _txn(seq: int):
+    return [mariadb_gtid(0, 1, seq), rows(WriteRowsEvent, u(seq, f"{seq}@x")), xid(seq)]
+
+
+def test_packs_span_transactions_and_the_checkpoint_waits_for_their_acks():
+    events = with_table_maps([e for seq in range(42, 52) for e in _txn(seq)])
+    stream = _IdleStream(events[:24] + [None] + events[24:])    # idle after 6 transactions
+    publisher, checkpoints = _HeldAcks(), _Checkpoints()
+    tailer = Tailer(MySQLParams("h", 1, "u", "p"), publisher, checkpoints,
+                    parse_mappings({"app.users": {"keys": ["user:{id}"]}}),
+                    TailerOptions("t", TailerSettings(checkpoint_interval_s=0, pack_rows=50)))
+    tailer._attach(stream)
+    tailer._loop(stream, MARIADB, Checkpoint(MARIADB.identity, "0-1-41", "b.1", 4))
+    # the idle stream sent the first 6 transactions' rows, in at most 3 records (partitions)
+    sent = [e for record in publisher.records for e in record]
+    assert sorted(e.source.position for e in sent) == [f"0-1-{s}" for s in range(42, 48)]
+    assert len(publisher.records) <= 3 and max(map(len, publisher.records)) >= 2
+    tailer._save_checkpoint()
+    assert checkpoints.saved == []           # nothing acknowledged yet
+    publisher.ack_all()
+    tailer._save_checkpoint()
+    # transactions 48-51 wait in open packs: the checkpoint stops at 47
+    assert checkpoints.saved[-1].gtid == "0-1-47"
+    tailer._drain()
+    publisher.ack_all()
+    tailer._save_checkpoint()
+    assert checkpoints.saved[-1].gtid == "0-1-51" and tailer.acked == 10
