@@ -17,8 +17,11 @@ from tests.support.outbox import Writers, assert_first_deliveries_in_aggregate_o
 
 pytestmark = pytest.mark.integration
 
-# The consumer needs one mapped table; outbox events here carry explicit keys only.
-TABLES = {"unused": {"keys": ["unused:{id}"]}}
+# The consumer needs one mapped table; outbox events here carry explicit keys only, each
+# aggregate type allowing its own (explicit keys outside an allow-list are dead-lettered).
+TABLES = {"unused": {"keys": ["unused:{id}"]},
+          "leaderboard": {"explicit_keys": ["leaderboard:{board}", "page:*", "x"]},
+          "board": {"explicit_keys": ["board:{id}"]}}
 
 
 @pytest.fixture
