@@ -8,7 +8,9 @@ services), ``measure`` (stale reads beyond the lag window, nines, targets; pure)
 
 Per run and fault class, probes measure cachesync's commit -> invalidation lag during every
 cell (the same extra writes for every strategy); the slowest probe of the class is its window
-for every strategy.
+for every strategy. ``cachesync_tail_replica`` has its own tailer (reading the replica's
+binlog) and consumer; a probe through them runs in every cell too, and its lag is reported
+beside the window, not in it.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from bench.common import ROOT, Sandbox, log, median, percentile
 from bench.consistency import measure, plot
 from bench.consistency.faults import CLASSES, OUTSIDE_SHARE, P_FAULT, Faults, shape
 from bench.consistency.strategies import (APP, CACHESYNC, CACHESYNC_DOUBLE_DELETE_S,
-                                          DOUBLE_DELETE_S, STRATEGIES, TTL_S, tables_config)
+                                          DOUBLE_DELETE_S, PROBE_TABLE, STRATEGIES, TTL_S,
+                                          headline, tables_config)
 from bench.consistency.workload import (FILL_DELAY_S, PROBES, REPLICA_WAIT_S, Cell, Databases,
                                         probe)
 from cachesync import config
@@ -47,12 +50,11 @@ def run(stack, quick: bool, runs: int, classes: tuple[Faults, ...] = CLASSES,
     box = Sandbox(stack, NAME)
     try:
         values = _create(box)
-        # metrics off: the default ports may belong to another cachesync on the machine
-        cfg = box.write_config(tables_config(box.db, box.prefix), topic=box.new_topic(3),
-                               metrics={"listen": "off"})
+        procs = [box.spawn(command, cfg) for cfg in _configs(box)
+                 for command in ("tail", "consume")]
         dbs = Databases(stack, box.db)
-        procs = [box.spawn("tail", cfg), box.spawn("consume", cfg)]
-        warm_up(dbs, box.prefix, lambda: _check_alive(box, procs))
+        for tail_replica in PROBE_TABLE:
+            warm_up(dbs, box.prefix, lambda: _check_alive(box, procs), tail_replica)
         cells = {f.name: {s.name: [] for s in STRATEGIES} for f in classes}
         windows: dict[str, list[float]] = {f.name: [] for f in classes}
         for i in range(runs):
@@ -80,15 +82,18 @@ def _run_class(dbs, prefix: str, faults: Faults, p: dict, values, seed: int,
         lags += cell.probe_lags
         done.append((cell, raw))
     window = measure.window(lags)
+    tail_replica = [x for cell, _ in done for x in cell.tail_replica_lags]
     for cell, raw in done:
         result = measure.verdict(cell.reads, cell.history, window, raw["left"], raw["seconds"])
         into[cell.strategy.name].append({**result, "injected": raw["injected"],
                                          "lag_window_ms": round(window * 1000, 1),
                                          **_replica_lag(cell.replica_lags)})
+        into[cell.strategy.name][-1]["tail_replica_lag_ms"] = _lag_ms(tail_replica)
         log(f"consistency: {faults.name:>14} {cell.strategy.name:>23}: "
             f"{result['stale_reads']}/{result['reads']} stale reads, "
             f"{result['stale_keys_after']} stale keys after, injected {raw['injected']}")
-    log(f"consistency: {faults.name}: lag window {window * 1000:.1f} ms ({len(lags)} probes)")
+    log(f"consistency: {faults.name}: lag window {window * 1000:.1f} ms ({len(lags)} probes); "
+        f"through the replica's tailer {_lag_ms(tail_replica)}")
     return window
 
 
@@ -96,8 +101,26 @@ def _replica_lag(lags: list[float]) -> dict:
     """The replica's apply lag measured during a replica cell (none elsewhere)."""
     if not lags:
         return {}
-    return {"replica_lag_ms": {"p50": round(percentile(lags, 50) * 1000, 1),
-                               "max": round(max(lags) * 1000, 1), "samples": len(lags)}}
+    return {"replica_lag_ms": _lag_ms(lags)}
+
+
+def _lag_ms(lags: list[float]) -> dict | None:
+    if not lags:
+        return None
+    return {"p50": round(percentile(lags, 50) * 1000, 1), "max": round(max(lags) * 1000, 1),
+            "samples": len(lags)}
+
+
+def _configs(box: Sandbox) -> tuple[Path, Path]:
+    """Two pipelines (tailer, topic, consumer): the primary's binlog, and the replica's
+    (``tailer.source_hosts``; its checkpoint, lock and heartbeat stay on the primary)."""
+    env = box.stack.env
+    replica = f"{env['DEVSTACK_MYSQL_REPLICA_HOST']}:{env['DEVSTACK_MYSQL_REPLICA_PORT']}"
+    # metrics off: the default ports may belong to another cachesync on the machine
+    return tuple(box.write_config(tables_config(box.db, box.prefix, tail_replica),
+                                  topic=box.new_topic(3), metrics={"listen": "off"},
+                                  tailer={"source_hosts": replica} if tail_replica else None)
+                 for tail_replica in (False, True))
 
 
 def _document(base: dict, runs: int, table: dict, cells: dict, windows: dict,
@@ -120,8 +143,11 @@ def _document(base: dict, runs: int, table: dict, cells: dict, windows: dict,
         "lag_window_ms": {f: {"median": round(median(w) * 1000, 1),
                               "runs": [round(x * 1000, 1) for x in w]} for f, w in windows.items()},
         "median": table,
-        # per class, each cachesync strategy against the app strategies ("cachesync" is the
-        # one the issue's targets name: delete mode + read_through)
+        "tail_replica_lag_ms": {f: _lag_summary(per) for f, per in cells.items()},
+        # per class, each cachesync strategy against the app strategies; "headline" is the one
+        # the issue's targets name: delete mode + read_through, configured as documented for
+        # the class's readers (tailing the replica they read, in the replica classes)
+        "headline": {f.name: headline(f.replica_reads) for f in CLASSES if f.name in table},
         "targets": {f: {s: measure.target(t, s, APP) for s in CACHESYNC}
                     for f, t in table.items()},
         "runs": cells,
@@ -129,11 +155,20 @@ def _document(base: dict, runs: int, table: dict, cells: dict, windows: dict,
     }
 
 
+def _lag_summary(per: dict[str, list[dict]]) -> dict:
+    """A class's lag through the replica's tailer: median p50 and max over its runs."""
+    runs = next(iter(per.values()))     # the class's figure, the same in each strategy's cell
+    lags = [c["tail_replica_lag_ms"] for c in runs if c.get("tail_replica_lag_ms")]
+    return {"p50": median([x["p50"] for x in lags]) if lags else None,
+            "max": max((x["max"] for x in lags), default=None)}
+
+
 def _create(box: Sandbox):
     """The schema: one table per strategy group, ROWS rows each; returns the value counter."""
     tables = sorted({s.table for s in STRATEGIES})
     box.create_schema(*(DDL.format(table=t) for t in tables),
-                      "CREATE TABLE probe (id INT PRIMARY KEY, n BIGINT NOT NULL)",
+                      *(f"CREATE TABLE `{t}` (id INT PRIMARY KEY, n BIGINT NOT NULL)"
+                        for t in PROBE_TABLE.values()),
                       # the replica's own lag; not in cachesync's mapping
                       "CREATE TABLE replica_probe (id INT PRIMARY KEY, n BIGINT NOT NULL)")
     values = itertools.count(1)
@@ -154,14 +189,16 @@ def ensure_replica(stack) -> None:
         stack.env.update(config.read_env_file(stack.env_path))
 
 
-def warm_up(dbs: Databases, prefix: str, alive) -> None:
-    """Until one probe goes through: the tailer may still be connecting when the first
-    update commits (it starts at the then-current position), so a probe that does not
-    arrive within 2 s is repeated, for up to 90 s. ``alive()`` raises when a child died."""
+def warm_up(dbs: Databases, prefix: str, alive, tail_replica: bool = False) -> None:
+    """Until one probe goes through the primary's (or the replica's) tailer: it may still be
+    connecting when the first update commits (it starts at the then-current position), so a
+    probe that does not arrive within 2 s is repeated, for up to 90 s. ``alive()`` raises
+    when a child died."""
     give_up = time.perf_counter() + 90
     r = dbs.stack.redis()
+    table = PROBE_TABLE[tail_replica]
     with dbs.primary() as conn:
-        while probe(r, conn, f"{prefix}probe:0", 0, 2.0) is None:
+        while probe(r, conn, f"{prefix}{table}:0", 0, 2.0, table) is None:
             alive()
             if time.perf_counter() > give_up:
                 raise RuntimeError("cachesync never invalidated the probe key in 90 s")

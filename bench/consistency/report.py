@@ -10,8 +10,9 @@ import sys
 
 
 def markdown(lab: dict) -> str:
-    """Three tables: stale reads and keys left per strategy and fault class; the longest
-    stale time and reads served; the targets per fault class."""
+    """Three tables: stale reads and keys left per strategy and fault class (with the lag
+    window and the lag through the replica's tailer); the longest stale time and reads
+    served; the targets per fault class, the headline strategy's in bold."""
     table, classes = lab["median"], list(lab["median"])
     names = list(lab["strategies"])
     head = "| strategy | " + " | ".join(classes) + " |\n|---|" + "---|" * len(classes)
@@ -21,18 +22,24 @@ def markdown(lab: dict) -> str:
                for n in names]
     window = "| lag window (median) | " + " | ".join(
         f"{lab['lag_window_ms'][c]['median']:g} ms" for c in classes) + " |"
-    targets = [f"| {c} | {n} | {_yes(t['stale_keys_zero'])} | {t['stale_reads']} | "
+    through = lab.get("tail_replica_lag_ms")
+    tail = ["| lag through the replica's tailer (p50 / max) | " + " | ".join(
+        _lag(through[c]) for c in classes) + " |"] if through else []
+    heads = lab.get("headline", {})
+    targets = [f"| {c} | {_name(n, heads.get(c) == n)} | {_yes(t['stale_keys_zero'])} | "
+               f"{t['stale_reads']} | "
                f"{t['best_other']} ({_ratio(t['best_other_ratio'])}) | "
                f"{_ratio(t['cachesync_ratio'])} |"
                for c, per in lab["targets"].items() for n, t in per.items()]
     return "\n".join([
         "Stale reads beyond the lag window (ratio, and nines of consistent reads) · stale keys "
         "left after writes stop:", "",
-        head, *stale, window, "",
+        head, *stale, window, *tail, "",
         "Longest time a key was seen stale (ms) · reads served per second:", "",
         head.replace("strategy", "strategy (name in the JSON)"), *longest, "",
         "Targets, each cachesync strategy against the best app strategy (the issue's are "
-        "for `cachesync`, delete mode + read_through):", "",
+        "for the one in bold: delete mode + read_through, tailing the readers' replica in the "
+        "replica classes):", "",
         "| fault class | cachesync strategy | 0 stale keys | stale reads: ≥ 100x lower or zero "
         "| best other (ratio) | its ratio |", "|---|---|---|---|---|---|", *targets])
 
@@ -50,6 +57,14 @@ def _cell(c: dict) -> str:
 
 def _longest(c: dict) -> str:
     return f"{c['longest_stale_ms']:g} · {c['reads_per_s']:,.0f}/s"
+
+
+def _lag(x: dict) -> str:
+    return "–" if x.get("p50") is None else f"{x['p50']:g} / {x['max']:g} ms"
+
+
+def _name(name: str, headline: bool) -> str:
+    return f"**{name}**" if headline else name
 
 
 def _yes(ok: bool) -> str:

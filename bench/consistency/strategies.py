@@ -4,7 +4,10 @@ App strategies send their cache calls themselves, around the commit, and their r
 plain cache-aside (GET; on a miss read the row, SET it). cachesync strategies only commit:
 the real `cachesync tail` + `consume` invalidate (or write, in update mode) from the binlog,
 and readers fill through ``cachesync.client.read_through``. Each cachesync strategy has its
-own table, so one tailer and one consumer serve all three with their own mapping.
+own table, so one tailer and one consumer serve them all with their own mapping, except
+``cachesync_tail_replica``: its table has a second tailer and consumer of its own, whose
+tailer reads the replica's binlog (``tailer.source_hosts``), as the README advises for apps
+whose readers fill from a replica.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ class Strategy:
     table: str = APP_TABLE
     mapping: dict | None = None    # cachesync's table settings (None: an app strategy)
     replica_guard: bool = False    # replica readers' fills bound to the replica's position
+    tail_replica: bool = False     # its tailer reads the replica's binlog, not the primary's
 
     @property
     def cachesync(self) -> bool:
@@ -52,21 +56,37 @@ STRATEGIES = (
     Strategy("cachesync_replica_guard", "cachesync delete mode + read_through bound to the "
              "replica's position (ReplicaCaughtUp)", table="acct_rg",
              mapping={"mode": "delete"}, replica_guard=True),
+    Strategy("cachesync_tail_replica", "cachesync delete mode + read_through, tailing the "
+             "readers' replica (tailer.source_hosts)", table="acct_tr",
+             mapping={"mode": "delete"}, tail_replica=True),
 )
 BY_NAME = {s.name: s for s in STRATEGIES}
 APP = tuple(s.name for s in STRATEGIES if not s.cachesync)
 CACHESYNC = tuple(s.name for s in STRATEGIES if s.cachesync)
+# the cachesync configuration the issue's targets judge, per kind of reader: as documented,
+# an app whose readers fill from a replica has cachesync tail that replica
+HEADLINE = "cachesync"
+HEADLINE_REPLICA_READERS = "cachesync_tail_replica"
+PROBE_TABLE = {False: "probe", True: "probe_tr"}   # each tailer's own probe rows
+
+
+def headline(replica_reads: bool) -> str:
+    """The cachesync strategy the targets name for a fault class (its readers' source)."""
+    return HEADLINE_REPLICA_READERS if replica_reads else HEADLINE
 
 
 def key_template(prefix: str, table: str) -> str:
     return f"{prefix}{table}:{{id}}"
 
 
-def tables_config(db: str, prefix: str) -> dict:
-    """cachesync's ``tables`` section: the cachesync strategies' tables and the probe table."""
+def tables_config(db: str, prefix: str, tail_replica: bool = False) -> dict:
+    """cachesync's ``tables`` section for the primary's tailer (or, with ``tail_replica``,
+    the replica's): its strategies' tables and its probe table. No table is in both: the
+    consumers would each apply it, and the earlier invalidation would be the one measured."""
     tables = {f"{db}.{s.table}": {"keys": [key_template(prefix, s.table)], **s.mapping}
-              for s in STRATEGIES if s.cachesync}
-    tables[f"{db}.probe"] = {"keys": [key_template(prefix, "probe")]}
+              for s in STRATEGIES if s.cachesync and s.tail_replica == tail_replica}
+    probe = PROBE_TABLE[tail_replica]
+    tables[f"{db}.{probe}"] = {"keys": [key_template(prefix, probe)]}
     return tables
 
 

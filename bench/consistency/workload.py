@@ -4,7 +4,8 @@ Writers update rows of MariaDB (each write bumps ``seq`` under the row lock and 
 back in the same transaction, so the commit order per row is exact) and do their
 strategy's cache calls through the fault injector; readers do cache-aside reads of the
 same rows (plain, or ``read_through`` for cachesync), filling from the primary or, in the
-replica classes, from the replica. Probes measure cachesync's commit -> key-gone lag.
+replica classes, from the replica. Probes measure cachesync's commit -> key-gone lag: the
+primary's tailer's (the lag window) and the replica's tailer's (reported beside it).
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ import pymysql
 from bench.common import Worker, wait_for
 from bench.consistency import measure
 from bench.consistency.faults import Faults, Injector
-from bench.consistency.strategies import (CACHESYNC_DOUBLE_DELETE_S, DOUBLE_DELETE_S, TTL_S,
-                                          Strategy, decode, key_template)
+from bench.consistency.strategies import (CACHESYNC_DOUBLE_DELETE_S, DOUBLE_DELETE_S,
+                                          PROBE_TABLE, TTL_S, Strategy, decode, key_template)
 from cachesync.client import ReplicaCaughtUp, read_through
 from cachesync.schema.keys import lease_key
 
@@ -76,11 +77,12 @@ class Cell:
         self.dbs, self.strategy, self.faults, self.p = dbs, strategy, faults, shape
         self.values, self.seed = values, seed
         self.template = key_template(prefix, strategy.table)
-        self.probe_template = key_template(prefix, "probe")
+        self.probe_templates = {tr: key_template(prefix, t) for tr, t in PROBE_TABLE.items()}
         self.redis = dbs.stack.redis()
         self.history = measure.History()
         self.reads: list[tuple[float, int, bool]] = []
         self.probe_lags: list[float] = []
+        self.tail_replica_lags: list[float] = []
         self.replica_lags: list[float] = []
         self.injectors: list[Injector] = []
         self.lock = threading.Lock()
@@ -124,6 +126,8 @@ class Cell:
         if probes:
             writers += [Worker(lambda i=i: self._probe_loop(writes_stop, i), f"probe-{i}")
                         for i in range(PROBES)]
+            writers.append(Worker(lambda: self._probe_loop(writes_stop, 0, tail_replica=True),
+                                  "probe-tail-replica"))
         if self.faults.replica_reads:
             writers.append(Worker(lambda: self._replica_loop(writes_stop), "replica-probe"))
         readers = [Worker(lambda r=r: self._read_loop(reads_stop, r), f"reader-{r}")
@@ -264,16 +268,19 @@ class Cell:
         return out
 
     # -- cachesync's lag ------------------------------------------------------------------
-    def _probe_loop(self, stop: threading.Event, row: int) -> None:
-        """cachesync's commit -> key-gone lag, measured while the workload runs."""
-        conn = self.dbs.pooled("probe", row)
+    def _probe_loop(self, stop: threading.Event, row: int, tail_replica: bool = False) -> None:
+        """cachesync's commit -> key-gone lag, measured while the workload runs: through the
+        primary's tailer, or (``tail_replica``) the replica's, which includes the replica's lag."""
+        conn = self.dbs.pooled("probe-tr" if tail_replica else "probe", row)
         r = self.dbs.stack.redis()
+        key = self.probe_templates[tail_replica].format(id=row)
+        into = self.tail_replica_lags if tail_replica else self.probe_lags
         self.ready.wait()
         while not stop.is_set():
-            lag = probe(r, conn, self.probe_template.format(id=row), row, 30.0)
+            lag = probe(r, conn, key, row, 30.0, PROBE_TABLE[tail_replica])
             if lag is None:
-                raise RuntimeError("a probe was not invalidated within 30 s")
-            self.probe_lags.append(lag)
+                raise RuntimeError(f"a probe ({key}) was not invalidated within 30 s")
+            into.append(lag)
             time.sleep(0.01)
 
 
@@ -313,12 +320,14 @@ def _join(threads: list[Worker]) -> None:
         t.check()
 
 
-def probe(redis, conn, key: str, row: int, timeout: float) -> float | None:
-    """Cache ``key``, update its probe row, and time until cachesync deleted the key;
-    None after ``timeout``."""
+def probe(redis, conn, key: str, row: int, timeout: float,
+          table: str = PROBE_TABLE[False]) -> float | None:
+    """Cache ``key``, update its probe row in ``table``, and time until cachesync deleted
+    the key; None after ``timeout``."""
     redis.set(key, b"x", ex=TTL_S)
     with conn.cursor() as cur:
-        cur.execute("INSERT INTO probe VALUES (%s, 0) ON DUPLICATE KEY UPDATE n = n + 1", (row,))
+        cur.execute(f"INSERT INTO `{table}` VALUES (%s, 0) ON DUPLICATE KEY UPDATE n = n + 1",
+                    (row,))
     t0 = time.perf_counter()
     while redis.exists(key):
         if time.perf_counter() - t0 > timeout:

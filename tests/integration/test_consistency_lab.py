@@ -1,5 +1,6 @@
 """A smoke of the consistency lab on the real devstack (replica included): the "all" fault
-class, every strategy, the real `cachesync tail` + `consume`; its figures are well formed,
+class, every strategy, the real `cachesync tail` + `consume` (twice: one tailer reads the
+replica's binlog, for `cachesync_tail_replica`); its figures are well formed,
 the faults were injected and the lag window came from cachesync's probes."""
 
 from __future__ import annotations
@@ -37,4 +38,9 @@ def test_the_lab_runs_every_strategy_under_every_fault_at_once(stack, tmp_path):
     assert set(doc["targets"]["all"]) == {s.name for s in STRATEGIES if s.cachesync}
     assert set(doc["targets"]["all"]["cachesync"]) >= {"stale_keys_zero", "stale_reads",
                                                         "best_other"}
+    # the replica-tailing strategy ran through its own tailer, reading the replica's binlog
+    assert doc["headline"]["all"] == "cachesync_tail_replica"
+    through = doc["tail_replica_lag_ms"]["all"]
+    assert through["max"] >= through["p50"] > 0           # its probes went through
+    assert cells["cachesync_tail_replica"]["reads"] > 0
     assert (tmp_path / "lab.png").stat().st_size > 0

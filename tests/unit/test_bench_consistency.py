@@ -11,7 +11,8 @@ import pytest
 
 from bench.consistency import measure
 from bench.consistency.faults import CLASSES, Faults, Injector, shape
-from bench.consistency.strategies import APP, BY_NAME, CACHESYNC, decode, tables_config
+from bench.consistency.strategies import (APP, BY_NAME, CACHESYNC, decode, headline,
+                                          tables_config)
 from cachesync.schema.mapping import parse_mappings
 
 
@@ -149,7 +150,8 @@ def test_fault_classes_each_alone_and_all_together():
 
 def test_strategies_and_their_cachesync_mapping_loads():
     assert len(APP) == 5 and CACHESYNC == ("cachesync", "cachesync_update",
-                                          "cachesync_double_delete", "cachesync_replica_guard")
+                                          "cachesync_double_delete", "cachesync_replica_guard",
+                                          "cachesync_tail_replica")
     tables = tables_config("db", "p:")
     parse_mappings(tables)                         # raises ConfigError on a bad setting
     assert tables["db.acct_up"]["mode"] == "update"
@@ -158,6 +160,25 @@ def test_strategies_and_their_cachesync_mapping_loads():
     assert BY_NAME["cachesync_replica_guard"].replica_guard
     assert "db.acct" not in tables                 # the app strategies' table: cachesync stays out
     assert not BY_NAME["db_then_delete"].cachesync and BY_NAME["cachesync"].cachesync
+
+
+def test_the_replica_tailing_strategy_has_its_own_pipeline_and_probe():
+    """Its table is only in the replica tailer's mapping (in both, the primary's earlier
+    invalidation would be the one measured), and each tailer has its own probe table."""
+    primary, replica = tables_config("db", "p:"), tables_config("db", "p:", tail_replica=True)
+    parse_mappings(replica)
+    assert replica == {"db.acct_tr": {"keys": ["p:acct_tr:{id}"], "mode": "delete"},
+                       "db.probe_tr": {"keys": ["p:probe_tr:{id}"]}}
+    assert "db.acct_tr" not in primary and "db.probe" in primary
+    assert not set(primary) & set(replica)
+    assert BY_NAME["cachesync_tail_replica"].tail_replica
+
+
+def test_the_headline_cachesync_strategy_follows_the_readers_source():
+    assert headline(replica_reads=False) == "cachesync"
+    assert headline(replica_reads=True) == "cachesync_tail_replica"
+    replica_classes = {f.name for f in CLASSES if f.replica_reads}
+    assert replica_classes == {"replica_lag", "all"}
 
 
 @pytest.mark.parametrize("cached, v", [(b"42", 42), ("7", 7), (b'{"v":9}', 9),
@@ -177,10 +198,13 @@ def test_report_renders_every_strategy_and_fault_class():
              "cachesync": _cell(0, 0)}
     lab = {"median": {"none": cells}, "strategies": {"a": "app A", "cachesync": "cs"},
            "lag_window_ms": {"none": {"median": 380.5}},
-           "targets": {"none": {"cachesync": measure.target(cells, "cachesync", ("a",))}}}
+           "targets": {"none": {"cachesync": measure.target(cells, "cachesync", ("a",))}},
+           "headline": {"none": "cachesync"},
+           "tail_replica_lag_ms": {"none": {"p50": 90.4, "max": 327.1}}}
     text = markdown(lab)
     assert "| app A | 1.2 % (1.92 nines) · 3 |" in text
     assert "| cs | 0 · 0 |" in text
     assert "| a | 1500 · 500/s |" in text
     assert "| lag window (median) | 380.5 ms |" in text
-    assert "| none | cachesync | yes | met (zero) | a (1.2 %) | 0 |" in text
+    assert "| none | **cachesync** | yes | met (zero) | a (1.2 %) | 0 |" in text
+    assert "| lag through the replica's tailer (p50 / max) | 90.4 / 327.1 ms |" in text
