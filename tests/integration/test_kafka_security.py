@@ -24,9 +24,9 @@ from cachesync.producer_outbox.rows import TxnContext, row_change
 from cachesync.schema.event import encode
 from cachesync.schema.keys import kafka_key
 from cachesync.wiring import build_engine
-from tests.support.variants import start
+from tests.support.variants import use_kafka_sasl
 from cachesync.producer_outbox.outbox import emit
-from tests.support import (add_config_sections, create_topics, prepare_outbox, spawn, status_json,
+from tests.support import (add_config_sections, prepare_outbox, spawn, status_json,
                            wait_for)
 
 pytestmark = pytest.mark.integration
@@ -36,22 +36,9 @@ USERS = {"users": {"keys": ["user:{id}"]}}
 
 @pytest.fixture
 def sasl(lab):
-    """(config, environment) of the lab pointed at the SASL_SSL broker, topics created there.
-
-    The settings are environment variables: they must win over the plain broker's
-    CACHESYNC_KAFKA_BOOTSTRAP_SERVERS in the devstack's env file.
-    """
-    env = start("kafka-sasl")
-    overrides = {"CACHESYNC_KAFKA_BOOTSTRAP_SERVERS": env["DEVSTACK_KAFKA_SASL_BOOTSTRAP_SERVERS"],
-                 "CACHESYNC_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
-                 "CACHESYNC_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512",
-                 "CACHESYNC_KAFKA_SASL_USERNAME": env["DEVSTACK_KAFKA_SASL_USERNAME"],
-                 "CACHESYNC_KAFKA_SASL_PASSWORD_FILE": env["DEVSTACK_KAFKA_SASL_PASSWORD_FILE"],
-                 "CACHESYNC_KAFKA_SSL_CAFILE": env["DEVSTACK_KAFKA_SSL_CAFILE"]}
+    """(config, environment) of the lab pointed at the SASL_SSL broker, topics created there."""
     cfg = lab.write_config(USERS)
-    k = _settings(lab, cfg, overrides).kafka
-    create_topics(k.bootstrap_servers, {k.topic: 3, k.dead_letter_topic: 1}, **client_security(k))
-    return cfg, overrides
+    return cfg, use_kafka_sasl(lab, cfg)
 
 
 def _settings(lab, cfg, overrides):

@@ -4,14 +4,13 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import subprocess
 import sys
 
 import pytest
 
-from tests.support.variants import start
+from tests.support.variants import use_mariadb_tls
 from tests.support import wait_for
 
 pytestmark = pytest.mark.integration
@@ -22,21 +21,9 @@ USERS = {"users": {"keys": ["user:{id}"]}}
 @pytest.fixture
 def tls_lab(lab, monkeypatch):
     """The lab moved onto the TLS server, connecting as cachesync_tls with mysql.ssl_ca."""
-    env = start("mariadb-tls")
-    plain = lab.stack
-    tls = dataclasses.replace(plain, env={
-        **plain.env, "CACHESYNC_MYSQL_PORT": env["DEVSTACK_MYSQL_TLS_PORT"],
-        "CACHESYNC_MYSQL_USER": env["DEVSTACK_MYSQL_TLS_USER"],
-        "CACHESYNC_MYSQL_PASSWORD_FILE": env["DEVSTACK_MYSQL_TLS_PASSWORD_FILE"],
-        "CACHESYNC_MYSQL_SSL_CA": env["DEVSTACK_MYSQL_SSL_CA"]})
-    with tls.admin() as conn, conn.cursor() as cur:
-        cur.execute(f"CREATE DATABASE {lab.db}")
-        for account in ("cachesync_tls", "cachesync"):   # lab.close() revokes cachesync's
-            cur.execute(f"GRANT SELECT ON {lab.db}.* TO {account}@'127.0.0.1'")
-    monkeypatch.setattr(lab, "stack", tls)
+    cleanup = use_mariadb_tls(lab, monkeypatch)
     yield lab
-    with plain.admin() as conn, conn.cursor() as cur:
-        cur.execute(f"DROP DATABASE IF EXISTS {lab.db}")
+    cleanup()
 
 
 def test_tail_and_consume_as_a_require_ssl_account(tls_lab):

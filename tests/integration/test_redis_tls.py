@@ -4,13 +4,9 @@ with the MySQL and the Redis dedup store."""
 
 from __future__ import annotations
 
-import dataclasses
-from urllib.parse import quote
-
 import pytest
-import redis
 
-from tests.support.variants import secret, start
+from tests.support.variants import use_redis_tls
 from tests.support import wait_for
 
 pytestmark = pytest.mark.integration
@@ -18,21 +14,9 @@ pytestmark = pytest.mark.integration
 USERS = {"users": {"keys": ["user:{id}"]}}
 
 
-def tls_url(env: dict[str, str], user: str, password: str) -> str:
-    host = env["DEVSTACK_REDIS_TLS_URL"].removeprefix("rediss://")
-    return (f"rediss://{quote(user, safe='')}:{quote(password, safe='')}@{host}"
-            f"?ssl_ca_certs={quote(env['DEVSTACK_REDIS_SSL_CA'])}")
-
-
 @pytest.mark.parametrize("dedup_store", ["mysql", "redis"])
 def test_pipeline_invalidates_in_tls_redis_as_its_acl_user(lab, monkeypatch, dedup_store):
-    env = start("redis-tls")
-    url = tls_url(env, env["DEVSTACK_REDIS_TLS_USER"], secret(env, "DEVSTACK_REDIS_TLS_PASSWORD_FILE"))
-    admin = redis.Redis.from_url(tls_url(env, env["DEVSTACK_REDIS_TLS_ADMIN_USER"],
-                                         secret(env, "DEVSTACK_REDIS_TLS_ADMIN_PASSWORD_FILE")))
-    monkeypatch.setattr(lab, "redis", admin)     # lab.cache / lab.cached on the TLS Redis
-    monkeypatch.setattr(lab, "stack", dataclasses.replace(
-        lab.stack, env={**lab.stack.env, "CACHESYNC_REDIS_URL": url}))
+    url = use_redis_tls(lab, monkeypatch)
     lab.sql("CREATE TABLE users (id BIGINT PRIMARY KEY, name VARCHAR(50) NOT NULL)")
     cfg = lab.write_config(USERS, consumer={"dedup_store": dedup_store})
     assert lab.settings(cfg).redis.url == url
@@ -45,4 +29,4 @@ def test_pipeline_invalidates_in_tls_redis_as_its_acl_user(lab, monkeypatch, ded
     wait_for(lambda: engine.stats.applied >= 1, 30, what="the event counted as applied")
     assert engine.stats.keys_deleted == 1
     lab.stop_engine(engine)
-    admin.delete(lab.prefix + "user:2")
+    lab.redis.delete(lab.prefix + "user:2")

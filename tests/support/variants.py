@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import pathlib
 import subprocess
+from urllib.parse import quote
 
 import pytest
+import redis
 from redis.cluster import RedisCluster
 
 from cachesync import config
 from cachesync.devstack import default_env_file
-from tests.support import stack_command
+from cachesync.kafka_security import client_security
+from tests.support import create_topics, stack_command
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -51,3 +55,65 @@ def use_redis_cluster(lab, monkeypatch) -> RedisCluster:
         **lab.stack.env, "CACHESYNC_REDIS_URL": env["DEVSTACK_REDIS_CLUSTER_URL"],
         "CACHESYNC_REDIS_CLUSTER": "true"}))
     return client
+
+
+def use_kafka_sasl(lab, config_path: str) -> dict[str, str]:
+    """The environment that points processes of ``lab`` at the kafka-sasl variant (SCRAM-SHA-512
+    over TLS, the CA checked), with the lab's topics created there.
+
+    Environment variables, because they must win over the plain broker's
+    CACHESYNC_KAFKA_BOOTSTRAP_SERVERS in the devstack's env file.
+    """
+    env = start("kafka-sasl")
+    overrides = {"CACHESYNC_KAFKA_BOOTSTRAP_SERVERS": env["DEVSTACK_KAFKA_SASL_BOOTSTRAP_SERVERS"],
+                 "CACHESYNC_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+                 "CACHESYNC_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512",
+                 "CACHESYNC_KAFKA_SASL_USERNAME": env["DEVSTACK_KAFKA_SASL_USERNAME"],
+                 "CACHESYNC_KAFKA_SASL_PASSWORD_FILE": env["DEVSTACK_KAFKA_SASL_PASSWORD_FILE"],
+                 "CACHESYNC_KAFKA_SSL_CAFILE": env["DEVSTACK_KAFKA_SSL_CAFILE"]}
+    k = config.load(config_path, {**os.environ, **lab.stack.env, **overrides}).kafka
+    create_topics(k.bootstrap_servers, {k.topic: 3, k.dead_letter_topic: 1}, **client_security(k))
+    return overrides
+
+
+def use_mariadb_tls(lab, monkeypatch):
+    """Move ``lab`` onto the mariadb-tls variant as its REQUIRE SSL account with mysql.ssl_ca;
+    returns the cleanup to call at the end (drops the lab's database there)."""
+    env = start("mariadb-tls")
+    plain = lab.stack
+    tls = dataclasses.replace(plain, env={
+        **plain.env, "CACHESYNC_MYSQL_PORT": env["DEVSTACK_MYSQL_TLS_PORT"],
+        "CACHESYNC_MYSQL_USER": env["DEVSTACK_MYSQL_TLS_USER"],
+        "CACHESYNC_MYSQL_PASSWORD_FILE": env["DEVSTACK_MYSQL_TLS_PASSWORD_FILE"],
+        "CACHESYNC_MYSQL_SSL_CA": env["DEVSTACK_MYSQL_SSL_CA"]})
+    with tls.admin() as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE {lab.db}")
+        for account in ("cachesync_tls", "cachesync"):   # lab.close() revokes cachesync's
+            cur.execute(f"GRANT SELECT ON {lab.db}.* TO {account}@'127.0.0.1'")
+    monkeypatch.setattr(lab, "stack", tls)
+
+    def cleanup() -> None:
+        with plain.admin() as conn, conn.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS {lab.db}")
+    return cleanup
+
+
+def redis_tls_url(env: dict[str, str], user: str, password: str) -> str:
+    """A rediss:// URL of the redis-tls variant as ``user``, the devstack CA checked."""
+    host = env["DEVSTACK_REDIS_TLS_URL"].removeprefix("rediss://")
+    return (f"rediss://{quote(user, safe='')}:{quote(password, safe='')}@{host}"
+            f"?ssl_ca_certs={quote(env['DEVSTACK_REDIS_SSL_CA'])}")
+
+
+def use_redis_tls(lab, monkeypatch) -> str:
+    """Point ``lab`` at the redis-tls variant: its admin client as ``lab.redis`` and the
+    least-privilege ACL user's URL for every process it starts; returns that URL."""
+    env = start("redis-tls")
+    url = redis_tls_url(env, env["DEVSTACK_REDIS_TLS_USER"],
+                        secret(env, "DEVSTACK_REDIS_TLS_PASSWORD_FILE"))
+    admin = redis.Redis.from_url(redis_tls_url(
+        env, env["DEVSTACK_REDIS_TLS_ADMIN_USER"], secret(env, "DEVSTACK_REDIS_TLS_ADMIN_PASSWORD_FILE")))
+    monkeypatch.setattr(lab, "redis", admin)     # lab.cache / lab.cached on the TLS Redis
+    monkeypatch.setattr(lab, "stack", dataclasses.replace(
+        lab.stack, env={**lab.stack.env, "CACHESYNC_REDIS_URL": url}))
+    return url
