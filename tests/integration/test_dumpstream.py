@@ -9,7 +9,6 @@ after it.
 from __future__ import annotations
 
 import random
-import uuid
 
 import pytest
 from pymysqlreplication import BinLogStreamReader
@@ -20,7 +19,8 @@ from pymysqlreplication.row_event import (DeleteRowsEvent, RowsEvent, TableMapEv
 
 from cachesync.producer_outbox import dumpstream
 from cachesync.producer_outbox.dumpstream import DumpStreamReader
-from tests.support.columns import COLUMNS, INSERT, random_rows, special_rows
+from tests.support.columns import (COLUMNS, INSERT, random_rows, scratch_database,
+                                   special_rows, write_range as write)
 from tests.support.compare import difference
 
 ONLY_EVENTS = [MariadbGtidEvent, QueryEvent, XidEvent, RotateEvent, HeartbeatLogEvent,
@@ -29,47 +29,29 @@ ONLY_EVENTS = [MariadbGtidEvent, QueryEvent, XidEvent, RotateEvent, HeartbeatLog
 
 @pytest.fixture
 def db(stack):
-    name = f"dumpstream_test_{uuid.uuid4().hex[:8]}"
-    with stack.admin() as conn, conn.cursor() as cur:
-        cur.execute(f"CREATE DATABASE {name}")
-    try:
+    with scratch_database(stack, "dumpstream_test") as name:
         yield name
-    finally:
-        with stack.admin() as conn, conn.cursor() as cur:
-            cur.execute(f"DROP DATABASE IF EXISTS {name}")
 
 
-def write(stack, db, statements) -> tuple[tuple[str, int], tuple[str, int]]:
-    """Run ``statements`` (SQL, or (SQL, rows) for executemany) in one autocommit session;
-    returns the binlog positions (file, pos) before and after them."""
-    with stack.admin(db) as conn, conn.cursor() as cur:
-        cur.execute("SHOW MASTER STATUS")
-        start = cur.fetchone()[:2]
-        for statement in statements:
-            if isinstance(statement, tuple):
-                cur.executemany(*statement)
-            else:
-                cur.execute(statement)
-        cur.execute("SHOW MASTER STATUS")
-        end = cur.fetchone()[:2]
-    return start, end
-
-
-def read(stack, reader_class, start, end) -> list[tuple]:
-    """Every event ``reader_class`` yields from ``start`` until the stream reaches ``end``,
-    described by what the tailer reads of it, with the stream's position after it."""
+def open_stream(stack, reader_class, start, only_events):
+    """A blocking ``reader_class`` stream from binlog position ``start`` as cachesync's user."""
     env = stack.env
     with open(env["CACHESYNC_MYSQL_PASSWORD_FILE"], encoding="utf-8") as f:
         password = f.read().strip()
     # file:pos with MySQL's dump command (is_mariadb would make the library ask MariaDB for
     # its first binlog); MariaDB still sends its own GTID events (slave capability 4)
-    stream = reader_class(
+    return reader_class(
         connection_settings={"host": env["CACHESYNC_MYSQL_HOST"],
                              "port": int(env["CACHESYNC_MYSQL_PORT"]),
                              "user": env["CACHESYNC_MYSQL_USER"], "password": password},
         server_id=random.randint(10 ** 6, 2 ** 31 - 1), log_file=start[0], log_pos=start[1],
-        resume_stream=True, blocking=True, slave_heartbeat=1.0,
-        only_events=ONLY_EVENTS)
+        resume_stream=True, blocking=True, slave_heartbeat=1.0, only_events=only_events)
+
+
+def read(stack, reader_class, start, end) -> list[tuple]:
+    """Every event ``reader_class`` yields from ``start`` until the stream reaches ``end``,
+    described by what the tailer reads of it, with the stream's position after it."""
+    stream = open_stream(stack, reader_class, start, ONLY_EVENTS)
     seen = []
     try:
         for event in stream:
@@ -161,16 +143,7 @@ def test_a_killed_dump_connection_resumes_where_it_stopped(stack, db, caplog):
     start, _ = write(stack, db, [
         "CREATE TABLE plain (id BIGINT PRIMARY KEY, a INT NOT NULL)",
         *[f"INSERT INTO plain VALUES ({i}, {i})" for i in range(1, 50)]])
-    env = stack.env
-    with open(env["CACHESYNC_MYSQL_PASSWORD_FILE"], encoding="utf-8") as f:
-        password = f.read().strip()
-    stream = DumpStreamReader(
-        connection_settings={"host": env["CACHESYNC_MYSQL_HOST"],
-                             "port": int(env["CACHESYNC_MYSQL_PORT"]),
-                             "user": env["CACHESYNC_MYSQL_USER"], "password": password},
-        server_id=random.randint(10 ** 6, 2 ** 31 - 1), log_file=start[0], log_pos=start[1],
-        resume_stream=True, blocking=True, slave_heartbeat=1.0,
-        only_events=[WriteRowsEvent, HeartbeatLogEvent])
+    stream = open_stream(stack, DumpStreamReader, start, [WriteRowsEvent, HeartbeatLogEvent])
     ids = []
     try:
         for event in stream:
@@ -182,7 +155,7 @@ def test_a_killed_dump_connection_resumes_where_it_stopped(stack, db, caplog):
             if len(ids) == 20:           # drop the connection under the reader
                 with stack.admin() as conn, conn.cursor() as cur:
                     cur.execute("SELECT id FROM information_schema.processlist WHERE command "
-                                "LIKE 'Binlog Dump%%' AND user = %s", (env["CACHESYNC_MYSQL_USER"],))
+                                "LIKE 'Binlog Dump%%' AND user = %s", (stack.env["CACHESYNC_MYSQL_USER"],))
                     for (thread,) in cur.fetchall():
                         cur.execute(f"KILL {int(thread)}")
                 # rows the killed connection cannot have sent: read after the reconnect

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import random
 import time
-import uuid
 
 import pytest
 from pymysqlreplication import BinLogStreamReader
@@ -18,7 +17,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 
 from cachesync.producer_outbox import fastrows
 from tests.support.columns import (COLUMNS, INSERT, _datetime, _decimal, random_rows,
-                                   special_rows, write)
+                                   scratch_database, special_rows, write)
 from tests.support.compare import difference
 
 ROW_EVENTS = [WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent]
@@ -26,14 +25,8 @@ ROW_EVENTS = [WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent]
 
 @pytest.fixture
 def db(stack):
-    name = f"fastrows_test_{uuid.uuid4().hex[:8]}"
-    with stack.admin() as conn, conn.cursor() as cur:
-        cur.execute(f"CREATE DATABASE {name}")
-    try:
+    with scratch_database(stack, "fastrows_test") as name:
         yield name
-    finally:
-        with stack.admin() as conn, conn.cursor() as cur:
-            cur.execute(f"DROP DATABASE IF EXISTS {name}")
 
 
 def row_events(stack, db, start):

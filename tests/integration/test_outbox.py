@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
 import random
-import subprocess
-import sys
 import time
 
 import pytest
 
 from cachesync.producer_outbox.outbox import OutboxError, emit
 from tests.support import add_config_sections, prepare_outbox, stack_command, wait_for
-from tests.support.outbox import Writers, assert_first_deliveries_in_aggregate_order
+from tests.support.outbox import (Writers, assert_first_deliveries_in_aggregate_order,
+                                  emit_one_commit_one_rollback, purge_only,
+                                  seven_events_five_old)
 
 pytestmark = pytest.mark.integration
 
@@ -51,17 +50,7 @@ def test_emit_with_explicit_keys_invalidates_them_end_to_end(outbox):
     lab, cfg = outbox
     lab.spawn("relay", cfg)
     engine = lab.start_engine(cfg)
-    lab.cache("leaderboard:1", "page:home", "page:other")
-    with lab.stack.admin(lab.db, autocommit=False) as conn:
-        with conn.cursor() as cur:
-            cur.execute("INSERT INTO scores VALUES (1, 10)")
-        emit(conn, "leaderboard", 1, "score_changed", {"board": 1, "points": 10},
-             keys=[lab.prefix + "leaderboard:1", lab.prefix + "page:home"])
-        conn.commit()
-        emit(conn, "leaderboard", 1, "score_changed", {}, keys=[lab.prefix + "page:other"])
-        conn.rollback()                       # rolled back: publishes nothing
-    wait_for(lambda: not lab.cached("leaderboard:1", "page:home"), 60,
-             what="the explicit keys to be invalidated")
+    emit_one_commit_one_rollback(lab, {"board": 1, "points": 10})
     wait_for(lambda: unpublished(lab) == 0, what="the row marked published")
     assert lab.cached("page:other") == ["page:other"]
     records = lab.topic_records()
@@ -183,17 +172,8 @@ def test_bad_payloads_fail_at_emit_and_leave_the_transaction_usable(outbox):
 def test_purge_only_deletes_old_published_rows_in_batches(outbox):
     lab, cfg = outbox
     add_config_sections(cfg, relay={"retention_s": 3600, "purge_batch": 2})
-    with lab.stack.admin(lab.db, autocommit=False) as conn:
-        for i in range(7):
-            emit(conn, "board", i, "bumped", {"i": i})
-        conn.commit()
-    lab.sql("UPDATE cachesync_outbox SET published_at = NOW(6) - INTERVAL 2 HOUR WHERE seq <= "
-            "(SELECT s FROM (SELECT MIN(seq) + 4 AS s FROM cachesync_outbox) m)")   # 5 old
+    seven_events_five_old(lab, "published_at")
     lab.sql("UPDATE cachesync_outbox SET published_at = NOW(6) WHERE published_at IS NULL "
             "ORDER BY seq LIMIT 1")                                               # 1 recent
-    purge = subprocess.run([sys.executable, "-m", "cachesync", "relay", "--config", cfg,
-                            "--purge-only"], env={**os.environ, **lab.stack.env},
-                           capture_output=True, text=True, timeout=60)
-    assert purge.returncode == 0, purge.stderr
-    assert "purged 5 outbox rows" in purge.stderr
+    assert "purged 5 outbox rows" in purge_only(lab, cfg)
     assert lab.sql("SELECT COUNT(*), COUNT(published_at) FROM cachesync_outbox") == ((2, 1),)

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import random
-import subprocess
-import sys
 import time
 
 import pytest
@@ -13,7 +10,9 @@ import pytest
 from cachesync.producer_outbox.outbox import emit
 from cachesync.schema.event import decode
 from tests.support import add_config_sections, prepare_outbox, wait_for
-from tests.support.outbox import Writers, assert_first_deliveries_in_aggregate_order
+from tests.support.outbox import (Writers, assert_first_deliveries_in_aggregate_order,
+                                  emit_one_commit_one_rollback, purge_only,
+                                  seven_events_five_old)
 
 pytestmark = pytest.mark.integration
 
@@ -41,17 +40,7 @@ def test_inserted_rows_go_out_as_their_events_and_purges_are_ignored(outbox):
     lab, cfg = outbox
     lab.start_tailer(cfg)
     engine = lab.start_engine(cfg)
-    lab.cache("leaderboard:1", "page:home", "page:other")
-    with lab.stack.admin(lab.db, autocommit=False) as conn:
-        with conn.cursor() as cur:
-            cur.execute("INSERT INTO scores VALUES (1, 10)")
-        event_id = emit(conn, "leaderboard", 1, "score_changed", {"board": 1},
-                        keys=[lab.prefix + "leaderboard:1", lab.prefix + "page:home"])
-        conn.commit()
-        emit(conn, "leaderboard", 1, "score_changed", {}, keys=[lab.prefix + "page:other"])
-        conn.rollback()                       # rolled back: publishes nothing
-    wait_for(lambda: not lab.cached("leaderboard:1", "page:home"), 60,
-             what="the explicit keys to be invalidated")
+    event_id = emit_one_commit_one_rollback(lab, {"board": 1})
     lab.sql("DELETE FROM cachesync_outbox")   # the purge: no event
     lab.sql("INSERT INTO scores VALUES (2, 0)")
     with lab.stack.admin(lab.db, autocommit=False) as conn:   # a marker after the purge
@@ -174,15 +163,6 @@ def test_purge_only_deletes_rows_created_before_the_retention(outbox):
     """Binlog mode marks nothing published: the purge goes by created_at, in batches."""
     lab, cfg = outbox
     add_config_sections(cfg, relay={"outbox_db": lab.db, "retention_s": 3600, "purge_batch": 2})
-    with lab.stack.admin(lab.db, autocommit=False) as conn:
-        for i in range(7):
-            emit(conn, "board", i, "bumped", {"i": i})
-        conn.commit()
-    lab.sql("UPDATE cachesync_outbox SET created_at = NOW(6) - INTERVAL 2 HOUR WHERE seq <= "
-            "(SELECT s FROM (SELECT MIN(seq) + 4 AS s FROM cachesync_outbox) m)")   # 5 old
-    purge = subprocess.run([sys.executable, "-m", "cachesync", "relay", "--config", cfg,
-                            "--purge-only"], env={**os.environ, **lab.stack.env},
-                           capture_output=True, text=True, timeout=60)
-    assert purge.returncode == 0, purge.stderr
-    assert "purged 5 outbox rows created more than 3600s ago" in purge.stderr
+    seven_events_five_old(lab, "created_at")
+    assert "purged 5 outbox rows created more than 3600s ago" in purge_only(lab, cfg)
     assert lab.sql("SELECT COUNT(*), COUNT(published_at) FROM cachesync_outbox") == ((2, 0),)

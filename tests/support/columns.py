@@ -3,6 +3,7 @@ generated row decoders support, its random and edge-case rows, and a writer."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import random
@@ -14,6 +15,11 @@ def write(stack, db, statements) -> tuple[str, int]:
 
     Returns the binlog position before them.
     """
+    return write_range(stack, db, statements)[0]
+
+
+def write_range(stack, db, statements) -> tuple[tuple[str, int], tuple[str, int]]:
+    """Like ``write``; returns the binlog positions (file, pos) before and after them."""
     with stack.admin(db) as conn, conn.cursor() as cur:
         cur.execute("SHOW MASTER STATUS")
         start = cur.fetchone()[:2]
@@ -22,8 +28,22 @@ def write(stack, db, statements) -> tuple[str, int]:
                 cur.executemany(*statement)
             else:
                 cur.execute(statement)
-    return start
+        cur.execute("SHOW MASTER STATUS")
+        end = cur.fetchone()[:2]
+    return start, end
 
+
+@contextlib.contextmanager
+def scratch_database(stack, prefix: str):
+    """A database of its own for one test (``<prefix>_<random>``), dropped after it."""
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    with stack.admin() as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE {name}")
+    try:
+        yield name
+    finally:
+        with stack.admin() as conn, conn.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS {name}")
 
 
 # -- a table with every supported column type ---------------------------------------------

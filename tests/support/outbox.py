@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import random
+import subprocess
+import sys
 import threading
 import time
 from collections import defaultdict
 
 from cachesync.producer_outbox.outbox import emit
+from tests.support import wait_for
 
 
 class Writers:
@@ -82,3 +86,40 @@ def assert_first_deliveries_in_aggregate_order(records, committed) -> None:
             order[agg].append(n)
     for agg, ns in order.items():
         assert ns == sorted(ns), f"aggregate {agg} delivered out of order: {ns}"
+
+
+def seven_events_five_old(lab, column: str) -> None:
+    """Emit 7 outbox events, then date the first 5 of them 2 hours back in ``column``
+    (``published_at`` or ``created_at``): what a purge with a 1-hour retention takes."""
+    with lab.stack.admin(lab.db, autocommit=False) as conn:
+        for i in range(7):
+            emit(conn, "board", i, "bumped", {"i": i})
+        conn.commit()
+    lab.sql(f"UPDATE cachesync_outbox SET {column} = NOW(6) - INTERVAL 2 HOUR WHERE seq <= "
+            "(SELECT s FROM (SELECT MIN(seq) + 4 AS s FROM cachesync_outbox) m)")
+
+
+def purge_only(lab, cfg) -> str:
+    """Run ``cachesync relay --purge-only``; its stderr (it must exit 0)."""
+    purge = subprocess.run([sys.executable, "-m", "cachesync", "relay", "--config", cfg,
+                            "--purge-only"], env={**os.environ, **lab.stack.env},
+                           capture_output=True, text=True, timeout=60)
+    assert purge.returncode == 0, purge.stderr
+    return purge.stderr
+
+
+def emit_one_commit_one_rollback(lab, payload: dict) -> str:
+    """Cache three keys; emit an event for two of them and commit, then one for the third and
+    roll back; wait until the committed event's keys are gone. Returns its id."""
+    lab.cache("leaderboard:1", "page:home", "page:other")
+    with lab.stack.admin(lab.db, autocommit=False) as conn:
+        with conn.cursor() as cur:
+            cur.execute("INSERT INTO scores VALUES (1, 10)")
+        event_id = emit(conn, "leaderboard", 1, "score_changed", payload,
+                        keys=[lab.prefix + "leaderboard:1", lab.prefix + "page:home"])
+        conn.commit()
+        emit(conn, "leaderboard", 1, "score_changed", {}, keys=[lab.prefix + "page:other"])
+        conn.rollback()                       # rolled back: publishes nothing
+    wait_for(lambda: not lab.cached("leaderboard:1", "page:home"), 60,
+             what="the explicit keys to be invalidated")
+    return event_id
