@@ -37,15 +37,15 @@ def read_through(client: redis.Redis, key: str, loader: Callable[[], bytes | str
     cached = client.get(key)
     if cached is not None:
         return cached
-    token = uuid.uuid4().hex
+    token, lease = uuid.uuid4().hex, lease_key(key)
     # NX: if another reader holds the lease, load anyway but do not fill.
-    have_lease = client.set(lease_key(key), token, nx=True, px=lease_ms)
+    have_lease = client.set(lease, token, nx=True, px=lease_ms)
     if have_lease and fresh is not None and not fresh():
-        _script(client, "release_lease")(keys=[lease_key(key)], args=[token])
+        _script(client, "release_lease")(keys=[lease], args=[token])
         have_lease = False
     value = loader()
     if value is not None and have_lease:
-        _script(client, "fill_if_lease")(keys=[key, lease_key(key)], args=[token, value, ttl_s * 1000])
+        _script(client, "fill_if_lease")(keys=[key, lease], args=[token, value, ttl_s * 1000])
     return value
 
 
@@ -59,14 +59,14 @@ async def read_through_async(client: redis.asyncio.Redis, key: str,
     cached = await client.get(key)
     if cached is not None:
         return cached
-    token = uuid.uuid4().hex
-    have_lease = await client.set(lease_key(key), token, nx=True, px=lease_ms)
+    token, lease = uuid.uuid4().hex, lease_key(key)
+    have_lease = await client.set(lease, token, nx=True, px=lease_ms)
     if have_lease and fresh is not None and not await fresh():
-        await _script(client, "release_lease")(keys=[lease_key(key)], args=[token])
+        await _script(client, "release_lease")(keys=[lease], args=[token])
         have_lease = False
     value = await loader()
     if value is not None and have_lease:
-        await _script(client, "fill_if_lease")(keys=[key, lease_key(key)], args=[token, value, ttl_s * 1000])
+        await _script(client, "fill_if_lease")(keys=[key, lease], args=[token, value, ttl_s * 1000])
     return value
 
 

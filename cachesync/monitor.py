@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterable, Mapping
 import redis
 
 from cachesync.config import MonitorSettings, Settings
+from cachesync.consumer.adapters.redis_cluster import read_cached
 from cachesync.consumer.applier import BatchResult
 from cachesync.consumer.consistency import (STALE, RateLimit, Sample, judge, keys_to_read,
                                             next_step, row_identity, sampled)
@@ -102,15 +103,7 @@ def _value(text: str | None, data_type: str) -> Any:
 
 def read_values(client: redis.Redis, mapping: TableMapping, keys: list[str]) -> dict[str, Any]:
     """key -> what Redis holds (bytes, a dict for update-mode hashes, None when absent)."""
-    if not keys:
-        return {}
-    if mapping.updates and mapping.value_format == "hash":
-        pipe = client.pipeline(transaction=False)
-        for key in keys:
-            pipe.hgetall(key)
-        return dict(zip(keys, pipe.execute()))
-    get_many = getattr(client, "mget_nonatomic", client.mget)   # a cluster's keys span slots
-    return dict(zip(keys, get_many(keys)))
+    return dict(zip(keys, read_cached(client, mapping, keys))) if keys else {}
 
 
 class ConsistencyMonitor(Hook):

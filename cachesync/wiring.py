@@ -85,8 +85,7 @@ def redis_client(settings: Settings, timeout_s: float | None = None) -> redis.Re
     options.pop("host", None), options.pop("port", None)
     if options.pop("connection_class", None) is redis.SSLConnection:
         options["ssl"] = True
-    sentinels = [(h, int(p)) for h, _, p in (s.strip().rpartition(":") for s in r.sentinels.split(","))]
-    return Sentinel(sentinels, socket_timeout=timeout_s).master_for(
+    return Sentinel(host_list(r.sentinels, 26379), socket_timeout=timeout_s).master_for(
         r.master_name, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, **options)
 
 

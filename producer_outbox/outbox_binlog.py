@@ -73,14 +73,15 @@ class OutboxRouter:
 
     def _value(self, row: OutboxRow, db: str, table: str) -> bytes:
         """The encoded event; over the record limit, without its payload (keys still go)."""
-        value = encode(self._event(row, db, table))
+        event = self._event(row, db, table)
+        value = encode(event)
         if self._max_bytes is None or len(value) <= self._max_bytes:
             return value
         self.invalid += 1
         log.warning("outbox row %s (seq %d) of %s.%s is %d bytes encoded, over the %d-byte "
                     "Kafka record limit: published without its payload", row.event_id, row.seq,
                     db, table, len(value), self._max_bytes)
-        return encode(to_event(replace(row, payload=None), db, self._server))
+        return encode(replace(event, after=None))   # the keys as already checked and parsed
 
     def _row(self, db: str, table: str, image: Mapping[str, Any]) -> OutboxRow:
         missing = [c for c in COLUMNS if c not in image]

@@ -419,8 +419,7 @@ class Tailer(GroupPublishing):
         if self._packer is None:
             self._send(key, value, msg_id, txn, 1, None)
         elif len(value) > self._opts.settings.pack_bytes:   # alone, after every pack opened before it
-            for pack in self._packer.drain():
-                self._send_pack(pack, txn)
+            self._flush_packs(txn)
             self._send(key, value, msg_id, txn, 1, None)
         else:
             counted = txn if self._span and self._xa is None else None

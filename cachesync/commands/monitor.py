@@ -11,6 +11,7 @@ from cachesync.commands.common import handle_errors, log, on_termination, settin
 from cachesync.config import Settings
 from cachesync.consumer.core.delivery import decode_records
 from cachesync.consumer.core.offsets import commit_offsets
+from cachesync.consumer.consistency import sampled
 from cachesync.consumer.core.plan import plan_batch
 from cachesync.metrics import MonitorCollector
 from cachesync.monitor import build_monitor
@@ -83,7 +84,9 @@ def _follow(source: KafkaSource, monitor, settings: Settings, stop: threading.Ev
                            "poll", stop, retry)
             if not records:
                 continue
-            plan = plan_batch(decode_records(records).deliveries, mappings)
+            ratio = settings.monitor.sample_ratio   # only sampled events are worth planning
+            plan = plan_batch([d for d in decode_records(records).deliveries
+                               if sampled(d.event.id, ratio)], mappings)
             monitor.offer(plan.events, time.time() + settings.monitor.window_s)
             call(lambda: source.commit(commit_offsets(records)), "commit offsets", stop, retry)
     except Stopped:

@@ -20,6 +20,23 @@ def is_cluster(client) -> bool:
     return isinstance(client, RedisCluster)
 
 
+def read_cached(client, mapping, keys: list) -> list:
+    """What Redis holds at ``keys`` of ``mapping``, in order: a dict per key for update-mode
+    hashes (HGETALL, pipelined), else bytes or None (MGET; per slot on a cluster)."""
+    if mapping.updates and mapping.value_format == "hash":
+        pipe = client.pipeline(transaction=False)
+        for key in keys:
+            pipe.hgetall(key)
+        return pipe.execute()
+    return mget(client, keys)
+
+
+def mget(client, keys: list) -> list:
+    """The values at ``keys`` (on a cluster per node, not one atomic MGET: an MGET there
+    takes keys of one slot only)."""
+    return client.mget_nonatomic(keys) if is_cluster(client) else client.mget(keys)
+
+
 def per_slot(items: Sequence, cluster: bool, key: Callable = lambda item: item) -> Iterable[list]:
     """``items`` in lists that one multi-key command or script may take: per hash slot of
     ``key(item)`` on a cluster (in first-seen order), else all of them."""

@@ -21,7 +21,7 @@ from typing import Mapping, Sequence
 import redis
 
 from cachesync.consumer.adapters.redis_cache import redis_call
-from cachesync.consumer.adapters.redis_cluster import (is_cluster, per_slot, queue_script,
+from cachesync.consumer.adapters.redis_cluster import (is_cluster, mget, per_slot, queue_script,
                                                        queue_unlink, run_pipeline)
 from cachesync.consumer.core.dedup import ClaimState
 from cachesync.consumer.ports import chunks
@@ -95,7 +95,7 @@ class RedisDedupStore:
         def run():
             found = {"claimed": 0, "done": 0}
             for keys in chunks(list(self._scan()), SCAN_COUNT):
-                for record in self._mget(keys):
+                for record in mget(self._client, keys):
                     if record:
                         found["done" if record.startswith(b"d ") else "claimed"] += 1
             return found
@@ -106,7 +106,7 @@ class RedisDedupStore:
 
     def _purge_keys(self, keys: list[bytes], cutoff_ms: int, room: int) -> int:
         old = []
-        for key, record in zip(keys, self._mget(keys)):
+        for key, record in zip(keys, mget(self._client, keys)):
             if record and record.startswith(b"d ") and int(record[2:]) < cutoff_ms:
                 old.append(key)
         old = old[:room]
@@ -114,10 +114,6 @@ class RedisDedupStore:
             run_pipeline(self._client, lambda pipe: [
                 queue_unlink(pipe, group) for group in per_slot(old, self._cluster)])
         return len(old)
-
-    def _mget(self, keys: list[bytes]) -> list:
-        """The records at ``keys`` (on a cluster: per node, not one atomic MGET)."""
-        return self._client.mget_nonatomic(keys) if self._cluster else self._client.mget(keys)
 
     def close(self) -> None:
         self._client.close()

@@ -206,16 +206,7 @@ def audit_partition(rows: Iterable, config: AuditConfig, rows_read) -> Iterator[
 
 
 def _judge(client, mapping, entries, verdict) -> Iterator[tuple[str, str]]:
-    from cachesync.consumer.adapters.redis_cluster import is_cluster
-    keys = [k for k, _ in entries]
-    if mapping.updates and mapping.value_format == "hash":
-        pipe = client.pipeline(transaction=False)
-        for k in keys:
-            pipe.hgetall(k)
-        values = pipe.execute()
-    elif is_cluster(client):    # a cluster's MGET takes keys of one slot only
-        values = client.mget_nonatomic(keys)
-    else:
-        values = client.mget(keys)
+    from cachesync.consumer.adapters.redis_cluster import read_cached
+    values = read_cached(client, mapping, [k for k, _ in entries])
     for (key, expected), cached in zip(entries, values):
         yield verdict(mapping, expected, cached), key

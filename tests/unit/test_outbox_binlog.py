@@ -91,6 +91,14 @@ def test_an_event_over_the_record_limit_goes_out_without_its_payload(caplog):
     assert "over the 2000-byte Kafka record limit" in caplog.text
 
 
+def test_an_oversized_event_whose_keys_are_not_json_goes_out_with_neither():
+    router = OutboxRouter({("app", "o")}, "s", max_record_bytes=2000)
+    [rec] = router.records("app", "o", [image(payload='{"x": "%s"}' % ("y" * 5000),
+                                              cache_keys="not json")])
+    event = decode(rec.value)
+    assert event.after is None and event.keys == () and router.invalid == 2
+
+
 def test_a_table_without_the_outbox_columns_is_a_fatal_error_naming_it():
     router = OutboxRouter({("app", "users")}, "s")
     with pytest.raises(FatalError, match=r"app\.users.*event_id, aggregate_type"):
