@@ -146,11 +146,13 @@ class EndOffsets:
         self._consumer.close()
 
 
-def topic_events(bootstrap: str, topic: str) -> tuple[int, int, set[str]]:
+def topic_events(bootstrap: str, topic: str, start: dict[TopicPartition, int] | None = None,
+                 on_event=None) -> tuple[int, int, set[str]]:
     """Read a topic to its end: (records, change events in them, distinct event ids).
 
     Packed records hold several events; this is how a benchmark checks that exactly
-    the rows it wrote arrived, once each, whatever the packing.
+    the rows it wrote arrived, once each, whatever the packing. ``start``: the offsets to
+    read from (default: the beginning); ``on_event(record, event)`` sees every event.
     """
     offsets = EndOffsets(bootstrap, topic)
     try:
@@ -164,6 +166,8 @@ def topic_events(bootstrap: str, topic: str) -> tuple[int, int, set[str]]:
     try:
         consumer.assign(list(ends))
         consumer.seek_to_beginning()
+        for tp, offset in (start or {}).items():
+            consumer.seek(tp, offset)
         deadline = time.monotonic() + 120
         while any(consumer.position(tp) < end for tp, end in ends.items()):
             if time.monotonic() > deadline:
@@ -174,6 +178,8 @@ def topic_events(bootstrap: str, topic: str) -> tuple[int, int, set[str]]:
                     for event in decode_record(r.value):
                         events += 1
                         ids.add(event.id)
+                        if on_event is not None:
+                            on_event(r, event)
     finally:
         consumer.close()
     return records, events, ids

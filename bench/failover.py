@@ -33,7 +33,7 @@ from pathlib import Path
 
 from bench.common import ROOT, Sandbox, Worker, log, median, percentile, wait_for
 from bench.failover_promotion import PromotionFault
-from bench.lag import DDL, Harness, _alive, _checkpoint_stored, _child_report
+from bench.lag import DDL, Harness, _alive, _checkpoint_stored, _child_report, lag_key
 from cachesync.schema.partition import partition_for
 
 NAME = "failover"
@@ -331,7 +331,7 @@ class FailoverBench:
         pipeline had time to drain."""
         with connect() as conn, conn.cursor() as cur:
             cur.execute("SELECT id FROM lag")
-            keys = [f"{self.box.prefix}lag:{row_id}" for (row_id,) in cur.fetchall()]
+            keys = [lag_key(self.box.prefix, row_id) for (row_id,) in cur.fetchall()]
         r = self.box.stack.redis()
         try:
             pipe = r.pipeline(transaction=False)

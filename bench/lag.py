@@ -1,7 +1,8 @@
 """End-to-end lag: MySQL commit -> Redis key gone, through `cachesync tail` and `cachesync consume`.
 
 Both run as child processes (their own interpreters, as deployed). Writer processes
-(one per 250 commits/s asked, each with its own MySQL and Redis connections) commit
+(one per 250 commits/s asked, each with its own MySQL and Redis connections, at nice
+WRITER_NICE: they stand for application hosts) commit
 single-row transactions at a fixed rate (open loop: a writer never waits for the
 pipeline, and a late commit does not delay the ones due after it); the rows' keys are
 cached in Redis before the clock starts. The rate achieved is reported beside the rate asked (the
@@ -13,7 +14,9 @@ found the key gone.
 * baseline (measurement floor): same writer, same poller, same running pipeline, but
   the writer UNLINKs the key itself right after the commit -> what the harness and the
   loaded machine add on their own;
-* contender: the key is left to cachesync to delete.
+* contender: the key is left to cachesync to delete (each row has two keys, the poller
+  watches the first); each key's latency is also split where the tailer sent its row to
+  Kafka (``GoneTimes``): the tailer's side and the consumer's side, and the consumer's share.
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ from queue import Empty
 
 import pymysql
 
-from bench.common import Sandbox, Worker, log, median, percentile, summarize, wait_for
+from bench.common import (EndOffsets, Sandbox, Worker, log, median, percentile, summarize,
+                          topic_events, wait_for)
 from bench.consumer import _drop_redis_dedup
 
 NAME = "lag"
@@ -34,6 +38,7 @@ NAME = "lag"
 SIZES = {"full": (((1000, 60.0), (5000, 60.0), (10000, 60.0)), 10.0),
          "quick": (((1000, 5.0), (5000, 5.0), (10000, 5.0)), 2.0)}
 TARGET_P99_MS = 100.0
+KEYS_PER_ROW = 2             # cache keys per row (issue 17, target 3: 2 keys per row)
 # The consumer's dedup store (config default: mysql); BENCH_LAG_DEDUP_STORE=redis compares.
 DEDUP_STORE = os.environ.get("BENCH_LAG_DEDUP_STORE", "mysql")
 # Transactions per second the writer commits at most; above it rows are grouped into
@@ -44,6 +49,10 @@ MAX_TXN_PER_S = 250
 # connections, so the rate is not capped by one connection's commit round trips)
 WRITER_TXN_PER_S = 250
 WRITERS_START_S = 0.2        # from "every writer connected" to the first commit due
+# The writer processes stand for application hosts: on this 2-core host, 20-40 of them at
+# the default priority take most of the CPU from `tail` and `consume` (which run next to
+# MySQL, as deployed). They run at this nice level; 0 measures them sharing the CPU equally.
+WRITER_NICE = int(os.environ.get("BENCH_LAG_WRITER_NICE", "10"))
 SEND_EVERY_S = 0.005         # how often a writer hands its committed keys to the poller
 CONNECT_TIMEOUT_S = 120     # for every writer process to connect
 PRECACHE_CHUNK = 2000        # keys cached per pipelined round trip before a measurement
@@ -60,15 +69,18 @@ def run(stack, quick: bool, runs: int) -> dict:
     try:
         box.create_schema(DDL)
         topic = box.new_topic(3)
-        cfg = box.write_config({f"{box.db}.lag": {"keys": [box.prefix + "lag:{id}"]}}, topic=topic,
-                               consumer={"dedup_store": DEDUP_STORE})
+        # two keys per row (issue 17, target 3); the poller watches the first
+        cfg = box.write_config({f"{box.db}.lag": {"keys": [box.prefix + "lag:{id}",
+                                                           box.prefix + "lag:note:{note}"]}},
+                               topic=topic, consumer={"dedup_store": DEDUP_STORE})
         settings = box.settings(cfg)
         log("lag: starting `cachesync tail` and `cachesync consume`")
         tail = box.spawn("tail", cfg)
         wait_for(lambda: _alive(box, tail) and _checkpoint_stored(stack, settings.tailer.name),
                  60, "the tailer's start checkpoint")
         consume = box.spawn("consume", cfg)
-        harness = Harness(box)
+        gone = GoneTimes()
+        harness = Harness(box, on_gone=gone.add)
         fields = ["p50_ms", "p90_ms", "p99_ms", "max_ms", "achieved_rate", "commit_p50_ms",
                   "poll_interval_p50_ms", "missing"]
         figures = {}
@@ -79,15 +91,20 @@ def run(stack, quick: bool, runs: int) -> dict:
                 floor_runs, lag_runs = [], []
                 for i in range(runs):
                     for self_delete in ((True, False) if i % 2 == 0 else (False, True)):
+                        start = None if self_delete else gone.start(stack.bootstrap, topic)
                         result = harness.measure_commits(
                             rate, floor_seconds if self_delete else seconds, self_delete)
+                        if not self_delete:
+                            result.update(gone.split(stack.bootstrap, topic, start, box.prefix))
+                            result["keys_per_s"] = round(result["achieved_rate"] * KEYS_PER_ROW, 1)
                         _alive(box, tail)
                         _alive(box, consume)
                         (floor_runs if self_delete else lag_runs).append(result)
                         log(f"lag: {rate}/s run {i + 1}/{runs} {result['what']}: p50 "
                             f"{result['p50_ms']} ms, p99 {result['p99_ms']} ms, max "
                             f"{result['max_ms']} ms at {result['achieved_rate']}/s")
-                baseline, contender = summarize(floor_runs, fields), summarize(lag_runs, fields)
+                baseline = summarize(floor_runs, fields)
+                contender = summarize(lag_runs, fields + SPLIT_FIELDS)
                 figures[str(rate)] = {
                     "rate_per_s": rate, "seconds": seconds, "rows_per_txn": 1,
                     "baseline": {"name": "floor: the writer UNLINKs the keys right after its "
@@ -111,10 +128,13 @@ def run(stack, quick: bool, runs: int) -> dict:
                        "runs": runs, "partitions": 3,
                        "writers": f"one process per {WRITER_TXN_PER_S} commits/s asked, "
                                   "single-row transactions, open loop",
+                       "writer_nice": WRITER_NICE,
                        "poll": "pipelined EXISTS over outstanding "
                        f"keys, {POLL_SLEEP_S * 1000} ms sleep between polls",
                        "latency_from": "the writer's commit() returning",
                        "consumer": "config defaults (batch_size, poll_timeout_s)",
+                       "keys_per_row": KEYS_PER_ROW,
+                       "split": GoneTimes.__doc__.split("\n\n")[0].replace("\n", " "),
                        "dedup_store": DEDUP_STORE},
             "rates": figures,
             "children": children,
@@ -123,6 +143,67 @@ def run(stack, quick: bool, runs: int) -> dict:
         if DEDUP_STORE == "redis" and settings is not None:
             _drop_redis_dedup(box, settings.kafka.group_id)
         box.cleanup()
+
+
+SPLIT_FIELDS = ["keys_per_s", "tailer_p50_ms", "tailer_p99_ms", "consumer_p50_ms",
+                "consumer_p99_ms", "consumer_share"]
+
+
+class GoneTimes:
+    """Splits each key's commit -> gone latency at the moment the tailer sent its row to
+    Kafka: the record's CreateTime, which kafka-python stamps at ``send`` (wall clock, ms).
+
+    * tailer side: commit returned -> the tailer's send (binlog read, event built, packed);
+    * consumer side: send -> key gone (Kafka's ack and fetch, dedup claim, DEL, poll).
+
+    ``consumer_share`` is the consumer side's part of the mean latency.
+    """
+
+    def __init__(self):
+        self._gone: dict[str, tuple[float, float]] = {}     # key -> (t_commit, t_gone)
+        self._lock = threading.Lock()
+        # time.time() - time.perf_counter(): CreateTime (wall) onto the writers' clock
+        self._wall_offset = time.time() - time.perf_counter()
+
+    def add(self, key: str, t_commit: float, t_gone: float) -> None:
+        with self._lock:
+            self._gone[key] = (t_commit, t_gone)
+
+    def start(self, bootstrap: str, topic: str) -> dict:
+        """Forget the keys of earlier runs; the topic's end offsets (where this run starts)."""
+        with self._lock:
+            self._gone.clear()
+        offsets = EndOffsets(bootstrap, topic)
+        try:
+            return offsets.ends()
+        finally:
+            offsets.close()
+
+    def split(self, bootstrap: str, topic: str, start: dict, prefix: str) -> dict:
+        """The two sides' figures for the keys gone since ``start``."""
+        sent: dict[str, float] = {}        # key -> first send (a re-publish comes later)
+
+        def on_event(record, event) -> None:
+            key = lag_key(prefix, event.pk[0][1])
+            t = record.timestamp / 1000.0 - self._wall_offset
+            sent[key] = min(t, sent.get(key, t))
+
+        topic_events(bootstrap, topic, start, on_event)
+        with self._lock:
+            pairs = [(sent[k] - c, g - sent[k]) for k, (c, g) in self._gone.items() if k in sent]
+        tailer = [t * 1000 for t, _ in pairs]
+        consumer = [c * 1000 for _, c in pairs]
+        total = sum(tailer) + sum(consumer)
+        return {"split_keys": len(pairs),
+                "tailer_p50_ms": _r(percentile(tailer, 50)), "tailer_p99_ms": _r(percentile(tailer, 99)),
+                "consumer_p50_ms": _r(percentile(consumer, 50)),
+                "consumer_p99_ms": _r(percentile(consumer, 99)),
+                "consumer_share": round(sum(consumer) / total, 3) if total > 0 else None}
+
+
+def lag_key(prefix: str, row_id) -> str:
+    """The watched cache key of row ``row_id`` (the mapping's first template, ``lag:{id}``)."""
+    return f"{prefix}lag:{row_id}"
 
 
 def _rows_per_txn(rate: float) -> int:
@@ -170,7 +251,7 @@ class Harness:
         returns the commit duration."""
         ids = range(self._next_id, self._next_id + rows)
         self._next_id += rows
-        keys = [f"{self._box.prefix}lag:{row_id}" for row_id in ids]
+        keys = [lag_key(self._box.prefix, row_id) for row_id in ids]
         pipe = self._writer_redis.pipeline(transaction=False)
         for key in keys:
             pipe.set(key, b"cached", ex=600)
@@ -291,7 +372,7 @@ class Harness:
         a writer's loop is its commit (one Redis round trip less per row, on a 2-core host)."""
         pipe = self._writer_redis.pipeline(transaction=False)
         for row_id in range(first_id, first_id + count):
-            pipe.set(f"{self._box.prefix}lag:{row_id}", b"cached", ex=600)
+            pipe.set(lag_key(self._box.prefix, row_id), b"cached", ex=600)
             if len(pipe) >= PRECACHE_CHUNK:
                 pipe.execute()
         pipe.execute()
@@ -364,6 +445,7 @@ def _commit_writer(box: Sandbox, k: int, writers: int, first_id: int, rate: floa
     schedule back), until ``seconds`` are over (a writer that fell behind commits fewer);
     committed keys go to ``queue`` every SEND_EVERY_S."""
     try:
+        os.nice(WRITER_NICE)
         conn, r = box.stack.admin(box.db, autocommit=False), box.stack.redis()
         r.ping()
         queue.put(("ready", k))
@@ -379,7 +461,7 @@ def _commit_writer(box: Sandbox, k: int, writers: int, first_id: int, rate: floa
             if delay > 0:
                 time.sleep(delay)
             row_id = first_id + i * writers + k
-            key = f"{box.prefix}lag:{row_id}"     # cached beforehand (_precache)
+            key = lag_key(box.prefix, row_id)     # cached beforehand (_precache)
             with conn.cursor() as cur:
                 cur.execute("INSERT INTO lag (id, v, note) VALUES (%s, %s, %s)",
                             (row_id, row_id % 1000, f"row {row_id}"))

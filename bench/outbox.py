@@ -37,7 +37,7 @@ from cachesync.producer_outbox.publisher import KafkaPublisher
 from cachesync.config import RelaySettings
 from cachesync.producer_outbox.relay import Relay
 from cachesync.producer_outbox.relay_store import OutboxStore
-from cachesync.schema.event import encode
+from cachesync.schema.event import ENVELOPE_VERSION, decode_record, encode
 
 NAME = "outbox"
 SIZES = {"full": (50_000, 4, 15.0), "quick": (5_000, 4, 5.0)}   # rows, writers, seconds
@@ -45,10 +45,10 @@ TXN_ROWS = 50
 LATE_COMMIT = (0.1, 0.05)          # share of transactions held open, for up to this many s
 OPTIONS = RelaySettings()          # the relay's defaults: poll 0.1 s, burst 500
 PATHS = ("relay", "naive", "binlog")
-THROUGHPUT_PATHS = (*PATHS, "binlog_packed")
-PACK_ROWS = 500                    # binlog_packed: tailer.pack_rows
+THROUGHPUT_PATHS = (*PATHS, "binlog_unpacked")   # binlog_unpacked: tailer.pack_rows 1
 TARGET_EVENTS_PER_S = 10_000       # issue 17, target 4
 THROUGHPUT_TIMEOUT_S = 300
+_PACK = b'{"v":%d,"pack":' % ENVELOPE_VERSION      # how a packed record starts (encode_pack)
 _NAIVE = ("SELECT seq, event_id, aggregate_type, aggregate_id, event_type, payload, cache_keys, "
           "UNIX_TIMESTAMP(created_at), attempts FROM cachesync_outbox WHERE seq > %s "
           "ORDER BY seq LIMIT %s")
@@ -113,7 +113,8 @@ def _revoke(box: Sandbox) -> None:
 
 
 class TimedPublisher(KafkaPublisher):
-    """Records the wall-clock time of each acknowledgement, by message id."""
+    """Records the wall-clock time of each acknowledgement, by message id (every event's
+    of a pack: the record's ``id`` header is only its first event's)."""
 
     def __init__(self, bootstrap: str):
         super().__init__(bootstrap, client_id="cachesync-bench-outbox")
@@ -121,7 +122,10 @@ class TimedPublisher(KafkaPublisher):
 
     def send(self, topic, key, value, msg_id, on_ack, on_error, partition=None):
         def ack():
-            self.acked.setdefault(msg_id, time.time())
+            now = time.time()
+            ids = [e.id for e in decode_record(value)] if value.startswith(_PACK) else [msg_id]
+            for event_id in ids:
+                self.acked.setdefault(event_id, now)
             on_ack()
         super().send(topic, key, value, msg_id, on_ack=ack, on_error=on_error,
                      partition=partition)
@@ -191,18 +195,21 @@ def _start(box: Sandbox, params: MySQLParams, name: str, since: dict) -> Running
         naive = NaivePoller(params, pub, topic, box.db, since["seq"])
         running = Running(name, pub, topic, naive.stop.set, Worker(naive.run, name))
     else:
-        tailer = _binlog_tailer(box, pub, topic, since, PACK_ROWS if name == "binlog_packed" else 1)
+        tailer = _binlog_tailer(box, pub, topic, since, 1 if name == "binlog_unpacked" else None)
         running = Running(name, pub, topic, tailer.stop, Worker(tailer.run, name), tailer)
     running.worker.start()
     return running
 
 
-def _binlog_tailer(box: Sandbox, pub: TimedPublisher, topic: str, since: dict, pack_rows: int):
-    """The tailer with default settings plus tailer.outbox_tables and ``pack_rows``, from
-    ``since["gtid"]``."""
+def _binlog_tailer(box: Sandbox, pub: TimedPublisher, topic: str, since: dict,
+                   pack_rows: int | None):
+    """The tailer with default settings plus tailer.outbox_tables (and ``pack_rows`` unless
+    None), from ``since["gtid"]``."""
+    section = {"outbox_tables": f"{box.db}.cachesync_outbox"}
+    if pack_rows is not None:
+        section["pack_rows"] = pack_rows
     cfg = box.write_config({f"{box.db}.unused": {"keys": [box.prefix + "unused:{id}"]}},
-                           topic=topic, tailer={"outbox_tables": f"{box.db}.cachesync_outbox",
-                                                "pack_rows": pack_rows})
+                           topic=topic, tailer=section)
     settings = box.settings(cfg)
     MySQLCheckpointStore(mysql_params(settings).connect, settings.tailer.name).save(
         Checkpoint(since["server"], gtid=since["gtid"]))
@@ -233,8 +240,8 @@ def _throughput(box, params, n: int, runs: int) -> dict:
     out = {name: summarize(rs, ["events_per_s", "elapsed_s"]) for name, rs in results.items()}
     out["note"] = ("each path alone on the same N committed rows, time from its start until "
                    "Kafka acknowledged all N; the relay also marks published_at; the binlog "
-                   "path is the tailer with default settings (pack_rows 1) from the GTID "
-                   f"before the writes, binlog_packed the same with pack_rows {PACK_ROWS}; "
+                   "path is the tailer with default settings from the GTID before the writes, "
+                   "binlog_unpacked the same with pack_rows 1 (one record per event); "
                    "their topics are checked to hold exactly the N event ids")
     return out
 

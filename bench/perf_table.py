@@ -75,8 +75,8 @@ def _peers(p: dict | None) -> list:
                  f"rows/s" if not p.get("peers_missing") else f"peers: {p['peers_missing']}")
         target = "; ".join(f"{t['target'].split(' (')[0]}: {_met(t['met'])}" for t in fig["targets"])
         ratios = " / ".join(str(v) for v in fig["ratios"].values())
-        out.append((f"tailer vs peers, shape {shape}, {fig['rows']:,} rows, pack_rows 1",
-                    f"{_n(r['unpacked']['rows_per_s'])} rows/s = {ratios}x", peers, target, "-"))
+        out.append((f"tailer vs peers, shape {shape}, {fig['rows']:,} rows, default",
+                    f"{_n(r['contender']['rows_per_s'])} rows/s = {ratios}x", peers, target, "-"))
     return out
 
 

@@ -9,7 +9,8 @@ the same binlog range twice, alternating which goes first:
   blocking=True (plus a heartbeat so a shortfall times out): with blocking=False this
   MariaDB resets the dump connection part-way and python-mysql-replication silently
   reconnects from the original auto_position, re-reading rows (see BASELINE_NOTE);
-* contender: cachesync's Tailer (build_tailer) with ``tailer.pack_rows: PACK_ROWS``,
+* contender: cachesync's Tailer (build_tailer) with the default settings (packs of up to
+  ``tailer.pack_rows``, PACK_ROWS, rows),
   checkpoint set to the start GTID, publishing to a fresh topic, until Kafka acknowledged
   all N rows -> rows/s acked; then the topic is read back and must hold exactly the N
   row ids, once each;
@@ -31,6 +32,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 
 from bench import peers
 from bench.common import Sandbox, Worker, log, ratio, summarize, topic_events
+from cachesync.config import TailerSettings
 from cachesync.wiring import build_tailer, mysql_params
 from cachesync.producer_outbox.checkpoint import Checkpoint, MySQLCheckpointStore
 from cachesync.producer_outbox.preflight import read_server_info
@@ -52,7 +54,7 @@ WIDE_DDL = ("CREATE TABLE w (id BIGINT PRIMARY KEY, a INT NOT NULL, b VARCHAR(64
                                           ("t", "DATETIME(6) NOT NULL")))
             + ")")
 PARTITIONS = 3
-PACK_ROWS = 500                  # the contender's tailer.pack_rows
+PACK_ROWS = TailerSettings().pack_rows    # the contender runs the default settings
 BASELINE_NOTE = ("blocking=True instead of blocking=False: in non-blocking mode MariaDB "
                  "10.11 resets the binlog dump connection after ~1,600 rows and "
                  "python-mysql-replication 1.0.17 reconnects from the original auto_position "
@@ -100,7 +102,7 @@ def _table_figures(box: Sandbox, table: str, ddl: str, n: int, runs: int,
                 result = peers.read_range(what, box.stack.env, database=box.db, table=table,
                                           data=data, rows=n, server_id=box.new_server_id())
             else:
-                result = tailer_run(box, table, data, n, PACK_ROWS if what == "packed" else 1)
+                result = tailer_run(box, table, data, n, None if what == "packed" else 1)
             sides[what].append(result)
             log(f"tailer[{table}]: run {i + 1}/{runs} {result['what']}: "
                 f"{result['rows_per_s']:.0f} rows/s")
@@ -115,8 +117,8 @@ def _table_figures(box: Sandbox, table: str, ddl: str, n: int, runs: int,
         "baseline": {"name": "BinLogStreamReader(is_mariadb, auto_position, blocking=True, "
                              "only_events=rows, only_schemas) rows decoded/s",
                      "note": BASELINE_NOTE, **baseline},
-        "contender": {"name": f"Tailer.run, pack_rows {PACK_ROWS} -> N rows acked by Kafka, "
-                              "rows/s", **contender},
+        "contender": {"name": f"Tailer.run, default settings (pack_rows {PACK_ROWS}) -> N rows "
+                              "acked by Kafka, rows/s", **contender},
         "ratio_contender_to_baseline": ratio(contender["median"]["rows_per_s"],
                                              baseline["median"]["rows_per_s"]),
         "unpacked": {"name": "the same with pack_rows 1 (one record per row)", **unpacked,

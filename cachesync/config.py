@@ -274,9 +274,9 @@ class TailerSettings(_Validated):
     server_id: int = setting(88001, lo=1, hi=2**32 - 1)
     max_inflight: int = setting(20000, **AT_LEAST_1)
     checkpoint_interval_s: float = setting(0.5, **NOT_NEGATIVE)   # 0 = after every transaction
-    # > 1 packs the rows of one transaction, table and partition into one Kafka record
-    # (consumers read both forms); 1 = one record per row
-    pack_rows: int = setting(1, **AT_LEAST_1)
+    # > 1 packs rows of one table and partition into one Kafka record, across consecutive
+    # transactions with the fast reader (consumers read both forms); 1 = one record per row
+    pack_rows: int = setting(500, **AT_LEAST_1)
     # under Kafka's default 1 MB record limit
     pack_bytes: int = setting(262144, lo=1024, hi=900_000)
     # heartbeat row write interval (lag when idle); 0 = off

@@ -43,6 +43,7 @@ from pymysqlreplication.row_event import (DeleteRowsEvent, TableMapEvent, Update
                                           WriteRowsEvent)
 
 from cachesync.producer_outbox.fastrows import GIVE_UP, table_decoder
+from cachesync.schema.gtid import MARIADB, Gtid
 
 READERS = ("auto", "fast", "library")
 
@@ -191,7 +192,8 @@ class DumpConnection(pymysql.connections.Connection):
 # -- the hot events, as the library's classes -------------------------------------------
 
 class FastGtidEvent(MariadbGtidEvent):
-    """A MariaDB GTID event read by the fast path (constructor not run)."""
+    """A MariaDB GTID event read by the fast path (constructor not run); ``parsed`` is its
+    GTID as ``schema.gtid.parse_gtid`` reads ``gtid``, so the tailer does not parse it again."""
 
     def __init__(self):   # noqa: D107 -- the library's needs a packet wrapper
         pass
@@ -359,6 +361,7 @@ class DumpStreamReader(BinLogStreamReader):
         event.timestamp, event.server_id, event.gtid_seq_no = timestamp, server_id, seq
         event.domain_id, event.flags = domain, flags
         event.gtid = f"{domain}-{server_id}-{seq}"
+        event.parsed = Gtid(MARIADB, str(domain), seq, server_id)   # what parse_gtid(gtid) gives
         return event
 
     def _table_map(self, raw: bytes, timestamp: int) -> FastTableMapEvent | None:

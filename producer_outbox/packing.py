@@ -32,7 +32,7 @@ from cachesync.schema.partition import partition_for
 
 
 PACK_LINGER_S = 0.005           # an open pack waits at most this long for more rows
-_PARTITION_CACHE = 100_000      # keys whose partition is remembered (cleared when full)
+_PARTITION_CACHE = 10_000       # keys whose partition is remembered (cleared when full: ~2 MB)
 
 
 @dataclass

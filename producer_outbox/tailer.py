@@ -267,7 +267,8 @@ class Tailer(GroupPublishing):
                     # reconnects silently): restart from the stored checkpoint rather
                     # than declare half a transaction done.
                     raise RetryableError(f"binlog stream broke inside transaction {ctx.position}")
-                gtid, before = parse_gtid(event.gtid), gtid_state.ordinal
+                gtid = getattr(event, "parsed", None) or parse_gtid(event.gtid)
+                before = gtid_state.ordinal
                 gtid_state.add(gtid)
                 if gtid_state.ordinal <= before:
                     self._version_not_newer(gtid, before, gtid_state.ordinal)

@@ -9,7 +9,7 @@ import logging
 
 import pytest
 
-from cachesync.schema.event import decode, encode
+from cachesync.schema.event import encode
 from cachesync.schema.keys import version_key
 from tests.support import wait_for
 
@@ -82,7 +82,7 @@ def test_a_version_going_backwards_invalidates_and_a_stale_replay_stays_refused(
     assert json.loads(lab.redis.get(key))["name"] == "six"
     # a true stale replay of the first change (under a new id, so dedup lets it through)
     # is refused by the fence as before, not counted as a version going backwards
-    first = next(decode(r.value) for r in lab.topic_records() if decode(r.value).op == "insert")
+    first = next(e.event for e in lab.topic_events() if e.event.op == "insert")
     lab.produce_raw(encode(dataclasses.replace(first, id=first.id + "-replayed")))
     wait_for(lambda: engine.stats.fenced == 1, 60, what="the stale replay refused")
     assert json.loads(lab.redis.get(key))["name"] == "six"

@@ -45,7 +45,7 @@ def purge_all_but_a_new_binlog(lab) -> None:
 
 def records_of(lab, pk: int) -> int:
     key = f"{lab.db}.users:{pk}".encode()
-    return sum(1 for r in lab.topic_records() if r.key == key)
+    return sum(1 for e in lab.topic_events() if e.key == key)
 
 
 GAP_KEYS = ("user:1", "user:email:a@x", "user:email:b@x")

@@ -46,8 +46,8 @@ def test_inserted_rows_go_out_as_their_events_and_purges_are_ignored(outbox):
     with lab.stack.admin(lab.db, autocommit=False) as conn:   # a marker after the purge
         marker = emit(conn, "leaderboard", 2, "score_changed", {}, keys=[lab.prefix + "x"])
         conn.commit()
-    wait_for(lambda: marker in record_ids(lab.topic_records()), 60, what="the marker event")
-    records = lab.topic_records()
+    wait_for(lambda: marker in record_ids(lab.topic_events()), 60, what="the marker event")
+    records = lab.topic_events()
     assert sorted(record_ids(records)) == sorted([event_id, marker])   # nothing for the purge
     first = next(r for r in records if dict(r.headers)["id"].decode() == event_id)
     assert first.key.decode() == f"{lab.db}.leaderboard:1"
@@ -72,9 +72,9 @@ def test_ids_are_the_relays_so_switching_modes_applies_each_event_once(outbox):
                                 keys=[f"{lab.prefix}board:{i % 3}"]))
             if i % 5 == 4:
                 conn.commit()
-    wait_for(lambda: len(lab.topic_records()) == 20, 60, what="the tailer's 20 events")
+    wait_for(lambda: len(lab.topic_events()) == 20, 60, what="the tailer's 20 events")
     lab.spawn("relay", cfg)                   # then the relay publishes the same rows
-    wait_for(lambda: len(lab.topic_records()) == 40, 60, what="the relay's 20 events")
+    wait_for(lambda: len(lab.topic_events()) == 40, 60, what="the relay's 20 events")
     records = lab.settled_records(engine)
     by_source: dict[str, list] = {}
     for r in records:
@@ -99,9 +99,9 @@ def test_concurrent_writers_with_late_commits_keep_aggregate_order(outbox):
     with Writers(lab, 4, aggregates=8, shared=True, late=0.3) as writers:
         wait_for(lambda: len(writers.committed) >= 300, 120, what="300 committed events")
     committed = dict(writers.committed)
-    wait_for(lambda: set(committed) <= set(record_ids(lab.topic_records())), 60,
+    wait_for(lambda: set(committed) <= set(record_ids(lab.topic_events())), 60,
              interval=0.5, what="every committed event on Kafka")
-    records = lab.topic_records()
+    records = lab.topic_events()
     ids = record_ids(records)
     assert sorted(ids) == sorted(committed)            # no loss, no duplicate, no rollback
     assert_first_deliveries_in_aggregate_order(records, committed)
@@ -132,8 +132,8 @@ def test_tailer_killed_9_at_random_loses_nothing(outbox):
     rng = random.Random()
     with Writers(lab, 4, aggregates=4, late=0.2) as writers:
         for _ in range(3):
-            before = len(lab.topic_records())
-            wait_for(lambda: len(lab.topic_records()) > before + 20, 60,
+            before = len(lab.topic_events())
+            wait_for(lambda: len(lab.topic_events()) > before + 20, 60,
                      what="progress before a kill")
             time.sleep(rng.uniform(0.0, 0.5))
             lab.kill9(tailer)
@@ -141,7 +141,7 @@ def test_tailer_killed_9_at_random_loses_nothing(outbox):
             tailer = lab.spawn("tail", cfg)
         wait_for(lambda: len(writers.committed) >= 200, 60, what="200 committed events")
     committed = dict(writers.committed)
-    missing = lambda: set(committed) - set(record_ids(lab.topic_records()))   # noqa: E731
+    missing = lambda: set(committed) - set(record_ids(lab.topic_events()))   # noqa: E731
     try:
         wait_for(lambda: not missing(), 90, interval=0.5, what="every committed event on Kafka")
     except TimeoutError:

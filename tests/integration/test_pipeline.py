@@ -81,7 +81,7 @@ def test_tailer_kill_9_mid_stream_loses_nothing_and_duplicates_are_skipped(lab, 
     writer.start()
     committed = writer.committed
     wait_for(lambda: len(committed) >= 300, what="writes before the kill")
-    wait_for(lambda: len(lab.topic_records()) >= 150, interval=0.5, what="publishing before the kill")
+    wait_for(lambda: len(lab.topic_events()) >= 150, interval=0.5, what="publishing before the kill")
     lab.kill9(tailer)
     wait_for(lambda: len(committed) >= 900, what="writes while the tailer is down")
     lab.start_tailer(cfg)
@@ -161,4 +161,4 @@ def test_a_dropped_binlog_connection_resumes_without_replaying_history(pipeline)
     lab.cache("user:201")
     lab.sql("INSERT INTO users VALUES (201, '201@x', 'n')")
     wait_for(lambda: not lab.cached("user:201"), 60, what="invalidation after the reconnect")
-    assert len(lab.topic_records()) == 201       # nothing before the drop was published again
+    assert len(lab.topic_events()) == 201       # nothing before the drop was published again

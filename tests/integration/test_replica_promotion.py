@@ -154,7 +154,7 @@ def test_the_tailer_reads_the_replica_and_resumes_on_the_promoted_replica(pair):
              what="Redis to hold exactly the new primary's rows")
 
     ids: dict[tuple[str, int], set[str]] = {}
-    records = lab.topic_records()
+    records = lab.topic_events()
     for record in records:
         event = decode(record.value)
         ids.setdefault((event.source.position, event.source.row_index), set()).add(event.id)

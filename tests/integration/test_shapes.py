@@ -37,7 +37,7 @@ def test_composite_binary_and_unicode_primary_keys(lab):
     lab.sql("INSERT INTO docs VALUES ('zürich-東京', x'00ff10', 't1'), ('a,b', x'2c', 't2')")
     wait_for(lambda: not lab.cached("doc:zürich-東京:0x00ff10", "doc:a,b:0x2c"),
              what="composite/binary/unicode keys invalidated")
-    keys = {r.key.decode() for r in lab.topic_records()}
+    keys = {e.key.decode() for e in lab.topic_events()}
     assert keys == {f"{lab.db}.docs:zürich-東京,0x00ff10", f"{lab.db}.docs:a\\,b,0x2c"}
     assert engine.stats.dead_lettered == 0
 

@@ -81,4 +81,4 @@ def test_reused_table_id_after_restart_never_poisons_the_cache(lab):
     wait_for(lambda: cached_value(lab, "acct:1") == {"id": 1, "name": "cy", "version": 3},
              what="a later update of acct applied, not fenced out")
     assert engine.stats.fenced == 0
-    assert all(r.key.decode().startswith(f"{lab.db}.acct:") for r in lab.topic_records())
+    assert all(e.key.decode().startswith(f"{lab.db}.acct:") for e in lab.topic_events())

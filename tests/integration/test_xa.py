@@ -61,7 +61,7 @@ def test_xa_rollback_publishes_nothing(pipeline):
     lab.sql("XA ROLLBACK 'x2'")
     marker(lab, 101)
     assert value(lab) == b'{"id":1,"name":"committed"}'
-    assert not any(b"never" in r.value for r in lab.topic_records())
+    assert not any(b"never" in e.value for e in lab.topic_events())
 
 
 def test_xa_commit_one_phase(pipeline):
@@ -86,8 +86,8 @@ def test_tailer_killed_between_prepare_and_commit_loses_nothing(pipeline):
     lab.start_tailer(cfg)
     wait_for(lambda: value(lab) == b'{"id":1,"name":"after kill"}'
              and value(lab, "acct:2") == b'{"id":2,"name":"new"}', what="both XA rows published")
-    records = [r for r in lab.topic_records() if b"after kill" in r.value]
-    assert len(records) == 1        # published once, after the commit only
+    events = [e for e in lab.topic_events() if b"after kill" in e.value]
+    assert len(events) == 1        # published once, after the commit only
 
 
 def test_a_prepared_transaction_over_the_buffer_invalidates_its_tables_at_commit(lab):
@@ -101,6 +101,6 @@ def test_a_prepared_transaction_over_the_buffer_invalidates_its_tables_at_commit
     assert lab.cached("acct:500", "acct:501") == ["acct:500", "acct:501"]   # nothing at PREPARE
     lab.sql("XA COMMIT 'big'")
     wait_for(lambda: not lab.cached("acct:500", "acct:501"), what="acct invalidated at COMMIT")
-    assert not any(b"bulk" in r.value for r in lab.topic_records())      # no row was held
+    assert not any(b"bulk" in e.value for e in lab.topic_events())      # no row was held
     assert "over tailer.xa_buffer_rows" in lab.log(tailer)
     wait_for(lambda: engine.stats.table_invalidations >= 1, what="a table-level invalidation")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 import os
 import re
 import signal
@@ -21,6 +22,9 @@ from kafka.admin import NewTopic
 from kafka.errors import TopicAlreadyExistsError
 
 from cachesync import config
+from cachesync.consumer.core.delivery import element_bytes
+from cachesync.schema.event import ChangeEvent, decode_record
+from cachesync.schema.keys import kafka_key
 from cachesync.devstack import DevStack, wait_for  # noqa: F401 (tests import wait_for from here)
 from cachesync.wiring import build_engine
 
@@ -161,16 +165,28 @@ class Lab:
         consumer.close()
         return out
 
-    def settled_records(self, engine, timeout_s: float = 60.0) -> list:
-        """The change topic once ``engine`` has consumed exactly what it holds.
+    def topic_events(self, topic: str | None = None, **options) -> list["Delivered"]:
+        """Every event in ``topic`` (default: the change topic), a pack's one by one, in record
+        order: what ``topic_records`` gives, per event instead of per record."""
+        out = []
+        for record in self.topic_records(topic, **options):
+            events = decode_record(record.value)
+            for index, event in enumerate(events):
+                out.append(Delivered(record, event, element_bytes(
+                    record, index if len(events) > 1 else None)))
+        return out
+
+    def settled_records(self, engine, timeout_s: float = 60.0) -> list["Delivered"]:
+        """The change topic's events (``topic_events``) once ``engine`` has consumed exactly
+        what it holds.
 
         Late re-publishes (a producer killed after its send, before its checkpoint or
         mark) can land after the work looks finished; waiting for the two counts to
         meet gives a snapshot the consumer's stats can be compared with.
         """
         def snapshot():
-            records = self.topic_records()
-            return records if engine.stats.consumed == len(records) else None
+            events = self.topic_events()
+            return events if engine.stats.consumed == len(events) else None
         return wait_for(snapshot, timeout_s, interval=0.5, what="the consumer to read every record")
 
     def produce_raw(self, value: bytes, key: bytes = b"garbage") -> None:
@@ -356,3 +372,29 @@ def status_of(addr: str, path: str) -> int:
 def http_get(url: str) -> str:
     with urllib.request.urlopen(url, timeout=10) as response:
         return response.read().decode()
+
+
+@dataclass(frozen=True)
+class Delivered:
+    """One event of a topic as if it had been sent alone (packs unpacked): the record's
+    partition and offset, the event's own ``id`` header, Kafka key and bytes."""
+
+    record: object          # the ConsumerRecord that carried it
+    event: ChangeEvent
+    value: bytes
+
+    @property
+    def partition(self) -> int:
+        return self.record.partition
+
+    @property
+    def offset(self) -> int:
+        return self.record.offset
+
+    @property
+    def headers(self) -> list[tuple[str, bytes]]:
+        return [("id", self.event.id.encode("ascii"))]
+
+    @property
+    def key(self) -> bytes:
+        return kafka_key(self.event.db, self.event.table, self.event.pk).encode("utf-8")

@@ -15,10 +15,12 @@ from pymysqlreplication.row_event import WriteRowsEvent
 
 from cachesync.config import TailerSettings
 from cachesync.producer_outbox.checkpoint import Checkpoint
-from cachesync.producer_outbox.dumpstream import DumpConnection, _length_coded, reader_kind
+from cachesync.producer_outbox.dumpstream import (_BODY, DumpConnection, DumpStreamReader,
+                                                  _length_coded, reader_kind)
 from cachesync.producer_outbox.mysql import MySQLParams
 from cachesync.producer_outbox.tailer import Tailer, TailerOptions
 from cachesync.schema.event import decode_record
+from cachesync.schema.gtid import parse_gtid
 from cachesync.schema.mapping import parse_mappings
 from tests.support.binlog import MARIADB, _Checkpoints, _Stream, mariadb_gtid, rows, u, \
     with_table_maps, xid
@@ -82,6 +84,14 @@ def test_the_reader_is_idle_only_when_the_buffer_is_empty():
     conn.next_raw()
     conn.next_raw()
     assert idle == [0]       # before the first read only; a half-read packet is not idle
+
+
+@pytest.mark.parametrize("domain,server,seq", [(0, 1, 42), (7, 4294967295, 2**64 - 1), (12, 3, 1)])
+def test_a_gtid_event_carries_the_gtid_its_text_parses_to(domain, server, seq):
+    raw = bytes(_BODY) + struct.pack("<QIB", seq, domain, 0)
+    event = DumpStreamReader._gtid(raw, 1700000000, server)
+    assert event.gtid == f"{domain}-{server}-{seq}"
+    assert event.parsed == parse_gtid(event.gtid) and str(event.parsed) == event.gtid
 
 
 def test_length_coded_integers():

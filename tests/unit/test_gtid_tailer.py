@@ -20,7 +20,7 @@ from tests.support.binlog import (MAPPINGS, MARIADB, MYSQL, OTHER, UUID, _Checkp
 def tail(events, info, start_gtid):
     publisher, checkpoints = _Publisher(), _Checkpoints()
     tailer = Tailer(MySQLParams("h", 1, "u", "p"), publisher, checkpoints, MAPPINGS,
-                    TailerOptions("t", TailerSettings(checkpoint_interval_s=0)))
+                    TailerOptions("t", TailerSettings(checkpoint_interval_s=0, pack_rows=1)))
     tailer._loop(_Stream(with_table_maps(events)), info, Checkpoint(info.identity, start_gtid, "binlog.000003", 4))
     tailer._save_checkpoint()
     return publisher.sent, [cp.gtid for cp in checkpoints.saved]
@@ -112,7 +112,7 @@ def test_a_gtid_that_does_not_advance_the_history_is_counted_and_logged(caplog):
     that transaction are not newer, which the tailer says rather than keeps quiet."""
     publisher, checkpoints = _Publisher(), _Checkpoints()
     tailer = Tailer(MySQLParams("h", 1, "u", "p"), publisher, checkpoints, MAPPINGS,
-                    TailerOptions("t", TailerSettings(checkpoint_interval_s=0)))
+                    TailerOptions("t", TailerSettings(checkpoint_interval_s=0, pack_rows=1)))
     events = [mariadb_gtid(0, 1, 42), rows(WriteRowsEvent, u(1, "a@x")), xid(1),
               mariadb_gtid(0, 2, 40), rows(WriteRowsEvent, u(2, "b@x")), xid(2)]
     tailer._loop(_Stream(with_table_maps(events)), MARIADB, Checkpoint(MARIADB.identity, "0-1-41"))
@@ -133,7 +133,7 @@ def test_gtid_inside_an_open_transaction_restarts_from_the_checkpoint():
 ])
 def test_resume_asks_the_server_by_gtid(info, gtid, is_mariadb):
     tailer = Tailer(MySQLParams("h", 1, "u", "p"), _Publisher(), _Checkpoints(), MAPPINGS,
-                    TailerOptions("t"))
+                    TailerOptions("t", TailerSettings(pack_rows=1)))
     stream = tailer._open_stream(info, Checkpoint(info.identity, gtid, "binlog.000003", 4))
     assert (stream.auto_position, stream.is_mariadb) == (gtid, is_mariadb)
 
@@ -184,5 +184,5 @@ class _Server:
 def test_first_start_on_mysql_begins_at_gtid_executed(status, mode, executed, expected):
     server = _Server({"SELECT @@GLOBAL.gtid_mode, @@GLOBAL.gtid_executed": (mode, executed),
                       status: ("binlog.000007", 1234)})
-    tailer = Tailer(server, _Publisher(), _Checkpoints(), MAPPINGS, TailerOptions("t"))
+    tailer = Tailer(server, _Publisher(), _Checkpoints(), MAPPINGS, TailerOptions("t", TailerSettings(pack_rows=1)))
     assert tailer._current_position(MYSQL) == Checkpoint(UUID, expected, "binlog.000007", 1234)

@@ -40,7 +40,7 @@ def test_the_tailer_publishes_trimmed_images():
     event = rows(WriteRowsEvent, {"id": 1, "email": "a@x", "bio": "x" * 100})
     publisher = _Publisher()
     tailer = Tailer(MySQLParams("h", 1, "u", "p"), publisher, _Checkpoints(), MAPPINGS,
-                    TailerOptions("t", TailerSettings(checkpoint_interval_s=0)))
+                    TailerOptions("t", TailerSettings(checkpoint_interval_s=0, pack_rows=1)))
     tailer._loop(_Stream(with_table_maps([mariadb_gtid(0, 1, 9), event, xid(1)])), MARIADB,
                  Checkpoint(MARIADB.identity, "0-1-8", "b.1", 4))
     assert [e.after for _, e in publisher.sent] == [{"id": 1, "email": "a@x"}]
@@ -50,7 +50,8 @@ def test_an_oversized_row_goes_out_invalidate_only():
     event = rows(WriteRowsEvent, {"id": 1, "email": "a" * 2000})
     publisher = _Publisher()
     tailer = Tailer(MySQLParams("h", 1, "u", "p"), publisher, _Checkpoints(), MAPPINGS,
-                    TailerOptions("t", TailerSettings(checkpoint_interval_s=0), max_record_bytes=1000))
+                    TailerOptions("t", TailerSettings(checkpoint_interval_s=0, pack_rows=1),
+                                 max_record_bytes=1000))
     tailer._loop(_Stream(with_table_maps([mariadb_gtid(0, 1, 9), event, xid(1)])), MARIADB,
                  Checkpoint(MARIADB.identity, "0-1-8", "b.1", 4))
     (_, sent), = publisher.sent
@@ -90,7 +91,7 @@ def test_permanent_kafka_errors_are_fatal_not_retried(publisher, expected):
     events = [mariadb_gtid(0, 1, 9), rows(WriteRowsEvent, {"id": 1, "email": "a"}), xid(1),
               mariadb_gtid(0, 1, 10), rows(WriteRowsEvent, {"id": 2, "email": "b"}), xid(2)]
     tailer = Tailer(MySQLParams("h", 1, "u", "p"), publisher, _Checkpoints(), MAPPINGS,
-                    TailerOptions("t", TailerSettings(checkpoint_interval_s=0)))
+                    TailerOptions("t", TailerSettings(checkpoint_interval_s=0, pack_rows=1)))
     with pytest.raises(expected) as raised:
         tailer._loop(_Stream(with_table_maps(events)), MARIADB,
                      Checkpoint(MARIADB.identity, "0-1-8", "b.1", 4))
