@@ -11,6 +11,7 @@ from cachesync.producer_outbox.mysql import MySQLParams, Session, ensure_state_t
 
 # Bounds the size of one statement; a batch of N ids costs ceil(N / this) round trips.
 CLAIM_CHUNK = 1000
+MSG_ID_MAX = 64                 # cachesync_dedup.msg_id VARCHAR(64) CHARACTER SET ascii
 
 
 class MySQLDedupStore:
@@ -44,13 +45,21 @@ class MySQLDedupStore:
         row = (f"({esc(self._ns)}, %s, 'claimed', {esc(token)}, "
                f"NOW(6) + INTERVAL {int(lease_s * 1_000_000)} MICROSECOND)")
         values = ", ".join([row] * len(ids))
-        # Take over only expired claims. Both assignments test the same condition on
+        columns = "INTO cachesync_dedup (ns, msg_id, status, claim_token, claimed_until)"
+        if all(len(i) <= MSG_ID_MAX and i.isascii() for i in ids):
+            # The common case is a batch of new ids. IGNORE skips the rows that exist
+            # and the count says how many were added: all of them means every id is
+            # ours, with no second statement. IGNORE would also truncate an over-long
+            # or non-ASCII id into another one, hence the check above.
+            if cur.execute(f"INSERT IGNORE {columns} VALUES {values}", list(ids)) == len(ids):
+                return dict.fromkeys(ids, ClaimState.OWNED)
+        # Some ids existed (the rows just added are ours and stay as they are). Take over
+        # only expired claims. Both assignments test the same condition on
         # the old row and claimed_until comes last, so the result does not depend on
         # whether the server evaluates assignments in order or simultaneously.
         expired = "status = 'claimed' AND claimed_until < NOW(6)"
         cur.execute(
-            "INSERT INTO cachesync_dedup (ns, msg_id, status, claim_token, claimed_until) "
-            f"VALUES {values} ON DUPLICATE KEY UPDATE "
+            f"INSERT {columns} VALUES {values} ON DUPLICATE KEY UPDATE "
             f"claim_token = IF({expired}, VALUES(claim_token), claim_token), "
             f"claimed_until = IF({expired}, VALUES(claimed_until), claimed_until)", list(ids))
         # Every id has a row now; only those not claimed under ``token`` come back (usually

@@ -99,6 +99,25 @@ def test_an_expired_claim_is_taken_over(make_store, request):
     assert dict(make_store().claim(["z"], lease_s=30)[1]) == {"z": D}
 
 
+def test_a_batch_mixing_new_done_busy_and_expired_ids(make_store):
+    """The MySQL store claims an all-new batch in one statement and falls back to the
+    full claim when some ids exist: each id still gets its own state."""
+    first, second = make_store(), make_store()
+    token, _ = first.claim(["done"], lease_s=30)
+    first.confirm(token, ["done"])
+    first.claim(["busy"], lease_s=30)
+    first.claim(["expired"], lease_s=0.2)
+    if isinstance(first, MemoryDedupStore):
+        first._clock = lambda: time.monotonic() + 1   # no real waiting for the in-memory clock
+    else:
+        time.sleep(0.3)   # the lease is measured by the server's clock: let it pass
+    token, states = second.claim(["new-1", "done", "busy", "expired", "new-2"], lease_s=30)
+    assert dict(states) == {"new-1": O, "done": D, "busy": B, "expired": O, "new-2": O}
+    second.confirm(token, ["new-1", "expired", "new-2"])
+    _, states = make_store().claim(["new-1", "expired", "new-2", "busy"], lease_s=30)
+    assert dict(states) == {"new-1": D, "expired": D, "new-2": D, "busy": B}
+
+
 def test_batches_larger_than_one_statement(make_store):
     ids = [f"id-{i}" for i in range(CLAIM_CHUNK * 2 + 5)]
     store = make_store()
