@@ -22,7 +22,17 @@ def assignment(lab) -> dict[str, list[int]]:
     return lab.stack.group_assignment(f"g-{lab.suffix}")
 
 
-def consumers(lab, static: bool) -> tuple[list[str], list]:
+def settled(lab) -> dict[str, list[int]] | None:
+    """The group's assignment once both consumers are in and every partition is assigned."""
+    found = assignment(lab)
+    if len(found) == 2 and sorted(p for ps in found.values() for p in ps) == [0, 1, 2]:
+        return found
+    return None
+
+
+def consumers(lab, static: bool) -> tuple[list[str], list, dict[str, list[int]]]:
+    """Two ``consume`` processes in one group; returns their configs, processes and the
+    settled assignment (read while the group was Stable, never the ``{}`` of a rebalance)."""
     lab.sql("CREATE TABLE users (id BIGINT PRIMARY KEY, email VARCHAR(64), name VARCHAR(32))")
     configs = []
     for n in (1, 2):
@@ -32,14 +42,13 @@ def consumers(lab, static: bool) -> tuple[list[str], list]:
         configs.append(cfg)
     lab.start_tailer(configs[0])
     procs = [lab.spawn("consume", cfg) for cfg in configs]
-    wait_for(lambda: len(assignment(lab)) == 2 and
-             sorted(p for ps in assignment(lab).values() for p in ps) == [0, 1, 2],
-             60, interval=0.5, what="both consumers in the group, every partition assigned")
+    before = wait_for(lambda: settled(lab), 60, interval=0.5,
+                      what="both consumers in the group, every partition assigned")
     pipe = lab.redis.pipeline(transaction=False)
     for i in range(CACHED):
         pipe.set(f"{lab.prefix}user:{i}", b"cached", ex=600)
     pipe.execute()
-    return configs, procs
+    return configs, procs, before
 
 
 def all_committed_invalidated(lab, writer: UsersWriter) -> None:
@@ -47,8 +56,7 @@ def all_committed_invalidated(lab, writer: UsersWriter) -> None:
 
 
 def test_a_static_member_killed_and_restarted_gets_its_own_partitions_back(lab):
-    configs, procs = consumers(lab, static=True)
-    before = assignment(lab)
+    configs, procs, before = consumers(lab, static=True)
     writer = UsersWriter(lab, rows_per_txn=1)
     writer.start()
     try:
@@ -65,7 +73,7 @@ def test_a_static_member_killed_and_restarted_gets_its_own_partitions_back(lab):
 
 
 def test_a_dynamic_member_killed_for_good_hands_its_partitions_to_the_survivor(lab):
-    _, procs = consumers(lab, static=False)
+    _, procs, _ = consumers(lab, static=False)
     writer = UsersWriter(lab, rows_per_txn=1)
     writer.start()
     try:

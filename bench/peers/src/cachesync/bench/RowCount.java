@@ -37,9 +37,11 @@ final class RowCount {
 
     /** Prints the figures as one JSON line and ends the process: setup_s is the time before the first row. */
     void printAndExit(String reader) {
+        // seconds to the microsecond: for a short range (2,000 rows in 3 ms) four decimals
+        // disagree with rows_per_s by more than 1 %
         double seconds = (lastNanos - firstNanos) / 1e9;
         System.out.println(String.format(Locale.ROOT,
-                "{\"reader\":\"%s\",\"rows\":%d,\"seconds\":%.4f,\"rows_per_s\":%.1f,\"setup_s\":%.4f,"
+                "{\"reader\":\"%s\",\"rows\":%d,\"seconds\":%.6f,\"rows_per_s\":%.1f,\"setup_s\":%.4f,"
                         + "\"ops\":{\"insert\":%d,\"update\":%d,\"delete\":%d}}",
                 reader, seen, seconds, seconds > 0 ? seen / seconds : 0.0, (firstNanos - startNanos) / 1e9,
                 ops[INSERT], ops[UPDATE], ops[DELETE]));
