@@ -37,7 +37,7 @@ from cachesync.producer_outbox.publisher import KafkaPublisher
 from cachesync.config import RelaySettings
 from cachesync.producer_outbox.relay import Relay
 from cachesync.producer_outbox.relay_store import OutboxStore
-from cachesync.schema.event import ENVELOPE_VERSION, decode_record, encode
+from cachesync.schema.event import PACK_PREFIX, decode_record, encode
 
 NAME = "outbox"
 SIZES = {"full": (50_000, 4, 15.0), "quick": (5_000, 4, 5.0)}   # rows, writers, seconds
@@ -48,7 +48,6 @@ PATHS = ("relay", "naive", "binlog")
 THROUGHPUT_PATHS = (*PATHS, "binlog_unpacked")   # binlog_unpacked: tailer.pack_rows 1
 TARGET_EVENTS_PER_S = 10_000       # issue 17, target 4
 THROUGHPUT_TIMEOUT_S = 300
-_PACK = b'{"v":%d,"pack":' % ENVELOPE_VERSION      # how a packed record starts (encode_pack)
 _NAIVE = ("SELECT seq, event_id, aggregate_type, aggregate_id, event_type, payload, cache_keys, "
           "UNIX_TIMESTAMP(created_at), attempts FROM cachesync_outbox WHERE seq > %s "
           "ORDER BY seq LIMIT %s")
@@ -123,7 +122,7 @@ class TimedPublisher(KafkaPublisher):
     def send(self, topic, key, value, msg_id, on_ack, on_error, partition=None):
         def ack():
             now = time.time()
-            ids = [e.id for e in decode_record(value)] if value.startswith(_PACK) else [msg_id]
+            ids = [e.id for e in decode_record(value)] if value.startswith(PACK_PREFIX) else [msg_id]
             for event_id in ids:
                 self.acked.setdefault(event_id, now)
             on_ack()

@@ -17,6 +17,7 @@ ENVELOPE_VERSION = 1
 # table event as ``unsupported_version``; this consumer reads both.
 TABLE_ENVELOPE_VERSION = 2
 SUPPORTED_VERSIONS = frozenset({1, 2})
+PACK_PREFIX = b'{"v":%d,"pack":' % ENVELOPE_VERSION     # how every packed record starts
 
 Op = Literal["insert", "update", "delete", "truncate"]
 ROW_OPS = frozenset({"insert", "update", "delete"})
@@ -122,7 +123,7 @@ def encode_pack(encoded: Sequence[bytes]) -> bytes:
     (``tailer.pack_rows``) so that Kafka carries one record per pack instead of
     one per row; every element keeps its own id, so dedup stays per row.
     """
-    return b'{"v":%d,"pack":[' % ENVELOPE_VERSION + b",".join(encoded) + b"]}"
+    return PACK_PREFIX + b"[" + b",".join(encoded) + b"]}"
 
 
 def decode(raw: bytes) -> ChangeEvent:

@@ -85,13 +85,18 @@ def test_confirm_of_an_unclaimed_or_foreign_done_id_changes_nothing(make_store):
     assert dict(states) == {"z": D}                       # still done
 
 
+def let_leases_expire(store) -> None:
+    """Past a 0.2 s lease: the in-memory store's clock moves on, a server's is waited for."""
+    if isinstance(store, MemoryDedupStore):
+        store._clock = lambda: time.monotonic() + 1   # no real waiting for the in-memory clock
+    else:
+        time.sleep(0.3)   # the lease is measured by the server's clock: let it pass
+
+
 def test_an_expired_claim_is_taken_over(make_store, request):
     first, second = make_store(), make_store()
     first.claim(["z"], lease_s=0.2)
-    if isinstance(first, MemoryDedupStore):
-        first._clock = lambda: time.monotonic() + 1   # no real waiting for the in-memory clock
-    else:
-        time.sleep(0.3)   # the lease is measured by the server's clock: let it pass
+    let_leases_expire(first)
     token, states = second.claim(["z"], lease_s=30)
     assert dict(states) == {"z": O}
     assert dict(make_store().claim(["z"], lease_s=30)[1]) == {"z": B}   # the takeover renewed the lease
@@ -107,10 +112,7 @@ def test_a_batch_mixing_new_done_busy_and_expired_ids(make_store):
     first.confirm(token, ["done"])
     first.claim(["busy"], lease_s=30)
     first.claim(["expired"], lease_s=0.2)
-    if isinstance(first, MemoryDedupStore):
-        first._clock = lambda: time.monotonic() + 1   # no real waiting for the in-memory clock
-    else:
-        time.sleep(0.3)   # the lease is measured by the server's clock: let it pass
+    let_leases_expire(first)
     token, states = second.claim(["new-1", "done", "busy", "expired", "new-2"], lease_s=30)
     assert dict(states) == {"new-1": O, "done": D, "busy": B, "expired": O, "new-2": O}
     second.confirm(token, ["new-1", "expired", "new-2"])

@@ -22,8 +22,7 @@ from kafka.admin import NewTopic
 from kafka.errors import TopicAlreadyExistsError
 
 from cachesync import config
-from cachesync.consumer.core.delivery import element_bytes
-from cachesync.schema.event import ChangeEvent, decode_record
+from cachesync.schema.event import ChangeEvent, decode_record, pack_elements
 from cachesync.schema.keys import kafka_key
 from cachesync.devstack import DevStack, wait_for  # noqa: F401 (tests import wait_for from here)
 from cachesync.wiring import build_engine
@@ -171,9 +170,9 @@ class Lab:
         out = []
         for record in self.topic_records(topic, **options):
             events = decode_record(record.value)
-            for index, event in enumerate(events):
-                out.append(Delivered(record, event, element_bytes(
-                    record, index if len(events) > 1 else None)))
+            # a pack's elements split once per record, as the consumer core tells packs apart
+            values = pack_elements(record.value) if len(events) > 1 else [record.value]
+            out.extend(Delivered(record, e, v) for e, v in zip(events, values))
         return out
 
     def settled_records(self, engine, timeout_s: float = 60.0) -> list["Delivered"]:
