@@ -309,12 +309,14 @@ class Sandbox:
                 cur.execute(f"REVOKE SELECT ON `{self.db}`.* FROM cachesync@'127.0.0.1'")
                 cur.execute(f"DROP DATABASE IF EXISTS `{self.db}`")
             cur.execute("SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = "
-                        "'cachesync' AND table_name IN ('cachesync_checkpoint', 'cachesync_dedup')")
-            if cur.fetchone()[0] == 2:
+                        "'cachesync' AND table_name IN ('cachesync_checkpoint', 'cachesync_dedup', "
+                        "'cachesync_dedup_done')")
+            if cur.fetchone()[0] == 3:
                 for name in self.tailer_names:
                     cur.execute("DELETE FROM cachesync.cachesync_checkpoint WHERE name = %s", (name,))
                 for group in self.groups:   # the dedup namespace is the group id
-                    cur.execute("DELETE FROM cachesync.cachesync_dedup WHERE ns = %s", (group,))
+                    for table in ("cachesync_dedup", "cachesync_dedup_done"):
+                        cur.execute(f"DELETE FROM cachesync.{table} WHERE ns = %s", (group,))
 
     def _drop_kafka(self) -> None:
         admin = self.stack.kafka_admin()

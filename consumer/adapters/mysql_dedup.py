@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import datetime
 import uuid
+from collections import OrderedDict
 from typing import Mapping, Sequence
 
 from cachesync.consumer.core.dedup import ClaimState
@@ -12,40 +14,75 @@ from cachesync.producer_outbox.mysql import MySQLParams, Session, ensure_state_t
 # Bounds the size of one statement; a batch of N ids costs ceil(N / this) round trips.
 CLAIM_CHUNK = 1000
 MSG_ID_MAX = 64                 # cachesync_dedup.msg_id VARCHAR(64) CHARACTER SET ascii
+HELD_MAX = 16                   # claims remembered until their confirm (one per batch in flight)
+
+# An id row and its claim's confirmation, if any (the purge and counts read both).
+_JOINED = ("cachesync_dedup d LEFT JOIN cachesync_dedup_done c "
+           "ON c.ns = d.ns AND c.claim_token = d.claim_token")
+_IS_DONE = "(d.status = 'done' OR c.claim_token IS NOT NULL)"
+
+
+def rows_sql(schema: str = "") -> str:
+    """A derived table of the dedup records as a reader sees them: ``ns, msg_id, status,
+    claim_token, claimed_until, done_at``, with status and done_at taken from the
+    confirmed claim where the id's own row still says 'claimed'. ``schema`` qualifies
+    the tables (the state database) for connections that have another default."""
+    q = f"`{schema}`." if schema else ""
+    return (f"(SELECT d.ns, d.msg_id, IF({_IS_DONE}, 'done', 'claimed') AS status, "
+            "d.claim_token, d.claimed_until, "
+            "IF(d.status = 'done', d.done_at, c.done_at) AS done_at "
+            f"FROM {q}cachesync_dedup d LEFT JOIN {q}cachesync_dedup_done c "
+            "ON c.ns = d.ns AND c.claim_token = d.claim_token) AS cachesync_dedup_rows")
 
 
 class MySQLDedupStore:
     """``cachesync_dedup`` rows keyed by (namespace, message id).
 
-    A claim inserts new ids and takes over expired claims in one statement; the
-    row's ``claim_token`` then tells whose claim it is. Done rows are never
-    re-claimed: they are the duplicates the idempotent receiver drops.
+    A claim inserts new ids and takes over expired claims; the row's
+    ``claim_token`` then tells whose claim it is. The confirm of a whole claim is
+    one ``cachesync_dedup_done`` row for its token (an UPDATE of every id cost as
+    much as the claim itself); a confirm of only some of a claim's ids marks those
+    rows done one by one. Done ids are never re-claimed: they are the duplicates
+    the idempotent receiver drops.
     """
 
     def __init__(self, params: MySQLParams, namespace: str):
         self._session = Session(params.connect, setup=ensure_state_tables)
         self._ns = namespace
+        # token -> (its mark, the ids it owns): what a confirm of the whole claim needs
+        self._held: OrderedDict[str, tuple[str, frozenset[str]]] = OrderedDict()
 
     def claim(self, ids: Sequence[str], lease_s: float) -> tuple[str, Mapping[str, ClaimState]]:
         """Claim in one transaction; raises RetryableError / FatalError."""
         token = uuid.uuid4().hex
+        # The claim's mark, written to each id row's done_at and, on confirm, to the
+        # claim's done row: the purge finds a claim's ids by it. Only ever compared
+        # for equality, so the client's clock is good enough.
+        mark = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
 
         def work(cur):
             states: dict[str, ClaimState] = {}
             for part in chunks(list(dict.fromkeys(ids)), CLAIM_CHUNK):
-                states.update(self._claim_chunk(cur, token, part, lease_s))
+                states.update(self._claim_chunk(cur, token, mark, part, lease_s))
             return states
-        return token, self._session.run(work)
+        states = self._session.run(work)
+        owned = frozenset(i for i, state in states.items() if state is ClaimState.OWNED)
+        if owned:
+            self._held[token] = (mark, owned)
+            while len(self._held) > HELD_MAX:
+                self._held.popitem(last=False)
+        return token, states
 
-    def _claim_chunk(self, cur, token: str, ids: Sequence[str], lease_s: float) -> dict[str, ClaimState]:
-        # ns, token and lease are the same for every row: escaped once, not once per id
-        # (a '%' in them is doubled: the statement is still formatted with the ids)
+    def _claim_chunk(self, cur, token: str, mark: str, ids: Sequence[str],
+                     lease_s: float) -> dict[str, ClaimState]:
+        # ns, token, mark and lease are the same for every row: escaped once, not once
+        # per id (a '%' in them is doubled: the statement is still formatted with the ids)
         def esc(value: str) -> str:
             return cur.connection.escape(value).replace("%", "%%")
-        row = (f"({esc(self._ns)}, %s, 'claimed', {esc(token)}, "
-               f"NOW(6) + INTERVAL {int(lease_s * 1_000_000)} MICROSECOND)")
+        lease_end = f"NOW(6) + INTERVAL {int(lease_s * 1_000_000)} MICROSECOND"
+        row = f"({esc(self._ns)}, %s, 'claimed', {esc(token)}, {lease_end}, {esc(mark)})"
         values = ", ".join([row] * len(ids))
-        columns = "INTO cachesync_dedup (ns, msg_id, status, claim_token, claimed_until)"
+        columns = "INTO cachesync_dedup (ns, msg_id, status, claim_token, claimed_until, done_at)"
         if all(len(i) <= MSG_ID_MAX and i.isascii() for i in ids):
             # The common case is a batch of new ids. IGNORE skips the rows that exist
             # and the count says how many were added: all of them means every id is
@@ -53,28 +90,40 @@ class MySQLDedupStore:
             # or non-ASCII id into another one, hence the check above.
             if cur.execute(f"INSERT IGNORE {columns} VALUES {values}", list(ids)) == len(ids):
                 return dict.fromkeys(ids, ClaimState.OWNED)
+        else:   # the new rows, strictly (an id the column cannot hold is an error)
+            cur.execute(f"INSERT {columns} VALUES {values} ON DUPLICATE KEY UPDATE "
+                        "msg_id = msg_id", list(ids))
+        marks = ", ".join(["%s"] * len(ids))
         # Some ids existed (the rows just added are ours and stay as they are). Take over
-        # only expired claims. Both assignments test the same condition on
-        # the old row and claimed_until comes last, so the result does not depend on
-        # whether the server evaluates assignments in order or simultaneously.
-        expired = "status = 'claimed' AND claimed_until < NOW(6)"
-        cur.execute(
-            f"INSERT {columns} VALUES {values} ON DUPLICATE KEY UPDATE "
-            f"claim_token = IF({expired}, VALUES(claim_token), claim_token), "
-            f"claimed_until = IF({expired}, VALUES(claimed_until), claimed_until)", list(ids))
+        # only expired claims that were never confirmed.
+        cur.execute(f"UPDATE {_JOINED} SET d.claim_token = %s, d.claimed_until = {lease_end}, "
+                    f"d.done_at = %s WHERE d.ns = %s AND d.msg_id IN ({marks}) AND "
+                    "d.status = 'claimed' AND d.claimed_until < NOW(6) AND c.claim_token IS NULL",
+                    [token, mark, self._ns, *ids])
         # Every id has a row now; only those not claimed under ``token`` come back (usually
         # none), so a batch of new ids costs no result rows to transfer and parse.
-        marks = ", ".join(["%s"] * len(ids))
-        cur.execute(f"SELECT msg_id, status FROM cachesync_dedup WHERE ns = %s "
-                    f"AND msg_id IN ({marks}) AND NOT (status = 'claimed' AND claim_token = %s)",
-                    [self._ns, *ids, token])
+        cur.execute(f"SELECT d.msg_id, {_IS_DONE} FROM {_JOINED} WHERE d.ns = %s "
+                    f"AND d.msg_id IN ({marks}) AND d.claim_token <> %s", [self._ns, *ids, token])
         out = dict.fromkeys(ids, ClaimState.OWNED)
-        for msg_id, status in cur.fetchall():
-            out[msg_id] = ClaimState.DONE if status == "done" else ClaimState.BUSY
+        for msg_id, done in cur.fetchall():
+            out[msg_id] = ClaimState.DONE if done else ClaimState.BUSY
         return out
 
     def confirm(self, token: str, ids: Sequence[str]) -> None:
-        """Mark ids claimed under ``token`` done; raises RetryableError / FatalError."""
+        """Mark ids claimed under ``token`` done; raises RetryableError / FatalError.
+
+        All the ids the claim owns: one done row for the token (IGNORE: a retried
+        confirm whose first commit went through finds it there). Some of them, or a
+        token this store did not hand out: each row still held under ``token``.
+        """
+        held = self._held.get(token)
+        if held is not None and held[1] == frozenset(ids):
+            self._session.run(lambda cur: cur.execute(
+                "INSERT IGNORE INTO cachesync_dedup_done (ns, claim_token, claimed_at, done_at) "
+                "VALUES (%s, %s, %s, NOW(6))", [self._ns, token, held[0]]))
+            del self._held[token]
+            return
+
         def work(cur):
             for part in chunks(list(ids), CLAIM_CHUNK):
                 marks = ", ".join(["%s"] * len(part))
@@ -86,20 +135,41 @@ class MySQLDedupStore:
     def purge(self, retention_s: float, limit: int) -> int:
         """Delete up to ``limit`` of this namespace's done records older than the retention.
 
-        Uses the (ns, status, done_at) index; each call is one short transaction, so
-        a purge of millions of rows never holds long locks.
+        Ids confirmed one by one go first, through the (ns, status, done_at) index; then
+        confirmed claims, oldest first: each claim's ids by their mark on the same
+        index, and the claim's done row once none is left. One short transaction per
+        call, so a purge of millions of records never holds long locks.
         """
+        cutoff = f"NOW(6) - INTERVAL {int(retention_s * 1_000_000)} MICROSECOND"
+
         def work(cur):
-            return cur.execute("DELETE FROM cachesync_dedup WHERE ns = %s AND status = 'done' "
-                               "AND done_at < NOW(6) - INTERVAL %s MICROSECOND LIMIT %s",
-                               [self._ns, int(retention_s * 1_000_000), int(limit)])
+            removed = cur.execute("DELETE FROM cachesync_dedup WHERE ns = %s AND status = 'done' "
+                                  f"AND done_at < {cutoff} LIMIT %s", [self._ns, int(limit)])
+            while removed < limit:
+                cur.execute("SELECT claim_token, claimed_at FROM cachesync_dedup_done "
+                            f"WHERE ns = %s AND done_at < {cutoff} ORDER BY done_at LIMIT 100",
+                            [self._ns])
+                claims = cur.fetchall()
+                for token, claimed_at in claims:
+                    left = limit - removed
+                    gone = cur.execute("DELETE FROM cachesync_dedup WHERE ns = %s AND "
+                                       "status = 'claimed' AND done_at = %s AND claim_token = %s "
+                                       "LIMIT %s", [self._ns, claimed_at, token, left])
+                    removed += gone
+                    if gone == left:
+                        return removed      # the claim may hold more: the next call goes on
+                    cur.execute("DELETE FROM cachesync_dedup_done WHERE ns = %s AND "
+                                "claim_token = %s", [self._ns, token])
+                if len(claims) < 100:
+                    break
+            return removed
         return self._session.run(work)
 
     def counts(self) -> dict[str, int]:
-        """This namespace's records by status (index range scan on (ns, status))."""
+        """This namespace's records by status (the ids and their claims' done rows)."""
         def work(cur):
-            cur.execute("SELECT status, COUNT(*) FROM cachesync_dedup WHERE ns = %s "
-                        "GROUP BY status", (self._ns,))
+            cur.execute(f"SELECT IF({_IS_DONE}, 'done', 'claimed'), COUNT(*) FROM {_JOINED} "
+                        "WHERE d.ns = %s GROUP BY 1", (self._ns,))
             return cur.fetchall()
         found = {"claimed": 0, "done": 0}
         found.update({status: int(n) for status, n in self._session.run(work)})

@@ -5,6 +5,11 @@
 -- Idempotent receiver: one row per (consumer namespace, message id).
 -- status=claimed + claimed_until is a lease; a crash between claim and done
 -- leaves a claim that expires and the message is applied again.
+-- A batch's ids are claimed together under one claim_token and confirmed together by
+-- one row in cachesync_dedup_done: an id is done when its status is 'done' or its
+-- claim_token has a cachesync_dedup_done row. While status='claimed', done_at holds
+-- the claim's mark (cachesync_dedup_done.claimed_at), so the purge finds a claim's ids
+-- through by_done.
 CREATE TABLE IF NOT EXISTS cachesync_dedup (
   ns            VARCHAR(64)  NOT NULL,
   msg_id        VARCHAR(64)  CHARACTER SET ascii NOT NULL,
@@ -14,6 +19,17 @@ CREATE TABLE IF NOT EXISTS cachesync_dedup (
   done_at       DATETIME(6)  NULL,
   PRIMARY KEY (ns, msg_id),
   KEY by_done (ns, status, done_at)
+) ENGINE=InnoDB;
+
+-- Confirmed claims: one row marks every id still held under claim_token done, so a
+-- batch's confirm writes one row instead of one per id.
+CREATE TABLE IF NOT EXISTS cachesync_dedup_done (
+  ns          VARCHAR(64)  NOT NULL,
+  claim_token CHAR(32)     CHARACTER SET ascii NOT NULL,
+  claimed_at  DATETIME(6)  NOT NULL,
+  done_at     DATETIME(6)  NOT NULL,
+  PRIMARY KEY (ns, claim_token),
+  KEY by_done (ns, done_at)
 ) ENGINE=InnoDB;
 
 -- Tailer checkpoints: advanced only past transactions Kafka fully acknowledged.

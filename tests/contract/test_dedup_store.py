@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from cachesync.consumer.adapters.memory import MemoryDedupStore
-from cachesync.consumer.adapters.mysql_dedup import CLAIM_CHUNK, MySQLDedupStore
+from cachesync.consumer.adapters.mysql_dedup import CLAIM_CHUNK, MySQLDedupStore, rows_sql
 from cachesync.consumer.adapters.redis_dedup import RedisDedupStore
 from cachesync.consumer.hooks import purge_dedup
 from cachesync.consumer.core.dedup import ClaimState
@@ -154,3 +154,70 @@ def test_purge_dedup_loops_batches_until_a_short_one(make_store):
         time.sleep(0.01)
     assert purge_dedup(store, retention_s=0, batch=3, max_batches=2) == 6
     assert purge_dedup(store, retention_s=0, batch=3) == 1
+
+
+# -- the MySQL store's own layout: a claim is confirmed by one row ------------------------
+
+@pytest.fixture
+def mysql_store(stack):
+    """A MySQL store on a fresh namespace, and the admin's view of its two tables."""
+    env = stack.env
+    with open(env["CACHESYNC_MYSQL_PASSWORD_FILE"]) as f:
+        params = MySQLParams(env["CACHESYNC_MYSQL_HOST"], int(env["CACHESYNC_MYSQL_PORT"]),
+                             env["CACHESYNC_MYSQL_USER"], f.read().strip(), database="cachesync")
+    ns = f"layout-{uuid.uuid4().hex[:8]}"
+    store = MySQLDedupStore(params, ns)
+    admin = stack.admin("cachesync")
+
+    def sql(statement, args=()):
+        with admin.cursor() as cur:
+            cur.execute(statement, args)
+            return cur.fetchall()
+    yield store, ns, sql
+    store.close()
+    admin.close()
+
+
+def test_confirming_a_whole_claim_writes_one_row_and_leaves_the_ids_alone(mysql_store):
+    store, ns, sql = mysql_store
+    ids = [f"w{i}" for i in range(50)]
+    token, _ = store.claim(ids, lease_s=30)
+    store.confirm(token, ids)
+    assert sql("SELECT COUNT(*) FROM cachesync_dedup_done WHERE ns = %s", (ns,)) == ((1,),)
+    assert sql("SELECT status, COUNT(*) FROM cachesync_dedup WHERE ns = %s GROUP BY status",
+               (ns,)) == (("claimed", 50),)
+    assert sql(f"SELECT status, COUNT(*) FROM {rows_sql()} WHERE ns = %s GROUP BY status",
+               (ns,)) == (("done", 50),)
+    assert store.counts() == {"claimed": 0, "done": 50}
+    assert set(store.claim(ids, lease_s=30)[1].values()) == {D}
+
+
+def test_records_an_earlier_version_wrote_keep_their_meaning(mysql_store):
+    """Before the done table, a confirm set each id's status to 'done' (done_at: when),
+    and a claim left done_at NULL: both still read, purge and take over as they did."""
+    store, ns, sql = mysql_store
+    sql("INSERT INTO cachesync_dedup (ns, msg_id, status, claim_token, claimed_until, done_at) "
+        "VALUES (%s, 'old-done', 'done', REPEAT('a', 32), NOW(6), NOW(6) - INTERVAL 1 HOUR), "
+        "(%s, 'old-open', 'claimed', REPEAT('b', 32), NOW(6) - INTERVAL 1 SECOND, NULL)",
+        (ns, ns))
+    assert store.counts() == {"claimed": 1, "done": 1}
+    token, states = store.claim(["old-done", "old-open", "new"], lease_s=30)
+    assert dict(states) == {"old-done": D, "old-open": O, "new": O}
+    store.confirm(token, ["old-open", "new"])
+    assert store.counts() == {"claimed": 0, "done": 3}
+    time.sleep(0.01)   # done_at is the server's clock, to the microsecond: let it move on
+    assert store.purge(retention_s=0, limit=10) == 3
+    assert sql("SELECT COUNT(*) FROM cachesync_dedup_done WHERE ns = %s", (ns,)) == ((0,),)
+    assert store.counts() == {"claimed": 0, "done": 0}
+
+
+def test_purge_takes_a_claim_apart_over_several_calls(mysql_store):
+    """A claim with more ids than the purge's limit: its done row goes with its last id."""
+    store, ns, sql = mysql_store
+    for batch in ("a", "b"):
+        ids = [f"{batch}{i}" for i in range(5)]
+        token, _ = store.claim(ids, lease_s=30)
+        store.confirm(token, ids)
+    time.sleep(0.01)
+    assert [store.purge(retention_s=0, limit=3) for _ in range(5)] == [3, 3, 3, 1, 0]
+    assert sql("SELECT COUNT(*) FROM cachesync_dedup_done WHERE ns = %s", (ns,)) == ((0,),)

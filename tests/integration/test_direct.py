@@ -9,6 +9,7 @@ import urllib.request
 
 import pytest
 
+from cachesync.consumer.adapters.mysql_dedup import rows_sql
 from cachesync.schema.gtid import GtidState, parse_gtid
 from tests.support import endpoints, http_get, stack_command, start, wait_for
 from tests.support.tables import USERS, USERS_DDL
@@ -26,7 +27,7 @@ def _ready(url: str) -> bool:
 
 
 def done_ids(lab) -> int:
-    return lab.sql("SELECT COUNT(*) FROM cachesync.cachesync_dedup WHERE ns = %s AND "
+    return lab.sql(f"SELECT COUNT(*) FROM {rows_sql('cachesync')} WHERE ns = %s AND "
                    "status = 'done'", (f"direct-tailer-{lab.suffix}",))[0][0]
 
 

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from cachesync.consumer.adapters.mysql_dedup import rows_sql
 from tests.support import UsersWriter, wait_for
 
 USERS = {"users": {"keys": ["user:{id}", "user:email:{email}"]}}
@@ -115,7 +116,7 @@ def test_consumer_kill_9_between_claim_and_confirm_reapplies_after_lease(lab):
         lab.sql("INSERT INTO users VALUES (5, 'e@x', 'Eve')")
         wait_for(lambda: lab.dedup_rows("claimed") == 1, 60, what="the consumer's claim")
         lab.kill9(consumer)
-        (lease_end,), = lab.sql("SELECT claimed_until FROM cachesync.cachesync_dedup WHERE ns = %s",
+        (lease_end,), = lab.sql(f"SELECT claimed_until FROM {rows_sql('cachesync')} WHERE ns = %s",
                                 (f"g-{lab.suffix}",))
         # Reads are allowed during a WRITE pause: the dead consumer applied nothing.
         assert lab.cached("user:5", "user:email:e@x") == ["user:5", "user:email:e@x"]
@@ -125,7 +126,7 @@ def test_consumer_kill_9_between_claim_and_confirm_reapplies_after_lease(lab):
 
     lab.spawn("consume", cfg)
     wait_for(lambda: not lab.cached("user:5", "user:email:e@x"), 60, what="re-application")
-    (status, done_at), = lab.sql("SELECT status, done_at FROM cachesync.cachesync_dedup "
+    (status, done_at), = lab.sql(f"SELECT status, done_at FROM {rows_sql('cachesync')} "
                                  "WHERE ns = %s", (f"g-{lab.suffix}",))
     assert status == "done"
     assert done_at >= lease_end   # the dead consumer's claim was honoured until its lease ended

@@ -26,6 +26,7 @@ from cachesync.commands.consume_spark import build_spark_engine, dedup_purge
 from cachesync.commands.replay import run_replay
 from cachesync.schema.keys import DEDUP_PREFIX as REDIS_DEDUP_PREFIX
 from cachesync.consumer.applier import Stats
+from cachesync.consumer.adapters.mysql_dedup import rows_sql
 from cachesync.consumer.replay import parse_bound
 from cachesync.producer_outbox.rows import TxnContext, row_change
 from cachesync.schema.event import encode
@@ -117,7 +118,7 @@ def redis_state(lab) -> dict[bytes, bytes]:
 
 
 def dedup_records(lab, namespace: str) -> set[tuple[str, str]]:
-    rows = lab.sql("SELECT msg_id, status FROM cachesync.cachesync_dedup WHERE ns = %s",
+    rows = lab.sql(f"SELECT msg_id, status FROM {rows_sql('cachesync')} WHERE ns = %s",
                    (namespace,))
     return set(rows)
 
@@ -220,7 +221,7 @@ def spawn_spark_consumer(lab, config_path: str, checkpoint: Path, log_name: str)
 
 
 def done_count(lab, ns: str) -> int:
-    return lab.sql("SELECT COUNT(*) FROM cachesync.cachesync_dedup WHERE ns = %s AND "
+    return lab.sql(f"SELECT COUNT(*) FROM {rows_sql('cachesync')} WHERE ns = %s AND "
                    "status = 'done'", (ns,))[0][0]
 
 
@@ -319,7 +320,7 @@ def test_spark_consumer_killed_mid_stream_resumes_from_its_checkpoint(lab, spark
     assert consumed > 0 and duplicates == consumed and applied == 0
     assert sum(b[2] for b in batches) == 1500 - at_kill    # every id applied exactly once
     assert done_count(lab, ns) == 1500 == len(rec.ids)
-    assert lab.sql("SELECT COUNT(*) FROM cachesync.cachesync_dedup WHERE ns = %s AND "
+    assert lab.sql(f"SELECT COUNT(*) FROM {rows_sql('cachesync')} WHERE ns = %s AND "
                    "status <> 'done'", (ns,))[0][0] == 0
     assert lab.cached(*rec.all_keys()) == []    # nothing lost
 

@@ -22,6 +22,7 @@ from kafka.admin import NewTopic
 from kafka.errors import TopicAlreadyExistsError
 
 from cachesync import config
+from cachesync.consumer.adapters.mysql_dedup import rows_sql
 from cachesync.schema.event import ChangeEvent, decode_record, pack_elements
 from cachesync.schema.keys import kafka_key
 from cachesync.devstack import DevStack, wait_for  # noqa: F401 (tests import wait_for from here)
@@ -136,7 +137,7 @@ class Lab:
         return self._tables_seen
 
     def dedup_rows(self, status: str | None = None) -> int:
-        query = "SELECT COUNT(*) FROM cachesync.cachesync_dedup WHERE ns = %s"
+        query = f"SELECT COUNT(*) FROM {rows_sql('cachesync')} WHERE ns = %s"
         params = [f"g-{self.suffix}"]
         if status:
             query += " AND status = %s"
