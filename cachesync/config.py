@@ -305,6 +305,9 @@ class TailerSettings(_Validated):
     # the binlog reader: "auto"/"fast" = hot events parsed from the raw dump stream
     # (producer_outbox/dumpstream.py), "library" = python-mysql-replication for every event
     reader: str = setting("auto", choices=("auto", "fast", "library"))
+    # where the Kafka producer runs: "process" = a child process (producer_outbox/
+    # procpublisher.py: kafka-python's work off the tailer's GIL), "thread" = in the tailer
+    publisher: str = setting("process", choices=("process", "thread"))
 
 
 @dataclass(frozen=True)

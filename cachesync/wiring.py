@@ -30,6 +30,7 @@ from cachesync.producer_outbox.heartbeat import HeartbeatWriter, own_rows_only, 
 from cachesync.producer_outbox.leader import TailerLock
 from cachesync.producer_outbox.mysql import MySQLParams, Session, ensure_state_tables
 from cachesync.producer_outbox.preflight import check_server
+from cachesync.producer_outbox.procpublisher import ProcessPublisher
 from cachesync.producer_outbox.publisher import KafkaPublisher
 from cachesync.producer_outbox.relay import Relay
 from cachesync.producer_outbox.relay_store import OutboxStore
@@ -171,8 +172,9 @@ def build_tailer(settings: Settings, start: Checkpoint | None = None, publisher=
     ``start`` overrides the stored checkpoint (``tail --from-...``)."""
     t = settings.tailer
     source = source_params(settings)
-    publisher = publisher or KafkaPublisher(settings.kafka.bootstrap_servers,
-                                            security=client_security(settings.kafka))
+    if publisher is None:
+        kind = ProcessPublisher if t.publisher == "process" else KafkaPublisher
+        publisher = kind(settings.kafka.bootstrap_servers, security=client_security(settings.kafka))
     return Tailer(source, publisher,
                   MySQLCheckpointStore(mysql_params(settings).connect, t.name), mappings(settings),
                   TailerOptions(topic or settings.kafka.topic, t,

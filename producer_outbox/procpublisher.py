@@ -1,0 +1,295 @@
+"""The tailer's Kafka producer in a child process: the same ``KafkaPublisher``, off the GIL.
+
+In one process the tailer's thread (binlog decode, events, packs) and kafka-python's
+sender thread (batches, requests, acks) take turns on one core; the sender was a fifth
+of the CPU and ``KafkaProducer.send`` another tenth of the tailer's thread. Here the
+parent writes each record to a pipe (one pickle and one write), a child process runs the
+``KafkaPublisher`` on the other core, and the acks come back on a second pipe to a reader
+thread that calls the callbacks, as the producer's own thread did.
+
+Semantics are the in-process publisher's: a record is acknowledged only once Kafka
+acknowledged it (``acks=all``), ``flush`` returns once every record written before it was
+acknowledged and its callback ran, and an error reaches ``on_error`` as the Kafka error
+the producer raised. The pipe keeps order, so per-partition order is the producer's.
+
+The child exits when the parent closes it or goes away (its input pipe ends); it ignores
+SIGINT and SIGTERM, which a terminal or a service manager sends to the whole process
+group, so that the parent can drain before it stops. If the child dies, every record not
+acknowledged fails with a RetryableError: the tailer stops before its checkpoint passes
+them, and a restart re-publishes them.
+
+The settings (including credentials) travel over the pipe, never on the command line or
+in the environment.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import signal
+import subprocess
+import sys
+import threading
+from typing import Any, Callable, Mapping
+
+from kafka.errors import KafkaError
+
+from cachesync.schema.errors import FatalError, RetryableError
+
+log = logging.getLogger(__name__)
+
+_PROTOCOL = pickle.HIGHEST_PROTOCOL
+START_TIMEOUT_S = 120.0      # the child's start: the interpreter, kafka-python, the bootstrap
+
+
+class PublisherProcessError(RetryableError):
+    """The publisher process is gone; unacknowledged records are re-published on restart."""
+
+
+class ProcessPublisher:
+    """``KafkaPublisher``'s interface (send, partitions, flush, close) over a child process."""
+
+    def __init__(self, bootstrap_servers: str, *, security: Mapping | None = None,
+                 **options: Any):
+        """Raises what ``KafkaPublisher`` raises (RetryableError: Kafka unreachable,
+        FatalError: login refused), or PublisherProcessError if the child cannot start."""
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            close_fds=True)
+        self._out, self._in = self._proc.stdin, self._proc.stdout
+        self._write_lock = threading.Lock()
+        self._state = threading.Lock()
+        self._pending: dict[int, tuple[Callable[[], None], Callable[[Exception], None]]] = {}
+        self._replies: dict[int, list] = {}          # request id -> [event, ok, value]
+        self._seq = 0
+        self._dead: PublisherProcessError | None = None
+        try:
+            self._write(("start", bootstrap_servers, security, options, logging.root.level))
+            reply = self._read_start()
+        except BaseException:
+            self._kill()
+            raise
+        if reply[0] != "ready":
+            self._kill()
+            raise reply[1]
+        self._reader = threading.Thread(target=self._read_loop, name="cachesync-publisher-acks",
+                                        daemon=True)
+        self._reader.start()
+
+    def __repr__(self) -> str:
+        return f"ProcessPublisher(pid={self._proc.pid})"
+
+    # -- the publisher interface ------------------------------------------------------------
+    def send(self, topic: str, key: str, value: bytes, msg_id: str,
+             on_ack: Callable[[], None], on_error: Callable[[Exception], None],
+             partition: int | None = None) -> None:
+        with self._state:
+            if self._dead is not None:
+                raise self._dead
+            self._seq += 1
+            seq = self._seq
+            self._pending[seq] = (on_ack, on_error)
+        self._write(("send", seq, topic, key, value, msg_id, partition))
+
+    def partitions(self, topic: str) -> list[int]:
+        """The topic's partition ids, sorted; raises RetryableError without metadata."""
+        return self._request("partitions", topic)
+
+    def flush(self, timeout_s: float | None = None) -> None:
+        """Wait until every record sent before it was acknowledged and its callback ran."""
+        self._request("flush", timeout_s)
+
+    def close(self, timeout_s: float = 10) -> None:
+        try:
+            if self._dead is None:
+                self._request("close", timeout_s, wait_s=timeout_s + 5)
+        except (RetryableError, KafkaError) as e:
+            log.warning("Kafka publisher process did not close cleanly: %s", e)
+        finally:
+            self._kill(grace_s=5)
+
+    # -- the pipes ------------------------------------------------------------------------
+    def _write(self, message: tuple) -> None:
+        data = pickle.dumps(message, _PROTOCOL)
+        try:
+            with self._write_lock:
+                self._out.write(data)
+                self._out.flush()
+        except (OSError, ValueError) as e:
+            raise self._gone(f"cannot write to it ({e})") from e
+
+    def _request(self, kind: str, arg, wait_s: float | None = None):
+        done = threading.Event()
+        with self._state:
+            if self._dead is not None:
+                raise self._dead
+            self._seq += 1
+            rid = self._seq
+            self._replies[rid] = slot = [done, None, None]
+        self._write((kind, rid, arg))
+        if not done.wait(wait_s):
+            raise RetryableError(f"Kafka publisher process: no answer to {kind} in {wait_s}s")
+        ok, value = slot[1], slot[2]
+        if not ok:
+            raise value
+        return value
+
+    def _read_start(self) -> tuple:
+        result: list = []
+        reader = threading.Thread(target=lambda: result.append(self._load()), daemon=True)
+        reader.start()
+        reader.join(START_TIMEOUT_S)
+        if not result or result[0] is None:
+            raise self._gone("it did not start")
+        return result[0]
+
+    def _load(self):
+        try:
+            return pickle.load(self._in)
+        except (EOFError, OSError, ValueError, pickle.UnpicklingError):   # ValueError: closed
+            return None
+
+    def _read_loop(self) -> None:
+        while True:
+            message = self._load()
+            if message is None:
+                self._fail_all(self._gone("it exited"))
+                return
+            kind = message[0]
+            if kind == "ack":
+                for seq in message[1]:
+                    with self._state:
+                        callbacks = self._pending.pop(seq, None)
+                    if callbacks is not None:
+                        callbacks[0]()
+            elif kind == "error":
+                with self._state:
+                    callbacks = self._pending.pop(message[1], None)
+                if callbacks is not None:
+                    callbacks[1](message[2])
+            else:                      # ("reply", id, ok, value)
+                with self._state:
+                    slot = self._replies.pop(message[1], None)
+                if slot is not None:
+                    slot[1], slot[2] = message[2], message[3]
+                    slot[0].set()
+
+    def _gone(self, why: str) -> PublisherProcessError:
+        code = self._proc.poll()
+        status = f"exit code {code}" if code is not None else "still running"
+        error = PublisherProcessError(f"Kafka publisher process (pid {self._proc.pid}, {status}): "
+                                      f"{why}; records it had not acknowledged are sent again "
+                                      "after a restart")
+        with self._state:
+            self._dead = self._dead or error
+        return error
+
+    def _fail_all(self, error: PublisherProcessError) -> None:
+        with self._state:
+            pending, self._pending = self._pending, {}
+            replies, self._replies = self._replies, {}
+        for _on_ack, on_error in pending.values():
+            on_error(error)
+        for slot in replies.values():
+            slot[1], slot[2] = False, error
+            slot[0].set()
+
+    def _kill(self, grace_s: float = 0.0) -> None:
+        for pipe in (self._out, self._in):
+            try:
+                pipe.close()
+            except OSError:
+                pass
+        try:
+            self._proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+
+
+# -- the child ----------------------------------------------------------------------------
+
+def _portable(error: BaseException) -> BaseException:
+    """``error`` if it survives pickling (Kafka's errors do), else a KafkaError saying it."""
+    try:
+        pickle.loads(pickle.dumps(error, _PROTOCOL))
+        return error
+    except Exception:
+        return KafkaError(f"{type(error).__name__}: {error}")
+
+
+class _Child:
+    """Runs the KafkaPublisher; acks are written in groups, as the producer reports them."""
+
+    def __init__(self, inp, out):
+        self._in, self._out = inp, out
+        self._lock = threading.Lock()
+        self._publisher = None
+
+    def write(self, message: tuple) -> None:
+        data = pickle.dumps(message, _PROTOCOL)
+        with self._lock:
+            self._out.write(data)
+            self._out.flush()
+
+    def run(self) -> int:
+        from cachesync.producer_outbox.publisher import KafkaPublisher
+        try:
+            _kind, bootstrap, security, options, level = pickle.load(self._in)
+        except EOFError:
+            return 0
+        logging.basicConfig(level=level or logging.WARNING, stream=sys.stderr,
+                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        try:
+            self._publisher = KafkaPublisher(bootstrap, security=security, **options)
+        except (RetryableError, FatalError, KafkaError) as e:
+            self.write(("failed", _portable(e)))
+            return 1
+        self.write(("ready",))
+        while True:
+            try:
+                message = pickle.load(self._in)
+            except EOFError:          # the parent is gone: what is not acknowledged is lost
+                self._publisher.close(timeout_s=0)
+                return 0
+            if message[0] == "send":
+                self._send(*message[1:])
+            elif self._answer(*message):
+                return 0
+
+    def _send(self, seq, topic, key, value, msg_id, partition) -> None:
+        try:
+            self._publisher.send(topic, key, value, msg_id,
+                                 on_ack=lambda: self.write(("ack", (seq,))),
+                                 on_error=lambda e: self.write(("error", seq, _portable(e))),
+                                 partition=partition)
+        except Exception as e:      # raised at once (buffer full, no metadata): that record's error
+            self.write(("error", seq, _portable(e)))
+
+    def _answer(self, kind: str, rid: int, arg) -> bool:
+        """Run a request and reply; True when it was the last (close)."""
+        try:
+            if kind == "partitions":
+                value = self._publisher.partitions(arg)
+            elif kind == "flush":
+                value = self._publisher.flush(arg)
+            elif kind == "close":
+                value = self._publisher.close(arg)
+            else:
+                raise ValueError(f"unknown request {kind!r}")
+            self.write(("reply", rid, True, value))
+        except Exception as e:
+            self.write(("reply", rid, False, _portable(e)))
+        return kind == "close"
+
+
+def main() -> int:
+    # the parent decides when to stop: it drains, then closes us (signals to the whole
+    # process group would otherwise end the producer before the parent's last acks)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    return _Child(sys.stdin.buffer, sys.stdout.buffer).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

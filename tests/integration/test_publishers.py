@@ -1,0 +1,141 @@
+"""The tailer's two publishers on the real broker: in the tailer's process (``thread``) and in
+a child process (``process``, producer_outbox/procpublisher.py). One contract for both."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+
+import pytest
+from kafka.errors import KafkaError, MessageSizeTooLargeError
+
+from cachesync.producer_outbox.procpublisher import ProcessPublisher, PublisherProcessError
+from cachesync.producer_outbox.publisher import KafkaPublisher, is_permanent
+from cachesync.schema.errors import RetryableError
+from tests.support import wait_for
+
+pytestmark = pytest.mark.integration
+
+KINDS = {"thread": KafkaPublisher, "process": ProcessPublisher}
+
+
+class Callbacks:
+    """What each record's callbacks reported, by record number."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.acked: list[int] = []
+        self.failed: dict[int, Exception] = {}
+
+    def ack(self, n: int):
+        def on_ack():
+            with self.lock:
+                self.acked.append(n)
+        return on_ack
+
+    def error(self, n: int):
+        def on_error(error: Exception):
+            with self.lock:
+                self.failed[n] = error
+        return on_error
+
+
+@pytest.fixture(params=list(KINDS))
+def publisher(request, lab):
+    made = KINDS[request.param](lab.stack.bootstrap)
+    yield made
+    made.close()
+
+
+def send(publisher, topic: str, seen: Callbacks, numbers, size: int = 10, partition=None):
+    """Send records ``numbers``; a Kafka error raised at once (the in-process producer checks
+    the size before queueing) counts as that record's error, as the tailer treats it."""
+    for n in numbers:
+        try:
+            publisher.send(topic, f"k{n}", b"v" * size, f"id-{n}", seen.ack(n), seen.error(n),
+                           partition=partition)
+        except KafkaError as e:
+            seen.error(n)(e)
+
+
+def test_flush_returns_once_every_record_was_acknowledged_once(publisher, lab):
+    seen = Callbacks()
+    send(publisher, lab.topic, seen, range(300))
+    send(publisher, lab.topic, seen, range(300, 330), partition=1)
+    publisher.flush()
+    assert sorted(seen.acked) == list(range(330)) and not seen.failed   # no waiting after flush
+    records = lab.topic_records()
+    assert sorted(int(dict(r.headers)["id"][3:]) for r in records) == list(range(330))
+    assert {r.partition for r in records if int(r.key[1:]) >= 300} == {1}
+    # per partition, Kafka holds the records in the order they were sent
+    for p in {r.partition for r in records}:
+        numbers = [int(r.key[1:]) for r in records if r.partition == p and int(r.key[1:]) < 300]
+        assert numbers == sorted(numbers)
+
+
+def test_partitions_are_the_topics(publisher, lab):
+    assert publisher.partitions(lab.topic) == [0, 1, 2]
+
+
+def test_a_record_over_the_size_limit_fails_for_good_and_the_others_go_through(publisher, lab):
+    seen = Callbacks()
+    send(publisher, lab.topic, seen, [1])
+    send(publisher, lab.topic, seen, [2], size=2_000_000)
+    send(publisher, lab.topic, seen, [3])
+    publisher.flush()
+    assert sorted(seen.acked) == [1, 3]
+    assert list(seen.failed) == [2]
+    assert isinstance(seen.failed[2], MessageSizeTooLargeError) and is_permanent(seen.failed[2])
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_an_unreachable_broker_is_a_retryable_error_at_start(kind):
+    with socket.socket() as s:        # a loopback port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(RetryableError, match="Kafka unavailable"):
+        KINDS[kind](f"127.0.0.1:{port}")
+
+
+# -- the child process ---------------------------------------------------------------------
+
+def child_pid(publisher: ProcessPublisher) -> int:
+    return publisher._proc.pid
+
+
+def test_the_child_outlives_a_process_group_sigterm_and_ends_with_close(lab):
+    publisher = ProcessPublisher(lab.stack.bootstrap)
+    pid = child_pid(publisher)
+    with open(f"/proc/{pid}/cmdline", "rb") as f:    # nothing but the module on its command line
+        assert f.read().split(b"\0")[1:3] == [b"-m", b"cachesync.producer_outbox.procpublisher"]
+    os.kill(pid, signal.SIGTERM)     # what a service manager sends every process of the group
+    os.kill(pid, signal.SIGINT)      # and a terminal's Ctrl-C
+    seen = Callbacks()
+    send(publisher, lab.topic, seen, range(5))
+    publisher.flush()
+    assert sorted(seen.acked) == list(range(5))
+    publisher.close()
+    assert publisher._proc.poll() == 0
+
+
+def test_a_dead_child_fails_every_record_it_had_not_acknowledged(lab):
+    publisher = ProcessPublisher(lab.stack.bootstrap)
+    pid = child_pid(publisher)
+    seen = Callbacks()
+    send(publisher, lab.topic, seen, range(3))
+    publisher.flush()
+    os.kill(pid, signal.SIGSTOP)      # it reads nothing more: what follows stays unacknowledged
+    send(publisher, lab.topic, seen, range(3, 20))
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: len(seen.failed) == 17, 30, what="the unacknowledged records' errors")
+    assert sorted(seen.acked) == [0, 1, 2]
+    assert set(seen.failed) == set(range(3, 20))
+    assert all(isinstance(e, PublisherProcessError) for e in seen.failed.values())
+    assert not is_permanent(seen.failed[3])            # the tailer stops, a restart re-sends
+    with pytest.raises(PublisherProcessError, match="exit code -9"):
+        send(publisher, lab.topic, seen, [20])
+    with pytest.raises(PublisherProcessError):
+        publisher.flush()
+    publisher.close()
