@@ -219,18 +219,62 @@ def _portable(error: BaseException) -> BaseException:
 
 
 class _Child:
-    """Runs the KafkaPublisher; acks are written in groups, as the producer reports them."""
+    """Runs the KafkaPublisher. The producer reports acks one record at a time; a writer
+    thread sends those that gathered while it wrote the last message as one message, so
+    a burst of acks costs the parent one wake-up. Errors and replies go out in order
+    after the acks before them."""
 
     def __init__(self, inp, out):
         self._in, self._out = inp, out
         self._lock = threading.Lock()
+        self._acks: list[int] = []
+        self._queue: list[tuple] = []
+        self._writing = self._broken = False
+        self._ready = threading.Condition(self._lock)     # the writer's work, and its progress
         self._publisher = None
+        threading.Thread(target=self._writer, name="acks-writer", daemon=True).start()
+
+    def ack(self, seq: int) -> None:
+        with self._lock:
+            self._acks.append(seq)
+            self._ready.notify_all()
 
     def write(self, message: tuple) -> None:
-        data = pickle.dumps(message, _PROTOCOL)
+        """Queue ``message`` after the acks gathered so far."""
         with self._lock:
-            self._out.write(data)
-            self._out.flush()
+            if self._acks:
+                self._queue.append(("ack", tuple(self._acks)))
+                self._acks = []
+            self._queue.append(message)
+            self._ready.notify_all()
+
+    def settle(self) -> None:
+        """Wait until everything queued was written (before a reply that says so)."""
+        with self._lock:
+            while (self._queue or self._acks or self._writing) and not self._broken:
+                self._ready.wait()
+
+    def _writer(self) -> None:
+        while True:
+            with self._lock:
+                while not self._queue and not self._acks:
+                    self._ready.wait()
+                if self._acks:
+                    self._queue.append(("ack", tuple(self._acks)))
+                    self._acks = []
+                batch, self._queue = self._queue, []
+                self._writing = True
+            data = b"".join(pickle.dumps(m, _PROTOCOL) for m in batch)
+            try:
+                self._out.write(data)
+                self._out.flush()
+            except (OSError, ValueError):
+                self._broken = True
+                return             # the parent is gone: the main loop sees its input end
+            finally:
+                with self._lock:
+                    self._writing = False
+                    self._ready.notify_all()
 
     def run(self) -> int:
         from cachesync.producer_outbox.publisher import KafkaPublisher
@@ -244,8 +288,10 @@ class _Child:
             self._publisher = KafkaPublisher(bootstrap, security=security, **options)
         except (RetryableError, FatalError, KafkaError) as e:
             self.write(("failed", _portable(e)))
+            self.settle()
             return 1
         self.write(("ready",))
+        self.settle()
         while True:
             try:
                 message = pickle.load(self._in)
@@ -260,7 +306,7 @@ class _Child:
     def _send(self, seq, topic, key, value, msg_id, partition) -> None:
         try:
             self._publisher.send(topic, key, value, msg_id,
-                                 on_ack=lambda: self.write(("ack", (seq,))),
+                                 on_ack=lambda: self.ack(seq),
                                  on_error=lambda e: self.write(("error", seq, _portable(e))),
                                  partition=partition)
         except Exception as e:      # raised at once (buffer full, no metadata): that record's error
@@ -280,7 +326,10 @@ class _Child:
             self.write(("reply", rid, True, value))
         except Exception as e:
             self.write(("reply", rid, False, _portable(e)))
-        return kind == "close"
+        if kind == "close":
+            self.settle()          # the reply is out before the process ends
+            return True
+        return False
 
 
 def main() -> int:

@@ -15,6 +15,7 @@ from cachesync.producer_outbox.procpublisher import ProcessPublisher, PublisherP
 from cachesync.producer_outbox.publisher import KafkaPublisher, is_permanent
 from cachesync.schema.errors import RetryableError
 from tests.support import wait_for
+from tests.support.tables import USERS, USERS_DDL
 
 pytestmark = pytest.mark.integration
 
@@ -139,3 +140,35 @@ def test_a_dead_child_fails_every_record_it_had_not_acknowledged(lab):
     with pytest.raises(PublisherProcessError):
         publisher.flush()
     publisher.close()
+
+
+# -- the tailer with each ------------------------------------------------------------------
+
+def children(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return [int(c) for c in f.read().split()]
+
+
+def gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1].startswith("Z")    # exited, not reaped yet
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("stop", ["SIGTERM", "SIGKILL"])
+def test_cachesync_tail_publishes_through_either_and_leaves_no_process_behind(lab, kind, stop):
+    lab.sql(USERS_DDL)
+    cfg = lab.write_config(USERS, tailer={"publisher": kind})
+    tail = lab.start_tailer(cfg)
+    lab.sql("INSERT INTO users VALUES (1, 'a@x', 'Ada')")
+    wait_for(lambda: [e.event.pk for e in lab.topic_events()] == [(("id", 1),)], 60,
+             what="the row on the topic")
+    publishers = children(tail.pid)
+    assert len(publishers) == (1 if kind == "process" else 0)
+    tail.send_signal(getattr(signal, stop))
+    assert tail.wait(60) == (0 if stop == "SIGTERM" else -9), lab.log(tail)
+    # a clean stop closes the child; a killed tailer's child sees its pipe end and exits
+    wait_for(lambda: all(gone(p) for p in publishers), 30, what="the publisher process to exit")
