@@ -172,14 +172,15 @@ def build_tailer(settings: Settings, start: Checkpoint | None = None, publisher=
     ``start`` overrides the stored checkpoint (``tail --from-...``)."""
     t = settings.tailer
     source = source_params(settings)
-    if publisher is None:
+    owns = publisher is None
+    if owns:
         kind = ProcessPublisher if t.publisher == "process" else KafkaPublisher
         publisher = kind(settings.kafka.bootstrap_servers, security=client_security(settings.kafka))
     return Tailer(source, publisher,
                   MySQLCheckpointStore(mysql_params(settings).connect, t.name), mappings(settings),
                   TailerOptions(topic or settings.kafka.topic, t,
                                 row_filter=own_rows_only(settings.mysql.state_db, t.name),
-                                start=start))
+                                start=start, owns_publisher=owns))
 
 
 def build_direct(settings: Settings, on_batch=None):

@@ -12,7 +12,7 @@ preceded a row event in the same event group, which table the rows belong to.
 from __future__ import annotations
 
 import struct
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import pymysql
 
@@ -50,16 +50,17 @@ class TableMaps:
     def add(self, table_id: int, schema: str, table: str) -> None:
         self._maps[table_id] = (schema, table)
 
-    def table_of(self, event, where: str) -> tuple[str, str]:
-        """(schema, table) of a row event; raises FatalError when no map of this event
-        group names its table id, or when the library decoded it against another table."""
+    def table_of(self, event, where: Callable[[], str]) -> tuple[str, str]:
+        """(schema, table) of a row event; raises FatalError (naming the position ``where()``
+        gives) when no map of this event group names its table id, or when the library
+        decoded it against another table."""
         found = self._maps.get(event.table_id)
         if found is None:
-            raise FatalError(f"row event at {where} for table id {event.table_id} has no table "
+            raise FatalError(f"row event at {where()} for table id {event.table_id} has no table "
                              "map in its event group; refusing to guess its table (was the "
                              "stream started inside a transaction?)")
         if (getattr(event, "schema", None), getattr(event, "table", None)) != found:
-            raise FatalError(f"row event at {where}: table id {event.table_id} is "
+            raise FatalError(f"row event at {where()}: table id {event.table_id} is "
                              f"{found[0]}.{found[1]} in this event group but the binlog library "
                              f"decoded it as {event.schema}.{event.table}; stopping before "
                              "publishing rows of the wrong table")

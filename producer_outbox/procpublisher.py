@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
 START_TIMEOUT_S = 120.0      # the child's start: the interpreter, kafka-python, the bootstrap
+REPLY_MARGIN_S = 10.0        # a bounded request (flush, close) waits this much longer for its reply
 
 
 class PublisherProcessError(RetryableError):
@@ -63,8 +64,9 @@ class ProcessPublisher:
         self._replies: dict[int, list] = {}          # request id -> [event, ok, value]
         self._seq = 0
         self._dead: PublisherProcessError | None = None
+        self._closed = False
         try:
-            self._write(("start", bootstrap_servers, security, options, logging.root.level))
+            self._write(("start", bootstrap_servers, security, options, _log_setup()))
             reply = self._read_start()
         except BaseException:
             self._kill()
@@ -97,12 +99,16 @@ class ProcessPublisher:
 
     def flush(self, timeout_s: float | None = None) -> None:
         """Wait until every record sent before it was acknowledged and its callback ran."""
-        self._request("flush", timeout_s)
+        self._request("flush", timeout_s,
+                      wait_s=None if timeout_s is None else timeout_s + REPLY_MARGIN_S)
 
     def close(self, timeout_s: float = 10) -> None:
+        if self._closed:
+            return
+        self._closed = True
         try:
             if self._dead is None:
-                self._request("close", timeout_s, wait_s=timeout_s + 5)
+                self._request("close", timeout_s, wait_s=timeout_s + REPLY_MARGIN_S)
         except (RetryableError, KafkaError) as e:
             log.warning("Kafka publisher process did not close cleanly: %s", e)
         finally:
@@ -150,29 +156,38 @@ class ProcessPublisher:
             return None
 
     def _read_loop(self) -> None:
-        while True:
-            message = self._load()
-            if message is None:
-                self._fail_all(self._gone("it exited"))
-                return
-            kind = message[0]
-            if kind == "ack":
-                for seq in message[1]:
-                    with self._state:
-                        callbacks = self._pending.pop(seq, None)
-                    if callbacks is not None:
-                        callbacks[0]()
-            elif kind == "error":
+        why = "it exited"
+        try:
+            while True:
+                message = self._load()
+                if message is None:
+                    return
+                self._dispatch(message)
+        except Exception as e:          # a callback failed: no ack can be trusted any more
+            why = f"the parent's reader stopped on {type(e).__name__}: {e}"
+            log.exception("Kafka publisher process: an ack callback failed")
+        finally:
+            self._fail_all(self._gone(why))
+
+    def _dispatch(self, message: tuple) -> None:
+        kind = message[0]
+        if kind == "ack":
+            for seq in message[1]:
                 with self._state:
-                    callbacks = self._pending.pop(message[1], None)
+                    callbacks = self._pending.pop(seq, None)
                 if callbacks is not None:
-                    callbacks[1](message[2])
-            else:                      # ("reply", id, ok, value)
-                with self._state:
-                    slot = self._replies.pop(message[1], None)
-                if slot is not None:
-                    slot[1], slot[2] = message[2], message[3]
-                    slot[0].set()
+                    callbacks[0]()
+        elif kind == "error":
+            with self._state:
+                callbacks = self._pending.pop(message[1], None)
+            if callbacks is not None:
+                callbacks[1](message[2])
+        else:                          # ("reply", id, ok, value)
+            with self._state:
+                slot = self._replies.pop(message[1], None)
+            if slot is not None:
+                slot[1], slot[2] = message[2], message[3]
+                slot[0].set()
 
     def _gone(self, why: str) -> PublisherProcessError:
         code = self._proc.poll()
@@ -195,16 +210,31 @@ class ProcessPublisher:
             slot[0].set()
 
     def _kill(self, grace_s: float = 0.0) -> None:
-        for pipe in (self._out, self._in):
-            try:
-                pipe.close()
-            except OSError:
-                pass
+        """End the child: its input closed, ``grace_s`` to exit, then SIGKILL. Its output is
+        closed last: the reader thread may be blocked reading it (holding its lock) until
+        the child is gone."""
+        _close_quietly(self._out)
         try:
             self._proc.wait(grace_s)
         except subprocess.TimeoutExpired:
             self._proc.kill()
             self._proc.wait()
+        _close_quietly(self._in)
+
+
+def _log_setup() -> tuple[str, bool]:
+    """The parent's log level and format, for the child's ``cachesync.logs.setup``."""
+    from cachesync.logs import JsonFormatter
+    root = logging.getLogger()
+    json_format = any(isinstance(h.formatter, JsonFormatter) for h in root.handlers)
+    return logging.getLevelName(root.getEffectiveLevel()), json_format
+
+
+def _close_quietly(pipe) -> None:
+    try:
+        pipe.close()
+    except (OSError, ValueError):
+        pass
 
 
 # -- the child ----------------------------------------------------------------------------
@@ -277,16 +307,18 @@ class _Child:
                     self._ready.notify_all()
 
     def run(self) -> int:
+        from cachesync.logs import setup
         from cachesync.producer_outbox.publisher import KafkaPublisher
         try:
-            _kind, bootstrap, security, options, level = pickle.load(self._in)
+            _kind, bootstrap, security, options, log_setup = pickle.load(self._in)
         except EOFError:
             return 0
-        logging.basicConfig(level=level or logging.WARNING, stream=sys.stderr,
-                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        setup(*log_setup)         # the parent's level and format (plain or JSON)
         try:
             self._publisher = KafkaPublisher(bootstrap, security=security, **options)
-        except (RetryableError, FatalError, KafkaError) as e:
+        except Exception as e:      # RetryableError, FatalError, or a setting it refused
+            if not isinstance(e, (RetryableError, FatalError, KafkaError)):
+                e = FatalError(f"Kafka producer refused its settings: {type(e).__name__}: {e}")
             self.write(("failed", _portable(e)))
             self.settle()
             return 1
@@ -295,7 +327,7 @@ class _Child:
         while True:
             try:
                 message = pickle.load(self._in)
-            except EOFError:          # the parent is gone: what is not acknowledged is lost
+            except (EOFError, pickle.UnpicklingError):   # the parent is gone (maybe mid-write)
                 self._publisher.close(timeout_s=0)
                 return 0
             if message[0] == "send":

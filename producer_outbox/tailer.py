@@ -71,6 +71,9 @@ class TailerOptions:
     heartbeat_s: float = STREAM_HEARTBEAT_S
     start: Checkpoint | None = None     # tail from here instead of the stored checkpoint
     max_record_bytes: int = MAX_RECORD_BYTES    # a larger event goes out invalidate-only
+    # the tailer made its publisher (build_tailer): run() closes it when it ends, so a
+    # restarted tailer leaves no producer (or producer process) behind
+    owns_publisher: bool = False
 
 
 class Tailer(GroupPublishing):
@@ -123,7 +126,25 @@ class Tailer(GroupPublishing):
         return check_server(self._mysql.connect, replica=bool(self._opts.settings.source_hosts))
 
     def run(self) -> None:
-        """Tail until stop(); raises RetryableError/FatalError when publishing fails."""
+        """Tail until stop(); raises RetryableError/FatalError when publishing fails. The
+        checkpoint store, and the publisher if the tailer owns it, are closed at the end."""
+        try:
+            self._run()
+        finally:
+            self._close()
+
+    def _close(self) -> None:
+        parts = [self._checkpoints, self._publisher] if self._opts.owns_publisher else [
+            self._checkpoints]
+        for part in parts:
+            try:
+                close = getattr(part, "close", None)
+                if close is not None:
+                    close()
+            except Exception as e:     # closing must not hide why the tailer ended
+                log.warning("tailer: closing %s failed: %s", type(part).__name__, e)
+
+    def _run(self) -> None:
         info = self.preflight()
         start = self._start_position(info)
         self._checkpoints.save(start)
@@ -231,6 +252,7 @@ class Tailer(GroupPublishing):
         row_index = 0
         last_save = time.monotonic()
         maps = TableMaps()
+        server = info.identity     # (a property) in every transaction's context and checkpoint
 
         def close_txn(hold: bool = False) -> Checkpoint:
             """End the open group; ``hold``: a prepared XA group stays open in the tracker."""
@@ -238,7 +260,7 @@ class Tailer(GroupPublishing):
                                              or time.monotonic() - self._packer.opened_at
                                              >= PACK_LINGER_S):
                 self._flush_packs(txn)
-            cp = Checkpoint(info.identity, str(gtid_state) or None,
+            cp = Checkpoint(server, str(gtid_state) or None,
                             stream.log_file, stream.log_pos)
             if not hold:
                 with self._lock:
@@ -253,8 +275,10 @@ class Tailer(GroupPublishing):
         def where() -> str:
             return f"{stream.log_file}:{stream.log_pos}" if stream.log_file else start.describe()
 
+        save_every = self._opts.settings.checkpoint_interval_s
         for event in read_events(stream, where):
-            self._raise_if_failed()
+            if self._failure is not None:
+                self._raise_if_failed()
             if isinstance(event, TableMapEvent):
                 maps.add(event.table_id, event.schema, event.table)
                 continue
@@ -274,7 +298,7 @@ class Tailer(GroupPublishing):
                     self._version_not_newer(gtid, before, gtid_state.ordinal)
                 # the version orders by the stream's place in the history, not by the GTID's
                 # own number: that survives a failover (schema.gtid, GtidState.ordinal)
-                ctx = TxnContext(info.identity, str(gtid), gtid_state.ordinal,
+                ctx = TxnContext(server, str(gtid), gtid_state.ordinal,
                                  float(event.timestamp), gtid=True)
                 txn, row_index = self._tracker_open(), 0
                 if getattr(event, "flags", 0) & FL_PREPARED_XA and isinstance(event, MariadbGtidEvent):
@@ -295,7 +319,7 @@ class Tailer(GroupPublishing):
                 if ctx is None:  # no GTID: the transaction starts at its first row event
                     ctx = self._file_pos_context(stream, event, info)
                     txn, row_index = self._tracker_open(), 0
-                schema, table = maps.table_of(event, where())
+                schema, table = maps.table_of(event, where)
                 row_index = self._publish_rows(event, ctx, txn, row_index, schema, table, where)
             elif isinstance(event, (XidEvent, QueryEvent)):
                 text = _query_text(event) if isinstance(event, QueryEvent) else "COMMIT"
@@ -328,7 +352,7 @@ class Tailer(GroupPublishing):
                 if ends_group and txn is not None:
                     close_txn()
                     txn = ctx = None
-            if time.monotonic() - last_save >= self._opts.settings.checkpoint_interval_s:
+            if time.monotonic() - last_save >= save_every:
                 self._save_checkpoint()
                 last_save = time.monotonic()
             if self._stop.is_set():

@@ -147,6 +147,8 @@ class GtidState:
 
     def __str__(self) -> str:
         if self.flavor == MARIADB:
+            if len(self._domains) == 1:       # the common case, once per transaction
+                return str(next(iter(self._domains.values())))
             return ",".join(str(self._domains[d]) for d in sorted(self._domains))
         return ",".join(uuid + "".join(f":{_interval_text(lo, hi)}" for lo, hi in ivs)
                         for uuid, ivs in sorted(self._intervals.items()) if ivs)

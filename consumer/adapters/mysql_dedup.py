@@ -101,9 +101,12 @@ class MySQLDedupStore:
                     "d.status = 'claimed' AND d.claimed_until < NOW(6) AND c.claim_token IS NULL",
                     [token, mark, self._ns, *ids])
         # Every id has a row now; only those not claimed under ``token`` come back (usually
-        # none), so a batch of new ids costs no result rows to transfer and parse.
+        # none), so a batch of new ids costs no result rows to transfer and parse. A locking
+        # read: a plain one would see the transaction's snapshot, taken at an earlier chunk,
+        # where a row another consumer added since is missing and would pass for ours.
         cur.execute(f"SELECT d.msg_id, {_IS_DONE} FROM {_JOINED} WHERE d.ns = %s "
-                    f"AND d.msg_id IN ({marks}) AND d.claim_token <> %s", [self._ns, *ids, token])
+                    f"AND d.msg_id IN ({marks}) AND d.claim_token <> %s LOCK IN SHARE MODE",
+                    [self._ns, *ids, token])
         out = dict.fromkeys(ids, ClaimState.OWNED)
         for msg_id, done in cur.fetchall():
             out[msg_id] = ClaimState.DONE if done else ClaimState.BUSY

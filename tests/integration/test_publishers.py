@@ -172,3 +172,50 @@ def test_cachesync_tail_publishes_through_either_and_leaves_no_process_behind(la
     assert tail.wait(60) == (0 if stop == "SIGTERM" else -9), lab.log(tail)
     # a clean stop closes the child; a killed tailer's child sees its pipe end and exits
     wait_for(lambda: all(gone(p) for p in publishers), 30, what="the publisher process to exit")
+
+
+def test_the_child_is_told_the_parents_log_level_and_format():
+    import logging
+    from cachesync import logs
+    from cachesync.producer_outbox.procpublisher import _log_setup
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    try:
+        logs.setup("WARNING", json_format=True)
+        assert _log_setup() == ("WARNING", True)
+        logs.setup("INFO")
+        assert _log_setup() == ("INFO", False)
+    finally:
+        root.handlers[:], root.level = saved[0], saved[1]
+
+
+@pytest.mark.parametrize("ends", ["stopped", "failing"])
+def test_a_tailer_closes_the_publisher_process_it_made_when_it_ends(lab, ends):
+    """A restarted tailer is a new one with a new publisher: the old one's child must not
+    stay behind (a clean stop, and a run that fails, here at its preflight)."""
+    from cachesync import config
+    from cachesync.wiring import build_tailer
+    lab.sql(USERS_DDL)
+    cfg = lab.write_config(USERS)
+    env = {**os.environ, **lab.stack.env}
+    if ends == "failing":
+        env.pop("CACHESYNC_MYSQL_PASSWORD_FILE", None)
+        env["CACHESYNC_MYSQL_PASSWORD"] = "wrong"
+    tailer = build_tailer(config.load(cfg, env))
+    child = tailer._publisher._proc
+    errors = []
+
+    def run():
+        try:
+            tailer.run()
+        except Exception as e:
+            errors.append(e)
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    if ends == "stopped":
+        wait_for(lambda: tailer.committed is not None, 60, what="the tailer's start")
+        tailer.stop()
+    thread.join(60)
+    assert not thread.is_alive()
+    assert [type(e).__name__ for e in errors] == ([] if ends == "stopped" else ["FatalError"])
+    assert child.wait(30) == 0

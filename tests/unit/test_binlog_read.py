@@ -24,17 +24,17 @@ def row_event(schema, table, table_id):
 def test_a_map_names_its_table_until_the_group_ends():
     maps = TableMaps()
     maps.add(25, "app", "users")
-    assert maps.table_of(row_event("app", "users", 25), "f:1") == ("app", "users")
+    assert maps.table_of(row_event("app", "users", 25), lambda: "f:1") == ("app", "users")
     maps.reset()
-    with pytest.raises(FatalError, match="table id 25 has no table map in its event group"):
-        maps.table_of(row_event("app", "users", 25), "f:2")
+    with pytest.raises(FatalError, match="at f:2 for table id 25 has no table map in its event group"):
+        maps.table_of(row_event("app", "users", 25), lambda: "f:2")
 
 
 def test_rows_decoded_against_another_table_are_refused():
     maps = TableMaps()
     maps.add(25, "app", "other")          # this group's map: id 25 is app.other
     with pytest.raises(FatalError, match="table id 25 is app.other .* decoded it as app.users"):
-        maps.table_of(row_event("app", "users", 25), "f:1")
+        maps.table_of(row_event("app", "users", 25), lambda: "f:1")
 
 
 def failing(error):
