@@ -27,7 +27,6 @@ from typing import Callable
 
 from bench.common import (Sandbox, Worker, log, percentile, ratio, summarize, topic_events,
                           wait_for)
-from bench.tailer import _close_tailer
 from cachesync.producer_outbox.checkpoint import Checkpoint, MySQLCheckpointStore
 from cachesync.producer_outbox.preflight import read_server_info
 from cachesync.wiring import build_tailer, mysql_params
@@ -175,9 +174,7 @@ class Running:
     def close(self) -> None:
         self.stop()
         self.worker.join(30)
-        if self.tailer is not None:
-            _close_tailer(self.tailer)      # its publisher and checkpoint connection
-        elif self.name == "naive":          # the relay closes its own publisher
+        if self.name != "relay":    # the relay closes its own; a tailer closes only what it made
             self.publisher.close()
         self.worker.check()
 

@@ -311,9 +311,8 @@ def tailer_run(box: Sandbox, table_name: str, data: dict, n: int, pack_rows: int
             time.sleep(0.01)
         elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     finally:
-        tailer.stop()
+        tailer.stop()       # its run closes the publisher it made and its checkpoint store
         worker.join(30)
-        _close_tailer(tailer)
     worker.check()
     # exactly the N rows, once each, and nothing beyond (a wrong start would show here)
     records, events, ids = topic_events(box.stack.bootstrap, topic)
@@ -328,14 +327,3 @@ def tailer_run(box: Sandbox, table_name: str, data: dict, n: int, pack_rows: int
             "startup_s": round(t_first - t0, 4), **_cpu_figures(n, cpu),
             "checkpoint": tailer.committed.describe() if tailer.committed else None}
 
-
-def _close_tailer(tailer) -> None:
-    # Tailer has no close(): its Kafka producer and checkpoint connection would leak
-    # into the next run otherwise (private attributes, bench-only).
-    for attr in ("_publisher", "_checkpoints"):
-        part = getattr(tailer, attr, None)
-        if part is not None:
-            try:
-                part.close()
-            except Exception as e:
-                log(f"tailer: closing {attr} failed: {e}")

@@ -85,12 +85,7 @@ class ProcessPublisher:
     def send(self, topic: str, key: str, value: bytes, msg_id: str,
              on_ack: Callable[[], None], on_error: Callable[[Exception], None],
              partition: int | None = None) -> None:
-        with self._state:
-            if self._dead is not None:
-                raise self._dead
-            self._seq += 1
-            seq = self._seq
-            self._pending[seq] = (on_ack, on_error)
+        seq = self._register(self._pending, (on_ack, on_error))
         self._write(("send", seq, topic, key, value, msg_id, partition))
 
     def partitions(self, topic: str) -> list[int]:
@@ -126,19 +121,24 @@ class ProcessPublisher:
 
     def _request(self, kind: str, arg, wait_s: float | None = None):
         done = threading.Event()
-        with self._state:
-            if self._dead is not None:
-                raise self._dead
-            self._seq += 1
-            rid = self._seq
-            self._replies[rid] = slot = [done, None, None]
-        self._write((kind, rid, arg))
+        slot = [done, None, None]
+        self._write((kind, self._register(self._replies, slot), arg))
         if not done.wait(wait_s):
             raise RetryableError(f"Kafka publisher process: no answer to {kind} in {wait_s}s")
         ok, value = slot[1], slot[2]
         if not ok:
             raise value
         return value
+
+    def _register(self, table: dict, entry) -> int:
+        """A new id for a send's callbacks or a request's reply slot, kept in ``table``;
+        raises the error that ended the child, if it has ended."""
+        with self._state:
+            if self._dead is not None:
+                raise self._dead
+            self._seq += 1
+            table[self._seq] = entry
+            return self._seq
 
     def _read_start(self) -> tuple:
         result: list = []
@@ -172,9 +172,9 @@ class ProcessPublisher:
     def _dispatch(self, message: tuple) -> None:
         kind = message[0]
         if kind == "ack":
-            for seq in message[1]:
-                with self._state:
-                    callbacks = self._pending.pop(seq, None)
+            with self._state:
+                acked = [self._pending.pop(seq, None) for seq in message[1]]
+            for callbacks in acked:
                 if callbacks is not None:
                     callbacks[0]()
         elif kind == "error":
@@ -272,11 +272,15 @@ class _Child:
     def write(self, message: tuple) -> None:
         """Queue ``message`` after the acks gathered so far."""
         with self._lock:
-            if self._acks:
-                self._queue.append(("ack", tuple(self._acks)))
-                self._acks = []
+            self._queue_acks()
             self._queue.append(message)
             self._ready.notify_all()
+
+    def _queue_acks(self) -> None:
+        """The acks gathered so far as one message at the queue's end (lock held)."""
+        if self._acks:
+            self._queue.append(("ack", tuple(self._acks)))
+            self._acks = []
 
     def settle(self) -> None:
         """Wait until everything queued was written (before a reply that says so)."""
@@ -289,9 +293,7 @@ class _Child:
             with self._lock:
                 while not self._queue and not self._acks:
                     self._ready.wait()
-                if self._acks:
-                    self._queue.append(("ack", tuple(self._acks)))
-                    self._acks = []
+                self._queue_acks()
                 batch, self._queue = self._queue, []
                 self._writing = True
             data = b"".join(pickle.dumps(m, _PROTOCOL) for m in batch)

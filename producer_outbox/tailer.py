@@ -134,9 +134,8 @@ class Tailer(GroupPublishing):
             self._close()
 
     def _close(self) -> None:
-        parts = [self._checkpoints, self._publisher] if self._opts.owns_publisher else [
-            self._checkpoints]
-        for part in parts:
+        owned = [self._publisher] if self._opts.owns_publisher else []
+        for part in [self._checkpoints, *owned]:
             try:
                 close = getattr(part, "close", None)
                 if close is not None:

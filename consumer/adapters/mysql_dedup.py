@@ -16,9 +16,13 @@ CLAIM_CHUNK = 1000
 MSG_ID_MAX = 64                 # cachesync_dedup.msg_id VARCHAR(64) CHARACTER SET ascii
 HELD_MAX = 16                   # claims remembered until their confirm (one per batch in flight)
 
-# An id row and its claim's confirmation, if any (the purge and counts read both).
-_JOINED = ("cachesync_dedup d LEFT JOIN cachesync_dedup_done c "
-           "ON c.ns = d.ns AND c.claim_token = d.claim_token")
+def _joined(q: str = "") -> str:
+    """An id row and its claim's confirmation, if any; ``q`` qualifies the tables."""
+    return (f"{q}cachesync_dedup d LEFT JOIN {q}cachesync_dedup_done c "
+            "ON c.ns = d.ns AND c.claim_token = d.claim_token")
+
+
+_JOINED = _joined()
 _IS_DONE = "(d.status = 'done' OR c.claim_token IS NOT NULL)"
 
 
@@ -31,8 +35,7 @@ def rows_sql(schema: str = "") -> str:
     return (f"(SELECT d.ns, d.msg_id, IF({_IS_DONE}, 'done', 'claimed') AS status, "
             "d.claim_token, d.claimed_until, "
             "IF(d.status = 'done', d.done_at, c.done_at) AS done_at "
-            f"FROM {q}cachesync_dedup d LEFT JOIN {q}cachesync_dedup_done c "
-            "ON c.ns = d.ns AND c.claim_token = d.claim_token) AS cachesync_dedup_rows")
+            f"FROM {_joined(q)}) AS cachesync_dedup_rows")
 
 
 class MySQLDedupStore:
