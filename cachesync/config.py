@@ -315,6 +315,10 @@ class ConsumerSettings(_Validated):
     SECTION = "consumer"
     batch_size: int = setting(2000, lo=1, hi=1_000_000)
     poll_timeout_s: float = setting(0.2, **POSITIVE)
+    # how offsets are committed after each batch: "async" = sent without waiting for the
+    # reply (a crash may leave the last few batches to be delivered again and skipped as
+    # duplicates), "sync" = the consumer waits for the broker's reply
+    offset_commit: str = setting("async", choices=("async", "sync"))
     # A claim only matters when a partition changes hands: the next owner waits it out
     # before applying what a dead consumer had claimed. Kept below the session timeout so
     # that it has expired by the time the group hands the partitions over.

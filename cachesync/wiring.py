@@ -160,7 +160,8 @@ def build_engine(settings: Settings, on_batch=None, source=None, dead_letters=No
     k = settings.kafka
     return PythonEngine(
         source=source or KafkaSource(k.bootstrap_servers, k.topic, k.group_id,
-                                     group=kafka_group(settings), security=client_security(k)),
+                                     group=kafka_group(settings), security=client_security(k),
+                                     async_commit=settings.consumer.offset_commit == "async"),
         dedup=build_dedup(settings), cache=build_cache(settings),
         dead_letters=dead_letters or build_dead_letters(settings),
         mappings=mappings(settings), options=settings.consumer, on_batch=on_batch, hooks=hooks)

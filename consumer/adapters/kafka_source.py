@@ -6,7 +6,7 @@ import logging
 import time
 from typing import Mapping
 
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import ConsumerRebalanceListener, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
 from kafka.coordinator.assignors.range import RangePartitionAssignor
 from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
@@ -30,6 +30,12 @@ _REBALANCING = (CommitFailedError, RebalanceInProgressError, IllegalGenerationEr
 # kafka-python backs off reconnects up to 30 s by default, so a broker back from an
 # outage sat idle for most of that; 2 s keeps recovery prompt without a reconnect storm.
 RECONNECT_BACKOFF_MAX_MS = 2000
+
+# Asynchronous offset commits (consumer.offset_commit: async) not yet answered at most; one
+# more waits for its reply, so a slow or failing coordinator slows the consumer down.
+MAX_COMMITS_IN_FLIGHT = 5
+# close() waits this long at most for the offsets not yet confirmed to be committed
+CLOSE_COMMIT_TIMEOUT_MS = 5000
 
 # kafka.assignment_strategy: cooperative-sticky (KIP-429) lets the members that stay keep
 # consuming their partitions through a rebalance; the eager ones stop every member.
@@ -91,14 +97,27 @@ def group_config(session_timeout_ms: int = 6_000, heartbeat_interval_ms: int = 2
 
 
 class KafkaSource:
-    """A kafka-python consumer in a group; offsets are committed only explicitly."""
+    """A kafka-python consumer in a group; offsets are committed only explicitly.
+
+    With ``async_commit`` (the default) ``commit`` sends the offsets and returns: the
+    request goes out with the next poll, in order with the ones before it, and nobody waits
+    for the reply. The engine calls ``commit`` only after a batch's cache writes and dedup
+    confirm, so the order of effects is the synchronous one; what changes is what a crash
+    can leave: the offsets of the last few batches not yet committed, which are delivered
+    again and skipped as duplicates by the dedup store (as after any crash before a commit).
+    A commit goes synchronous again, and raises on failure, after an asynchronous one
+    failed or while ``MAX_COMMITS_IN_FLIGHT`` are unanswered; ``close`` commits what is not
+    confirmed yet for the partitions still assigned.
+    """
 
     def __init__(self, bootstrap_servers: str, topic: str, group_id: str,
                  *, auto_offset_reset: str = "earliest", client_id: str = "cachesync-consumer",
-                 group: dict | None = None, security: Mapping | None = None):
+                 group: dict | None = None, security: Mapping | None = None,
+                 async_commit: bool = True):
         """``group``: :func:`group_config` (its defaults when None); ``security``: the
         client's security options (cachesync.kafka_security.client_security)."""
         self._instance = (group or {}).get("group_instance_id")
+        self._commits = _CommitTracker(async_commit)
         try:
             with refused_login_is_fatal(bootstrap_servers):
                 self._consumer = KafkaConsumer(
@@ -111,7 +130,7 @@ class KafkaSource:
                     reconnect_backoff_max_ms=RECONNECT_BACKOFF_MAX_MS,
                     **(group if group is not None else group_config()), **(security or {}))
             self._await_partitions(topic)
-            self._consumer.subscribe([topic])
+            self._consumer.subscribe([topic], listener=_Forget(self._commits))
         except KafkaError as e:
             raise RetryableError(f"Kafka unavailable at {bootstrap_servers}: {e}") from e
 
@@ -149,9 +168,24 @@ class KafkaSource:
         return out
 
     def commit(self, offsets: Mapping[tuple[str, int], int]) -> None:
+        """Commit ``offsets`` ({(topic, partition): next offset}), asynchronously when the
+        source commits that way and nothing is wrong (see the class)."""
+        commits = self._commits
+        if commits.fenced is not None:
+            raise self._fenced(commits.fenced)
+        tps = {TopicPartition(t, p): OffsetAndMetadata(o, "", -1) for (t, p), o in offsets.items()}
+        if not commits.may_go_async():
+            self._commit_sync(tps)
+            return
         try:
-            self._consumer.commit({TopicPartition(t, p): OffsetAndMetadata(o, "", -1)
-                                   for (t, p), o in offsets.items()})
+            self._consumer.commit_async(tps, callback=commits.answered)
+        except KafkaError as e:
+            raise RetryableError(f"Kafka offset commit failed: {e}") from e
+        commits.sent(tps)
+
+    def _commit_sync(self, tps: dict, timeout_ms: int | None = None) -> None:
+        try:
+            self._consumer.commit(tps, timeout_ms=timeout_ms)
         except FencedInstanceIdError as e:
             raise self._fenced(e) from e
         except _REBALANCING as e:
@@ -161,13 +195,99 @@ class KafkaSource:
             log.warning("offset commit lost to a rebalance; duplicates will be skipped: %s", e)
         except KafkaError as e:
             raise RetryableError(f"Kafka offset commit failed: {e}") from e
+        else:
+            self._commits.confirmed(tps)
 
     def close(self) -> None:
-        self._consumer.close(autocommit=False)
+        """Commit the offsets not confirmed yet (for the partitions still assigned), then
+        close the consumer; a commit that fails here is only logged (see the class)."""
+        try:
+            pending = self._commits.unconfirmed(self._consumer.assignment())
+            if pending and self._commits.fenced is None:
+                self._commit_sync(pending, CLOSE_COMMIT_TIMEOUT_MS)
+        except (KafkaError, RetryableError, FatalError) as e:
+            log.warning("the last offsets were not committed before closing (%s); a restart "
+                        "delivers those records again and skips them as duplicates", e)
+        finally:
+            self._consumer.close(autocommit=False)
 
     def _fenced(self, error: Exception) -> FatalError:
         return FatalError(f"another consumer joined the group with kafka.group_instance_id "
                           f"{self._instance!r}; each consumer needs its own id ({error})")
+
+
+class _CommitTracker:
+    """What the source's offset commits asked for and what the broker confirmed, per
+    partition. Asynchronous commits are answered (``answered``) on the consumer's thread,
+    inside a later poll or commit."""
+
+    def __init__(self, async_commit: bool):
+        self.async_commit = async_commit
+        self.asked: dict[TopicPartition, int] = {}       # newest offset sent, per partition
+        self.done: dict[TopicPartition, int] = {}        # newest offset confirmed
+        self.in_flight = 0
+        self.failed: Exception | None = None    # the last asynchronous commit's error
+        self.fenced: Exception | None = None
+
+    def may_go_async(self) -> bool:
+        return self.async_commit and self.failed is None and self.in_flight < MAX_COMMITS_IN_FLIGHT
+
+    def sent(self, tps: dict) -> None:
+        self.in_flight += 1
+        for tp, meta in tps.items():
+            self.asked[tp] = meta.offset
+
+    def confirmed(self, tps: dict) -> None:
+        self.failed = None
+        for tp, meta in tps.items():
+            self.asked[tp] = max(self.asked.get(tp, -1), meta.offset)
+            self.done[tp] = max(self.done.get(tp, -1), meta.offset)
+
+    def answered(self, tps: dict, response) -> None:
+        """kafka-python's callback: ``response`` is the reply or the commit's exception."""
+        self.in_flight = max(0, self.in_flight - 1)
+        if not isinstance(response, BaseException):
+            for tp, meta in tps.items():
+                self.done[tp] = max(self.done.get(tp, -1), meta.offset)
+        elif isinstance(response, FencedInstanceIdError):
+            self.fenced = response
+        elif isinstance(response, _REBALANCING):
+            log.warning("offset commit lost to a rebalance; duplicates will be skipped: %s",
+                        response)
+        else:
+            self.failed = response
+            log.warning("asynchronous offset commit failed (%s); the next commit waits for its "
+                        "reply", response)
+
+    def unconfirmed(self, assigned) -> dict:
+        """The offsets sent but not confirmed, of the ``assigned`` partitions."""
+        return {tp: OffsetAndMetadata(o, "", -1) for tp, o in self.asked.items()
+                if tp in assigned and self.done.get(tp, -1) < o}
+
+    def forget(self, partitions) -> None:
+        """Partitions this member no longer owns: their offsets are the next owner's."""
+        for tp in partitions:
+            self.asked.pop(tp, None)
+            self.done.pop(tp, None)
+
+
+class _Forget(ConsumerRebalanceListener):
+    """Drops revoked or lost partitions from the commit tracker, so that ``close`` never
+    commits an offset of a partition another member now owns (which would move it back).
+    A commit already sent for them went out before the rebalance's JoinGroup, on the same
+    connection to the coordinator; one that fails leaves duplicates for the next owner."""
+
+    def __init__(self, commits: _CommitTracker):
+        self._commits = commits
+
+    def on_partitions_revoked(self, revoked):
+        self._commits.forget(revoked)
+
+    def on_partitions_assigned(self, assigned):
+        pass
+
+    def on_partitions_lost(self, lost):
+        self._commits.forget(lost)
 
 
 class KafkaDeadLetters:

@@ -1,4 +1,6 @@
-"""Offset commits during a rebalance must not be retried in a loop (only poll() ends one)."""
+"""Offset commits: during a rebalance they must not be retried in a loop (only poll() ends
+one); asynchronous ones fall back to waiting after a failure, and close() commits only what is
+unconfirmed for the partitions still assigned."""
 
 import threading
 
@@ -6,22 +8,61 @@ import pytest
 from kafka.errors import (CommitFailedError, IllegalGenerationError, NodeNotReadyError,
                           RebalanceInProgressError, UnknownMemberIdError)
 
-from cachesync.consumer.adapters.kafka_source import KafkaSource, heartbeat_fenced, resume_dropped_join
-from cachesync.schema.errors import RetryableError
+from kafka import TopicPartition
+from kafka.errors import FencedInstanceIdError, KafkaTimeoutError
+
+from cachesync.consumer.adapters.kafka_source import (MAX_COMMITS_IN_FLIGHT, KafkaSource,
+                                                      _CommitTracker, _Forget, heartbeat_fenced,
+                                                      resume_dropped_join)
+from cachesync.schema.errors import FatalError, RetryableError
 
 
 class Refusing:
     def __init__(self, error):
         self.error = error
 
-    def commit(self, offsets):
+    def commit(self, offsets, timeout_ms=None):
         raise self.error
 
 
-def source_with(error):
-    source = KafkaSource.__new__(KafkaSource)      # no broker: only commit() is exercised
-    source._consumer = Refusing(error)
+class Recording:
+    """kafka-python's commit calls, answered by the test (``answer``) as the broker would."""
+
+    def __init__(self, assigned=()):
+        self.sync, self.async_, self.callbacks, self.assigned = [], [], [], set(assigned)
+        self.closed = False
+
+    def commit(self, offsets, timeout_ms=None):
+        self.sync.append(({tp: m.offset for tp, m in offsets.items()}, timeout_ms))
+
+    def commit_async(self, offsets, callback):
+        self.async_.append({tp: m.offset for tp, m in offsets.items()})
+        self.callbacks.append((callback, offsets))
+
+    def answer(self, response=None):
+        callback, offsets = self.callbacks.pop(0)
+        callback(offsets, response if response is not None else object())
+
+    def assignment(self):
+        return self.assigned
+
+    def close(self, autocommit):
+        self.closed = True
+
+
+def source_with(error, async_commit=False):
+    return source_on(Refusing(error), async_commit)
+
+
+def source_on(consumer, async_commit=True):
+    source = KafkaSource.__new__(KafkaSource)      # no broker: only the commits are exercised
+    source._consumer = consumer
+    source._commits = _CommitTracker(async_commit)
+    source._instance = None
     return source
+
+
+T0, T1 = TopicPartition("t", 0), TopicPartition("t", 1)
 
 
 @pytest.mark.parametrize("error", [CommitFailedError(), RebalanceInProgressError(),
@@ -34,6 +75,106 @@ def test_a_commit_lost_to_a_rebalance_is_dropped_not_retried(error, caplog):
 def test_other_commit_failures_are_retryable():
     with pytest.raises(RetryableError, match="offset commit failed"):
         source_with(NodeNotReadyError()).commit({("t", 0): 5})
+
+
+def test_async_commits_do_not_wait_and_close_commits_what_is_unconfirmed():
+    consumer = Recording(assigned={T0, T1})
+    source = source_on(consumer)
+    source.commit({("t", 0): 5, ("t", 1): 7})
+    source.commit({("t", 0): 9})
+    assert consumer.async_ == [{T0: 5, T1: 7}, {T0: 9}] and consumer.sync == []
+    consumer.answer()                              # the first one confirmed, the second not
+    source.close()
+    assert consumer.sync == [({T0: 9}, 5000)] and consumer.closed
+
+
+def test_close_commits_nothing_when_every_commit_was_confirmed():
+    consumer = Recording(assigned={T0})
+    source = source_on(consumer)
+    source.commit({("t", 0): 5})
+    consumer.answer()
+    source.close()
+    assert consumer.sync == [] and consumer.closed
+
+
+def test_close_leaves_partitions_another_member_owns_now():
+    """A revoked partition's offset is the next owner's: committing it at close would move
+    that owner back."""
+    consumer = Recording(assigned={T0, T1})
+    source = source_on(consumer)
+    source.commit({("t", 0): 5, ("t", 1): 7})
+    _Forget(source._commits).on_partitions_revoked({T1})
+    consumer.assigned = {T0}
+    source.close()
+    assert consumer.sync == [({T0: 5}, 5000)]
+
+
+def test_close_logs_a_commit_it_cannot_make_and_still_closes(caplog):
+    consumer = Recording(assigned={T0})
+    source = source_on(consumer)
+    source.commit({("t", 0): 5})
+    consumer.commit = Refusing(KafkaTimeoutError()).commit
+    source.close()
+    assert consumer.closed
+    assert "the last offsets were not committed before closing" in caplog.text
+
+
+def test_after_a_failed_async_commit_the_next_one_waits_and_a_success_resumes_async(caplog):
+    consumer = Recording()
+    source = source_on(consumer)
+    source.commit({("t", 0): 5})
+    consumer.answer(NodeNotReadyError())
+    assert "asynchronous offset commit failed" in caplog.text
+    source.commit({("t", 0): 6})
+    assert consumer.sync == [({T0: 6}, None)]       # waited for, and succeeded
+    source.commit({("t", 0): 7})
+    assert consumer.async_[-1] == {T0: 7} and len(consumer.sync) == 1
+
+
+def test_a_failing_commit_after_a_failed_async_one_is_retryable():
+    consumer = Recording()
+    source = source_on(consumer)
+    source.commit({("t", 0): 5})
+    consumer.answer(NodeNotReadyError())
+    consumer.commit = Refusing(NodeNotReadyError()).commit
+    with pytest.raises(RetryableError, match="offset commit failed"):
+        source.commit({("t", 0): 6})
+
+
+def test_unanswered_async_commits_are_bounded():
+    consumer = Recording()
+    source = source_on(consumer)
+    for offset in range(MAX_COMMITS_IN_FLIGHT + 1):
+        source.commit({("t", 0): offset})
+    assert len(consumer.async_) == MAX_COMMITS_IN_FLIGHT
+    assert consumer.sync == [({T0: MAX_COMMITS_IN_FLIGHT}, None)]
+
+
+def test_an_async_commit_lost_to_a_rebalance_is_only_logged(caplog):
+    consumer = Recording()
+    source = source_on(consumer)
+    source.commit({("t", 0): 5})
+    consumer.answer(RebalanceInProgressError())
+    assert "offset commit lost to a rebalance" in caplog.text
+    source.commit({("t", 0): 6})
+    assert consumer.async_[-1] == {T0: 6} and consumer.sync == []
+
+
+def test_an_async_commit_refused_as_fenced_stops_the_consumer():
+    consumer = Recording()
+    source = source_on(consumer)
+    source.commit({("t", 0): 5})
+    consumer.answer(FencedInstanceIdError())
+    with pytest.raises(FatalError, match="group_instance_id"):
+        source.commit({("t", 0): 6})
+
+
+def test_sync_mode_waits_for_every_commit():
+    consumer = Recording()
+    source = source_on(consumer, async_commit=False)
+    source.commit({("t", 0): 5})
+    source.commit({("t", 0): 6})
+    assert consumer.async_ == [] and consumer.sync == [({T0: 5}, None), ({T0: 6}, None)]
 
 
 class _Coordinator:
