@@ -41,6 +41,8 @@ TARGET_P99_MS = 100.0
 KEYS_PER_ROW = 2             # cache keys per row (issue 17, target 3: 2 keys per row)
 # The consumer's dedup store (config default: mysql); BENCH_LAG_DEDUP_STORE=redis compares.
 DEDUP_STORE = os.environ.get("BENCH_LAG_DEDUP_STORE", "mysql")
+# The consumer's offset commits (config default: async); BENCH_LAG_OFFSET_COMMIT=sync compares.
+OFFSET_COMMIT = os.environ.get("BENCH_LAG_OFFSET_COMMIT", "async")
 # Transactions per second the writer commits at most; above it rows are grouped into
 # multi-row transactions (one Python writer thread keeps up ~250 commits/s on the
 # loaded 2-core host with the pipeline running beside it).
@@ -72,7 +74,8 @@ def run(stack, quick: bool, runs: int) -> dict:
         # two keys per row (issue 17, target 3); the poller watches the first
         cfg = box.write_config({f"{box.db}.lag": {"keys": [box.prefix + "lag:{id}",
                                                            box.prefix + "lag:note:{note}"]}},
-                               topic=topic, consumer={"dedup_store": DEDUP_STORE})
+                               topic=topic, consumer={"dedup_store": DEDUP_STORE,
+                                                    "offset_commit": OFFSET_COMMIT})
         settings = box.settings(cfg)
         log("lag: starting `cachesync tail` and `cachesync consume`")
         tail = box.spawn("tail", cfg)
@@ -135,7 +138,7 @@ def run(stack, quick: bool, runs: int) -> dict:
                        "consumer": "config defaults (batch_size, poll_timeout_s)",
                        "keys_per_row": KEYS_PER_ROW,
                        "split": GoneTimes.__doc__.split("\n\n")[0].replace("\n", " "),
-                       "dedup_store": DEDUP_STORE},
+                       "dedup_store": DEDUP_STORE, "offset_commit": OFFSET_COMMIT},
             "rates": figures,
             "children": children,
         }
