@@ -7,7 +7,8 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STACK  := devstack/stack.sh
-STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+# reinstall when the package's definition or the C accelerator's source changes
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml cachesync/_speedups.c | cksum | cut -d' ' -f1)
 
 .PHONY: demo test test-library-reader unit bench install up down status clean help
 
@@ -22,7 +23,7 @@ help:
 install: $(STAMP)
 	devstack/spark/fetch-jars.sh $(BIN)/python
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml cachesync/_speedups.c
 	@test -x $(BIN)/python || { echo ">> creating virtualenv $(VENV)"; $(PYTHON) -m venv $(VENV); }
 	@echo ">> installing cachesync and test dependencies into $(VENV)"
 	$(BIN)/pip install -q --upgrade pip

@@ -4,6 +4,10 @@ The tailer packs rows that share a partition into one record, so it must know ea
 row's partition before sending; it uses exactly the function the Java client and
 kafka-python's DefaultPartitioner apply to the same key, so packed and unpacked
 records of one row land in the same partition.
+
+``murmur2`` and ``partition_for`` are the C functions of ``cachesync._speedups`` when
+``make install`` built it (``ACCELERATED``), else the pure-Python ``py_murmur2`` and
+``py_partition_for``; the tests hold both to the same results.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ _MASK = 0xFFFFFFFF
 _SEED = 0x9747B28C
 
 
-def murmur2(data: bytes) -> int:
+def py_murmur2(data: bytes) -> int:
     """MurmurHash2 as org.apache.kafka.common.utils.Utils.murmur2 computes it (unsigned)."""
     length = len(data)
     h = _SEED ^ length
@@ -36,6 +40,15 @@ def murmur2(data: bytes) -> int:
     return h ^ (h >> 15)
 
 
-def partition_for(key: bytes, partitions: int) -> int:
+def py_partition_for(key: bytes, partitions: int) -> int:
     """The partition (index into the sorted partition ids) a keyed record goes to."""
-    return (murmur2(key) & 0x7FFFFFFF) % partitions
+    if partitions <= 0:
+        raise ValueError(f"partitions must be positive, got {partitions}")
+    return (py_murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+try:
+    from cachesync._speedups import murmur2, partition_for
+except ImportError:         # not built (no C compiler at install): the same functions in Python
+    murmur2, partition_for = py_murmur2, py_partition_for
+ACCELERATED = murmur2 is not py_murmur2

@@ -20,19 +20,57 @@ from cachesync.schema.event import decode, decode_record, encode, encode_pack
 from cachesync.schema.keys import kafka_key
 from cachesync.schema.mapping import parse_mappings
 from tests.support.events import event as change
-from cachesync.schema.partition import murmur2, partition_for
+from cachesync.schema import partition as partitioning
+from cachesync.schema.partition import partition_for
 from tests.support.binlog import (MARIADB, _Checkpoints, _Stream, mariadb_gtid, rows, u,
                                   with_table_maps, xid)
 
 MAPPINGS = parse_mappings({"shop.users": {"keys": ["user:{id}"]}})
 
 
-def test_murmur2_is_kafkas():
+def _implementations():
+    """The pure-Python partitioner always; the C one (cachesync._speedups) where built."""
+    found = [pytest.param((partitioning.py_murmur2, partitioning.py_partition_for), id="python")]
+    try:
+        from cachesync import _speedups
+    except ImportError:
+        found.append(pytest.param(None, id="c", marks=pytest.mark.skip(
+            reason="cachesync._speedups is not built (no C compiler at `make install`)")))
+    else:
+        found.append(pytest.param((_speedups.murmur2, _speedups.partition_for), id="c"))
+    return found
+
+
+@pytest.mark.parametrize("impl", _implementations())
+def test_murmur2_is_kafkas(impl):
+    murmur2, partition = impl
     rng = random.Random(7)
     for _ in range(3000):
         data = bytes(rng.randrange(256) for _ in range(rng.randrange(0, 64)))
         assert murmur2(data) == kafka_murmur2(data)
-        assert partition_for(data, 7) == (kafka_murmur2(data) & 0x7FFFFFFF) % 7
+        for partitions in (1, 3, 7, 2**31 - 1):
+            assert partition(data, partitions) == (kafka_murmur2(data) & 0x7FFFFFFF) % partitions
+    text = "shop.users:42".encode()
+    assert murmur2(bytearray(text)) == murmur2(memoryview(text)) == kafka_murmur2(text)
+
+
+@pytest.mark.parametrize("impl", _implementations())
+def test_partition_for_refuses_a_count_that_is_not_positive(impl):
+    _, partition = impl
+    for bad in (0, -3):
+        with pytest.raises(ValueError, match="partitions must be positive"):
+            partition(b"k", bad)
+    with pytest.raises(TypeError):
+        partition("text, not bytes", 3)
+
+
+def test_the_partitioner_in_use_is_the_compiled_one_when_built():
+    try:
+        from cachesync import _speedups
+    except ImportError:
+        assert not partitioning.ACCELERATED and partition_for is partitioning.py_partition_for
+    else:
+        assert partitioning.ACCELERATED and partition_for is _speedups.partition_for
 
 
 def test_a_pack_round_trips_in_order():
