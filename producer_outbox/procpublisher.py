@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
 START_TIMEOUT_S = 120.0      # the child's start: the interpreter, kafka-python, the bootstrap
 REPLY_MARGIN_S = 10.0        # a bounded request (flush, close) waits this much longer for its reply
+EXIT_STATUS_WAIT_S = 5.0     # after the child's output ends: how long to wait for its exit status
 
 
 class PublisherProcessError(RetryableError):
@@ -161,6 +162,12 @@ class ProcessPublisher:
             while True:
                 message = self._load()
                 if message is None:
+                    # the kernel closes a dying child's pipes before it can be reaped: wait
+                    # for its exit status, so that the error says how it ended
+                    try:
+                        self._proc.wait(EXIT_STATUS_WAIT_S)
+                    except subprocess.TimeoutExpired:
+                        pass
                     return
                 self._dispatch(message)
         except Exception as e:          # a callback failed: no ack can be trusted any more
