@@ -27,6 +27,8 @@ $(STAMP): pyproject.toml cachesync/_speedups.c
 	@test -x $(BIN)/python || { echo ">> creating virtualenv $(VENV)"; $(PYTHON) -m venv $(VENV); }
 	@echo ">> installing cachesync and test dependencies into $(VENV)"
 	$(BIN)/pip install -q --upgrade pip
+	@# a stale accelerator must not outlive its source if the (optional) rebuild fails
+	rm -f cachesync/_speedups*.so
 	$(BIN)/pip install -q -e '.[sidecar,test,spark,bench]'
 	@touch $@
 

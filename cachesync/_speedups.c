@@ -63,11 +63,15 @@ partition_for(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_Format(PyExc_TypeError, "partition_for expected 2 arguments, got %zd", nargs);
         return NULL;
     }
+    /* a Kafka partition count is a positive int32 */
     long partitions = PyLong_AsLong(args[1]);
-    if (partitions == -1 && PyErr_Occurred())
-        return NULL;
-    if (partitions <= 0) {
-        PyErr_Format(PyExc_ValueError, "partitions must be positive, got %ld", partitions);
+    if (partitions == -1 && PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_OverflowError))
+            return NULL;
+        PyErr_Clear();
+    }
+    if (partitions <= 0 || partitions > 0x7fffffffL) {
+        PyErr_SetString(PyExc_ValueError, "partitions must be in 1..2147483647");
         return NULL;
     }
     Py_buffer view;
@@ -80,10 +84,10 @@ partition_for(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 
 static PyMethodDef methods[] = {
     {"murmur2", murmur2, METH_O,
-     "murmur2(data) -> int: Kafka's murmur2 of a bytes-like object (unsigned 32 bits)."},
+     "murmur2(data, /) -> int: Kafka's murmur2 of a bytes-like object's bytes (unsigned 32 bits)."},
     {"partition_for", (PyCFunction)(void (*)(void))partition_for, METH_FASTCALL,
-     "partition_for(key, partitions) -> int: the partition Kafka's default partitioner "
-     "gives a keyed record."},
+     "partition_for(key, partitions, /) -> int: the partition Kafka's default partitioner "
+     "gives a keyed record (partitions: 1..2147483647)."},
     {NULL, NULL, 0, NULL},
 };
 

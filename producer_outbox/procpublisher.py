@@ -66,6 +66,7 @@ class ProcessPublisher:
         self._seq = 0
         self._dead: PublisherProcessError | None = None
         self._closed = False
+        self._eof = False           # the child's output ended (it exited, or is exiting)
         try:
             self._write(("start", bootstrap_servers, security, options, _log_setup()))
             reply = self._read_start()
@@ -151,9 +152,14 @@ class ProcessPublisher:
         return result[0]
 
     def _load(self):
+        """The child's next message; None when its output ended (EOF: ``self._eof`` set) or
+        cannot be read (closed, broken, garbled)."""
         try:
             return pickle.load(self._in)
-        except (EOFError, OSError, ValueError, pickle.UnpicklingError):   # ValueError: closed
+        except EOFError:
+            self._eof = True
+            return None
+        except (OSError, ValueError, pickle.UnpicklingError):   # ValueError: closed
             return None
 
     def _read_loop(self) -> None:
@@ -162,12 +168,15 @@ class ProcessPublisher:
             while True:
                 message = self._load()
                 if message is None:
-                    # the kernel closes a dying child's pipes before it can be reaped: wait
-                    # for its exit status, so that the error says how it ended
-                    try:
-                        self._proc.wait(EXIT_STATUS_WAIT_S)
-                    except subprocess.TimeoutExpired:
-                        pass
+                    if self._eof:
+                        # the kernel closes a dying child's pipes before it can be reaped:
+                        # wait for its exit status, so that the error says how it ended
+                        try:
+                            self._proc.wait(EXIT_STATUS_WAIT_S)
+                        except subprocess.TimeoutExpired:
+                            pass
+                    else:
+                        why = "its output could not be read"
                     return
                 self._dispatch(message)
         except Exception as e:          # a callback failed: no ack can be trusted any more

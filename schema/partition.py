@@ -12,6 +12,7 @@ records of one row land in the same partition.
 
 from __future__ import annotations
 
+import operator
 import struct
 
 _M = 0x5BD1E995
@@ -19,8 +20,14 @@ _MASK = 0xFFFFFFFF
 _SEED = 0x9747B28C
 
 
-def py_murmur2(data: bytes) -> int:
-    """MurmurHash2 as org.apache.kafka.common.utils.Utils.murmur2 computes it (unsigned)."""
+MAX_PARTITIONS = 2**31 - 1     # a Kafka partition count is a positive int32
+
+
+def py_murmur2(data: bytes, /) -> int:
+    """MurmurHash2 as org.apache.kafka.common.utils.Utils.murmur2 computes it (unsigned),
+    of the bytes of any bytes-like object (TypeError for anything else, str included)."""
+    if type(data) is not bytes:
+        data = memoryview(data).tobytes()
     length = len(data)
     h = _SEED ^ length
     body = length & ~3
@@ -40,10 +47,11 @@ def py_murmur2(data: bytes) -> int:
     return h ^ (h >> 15)
 
 
-def py_partition_for(key: bytes, partitions: int) -> int:
-    """The partition (index into the sorted partition ids) a keyed record goes to."""
-    if partitions <= 0:
-        raise ValueError(f"partitions must be positive, got {partitions}")
+def py_partition_for(key: bytes, partitions: int, /) -> int:
+    """The partition (index into the sorted partition ids) a keyed record goes to;
+    ``partitions`` is an int in 1..MAX_PARTITIONS (TypeError, ValueError otherwise)."""
+    if not 0 < operator.index(partitions) <= MAX_PARTITIONS:
+        raise ValueError(f"partitions must be in 1..{MAX_PARTITIONS}")
     return (py_murmur2(key) & 0x7FFFFFFF) % partitions
 
 

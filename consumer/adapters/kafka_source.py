@@ -99,9 +99,10 @@ def group_config(session_timeout_ms: int = 6_000, heartbeat_interval_ms: int = 2
 class KafkaSource:
     """A kafka-python consumer in a group; offsets are committed only explicitly.
 
-    With ``async_commit`` (the default) ``commit`` sends the offsets and returns: the
-    request goes out with the next poll, in order with the ones before it, and nobody waits
-    for the reply. The engine calls ``commit`` only after a batch's cache writes and dedup
+    With ``async_commit`` (the default) ``commit`` sends the offsets and returns: kafka-python's
+    IO thread sends the request at once, in order with the ones before it, and nobody waits
+    for the reply (kafka-python hands it to ``_CommitTracker.answered`` in a later poll or
+    commit, on the consumer's thread). The engine calls ``commit`` only after a batch's cache writes and dedup
     confirm, so the order of effects is the synchronous one; what changes is what a crash
     can leave: the offsets of the last few batches not yet committed, which are delivered
     again and skipped as duplicates by the dedup store (as after any crash before a commit).
@@ -179,6 +180,11 @@ class KafkaSource:
             return
         try:
             self._consumer.commit_async(tps, callback=commits.answered)
+        except FencedInstanceIdError as e:
+            # kafka-python raises it here (before running any callback) once an earlier
+            # asynchronous commit was refused as fenced
+            commits.fenced = e
+            raise self._fenced(e) from e
         except KafkaError as e:
             raise RetryableError(f"Kafka offset commit failed: {e}") from e
         commits.sent(tps)
@@ -219,7 +225,9 @@ class KafkaSource:
 class _CommitTracker:
     """What the source's offset commits asked for and what the broker confirmed, per
     partition. Asynchronous commits are answered (``answered``) on the consumer's thread,
-    inside a later poll or commit."""
+    inside a later poll or commit. ``forget`` runs on kafka-python's IO thread (the rebalance
+    listener), while the consumer's thread waits in the poll or close that drives the
+    rebalance, so the two never touch the tracker at once and it needs no lock."""
 
     def __init__(self, async_commit: bool):
         self.async_commit = async_commit

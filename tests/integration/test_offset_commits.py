@@ -3,9 +3,9 @@
 ``async`` (the default) sends a batch's commit without waiting for the reply: the commit
 must still reach the group while the consumer keeps running (nothing holds it back until
 close), and a consumer closed right after its last batch must leave every applied record
-committed, so that a clean restart delivers nothing again. (Which of close's paths runs,
-the reply already in or a last synchronous commit, depends on timing: the unit tests of
-``_CommitTracker`` pin each one down.)
+committed, so that a clean restart delivers nothing again. (kafka-python hands a reply to
+the source only in a later poll or commit, so a close right after the last batch commits that
+batch again synchronously; the unit tests of ``_CommitTracker`` pin down close's other path.)
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def test_offsets_reach_the_group_while_the_consumer_runs(lab, mode):
 @pytest.mark.parametrize("mode", ["async", "sync"])
 def test_a_consumer_closed_after_its_last_batch_leaves_nothing_to_deliver_again(lab, mode):
     """The engine stops inside its last batch's callback, so close() follows that batch's
-    commit at once, whether or not the broker has answered it yet."""
+    commit at once, before any poll could hand its reply to the source."""
     lab.sql("CREATE TABLE users (id BIGINT PRIMARY KEY, name VARCHAR(32))")
     cfg = lab.write_config({"users": {"keys": ["user:{id}"]}}, consumer={"offset_commit": mode})
     lab.start_tailer(cfg)

@@ -31,11 +31,16 @@ class Recording:
     def __init__(self, assigned=()):
         self.sync, self.async_, self.callbacks, self.assigned = [], [], [], set(assigned)
         self.closed = False
+        self.fenced = False     # as kafka-python 3 once a commit was refused as fenced
 
     def commit(self, offsets, timeout_ms=None):
+        if self.fenced:
+            raise FencedInstanceIdError()
         self.sync.append(({tp: m.offset for tp, m in offsets.items()}, timeout_ms))
 
     def commit_async(self, offsets, callback):
+        if self.fenced:         # raised before any callback runs
+            raise FencedInstanceIdError()
         self.async_.append({tp: m.offset for tp, m in offsets.items()})
         self.callbacks.append((callback, offsets))
 
@@ -161,6 +166,21 @@ def test_an_async_commit_lost_to_a_rebalance_is_only_logged(caplog):
 
 
 def test_an_async_commit_refused_as_fenced_stops_the_consumer():
+    """kafka-python 3 raises FencedInstanceIdError from the next commit_async, without
+    running the callback: a fatal error, never a retryable one that would loop."""
+    consumer = Recording(assigned={T0})
+    source = source_on(consumer)
+    source.commit({("t", 0): 5})
+    consumer.fenced = True
+    with pytest.raises(FatalError, match="group_instance_id"):
+        source.commit({("t", 0): 6})
+    with pytest.raises(FatalError, match="group_instance_id"):
+        source.commit({("t", 0): 7})      # and stays so
+    source.close()                        # no commit tried for a fenced member
+    assert consumer.sync == [] and consumer.closed
+
+
+def test_a_fenced_answer_in_the_callback_stops_the_consumer_too():
     consumer = Recording()
     source = source_on(consumer)
     source.commit({("t", 0): 5})

@@ -55,13 +55,31 @@ def test_murmur2_is_kafkas(impl):
 
 
 @pytest.mark.parametrize("impl", _implementations())
-def test_partition_for_refuses_a_count_that_is_not_positive(impl):
-    _, partition = impl
-    for bad in (0, -3):
-        with pytest.raises(ValueError, match="partitions must be positive"):
+def test_both_partitioners_refuse_the_same_bad_input_the_same_way(impl):
+    murmur2, partition = impl
+    for bad in (0, -3, 2**31, 2**64):
+        with pytest.raises(ValueError, match=r"partitions must be in 1\.\.2147483647"):
             partition(b"k", bad)
+    for bad in (3.0, "3", None):
+        with pytest.raises(TypeError):
+            partition(b"k", bad)
+    for bad in ("text, not bytes", 42, None):
+        with pytest.raises(TypeError):
+            murmur2(bad)
+        with pytest.raises(TypeError):
+            partition(bad, 3)
     with pytest.raises(TypeError):
-        partition("text, not bytes", 3)
+        partition(key=b"k", partitions=3)          # positional only, as the C function
+    assert partition(b"k", True) == partition(b"k", 1) == 0    # an int subclass is an int
+
+
+@pytest.mark.parametrize("impl", _implementations())
+def test_a_buffer_of_wider_items_hashes_its_bytes(impl):
+    murmur2, partition = impl
+    import array
+    words = array.array("i", [1, 2, 3])
+    assert murmur2(words) == kafka_murmur2(words.tobytes())
+    assert partition(words, 7) == (kafka_murmur2(words.tobytes()) & 0x7FFFFFFF) % 7
 
 
 def test_the_partitioner_in_use_is_the_compiled_one_when_built():
