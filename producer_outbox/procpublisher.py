@@ -39,6 +39,7 @@ from cachesync.schema.errors import FatalError, RetryableError
 log = logging.getLogger(__name__)
 
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
+_ENDED = object()            # what _load returns at the end of the child's output
 START_TIMEOUT_S = 120.0      # the child's start: the interpreter, kafka-python, the bootstrap
 REPLY_MARGIN_S = 10.0        # a bounded request (flush, close) waits this much longer for its reply
 EXIT_STATUS_WAIT_S = 5.0     # after the child's output ends: how long to wait for its exit status
@@ -66,7 +67,6 @@ class ProcessPublisher:
         self._seq = 0
         self._dead: PublisherProcessError | None = None
         self._closed = False
-        self._eof = False           # the child's output ended (it exited, or is exiting)
         try:
             self._write(("start", bootstrap_servers, security, options, _log_setup()))
             reply = self._read_start()
@@ -119,7 +119,8 @@ class ProcessPublisher:
                 self._out.write(data)
                 self._out.flush()
         except (OSError, ValueError) as e:
-            raise self._gone(f"cannot write to it ({e})") from e
+            raise self._gone(f"cannot write to it ({e})",
+                             ended=isinstance(e, BrokenPipeError)) from e
 
     def _request(self, kind: str, arg, wait_s: float | None = None):
         done = threading.Event()
@@ -147,43 +148,36 @@ class ProcessPublisher:
         reader = threading.Thread(target=lambda: result.append(self._load()), daemon=True)
         reader.start()
         reader.join(START_TIMEOUT_S)
-        if not result or result[0] is None:
-            raise self._gone("it did not start")
+        if not result or result[0] is None or result[0] is _ENDED:
+            raise self._gone("it did not start", ended=bool(result) and result[0] is _ENDED)
         return result[0]
 
     def _load(self):
-        """The child's next message; None when its output ended (EOF: ``self._eof`` set) or
-        cannot be read (closed, broken, garbled)."""
+        """The child's next message; ``_ENDED`` when its output ended (it exited or is
+        exiting), None when that cannot be read (closed, broken, garbled)."""
         try:
             return pickle.load(self._in)
         except EOFError:
-            self._eof = True
-            return None
+            return _ENDED
         except (OSError, ValueError, pickle.UnpicklingError):   # ValueError: closed
             return None
 
     def _read_loop(self) -> None:
-        why = "it exited"
+        why, ended = "it exited", True
         try:
             while True:
                 message = self._load()
+                if message is _ENDED:
+                    return
                 if message is None:
-                    if self._eof:
-                        # the kernel closes a dying child's pipes before it can be reaped:
-                        # wait for its exit status, so that the error says how it ended
-                        try:
-                            self._proc.wait(EXIT_STATUS_WAIT_S)
-                        except subprocess.TimeoutExpired:
-                            pass
-                    else:
-                        why = "its output could not be read"
+                    why, ended = "its output could not be read", False
                     return
                 self._dispatch(message)
         except Exception as e:          # a callback failed: no ack can be trusted any more
-            why = f"the parent's reader stopped on {type(e).__name__}: {e}"
+            why, ended = f"the parent's reader stopped on {type(e).__name__}: {e}", False
             log.exception("Kafka publisher process: an ack callback failed")
         finally:
-            self._fail_all(self._gone(why))
+            self._fail_all(self._gone(why, ended))
 
     def _dispatch(self, message: tuple) -> None:
         kind = message[0]
@@ -205,7 +199,16 @@ class ProcessPublisher:
                 slot[1], slot[2] = message[2], message[3]
                 slot[0].set()
 
-    def _gone(self, why: str) -> PublisherProcessError:
+    def _gone(self, why: str, ended: bool = False) -> PublisherProcessError:
+        """The error that ends this publisher; ``ended``: the child's pipes say it exited or
+        is exiting. The kernel closes a dying process's pipes before it can be reaped, so
+        then its exit status is awaited (up to EXIT_STATUS_WAIT_S) for the error to say how
+        it ended."""
+        if ended:
+            try:
+                self._proc.wait(EXIT_STATUS_WAIT_S)
+            except subprocess.TimeoutExpired:
+                pass
         code = self._proc.poll()
         status = f"exit code {code}" if code is not None else "still running"
         error = PublisherProcessError(f"Kafka publisher process (pid {self._proc.pid}, {status}): "

@@ -99,11 +99,12 @@ def group_config(session_timeout_ms: int = 6_000, heartbeat_interval_ms: int = 2
 class KafkaSource:
     """A kafka-python consumer in a group; offsets are committed only explicitly.
 
-    With ``async_commit`` (the default) ``commit`` sends the offsets and returns: kafka-python's
-    IO thread sends the request at once, in order with the ones before it, and nobody waits
-    for the reply (kafka-python hands it to ``_CommitTracker.answered`` in a later poll or
-    commit, on the consumer's thread). The engine calls ``commit`` only after a batch's cache writes and dedup
-    confirm, so the order of effects is the synchronous one; what changes is what a crash
+    With ``async_commit`` (the default) ``commit`` sends the offsets and returns:
+    kafka-python's IO thread sends the request at once, in order with the ones before it,
+    and nobody waits for the reply (kafka-python hands it to ``_CommitTracker.answered`` in
+    a later poll or commit, on the consumer's thread). The engine calls ``commit`` only
+    after a batch's cache writes and dedup confirm, so the order of effects is the
+    synchronous one; what changes is what a crash
     can leave: the offsets of the last few batches not yet committed, which are delivered
     again and skipped as duplicates by the dedup store (as after any crash before a commit).
     A commit goes synchronous again, and raises on failure, after an asynchronous one
@@ -196,9 +197,8 @@ class KafkaSource:
             raise self._fenced(e) from e
         except _REBALANCING as e:
             # The group is rebalancing (or did): only a poll() can finish it, so retrying
-            # the commit here would spin. Whoever owns the partitions next re-reads these
-            # records from the last committed offset and skips them as duplicates.
-            log.warning("offset commit lost to a rebalance; duplicates will be skipped: %s", e)
+            # the commit here would spin.
+            _lost_to_rebalance(e)
         except KafkaError as e:
             raise RetryableError(f"Kafka offset commit failed: {e}") from e
         else:
@@ -220,6 +220,13 @@ class KafkaSource:
     def _fenced(self, error: Exception) -> FatalError:
         return FatalError(f"another consumer joined the group with kafka.group_instance_id "
                           f"{self._instance!r}; each consumer needs its own id ({error})")
+
+
+def _lost_to_rebalance(error: Exception) -> None:
+    """A commit the group refused because it is rebalancing (or did): whoever owns the
+    partitions next re-reads those records from the last committed offset and skips them
+    as duplicates."""
+    log.warning("offset commit lost to a rebalance; duplicates will be skipped: %s", error)
 
 
 class _CommitTracker:
@@ -260,8 +267,7 @@ class _CommitTracker:
         elif isinstance(response, FencedInstanceIdError):
             self.fenced = response
         elif isinstance(response, _REBALANCING):
-            log.warning("offset commit lost to a rebalance; duplicates will be skipped: %s",
-                        response)
+            _lost_to_rebalance(response)
         else:
             self.failed = response
             log.warning("asynchronous offset commit failed (%s); the next commit waits for its "
