@@ -13,6 +13,7 @@ import threading
 import time
 from typing import Callable, Sequence
 
+from cachesync.collector import paced
 from cachesync.config import ConsumerSettings
 from cachesync.consumer.applier import Applier, BatchResult, Stats
 from cachesync.consumer.core.offsets import commit_offsets
@@ -59,13 +60,15 @@ class PythonEngine:
                 close()
 
     def run(self) -> None:
-        """Consume until stop(); transient errors are retried forever, fatal ones raise."""
+        """Consume until stop(); transient errors are retried forever, fatal ones raise.
+        The collector is paced for the loop while it runs (cachesync.collector)."""
         try:
-            while not self._stop.is_set():
-                try:
-                    self.step()
-                except Stopped:
-                    break
+            with paced():
+                while not self._stop.is_set():
+                    try:
+                        self.step()
+                    except Stopped:
+                        break
         finally:
             self.hooks.close()
 

@@ -34,6 +34,7 @@ from typing import Any, Callable, Mapping
 
 from kafka.errors import KafkaError
 
+from cachesync.collector import paced
 from cachesync.schema.errors import FatalError, RetryableError
 
 log = logging.getLogger(__name__)
@@ -390,7 +391,8 @@ def main() -> int:
     # process group would otherwise end the producer before the parent's last acks)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    return _Child(sys.stdin.buffer, sys.stdout.buffer).run()
+    with paced():
+        return _Child(sys.stdin.buffer, sys.stdout.buffer).run()
 
 
 if __name__ == "__main__":

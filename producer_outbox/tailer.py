@@ -23,6 +23,7 @@ from pymysqlreplication.row_event import (DeleteRowsEvent, TableMapEvent, Update
 
 from cachesync.producer_outbox.binlog_read import DECODE_ERRORS, TableMaps, decode_error, read_events
 
+from cachesync.collector import paced
 from cachesync.config import TailerSettings
 from cachesync.producer_outbox.dumpstream import FAST_ROW_EVENTS, DumpStreamReader, reader_kind
 from cachesync.producer_outbox.checkpoint import Checkpoint, MySQLCheckpointStore
@@ -127,9 +128,11 @@ class Tailer(GroupPublishing):
 
     def run(self) -> None:
         """Tail until stop(); raises RetryableError/FatalError when publishing fails. The
-        checkpoint store, and the publisher if the tailer owns it, are closed at the end."""
+        checkpoint store, and the publisher if the tailer owns it, are closed at the end.
+        The collector is paced for the loop while it runs (cachesync.collector)."""
         try:
-            self._run()
+            with paced():
+                self._run()
         finally:
             self._close()
 
