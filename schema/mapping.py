@@ -62,6 +62,16 @@ class KeyTemplate:
 
         Raises MissingColumnError when the row has no such column.
         """
+        single = self._single
+        if single is not None:                  # one field, the usual template: no list, no format
+            head, name, tail = single
+            try:
+                value = row[name]
+            except KeyError:
+                raise MissingColumnError(self.text, name) from None
+            if value is None:
+                return None
+            return head + (value if type(value) is str else canonical_text(value)) + tail
         values = []
         for name in self.fields:
             try:
@@ -91,6 +101,12 @@ class KeyTemplate:
         parts = _FIELD.split(self.text)
         return re.compile("".join(re.escape(p) if i % 2 == 0 else "[^:]+"
                                   for i, p in enumerate(parts)))
+
+    @cached_property
+    def _single(self) -> tuple[str, str, str] | None:
+        """(text before, field, text after) of a one-field template, else None."""
+        parts = self.parts
+        return (parts[0], parts[1], parts[2]) if len(parts) == 3 else None
 
     @cached_property
     def _format(self) -> str:

@@ -73,4 +73,8 @@ def companion(prefix: str, key: str | bytes) -> str | bytes:
     (bytes in, bytes out: a scanned key need not be UTF-8)."""
     if isinstance(key, bytes):
         return b"%s{%s}%s" % (prefix.encode(), slot_tag(key).encode(), key)
-    return f"{prefix}{{{slot_tag(key)}}}{key}"
+    # key_slot inlined: the consumer names a fill-lease companion for every key it deletes
+    data = key.encode("utf-8", "surrogateescape")
+    if b"{" in data:
+        data = hashed_part(data)
+    return f"{prefix}{{{slot_tags()[binascii.crc_hqx(data, 0) % SLOTS]}}}{key}"

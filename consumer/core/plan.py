@@ -29,6 +29,7 @@ from cachesync.consumer.core.writes import (KIND_DELETE, CacheWrite, merge_write
 from cachesync.schema.collisions import ambiguous_key
 from cachesync.schema.errors import PoisonError, UnknownTableError
 from cachesync.schema.event import HEARTBEAT_KIND, INVALIDATE_ONLY, ChangeEvent
+from cachesync.schema.keys import INTERNAL_PREFIX
 from cachesync.schema.mapping import KeyTemplate, MappingSet, MissingColumnError, TableMapping
 from cachesync.schema.trust import check_explicit, check_rendered, is_allowed, is_reserved
 
@@ -105,6 +106,9 @@ def event_keys(event: ChangeEvent, mappings: MappingSet) -> EventPlan:
         check_explicit(event.qualified_table, explicit, mapping.explicit_keys if mapping else ())
     if mapping is None:
         return EventPlan(event, tuple(dict.fromkeys(explicit)))
+    if not mapping.updates and not explicit:      # the usual row of a delete-mode table
+        keys, nulls = _invalidations(mapping, event)
+        return EventPlan(event, keys, nulls, double_delete_s=mapping.double_delete_s)
     before, nulls_b = _render(mapping, event.before)
     after, nulls_a = _render(mapping, event.after)
     check_rendered(event, before, after)
@@ -146,6 +150,26 @@ def _render(mapping: TableMapping, image) -> tuple[Rendered, int]:
         else:
             keys.append((template, key))
     return keys, nulls
+
+
+def _invalidations(mapping: TableMapping, event: ChangeEvent) -> tuple[tuple[str, ...], int]:
+    """Every key either image renders, each once (before's first), and the NULL-skipped
+    templates: what ``_render`` and ``check_rendered`` give, without the template pairs;
+    raises MissingColumnError or UntrustedKeyError."""
+    keys, nulls, reserved = [], 0, None
+    for image in (event.before, event.after):
+        if image is not None:
+            for template in mapping.keys:
+                key = template.render(image)
+                if key is None:
+                    nulls += 1
+                else:
+                    keys.append(key)
+                    if reserved is None and key.startswith(INTERNAL_PREFIX):
+                        reserved = (template, key)
+    if reserved is not None:          # after rendering both images, as check_rendered is
+        check_rendered(event, [reserved])
+    return tuple(dict.fromkeys(keys)), nulls
 
 
 def _ambiguous(mapping: TableMapping, image, after: Rendered) -> tuple[tuple[str, str], ...]:

@@ -70,3 +70,45 @@ def test_decide(ids, states, apply, dup, busy):
     d = decide(ids, states)
     assert (d.apply, d.duplicates, d.busy) == (apply, dup, busy)
     assert d.complete is (not busy)
+
+
+def _reference_keys(event, mapping):
+    """The general path of event_keys for a delete-mode row: render each image with its
+    templates, check the rendered keys, then each key once (before's first)."""
+    from cachesync.consumer.core.plan import _keys, _render
+    from cachesync.schema.trust import check_rendered
+    before, nulls_b = _render(mapping, event.before)
+    after, nulls_a = _render(mapping, event.after)
+    check_rendered(event, before, after)
+    return tuple(dict.fromkeys([*_keys(before), *_keys(after)])), nulls_b + nulls_a
+
+
+def test_the_delete_mode_fast_path_plans_what_the_general_path_plans():
+    """event_keys renders a delete-mode row without explicit keys on its own path; keys,
+    NULL skips and the poison (its class and reason) must be the general path's."""
+    import random
+    from cachesync.consumer.core.plan import event_keys
+    mappings = parse_mappings({"shop.t": {"keys": ["t:{a}", "t:{b}:{a}", "t:b:{b}", "{c}"]}})
+    mapping = mappings.get("shop", "t")
+    rng = random.Random(7)
+    values = [None, 1, 1.5, "x", "cachesync:lease:k", "x", True, b"\x00", "a,b"]
+    for _ in range(3000):
+        images = []
+        for _ in range(2):
+            image = {col: rng.choice(values) for col in "abc" if rng.random() > 0.05}
+            images.append(image if rng.random() > 0.3 else None)
+        before, after = images
+        if before is None and after is None:
+            continue
+        op = "update" if before and after else ("delete" if before else "insert")
+        event = ChangeEvent("m", Source("binlog", "s", "0-1-1", 0.0), "shop", "t", op,
+                            (("a", 1),), before, after, 1)
+        try:
+            expected = _reference_keys(event, mapping)
+        except Exception as e:          # poison: the same error, the same reason
+            with pytest.raises(type(e)) as got:
+                event_keys(event, mappings)
+            assert str(got.value) == str(e)
+            continue
+        plan = event_keys(event, mappings)
+        assert (plan.keys, plan.null_skips) == expected
