@@ -219,6 +219,10 @@ def _envelope(raw: bytes) -> dict:
 
 
 def _event(doc: dict, raw: bytes | None) -> ChangeEvent:
+    if _from_plain_doc is not None:
+        event = _from_plain_doc(doc, ChangeEvent, Source)
+        if event is not None:           # the plain shape, built in C; else Python decides
+            return event
     try:
         return _from_doc(doc)
     except (KeyError, TypeError, ValueError) as e:
@@ -253,6 +257,24 @@ def _from_doc(doc: dict) -> ChangeEvent:
         "schema_version": doc["v"],
         "extra": from_json(extra) if extra else {},
     })
+
+
+# cachesync._speedups.event_from_doc (make install builds it): _from_doc of an envelope of
+# the plain shape (row op, plain values, no explicit keys, no extra), None for anything
+# else; the codec tests run with and without it (use_python).
+try:
+    from cachesync._speedups import event_from_doc as _compiled_from_doc
+except ImportError:                 # not built: _from_doc alone, same results
+    _compiled_from_doc = None
+_from_plain_doc = _compiled_from_doc
+ACCELERATED = _from_plain_doc is not None
+
+
+def use_python(on: bool = True) -> None:
+    """Build every event in Python (``on``), or go back to the compiled builder when built."""
+    global _from_plain_doc, ACCELERATED
+    _from_plain_doc = None if on else _compiled_from_doc
+    ACCELERATED = _from_plain_doc is not None
 
 
 def build_checked(cls, fields: dict):

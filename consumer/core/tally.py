@@ -55,6 +55,9 @@ class TableTally:
     def observe(self, plans: Iterable) -> None:
         """Count and warn about what the applied (or salvaged) event plans left inexact."""
         for ep in plans:
+            if not (ep.null_skips or ep.oversized or ep.unversioned or ep.ambiguous
+                    or ep.unrenderable):
+                continue                     # applied exactly: nothing to count (add skips 0)
             table = ep.event.qualified_table
             self.add(NULL_KEY_SKIPS, table, ep.null_skips)
             self.add(INSTEAD, table, ep.oversized, OVERSIZED)

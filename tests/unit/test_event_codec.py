@@ -4,9 +4,17 @@ import json
 
 import pytest
 
+from cachesync.schema import event as codec
 from cachesync.schema import jsonfast
 from cachesync.schema.errors import DecodeError
 from cachesync.schema.event import ChangeEvent, Source, decode, encode
+
+try:
+    from cachesync._speedups import event_from_doc as compiled_from_doc
+except ImportError:
+    compiled_from_doc = None
+NOT_BUILT = pytest.mark.skip(reason="cachesync._speedups is not built (no C compiler at "
+                                    "`make install`)")
 
 
 @pytest.fixture(autouse=True, params=["stdlib", "orjson"])
@@ -17,6 +25,15 @@ def parser(request):
     jsonfast.use_stdlib(request.param == "stdlib")
     yield request.param
     jsonfast.use_stdlib(False)
+
+
+@pytest.fixture(autouse=True, params=[
+    "python", pytest.param("compiled", marks=[] if compiled_from_doc else [NOT_BUILT])])
+def builder(request):
+    """... and on the Python event builder and the compiled one (cachesync._speedups)."""
+    codec.use_python(request.param == "python")
+    yield request.param
+    codec.use_python(False)
 
 
 def make_event(**overrides):
@@ -86,3 +103,59 @@ def test_row_change_builds_the_same_event_as_the_constructor():
                                 {"id": 1, "e": "b"}, binlog_version(9, 4))
     assert vars(built).keys() == vars(make_event()).keys() and hash(built.source)
     assert decode(encode(built)) == built
+
+
+def test_the_builder_in_use_is_the_compiled_one_when_built(builder):
+    assert codec.ACCELERATED == (builder == "compiled")
+
+
+def _mutations(doc):
+    """``doc`` and variants of it, each one field changed, added or removed."""
+    odd = [None, True, 0, 1, -1, 2**70, 1.5, "", "x", "insert", "binlog", [], [1], {}, {"a": 1},
+           {"$dec": "1.5"}, ["id", 1], [["id", 1]], [["id", {"$b64": "AA=="}]], ("t",)]
+    yield doc
+    for field in list(doc) + ["keys", "x", "extra"]:
+        without = dict(doc)
+        without.pop(field, None)
+        yield without
+        for value in odd:
+            yield {**doc, field: value}
+    for i in range(5):
+        for value in odd:
+            src = list(doc["src"])
+            src[i] = value
+            yield {**doc, "src": src}
+    yield {**doc, "src": doc["src"][:4]}
+    for value in odd:
+        yield {**doc, "pk": [["id", value]]}
+        yield {**doc, "pk": [[value, 1]]}
+        yield {**doc, "a": {"id": 1, "v": value}}
+        yield {**doc, "b": {"id": 1, "v": value}}
+
+
+@pytest.mark.skipif(compiled_from_doc is None, reason="cachesync._speedups is not built")
+def test_the_compiled_builder_takes_only_what_python_builds_identically(parser):
+    """The compiled builder returns the event the Python builder builds, field for field and
+    type for type, or None (then Python decides, with its own errors); never an event where
+    Python raises."""
+    built = 0
+    for event in (make_event(), make_event(op="insert", before=None), make_event(
+            op="delete", after=None, source=Source("outbox", "s", "p", 1.0, 0), pk=(("a", "x"), ("b", 2.5)))):
+        for doc in _mutations(json.loads(encode(event))):
+            try:
+                expected = codec._from_doc(doc)
+            except (KeyError, TypeError, ValueError):
+                expected = None
+            got = compiled_from_doc(doc, ChangeEvent, Source)
+            if got is None:
+                continue
+            built += 1
+            assert expected is not None, doc
+            assert got == expected
+            assert list(vars(got).items()) == list(vars(expected).items())
+            assert [type(x) for x in vars(got).values()] == [type(x) for x in vars(expected).values()]
+            assert [type(x) for x in vars(got.source).values()] == \
+                [type(x) for x in vars(expected.source).values()]
+            assert [type(v) for _, v in got.pk] == [type(v) for _, v in expected.pk]
+            assert got.extra == {} and got.extra is not expected.extra
+    assert built > 50                  # the plain shape is taken, not always left to Python
