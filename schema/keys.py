@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
-from cachesync.schema.slots import SLOTS, companion, key_slot, slot_tags
+from cachesync.schema.slots import SLOTS, companion, companions, key_slot, slot_tags
 from cachesync.schema.values import canonical_text
 
 _ESCAPES = str.maketrans({"\\": "\\\\", ",": "\\,"})
@@ -29,6 +29,11 @@ def lease_key(key: str) -> str:
     """The fill-lease companion of a cache key, ``cachesync:lease:{<tag>}<key>`` in the key's
     hash slot (schema.slots); every invalidation deletes it too."""
     return companion(LEASE_PREFIX, key)
+
+
+def lease_keys(keys: Sequence[str]) -> list:
+    """``[lease_key(k) for k in keys]``, named in one call (compiled when built)."""
+    return companions(LEASE_PREFIX, keys)
 
 
 def version_key(key: str) -> str:

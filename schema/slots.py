@@ -13,6 +13,12 @@ from __future__ import annotations
 
 import binascii
 from functools import lru_cache
+from typing import Sequence
+
+try:
+    from cachesync._speedups import companions as _compiled_companions
+except ImportError:          # not built: the list comprehension below, same names
+    _compiled_companions = None
 
 SLOTS = 16384
 MAX_TAG_LENGTH = 3      # strings of 3 characters reach every slot (1 or 2 reach only 3,510)
@@ -78,3 +84,23 @@ def companion(prefix: str, key: str | bytes) -> str | bytes:
     if b"{" in data:
         data = hashed_part(data)
     return f"{prefix}{{{slot_tags()[binascii.crc_hqx(data, 0) % SLOTS]}}}{key}"
+
+
+@lru_cache(maxsize=8)
+def _heads(prefix: str) -> tuple[str, ...]:
+    """``<prefix>{<tag>}`` of every slot, in slot order (one tuple per prefix, built once)."""
+    return tuple(f"{prefix}{{{tag}}}" for tag in slot_tags())
+
+
+def companions(prefix: str, keys: Sequence[str | bytes]) -> list:
+    """``[companion(prefix, key) for key in keys]``; the consumer names a fill-lease
+    companion for every key it deletes, so a list of text keys is named by
+    ``cachesync._speedups`` when built (ACCELERATED), in one call."""
+    if _compiled_companions is not None and type(keys) is list:
+        named = _compiled_companions(_heads(prefix), keys)
+        if named is not None:
+            return named
+    return [companion(prefix, key) for key in keys]
+
+
+ACCELERATED = _compiled_companions is not None

@@ -15,8 +15,8 @@ from cachesync.schema.errors import FatalError, RetryableError
 from cachesync.consumer.adapters.redis_cluster import (is_cluster, masters, per_slot, queue_script,
                                                        queue_unlink, run_pipeline)
 from cachesync.schema.keys import (INTERNAL_PREFIX, LEASE_PREFIX, companion_owner, lease_key,
-                                   legacy_lease_key, legacy_version_key, table_fence_key,
-                                   version_key)
+                                   lease_keys, legacy_lease_key, legacy_version_key,
+                                   table_fence_key, version_key)
 from cachesync.schema.mapping import TableMapping
 
 # Keys per pipeline round trip: large enough to amortise the RTT, small enough
@@ -65,7 +65,7 @@ class RedisCache:
         return sum(run_pipeline(self._client, fill)[::2])
 
     def _leases(self, keys: Sequence) -> list:
-        leases = [lease_key(k) for k in keys]
+        leases = lease_keys(keys)
         if self._legacy:
             leases += [legacy_lease_key(k) for k in keys]
         return leases

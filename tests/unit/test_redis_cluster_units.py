@@ -12,8 +12,9 @@ from redis.crc import key_slot as redis_py_slot
 from cachesync.config import RedisSettings, Secret, load
 from cachesync.consumer.adapters.redis_cache import redis_call
 from cachesync.schema.errors import ConfigError, RetryableError
-from cachesync.schema.keys import (DEDUP_SLOTS, companion_owner, dedup_key, lease_key,
+from cachesync.schema.keys import (DEDUP_SLOTS, companion_owner, dedup_key, lease_key, lease_keys,
                                    legacy_lease_key, legacy_version_key, version_key)
+from cachesync.schema import slots
 from cachesync.schema.slots import SLOTS, TAG_ALPHABET, hashed_part, key_slot, slot_tags
 
 BRACED = ["user:1", "{user1000}.following", "a{}{b}", "a{x}{y}", "{}", "{", "}", "x}{y}",
@@ -53,6 +54,35 @@ def test_any_key_bytes_and_its_lease_share_a_slot_and_the_owner_is_recovered(key
     name = lease_key(key)
     assert redis_py_slot(name) == redis_py_slot(key)
     assert companion_owner(name, "cachesync:lease:") == key
+
+
+_NAMERS = [pytest.param(False, id="python"), pytest.param(True, id="c", marks=[] if slots.ACCELERATED
+          else [pytest.mark.skip(reason="cachesync._speedups is not built")])]
+
+
+@pytest.mark.parametrize("compiled", _NAMERS)
+@given(st.lists(st.text(max_size=30) | st.binary(max_size=30) |
+                st.sampled_from(["{", "}", "{}", "a{b}c", "{{x}}", "é{ü}", "\udcff", "\ud800x"]),
+                max_size=12))
+def test_a_list_of_keys_gets_each_keys_own_companion_and_slot(compiled, keys):
+    """companions names what companion names, key by key, compiled or not (a list with a
+    key the compiled namer does not take, bytes or a lone surrogate, is named in Python)."""
+    saved = slots._compiled_companions
+    slots._compiled_companions = saved if compiled else None
+    try:
+        expected, error = None, None
+        try:
+            expected = [lease_key(k) for k in keys]
+        except UnicodeEncodeError as e:        # a surrogate no encoding holds: both refuse
+            error = e
+        if error is not None:
+            with pytest.raises(UnicodeEncodeError):
+                lease_keys(keys)
+        else:
+            named = lease_keys(keys)
+            assert named == expected and [type(n) for n in named] == [type(n) for n in expected]
+    finally:
+        slots._compiled_companions = saved
 
 
 def test_legacy_names_and_foreign_names_are_not_owned_companions():
