@@ -17,6 +17,11 @@
  *
  * companions names the fill-lease companion of each key the consumer deletes
  * (schema/slots.py, companions): <prefix>{<tag of the key's slot>}<key>.
+ *
+ * invalidation_keys renders the keys of a delete-mode row whose templates each name one
+ * column (consumer/core/plan.py, _invalidations), and returns None for anything it does not
+ * render exactly as Python does (a value other than str or int, a missing column, a
+ * reserved key): Python then renders, raises and names the error.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -373,6 +378,111 @@ companions(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return out;
 }
 
+/* -- invalidation_keys --------------------------------------------------------------- */
+
+static PyObject *RESERVED_PREFIX;     /* "cachesync:" (schema/keys.py INTERNAL_PREFIX) */
+
+/* the key text of a str or an int (not bool) column value, new reference; NULL without an
+ * error set for any other type (canonical_text in Python decides) */
+static PyObject *
+simple_text(PyObject *v)
+{
+    if (PyUnicode_CheckExact(v))
+        return Py_NewRef(v);
+    if (PyLong_CheckExact(v))
+        return PyObject_Str(v);
+    return NULL;
+}
+
+static PyObject *
+invalidation_keys(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "invalidation_keys expected 3 arguments, got %zd", nargs);
+        return NULL;
+    }
+    PyObject *templates = args[0];
+    if (!PyTuple_CheckExact(templates)) {
+        PyErr_SetString(PyExc_TypeError, "invalidation_keys: templates must be a tuple");
+        return NULL;
+    }
+    Py_ssize_t t = PyTuple_GET_SIZE(templates);
+    PyObject *keys = PyList_New(0);
+    if (keys == NULL)
+        return NULL;
+    long nulls = 0;
+    for (int side = 1; side <= 2; side++) {
+        PyObject *image = args[side];
+        if (image == Py_None)
+            continue;
+        if (!PyDict_CheckExact(image))
+            goto python;
+        for (Py_ssize_t i = 0; i < t; i++) {
+            PyObject *spec = PyTuple_GET_ITEM(templates, i);
+            if (!PyTuple_CheckExact(spec) || PyTuple_GET_SIZE(spec) != 3) {
+                PyErr_SetString(PyExc_TypeError, "invalidation_keys: (head, field, tail) expected");
+                goto fail;
+            }
+            PyObject *value = PyDict_GetItemWithError(image, PyTuple_GET_ITEM(spec, 1));
+            if (value == NULL) {
+                if (PyErr_Occurred())
+                    goto fail;
+                goto python;                 /* a missing column: Python raises */
+            }
+            if (value == Py_None) {
+                nulls++;
+                continue;
+            }
+            PyObject *text = simple_text(value);
+            if (text == NULL) {
+                if (PyErr_Occurred())
+                    goto fail;
+                goto python;
+            }
+            PyObject *head_text = PyUnicode_Concat(PyTuple_GET_ITEM(spec, 0), text);
+            Py_DECREF(text);
+            if (head_text == NULL)
+                goto fail;
+            PyObject *key = PyUnicode_Concat(head_text, PyTuple_GET_ITEM(spec, 2));
+            Py_DECREF(head_text);
+            if (key == NULL)
+                goto fail;
+            Py_ssize_t reserved = PyUnicode_Tailmatch(key, RESERVED_PREFIX, 0, PY_SSIZE_T_MAX, -1);
+            if (reserved != 0) {
+                Py_DECREF(key);
+                if (reserved < 0)
+                    goto fail;
+                goto python;                 /* under the reserved prefix: Python raises */
+            }
+            int seen = 0;                    /* each key once, first seen first */
+            for (Py_ssize_t j = 0; j < PyList_GET_SIZE(keys) && !seen; j++) {
+                int eq = PyUnicode_Compare(PyList_GET_ITEM(keys, j), key) == 0;
+                if (PyErr_Occurred()) {
+                    Py_DECREF(key);
+                    goto fail;
+                }
+                seen = eq;
+            }
+            int appended = seen ? 0 : PyList_Append(keys, key);
+            Py_DECREF(key);
+            if (appended < 0)
+                goto fail;
+        }
+    }
+    PyObject *out = PyList_AsTuple(keys);
+    Py_DECREF(keys);
+    if (out == NULL)
+        return NULL;
+    PyObject *result = Py_BuildValue("(Nl)", out, nulls);
+    return result;
+python:
+    Py_DECREF(keys);
+    Py_RETURN_NONE;
+fail:
+    Py_DECREF(keys);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"murmur2", murmur2, METH_O,
      "murmur2(data, /) -> int: Kafka's murmur2 of a bytes-like object's bytes (unsigned 32 bits)."},
@@ -385,6 +495,10 @@ static PyMethodDef methods[] = {
     {"companions", (PyCFunction)(void (*)(void))companions, METH_FASTCALL,
      "companions(heads, keys, /) -> list | None: heads[slot of key] + key for each str key of "
      "the list (heads: a tuple of 16384 str), None when one is not text UTF-8 can hold."},
+    {"invalidation_keys", (PyCFunction)(void (*)(void))invalidation_keys, METH_FASTCALL,
+     "invalidation_keys(templates, before, after, /) -> (keys, nulls) | None: the keys one-field "
+     "templates ((head, field, tail), ...) render from the images, each once, and the NULL "
+     "skips; None when a value is not str or int, a column is missing or a key is reserved."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -401,5 +515,7 @@ PyInit__speedups(void)
     if (intern_names() < 0)
         return NULL;
     crc16_init();
+    if (RESERVED_PREFIX == NULL && (RESERVED_PREFIX = PyUnicode_InternFromString("cachesync:")) == NULL)
+        return NULL;
     return PyModuleDef_Init(&module);
 }

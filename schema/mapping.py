@@ -140,6 +140,13 @@ class TableMapping:
     def updates(self) -> bool:
         return self.mode == "update"
 
+    @cached_property
+    def single_field_templates(self) -> tuple[tuple[str, str, str], ...] | None:
+        """(text before, field, text after) of each key template when every one names a
+        single column (the usual mapping), else None."""
+        singles = tuple(t._single for t in self.keys)
+        return None if any(s is None for s in singles) else singles
+
     @property
     def tombstone_s(self) -> int:
         return self.tombstone_ttl_s or self.ttl_s

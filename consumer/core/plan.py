@@ -132,6 +132,11 @@ def event_keys(event: ChangeEvent, mappings: MappingSet) -> EventPlan:
 
 Rendered = list[tuple[KeyTemplate, str]]
 
+try:          # (head, field, tail) templates, str and int values; None for anything else
+    from cachesync._speedups import invalidation_keys as _compiled_keys
+except ImportError:            # not built: _invalidations renders in Python, same keys
+    _compiled_keys = None
+
 
 def _keys(rendered: Rendered) -> list[str]:
     return [key for _, key in rendered]
@@ -155,7 +160,14 @@ def _render(mapping: TableMapping, image) -> tuple[Rendered, int]:
 def _invalidations(mapping: TableMapping, event: ChangeEvent) -> tuple[tuple[str, ...], int]:
     """Every key either image renders, each once (before's first), and the NULL-skipped
     templates: what ``_render`` and ``check_rendered`` give, without the template pairs;
-    raises MissingColumnError or UntrustedKeyError."""
+    raises MissingColumnError or UntrustedKeyError. One-field templates of str and int
+    values are rendered by ``cachesync._speedups`` when built; anything else here."""
+    if _compiled_keys is not None:
+        singles = mapping.single_field_templates
+        if singles is not None:
+            rendered = _compiled_keys(singles, event.before, event.after)
+            if rendered is not None:
+                return rendered
     keys, nulls, reserved = [], 0, None
     for image in (event.before, event.after):
         if image is not None:

@@ -83,15 +83,41 @@ def _reference_keys(event, mapping):
     return tuple(dict.fromkeys([*_keys(before), *_keys(after)])), nulls_b + nulls_a
 
 
-def test_the_delete_mode_fast_path_plans_what_the_general_path_plans():
-    """event_keys renders a delete-mode row without explicit keys on its own path; keys,
-    NULL skips and the poison (its class and reason) must be the general path's."""
+def _renderers():
+    from cachesync.consumer.core import plan
+    built = plan._compiled_keys is not None
+    return [pytest.param(False, id="python"),
+            pytest.param(True, id="c", marks=[] if built else [pytest.mark.skip(
+                reason="cachesync._speedups is not built")])]
+
+
+@pytest.mark.parametrize("templates", [["t:{a}", "t:{b}:{a}", "t:b:{b}", "{c}"],
+                                       ["t:{a}", "t:b:{b}", "{c}", "t:{a}"]],
+                         ids=["a two-field template", "one-field templates"])
+@pytest.mark.parametrize("compiled", _renderers())
+def test_the_delete_mode_fast_path_plans_what_the_general_path_plans(templates, compiled,
+                                                                    monkeypatch):
+    """event_keys renders a delete-mode row without explicit keys on its own path (one-field
+    templates in C when built); keys, NULL skips and the poison (its class and reason) must
+    be the general path's."""
     import random
+    from cachesync.consumer.core import plan
     from cachesync.consumer.core.plan import event_keys
-    mappings = parse_mappings({"shop.t": {"keys": ["t:{a}", "t:{b}:{a}", "t:b:{b}", "{c}"]}})
+    taken = []
+    if not compiled:
+        monkeypatch.setattr(plan, "_compiled_keys", None)
+    else:
+        compiled_keys = plan._compiled_keys
+
+        def counting(*args):
+            rendered = compiled_keys(*args)
+            taken.append(rendered is not None)
+            return rendered
+        monkeypatch.setattr(plan, "_compiled_keys", counting)
+    mappings = parse_mappings({"shop.t": {"keys": templates}})
     mapping = mappings.get("shop", "t")
     rng = random.Random(7)
-    values = [None, 1, 1.5, "x", "cachesync:lease:k", "x", True, b"\x00", "a,b"]
+    values = [None, 1, -7, 2**70, 1.5, "x", "cachesync:lease:k", "x", True, b"\x00", "a,b", "é"]
     for _ in range(3000):
         images = []
         for _ in range(2):
@@ -110,5 +136,7 @@ def test_the_delete_mode_fast_path_plans_what_the_general_path_plans():
                 event_keys(event, mappings)
             assert str(got.value) == str(e)
             continue
-        plan = event_keys(event, mappings)
-        assert (plan.keys, plan.null_skips) == expected
+        planned = event_keys(event, mappings)
+        assert (planned.keys, planned.null_skips) == expected
+    one_field = all("}:{" not in t for t in templates)
+    assert (sum(taken) > 300) == (compiled and one_field)       # C did render, where it may
