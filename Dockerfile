@@ -1,14 +1,29 @@
 # cachesync image: the CLI with its runtime dependencies (docker-compose.yml and
 # deploy/k8s/ use it). Runs as the unprivileged user cachesync (uid 10001, no shell, no
 # home to write to); the endpoints bind where CACHESYNC_METRICS_LISTEN says.
-FROM python:3.11-slim
-WORKDIR /app
+#
+# Two stages: the wheels are built where a C compiler is, so the image gets the compiled
+# hot paths (cachesync._speedups: the tailer's partitioner, the consumer's event builder,
+# key renderer and lease namer); the image installs them and has no compiler. The build
+# fails if cachesync's wheel came out without the extension.
+FROM python:3.11-slim AS build
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends gcc libc6-dev \
+ && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
 COPY pyproject.toml README.md LICENSE ./
 COPY schema ./schema
 COPY producer_outbox ./producer_outbox
 COPY consumer ./consumer
 COPY cachesync ./cachesync
-RUN pip install --no-cache-dir ".[sidecar]" \
+RUN pip wheel --no-cache-dir --wheel-dir /wheels ".[sidecar]" \
+ && ls /wheels/cachesync-*-cp311-*.whl
+
+FROM python:3.11-slim
+WORKDIR /app
+RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
+    pip install --no-cache-dir --no-index --find-links /wheels "cachesync[sidecar]" \
+ && python -c "from cachesync.schema import event, partition; assert event.ACCELERATED and partition.ACCELERATED" \
  && useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin cachesync
 USER 10001:10001
 # Liveness of whichever role runs (tail, consume, relay): /healthz on its own port

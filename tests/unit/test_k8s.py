@@ -112,6 +112,22 @@ def test_the_dockerfile_has_a_healthcheck_that_runs():
     assert "useradd --system --uid 10001" in text
 
 
+def test_the_image_gets_the_compiled_hot_paths_and_no_compiler():
+    """No Docker engine here: the two stages are checked as text. The build stage has a C
+    compiler and refuses a cachesync wheel without the extension (a pure-Python wheel is
+    py3-none-any, a compiled one cp311); the image installs those wheels, checks that the
+    compiled functions are the ones in use, and installs no compiler itself."""
+    build, image = re.split(r"^FROM python:3\.11-slim", (ROOT / "Dockerfile").read_text(),
+                            flags=re.M)[1:]
+    assert build.startswith(" AS build") and re.search(r"apt-get install .*\bgcc\b", build)
+    assert 'pip wheel --no-cache-dir --wheel-dir /wheels ".[sidecar]"' in build
+    assert "ls /wheels/cachesync-*-cp311-*.whl" in build
+    assert "--mount=type=bind,from=build,source=/wheels,target=/wheels" in image
+    assert '--no-index --find-links /wheels "cachesync[sidecar]"' in image
+    assert "event.ACCELERATED and partition.ACCELERATED" in image
+    assert "gcc" not in image and "apt-get" not in image
+
+
 def test_the_example_secret_holds_no_real_value():
     for key, value in SECRET["stringData"].items():
         assert "change-me" in value or "(your" in value, key
