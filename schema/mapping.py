@@ -65,23 +65,23 @@ class KeyTemplate:
         single = self._single
         if single is not None:                  # one field, the usual template: no list, no format
             head, name, tail = single
-            try:
-                value = row[name]
-            except KeyError:
-                raise MissingColumnError(self.text, name) from None
+            value = self._column(row, name)
             if value is None:
                 return None
             return head + (value if type(value) is str else canonical_text(value)) + tail
         values = []
         for name in self.fields:
-            try:
-                value = row[name]
-            except KeyError:
-                raise MissingColumnError(self.text, name) from None
+            value = self._column(row, name)
             if value is None:
                 return None
             values.append(canonical_text(value))
         return self._format.format(*values)
+
+    def _column(self, row: Mapping[str, Any], name: str) -> Any:
+        try:
+            return row[name]
+        except KeyError:
+            raise MissingColumnError(self.text, name) from None
 
     @cached_property
     def parts(self) -> list[str]:
