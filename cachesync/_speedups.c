@@ -132,6 +132,18 @@ get(PyObject *doc, int name)          /* borrowed; NULL when absent (no error) *
 }
 
 
+/* every key of the dict is an exact str (PyDict_Next runs no Python code) */
+static int
+str_keys(PyObject *dict)
+{
+    Py_ssize_t pos = 0;
+    PyObject *k, *v;
+    while (PyDict_Next(dict, &pos, &k, &v))
+        if (!PyUnicode_CheckExact(k))
+            return 0;
+    return 1;
+}
+
 /* str, int (not bool), float, bool, None: what JSON carries as it is (_PLAIN) */
 static int
 is_plain(PyObject *v)
@@ -159,7 +171,7 @@ plain_image(PyObject *doc, int name)
     Py_ssize_t pos = 0;
     PyObject *k, *v;
     while (PyDict_Next(row, &pos, &k, &v))
-        if (!is_plain(v))
+        if (!PyUnicode_CheckExact(k) || !is_plain(v))
             return NULL;
     return row;
 }
@@ -219,8 +231,11 @@ event_from_doc(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *doc = args[0], *event_cls = args[1], *source_cls = args[2];
-    if (!PyDict_CheckExact(doc))
+    if (!PyDict_CheckExact(doc) || !str_keys(doc))
         Py_RETURN_NONE;
+    /* Every key of doc (and of the images, plain_image) is an exact str, as a JSON parser
+     * makes them: no lookup below runs Python code (a key of another type could run its
+     * __eq__ and change doc under the borrowed references). */
     PyObject *src = get(doc, N_SRC);
     PyObject *op = get(doc, N_OP);
     PyObject *pk = get(doc, N_PK);
