@@ -79,11 +79,7 @@ def companion(prefix: str, key: str | bytes) -> str | bytes:
     (bytes in, bytes out: a scanned key need not be UTF-8)."""
     if isinstance(key, bytes):
         return b"%s{%s}%s" % (prefix.encode(), slot_tag(key).encode(), key)
-    # key_slot inlined: the consumer names a fill-lease companion for every key it deletes
-    data = key.encode("utf-8", "surrogateescape")
-    if b"{" in data:
-        data = hashed_part(data)
-    return f"{prefix}{{{slot_tags()[binascii.crc_hqx(data, 0) % SLOTS]}}}{key}"
+    return _heads(prefix)[key_slot(key)] + key
 
 
 @lru_cache(maxsize=8)

@@ -29,7 +29,6 @@ from cachesync.consumer.core.writes import (KIND_DELETE, CacheWrite, merge_write
 from cachesync.schema.collisions import ambiguous_key
 from cachesync.schema.errors import PoisonError, UnknownTableError
 from cachesync.schema.event import HEARTBEAT_KIND, INVALIDATE_ONLY, ChangeEvent
-from cachesync.schema.keys import INTERNAL_PREFIX
 from cachesync.schema.mapping import KeyTemplate, MappingSet, MissingColumnError, TableMapping
 from cachesync.schema.trust import check_explicit, check_rendered, is_allowed, is_reserved
 
@@ -107,8 +106,9 @@ def event_keys(event: ChangeEvent, mappings: MappingSet) -> EventPlan:
     if mapping is None:
         return EventPlan(event, tuple(dict.fromkeys(explicit)))
     if not mapping.updates and not explicit:      # the usual row of a delete-mode table
-        keys, nulls = _invalidations(mapping, event)
-        return EventPlan(event, keys, nulls, double_delete_s=mapping.double_delete_s)
+        rendered = _compiled_invalidations(mapping, event)
+        if rendered is not None:
+            return EventPlan(event, *rendered, double_delete_s=mapping.double_delete_s)
     before, nulls_b = _render(mapping, event.before)
     after, nulls_a = _render(mapping, event.after)
     check_rendered(event, before, after)
@@ -134,7 +134,7 @@ Rendered = list[tuple[KeyTemplate, str]]
 
 try:          # (head, field, tail) templates, str and int values; None for anything else
     from cachesync._speedups import invalidation_keys as _compiled_keys
-except ImportError:            # not built: _invalidations renders in Python, same keys
+except ImportError:            # not built: the general path renders every row
     _compiled_keys = None
 
 
@@ -157,31 +157,16 @@ def _render(mapping: TableMapping, image) -> tuple[Rendered, int]:
     return keys, nulls
 
 
-def _invalidations(mapping: TableMapping, event: ChangeEvent) -> tuple[tuple[str, ...], int]:
-    """Every key either image renders, each once (before's first), and the NULL-skipped
-    templates: what ``_render`` and ``check_rendered`` give, without the template pairs;
-    raises MissingColumnError or UntrustedKeyError. One-field templates of str and int
-    values are rendered by ``cachesync._speedups`` when built; anything else here."""
-    if _compiled_keys is not None:
-        singles = mapping.single_field_templates
-        if singles is not None:
-            rendered = _compiled_keys(singles, event.before, event.after)
-            if rendered is not None:
-                return rendered
-    keys, nulls, reserved = [], 0, None
-    for image in (event.before, event.after):
-        if image is not None:
-            for template in mapping.keys:
-                key = template.render(image)
-                if key is None:
-                    nulls += 1
-                else:
-                    keys.append(key)
-                    if reserved is None and key.startswith(INTERNAL_PREFIX):
-                        reserved = (template, key)
-    if reserved is not None:          # after rendering both images, as check_rendered is
-        check_rendered(event, [reserved])
-    return tuple(dict.fromkeys(keys)), nulls
+def _compiled_invalidations(mapping: TableMapping, event: ChangeEvent
+                            ) -> tuple[tuple[str, ...], int] | None:
+    """What the general path plans for a delete-mode row (its keys, each once, before's
+    first, and the NULL-skipped templates), rendered by ``cachesync._speedups`` when it is
+    built, every template names one column and the values are text or integers; None
+    otherwise (a missing column or a reserved key included: the general path raises)."""
+    singles = mapping.single_field_templates if _compiled_keys is not None else None
+    if singles is None:
+        return None
+    return _compiled_keys(singles, event.before, event.after)
 
 
 def _ambiguous(mapping: TableMapping, image, after: Rendered) -> tuple[tuple[str, str], ...]:

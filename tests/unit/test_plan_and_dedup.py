@@ -97,9 +97,9 @@ def _renderers():
 @pytest.mark.parametrize("compiled", _renderers())
 def test_the_delete_mode_fast_path_plans_what_the_general_path_plans(templates, compiled,
                                                                     monkeypatch):
-    """event_keys renders a delete-mode row without explicit keys on its own path (one-field
-    templates in C when built); keys, NULL skips and the poison (its class and reason) must
-    be the general path's."""
+    """event_keys renders a delete-mode row without explicit keys of one-field templates in
+    C when built; keys, NULL skips and the poison (its class and reason) must be the general
+    path's."""
     import random
     from cachesync.consumer.core import plan
     from cachesync.consumer.core.plan import event_keys
