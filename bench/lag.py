@@ -1,28 +1,35 @@
 """End-to-end lag: MySQL commit -> Redis key gone, through `cachesync tail` and `cachesync consume`.
 
-Both run as child processes (their own interpreters, as deployed). Writer processes
-(one per 250 commits/s asked, each with its own MySQL and Redis connections, at nice
-WRITER_NICE: they stand for application hosts) commit
-single-row transactions at a fixed rate (open loop: a writer never waits for the
-pipeline, and a late commit does not delay the ones due after it); the rows' keys are
-cached in Redis before the clock starts. The rate achieved is reported beside the rate asked (the
-writers share the 2-core host with the pipeline). A poller thread checks every
-outstanding key with one MGET round trip per loop (~1 ms resolution) and
-records, per key, the time from the writer's commit returning to the first poll that
-found the key gone.
+Both run as child processes (their own interpreters, as deployed). Writer processes (one
+per 2,500 commits/s asked, at nice WRITER_NICE: they stand for application hosts) commit
+single-row transactions at a fixed rate (open loop: a writer never waits for the pipeline,
+and a late commit does not delay the ones due after it), each on many connections at once
+with raw COM_QUERY packets (``bench.commits``): pymysql's cursor cost so much CPU that the
+writers, not the pipeline, capped the 2-core host at ~3,000 commits/s. The rows' keys are
+cached in Redis before the clock starts. The rate achieved is reported beside the rate
+asked (the writers share the host with the pipeline). Redis reports every key DEL or
+UNLINK removed (key-event notifications, ``DelEvents``); a key's latency is the time from
+the writer's commit returning to that report reaching the harness. A poll of the
+outstanding keys every SAFETY_POLL_S catches a key gone without its report (counted as
+``seen_by_poll``).
 
-* baseline (measurement floor): same writer, same poller, same running pipeline, but
-  the writer UNLINKs the key itself right after the commit -> what the harness and the
+* baseline (measurement floor): same writer, same observer, same running pipeline, but
+  the writer UNLINKs the keys itself right after their commits -> what the harness and the
   loaded machine add on their own;
-* contender: the key is left to cachesync to delete (each row has two keys, the poller
+* contender: the key is left to cachesync to delete (each row has two keys, the harness
   watches the first); each key's latency is also split where the tailer sent its row to
   Kafka (``GoneTimes``): the tailer's side and the consumer's side, and the consumer's share.
+
+The soak and failover benchmarks use the same ``Harness`` with its in-thread writer and the
+1-ms poll (``notified=False``).
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import re
+import select
 import threading
 import time
 from queue import Empty
@@ -31,6 +38,7 @@ import pymysql
 
 from bench.common import (EndOffsets, Sandbox, Worker, log, median, percentile, summarize,
                           topic_events, wait_for)
+from bench.commits import Committer, query_packet
 from bench.consumer import _drop_redis_dedup
 
 NAME = "lag"
@@ -47,9 +55,12 @@ OFFSET_COMMIT = os.environ.get("BENCH_LAG_OFFSET_COMMIT", "async")
 # multi-row transactions (one Python writer thread keeps up ~250 commits/s on the
 # loaded 2-core host with the pipeline running beside it).
 MAX_TXN_PER_S = 250
-# measure_commits: single-row commits/s one writer process is asked for at most (several
-# connections, so the rate is not capped by one connection's commit round trips)
-WRITER_TXN_PER_S = 250
+# measure_commits: single-row commits/s one writer process is asked for at most, and the
+# connections it commits on (a connection carries one commit at a time: at 2,500/s and a
+# commit taking up to ~10 ms on the loaded host, 24 keep every commit of the schedule going)
+WRITER_TXN_PER_S = 2500
+WRITER_CONNECTIONS = 24
+INSERT_SQL = b"INSERT INTO lag (id, v, note) VALUES (%d, %d, 'row %d')"
 WRITERS_START_S = 0.2        # from "every writer connected" to the first commit due
 # The writer processes stand for application hosts: on this 2-core host, 20-40 of them at
 # the default priority take most of the CPU from `tail` and `consume` (which run next to
@@ -61,6 +72,8 @@ PRECACHE_CHUNK = 2000        # keys cached per pipelined round trip before a mea
 DDL = "CREATE TABLE lag (id BIGINT PRIMARY KEY, v INT NOT NULL, note VARCHAR(64) NOT NULL)"
 DRAIN_S = 15.0
 POLL_SLEEP_S = 0.0005
+SAFETY_POLL_S = 0.05         # the poll beside the notifications (DelEvents)
+EARLY_MAX = 1_000_000        # notified keys remembered before their commit is registered
 POLL_CHUNK = 5000            # keys per MGET of the poller
 BACKLOG_ROUND_S = 0.01       # a poll round this long means a backlog: rest as long as it took
 
@@ -84,7 +97,7 @@ def run(stack, quick: bool, runs: int) -> dict:
                  60, "the tailer's start checkpoint")
         consume = box.spawn("consume", cfg)
         gone = GoneTimes()
-        harness = Harness(box, on_gone=gone.add)
+        harness = Harness(box, on_gone=gone.add, notified=True)
         fields = ["p50_ms", "p90_ms", "p99_ms", "max_ms", "achieved_rate", "commit_p50_ms",
                   "poll_interval_p50_ms", "missing"]
         figures = {}
@@ -131,10 +144,12 @@ def run(stack, quick: bool, runs: int) -> dict:
             "params": {"rates": [list(x) for x in rates], "floor_seconds": floor_seconds,
                        "runs": runs, "partitions": 3,
                        "writers": f"one process per {WRITER_TXN_PER_S} commits/s asked, "
-                                  "single-row transactions, open loop",
+                                  f"{WRITER_CONNECTIONS} connections each, single-row "
+                                  "autocommit INSERTs as raw COM_QUERY packets, open loop",
                        "writer_nice": WRITER_NICE,
-                       "poll": f"MGET of the outstanding keys ({POLL_CHUNK} per command), "
-                       f"{POLL_SLEEP_S * 1000} ms sleep between polls",
+                       "gone": "Redis's key-event notifications of DEL/UNLINK, read as they "
+                               f"come; an MGET of the outstanding keys every {SAFETY_POLL_S * 1000:g} ms "
+                               "for a key gone without one (seen_by_poll)",
                        "latency_from": "the writer's commit returning (measure_commits: the autocommit INSERT)",
                        "consumer": "config defaults (batch_size, poll_timeout_s)",
                        "keys_per_row": KEYS_PER_ROW,
@@ -205,6 +220,52 @@ class GoneTimes:
                 "consumer_share": round(sum(consumer) / total, 3) if total > 0 else None}
 
 
+class DelEvents:
+    """Keys Redis reports deleted: its key-event notifications on the ``del`` channel, which
+    DEL and UNLINK publish (from a script too) for every key they removed.
+
+    Polling 1,000 outstanding keys every millisecond took a fifth of a core from the host and
+    kept Redis busy beside the consumer's deletes; a notification costs Redis one publish
+    and the listener one regex match. ``notify-keyspace-events`` gets ``E`` and ``g`` added
+    for the run and is put back by ``close``. The subscription is read from the raw socket
+    (the messages are matched in whole chunks); only keys under ``prefix`` are returned.
+    """
+
+    def __init__(self, client, prefix: str):
+        self._client = client
+        self._old = client.config_get("notify-keyspace-events")["notify-keyspace-events"]
+        client.config_set("notify-keyspace-events", "".join(sorted(set(self._old) | set("Eg"))))
+        db = int(client.connection_pool.connection_kwargs.get("db", 0))
+        channel = f"__keyevent@{db}__:del".encode()
+        self._conn = client.connection_pool.make_connection()
+        self._conn.connect()
+        self._conn.send_command("SUBSCRIBE", channel)    # its reply is skipped with the rest
+        self._sock = self._conn._sock
+        self._buf = b""
+        self._message = re.compile(rb"\$%d\r\n%s\r\n\$\d+\r\n(%s[^\r\n]*)\r\n" % (
+            len(channel), re.escape(channel), re.escape(prefix.encode())))
+
+    def read(self, timeout: float) -> list[str]:
+        """The keys reported within ``timeout`` s (empty if none); raises ConnectionError
+        when Redis closed the subscription."""
+        if not select.select([self._sock], [], [], timeout)[0]:
+            return []
+        chunk = self._sock.recv(1 << 16)
+        if not chunk:
+            raise ConnectionError("Redis closed the key-event subscription")
+        buf, end, keys = self._buf + chunk, 0, []
+        for match in self._message.finditer(buf):
+            keys.append(match.group(1).decode())
+            end = match.end()
+        # keep what may be the start of a message not wholly received
+        self._buf = buf[max(end, buf.rfind(b"*", end)):]
+        return keys
+
+    def close(self) -> None:
+        self._conn.disconnect()
+        self._client.config_set("notify-keyspace-events", self._old)
+
+
 def lag_key(prefix: str, row_id) -> str:
     """The watched cache key of row ``row_id`` (the mapping's first template, ``lag:{id}``)."""
     return f"{prefix}lag:{row_id}"
@@ -220,7 +281,7 @@ class Harness:
     ``on_gone(key, t_commit, t_gone)``, if given, is called by the poller for every key it
     finds gone (perf_counter times), for benchmarks that need more than the latencies."""
 
-    def __init__(self, box: Sandbox, on_gone=None):
+    def __init__(self, box: Sandbox, on_gone=None, notified: bool = False):
         self._box = box
         self._on_gone = on_gone
         self._conn = box.stack.admin(box.db, autocommit=False)
@@ -231,9 +292,20 @@ class Harness:
         self._outstanding: dict[str, float] = {}
         self._latencies: list[float] = []
         self._poll_intervals: list[float] = []
+        self._seen_by_poll = 0
+        # notified keys not outstanding yet: a writer process hands its keys over every
+        # SEND_EVERY_S, and a fast delete (the floor's) is reported before that
+        self._early: dict[str, float] = {}
         self._stop = threading.Event()
-        self._poller = Worker(self._poll_loop, "lag-poller")
-        self._poller.start()
+        # notified: Redis reports the deletes (DelEvents) and the poller only checks every
+        # SAFETY_POLL_S for a key gone without its report
+        self._events = DelEvents(self._poll_redis, box.prefix) if notified else None
+        self._poll_sleep_s = SAFETY_POLL_S if notified else POLL_SLEEP_S
+        self._workers = [Worker(self._poll_loop, "lag-poller")]
+        if self._events is not None:
+            self._workers.append(Worker(self._listen_loop, "lag-listener"))
+        for worker in self._workers:
+            worker.start()
 
     def reconnect(self, connect) -> None:
         """Write through ``connect()`` from now on (the failover benchmark's new primary)."""
@@ -245,7 +317,10 @@ class Harness:
 
     def close(self) -> None:
         self._stop.set()
-        self._poller.join(10)
+        for worker in self._workers:
+            worker.join(10)
+        if self._events is not None:
+            self._events.close()
         self._conn.close()
         self._writer_redis.close()
         self._poll_redis.close()
@@ -268,7 +343,7 @@ class Harness:
         t_commit = time.perf_counter()
         with self._lock:
             for key in keys:
-                self._outstanding[key] = t_commit
+                self._register(key, t_commit)
         if self_delete:
             self._writer_redis.unlink(*keys)
         return t_commit - t_commit_start
@@ -288,14 +363,9 @@ class Harness:
                     pipe.mget(keys[i:i + POLL_CHUNK])
                 found = [v is not None for values in pipe.execute() for v in values]
                 now = time.perf_counter()
+                n = self._gone([k for k, present in zip(keys, found) if not present], now)
                 with self._lock:
-                    for k, present in zip(keys, found):
-                        # a measurement that ended meanwhile cleared the keys it gave up on
-                        t_commit = None if present else self._outstanding.pop(k, None)
-                        if t_commit is not None:
-                            self._latencies.append(now - t_commit)
-                            if self._on_gone is not None:
-                                self._on_gone(k, t_commit, now)
+                    self._seen_by_poll += n
                 if last is not None:
                     self._poll_intervals.append(now - last)
                 last = now
@@ -305,7 +375,47 @@ class Harness:
             # in the failover benchmark) the rounds get long, and a poller that never
             # rests would starve the writer thread of the GIL and miss its rate.
             round_s = time.perf_counter() - round_start
-            time.sleep(round_s if round_s > BACKLOG_ROUND_S else POLL_SLEEP_S)
+            time.sleep(round_s if round_s > BACKLOG_ROUND_S else self._poll_sleep_s)
+
+    def _listen_loop(self) -> None:
+        while not self._stop.is_set():
+            keys = self._events.read(0.05)
+            if keys:
+                self._gone(keys, time.perf_counter(), early=True)
+
+    def _gone(self, keys: list[str], now: float, early: bool = False) -> int:
+        """Record ``keys`` seen gone at ``now`` (those still outstanding); how many were.
+        ``early``: keep the others' time for when their commit is registered."""
+        n = 0
+        with self._lock:
+            for k in keys:
+                # a measurement that ended meanwhile cleared the keys it gave up on
+                t_commit = self._outstanding.pop(k, None)
+                if t_commit is not None:
+                    n += 1
+                    self._record(k, t_commit, now)
+                elif early and len(self._early) < EARLY_MAX:
+                    self._early[k] = now
+        return n
+
+    def _register(self, key: str, t_commit: float) -> None:
+        """``key``'s row committed at ``t_commit``: outstanding until seen gone (with the
+        lock held)."""
+        t_gone = self._early.pop(key, None)
+        if t_gone is None:
+            self._outstanding[key] = t_commit
+        else:
+            self._record(key, t_commit, t_gone)
+
+    def _record(self, key: str, t_commit: float, t_gone: float) -> None:
+        self._latencies.append(t_gone - t_commit)
+        if self._on_gone is not None:
+            self._on_gone(key, t_commit, t_gone)
+
+    def check(self) -> None:
+        """Raises what the poller or the listener thread raised."""
+        for worker in self._workers:
+            worker.check()
 
     def warm_up(self, alive) -> float:
         """Write until the pipeline deletes keys end to end; returns the first latency."""
@@ -319,6 +429,8 @@ class Harness:
         wait_for(lambda: not self._outstanding, 30, "the warm-up keys to be invalidated")
         with self._lock:
             self._latencies.clear()
+            self._seen_by_poll = 0
+            self._early.clear()
             self._poll_intervals.clear()
         return first
 
@@ -328,6 +440,8 @@ class Harness:
         keys to go; returns the latency figures."""
         with self._lock:
             self._latencies.clear()
+            self._seen_by_poll = 0
+            self._early.clear()
             self._poll_intervals.clear()
         per_txn = _rows_per_txn(rate)
         txns = int(rate * seconds) // per_txn
@@ -346,11 +460,13 @@ class Harness:
 
     def measure_commits(self, rate: float, seconds: float, self_delete: bool) -> dict:
         """Single-row commits at ``rate`` for ``seconds``, open loop, from enough writer
-        processes (each its own MySQL and Redis connections, WRITER_TXN_PER_S at most) that
-        one interpreter's GIL does not cap the rate; returns the latency figures with the
+        processes (WRITER_TXN_PER_S at most each, on WRITER_CONNECTIONS connections) that
+        one process's CPU does not cap the rate; returns the latency figures with the
         rate achieved."""
         with self._lock:
             self._latencies.clear()
+            self._seen_by_poll = 0
+            self._early.clear()
             self._poll_intervals.clear()
         writers = max(1, -(-int(rate) // WRITER_TXN_PER_S))
         self._precache(self._next_id, int(rate * seconds) + writers)
@@ -410,7 +526,7 @@ class Harness:
             if kind == "keys":
                 with self._lock:
                     for key, t_commit in payload:
-                        self._outstanding[key] = t_commit
+                        self._register(key, t_commit)
             elif kind == "error":
                 raise RuntimeError(f"lag writer failed: {payload}")
             else:       # "done": (commits, commit durations, end time)
@@ -425,14 +541,15 @@ class Harness:
         """Wait for the outstanding keys (up to DRAIN_S), then the latency figures."""
         deadline = time.monotonic() + DRAIN_S
         while self._outstanding and time.monotonic() < deadline:
-            self._poller.check()
+            self.check()
             time.sleep(0.01)
         with self._lock:
             missing = len(self._outstanding)
             self._outstanding.clear()
             lat = [x * 1000 for x in self._latencies]
             intervals = [x * 1000 for x in self._poll_intervals]
-        self._poller.check()
+            by_poll, self._seen_by_poll = self._seen_by_poll, 0
+        self.check()
         return {"what": "floor" if self_delete else "cachesync", "writes": count,
                 "rows_per_txn": per_txn,
                 "measured": len(lat), "missing": missing,
@@ -442,52 +559,85 @@ class Harness:
                 "mean_ms": _r(sum(lat) / len(lat) if lat else None),
                 "commit_p50_ms": _r(percentile([c * 1000 for c in commits], 50)),
                 "poll_interval_p50_ms": _r(median(intervals)),
-                "poll_interval_p99_ms": _r(percentile(intervals, 99))}
+                "poll_interval_p99_ms": _r(percentile(intervals, 99)),
+                "seen_by_poll": by_poll}
 
 
 def _commit_writer(box: Sandbox, k: int, writers: int, first_id: int, rate: float,
                    seconds: float, self_delete: bool, clock, queue) -> None:
     """One writer process: rows first_id + k, + writers, ... one per transaction, each due at
     start_at + i * writers / rate + k / rate (open loop: a late commit does not push the
-    schedule back), until ``seconds`` are over (a writer that fell behind commits fewer);
-    committed keys go to ``queue`` every SEND_EVERY_S."""
+    schedule back), on WRITER_CONNECTIONS connections (``bench.commits``: a commit that finds
+    them all busy waits for one), until ``seconds`` are over (a writer that fell behind
+    commits fewer); committed keys go to ``queue`` every SEND_EVERY_S."""
     try:
         os.nice(WRITER_NICE)
-        # autocommit: the INSERT is its own transaction, committed when execute returns
-        # (one round trip per commit instead of two; the binlog shows the same transaction)
-        conn, r = box.stack.admin(box.db, autocommit=True), box.stack.redis()
-        r.ping()
+        # autocommit: the INSERT is its own transaction, committed when its OK arrives
+        committer = Committer([box.stack.admin(box.db, autocommit=True)
+                               for _ in range(WRITER_CONNECTIONS)])
+        unlinker = _Unlinker(box.stack.redis()) if self_delete else None
         queue.put(("ready", k))
         go, start = clock                  # the parent starts every writer's clock at once
         go.wait()
         start_at = start.value
         n, end = int(rate * seconds) // writers, start_at + seconds
-        batch, commits, last_send = [], [], time.perf_counter()
-        for i in range(n):
-            if time.perf_counter() >= end:
+        batch, commits, last_send, i = [], [], time.perf_counter(), 0
+        while True:
+            now = time.perf_counter()
+            if now >= end:
+                n = min(n, i)          # time is over: what is in flight still counts
+            while i < n and committer.idle:
+                row_id = first_id + i * writers + k
+                if start_at + (i * writers + k) / rate > now:
+                    break
+                committer.send(query_packet(INSERT_SQL % (row_id, row_id % 1000, row_id)),
+                               row_id)
+                i += 1
+            if i >= n and not committer.in_flight:
                 break
-            delay = start_at + (i * writers + k) / rate - time.perf_counter()
-            if delay > 0:
-                time.sleep(delay)
-            row_id = first_id + i * writers + k
-            key = lag_key(box.prefix, row_id)     # cached beforehand (_precache)
-            t0 = time.perf_counter()
-            with conn.cursor() as cur:
-                cur.execute("INSERT INTO lag (id, v, note) VALUES (%s, %s, %s)",
-                            (row_id, row_id % 1000, f"row {row_id}"))
-            t_commit = time.perf_counter()     # CLOCK_MONOTONIC: comparable across processes
-            commits.append(t_commit - t0)
-            batch.append((key, t_commit))
-            if self_delete:
-                r.unlink(key)
-            if t_commit - last_send >= SEND_EVERY_S:
+            if i < n and committer.idle:      # until the next commit is due
+                timeout = start_at + (i * writers + k) / rate - time.perf_counter()
+            else:
+                timeout = 0.05
+            done = committer.wait(min(timeout, max(0.0, end - now)) if i < n else timeout)
+            for row_id, sent, t_commit in done:   # CLOCK_MONOTONIC: comparable across processes
+                commits.append(t_commit - sent)
+                batch.append((lag_key(box.prefix, row_id), t_commit))
+            if unlinker is not None and done:
+                unlinker.unlink([lag_key(box.prefix, row_id) for row_id, _, _ in done])
+            if batch and time.perf_counter() - last_send >= SEND_EVERY_S:
                 queue.put(("keys", batch))
-                batch, last_send = [], t_commit
+                batch, last_send = [], time.perf_counter()
         queue.put(("keys", batch))
+        if unlinker is not None:
+            unlinker.close()
         queue.put(("done", (len(commits), commits, min(time.perf_counter(), end))))
-        conn.close()
+        committer.close()
     except Exception as e:  # reported to the parent, which fails the run
         queue.put(("error", f"writer {k}: {type(e).__name__}: {e}"))
+
+
+class _Unlinker:
+    """The floor's deletes: one UNLINK per batch of commits answered together, sent without
+    waiting for its reply (the replies are read as they come, and an error raises)."""
+
+    def __init__(self, client):
+        self._conn = client.connection_pool.make_connection()
+        self._conn.connect()
+        self._pending = 0
+
+    def unlink(self, keys: list[str]) -> None:
+        self._conn.send_packed_command(self._conn.pack_command("UNLINK", *keys))
+        self._pending += 1
+        while self._pending and self._conn.can_read(timeout=0):
+            self._conn.read_response()
+            self._pending -= 1
+
+    def close(self) -> None:
+        while self._pending:
+            self._conn.read_response()
+            self._pending -= 1
+        self._conn.disconnect()
 
 
 def _alive(box: Sandbox, proc) -> bool:
