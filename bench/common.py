@@ -28,6 +28,10 @@ from cachesync.devstack import DevStack, default_env_file, wait_for  # noqa: F40
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# consumer.overlap_batches for the consumer and lag benchmarks (config default: true);
+# BENCH_OVERLAP_BATCHES=false compares
+OVERLAP = os.environ.get("BENCH_OVERLAP_BATCHES", "true").lower() in ("1", "true", "yes")
+
 
 def log(message: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)

@@ -24,7 +24,7 @@ import time
 
 from kafka import KafkaProducer
 
-from bench.common import Sandbox, Worker, log, ratio, summarize, wait_for
+from bench.common import OVERLAP, Sandbox, Worker, log, ratio, summarize, wait_for
 from cachesync.wiring import build_engine
 from cachesync.consumer.adapters.redis_cache import PIPELINE_CHUNK
 from cachesync.schema.keys import DEDUP_PREFIX as REDIS_DEDUP_PREFIX
@@ -98,6 +98,7 @@ def run(stack, quick: bool, runs: int) -> dict:
                        "txn_rows": list(TXN_ROWS), "pack_rows": PACK_ROWS,
                        "records": {"packed": records[True], "unpacked": records[False]},
                        "partitions": PARTITIONS, "engine_batch_size": "config default",
+                       "overlap_batches": OVERLAP,
                        "pipeline_chunk": CHUNK, "runs": runs, "prefill_s": round(prefill_s, 2)},
             "baseline": {"name": f"redis-py pipeline: one DEL per key, {CHUNK} per round trip",
                          **ceiling},
@@ -196,7 +197,7 @@ def engine_run(box: Sandbox, topic: str, tables: dict, m: int, n_keys: int,
                dedup_store: str) -> dict:
     group = box.new_group()
     cfg = box.write_config(tables, topic=topic, group=group,
-                           consumer={"dedup_store": dedup_store})
+                           consumer={"dedup_store": dedup_store, "overlap_batches": OVERLAP})
     batches: list[tuple[float, int, int]] = []     # (time, events, keys) per batch
 
     def on_batch(result):

@@ -36,7 +36,7 @@ from queue import Empty
 
 import pymysql
 
-from bench.common import (EndOffsets, Sandbox, Worker, log, median, percentile, summarize,
+from bench.common import (OVERLAP, EndOffsets, Sandbox, Worker, log, median, percentile, summarize,
                           topic_events, wait_for)
 from bench.commits import Committer, query_packet
 from bench.consumer import _drop_redis_dedup
@@ -89,7 +89,8 @@ def run(stack, quick: bool, runs: int) -> dict:
         cfg = box.write_config({f"{box.db}.lag": {"keys": [box.prefix + "lag:{id}",
                                                            box.prefix + "lag:note:{note}"]}},
                                topic=topic, consumer={"dedup_store": DEDUP_STORE,
-                                                    "offset_commit": OFFSET_COMMIT})
+                                                    "offset_commit": OFFSET_COMMIT,
+                                                    "overlap_batches": OVERLAP})
         settings = box.settings(cfg)
         log("lag: starting `cachesync tail` and `cachesync consume`")
         tail = box.spawn("tail", cfg)
@@ -154,7 +155,8 @@ def run(stack, quick: bool, runs: int) -> dict:
                        "consumer": "config defaults (batch_size, poll_timeout_s)",
                        "keys_per_row": KEYS_PER_ROW,
                        "split": GoneTimes.__doc__.split("\n\n")[0].replace("\n", " "),
-                       "dedup_store": DEDUP_STORE, "offset_commit": OFFSET_COMMIT},
+                       "dedup_store": DEDUP_STORE, "offset_commit": OFFSET_COMMIT,
+                       "overlap_batches": OVERLAP},
             "rates": figures,
             "children": children,
         }

@@ -319,6 +319,9 @@ class ConsumerSettings(_Validated):
     # reply (a crash may leave the last few batches to be delivered again and skipped as
     # duplicates), "sync" = the consumer waits for the broker's reply
     offset_commit: str = setting("async", choices=("async", "sync"))
+    # poll, decode and plan the next batch while a worker thread applies the current one
+    # (its Redis and MySQL round trips); batches still reach the cache one at a time, in order
+    overlap_batches: bool = True
     # A claim only matters when a partition changes hands: the next owner waits it out
     # before applying what a dead consumer had claimed. Kept below the session timeout so
     # that it has expired by the time the group hands the partitions over.

@@ -13,14 +13,14 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 from cachesync.config import ConsumerSettings
 from cachesync.consumer.core.dedup import decide
 from cachesync.consumer.core.delivery import Decoded, decode_records
 from cachesync.consumer.core.offsets import Record
-from cachesync.consumer.core.plan import (EventPlan, batch_keys, batch_writes, plan_batch,
-                                          split_at_tables)
+from cachesync.consumer.core.plan import (EventPlan, Plan, batch_keys, batch_writes,
+                                          plan_batch, split_at_tables)
 from cachesync.consumer.core.tally import TableTally
 from cachesync.consumer.core.writes import padded
 from cachesync.consumer.ports import CacheWriter, DeadLetters, DedupStore
@@ -76,6 +76,13 @@ class BatchResult:
     salvaged: list[EventPlan] = field(default_factory=list)   # dead-lettered, other keys deleted
 
 
+class Prepared(NamedTuple):
+    """A batch decoded and planned (``Applier.prepare``)."""
+
+    decoded: Decoded
+    plan: Plan
+
+
 class Applier:
     """Applies batches of records; ``stats`` sums every batch (and the retries), ``tables``
     counts per table what could not be applied exactly (and warns about it)."""
@@ -91,13 +98,19 @@ class Applier:
         self.stats = stats or Stats()
         self.tables = tables or TableTally()
 
-    def apply(self, records: Sequence[Record]) -> BatchResult:
-        """Apply one batch; raises Stopped if stop was requested while it waited, or what is
-        not transient (the caller must not commit the batch then)."""
-        result = BatchResult()
+    def prepare(self, records: Sequence[Record]) -> Prepared:
+        """Decode and plan a batch: pure work, no I/O and no counting (``apply`` does
+        both), so an engine may prepare the next batch while this applier applies one."""
         decoded = decode_records(records)
+        return Prepared(decoded, plan_batch(decoded.deliveries, self._mappings))
+
+    def apply(self, records: Sequence[Record], prepared: Prepared | None = None) -> BatchResult:
+        """Apply one batch (``prepared``: what ``prepare(records)`` returned); raises
+        Stopped if stop was requested while it waited, or what is not transient (the
+        caller must not commit the batch then)."""
+        result = BatchResult()
+        decoded, plan = prepared if prepared is not None else self.prepare(records)
         result.consumed, result.widest = decoded.consumed, decoded.widest
-        plan = plan_batch(decoded.deliveries, self._mappings)
         self._set_aside_poison(decoded, plan.poison, result)
         self._salvage(plan.salvaged, result)
         by_id = {ep.event.id: ep for ep in plan.events}

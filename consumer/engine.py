@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Callable, Sequence
 
 from cachesync.collector import paced
@@ -47,6 +48,7 @@ class PythonEngine:
         # the most events one record held in the last batch (packed records hold many);
         # the first poll of a packed topic is bounded by the source's fetch size instead
         self._events_per_record = 1
+        self._asked = 1         # records the last poll asked for
 
     def stop(self) -> None:
         self._stop.set()
@@ -61,30 +63,90 @@ class PythonEngine:
 
     def run(self) -> None:
         """Consume until stop(); transient errors are retried forever, fatal ones raise.
-        The collector is paced for the loop while it runs (cachesync.collector)."""
+        The collector is paced for the loop while it runs (cachesync.collector).
+
+        With ``consumer.overlap_batches`` (the default) a worker thread applies each
+        batch while this thread polls, decodes and plans the next one (``_overlapped``);
+        otherwise every batch is polled, applied and committed in turn (``step``).
+        """
         try:
             with paced():
-                while not self._stop.is_set():
-                    try:
-                        self.step()
-                    except Stopped:
-                        break
+                if self._opts.overlap_batches:
+                    self._overlapped()
+                else:
+                    while not self._stop.is_set():
+                        try:
+                            self.step()
+                        except Stopped:
+                            break
         finally:
             self.hooks.close()
 
     def step(self) -> BatchResult | None:
         """One poll, applied and committed; None when the poll was empty."""
         self.hooks.tick()
-        # batch_size counts events; a packed record carries many of them
-        max_records = max(1, self._opts.batch_size // self._events_per_record)
-        records = self.applier.call("poll", lambda: self._source.poll(max_records,
-                                                               self._opts.poll_timeout_s))
+        records = self._poll(self._opts.poll_timeout_s)
         if not records:
             return None
-        result = self.applier.apply(records)
+        return self._finish(records, self.applier.apply(records))
+
+    def _poll(self, timeout_s: float) -> list:
+        # batch_size counts events; a packed record carries many of them
+        self._asked = max(1, self._opts.batch_size // self._events_per_record)
+        return self.applier.call("poll", lambda: self._source.poll(self._asked, timeout_s))
+
+    def _finish(self, records, result: BatchResult) -> BatchResult:
+        """Commit an applied batch's offsets, then its hooks."""
         self._events_per_record = max(1, result.widest)
         self.applier.call("commit offsets", lambda: self._source.commit(commit_offsets(records)))
         self.hooks.after_batch(result)
         return result
 
+    def _overlapped(self) -> None:
+        """The loop with a worker thread that applies the batches.
 
+        This thread alone polls and commits (the Kafka consumer is not thread-safe),
+        decodes and plans; the worker only runs ``Applier.apply`` on what was prepared.
+        When a poll came back full (a backlog: more records are waiting), the next batch
+        is polled and prepared while the worker applies this one, and handed over only
+        once this one is done and committed. The cache, the dedup store and the hooks
+        therefore see every batch in order, one at a time, exactly as ``step`` does: what
+        overlaps is this thread's Python with the worker's waits for Redis and MySQL. A
+        poll that came back short (no backlog) waits for its batch before polling again,
+        so that the next batch takes in everything that arrived meanwhile: polling ahead
+        then would close the next batch early and add a batch's time to its records' lag.
+        The hooks tick between two batches, never beside one.
+        """
+        with ThreadPoolExecutor(1, thread_name_prefix="cachesync-apply") as worker:
+            flight = None      # (records, the future of their BatchResult)
+            try:
+                while not self._stop.is_set():
+                    # with a batch in flight, take only what has arrived: its result is next
+                    records = self._poll(0.0 if flight else self._opts.poll_timeout_s)
+                    prepared = self.applier.prepare(records) if records else None
+                    if flight is not None:
+                        done, flight = flight, None
+                        self._finish(done[0], done[1].result())
+                    self.hooks.tick()
+                    if not records:
+                        continue
+                    future = worker.submit(self.applier.apply, records, prepared)
+                    if len(records) >= self._asked:
+                        flight = (records, future)
+                    else:
+                        self._finish(records, future.result())
+            except Stopped:
+                pass
+            finally:
+                if flight is not None:
+                    self._land(*flight)
+
+    def _land(self, records, future) -> None:
+        """The batch in flight when the loop ends: waited for (a stop makes its waits give
+        up), and committed if it was applied, as ``step`` would have."""
+        wait([future])
+        if future.exception() is None:
+            try:
+                self._finish(records, future.result())
+            except Stopped:
+                pass                # not committed: delivered again, and skipped as duplicates

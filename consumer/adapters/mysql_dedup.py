@@ -23,6 +23,15 @@ def _joined(q: str = "") -> str:
 
 
 _JOINED = _joined()
+
+
+def _fits(msg_id: str) -> bool:
+    """Whether the msg_id column holds ``msg_id`` as it is."""
+    return len(msg_id) <= MSG_ID_MAX and msg_id.isascii()
+
+
+def _lease_end(lease_s: float) -> str:
+    return f"NOW(6) + INTERVAL {int(lease_s * 1_000_000)} MICROSECOND"
 _IS_DONE = "(d.status = 'done' OR c.claim_token IS NOT NULL)"
 
 
@@ -50,25 +59,35 @@ class MySQLDedupStore:
     """
 
     def __init__(self, params: MySQLParams, namespace: str):
-        self._session = Session(params.connect, setup=ensure_state_tables)
+        # autocommit: the common claim (new ids only) and the confirm of a whole claim are
+        # one statement each, committed in one round trip (run_each)
+        self._session = Session(params.connect, setup=ensure_state_tables, autocommit=True)
         self._ns = namespace
         # token -> (its mark, the ids it owns): what a confirm of the whole claim needs
         self._held: OrderedDict[str, tuple[str, frozenset[str]]] = OrderedDict()
 
     def claim(self, ids: Sequence[str], lease_s: float) -> tuple[str, Mapping[str, ClaimState]]:
-        """Claim in one transaction; raises RetryableError / FatalError."""
+        """Claim ``ids``; raises RetryableError / FatalError.
+
+        New ids are inserted as claimed under a new token, each chunk's INSERT committed on
+        its own: a row it added is this claim's for the lease whatever happens next. Only a
+        chunk where some ids existed goes on, in one transaction, to take over expired
+        claims and to read whose the others are.
+        """
         token = uuid.uuid4().hex
         # The claim's mark, written to each id row's done_at and, on confirm, to the
         # claim's done row: the purge finds a claim's ids by it. Only ever compared
         # for equality, so the client's clock is good enough.
         mark = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
-
-        def work(cur):
-            states: dict[str, ClaimState] = {}
-            for part in chunks(list(dict.fromkeys(ids)), CLAIM_CHUNK):
-                states.update(self._claim_chunk(cur, token, mark, part, lease_s))
-            return states
-        states = self._session.run(work)
+        parts = list(chunks(list(dict.fromkeys(ids)), CLAIM_CHUNK))
+        # an id the column cannot hold fails its INSERT: then no chunk's rows stay behind
+        insert = self._session.run_each if all(_fits(i) for i in ids) else self._session.run
+        all_new = insert(lambda cur: [self._insert(cur, token, mark, part, lease_s)
+                                      for part in parts])
+        states: dict[str, ClaimState] = {}
+        for part, new in zip(parts, all_new):
+            states.update(dict.fromkeys(part, ClaimState.OWNED) if new else self._session.run(
+                lambda cur, p=part: self._take_over(cur, token, mark, p, lease_s)))
         owned = frozenset(i for i, state in states.items() if state is ClaimState.OWNED)
         if owned:
             self._held[token] = (mark, owned)
@@ -76,37 +95,42 @@ class MySQLDedupStore:
                 self._held.popitem(last=False)
         return token, states
 
-    def _claim_chunk(self, cur, token: str, mark: str, ids: Sequence[str],
-                     lease_s: float) -> dict[str, ClaimState]:
+    def _insert(self, cur, token: str, mark: str, ids: Sequence[str], lease_s: float) -> bool:
+        """Insert the rows of the ids that have none, claimed under ``token``; whether every
+        id was new (then every one is ours)."""
         # ns, token, mark and lease are the same for every row: escaped once, not once
         # per id (a '%' in them is doubled: the statement is still formatted with the ids)
         def esc(value: str) -> str:
             return cur.connection.escape(value).replace("%", "%%")
-        lease_end = f"NOW(6) + INTERVAL {int(lease_s * 1_000_000)} MICROSECOND"
-        row = f"({esc(self._ns)}, %s, 'claimed', {esc(token)}, {lease_end}, {esc(mark)})"
+        row = (f"({esc(self._ns)}, %s, 'claimed', {esc(token)}, {_lease_end(lease_s)}, "
+               f"{esc(mark)})")
         values = ", ".join([row] * len(ids))
         columns = "INTO cachesync_dedup (ns, msg_id, status, claim_token, claimed_until, done_at)"
-        if all(len(i) <= MSG_ID_MAX and i.isascii() for i in ids):
+        if all(_fits(i) for i in ids):
             # The common case is a batch of new ids. IGNORE skips the rows that exist
             # and the count says how many were added: all of them means every id is
             # ours, with no second statement. IGNORE would also truncate an over-long
             # or non-ASCII id into another one, hence the check above.
-            if cur.execute(f"INSERT IGNORE {columns} VALUES {values}", list(ids)) == len(ids):
-                return dict.fromkeys(ids, ClaimState.OWNED)
-        else:   # the new rows, strictly (an id the column cannot hold is an error)
-            cur.execute(f"INSERT {columns} VALUES {values} ON DUPLICATE KEY UPDATE "
-                        "msg_id = msg_id", list(ids))
+            return cur.execute(f"INSERT IGNORE {columns} VALUES {values}", list(ids)) == len(ids)
+        # the new rows, strictly (an id the column cannot hold is an error)
+        cur.execute(f"INSERT {columns} VALUES {values} ON DUPLICATE KEY UPDATE msg_id = msg_id",
+                    list(ids))
+        return False
+
+    def _take_over(self, cur, token: str, mark: str, ids: Sequence[str],
+                   lease_s: float) -> dict[str, ClaimState]:
+        """Every id has a row: take over the expired claims that were never confirmed;
+        whose each id is (the rows inserted under ``token`` stay as they are)."""
         marks = ", ".join(["%s"] * len(ids))
-        # Some ids existed (the rows just added are ours and stay as they are). Take over
-        # only expired claims that were never confirmed.
-        cur.execute(f"UPDATE {_JOINED} SET d.claim_token = %s, d.claimed_until = {lease_end}, "
-                    f"d.done_at = %s WHERE d.ns = %s AND d.msg_id IN ({marks}) AND "
-                    "d.status = 'claimed' AND d.claimed_until < NOW(6) AND c.claim_token IS NULL",
+        cur.execute(f"UPDATE {_JOINED} SET d.claim_token = %s, "
+                    f"d.claimed_until = {_lease_end(lease_s)}, d.done_at = %s "
+                    f"WHERE d.ns = %s AND d.msg_id IN ({marks}) AND d.status = 'claimed' "
+                    "AND d.claimed_until < NOW(6) AND c.claim_token IS NULL",
                     [token, mark, self._ns, *ids])
-        # Every id has a row now; only those not claimed under ``token`` come back (usually
-        # none), so a batch of new ids costs no result rows to transfer and parse. A locking
-        # read: a plain one would see the transaction's snapshot, taken at an earlier chunk,
-        # where a row another consumer added since is missing and would pass for ours.
+        # Only those not claimed under ``token`` come back (usually none), so no result
+        # rows to transfer and parse for ours. A locking read: a plain one would see the
+        # transaction's snapshot, where a row another consumer added since is missing and
+        # would pass for ours.
         cur.execute(f"SELECT d.msg_id, {_IS_DONE} FROM {_JOINED} WHERE d.ns = %s "
                     f"AND d.msg_id IN ({marks}) AND d.claim_token <> %s LOCK IN SHARE MODE",
                     [self._ns, *ids, token])
@@ -124,7 +148,7 @@ class MySQLDedupStore:
         """
         held = self._held.get(token)
         if held is not None and held[1] == frozenset(ids):
-            self._session.run(lambda cur: cur.execute(
+            self._session.run_each(lambda cur: cur.execute(
                 "INSERT IGNORE INTO cachesync_dedup_done (ns, claim_token, claimed_at, done_at) "
                 "VALUES (%s, %s, %s, NOW(6))", [self._ns, token, held[0]]))
             del self._held[token]

@@ -221,3 +221,25 @@ def test_purge_takes_a_claim_apart_over_several_calls(mysql_store):
     time.sleep(0.01)
     assert [store.purge(retention_s=0, limit=3) for _ in range(5)] == [3, 3, 3, 1, 0]
     assert sql("SELECT COUNT(*) FROM cachesync_dedup_done WHERE ns = %s", (ns,)) == ((0,),)
+
+
+def test_a_claim_of_new_ids_commits_as_it_returns(mysql_store):
+    """The common claim is one autocommitted INSERT: another connection sees the rows at
+    once, under the claim's token (no transaction left open on the store's connection)."""
+    store, ns, sql = mysql_store
+    ids = [f"n{i}" for i in range(CLAIM_CHUNK + 10)]
+    token, states = store.claim(ids, lease_s=30)
+    assert set(states.values()) == {O}
+    assert sql("SELECT claim_token, COUNT(*) FROM cachesync_dedup WHERE ns = %s "
+               "GROUP BY claim_token", (ns,)) == ((token, len(ids)),)
+    store.confirm(token, ids)
+    assert sql("SELECT claim_token FROM cachesync_dedup_done WHERE ns = %s", (ns,)) == ((token,),)
+
+
+def test_an_id_the_column_cannot_hold_fails_the_claim_and_leaves_no_row(mysql_store):
+    store, ns, sql = mysql_store
+    ids = [f"ok{i}" for i in range(CLAIM_CHUNK + 10)] + ["x" * 65]
+    with pytest.raises(Exception, match="(?i)too long|data"):
+        store.claim(ids, lease_s=30)
+    assert sql("SELECT COUNT(*) FROM cachesync_dedup WHERE ns = %s", (ns,)) == ((0,),)
+    assert set(store.claim(ids[:-1], lease_s=30)[1].values()) == {O}
