@@ -5,6 +5,10 @@ poll -> ``Applier.apply`` (decode -> plan -> claim -> apply -> confirm -> dead l
 the ids confirmed; a crash anywhere before that re-delivers the batch, and the dedup
 table plus idempotent deletes make the redelivery harmless. The source is any
 ``Source``: Kafka, or direct mode's in-process queue.
+
+``run`` hands ``Applier.apply`` to a worker thread and, while a backlog lasts, polls and
+prepares (decodes, plans) the next batch meanwhile (``consumer.overlap_batches``); the
+batches still reach the cache and the dedup store one at a time, in order.
 """
 
 from __future__ import annotations
