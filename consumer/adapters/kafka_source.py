@@ -222,7 +222,7 @@ class KafkaSource:
                           f"{self._instance!r}; each consumer needs its own id ({error})")
 
 
-def _lost_to_rebalance(error: Exception) -> None:
+def _lost_to_rebalance(error: Exception | str) -> None:
     """A commit the group refused because it is rebalancing (or did): whoever owns the
     partitions next re-reads those records from the last committed offset and skips them
     as duplicates."""
@@ -243,6 +243,9 @@ class _CommitTracker:
         self.in_flight = 0
         self.failed: Exception | None = None    # the last asynchronous commit's error
         self.fenced: Exception | None = None
+        # offsets of asynchronous commits a rebalance refused, until a later commit of the
+        # partition covers them (then nothing was lost) or the partition is revoked
+        self.refused: dict[TopicPartition, int] = {}
 
     def may_go_async(self) -> bool:
         return self.async_commit and self.failed is None and self.in_flight < MAX_COMMITS_IN_FLIGHT
@@ -256,18 +259,30 @@ class _CommitTracker:
         self.failed = None
         for tp, meta in tps.items():
             self.asked[tp] = max(self.asked.get(tp, -1), meta.offset)
-            self.done[tp] = max(self.done.get(tp, -1), meta.offset)
+            self._done(tp, meta.offset)
+
+    def _done(self, tp: TopicPartition, offset: int) -> None:
+        self.done[tp] = max(self.done.get(tp, -1), offset)
+        if self.refused.get(tp, offset + 1) <= offset:
+            del self.refused[tp]      # a later commit covered the refused one
 
     def answered(self, tps: dict, response) -> None:
         """kafka-python's callback: ``response`` is the reply or the commit's exception."""
         self.in_flight = max(0, self.in_flight - 1)
         if not isinstance(response, BaseException):
             for tp, meta in tps.items():
-                self.done[tp] = max(self.done.get(tp, -1), meta.offset)
+                self._done(tp, meta.offset)
         elif isinstance(response, FencedInstanceIdError):
             self.fenced = response
         elif isinstance(response, _REBALANCING):
-            _lost_to_rebalance(response)
+            # e.g. kafka-python's cooperative protocol rejoining right after the first
+            # assignment: the next commit of the partition (or close's) covers it, and only
+            # a partition revoked before that loses it (``forget`` says so)
+            for tp, meta in tps.items():
+                if self.done.get(tp, -1) < meta.offset:
+                    self.refused[tp] = max(self.refused.get(tp, -1), meta.offset)
+            log.info("an asynchronous offset commit was refused during a rebalance (%s); the "
+                     "next commit of the partitions covers it", response)
         else:
             self.failed = response
             log.warning("asynchronous offset commit failed (%s); the next commit waits for its "
@@ -280,9 +295,14 @@ class _CommitTracker:
 
     def forget(self, partitions) -> None:
         """Partitions this member no longer owns: their offsets are the next owner's."""
+        lost = [tp for tp in partitions if tp in self.refused]
+        if lost:
+            _lost_to_rebalance(f"{len(lost)} revoked partition(s) with a refused commit not "
+                               "covered by a later one")
         for tp in partitions:
             self.asked.pop(tp, None)
             self.done.pop(tp, None)
+            self.refused.pop(tp, None)
 
 
 class _Forget(ConsumerRebalanceListener):

@@ -2,6 +2,7 @@
 one); asynchronous ones fall back to waiting after a failure, and close() commits only what is
 unconfirmed for the partitions still assigned."""
 
+import logging
 import threading
 
 import pytest
@@ -126,12 +127,13 @@ def test_close_logs_a_commit_it_cannot_make_and_still_closes(caplog):
 
 @pytest.mark.parametrize("error, logged, waits", [
     (NodeNotReadyError(), "asynchronous offset commit failed", True),
-    (RebalanceInProgressError(), "offset commit lost to a rebalance", False),
+    (RebalanceInProgressError(), "refused during a rebalance", False),
 ])
 def test_a_failed_async_commit_is_logged_and_a_real_failure_makes_the_next_one_wait(
         error, logged, waits, caplog):
     """A broker error makes the next commit wait for its reply (and succeed here); a commit
-    lost to a rebalance does not (the next owner skips the duplicates)."""
+    refused by a rebalance does not (the next commit covers it)."""
+    caplog.set_level(logging.INFO)
     consumer = Recording()
     source = source_on(consumer)
     source.commit({("t", 0): 5})
@@ -247,3 +249,19 @@ def test_heartbeat_fenced_only_when_a_stable_member_lost_its_heartbeat(stable, r
                                                                        closed, fenced):
     assert heartbeat_fenced(_HeartbeatState(stable, rejoining, enabled, closed)) is fenced
     assert heartbeat_fenced(None) is False
+
+
+def test_a_commit_refused_by_a_rebalance_is_lost_only_if_its_partition_goes_first(caplog):
+    """Refused, then covered by the next commit: nothing lost, no warning. Refused, then
+    the partition revoked before a later commit: the warning (the next owner re-reads)."""
+    consumer = Recording(assigned={T0, T1})
+    source = source_on(consumer)
+    source.commit({("t", 0): 5, ("t", 1): 7})
+    consumer.answer(RebalanceInProgressError())
+    source.commit({("t", 0): 9})
+    consumer.answer()
+    assert source._commits.refused == {T1: 7}         # T0's refused 5 is covered by 9
+    assert "lost to a rebalance" not in caplog.text
+    _Forget(source._commits).on_partitions_revoked({T1})
+    assert "offset commit lost to a rebalance" in caplog.text
+    assert source._commits.refused == {}
