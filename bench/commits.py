@@ -99,6 +99,8 @@ class Committer:
                 raise CommitError(f"{len(packets)} replies to one statement")
             if packets:
                 check_ok(packets[0])
+                if fd not in self._busy:
+                    raise CommitError("a reply on a connection that sent no statement")
                 token, sent = self._busy.pop(fd)
                 self._idle.append(fd)
                 done.append((token, sent, now))

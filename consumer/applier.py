@@ -97,6 +97,7 @@ class Applier:
         self._stop = stop or threading.Event()
         self.stats = stats or Stats()
         self.tables = tables or TableTally()
+        self._retry_lock = threading.Lock()
 
     def prepare(self, records: Sequence[Record]) -> Prepared:
         """Decode and plan a batch: pure work, no I/O and no counting (``apply`` does
@@ -230,7 +231,8 @@ class Applier:
         return call(fn, what, self._stop, self._retry, self._count_retry)
 
     def _count_retry(self, error: BaseException, attempt: int) -> None:
-        self.stats.retries += 1
+        with self._retry_lock:      # the engine's thread and its worker both retry
+            self.stats.retries += 1
 
 
 def _repeats(ids) -> list[str]:

@@ -128,6 +128,8 @@ class PythonEngine:
                     # with a batch in flight, take only what has arrived: its result is next
                     records = self._poll(0.0 if flight else self._opts.poll_timeout_s)
                     prepared = self.applier.prepare(records) if records else None
+                    if prepared is not None:      # sizes the next poll (packed records)
+                        self._events_per_record = max(1, prepared.decoded.widest)
                     if flight is not None:
                         done, flight = flight, None
                         self._finish(done[0], done[1].result())
@@ -141,16 +143,28 @@ class PythonEngine:
                         self._finish(records, future.result())
             except Stopped:
                 pass
-            finally:
+            except BaseException:
+                # this thread failed: the batch in flight gives up its retries (stop) and
+                # stays uncommitted (delivered again, skipped as duplicates), and this
+                # error is the one raised
+                self._stop.set()
                 if flight is not None:
-                    self._land(*flight)
+                    wait([flight[1]])
+                raise
+            if flight is not None:
+                self._land(*flight)
 
     def _land(self, records, future) -> None:
-        """The batch in flight when the loop ends: waited for (a stop makes its waits give
-        up), and committed if it was applied, as ``step`` would have."""
+        """The batch in flight when the loop stopped: waited for (a stop makes its waits
+        give up), committed if it was applied, as ``step`` would have; what it raised
+        other than Stopped is raised here."""
         wait([future])
-        if future.exception() is None:
-            try:
-                self._finish(records, future.result())
-            except Stopped:
-                pass                # not committed: delivered again, and skipped as duplicates
+        error = future.exception()
+        if error is not None:
+            if not isinstance(error, Stopped):
+                raise error
+            return                  # not committed: delivered again, skipped as duplicates
+        try:
+            self._finish(records, future.result())
+        except Stopped:
+            pass

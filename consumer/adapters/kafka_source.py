@@ -175,7 +175,18 @@ class KafkaSource:
         commits = self._commits
         if commits.fenced is not None:
             raise self._fenced(commits.fenced)
-        tps = {TopicPartition(t, p): OffsetAndMetadata(o, "", -1) for (t, p), o in offsets.items()}
+        # only the partitions this member still owns: a poll since the batch was read may
+        # have handed some to another member (the overlapped engine polls ahead), whose
+        # offsets a late commit would move back (the batch's work is done: its records,
+        # delivered to the new owner, are skipped as duplicates)
+        assigned = self._consumer.assignment()
+        tps = {tp: OffsetAndMetadata(o, "", -1) for tp, o in
+               ((TopicPartition(t, p), o) for (t, p), o in offsets.items()) if tp in assigned}
+        for tp, o in commits.refused.items():   # refused by a rebalance, not covered yet
+            if tp in assigned and tp not in tps:
+                tps[tp] = OffsetAndMetadata(o, "", -1)
+        if not tps:
+            return
         if not commits.may_go_async():
             self._commit_sync(tps)
             return
@@ -278,8 +289,8 @@ class _CommitTracker:
             # e.g. kafka-python's cooperative protocol rejoining right after the first
             # assignment: the next commit of the partition (or close's) covers it, and only
             # a partition revoked before that loses it (``forget`` says so)
-            for tp, meta in tps.items():
-                if self.done.get(tp, -1) < meta.offset:
+            for tp, meta in tps.items():    # (a partition forgotten since is not ours)
+                if tp in self.asked and self.done.get(tp, -1) < meta.offset:
                     self.refused[tp] = max(self.refused.get(tp, -1), meta.offset)
             log.info("an asynchronous offset commit was refused during a rebalance (%s); the "
                      "next commit of the partitions covers it", response)

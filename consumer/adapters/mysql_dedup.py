@@ -65,6 +65,8 @@ class MySQLDedupStore:
         self._ns = namespace
         # token -> (its mark, the ids it owns): what a confirm of the whole claim needs
         self._held: OrderedDict[str, tuple[str, frozenset[str]]] = OrderedDict()
+        # the ids of the last claim, if it failed, -> its (token, mark): kept by its retry
+        self._failed: dict[tuple[str, ...], tuple[str, str]] = {}
 
     def claim(self, ids: Sequence[str], lease_s: float) -> tuple[str, Mapping[str, ClaimState]]:
         """Claim ``ids``; raises RetryableError / FatalError.
@@ -72,22 +74,31 @@ class MySQLDedupStore:
         New ids are inserted as claimed under a new token, each chunk's INSERT committed on
         its own: a row it added is this claim's for the lease whatever happens next. Only a
         chunk where some ids existed goes on, in one transaction, to take over expired
-        claims and to read whose the others are.
+        claims and to read whose the others are. A claim of the same ids right after one
+        that failed (the applier's retry) keeps that one's token, so the rows it committed
+        before failing are its own, not another claim's to wait out.
         """
-        token = uuid.uuid4().hex
+        key = tuple(ids)
+        retried = self._failed.get(key)
         # The claim's mark, written to each id row's done_at and, on confirm, to the
         # claim's done row: the purge finds a claim's ids by it. Only ever compared
         # for equality, so the client's clock is good enough.
-        mark = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
+        token, mark = retried or (uuid.uuid4().hex, datetime.datetime.now(
+            datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f"))
+        self._failed = {}
         parts = list(chunks(list(dict.fromkeys(ids)), CLAIM_CHUNK))
         # an id the column cannot hold fails its INSERT: then no chunk's rows stay behind
         insert = self._session.run_each if all(_fits(i) for i in ids) else self._session.run
-        all_new = insert(lambda cur: [self._insert(cur, token, mark, part, lease_s)
-                                      for part in parts])
-        states: dict[str, ClaimState] = {}
-        for part, new in zip(parts, all_new):
-            states.update(dict.fromkeys(part, ClaimState.OWNED) if new else self._session.run(
-                lambda cur, p=part: self._take_over(cur, token, mark, p, lease_s)))
+        try:
+            all_new = insert(lambda cur: [self._insert(cur, token, mark, part, lease_s)
+                                          for part in parts])
+            states: dict[str, ClaimState] = {}
+            for part, new in zip(parts, all_new):
+                states.update(dict.fromkeys(part, ClaimState.OWNED) if new else self._session.run(
+                    lambda cur, p=part: self._take_over(cur, token, mark, p, lease_s)))
+        except Exception:
+            self._failed = {key: (token, mark)}
+            raise
         owned = frozenset(i for i, state in states.items() if state is ClaimState.OWNED)
         if owned:
             self._held[token] = (mark, owned)

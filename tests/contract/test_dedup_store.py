@@ -13,6 +13,7 @@ from cachesync.consumer.adapters.redis_dedup import RedisDedupStore
 from cachesync.consumer.hooks import purge_dedup
 from cachesync.consumer.core.dedup import ClaimState
 from cachesync.producer_outbox.mysql import MySQLParams
+from cachesync.schema.errors import RetryableError
 from tests.support.variants import redis_cluster
 
 O, D, B = ClaimState.OWNED, ClaimState.DONE, ClaimState.BUSY
@@ -243,3 +244,28 @@ def test_an_id_the_column_cannot_hold_fails_the_claim_and_leaves_no_row(mysql_st
         store.claim(ids, lease_s=30)
     assert sql("SELECT COUNT(*) FROM cachesync_dedup WHERE ns = %s", (ns,)) == ((0,),)
     assert set(store.claim(ids[:-1], lease_s=30)[1].values()) == {O}
+
+
+def test_a_claim_retried_after_failing_midway_owns_the_rows_it_committed(mysql_store):
+    """The first chunk's INSERT committed, the second failed (a lost connection): the
+    applier's retry of the same ids keeps the claim's token, so the first chunk's rows are
+    its own, not another claim's to wait out for the lease."""
+    store, ns, sql = mysql_store
+    ids = [f"r{i}" for i in range(CLAIM_CHUNK + 10)]
+    real, calls = store._insert, []
+
+    def flaky(cur, token, mark, part, lease_s):
+        calls.append(token)
+        if len(calls) == 2:
+            raise RetryableError("MySQL unavailable: lost connection (injected)")
+        return real(cur, token, mark, part, lease_s)
+    store._insert = flaky
+    with pytest.raises(RetryableError):
+        store.claim(ids, lease_s=30)
+    assert sql("SELECT COUNT(*) FROM cachesync_dedup WHERE ns = %s", (ns,)) == ((CLAIM_CHUNK,),)
+    token, states = store.claim(ids, lease_s=30)
+    assert set(states.values()) == {O} and token == calls[0]
+    store.confirm(token, ids)
+    assert store.counts() == {"claimed": 0, "done": len(ids)}
+    # a claim of other ids, or of the same ones after a success, gets a new token
+    assert store.claim(["other"], lease_s=30)[0] != token

@@ -121,9 +121,16 @@ def test_every_batch_is_applied_in_order_then_committed(overlap):
     assert {t for kind, _, t in log.entries if kind in ("poll", "commit", "tick", "after")} == {me}
     if overlap:
         assert {t for _, _, t in log.of("delete")} != {me}        # applied by the worker
-        # batch N+1 was polled before N was committed (what overlaps)
-        kinds = [kind for kind, what, _ in log.entries if kind != "poll" or what]
-        assert any(a == "poll" and b == "commit" for a, b in zip(kinds, kinds[1:]))
+        # some batch N+1 was polled before batch N was committed (what overlaps): before
+        # some commit, more non-empty polls than commits up to and including it
+        polls = commits = 0
+        ahead = False
+        for kind, what, _ in log.entries:
+            polls += kind == "poll" and bool(what)
+            if kind == "commit":
+                commits += 1
+                ahead = ahead or polls > commits
+        assert ahead
 
 
 def test_a_fatal_error_in_a_batch_ends_the_loop_and_its_offsets_stay_uncommitted():
@@ -176,3 +183,48 @@ def test_a_short_poll_is_applied_before_the_next_poll():
     # every batch: poll, delete, commit; never a poll between a delete and its commit
     assert all(not (a == "delete" and b == "poll") for a, b in zip(kinds, kinds[1:]))
     assert kinds.count("delete") == ROWS // 2
+
+
+def test_a_fatal_error_of_the_batch_in_flight_when_stop_came_is_raised():
+    """Stop asked between handing a batch over and collecting it (here by a hook's tick),
+    then that batch fails for good: run() raises the error instead of returning as if all
+    went well, and the batch is not committed."""
+    log, engines = Log(), []
+
+    class StopOnSecondTick(Ticks):
+        def tick(self):
+            super().tick()
+            if len(self.log.of("tick")) == 2:
+                engines[0].stop()
+
+    class Failing(Cache):
+        def delete(self, keys):
+            if "user:3" in keys:
+                raise FatalError("refused for good")
+            return super().delete(keys)
+
+    records = [record(i, change(f"m{i}", i)) for i in range(ROWS)]
+    source, cache = Source(records, log), Failing(log)
+    engine = PythonEngine(source, MemoryDedupStore(), cache, MemoryDeadLetters(), MAPPINGS,
+                          ConsumerSettings(batch_size=3), hooks=[StopOnSecondTick(log)])
+    source.engine = engine
+    engines.append(engine)
+    with pytest.raises(FatalError, match="refused for good"):
+        engine.run()
+    assert source.committed == {("changes", 0): 3}        # the first batch only
+
+
+def test_a_fatal_poll_with_a_batch_in_flight_is_raised_without_waiting_out_its_retries():
+    log = Log()
+    engine, source, _ = _engine(log)
+    real_poll = source.poll
+
+    def poll(max_records, timeout_s):
+        if source._pos >= 6:
+            raise FatalError("fenced for good")
+        return real_poll(max_records, timeout_s)
+    source.poll = poll
+    with pytest.raises(FatalError, match="fenced for good"):
+        engine.run()
+    assert engine._stop.is_set()          # the batch in flight was told to give up
+    assert source.committed.get(("changes", 0), 0) <= 6

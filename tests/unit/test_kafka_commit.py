@@ -25,12 +25,16 @@ class Refusing:
     def commit(self, offsets, timeout_ms=None):
         raise self.error
 
+    def assignment(self):
+        return {T0, T1}
+
 
 class Recording:
     """kafka-python's commit calls, answered by the test (``answer``) as the broker would."""
 
-    def __init__(self, assigned=()):
-        self.sync, self.async_, self.callbacks, self.assigned = [], [], [], set(assigned)
+    def __init__(self, assigned=None):
+        self.sync, self.async_, self.callbacks = [], [], []
+        self.assigned = {T0, T1} if assigned is None else set(assigned)
         self.closed = False
         self.fenced = False     # as kafka-python 3 once a commit was refused as fenced
 
@@ -252,16 +256,41 @@ def test_heartbeat_fenced_only_when_a_stable_member_lost_its_heartbeat(stable, r
 
 
 def test_a_commit_refused_by_a_rebalance_is_lost_only_if_its_partition_goes_first(caplog):
-    """Refused, then covered by the next commit: nothing lost, no warning. Refused, then
-    the partition revoked before a later commit: the warning (the next owner re-reads)."""
+    """Refused, then covered by a later commit: nothing lost, no warning. Refused, then the
+    partition revoked before a later commit: the warning (the next owner re-reads)."""
     consumer = Recording(assigned={T0, T1})
     source = source_on(consumer)
     source.commit({("t", 0): 5, ("t", 1): 7})
     consumer.answer(RebalanceInProgressError())
-    source.commit({("t", 0): 9})
-    consumer.answer()
-    assert source._commits.refused == {T1: 7}         # T0's refused 5 is covered by 9
+    assert source._commits.refused == {T0: 5, T1: 7}
     assert "lost to a rebalance" not in caplog.text
     _Forget(source._commits).on_partitions_revoked({T1})
+    consumer.assigned = {T0}
     assert "offset commit lost to a rebalance" in caplog.text
+    source.commit({("t", 0): 9})
+    consumer.answer()
+    assert source._commits.refused == {}
+    assert consumer.async_[-1] == {T0: 9}
+
+
+def test_a_commit_leaves_out_partitions_no_longer_assigned():
+    """A batch read before a rebalance: its offsets of a partition another member owns now
+    are not committed (they would move that member's offset back)."""
+    consumer = Recording(assigned={T0})
+    source = source_on(consumer)
+    source.commit({("t", 0): 5, ("t", 1): 7})
+    assert consumer.async_ == [{T0: 5}]
+    consumer.assigned = set()
+    source.commit({("t", 0): 6})
+    assert consumer.async_ == [{T0: 5}]          # nothing of ours left: no commit at all
+
+
+def test_a_refused_offset_goes_out_again_with_the_next_commit():
+    consumer = Recording()
+    source = source_on(consumer)
+    source.commit({("t", 1): 7})
+    consumer.answer(RebalanceInProgressError())
+    source.commit({("t", 0): 3})
+    assert consumer.async_[-1] == {T0: 3, T1: 7}
+    consumer.answer()
     assert source._commits.refused == {}
