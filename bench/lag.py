@@ -414,6 +414,14 @@ class Harness:
         if self._on_gone is not None:
             self._on_gone(key, t_commit, t_gone)
 
+    def _reset(self) -> None:
+        """Forget the figures gathered so far (a measurement starts)."""
+        with self._lock:
+            self._latencies.clear()
+            self._seen_by_poll = 0
+            self._early.clear()
+            self._poll_intervals.clear()
+
     def check(self) -> None:
         """Raises what the poller or the listener thread raised."""
         for worker in self._workers:
@@ -429,22 +437,14 @@ class Harness:
             self._write(False)
             time.sleep(0.01)
         wait_for(lambda: not self._outstanding, 30, "the warm-up keys to be invalidated")
-        with self._lock:
-            self._latencies.clear()
-            self._seen_by_poll = 0
-            self._early.clear()
-            self._poll_intervals.clear()
+        self._reset()
         return first
 
     def measure(self, rate: float, seconds: float, self_delete: bool,
                 stop: threading.Event | None = None) -> dict:
         """Write at ``rate`` for ``seconds`` (or until ``stop`` is set), then wait for the
         keys to go; returns the latency figures."""
-        with self._lock:
-            self._latencies.clear()
-            self._seen_by_poll = 0
-            self._early.clear()
-            self._poll_intervals.clear()
+        self._reset()
         per_txn = _rows_per_txn(rate)
         txns = int(rate * seconds) // per_txn
         commits = []
@@ -465,11 +465,7 @@ class Harness:
         processes (WRITER_TXN_PER_S at most each, on WRITER_CONNECTIONS connections) that
         one process's CPU does not cap the rate; returns the latency figures with the
         rate achieved."""
-        with self._lock:
-            self._latencies.clear()
-            self._seen_by_poll = 0
-            self._early.clear()
-            self._poll_intervals.clear()
+        self._reset()
         writers = max(1, -(-int(rate) // WRITER_TXN_PER_S))
         self._precache(self._next_id, int(rate * seconds) + writers)
         ctx = multiprocessing.get_context("fork")
@@ -583,22 +579,24 @@ def _commit_writer(box: Sandbox, k: int, writers: int, first_id: int, rate: floa
         go.wait()
         start_at = start.value
         n, end = int(rate * seconds) // writers, start_at + seconds
+
+        def due(i: int) -> float:
+            return start_at + (i * writers + k) / rate
+
         batch, commits, last_send, i = [], [], time.perf_counter(), 0
         while True:
             now = time.perf_counter()
             if now >= end:
                 n = min(n, i)          # time is over: what is in flight still counts
-            while i < n and committer.idle:
+            while i < n and committer.idle and due(i) <= now:
                 row_id = first_id + i * writers + k
-                if start_at + (i * writers + k) / rate > now:
-                    break
                 committer.send(query_packet(INSERT_SQL % (row_id, row_id % 1000, row_id)),
                                row_id)
                 i += 1
             if i >= n and not committer.in_flight:
                 break
             if i < n and committer.idle:      # until the next commit is due
-                timeout = start_at + (i * writers + k) / rate - time.perf_counter()
+                timeout = due(i) - time.perf_counter()
             else:
                 timeout = 0.05
             done = committer.wait(min(timeout, max(0.0, end - now)) if i < n else timeout)

@@ -23,6 +23,7 @@ def _joined(q: str = "") -> str:
 
 
 _JOINED = _joined()
+_IS_DONE = "(d.status = 'done' OR c.claim_token IS NOT NULL)"
 
 
 def _fits(msg_id: str) -> bool:
@@ -32,7 +33,6 @@ def _fits(msg_id: str) -> bool:
 
 def _lease_end(lease_s: float) -> str:
     return f"NOW(6) + INTERVAL {int(lease_s * 1_000_000)} MICROSECOND"
-_IS_DONE = "(d.status = 'done' OR c.claim_token IS NOT NULL)"
 
 
 def rows_sql(schema: str = "") -> str:
@@ -65,8 +65,8 @@ class MySQLDedupStore:
         self._ns = namespace
         # token -> (its mark, the ids it owns): what a confirm of the whole claim needs
         self._held: OrderedDict[str, tuple[str, frozenset[str]]] = OrderedDict()
-        # the ids of the last claim, if it failed, -> its (token, mark): kept by its retry
-        self._failed: dict[tuple[str, ...], tuple[str, str]] = {}
+        # (ids, token, mark) of the last claim if it failed: its retry keeps token and mark
+        self._failed: tuple[tuple[str, ...], str, str] | None = None
 
     def claim(self, ids: Sequence[str], lease_s: float) -> tuple[str, Mapping[str, ClaimState]]:
         """Claim ``ids``; raises RetryableError / FatalError.
@@ -78,26 +78,28 @@ class MySQLDedupStore:
         that failed (the applier's retry) keeps that one's token, so the rows it committed
         before failing are its own, not another claim's to wait out.
         """
-        key = tuple(ids)
-        retried = self._failed.get(key)
-        # The claim's mark, written to each id row's done_at and, on confirm, to the
-        # claim's done row: the purge finds a claim's ids by it. Only ever compared
-        # for equality, so the client's clock is good enough.
-        token, mark = retried or (uuid.uuid4().hex, datetime.datetime.now(
-            datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f"))
-        self._failed = {}
+        failed, self._failed = self._failed, None
+        if failed is not None and failed[0] == tuple(ids):
+            token, mark = failed[1:]
+        else:
+            # The claim's mark, written to each id row's done_at and, on confirm, to the
+            # claim's done row: the purge finds a claim's ids by it. Only ever compared
+            # for equality, so the client's clock is good enough.
+            token = uuid.uuid4().hex
+            mark = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
         parts = list(chunks(list(dict.fromkeys(ids)), CLAIM_CHUNK))
         # an id the column cannot hold fails its INSERT: then no chunk's rows stay behind
-        insert = self._session.run_each if all(_fits(i) for i in ids) else self._session.run
+        plain = all(_fits(i) for i in ids)
+        insert = self._session.run_each if plain else self._session.run
         try:
-            all_new = insert(lambda cur: [self._insert(cur, token, mark, part, lease_s)
+            all_new = insert(lambda cur: [self._insert(cur, token, mark, part, lease_s, plain)
                                           for part in parts])
             states: dict[str, ClaimState] = {}
             for part, new in zip(parts, all_new):
                 states.update(dict.fromkeys(part, ClaimState.OWNED) if new else self._session.run(
                     lambda cur, p=part: self._take_over(cur, token, mark, p, lease_s)))
         except Exception:
-            self._failed = {key: (token, mark)}
+            self._failed = (tuple(ids), token, mark)
             raise
         owned = frozenset(i for i, state in states.items() if state is ClaimState.OWNED)
         if owned:
@@ -106,9 +108,10 @@ class MySQLDedupStore:
                 self._held.popitem(last=False)
         return token, states
 
-    def _insert(self, cur, token: str, mark: str, ids: Sequence[str], lease_s: float) -> bool:
+    def _insert(self, cur, token: str, mark: str, ids: Sequence[str], lease_s: float,
+                plain: bool) -> bool:
         """Insert the rows of the ids that have none, claimed under ``token``; whether every
-        id was new (then every one is ours)."""
+        id was new (then every one is ours). ``plain``: every id ``_fits`` the column."""
         # ns, token, mark and lease are the same for every row: escaped once, not once
         # per id (a '%' in them is doubled: the statement is still formatted with the ids)
         def esc(value: str) -> str:
@@ -117,7 +120,7 @@ class MySQLDedupStore:
                f"{esc(mark)})")
         values = ", ".join([row] * len(ids))
         columns = "INTO cachesync_dedup (ns, msg_id, status, claim_token, claimed_until, done_at)"
-        if all(_fits(i) for i in ids):
+        if plain:
             # The common case is a batch of new ids. IGNORE skips the rows that exist
             # and the count says how many were added: all of them means every id is
             # ours, with no second statement. IGNORE would also truncate an over-long

@@ -254,11 +254,11 @@ def test_a_claim_retried_after_failing_midway_owns_the_rows_it_committed(mysql_s
     ids = [f"r{i}" for i in range(CLAIM_CHUNK + 10)]
     real, calls = store._insert, []
 
-    def flaky(cur, token, mark, part, lease_s):
+    def flaky(cur, token, mark, part, lease_s, plain):
         calls.append(token)
         if len(calls) == 2:
             raise RetryableError("MySQL unavailable: lost connection (injected)")
-        return real(cur, token, mark, part, lease_s)
+        return real(cur, token, mark, part, lease_s, plain)
     store._insert = flaky
     with pytest.raises(RetryableError):
         store.claim(ids, lease_s=30)
