@@ -52,6 +52,11 @@ TAILER_COUNTERS = {
                                       "table_events"),
     "cachesync_tailer_rows_oversized": ("Rows over Kafka's record limit, published "
                                         "invalidate-only (keys, no values)", "oversized"),
+    "cachesync_tailer_rows_partial_json_unknown": ("Updates whose partial JSON after image "
+                                                   "could not be computed (the before image "
+                                                   "lacks the column): keys or table "
+                                                   "invalidated, no value written",
+                                                   "json_unknown"),
     "cachesync_tailer_versions_not_newer": ("Transactions whose GTID did not advance the "
                                             "history, so their update-mode versions are not "
                                             "newer (MariaDB without gtid_strict_mode)",

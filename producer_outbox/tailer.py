@@ -18,8 +18,8 @@ from kafka.errors import KafkaError
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import (GtidEvent, HeartbeatLogEvent, MariadbGtidEvent,
                                       QueryEvent, RotateEvent, XAPrepareEvent, XidEvent)
-from pymysqlreplication.row_event import (DeleteRowsEvent, TableMapEvent, UpdateRowsEvent,
-                                          WriteRowsEvent)
+from pymysqlreplication.row_event import (DeleteRowsEvent, PartialUpdateRowsEvent, TableMapEvent,
+                                          UpdateRowsEvent, WriteRowsEvent)
 
 from cachesync.producer_outbox.binlog_read import DECODE_ERRORS, TableMaps, decode_error, read_events
 
@@ -30,6 +30,8 @@ from cachesync.producer_outbox.checkpoint import Checkpoint, MySQLCheckpointStor
 from cachesync.producer_outbox.fastrows import decode_rows
 from cachesync.producer_outbox.groups import GroupPublishing
 from cachesync.producer_outbox.inflight import InflightTracker
+from cachesync.producer_outbox.jsoncolumns import resolve_partial, unknown_effect
+from cachesync.producer_outbox.jsonrows import PartialJsonPublishing
 from cachesync.producer_outbox.keycolumns import key_images, kept_specs
 from cachesync.producer_outbox.mysql import MySQLParams
 from cachesync.producer_outbox.outbox_binlog import OutboxRouter
@@ -49,7 +51,8 @@ from cachesync.schema.mapping import MappingSet
 
 log = logging.getLogger(__name__)
 
-_ROW_EVENTS = {WriteRowsEvent: "insert", UpdateRowsEvent: "update", DeleteRowsEvent: "delete"}
+_ROW_EVENTS = {WriteRowsEvent: "insert", UpdateRowsEvent: "update", DeleteRowsEvent: "delete",
+               PartialUpdateRowsEvent: "update"}   # MySQL binlog_row_value_options=PARTIAL_JSON
 _ROW_EVENTS.update({fast: _ROW_EVENTS[lib] for fast, lib in FAST_ROW_EVENTS.items()})
 STREAM_HEARTBEAT_S = 1.0    # the binlog stream's heartbeat period (the server's, not our row's)
 _TXN_MARKERS = {"BEGIN", "COMMIT"}
@@ -77,7 +80,7 @@ class TailerOptions:
     owns_publisher: bool = False
 
 
-class Tailer(GroupPublishing):
+class Tailer(GroupPublishing, PartialJsonPublishing):
     """Reads the binlog from the stored checkpoint and publishes mapped tables' rows."""
 
     def __init__(self, mysql: MySQLParams, publisher, checkpoints: MySQLCheckpointStore,
@@ -398,7 +401,11 @@ class Tailer(GroupPublishing):
         keep = self._keep_columns(mapping, event.primary_key)
         # key text corrected only where a kept column needs it (trimmed columns never count)
         specs = kept_specs(event.table_map[event.table_id], keep)
+        partial = type(event) is PartialUpdateRowsEvent
         for row in self._decode(event, schema, table, where):
+            unknown = ()
+            if partial:           # JSON diffs applied to the before image (jsoncolumns)
+                row, unknown = resolve_partial(row)
             row = key_images(row, specs)   # values whose text is the server's (key text)
             if op == "update":
                 before, after = row["before_values"], row["after_values"]
@@ -414,6 +421,11 @@ class Tailer(GroupPublishing):
                 continue
             change = row_change(ctx, row_index, event.schema, event.table, op,
                                 event.primary_key, before, after)
+            effect = unknown_effect(mapping, unknown) if unknown else None
+            if effect is not None:    # an after value the binlog does not give: no value
+                row_index = self._publish_unknown_json(change, mapping, effect, unknown, ctx,
+                                                       txn, row_index)
+                continue
             row_index += 1
             key = kafka_key(change.db, change.table, change.pk)
             self._publish(change.db, change.table, key, self._encode(change, mapping),
