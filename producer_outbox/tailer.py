@@ -29,7 +29,9 @@ from cachesync.producer_outbox.dumpstream import FAST_ROW_EVENTS, DumpStreamRead
 from cachesync.producer_outbox.checkpoint import Checkpoint, MySQLCheckpointStore
 from cachesync.producer_outbox.fastrows import decode_rows
 from cachesync.producer_outbox.groups import GroupPublishing
+from cachesync.producer_outbox.images import event_absence, known_images
 from cachesync.producer_outbox.inflight import InflightTracker
+from cachesync.producer_outbox.partial import PartialRows
 from cachesync.producer_outbox.keycolumns import key_images, kept_specs
 from cachesync.producer_outbox.mysql import MySQLParams
 from cachesync.producer_outbox.outbox_binlog import OutboxRouter
@@ -100,6 +102,9 @@ class Tailer(GroupPublishing):
         self.acked = 0          # rows Kafka acknowledged
         self.table_events = 0   # table-level changes published (each to every partition)
         self.oversized = 0      # rows over the record limit, published invalidate-only
+        self.partial_rows = 0   # rows logged with a partial image (binlog_row_image per session)
+        self.unkeyable = 0      # rows whose Kafka key could not be rendered: table invalidated
+        self.whole_tables: tuple = (None, set())   # (txn context, tables invalidated in it)
         self.versions_not_newer = 0     # GTIDs that did not advance the history (versions)
         self._keep: dict = {}   # (table, primary key) -> columns row images keep, None = all
         # tables a table-level event can concern: those with keys (not the heartbeat table)
@@ -396,8 +401,11 @@ class Tailer(GroupPublishing):
         if self._xa is not None:
             self._xa.touch(schema, table)
         keep = self._keep_columns(mapping, event.primary_key)
+        table_obj = event.table_map[event.table_id]
         # key text corrected only where a kept column needs it (trimmed columns never count)
-        specs = kept_specs(event.table_map[event.table_id], keep)
+        specs = kept_specs(table_obj, keep)
+        absent = event_absence(event, table_obj)
+        partial = PartialRows(self, mapping, ctx, schema, table) if absent[0] or absent[1] else None
         for row in self._decode(event, schema, table, where):
             row = key_images(row, specs)   # values whose text is the server's (key text)
             if op == "update":
@@ -406,19 +414,41 @@ class Tailer(GroupPublishing):
                 before, after = None, row["values"]
             else:
                 before, after = row["values"], None
+            images = None
+            if partial is not None:        # left-out columns are not NULLs: drop them
+                images = known_images(op, before, after, absent)
+                before, after = images.before, images.after
             if keep is not None:
                 before, after = trim_image(before, keep), trim_image(after, keep)
             if self._opts.row_filter is not None and not self._opts.row_filter(
                     event.schema, event.table, after if after is not None else before):
                 row_index += 1       # ids of the rows that follow do not depend on the filter
                 continue
+            row_index = self._publish_row(event, op, ctx, txn, row_index, mapping, before,
+                                          after, images, partial)
+        if partial is not None:
+            row_index = partial.finish(txn, row_index)
+        return row_index
+
+    def _publish_row(self, event, op: str, ctx: TxnContext, txn, row_index: int, mapping,
+                     before, after, images, partial) -> int:
+        """Publish one row, or (a row that cannot be keyed) have its table invalidated."""
+        try:
+            if images is not None and partial.unkeyed(images, op, event.primary_key):
+                raise ValueError("the primary key is not in the logged image")
             change = row_change(ctx, row_index, event.schema, event.table, op,
                                 event.primary_key, before, after)
-            row_index += 1
+            if images is not None:
+                change = partial.marked(change, images)
             key = kafka_key(change.db, change.table, change.pk)
-            self._publish(change.db, change.table, key, self._encode(change, mapping),
-                          change.id, txn)
-        return row_index
+        except (ValueError, TypeError, KeyError) as e:    # a value: invalidate the table
+            self.unkeyable += 1
+            partial = partial or PartialRows(self, mapping, ctx, event.schema, event.table)
+            partial.unkeyable(e, txn, row_index)    # the table event takes the row's index
+            return row_index + 1
+        self._publish(change.db, change.table, key, self._encode(change, mapping),
+                      change.id, txn)
+        return row_index + 1
 
     @staticmethod
     def _decode(event, schema: str, table: str, where: Callable[[], str]) -> list[dict]:
