@@ -13,23 +13,25 @@ whose after image of that column is a diff vector (``mysqljson.JsonDiffs``). In 
 events the reader keeps each full JSON value's document (``mysqljson.JsonText``), and
 :func:`resolve_partial` applies the diffs to the before image's document. Where the
 before image lacks the column (``binlog_row_image`` MINIMAL or NOBLOB) or the diff does
-not apply, the after value is unknown: :func:`unknown_effect` says what the row then
-costs for a mapping (nothing, its keys invalidated without a value, or the table).
+not apply, the after value is unknown: :func:`unknown_after` marks it so, and the tailer
+publishes the row as it publishes a partial row image (``producer_outbox.partial``):
+nothing lost when the mapping does not read the column, its keys invalidated without a
+value when it is a value, the table invalidated when it is a key field.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from pymysqlreplication.constants import BINLOG
 from pymysqlreplication.packet import BinLogPacketWrapper
 
 from cachesync.producer_outbox.mysqljson import (DiffRejected, JsonDiffs, JsonText, column_text,
                                                  apply_diffs, decode, decode_diffs)
-from cachesync.producer_outbox.rows import needed_columns
+from cachesync.producer_outbox.images import RowImages
 
 # The none_source of an after value that a partial JSON update left unknown.
 UNKNOWN_AFTER = "partial JSON update of a column the before image lacks"
-# What an unknown after value costs (unknown_effect)
-ROW, TABLE = "row", "table"
 
 
 def _read_binary_json(self, size, is_partial):
@@ -71,17 +73,13 @@ def resolve_partial(row: dict) -> tuple[dict, tuple[str, ...]]:
     return {**row, "after_values": values, "after_none_sources": sources}, tuple(unknown)
 
 
-def unknown_effect(mapping, unknown: tuple[str, ...]) -> str | None:
-    """What a row whose after image leaves ``unknown`` columns unknown costs for ``mapping``:
-    None when the mapping reads none of them, ``ROW`` (invalidate the row's keys, write no
-    value) when they are values only, ``TABLE`` when a key field is among them (the new
-    key cannot be rendered, so the table's keys are invalidated)."""
-    needed = needed_columns(mapping)
-    hit = set(unknown) if needed is None else set(unknown) & needed
-    if not hit:
-        return None
-    fields = {f for t in mapping.keys for f in t.fields}
-    return TABLE if hit & fields else ROW
+def unknown_after(images: RowImages, unknown: tuple[str, ...]) -> RowImages:
+    """``images`` (``images.known_images``) without the after values ``unknown`` names: never
+    carried from the before image (the column changed), marked unknown instead."""
+    if not unknown or images.after is None:
+        return images
+    after = {c: v for c, v in images.after.items() if c not in unknown}
+    return replace(images, after=after, unknown_after=images.unknown_after | set(unknown))
 
 
 # Installed at import, before any event is decoded (fastrows imports this module).

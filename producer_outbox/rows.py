@@ -113,6 +113,11 @@ def invalidate_only(event: ChangeEvent, keep: frozenset[str], reason: str) -> Ch
                  extra={**event.extra, INVALIDATE_ONLY: reason})
 
 
+def with_extra(event: ChangeEvent, extra: Mapping[str, Any]) -> ChangeEvent:
+    """``event`` with ``extra`` added to its ``extra``."""
+    return _with(event, extra={**event.extra, **extra})
+
+
 def trim_image(image, keep: frozenset[str]):
     """``image`` with only the columns in ``keep`` (None stays None)."""
     return None if image is None else {c: v for c, v in image.items() if c in keep}

@@ -29,9 +29,10 @@ from cachesync.producer_outbox.dumpstream import FAST_ROW_EVENTS, DumpStreamRead
 from cachesync.producer_outbox.checkpoint import Checkpoint, MySQLCheckpointStore
 from cachesync.producer_outbox.fastrows import decode_rows
 from cachesync.producer_outbox.groups import GroupPublishing
+from cachesync.producer_outbox.images import event_absence, known_images
 from cachesync.producer_outbox.inflight import InflightTracker
-from cachesync.producer_outbox.jsoncolumns import resolve_partial, unknown_effect
-from cachesync.producer_outbox.jsonrows import PartialJsonPublishing
+from cachesync.producer_outbox.jsoncolumns import resolve_partial, unknown_after
+from cachesync.producer_outbox.partial import PartialRows
 from cachesync.producer_outbox.keycolumns import key_images, kept_specs
 from cachesync.producer_outbox.mysql import MySQLParams
 from cachesync.producer_outbox.outbox_binlog import OutboxRouter
@@ -80,7 +81,7 @@ class TailerOptions:
     owns_publisher: bool = False
 
 
-class Tailer(GroupPublishing, PartialJsonPublishing):
+class Tailer(GroupPublishing):
     """Reads the binlog from the stored checkpoint and publishes mapped tables' rows."""
 
     def __init__(self, mysql: MySQLParams, publisher, checkpoints: MySQLCheckpointStore,
@@ -103,6 +104,10 @@ class Tailer(GroupPublishing, PartialJsonPublishing):
         self.acked = 0          # rows Kafka acknowledged
         self.table_events = 0   # table-level changes published (each to every partition)
         self.oversized = 0      # rows over the record limit, published invalidate-only
+        self.partial_rows = 0   # rows logged with a partial image (binlog_row_image per session)
+        self.unkeyable = 0      # rows whose Kafka key could not be rendered: table invalidated
+        self.json_unknown = 0   # updates whose partial JSON after value could not be computed
+        self.whole_tables: tuple = (None, set())   # (txn context, tables invalidated in it)
         self.versions_not_newer = 0     # GTIDs that did not advance the history (versions)
         self._keep: dict = {}   # (table, primary key) -> columns row images keep, None = all
         # tables a table-level event can concern: those with keys (not the heartbeat table)
@@ -399,13 +404,16 @@ class Tailer(GroupPublishing, PartialJsonPublishing):
         if self._xa is not None:
             self._xa.touch(schema, table)
         keep = self._keep_columns(mapping, event.primary_key)
+        table_obj = event.table_map[event.table_id]
         # key text corrected only where a kept column needs it (trimmed columns never count)
-        specs = kept_specs(event.table_map[event.table_id], keep)
-        partial = type(event) is PartialUpdateRowsEvent
+        specs = kept_specs(table_obj, keep)
+        absent = event_absence(event, table_obj)
+        partial = PartialRows(self, mapping, ctx, schema, table) if absent[0] or absent[1] else None
+        diffs = type(event) is PartialUpdateRowsEvent    # JSON after values may be diffs
         for row in self._decode(event, schema, table, where):
             unknown = ()
-            if partial:           # JSON diffs applied to the before image (jsoncolumns)
-                row, unknown = resolve_partial(row)
+            if diffs:             # applied to the before image's documents (jsoncolumns)
+                row, unknown = self._resolve_json(row, schema, table, ctx)
             row = key_images(row, specs)   # values whose text is the server's (key text)
             if op == "update":
                 before, after = row["before_values"], row["after_values"]
@@ -413,24 +421,60 @@ class Tailer(GroupPublishing, PartialJsonPublishing):
                 before, after = None, row["values"]
             else:
                 before, after = row["values"], None
+            images = None
+            if partial is not None or unknown:     # left-out columns are not NULLs: drop them
+                partial = partial or PartialRows(self, mapping, ctx, schema, table)
+                images = unknown_after(known_images(op, before, after, absent), unknown)
+                before, after = images.before, images.after
             if keep is not None:
                 before, after = trim_image(before, keep), trim_image(after, keep)
             if self._opts.row_filter is not None and not self._opts.row_filter(
                     event.schema, event.table, after if after is not None else before):
                 row_index += 1       # ids of the rows that follow do not depend on the filter
                 continue
+            row_index = self._publish_row(event, op, ctx, txn, row_index, mapping, before,
+                                          after, images, partial)
+        if partial is not None:
+            row_index = partial.finish(txn, row_index)
+        return row_index
+
+    def _publish_row(self, event, op: str, ctx: TxnContext, txn, row_index: int, mapping,
+                     before, after, images, partial) -> int:
+        """Publish one row, or (a row that cannot be keyed) have its table invalidated."""
+        try:
+            if images is not None and partial.unkeyed(images, op, event.primary_key):
+                raise ValueError("the primary key is not in the logged image")
             change = row_change(ctx, row_index, event.schema, event.table, op,
                                 event.primary_key, before, after)
-            effect = unknown_effect(mapping, unknown) if unknown else None
-            if effect is not None:    # an after value the binlog does not give: no value
-                row_index = self._publish_unknown_json(change, mapping, effect, unknown, ctx,
-                                                       txn, row_index)
-                continue
-            row_index += 1
+            if images is not None:
+                change = partial.marked(change, images)
             key = kafka_key(change.db, change.table, change.pk)
-            self._publish(change.db, change.table, key, self._encode(change, mapping),
-                          change.id, txn)
-        return row_index
+        except (ValueError, TypeError, KeyError) as e:    # a value: invalidate the table
+            self.unkeyable += 1
+            partial = partial or PartialRows(self, mapping, ctx, event.schema, event.table)
+            partial.unkeyable(e, txn, row_index)    # the table event takes the row's index
+            return row_index + 1
+        self._publish(change.db, change.table, key, self._encode(change, mapping),
+                      change.id, txn)
+        return row_index + 1
+
+    def _resolve_json(self, row: dict, schema: str, table: str,
+                      ctx: TxnContext) -> tuple[dict, tuple[str, ...]]:
+        """An update row of a partial JSON event with its diffs applied (jsoncolumns), and
+        the JSON columns whose after value stays unknown (counted; the row then goes out as
+        a partial image does). A before image without the document is the usual cause (the
+        partial image's WARNING says so); a diff its document rejects is reported here."""
+        row, unknown = resolve_partial(row)
+        if unknown:
+            self.json_unknown += 1
+            rejected = [c for c in unknown if c in (row.get("before_values") or {})
+                        and row["before_values"][c] is not None]
+            if rejected:
+                log.warning("row of %s.%s at %s: the partial JSON update of %s does not apply to "
+                            "the before image's document; its keys are invalidated, no value is "
+                            "written (partial_json)", schema, table, ctx.position,
+                            ", ".join(rejected))
+        return row, unknown
 
     @staticmethod
     def _decode(event, schema: str, table: str, where: Callable[[], str]) -> list[dict]:

@@ -21,6 +21,7 @@ from cachesync.config import TailerSettings
 from cachesync.producer_outbox import fastrows, jsoncolumns
 from cachesync.producer_outbox import mysqljson as mj
 from cachesync.producer_outbox.checkpoint import Checkpoint
+from cachesync.producer_outbox.images import ABSENT, PARTIAL_IMAGE, known_images
 from cachesync.producer_outbox.mysql import MySQLParams
 from cachesync.producer_outbox.tailer import Tailer, TailerOptions
 from cachesync.schema.event import INVALIDATE_ONLY
@@ -150,15 +151,15 @@ def test_a_diff_without_its_before_document_leaves_the_after_value_unknown():
     assert row["after_none_sources"]["doc"] == jsoncolumns.UNKNOWN_AFTER
 
 
-@pytest.mark.parametrize("spec, effect", [
-    ({"keys": ["p:{id}"]}, None),                                     # doc not read
-    ({"keys": ["p:{id}"], "mode": "update"}, jsoncolumns.ROW),        # doc is a value
-    ({"keys": ["p:{id}"], "mode": "update", "value_columns": ["id"]}, None),
-    ({"keys": ["p:{id}", "p:doc:{doc}"]}, jsoncolumns.TABLE),         # doc is a key field
-])
-def test_what_an_unknown_after_value_costs(spec, effect):
-    mapping = parse_mappings({"app.p": spec}).get("app", "p")
-    assert jsoncolumns.unknown_effect(mapping, ("doc",)) == effect
+def test_an_unknown_after_value_is_never_carried_from_the_before_image():
+    """A column the after image leaves out keeps its before value (images.known_images); a
+    JSON column whose diff could not be applied changed: it is unknown, not carried."""
+    images = known_images("update", {"id": 5, "doc": '{"a": 1}'}, {"id": 5, "doc": None},
+                          (frozenset(), frozenset()))
+    marked = jsoncolumns.unknown_after(images, ("doc",))
+    assert marked.after == {"id": 5} and marked.unknown_after == {"doc"}
+    assert marked.before == images.before
+    assert jsoncolumns.unknown_after(images, ()) is images
 
 
 # -- the tailer -----------------------------------------------------------------------------
@@ -187,28 +188,45 @@ def test_the_tailer_publishes_the_applied_document_in_update_mode():
 
 
 def test_an_unknown_value_goes_out_invalidate_only_with_a_warning(caplog):
+    """MINIMAL before image (no document) + a diff: the after value is unknown; update mode
+    invalidates the row's keys (fenced deletes) and writes no value, as for any partial image."""
     with caplog.at_level(logging.WARNING):
         sent, tailer = tail({"keys": ["p:{id}"], "mode": "update"}, partial_update(False))
     assert [(e.op, e.pk, e.extra.get(INVALIDATE_ONLY)) for e in sent] == [
-        ("update", (("id", 5),), "partial_json")]
+        ("update", (("id", 5),), PARTIAL_IMAGE)]
     assert "doc" not in sent[0].after                    # no value to write
+    assert sent[0].extra[ABSENT] == {"before": ["doc"], "after": ["doc"]}
     assert tailer.json_unknown == 1
-    assert "app.p" in caplog.text and "partial JSON update of doc" in caplog.text
+    assert "app.p" in caplog.text and "column(s) doc not logged" in caplog.text
 
 
 def test_an_unknown_key_field_invalidates_the_table(caplog):
     with caplog.at_level(logging.WARNING):
         sent, tailer = tail({"keys": ["p:{id}", "p:doc:{doc}"]}, partial_update(False))
-    assert [(e.op, e.table, e.extra["reason"]) for e in sent] == [
-        ("truncate", "p", "partial_json")] * 2              # one copy per partition
+    assert [(e.op, e.extra.get(INVALIDATE_ONLY)) for e in sent[:1]] == [("update", PARTIAL_IMAGE)]
+    assert [(e.op, e.table, e.extra["reason"]) for e in sent[1:]] == [
+        ("truncate", "p", PARTIAL_IMAGE)] * 2               # one copy per partition
     assert tailer.json_unknown == 1 and tailer.table_events == 1
-    assert "table-level change of app.p (partial_json)" in caplog.text
+    assert "app.p" in caplog.text and "invalidating the table as a whole" in caplog.text
 
 
 def test_an_unknown_column_the_mapping_does_not_read_costs_nothing():
     sent, tailer = tail({"keys": ["p:{id}"]}, partial_update(False))
-    assert [(e.op, e.pk, e.extra) for e in sent] == [("update", (("id", 5),), {})]
-    assert tailer.json_unknown == 0
+    assert [(e.op, e.pk, e.extra.get(INVALIDATE_ONLY)) for e in sent] == [
+        ("update", (("id", 5),), None)]
+    assert tailer.json_unknown == 1 and tailer.table_events == 0
+
+
+def test_a_diff_the_before_document_rejects_is_reported(caplog):
+    """FULL before image whose document lacks the replaced member (built; MySQL's replica
+    rejects the same diff): the value is unknown, keys invalidated, a WARNING names why."""
+    ev = partial_update()
+    ev.packet.packet._data = ev.packet.packet._data.replace(b"$.a", b"$.q")
+    with caplog.at_level(logging.WARNING):
+        sent, tailer = tail({"keys": ["p:{id}"], "mode": "update"}, ev)
+    assert [(e.op, e.extra.get(INVALIDATE_ONLY)) for e in sent] == [("update", PARTIAL_IMAGE)]
+    assert tailer.json_unknown == 1
+    assert "partial JSON update of doc does not apply" in caplog.text
 
 
 def test_an_update_of_a_json_key_column_renders_the_new_key_text():
