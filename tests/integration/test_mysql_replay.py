@@ -77,3 +77,43 @@ def test_row_changes_of_a_mysql_binlog_invalidate_their_keys(replay, lab, reader
     replay.write(mb.UPDATE_ROWS, [((1, "a@x"), (1, "b@x"))])
     wait_gone(lab, "user:1", "user:email:a@x", "user:email:b@x", "user:2")
     wait_for(lambda: replay.checkpoint() == f"{UUID}:1-2", 30, what="the checkpoint at 1-2")
+
+
+@pytest.mark.parametrize("reader", ["fast", "library"])
+def test_compressed_transactions_are_decoded(replay, lab, reader):
+    """binlog_transaction_compression=ON: each transaction after its GTID is one zstd
+    TRANSACTION_PAYLOAD_EVENT; its rows are decoded and the checkpoint moves past it."""
+    cfg = replay.config(reader)
+    lab.start_tailer(cfg)
+    lab.start_engine(cfg)
+    lab.cache("user:1", "user:email:a@x", "user:email:b@x", "user:2", "user:3")
+    replay.write(mb.WRITE_ROWS, [(2, "c@x"), (3, "d@x")], compressed=True)
+    replay.write(mb.UPDATE_ROWS, [((1, "a@x"), (1, "b@x"))], compressed=True)
+    wait_gone(lab, "user:1", "user:email:a@x", "user:email:b@x", "user:2", "user:3")
+    wait_for(lambda: replay.checkpoint() == f"{UUID}:1-2", 30, what="the checkpoint at 1-2")
+
+
+@pytest.mark.parametrize("reader", ["fast", "library"])
+def test_tagged_gtids_are_kept_and_resumed_from(replay, lab, reader):
+    """MySQL 8.4 tagged GTIDs: the checkpoint keeps the tag, and a restarted tailer resumes
+    with the tagged set (COM_BINLOG_DUMP_GTID in the tagged encoding): the primary skips
+    what the set holds and the tailer reads only the new transaction."""
+    replay.write(mb.WRITE_ROWS, [(9, "z@x")])                     # gtid_executed at start
+    cfg = replay.config(reader)
+    tailer = lab.start_tailer(cfg)
+    lab.start_engine(cfg)
+    lab.cache("user:1", "user:email:a@x")
+    replay.write(mb.DELETE_ROWS, [(1, "a@x")], tag="batch")
+    wait_gone(lab, "user:1", "user:email:a@x")
+    wait_for(lambda: replay.checkpoint() == f"{UUID}:1:batch:2", 30,
+             what="the tagged checkpoint")
+    tailer.terminate()
+    tailer.wait(30)
+    lab.cache("user:4")
+    replay.write(mb.WRITE_ROWS, [(4, "e@x")], tag="batch")
+    lab.start_tailer(cfg)
+    wait_gone(lab, "user:4")
+    assert replay.primary.dumps[-1] == ("gtid", sorted(
+        [(UUID, "", 1), (UUID, "batch", 2)])), replay.primary.dumps
+    wait_for(lambda: replay.checkpoint() == f"{UUID}:1:batch:2-3", 30,
+             what="the checkpoint past the resumed transaction")
