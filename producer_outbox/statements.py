@@ -115,6 +115,13 @@ def table_changes(query: str, default_db: str | None,
     return [TableChange(db, t, kind) for db, t in mapped if (db.lower(), t.lower()) in names]
 
 
+def mapped_names(query: str, default_db: str | None,
+                 mapped: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The mapped (db, table) pairs ``query`` names anywhere, whatever it does to them."""
+    names = _names(clean(query), default_db)
+    return [(db, t) for db, t in mapped if (db.lower(), t.lower()) in names]
+
+
 def clean(query: str) -> str:
     """The statement without comments (MariaDB's versioned ``/*!...*/`` keep their text)."""
     return _COMMENTS.sub(" ", _VERSIONED_COMMENT.sub(r" \1 ", query)).strip()

@@ -37,6 +37,7 @@ from cachesync.producer_outbox.mysql import MySQLParams
 from cachesync.producer_outbox.outbox_binlog import OutboxRouter
 from cachesync.producer_outbox.packing import PACK_LINGER_S, Pack, Packer
 from cachesync.producer_outbox.preflight import ServerInfo, check_server
+from cachesync.producer_outbox.servertypes import ColumnTypes
 from cachesync.producer_outbox.publisher import MAX_RECORD_BYTES, is_permanent
 from cachesync.producer_outbox.source import check_resumable
 from cachesync.producer_outbox.rows import (TxnContext, invalidate_only, key_columns,
@@ -112,6 +113,7 @@ class Tailer(GroupPublishing):
         self._xa: XaGroup | None = None             # the open group is XA: records held
         self._prepared: dict[str, Prepared] = {}    # xid -> prepared group awaiting its decision
         self._outbox: OutboxRouter | None = None    # tailer.outbox_tables, built at run()
+        self._types: ColumnTypes | None = None      # INET4/INET6/UUID columns, read at run()
         self.committed: Checkpoint | None = None
 
     @property
@@ -157,6 +159,9 @@ class Tailer(GroupPublishing):
         self._checkpoints.save(start)
         self.committed = start
         self._outbox = self._outbox_router(info)
+        self._types = ColumnTypes(self._mysql.connect,
+                                  [tuple(n.split(".", 1)) for n in self._mappings.tables])
+        self._types.load()
         log.info("tailer starting at %s (server %s, tables %s, %s binlog reader)",
                  start.describe(), info.identity, ", ".join(self._mappings.tables),
                  reader_kind(self._opts.settings.reader))
@@ -353,6 +358,9 @@ class Tailer(GroupPublishing):
                     # DDL: its own event group. Row decoding keeps working because
                     # binlog_row_metadata=FULL puts column names in every table map.
                     log.info("DDL in binlog: %s", text[:200])
+                if (self._types is not None and text not in _TXN_MARKERS
+                        and statement_kind(text) != STATEMENT):
+                    self._types.after_ddl(text, _schema_of(event))   # types follow ALTERs
                 # a DML statement is inside its transaction; anything else but BEGIN ends one
                 ends_group = text == "COMMIT" or (text != "BEGIN"
                                                   and statement_kind(text) != STATEMENT)
@@ -403,7 +411,7 @@ class Tailer(GroupPublishing):
         keep = self._keep_columns(mapping, event.primary_key)
         table_obj = event.table_map[event.table_id]
         # key text corrected only where a kept column needs it (trimmed columns never count)
-        specs = kept_specs(table_obj, keep)
+        specs = kept_specs(table_obj, keep, self._types.of(schema, table) if self._types else ())
         absent = event_absence(event, table_obj)
         partial = PartialRows(self, mapping, ctx, schema, table) if absent[0] or absent[1] else None
         for row in self._decode(event, schema, table, where):
