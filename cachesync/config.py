@@ -311,6 +311,17 @@ class TailerSettings(_Validated):
 
 
 @dataclass(frozen=True)
+class SourceSettings(_Validated):
+    SECTION = "source"
+    # the name of the MySQL/MariaDB cluster the tailer reads, never a server's (a replica or
+    # a promoted replica of the same cluster must give the same ids); set it, different per
+    # cluster, when several clusters feed one topic: it enters message ids and the direct
+    # mode's dedup namespace, so equal GTIDs of two clusters never collide. Empty: ids as before
+    id: str = setting("", pattern=r"([A-Za-z0-9._-]{1,64})?",
+                      what="empty or a name of 1 to 64 letters, digits, '.', '_' or '-'")
+
+
+@dataclass(frozen=True)
 class ConsumerSettings(_Validated):
     SECTION = "consumer"
     batch_size: int = setting(2000, lo=1, hi=1_000_000)
@@ -387,10 +398,11 @@ class Settings:
     tailer: TailerSettings
     consumer: ConsumerSettings
     tables: MappingSet
-    source: str = "<defaults>"
+    origin: str = "<defaults>"      # the settings file (or "<environment>")
     relay: RelaySettings = RelaySettings()
     metrics: MetricsSettings = MetricsSettings()
     monitor: MonitorSettings = MonitorSettings()
+    source: SourceSettings = SourceSettings()
 
     @property
     def dedup_namespace(self) -> str:
@@ -399,7 +411,7 @@ class Settings:
 
 _SECTIONS = {"mysql": MySQLSettings, "kafka": KafkaSettings, "redis": RedisSettings,
              "tailer": TailerSettings, "consumer": ConsumerSettings, "relay": RelaySettings,
-             "metrics": MetricsSettings, "monitor": MonitorSettings}
+             "metrics": MetricsSettings, "monitor": MonitorSettings, "source": SourceSettings}
 
 
 def load(path: str | os.PathLike | None, environ: Mapping[str, str] | None = None) -> Settings:
@@ -415,7 +427,7 @@ def load(path: str | os.PathLike | None, environ: Mapping[str, str] | None = Non
                 for name, cls in _SECTIONS.items()}
     tables = parse_mappings(raw.get("tables"), source)
     _check_outbox_not_mapped(sections["tailer"], tables, source)
-    return Settings(**sections, tables=tables, source=source)
+    return Settings(**sections, tables=tables, origin=source)
 
 
 def _check_outbox_not_mapped(tailer: TailerSettings, tables: MappingSet, source: str) -> None:

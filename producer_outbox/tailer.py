@@ -75,6 +75,7 @@ class TailerOptions:
     heartbeat_s: float = STREAM_HEARTBEAT_S
     start: Checkpoint | None = None     # tail from here instead of the stored checkpoint
     max_record_bytes: int = MAX_RECORD_BYTES    # a larger event goes out invalidate-only
+    cluster: str = ""       # source.id: enters every message id (several clusters, one topic)
     # the tailer made its publisher (build_tailer): run() closes it when it ends, so a
     # restarted tailer leaves no producer (or producer process) behind
     owns_publisher: bool = False
@@ -311,7 +312,7 @@ class Tailer(GroupPublishing):
                 # the version orders by the stream's place in the history, not by the GTID's
                 # own number: that survives a failover (schema.gtid, GtidState.ordinal)
                 ctx = TxnContext(server, str(gtid), gtid_state.ordinal,
-                                 float(event.timestamp), gtid=True)
+                                 float(event.timestamp), gtid=True, cluster=self._opts.cluster)
                 txn, row_index = self._tracker_open(), 0
                 if getattr(event, "flags", 0) & FL_PREPARED_XA and isinstance(event, MariadbGtidEvent):
                     self._flush_packs()     # earlier transactions' rows are not held
