@@ -21,8 +21,8 @@ except ModuleNotFoundError as missing:      # the base install is the applicatio
     sys.exit(2)
 
 from cachesync import __version__
-from cachesync.commands import (audit, consume, dedup, demo, dlq, explain, lint, monitor, relay,
-                                replay, resync, run, status, tail)
+from cachesync.commands import (audit, config_cmd, consume, dedup, demo, dlq, explain, lint,
+                                monitor, relay, replay, resync, run, status, tail)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
@@ -46,6 +46,7 @@ cli.add_command(run.command)
 cli.add_command(explain.command)
 cli.add_command(lint.command)
 cli.add_command(status.command)
+cli.add_command(config_cmd.command)
 cli.add_command(dlq.command)
 cli.add_command(dedup.command)
 cli.add_command(replay.command)
