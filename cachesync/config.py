@@ -391,6 +391,20 @@ class TailerSettings(_Validated):
 
 
 @dataclass(frozen=True)
+class SourceSettings(_Validated):
+    SECTION = "source"
+    id: str = setting(
+        "", "the name of the MySQL/MariaDB cluster `tail` reads (never a server's: a replica "
+        "or a promoted replica of it must keep giving the same ids). Set it, different per "
+        "cluster, when several clusters feed one topic: it enters every message id (and the "
+        "direct mode's dedup namespace), so equal GTIDs of two clusters (same domain and server "
+        "id, or servers cloned from one data directory) never collide. Empty: ids as without "
+        "it; changing it on a running deployment re-publishes nothing but makes ids new",
+        pattern=r"([A-Za-z0-9._-]{1,64})?",
+        what="empty or a name of 1 to 64 letters, digits, '.', '_' or '-'")
+
+
+@dataclass(frozen=True)
 class ConsumerSettings(_Validated):
     SECTION = "consumer"
     batch_size: int = setting(2000, "events per poll (fewer records when they are packed) and "
@@ -504,10 +518,11 @@ class Settings:
     tailer: TailerSettings
     consumer: ConsumerSettings
     tables: MappingSet
-    source: str = "<defaults>"
+    origin: str = "<defaults>"      # the settings file (or "<environment>")
     relay: RelaySettings = RelaySettings()
     metrics: MetricsSettings = MetricsSettings()
     monitor: MonitorSettings = MonitorSettings()
+    source: SourceSettings = SourceSettings()
 
     @property
     def dedup_namespace(self) -> str:
@@ -516,7 +531,7 @@ class Settings:
 
 _SECTIONS = {"mysql": MySQLSettings, "kafka": KafkaSettings, "redis": RedisSettings,
              "tailer": TailerSettings, "consumer": ConsumerSettings, "relay": RelaySettings,
-             "metrics": MetricsSettings, "monitor": MonitorSettings}
+             "metrics": MetricsSettings, "monitor": MonitorSettings, "source": SourceSettings}
 
 
 def load(path: str | os.PathLike | None, environ: Mapping[str, str] | None = None) -> Settings:
@@ -547,7 +562,7 @@ def load_with_origins(path: str | os.PathLike | None,
         _collect(problems, _check_outbox_not_mapped, sections["tailer"], tables, source)
     if problems:
         raise ConfigError(_one_message(problems))
-    return Settings(**sections, tables=tables, source=source), origins
+    return Settings(**sections, tables=tables, origin=source), origins
 
 
 def section_fields() -> dict[str, list[str]]:

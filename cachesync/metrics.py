@@ -52,6 +52,13 @@ TAILER_COUNTERS = {
                                       "table_events"),
     "cachesync_tailer_rows_oversized": ("Rows over Kafka's record limit, published "
                                         "invalidate-only (keys, no values)", "oversized"),
+    "cachesync_tailer_rows_partial_image": ("Rows logged with a partial row image "
+                                            "(binlog_row_image other than FULL in the writing "
+                                            "session), published with the columns they know",
+                                            "partial_rows"),
+    "cachesync_tailer_rows_unkeyable": ("Rows whose Kafka key could not be rendered (e.g. the "
+                                        "primary key not logged): their table was invalidated "
+                                        "as a whole", "unkeyable"),
     "cachesync_tailer_versions_not_newer": ("Transactions whose GTID did not advance the "
                                             "history, so their update-mode versions are not "
                                             "newer (MariaDB without gtid_strict_mode)",

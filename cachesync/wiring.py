@@ -181,7 +181,7 @@ def build_tailer(settings: Settings, start: Checkpoint | None = None, publisher=
                   MySQLCheckpointStore(mysql_params(settings).connect, t.name), mappings(settings),
                   TailerOptions(topic or settings.kafka.topic, t,
                                 row_filter=own_rows_only(settings.mysql.state_db, t.name),
-                                start=start, owns_publisher=owns))
+                                start=start, owns_publisher=owns, cluster=settings.source.id))
 
 
 def build_direct(settings: Settings, on_batch=None):
@@ -190,11 +190,12 @@ def build_direct(settings: Settings, on_batch=None):
     The same adapters as ``build_tailer`` and ``build_engine`` except the queue for
     Kafka and LogDeadLetters for the dead-letter topic. Every row goes out on its own
     (a pack would only be unpacked again in the same process). The dedup namespace is
-    ``consumer.namespace`` or ``direct-<tailer.name>``, so a direct sidecar never
-    shares dedup records with a Kafka consumer group.
+    ``consumer.namespace`` or ``direct-[<source.id>-]<tailer.name>``, so a direct sidecar
+    never shares dedup records with a Kafka consumer group, nor with another cluster's.
     """
     from cachesync.direct import DirectSidecar, InProcessQueue, LogDeadLetters
-    namespace = settings.consumer.namespace or f"direct-{settings.tailer.name}"
+    cluster = f"{settings.source.id}-" if settings.source.id else ""
+    namespace = settings.consumer.namespace or f"direct-{cluster}{settings.tailer.name}"
     settings = replace(settings, consumer=replace(settings.consumer, namespace=namespace),
                        tailer=replace(settings.tailer, pack_rows=1))
     queue = InProcessQueue()

@@ -29,12 +29,15 @@ from cachesync.producer_outbox.dumpstream import FAST_ROW_EVENTS, DumpStreamRead
 from cachesync.producer_outbox.checkpoint import Checkpoint, MySQLCheckpointStore
 from cachesync.producer_outbox.fastrows import decode_rows
 from cachesync.producer_outbox.groups import GroupPublishing
+from cachesync.producer_outbox.images import event_absence, known_images
 from cachesync.producer_outbox.inflight import InflightTracker
+from cachesync.producer_outbox.partial import PartialRows
 from cachesync.producer_outbox.keycolumns import key_images, kept_specs
 from cachesync.producer_outbox.mysql import MySQLParams
 from cachesync.producer_outbox.outbox_binlog import OutboxRouter
 from cachesync.producer_outbox.packing import PACK_LINGER_S, Pack, Packer
 from cachesync.producer_outbox.preflight import ServerInfo, check_server
+from cachesync.producer_outbox.servertypes import ColumnTypes
 from cachesync.producer_outbox.publisher import MAX_RECORD_BYTES, is_permanent
 from cachesync.producer_outbox.source import check_resumable
 from cachesync.producer_outbox.rows import (TxnContext, invalidate_only, key_columns,
@@ -72,6 +75,7 @@ class TailerOptions:
     heartbeat_s: float = STREAM_HEARTBEAT_S
     start: Checkpoint | None = None     # tail from here instead of the stored checkpoint
     max_record_bytes: int = MAX_RECORD_BYTES    # a larger event goes out invalidate-only
+    cluster: str = ""       # source.id: enters every message id (several clusters, one topic)
     # the tailer made its publisher (build_tailer): run() closes it when it ends, so a
     # restarted tailer leaves no producer (or producer process) behind
     owns_publisher: bool = False
@@ -100,6 +104,9 @@ class Tailer(GroupPublishing):
         self.acked = 0          # rows Kafka acknowledged
         self.table_events = 0   # table-level changes published (each to every partition)
         self.oversized = 0      # rows over the record limit, published invalidate-only
+        self.partial_rows = 0   # rows logged with a partial image (binlog_row_image per session)
+        self.unkeyable = 0      # rows whose Kafka key could not be rendered: table invalidated
+        self.whole_tables: tuple = (None, set())   # (txn context, tables invalidated in it)
         self.versions_not_newer = 0     # GTIDs that did not advance the history (versions)
         self._keep: dict = {}   # (table, primary key) -> columns row images keep, None = all
         # tables a table-level event can concern: those with keys (not the heartbeat table)
@@ -107,6 +114,7 @@ class Tailer(GroupPublishing):
         self._xa: XaGroup | None = None             # the open group is XA: records held
         self._prepared: dict[str, Prepared] = {}    # xid -> prepared group awaiting its decision
         self._outbox: OutboxRouter | None = None    # tailer.outbox_tables, built at run()
+        self._types: ColumnTypes | None = None      # INET4/INET6/UUID columns, read at run()
         self.committed: Checkpoint | None = None
 
     @property
@@ -152,6 +160,9 @@ class Tailer(GroupPublishing):
         self._checkpoints.save(start)
         self.committed = start
         self._outbox = self._outbox_router(info)
+        self._types = ColumnTypes(self._mysql.connect,
+                                  [tuple(n.split(".", 1)) for n in self._mappings.tables])
+        self._types.load()
         log.info("tailer starting at %s (server %s, tables %s, %s binlog reader)",
                  start.describe(), info.identity, ", ".join(self._mappings.tables),
                  reader_kind(self._opts.settings.reader))
@@ -301,7 +312,7 @@ class Tailer(GroupPublishing):
                 # the version orders by the stream's place in the history, not by the GTID's
                 # own number: that survives a failover (schema.gtid, GtidState.ordinal)
                 ctx = TxnContext(server, str(gtid), gtid_state.ordinal,
-                                 float(event.timestamp), gtid=True)
+                                 float(event.timestamp), gtid=True, cluster=self._opts.cluster)
                 txn, row_index = self._tracker_open(), 0
                 if getattr(event, "flags", 0) & FL_PREPARED_XA and isinstance(event, MariadbGtidEvent):
                     self._flush_packs()     # earlier transactions' rows are not held
@@ -348,6 +359,9 @@ class Tailer(GroupPublishing):
                     # DDL: its own event group. Row decoding keeps working because
                     # binlog_row_metadata=FULL puts column names in every table map.
                     log.info("DDL in binlog: %s", text[:200])
+                if (self._types is not None and text not in _TXN_MARKERS
+                        and statement_kind(text) != STATEMENT):
+                    self._types.after_ddl(text, _schema_of(event))   # types follow ALTERs
                 # a DML statement is inside its transaction; anything else but BEGIN ends one
                 ends_group = text == "COMMIT" or (text != "BEGIN"
                                                   and statement_kind(text) != STATEMENT)
@@ -396,8 +410,11 @@ class Tailer(GroupPublishing):
         if self._xa is not None:
             self._xa.touch(schema, table)
         keep = self._keep_columns(mapping, event.primary_key)
+        table_obj = event.table_map[event.table_id]
         # key text corrected only where a kept column needs it (trimmed columns never count)
-        specs = kept_specs(event.table_map[event.table_id], keep)
+        specs = kept_specs(table_obj, keep, self._types.of(schema, table) if self._types else ())
+        absent = event_absence(event, table_obj)
+        partial = PartialRows(self, mapping, ctx, schema, table) if absent[0] or absent[1] else None
         for row in self._decode(event, schema, table, where):
             row = key_images(row, specs)   # values whose text is the server's (key text)
             if op == "update":
@@ -406,19 +423,41 @@ class Tailer(GroupPublishing):
                 before, after = None, row["values"]
             else:
                 before, after = row["values"], None
+            images = None
+            if partial is not None:        # left-out columns are not NULLs: drop them
+                images = known_images(op, before, after, absent)
+                before, after = images.before, images.after
             if keep is not None:
                 before, after = trim_image(before, keep), trim_image(after, keep)
             if self._opts.row_filter is not None and not self._opts.row_filter(
                     event.schema, event.table, after if after is not None else before):
                 row_index += 1       # ids of the rows that follow do not depend on the filter
                 continue
+            row_index = self._publish_row(event, op, ctx, txn, row_index, mapping, before,
+                                          after, images, partial)
+        if partial is not None:
+            row_index = partial.finish(txn, row_index)
+        return row_index
+
+    def _publish_row(self, event, op: str, ctx: TxnContext, txn, row_index: int, mapping,
+                     before, after, images, partial) -> int:
+        """Publish one row, or (a row that cannot be keyed) have its table invalidated."""
+        try:
+            if images is not None and partial.unkeyed(images, op, event.primary_key):
+                raise ValueError("the primary key is not in the logged image")
             change = row_change(ctx, row_index, event.schema, event.table, op,
                                 event.primary_key, before, after)
-            row_index += 1
+            if images is not None:
+                change = partial.marked(change, images)
             key = kafka_key(change.db, change.table, change.pk)
-            self._publish(change.db, change.table, key, self._encode(change, mapping),
-                          change.id, txn)
-        return row_index
+        except (ValueError, TypeError, KeyError) as e:    # a value: invalidate the table
+            self.unkeyable += 1
+            partial = partial or PartialRows(self, mapping, ctx, event.schema, event.table)
+            partial.unkeyable(e, txn, row_index)    # the table event takes the row's index
+            return row_index + 1
+        self._publish(change.db, change.table, key, self._encode(change, mapping),
+                      change.id, txn)
+        return row_index + 1
 
     @staticmethod
     def _decode(event, schema: str, table: str, where: Callable[[], str]) -> list[dict]:
