@@ -50,6 +50,9 @@ TAILER_COUNTERS = {
     "cachesync_tailer_table_events": ("Table-level changes of mapped tables published "
                                       "(TRUNCATE, DROP, RENAME, DROP DATABASE, statement DML)",
                                       "table_events"),
+    "cachesync_tailer_undecoded_events": ("Binlog events that may carry row changes cachesync "
+                                          "cannot decode (docs/binlog-formats.md): their "
+                                          "tables invalidated as a whole", "undecoded_events"),
     "cachesync_tailer_rows_oversized": ("Rows over Kafka's record limit, published "
                                         "invalidate-only (keys, no values)", "oversized"),
     "cachesync_tailer_rows_partial_image": ("Rows logged with a partial row image "

@@ -26,6 +26,7 @@ from cachesync.producer_outbox.binlog_read import DECODE_ERRORS, TableMaps, deco
 from cachesync.collector import paced
 from cachesync.config import TailerSettings
 from cachesync.producer_outbox.dumpstream import FAST_ROW_EVENTS, DumpStreamReader, reader_kind
+from cachesync.producer_outbox.framing import LibraryStreamReader, UndecodedEvent
 from cachesync.producer_outbox.checkpoint import Checkpoint, MySQLCheckpointStore
 from cachesync.producer_outbox.fastrows import decode_rows
 from cachesync.producer_outbox.groups import GroupPublishing
@@ -42,7 +43,8 @@ from cachesync.producer_outbox.publisher import MAX_RECORD_BYTES, is_permanent
 from cachesync.producer_outbox.source import check_resumable
 from cachesync.producer_outbox.rows import (TxnContext, invalidate_only, key_columns,
                                             needed_columns, pk_columns, row_change, trim_image)
-from cachesync.producer_outbox.statements import STATEMENT, statement_kind, table_changes
+from cachesync.producer_outbox.statements import (STATEMENT, TableChange, statement_kind,
+                                                  table_changes)
 from cachesync.producer_outbox.xa import FL_PREPARED_XA, Prepared, XaGroup, xa_statement
 from cachesync.schema.errors import FatalError, RetryableError
 from cachesync.schema.event import encode
@@ -108,6 +110,7 @@ class Tailer(GroupPublishing):
         self.unkeyable = 0      # rows whose Kafka key could not be rendered: table invalidated
         self.whole_tables: tuple = (None, set())   # (txn context, tables invalidated in it)
         self.versions_not_newer = 0     # GTIDs that did not advance the history (versions)
+        self.undecoded_events = 0       # events with rows cachesync cannot decode: table level
         self._keep: dict = {}   # (table, primary key) -> columns row images keep, None = all
         # tables a table-level event can concern: those with keys (not the heartbeat table)
         self._mapped = [tuple(name.split(".", 1)) for name, m in mappings.tables.items() if m.keys]
@@ -225,7 +228,7 @@ class Tailer(GroupPublishing):
             kwargs.update(log_file=start.log_file, log_pos=start.log_pos, resume_stream=True,
                           is_mariadb=info.flavor == "mariadb")
         fast = reader_kind(self._opts.settings.reader) == "fast"
-        return (DumpStreamReader if fast else BinLogStreamReader)(
+        return (DumpStreamReader if fast else LibraryStreamReader)(
             connection_settings=self._mysql.client_options(),
             server_id=self._opts.settings.server_id, blocking=True,
             # No only_schemas/only_tables: the library would drop the table maps of the
@@ -294,6 +297,16 @@ class Tailer(GroupPublishing):
                 self._raise_if_failed()
             if isinstance(event, TableMapEvent):
                 maps.add(event.table_id, event.schema, event.table)
+                continue
+            if isinstance(event, UndecodedEvent):   # its table map, if any, stays in force
+                alone = ctx is None
+                if alone:    # between transactions: a group of its own
+                    ctx = self._file_pos_context(stream, event, info)
+                    txn, row_index = self._tracker_open(), 0
+                row_index = self._undecoded(event, maps, ctx, txn, row_index, where)
+                if alone:
+                    close_txn()
+                    txn = ctx = None
                 continue
             if type(event) not in _ROW_EVENTS and not isinstance(event, HeartbeatLogEvent):
                 maps.reset()     # any other event ends or starts an event group
@@ -373,6 +386,23 @@ class Tailer(GroupPublishing):
                 last_save = time.monotonic()
             if self._stop.is_set():
                 break
+
+    def _undecoded(self, event: UndecodedEvent, maps: TableMaps, ctx: TxnContext, txn,
+                   row_index: int, where: Callable[[], str]) -> int:
+        """An event that may carry rows cachesync cannot decode (eventtypes): the table its
+        table id names, or every mapped table, invalidated as a whole; counted."""
+        self.undecoded_events += 1
+        named = maps.named(event.table_id) if event.table_id is not None else None
+        if named is not None:
+            tables = [t for t in self._mapped if (t[0], t[1]) == named]
+        else:
+            tables = self._mapped
+        log.warning("binlog event %s (type %d) at %s may carry row changes cachesync cannot "
+                    "decode: invalidating %s", event.name, event.code, where(),
+                    f"{named[0]}.{named[1]}" if named else "every mapped table")
+        changes = [TableChange(db, t, "undecoded_event") for db, t in tables]
+        return self._publish_table_events(changes, f"{event.name} at {where()}", ctx, txn,
+                                          row_index)
 
     def _version_not_newer(self, gtid, before: int, after: int) -> None:
         """Counted and logged: the versions of this transaction's rows are not above the
