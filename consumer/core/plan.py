@@ -51,6 +51,7 @@ class EventPlan:
     ambiguous: tuple[tuple[str, str], ...] = () # (key, why): another row's key too, invalidated
     unrenderable: int = 0                       # templates naming a missing column (salvaged plans)
     table: TableMapping | None = None           # table-level event: every key of this table
+    unwatched: bool = False                     # an update of no watched column: nothing done
 
 
 @dataclass
@@ -105,6 +106,11 @@ def event_keys(event: ChangeEvent, mappings: MappingSet) -> EventPlan:
         check_explicit(event.qualified_table, explicit, mapping.explicit_keys if mapping else ())
     if mapping is None:
         return EventPlan(event, tuple(dict.fromkeys(explicit)))
+    # decided here, not in the tailer: the change is still published (replay, audit and a
+    # later filter change see it), and one rule serves the python engine, Spark and direct
+    if event.op == "update" and not explicit and mapping.filters_columns \
+            and not mapping.watches(event.before, event.after):
+        return EventPlan(event, (), unwatched=True)
     if not mapping.updates and not explicit:      # the usual row of a delete-mode table
         rendered = _compiled_invalidations(mapping, event)
         if rendered is not None:
