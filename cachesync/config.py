@@ -195,6 +195,13 @@ class KafkaSettings(_Validated):
     bootstrap_servers: str = setting("127.0.0.1:9092", check=_hostports_problem)
     topic: str = setting("cachesync.changes", **TOPIC)
     dead_letter_topic: str = setting("cachesync.dlq", **TOPIC)
+    # `cachesync topics create` (and tail/consume with create_topics: true) create both
+    # topics with these; replication factor -1 = the broker's default.replication.factor.
+    # Retention stays below consumer.dedup_retention_s (doctor checks it).
+    create_topics: bool = False
+    topic_partitions: int = setting(6, lo=1, hi=10_000)
+    topic_replication_factor: int = setting(-1, lo=-1, hi=32)
+    topic_retention_s: float = setting(604800.0, **POSITIVE)      # 7 days
     group_id: str = setting("cachesync", **NON_EMPTY)
     # Group membership (see README "Consumer group failover"): a consumer that dies is replaced
     # after the session timeout; with a group_instance_id (static membership) one restarted
