@@ -221,13 +221,36 @@ def skew_check(what: str, theirs: float, ours: float) -> Check:
     return Check("clock-skew", PASS, f"{what} {skew:+.3f} s")
 
 
+# ---- settings --------------------------------------------------------------------------
+def unsafe_settings(settings: Settings) -> list[str]:
+    """Settings that load but work against each other (the documented safe ranges)."""
+    k, c = settings.kafka, settings.consumer
+    out = []
+    if c.claim_lease_s * 1000 >= k.session_timeout_ms:
+        out.append(f"consumer.claim_lease_s ({c.claim_lease_s:g} s) is not below "
+                   f"kafka.session_timeout_ms ({k.session_timeout_ms} ms): a partition's new "
+                   "owner waits out the lease, stalling failover")
+    if c.dedup_retention_s and c.dedup_retention_s <= k.topic_retention_s:
+        out.append(f"consumer.dedup_retention_s ({c.dedup_retention_s:g} s) is not above "
+                   f"kafka.topic_retention_s ({k.topic_retention_s:g} s): a redelivered record "
+                   "older than its dedup record is applied twice")
+    return out
+
+
+def settings_check(settings: Settings) -> Check:
+    found = unsafe_settings(settings)
+    if found:
+        return Check("settings", WARN, "; ".join(found), "change the settings named")
+    return Check("settings", PASS, "within the documented safe ranges")
+
+
 # ---- all -------------------------------------------------------------------------------
 def run_checks(settings: Settings, role: str = "all") -> list[Check]:
     """Every check for ``role`` (all, tail, consume); a service that does not answer is a
     FAIL naming it, never an exception."""
     from cachesync import wiring
     from cachesync.topics import admin_client
-    out: list[Check] = []
+    out: list[Check] = [settings_check(settings)]
     params = wiring.mysql_params(settings)
     if role in ("all", "tail"):
         out += _guard("mysql", lambda: mysql_checks(settings, wiring.source_params(settings).connect))

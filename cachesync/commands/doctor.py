@@ -20,6 +20,7 @@ def command(settings, as_json: bool, role: str) -> None:
     with the fix.
 
     \b
+    settings          settings that work against each other (claim lease, retention)
     binlog-settings   log_bin, binlog_format, binlog_row_image, binlog_row_metadata
                       (and log_slave_updates for tailer.source_hosts)
     grants            REPLICATION SLAVE and REPLICATION CLIENT of the cachesync user
