@@ -55,8 +55,10 @@ def mysql_checks(settings: Settings, connect) -> list[Check]:
     conn = connect(database=None)
     try:
         info = read_server_info(conn)
-        out = [_settings_check(info, settings), _grants_check(info), _gtid_check(conn, info),
-               _retention_check(conn, settings)]
+        out = [_settings_check(info, settings), _grants_check(info)]
+        # each on its own: a missing grant must not hide the other findings
+        out += _guard("gtid", lambda: [_gtid_check(conn, info)])
+        out += _guard("binlog-retention", lambda: [_retention_check(conn, settings)])
     finally:
         conn.close()
     return out
