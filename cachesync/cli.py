@@ -21,7 +21,7 @@ except ModuleNotFoundError as missing:      # the base install is the applicatio
     sys.exit(2)
 
 from cachesync import __version__
-from cachesync.commands import (audit, consume, dedup, demo, dlq, doctor, explain, lint, monitor, relay,
+from cachesync.commands import (audit, consume, dedup, demo, dlq, doctor, explain, init, lint, monitor, relay,
                                 replay, resync, run, status, tail, topics)
 
 
@@ -55,6 +55,7 @@ cli.add_command(resync.command)
 cli.add_command(monitor.command)
 cli.add_command(topics.command)
 cli.add_command(doctor.command)
+cli.add_command(init.command)
 
 
 def main() -> None:

@@ -4,6 +4,10 @@ change's shadow table and swap."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import yaml
 
@@ -83,3 +87,26 @@ def test_one_pattern_maps_every_shard_filters_columns_and_finds_new_shards(shard
     assert lab.cached(shadow_key) == [shadow_key]
     shadows = [e for e in lab.topic_events() if e.event.table.endswith("_gho")]
     assert shadows == []
+
+
+def test_init_on_the_demo_schema_lints_clean_and_runs(lab):
+    from cachesync.demo_run import DEMO_SCHEMA
+    for statement in DEMO_SCHEMA[1:]:                  # the demo's tables, in this lab's db
+        lab.sql(statement.replace("demo.", f"{lab.db}."))
+    lab.sql(f"INSERT INTO {lab.db}.users (id, email, name) VALUES (1, 'a@x', 'n')")
+    out = lab.tmp / "init.yaml"
+    made = subprocess.run([sys.executable, "-m", "cachesync", "init", lab.db, "-o", str(out)],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **lab.stack.env})
+    assert made.returncode == 0, made.stdout + made.stderr       # lint found nothing
+    assert "0 warning(s)" in made.stdout
+    proposed = yaml.safe_load(out.read_text())["tables"]
+    assert proposed == {f"{lab.db}.orders": {"keys": ["orders:{id}"]},
+                        f"{lab.db}.users": {"keys": ["users:{id}"]}}
+    # it runs: the proposed entries (with this lab's key prefix) in a full config
+    cfg = _config(lab, {name: lab._prefixed(spec) for name, spec in proposed.items()})
+    lab.start_tailer(cfg)
+    lab.start_engine(cfg)
+    lab.cache("users:1")
+    lab.sql(f"UPDATE {lab.db}.users SET name = 'm' WHERE id = 1")
+    wait_for(lambda: not lab.cached("users:1"), what="the proposed key invalidated")
