@@ -223,6 +223,57 @@ def skew_check(what: str, theirs: float, ours: float) -> Check:
     return Check("clock-skew", PASS, f"{what} {skew:+.3f} s")
 
 
+# ---- first start -----------------------------------------------------------------------
+SAMPLE_SCAN_CALLS = 10      # SCAN calls per template and node: a bounded sample, never all keys
+SAMPLE_SCAN_COUNT = 1000
+
+
+def first_start_check(settings: Settings, has_checkpoint: bool, client) -> Check:
+    """On a first start (no checkpoint), keys the mapping renders already in Redis were
+    cached before cachesync watched: they may be stale until `cachesync resync`."""
+    if has_checkpoint:
+        return Check("first-start", PASS, f"tailer {settings.tailer.name} has a checkpoint")
+    templates = {t.glob: t.text for m in settings.tables.entries for t in m.keys}
+    for glob, text in templates.items():
+        found = sample_keys(client, glob)
+        if found:
+            return Check("first-start", WARN, f"first start of tailer {settings.tailer.name}, "
+                         f"but Redis already holds mapped keys (e.g. {found[0]!r} of {text!r}): "
+                         "they were cached before cachesync watched and may be stale",
+                         "stop writers' caching or accept misses, then run `cachesync resync` "
+                         "before `cachesync tail`")
+    return Check("first-start", PASS, "first start; no mapped key found in a sample of Redis")
+
+
+def sample_keys(client, glob: str) -> list[str]:
+    """Keys matching ``glob`` among a bounded number of SCAN steps of each master."""
+    nodes = ([client.get_redis_connection(n) for n in client.get_primaries()]
+             if hasattr(client, "get_primaries") else [client])
+    for node in nodes:
+        cursor = 0
+        for _ in range(SAMPLE_SCAN_CALLS):
+            cursor, keys = node.scan(cursor, match=glob, count=SAMPLE_SCAN_COUNT)
+            if keys:
+                return [k.decode("utf-8", "replace") if isinstance(k, bytes) else k for k in keys]
+            if not cursor:
+                break
+    return []
+
+
+def has_checkpoint(connect, settings: Settings) -> bool:
+    conn = connect(database=None)
+    try:
+        with conn.cursor() as cur:
+            try:
+                cur.execute(f"SELECT 1 FROM `{settings.mysql.state_db}`.cachesync_checkpoint "
+                            "WHERE name = %s", (settings.tailer.name,))
+                return cur.fetchone() is not None
+            except Exception:       # no state database yet: nothing has run
+                return False
+    finally:
+        conn.close()
+
+
 # ---- settings --------------------------------------------------------------------------
 def unsafe_settings(settings: Settings) -> list[str]:
     """Settings that load but work against each other (the documented safe ranges)."""
@@ -267,14 +318,17 @@ def run_checks(settings: Settings, role: str = "all") -> list[Check]:
         finally:
             admin.close()
     out += _guard("kafka", kafka)
-    if role in ("all", "consume"):
-        def redis_checks() -> list[Check]:
-            client = wiring.redis_client(settings, 5)
-            try:
-                return redis_check(settings, client)
-            finally:
-                client.close()
-        out += _guard("redis", redis_checks)
+    def redis_checks() -> list[Check]:
+        client = wiring.redis_client(settings, 5)
+        try:
+            found = redis_check(settings, client) if role in ("all", "consume") else []
+            if role in ("all", "tail"):
+                found.append(first_start_check(
+                    settings, has_checkpoint(params.connect, settings), client))
+            return found
+        finally:
+            client.close()
+    out += _guard("redis", redis_checks)
     return out
 
 

@@ -30,6 +30,8 @@ def command(settings, as_json: bool, role: str) -> None:
     consumer-group    the group's state and lag
     redis             reachable, a master, its mode
     clock-skew        MySQL's and Redis's clocks against this host's (over 1 s: WARN)
+    first-start       no checkpoint yet, but Redis holds mapped keys (a bounded SCAN
+                      sample): run `cachesync resync` first
 
     `tail` and `consume` run the same checks at start and log what is not PASS.
     Exit 0 when all pass, 5 when the worst is a WARN, 6 when something FAILs.

@@ -110,3 +110,13 @@ def test_init_on_the_demo_schema_lints_clean_and_runs(lab):
     lab.cache("users:1")
     lab.sql(f"UPDATE {lab.db}.users SET name = 'm' WHERE id = 1")
     wait_for(lambda: not lab.cached("users:1"), what="the proposed key invalidated")
+
+
+def test_first_start_over_a_filled_cache_warns_and_names_resync(lab):
+    lab.sql("CREATE TABLE users (id BIGINT PRIMARY KEY)")
+    cfg = lab.write_config({"users": {"keys": ["user:{id}"]}})
+    lab.cache("user:1")                       # cached before cachesync ever ran
+    tailer = lab.start_tailer(cfg)
+    text = lab.log(tailer)
+    assert "WARN first-start" in text and "cachesync resync" in text
+    assert f"{lab.prefix}user:1" in text
