@@ -26,9 +26,40 @@ DEFAULT_TTL_JITTER = 0.1
 # A rendered value larger than this is not written: the key is invalidated instead
 # (readers refill it), so one huge row cannot stall Redis or be lost.
 DEFAULT_MAX_VALUE_BYTES = 512 * 1024
-_FIELDS = frozenset({"keys", "explicit_keys", "mode", "ttl", "ttl_jitter", "value",
-                     "value_columns", "version_column", "tombstone_ttl", "double_delete", "max_value_bytes",
-                     "watch_columns", "ignore_columns"})
+# A table entry's fields: name -> (default as the reference shows it, user-facing doc). The
+# configuration reference (docs/reference/configuration.md) is generated from this.
+FIELD_DOCS: dict[str, tuple[str, str]] = {
+    "keys": ("required", "key templates, `{column}` fields; never under `cachesync:` (refused at "
+             "load). Optional in an entry with `explicit_keys` only (an outbox aggregate type)"),
+    "explicit_keys": ("none", "the explicit keys (outbox `keys=`) events of this table/aggregate "
+                      "type may delete: patterns, `{name}` = one key segment (no `:`), `*` = any "
+                      "text. Without it, explicit keys are refused. An entry with "
+                      "`explicit_keys` only names an outbox aggregate type: give it a name no "
+                      "real table of `relay.outbox_db` has"),
+    "mode": ("`delete`", "`delete`: invalidate (cache-aside); `update`: write the new value, "
+             "fenced by version"),
+    "ttl": (f"`{DEFAULT_TTL_S}`", "TTL of every value update mode writes (and the one your "
+            "`read_through` fills should use)"),
+    "ttl_jitter": (f"`{DEFAULT_TTL_JITTER}`", "the TTL is shortened by up to this fraction at "
+                   "random, so keys written together expire apart"),
+    "value": ("`json`", "update mode: `json` (a string, `GET`) or `hash` (one field per non-NULL "
+              "column, `HGETALL`)"),
+    "value_columns": ("every column", "update mode: the columns written"),
+    "version_column": ("source position", "update mode: a column that grows with the row "
+                       "(`version`, `updated_at`); the source position breaks ties"),
+    "tombstone_ttl": ("`ttl`", "update mode: how long a delete's version tombstone refuses "
+                      "older updates"),
+    "max_value_bytes": (f"`{DEFAULT_MAX_VALUE_BYTES}`", "update mode: a larger value is not "
+                        "written; the key is invalidated (and fenced) instead"),
+    "double_delete": ("off", "delete mode: seconds after which the keys are deleted a second "
+                      "time (the \"delayed double delete\")"),
+    "watch_columns": ("every column", "an UPDATE that changes none of these columns invalidates "
+                      "and writes nothing (counted in `cachesync_unwatched_updates`); key template "
+                      "columns and, in update mode, value and version columns are always watched"),
+    "ignore_columns": ("none", "an UPDATE that changes only these columns invalidates and writes "
+                       "nothing; not with `watch_columns`"),
+}
+_FIELDS = frozenset(FIELD_DOCS)
 # fields a template may name that are not columns: the row's database and table (patterns)
 TABLE_FIELDS = ("_db", "_table")
 _FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_$]*)\}")

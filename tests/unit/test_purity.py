@@ -1,4 +1,4 @@
-"""schema/, consumer/core and every module that calls itself pure import no I/O library (DESIGN.md)."""
+"""schema/, consumer/core and every module that calls itself pure import no I/O library (docs/design.md, "Layout and purity")."""
 
 import ast
 import pathlib
