@@ -299,13 +299,13 @@ def settings_check(settings: Settings) -> Check:
 
 # ---- all -------------------------------------------------------------------------------
 def run_checks(settings: Settings, role: str = "all") -> list[Check]:
-    """Every check for ``role`` (all, tail, consume); a service that does not answer is a
-    FAIL naming it, never an exception."""
+    """Every check for ``role`` (all, tail, consume; direct: tail's and Redis's, no Kafka);
+    a service that does not answer is a FAIL naming it, never an exception."""
     from cachesync import wiring
     from cachesync.topics import admin_client
     out: list[Check] = [settings_check(settings)]
     params = wiring.mysql_params(settings)
-    if role in ("all", "tail"):
+    if role in ("all", "tail", "direct"):
         out += _guard("mysql", lambda: mysql_checks(settings, wiring.source_params(settings).connect))
     out += _guard("clock-skew", lambda: [skew_check("mysql", mysql_clock(params.connect),
                                                     time.time())])
@@ -317,12 +317,13 @@ def run_checks(settings: Settings, role: str = "all") -> list[Check]:
             return found + ([group_check(settings, admin)] if role in ("all", "consume") else [])
         finally:
             admin.close()
-    out += _guard("kafka", kafka)
+    if role != "direct":
+        out += _guard("kafka", kafka)
     def redis_checks() -> list[Check]:
         client = wiring.redis_client(settings, 5)
         try:
-            found = redis_check(settings, client) if role in ("all", "consume") else []
-            if role in ("all", "tail"):
+            found = redis_check(settings, client) if role != "tail" else []
+            if role != "consume":
                 found.append(first_start_check(
                     settings, has_checkpoint(params.connect, settings), client))
             return found
@@ -344,7 +345,8 @@ def start_checks(settings: Settings, role: str) -> None:
     """At tail/consume start: create topics if configured, then log each check that is not
     PASS (the tailer's preflight still refuses a server that is not ready)."""
     from cachesync.topics import ensure_topics
-    ensure_topics(settings)
+    if role != "direct":
+        ensure_topics(settings)
     for check in run_checks(settings, role):
         if check.level != PASS:
             log.warning("doctor: %s %s: %s%s", check.level, check.name, check.detail,

@@ -12,8 +12,10 @@ from cachesync.commands.common import handle_errors
 
 @click.command("init")
 @click.argument("databases", nargs=-1, required=True)
-@click.option("--output", "-o", type=click.Path(dir_okay=False), default="cachesync.yaml",
-              show_default=True, help="Where to write the config (refused if it exists).")
+@click.option("--config", "-c", "--output", "-o", "output", type=click.Path(dir_okay=False),
+              default="cachesync.yaml", show_default=True,
+              help="Where to write the config (refused if it exists): the file the other "
+                   "commands then read with --config.")
 @click.option("--env-file", type=click.Path(dir_okay=False), envvar="CACHESYNC_ENV_FILE",
               help="KEY=VALUE file loaded into the environment first (e.g. .devstack/env).")
 def command(databases, output: str, env_file) -> None:
