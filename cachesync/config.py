@@ -215,6 +215,16 @@ class KafkaSettings(_Validated):
         "cachesync.dlq", "poison records, original bytes, headers `reason`, `detail`, `topic`, "
         "`partition`, `offset`, `pack_index` (one event of a packed record), `attempts`, `id`",
         **TOPIC)
+    # `cachesync topics create` (and tail/consume with create_topics: true) create both
+    # topics with these. Retention stays below consumer.dedup_retention_s (doctor checks it).
+    create_topics: bool = setting(False, "`tail` and `consume` create missing topics at start, "
+                                  "as `cachesync topics create` does")
+    topic_partitions: int = setting(6, "partitions of the topics `cachesync topics create` "
+                                    "creates", lo=1, hi=10_000)
+    topic_replication_factor: int = setting(-1, "replication factor of created topics; -1 = the "
+                                            "broker's `default.replication.factor`", lo=-1, hi=32)
+    topic_retention_s: float = setting(604800.0, "`retention.ms` of created topics (7 days); keep "
+                                       "it below `consumer.dedup_retention_s`", **POSITIVE)
     group_id: str = setting("cachesync", "consumer group; also the dedup namespace", **NON_EMPTY)
     # Group membership: a consumer that dies is replaced after the session timeout; with a
     # group_instance_id (static membership) one restarted under the same id within it takes its

@@ -34,6 +34,7 @@ from cachesync.producer_outbox.images import event_absence, known_images
 from cachesync.producer_outbox.inflight import InflightTracker
 from cachesync.producer_outbox.partial import PartialRows
 from cachesync.producer_outbox.keycolumns import key_images, kept_specs
+from cachesync.producer_outbox.matched import MatchedTables
 from cachesync.producer_outbox.mysql import MySQLParams
 from cachesync.producer_outbox.outbox_binlog import OutboxRouter
 from cachesync.producer_outbox.packing import PACK_LINGER_S, Pack, Packer
@@ -112,8 +113,7 @@ class Tailer(GroupPublishing):
         self.versions_not_newer = 0     # GTIDs that did not advance the history (versions)
         self.undecoded_events = 0       # events with rows cachesync cannot decode: table level
         self._keep: dict = {}   # (table, primary key) -> columns row images keep, None = all
-        # tables a table-level event can concern: those with keys (not the heartbeat table)
-        self._mapped = [tuple(name.split(".", 1)) for name, m in mappings.tables.items() if m.keys]
+        self._matched = MatchedTables(mappings)    # exact and pattern-matched tables
         self._xa: XaGroup | None = None             # the open group is XA: records held
         self._prepared: dict[str, Prepared] = {}    # xid -> prepared group awaiting its decision
         self._outbox: OutboxRouter | None = None    # tailer.outbox_tables, built at run()
@@ -137,6 +137,15 @@ class Tailer(GroupPublishing):
         """Check settings and grants; raises FatalError listing every problem."""
         return check_server(self._mysql.connect, replica=bool(self._opts.settings.source_hosts))
 
+    def match_existing(self) -> None:
+        """The existing tables of the mapping's patterns (raises AmbiguousTableError)."""
+        if self._matched.has_patterns:
+            conn = self._mysql.connect(database=None)
+            try:
+                self._matched.load_existing(conn)
+            finally:
+                conn.close()
+
     def run(self) -> None:
         """Tail until stop(); raises RetryableError/FatalError when publishing fails. The
         checkpoint store, and the publisher if the tailer owns it, are closed at the end.
@@ -159,6 +168,7 @@ class Tailer(GroupPublishing):
 
     def _run(self) -> None:
         info = self.preflight()
+        self.match_existing()
         start = self._start_position(info)
         self._checkpoints.save(start)
         self.committed = start
@@ -167,7 +177,7 @@ class Tailer(GroupPublishing):
                                   [tuple(n.split(".", 1)) for n in self._mappings.tables])
         self._types.load()
         log.info("tailer starting at %s (server %s, tables %s, %s binlog reader)",
-                 start.describe(), info.identity, ", ".join(self._mappings.tables),
+                 start.describe(), info.identity, ", ".join(m.table for m in self._mappings.entries),
                  reader_kind(self._opts.settings.reader))
         stream = self._open_stream(info, start)
         self._attach(stream)
@@ -362,7 +372,8 @@ class Tailer(GroupPublishing):
                     txn = ctx = self._xa = None
                     continue
                 changes = [] if text in _TXN_MARKERS else table_changes(
-                    text, _schema_of(event), self._mapped)
+                    text, _schema_of(event), self._matched.statement_tables(),
+                    self._matched.matches)
                 if changes:
                     if ctx is None:   # no GTID: the event group starts at this statement
                         ctx = self._file_pos_context(stream, event, info)
@@ -437,6 +448,8 @@ class Tailer(GroupPublishing):
         mapping = self._mappings.get(schema, table)
         if mapping is None:
             return row_index     # decided here, by the names of this event group's map
+        if mapping.pattern is not None:
+            self._matched.seen(mapping)
         if self._xa is not None:
             self._xa.touch(schema, table)
         keep = self._keep_columns(mapping, event.primary_key)
