@@ -55,6 +55,11 @@ TAILER_COUNTERS = {
                                           "tables invalidated as a whole", "undecoded_events"),
     "cachesync_tailer_rows_oversized": ("Rows over Kafka's record limit, published "
                                         "invalidate-only (keys, no values)", "oversized"),
+    "cachesync_tailer_rows_partial_json_unknown": ("Updates whose partial JSON after image "
+                                                   "could not be computed (the before image "
+                                                   "lacks the document): keys or table "
+                                                   "invalidated, no value written",
+                                                   "json_unknown"),
     "cachesync_tailer_rows_partial_image": ("Rows logged with a partial row image "
                                             "(binlog_row_image other than FULL in the writing "
                                             "session), published with the columns they know",

@@ -18,8 +18,8 @@ from kafka.errors import KafkaError
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import (GtidEvent, HeartbeatLogEvent, MariadbGtidEvent,
                                       QueryEvent, RotateEvent, XAPrepareEvent, XidEvent)
-from pymysqlreplication.row_event import (DeleteRowsEvent, TableMapEvent, UpdateRowsEvent,
-                                          WriteRowsEvent)
+from pymysqlreplication.row_event import (DeleteRowsEvent, PartialUpdateRowsEvent, TableMapEvent,
+                                          UpdateRowsEvent, WriteRowsEvent)
 
 from cachesync.producer_outbox.binlog_read import DECODE_ERRORS, TableMaps, decode_error, read_events
 
@@ -32,6 +32,7 @@ from cachesync.producer_outbox.fastrows import decode_rows
 from cachesync.producer_outbox.groups import GroupPublishing
 from cachesync.producer_outbox.images import event_absence, known_images
 from cachesync.producer_outbox.inflight import InflightTracker
+from cachesync.producer_outbox.jsoncolumns import resolve_partial, unknown_after
 from cachesync.producer_outbox.partial import PartialRows
 from cachesync.producer_outbox.keycolumns import key_images, kept_specs
 from cachesync.producer_outbox.matched import MatchedTables
@@ -55,7 +56,8 @@ from cachesync.schema.mapping import MappingSet
 
 log = logging.getLogger(__name__)
 
-_ROW_EVENTS = {WriteRowsEvent: "insert", UpdateRowsEvent: "update", DeleteRowsEvent: "delete"}
+_ROW_EVENTS = {WriteRowsEvent: "insert", UpdateRowsEvent: "update", DeleteRowsEvent: "delete",
+               PartialUpdateRowsEvent: "update"}   # MySQL binlog_row_value_options=PARTIAL_JSON
 _ROW_EVENTS.update({fast: _ROW_EVENTS[lib] for fast, lib in FAST_ROW_EVENTS.items()})
 STREAM_HEARTBEAT_S = 1.0    # the binlog stream's heartbeat period (the server's, not our row's)
 _TXN_MARKERS = {"BEGIN", "COMMIT"}
@@ -109,6 +111,7 @@ class Tailer(GroupPublishing):
         self.oversized = 0      # rows over the record limit, published invalidate-only
         self.partial_rows = 0   # rows logged with a partial image (binlog_row_image per session)
         self.unkeyable = 0      # rows whose Kafka key could not be rendered: table invalidated
+        self.json_unknown = 0   # updates whose partial JSON after value could not be computed
         self.whole_tables: tuple = (None, set())   # (txn context, tables invalidated in it)
         self.versions_not_newer = 0     # GTIDs that did not advance the history (versions)
         self.undecoded_events = 0       # events with rows cachesync cannot decode: table level
@@ -458,7 +461,11 @@ class Tailer(GroupPublishing):
         specs = kept_specs(table_obj, keep, self._types.of(schema, table) if self._types else ())
         absent = event_absence(event, table_obj)
         partial = PartialRows(self, mapping, ctx, schema, table) if absent[0] or absent[1] else None
+        diffs = type(event) is PartialUpdateRowsEvent    # JSON after values may be diffs
         for row in self._decode(event, schema, table, where):
+            unknown = ()
+            if diffs:             # applied to the before image's documents (jsoncolumns)
+                row, unknown = self._resolve_json(row, schema, table, ctx)
             row = key_images(row, specs)   # values whose text is the server's (key text)
             if op == "update":
                 before, after = row["before_values"], row["after_values"]
@@ -467,8 +474,9 @@ class Tailer(GroupPublishing):
             else:
                 before, after = row["values"], None
             images = None
-            if partial is not None:        # left-out columns are not NULLs: drop them
-                images = known_images(op, before, after, absent)
+            if partial is not None or unknown:     # left-out columns are not NULLs: drop them
+                partial = partial or PartialRows(self, mapping, ctx, schema, table)
+                images = unknown_after(known_images(op, before, after, absent), unknown)
                 before, after = images.before, images.after
             if keep is not None:
                 before, after = trim_image(before, keep), trim_image(after, keep)
@@ -501,6 +509,24 @@ class Tailer(GroupPublishing):
         self._publish(change.db, change.table, key, self._encode(change, mapping),
                       change.id, txn)
         return row_index + 1
+
+    def _resolve_json(self, row: dict, schema: str, table: str,
+                      ctx: TxnContext) -> tuple[dict, tuple[str, ...]]:
+        """An update row of a partial JSON event with its diffs applied (jsoncolumns), and
+        the JSON columns whose after value stays unknown (counted; the row then goes out as
+        a partial image does). A before image without the document is the usual cause (the
+        partial image's WARNING says so); a diff its document rejects is reported here."""
+        row, unknown = resolve_partial(row)
+        if unknown:
+            self.json_unknown += 1
+            rejected = [c for c in unknown if c in (row.get("before_values") or {})
+                        and row["before_values"][c] is not None]
+            if rejected:
+                log.warning("row of %s.%s at %s: the partial JSON update of %s does not apply to "
+                            "the before image's document; its keys are invalidated, no value is "
+                            "written (partial_json)", schema, table, ctx.position,
+                            ", ".join(rejected))
+        return row, unknown
 
     @staticmethod
     def _decode(event, schema: str, table: str, where: Callable[[], str]) -> list[dict]:

@@ -64,7 +64,7 @@ def command(settings, from_gtid, from_file, from_pos) -> None:
     with handle_errors():
         start_checks(settings, "tail")     # kafka.create_topics, and doctor's checks logged
         tailers = Cumulative(("published", "table_events", "undecoded_events", "oversized",
-                              "versions_not_newer",
+                              "versions_not_newer", "partial_rows", "unkeyable", "json_unknown",
                               "outbox_events", "outbox_invalid"))
         ops = tail_ops(settings, tailers)
         first = [start]
