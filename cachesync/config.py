@@ -131,6 +131,13 @@ def _hosts_problem(value: str) -> str | None:
     return None
 
 
+def _host_problem(value: str) -> str | None:
+    """One host or host:port (empty: none)."""
+    if "," in value:
+        return f"expected one host or host:port, got {value!r}"
+    return _hosts_problem(value)
+
+
 def _listen_problem(value: str) -> str | None:
     host, sep, port = value.rpartition(":")
     if value in ("auto", "off") or (sep and _port_ok(port, lowest=0)):
@@ -327,7 +334,16 @@ class ConsumerSettings(_Validated):
     # that it has expired by the time the group hands the partitions over.
     claim_lease_s: float = setting(5.0, **POSITIVE)
     namespace: str = ""            # dedup namespace; defaults to the Kafka group id
-    dedup_store: str = setting("mysql", choices=("mysql", "redis"))
+    # redis: off the primary and out of its binlog (docs/scale.md has the figures); mysql:
+    # cachesync_dedup in the state database, or on dedup_mysql_host
+    dedup_store: str = setting("redis", choices=("mysql", "redis"))
+    # the MySQL store's server ("host[:port]", the mysql section's account and TLS); empty:
+    # mysql.host. A server of its own keeps the claims off the primary and its binlog
+    dedup_mysql_host: str = setting("", check=_host_problem)
+    # false: the MySQL store's session runs SET sql_log_bin = 0 (its rows stay out of the
+    # binlog and off the replicas); needs BINLOG ADMIN (MariaDB) or SESSION_VARIABLES_ADMIN
+    # (MySQL 8.0+), else the consumer stops with a message naming the grant
+    dedup_mysql_log_bin: bool = True
     # 8 days: must exceed the topic's retention (7 d default)
     dedup_retention_s: float = setting(691200.0, **NOT_NEGATIVE)
     purge_interval_s: float = setting(300.0, **NOT_NEGATIVE)   # periodic purge; 0 = off

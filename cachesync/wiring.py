@@ -134,7 +134,11 @@ def build_dedup(settings: Settings):
     """The dedup store ``consumer.dedup_store`` names; raises ConfigError for an unknown one."""
     c = settings.consumer
     if c.dedup_store == "mysql":
-        return MySQLDedupStore(mysql_params(settings), settings.dedup_namespace)
+        params = mysql_params(settings)
+        if c.dedup_mysql_host:
+            (host, port), = host_list(c.dedup_mysql_host, settings.mysql.port)
+            params = replace(params, host=host, port=port)
+        return MySQLDedupStore(params, settings.dedup_namespace, log_bin=c.dedup_mysql_log_bin)
     if c.dedup_store == "redis":
         return RedisDedupStore("", settings.dedup_namespace, c.dedup_retention_s,
                                client=redis_client(settings, ADAPTER_TIMEOUT_S))
