@@ -208,6 +208,19 @@ class Lab:
         producer.send(self.topic, key=key, value=value).get(timeout=30)
         producer.close()
 
+    def republish(self) -> int:
+        """Send every record of the change topic again, to its partition, with its key,
+        value and headers: what a tailer that crashed before its checkpoint re-publishes.
+        Returns how many records were sent."""
+        records = self.topic_records()
+        producer = KafkaProducer(bootstrap_servers=self.stack.bootstrap, acks="all")
+        for r in records:
+            producer.send(self.topic, key=r.key, value=r.value, headers=r.headers,
+                          partition=r.partition)
+        producer.flush(30)
+        producer.close()
+        return len(records)
+
     def cache(self, *keys: str) -> None:
         for k in keys:
             self.redis.set(self.prefix + k, b"cached", ex=600)
