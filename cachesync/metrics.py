@@ -112,6 +112,9 @@ TABLE_COUNTERS = {
                                        "Update-mode keys invalidated instead of written, per "
                                        "table and reason (ambiguous_key, oversized_value, "
                                        "null_version)"),
+    "unwatched_updates": ("cachesync_unwatched_updates",
+                          "Updates that changed no watched column (watch_columns / "
+                          "ignore_columns): nothing invalidated or written, per table"),
     "untrusted_keys": ("cachesync_untrusted_keys",
                        "Events dead-lettered at the trust boundary, per table and reason "
                        "(reserved_key, key_not_allowed)"),

@@ -40,15 +40,14 @@ the table; a JSON value with its bit set is a diff vector (``mysqljson.JsonDiffs
 the event's whole JSON values keep their documents for the diffs to apply to.
 
 Each generated decoder reproduces the library's results exactly, quirks
-included: YEAR 0 is 1900, a zero TIMESTAMP is 1970-01-01, a negative TIME2's
-fraction is added before the sign is applied, strings are decoded with the Python
+included: YEAR 0 is 1900, a zero TIMESTAMP is 1970-01-01, strings are decoded with the Python
 codec of the column charset (``keycolumns.text_codec``: the library's, except
 utf16, utf32 and ucs2, big-endian as the server stores them) and stay bytes when
 there is no such codec (``binary``), except an empty one, which is '', BIT is a
 string of '0'/'1', an empty SET is None ("empty set"), and every row carries the
 library's ``none_sources`` dicts (``keycolumns.key_images`` turns these quirks into
 key text afterwards, for both paths). A DATE or DATETIME2 Python cannot hold (zero
-parts, or an invalid date the server allowed) is the server's text. Dates and
+parts, or an invalid date the server allowed) is the server's text. Dates, TIME2 and
 strings are read as the library's readers once ``keycolumns.install_readers``
 patched them (at import of this module; the unpatched library returns None for
 such dates). Where the library would raise (undecodable text, a truncated event)
@@ -85,8 +84,9 @@ from pymysqlreplication.row_event import (DeleteRowsEvent, PartialUpdateRowsEven
 
 from cachesync.producer_outbox.jsoncolumns import column_doc as json_column_doc
 from cachesync.producer_outbox.jsoncolumns import column_text as json_column_text
+from cachesync.producer_outbox.keycolumns import (text_codec, time2_delta, zero_date_text,
+                                                  zero_datetime_text)
 from cachesync.producer_outbox.mysqljson import decode_diffs as json_diffs
-from cachesync.producer_outbox.keycolumns import text_codec, zero_date_text, zero_datetime_text
 
 # The images of one row and the keys the library stores them under.
 _IMAGE_KEYS = {
@@ -246,6 +246,7 @@ _UINT_BE = {5: ("IB", "{0} << 8 | {1}"), 6: ("IH", "{0} << 16 | {1}"),
 # Fractional seconds by fsp: bytes, and struct codes of the big-endian signed value.
 _FSP_BYTES = {0: 0, 1: 1, 2: 1, 3: 2, 4: 2, 5: 3, 6: 3}
 _FSP_CODES = {0: "", 1: "b", 2: "b", 3: "h", 4: "h", 5: "bH", 6: "bH"}
+_FRAC_CODES = {0: "", 1: "B", 2: "B", 3: "H", 4: "H", 5: "BH", 6: "BH"}     # the same, unsigned
 # Packed decimals: bytes used by the leftover (< 9) digits; struct codes of a group by size.
 _DIG2BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
 _PART_CODES = {1: "B", 2: "H", 3: "BH", 4: "I"}
@@ -281,7 +282,7 @@ def _field(column, errors: str) -> _Field | None:
     if t == FIELD_TYPE.TIMESTAMP2:
         return _Field(_timestamp2(column.fsp), ">", "i" + _FSP_CODES[column.fsp])
     if t == FIELD_TYPE.TIME2:
-        return _Field(_time2(column.fsp), ">", "bH" + _FSP_CODES[column.fsp])
+        return _Field(_time2(column.fsp), ">", "BH" + _FRAC_CODES[column.fsp])
     if t == FIELD_TYPE.NEWDECIMAL:
         return _decimal(column.precision, column.decimals)
     if t == FIELD_TYPE.BIT:
@@ -416,17 +417,11 @@ def _timestamp2(fsp: int) -> _Converter:
 
 
 def _time2(fsp: int) -> _Converter:
-    """As ``__read_time2``: sign from the top bit; fields of the value, negated if negative."""
-    duration = "_timedelta(0, (t >> 12 & 1023) * 3600 + (t >> 6 & 63) * 60 + (t & 63), micro)"
-
+    """As the patched ``__read_time2`` (``keycolumns.time2_delta``): the server's value."""
     def convert(out, raws, name, k):
-        return [f"t = {raws[0]} << 16 | {raws[1]}",
-                *_signed_fraction(fsp, raws[2:]),
-                "if t >> 23 & 1:",
-                f"    {out} = {duration}",
-                "else:",
-                "    t = ~t + 1",
-                f"    {out} = {duration} * -1"]
+        frac = ("0" if len(raws) == 2 else raws[2] if len(raws) == 3
+                else f"({raws[2]} << 16 | {raws[3]})")
+        return [f"{out} = _time2({raws[0]} << 16 | {raws[1]}, {frac}, {fsp})"]
     return convert
 
 
@@ -533,7 +528,7 @@ def _compile(per_image: list, names: list, images, bitmaps, heads: list) -> Call
     scope = {"_date": datetime.date, "_datetime": datetime.datetime,
              "_zero_date": zero_date_text, "_zero_datetime": zero_datetime_text,
              "_timedelta": datetime.timedelta,
-             "_utcfromtimestamp": datetime.datetime.utcfromtimestamp,
+             "_utcfromtimestamp": datetime.datetime.utcfromtimestamp, "_time2": time2_delta,
              "_from_bytes": int.from_bytes, "_Decimal": decimal.Decimal,
              "_scaleb": _EXACT.scaleb, "_json_text": json_column_text,
              "_json_doc": json_column_doc, "_json_diffs": json_diffs}

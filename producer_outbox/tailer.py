@@ -35,10 +35,12 @@ from cachesync.producer_outbox.inflight import InflightTracker
 from cachesync.producer_outbox.jsoncolumns import resolve_partial, unknown_after
 from cachesync.producer_outbox.partial import PartialRows
 from cachesync.producer_outbox.keycolumns import key_images, kept_specs
+from cachesync.producer_outbox.matched import MatchedTables
 from cachesync.producer_outbox.mysql import MySQLParams
 from cachesync.producer_outbox.outbox_binlog import OutboxRouter
 from cachesync.producer_outbox.packing import PACK_LINGER_S, Pack, Packer
 from cachesync.producer_outbox.preflight import ServerInfo, check_server
+from cachesync.producer_outbox.servertypes import ColumnTypes
 from cachesync.producer_outbox.publisher import MAX_RECORD_BYTES, is_permanent
 from cachesync.producer_outbox.source import check_resumable
 from cachesync.producer_outbox.rows import (TxnContext, invalidate_only, key_columns,
@@ -78,6 +80,7 @@ class TailerOptions:
     heartbeat_s: float = STREAM_HEARTBEAT_S
     start: Checkpoint | None = None     # tail from here instead of the stored checkpoint
     max_record_bytes: int = MAX_RECORD_BYTES    # a larger event goes out invalidate-only
+    cluster: str = ""       # source.id: enters every message id (several clusters, one topic)
     # the tailer made its publisher (build_tailer): run() closes it when it ends, so a
     # restarted tailer leaves no producer (or producer process) behind
     owns_publisher: bool = False
@@ -113,11 +116,11 @@ class Tailer(GroupPublishing):
         self.versions_not_newer = 0     # GTIDs that did not advance the history (versions)
         self.undecoded_events = 0       # events with rows cachesync cannot decode: table level
         self._keep: dict = {}   # (table, primary key) -> columns row images keep, None = all
-        # tables a table-level event can concern: those with keys (not the heartbeat table)
-        self._mapped = [tuple(name.split(".", 1)) for name, m in mappings.tables.items() if m.keys]
+        self._matched = MatchedTables(mappings)    # exact and pattern-matched tables
         self._xa: XaGroup | None = None             # the open group is XA: records held
         self._prepared: dict[str, Prepared] = {}    # xid -> prepared group awaiting its decision
         self._outbox: OutboxRouter | None = None    # tailer.outbox_tables, built at run()
+        self._types: ColumnTypes | None = None      # INET4/INET6/UUID columns, read at run()
         self.committed: Checkpoint | None = None
 
     @property
@@ -136,6 +139,15 @@ class Tailer(GroupPublishing):
     def preflight(self) -> ServerInfo:
         """Check settings and grants; raises FatalError listing every problem."""
         return check_server(self._mysql.connect, replica=bool(self._opts.settings.source_hosts))
+
+    def match_existing(self) -> None:
+        """The existing tables of the mapping's patterns (raises AmbiguousTableError)."""
+        if self._matched.has_patterns:
+            conn = self._mysql.connect(database=None)
+            try:
+                self._matched.load_existing(conn)
+            finally:
+                conn.close()
 
     def run(self) -> None:
         """Tail until stop(); raises RetryableError/FatalError when publishing fails. The
@@ -159,12 +171,16 @@ class Tailer(GroupPublishing):
 
     def _run(self) -> None:
         info = self.preflight()
+        self.match_existing()
         start = self._start_position(info)
         self._checkpoints.save(start)
         self.committed = start
         self._outbox = self._outbox_router(info)
+        self._types = ColumnTypes(self._mysql.connect,
+                                  [tuple(n.split(".", 1)) for n in self._mappings.tables])
+        self._types.load()
         log.info("tailer starting at %s (server %s, tables %s, %s binlog reader)",
-                 start.describe(), info.identity, ", ".join(self._mappings.tables),
+                 start.describe(), info.identity, ", ".join(m.table for m in self._mappings.entries),
                  reader_kind(self._opts.settings.reader))
         stream = self._open_stream(info, start)
         self._attach(stream)
@@ -322,7 +338,7 @@ class Tailer(GroupPublishing):
                 # the version orders by the stream's place in the history, not by the GTID's
                 # own number: that survives a failover (schema.gtid, GtidState.ordinal)
                 ctx = TxnContext(server, str(gtid), gtid_state.ordinal,
-                                 float(event.timestamp), gtid=True)
+                                 float(event.timestamp), gtid=True, cluster=self._opts.cluster)
                 txn, row_index = self._tracker_open(), 0
                 if getattr(event, "flags", 0) & FL_PREPARED_XA and isinstance(event, MariadbGtidEvent):
                     self._flush_packs()     # earlier transactions' rows are not held
@@ -359,7 +375,8 @@ class Tailer(GroupPublishing):
                     txn = ctx = self._xa = None
                     continue
                 changes = [] if text in _TXN_MARKERS else table_changes(
-                    text, _schema_of(event), self._mapped)
+                    text, _schema_of(event), self._matched.statement_tables(),
+                    self._matched.matches)
                 if changes:
                     if ctx is None:   # no GTID: the event group starts at this statement
                         ctx = self._file_pos_context(stream, event, info)
@@ -369,6 +386,9 @@ class Tailer(GroupPublishing):
                     # DDL: its own event group. Row decoding keeps working because
                     # binlog_row_metadata=FULL puts column names in every table map.
                     log.info("DDL in binlog: %s", text[:200])
+                if (self._types is not None and text not in _TXN_MARKERS
+                        and statement_kind(text) != STATEMENT):
+                    self._types.after_ddl(text, _schema_of(event))   # types follow ALTERs
                 # a DML statement is inside its transaction; anything else but BEGIN ends one
                 ends_group = text == "COMMIT" or (text != "BEGIN"
                                                   and statement_kind(text) != STATEMENT)
@@ -431,12 +451,14 @@ class Tailer(GroupPublishing):
         mapping = self._mappings.get(schema, table)
         if mapping is None:
             return row_index     # decided here, by the names of this event group's map
+        if mapping.pattern is not None:
+            self._matched.seen(mapping)
         if self._xa is not None:
             self._xa.touch(schema, table)
         keep = self._keep_columns(mapping, event.primary_key)
         table_obj = event.table_map[event.table_id]
         # key text corrected only where a kept column needs it (trimmed columns never count)
-        specs = kept_specs(table_obj, keep)
+        specs = kept_specs(table_obj, keep, self._types.of(schema, table) if self._types else ())
         absent = event_absence(event, table_obj)
         partial = PartialRows(self, mapping, ctx, schema, table) if absent[0] or absent[1] else None
         diffs = type(event) is PartialUpdateRowsEvent    # JSON after values may be diffs
