@@ -90,15 +90,19 @@ def test_row_changes_of_a_mysql_binlog_invalidate_their_keys(replay, lab, reader
 @pytest.mark.parametrize("reader", ["fast", "library"])
 def test_compressed_transactions_are_decoded(replay, lab, reader):
     """binlog_transaction_compression=ON: each transaction after its GTID is one zstd
-    TRANSACTION_PAYLOAD_EVENT; its rows are decoded and the checkpoint moves past it."""
+    TRANSACTION_PAYLOAD_EVENT; its rows are decoded and the checkpoint moves past it. The
+    tailer says at start what it does about the setting."""
+    replay.primary.variables["binlog_transaction_compression"] = "ON"
     cfg = replay.config(reader)
-    lab.start_tailer(cfg)
+    tailer = lab.start_tailer(cfg)
     lab.start_engine(cfg)
     lab.cache("user:1", "user:email:a@x", "user:email:b@x", "user:2", "user:3")
     replay.write(mb.WRITE_ROWS, [(2, "c@x"), (3, "d@x")], compressed=True)
     replay.write(mb.UPDATE_ROWS, [((1, "a@x"), (1, "b@x"))], compressed=True)
     wait_gone(lab, "user:1", "user:email:a@x", "user:email:b@x", "user:2", "user:3")
     wait_for(lambda: replay.checkpoint() == f"{UUID}:1-2", 30, what="the checkpoint at 1-2")
+    assert "binlog setting binlog_transaction_compression=ON: each transaction is one zstd" \
+        in lab.log(tailer)
 
 
 @pytest.mark.parametrize("reader", ["fast", "library"])
