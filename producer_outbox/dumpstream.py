@@ -413,6 +413,7 @@ class DumpStreamReader(GtidPositioned, BinLogStreamReader):
         event.schema, event.table, event.primary_key = table.schema, table.table, table.primary_key
         event.table_map, event.columns, event.number_of_columns = self.table_map, table.columns, columns
         event.columns_present_bitmap, event._reader = bitmap, self
+        event.columns_present_bitmap2 = bitmap2     # an update's after image (partial images)
         event._decode = (decoder, raw, pos, self._body_end(raw))
         return event
 

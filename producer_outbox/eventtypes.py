@@ -73,8 +73,9 @@ _ALL = (
     EventType(36, "TRANSACTION_CONTEXT_EVENT", NO_ROWS),  # group replication certification
     EventType(37, "VIEW_CHANGE_EVENT", NO_ROWS),
     EventType(38, "XA_PREPARE_LOG_EVENT", DECODED),
-    # binlog_row_value_options=PARTIAL_JSON: table level until its rows are decoded
-    EventType(39, "PARTIAL_UPDATE_ROWS_EVENT", TABLE_LEVEL, rows_shaped=True),
+    # binlog_row_value_options=PARTIAL_JSON: JSON diffs applied to the before image
+    # (jsoncolumns); an after value they cannot give goes out as a partial image does
+    EventType(39, "PARTIAL_UPDATE_ROWS_EVENT", DECODED),
     EventType(40, "TRANSACTION_PAYLOAD_EVENT", EXPANDED),
     EventType(41, "HEARTBEAT_LOG_EVENT_V2", NO_ROWS),
     EventType(42, "GTID_TAGGED_LOG_EVENT", DECODED),
