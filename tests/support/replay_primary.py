@@ -3,7 +3,8 @@
 ``ReplayPrimary`` speaks enough of the MySQL client/server protocol for cachesync's tailer,
 its preflight and python-mysql-replication: the v10 handshake (any password is accepted),
 text queries answered from a table of server variables (``SELECT @@x``, ``SHOW [GLOBAL]
-VARIABLES``, ``SHOW GRANTS``, ``SHOW BINARY LOG STATUS``/``SHOW MASTER STATUS``, ``SET``),
+VARIABLES``, ``SHOW GRANTS``, ``SHOW BINARY LOG STATUS``/``SHOW MASTER STATUS``, ``SHOW
+BINARY LOGS``, the lookup of MariaDB-only column types, ``SET``),
 COM_REGISTER_SLAVE, COM_BINLOG_DUMP (file:pos) and COM_BINLOG_DUMP_GTID (a GTID set, in
 the untagged or the 8.3+ tagged encoding: transactions in it are skipped, as MySQL does).
 A blocking dump waits for events appended while it runs and sends heartbeats at the period
@@ -278,6 +279,14 @@ class _Session(socketserver.BaseRequestHandler):
             self._result(["File", "Position", "Binlog_Do_DB", "Binlog_Ignore_DB",
                           "Executed_Gtid_Set"],
                          [(last.name, last.end, "", "", self.primary.executed)])
+        elif re.fullmatch(r"SHOW\s+(BINARY|MASTER)\s+LOGS", text, re.I):
+            self._result(["Log_name", "File_size", "Encrypted"],
+                         [(f.name, f.end, "No") for f in self.primary.files])
+        elif re.match(r"SELECT\s+table_schema\s*,\s*table_name\s*,\s*column_name\s*,\s*"
+                      r"data_type\s+FROM\s+information_schema\.columns\b.*"
+                      r"data_type\s+IN\s*\('inet4',\s*'inet6',\s*'uuid'\)", text, re.I | re.S):
+            # MySQL has no INET4/INET6/UUID column types: the answer is always empty
+            self._result(["table_schema", "table_name", "column_name", "data_type"], [])
         else:
             self.primary.unanswered.append(text)
             self._error(ER_PARSE_ERROR, f"replay primary does not answer: {text[:200]}")
