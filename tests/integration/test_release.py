@@ -89,13 +89,14 @@ def test_installs_without_a_compiler_and_runs(artifacts, kind, tmp_path, stack):
                               f"cachesync[sidecar] @ {artifacts[kind].as_uri()}"],
                              capture_output=True, text=True, env=env, timeout=600)
     assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
+    # run outside the checkout, so that only the installed package can be imported
     helped = subprocess.run([str(python.parent / "cachesync"), "--help"], capture_output=True,
-                            text=True, env=env, timeout=60)
+                            text=True, env=env, timeout=60, cwd=tmp_path)
     assert helped.returncode == 0 and "cachesync consume" not in helped.stderr
     assert "consume" in helped.stdout and "tail" in helped.stdout, helped.stdout
     url = stack.env["CACHESYNC_REDIS_URL"]
     filled = subprocess.run([str(python), "-c", READ_THROUGH, url, f"release-test:{kind}"],
-                            capture_output=True, text=True, env=env, timeout=60)
+                            capture_output=True, text=True, env=env, timeout=60, cwd=tmp_path)
     assert filled.returncode == 0, filled.stderr[-2000:]
     assert "read_through ok; accelerated: False" in filled.stdout
     print(kind, install.returncode, helped.stdout.splitlines()[0], filled.stdout.strip())
