@@ -153,7 +153,8 @@ class Applier:
         self.stats.table_invalidations += 1
         self.stats.table_keys_deleted += removed
         log.warning("table-level change of %s (%s): invalidated every key of its templates, "
-                    "%d removed", event.qualified_table, event.extra.get("reason", "?"), removed)
+                    "%d removed", event.qualified_table, event.extra.get("reason", "?"), removed,
+                    extra={"table": event.qualified_table})
 
     def _write_rows(self, applied: list[EventPlan], result: BatchResult) -> None:
         """Invalidate, then write the fenced values (update mode)."""

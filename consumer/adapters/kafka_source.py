@@ -350,7 +350,7 @@ class KafkaDeadLetters:
 
     def send(self, record: Record, reason: str, detail: str) -> None:
         log.warning("dead-lettering %s/%d/%d: %s", record.topic, record.partition,
-                    record.offset, reason)
+                    record.offset, reason, extra={"partition": record.partition})
         self._pending.append(((record, reason, detail), self._send(record, reason, detail)))
 
     def _send(self, record: Record, reason: str, detail: str):
