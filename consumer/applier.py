@@ -48,6 +48,7 @@ class Stats:
     null_key_skips: int = 0
     double_deletes: int = 0        # delayed second deletes run (hook)
     purged: int = 0                # done dedup records purged (hook)
+    purge_failures: int = 0        # periodic purges that failed (hook)
     batches: int = 0
     retries: int = 0
     table_invalidations: int = 0   # table-level events (truncate, drop, rename, statement)

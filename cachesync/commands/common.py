@@ -46,11 +46,20 @@ def settings_options(fn):
     @click.option("--log-json", is_flag=True, help="Log one JSON object per line.")
     @functools.wraps(fn)
     def wrapper(load, log_level, log_json, **kwargs):
-        logs.setup(log_level, log_json, role=click.get_current_context().info_name or "")
+        logs.setup(log_level, log_json, role=_role(click.get_current_context()))
         with handle_errors():
             settings, _ = load()
         return fn(settings=settings, **kwargs)
     return wrapper
+
+
+def _role(ctx: click.Context) -> str:
+    """The command as typed, without the program: ``consume``, ``dedup purge``."""
+    names = []
+    while ctx.parent is not None:
+        names.append(ctx.info_name or "")
+        ctx = ctx.parent
+    return " ".join(reversed(names))
 
 
 class handle_errors:
