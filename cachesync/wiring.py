@@ -18,7 +18,7 @@ from kafka import KafkaConsumer
 
 from cachesync.config import Settings, host_list
 from cachesync.kafka_login import refused_login_is_fatal
-from cachesync.kafka_security import client_security
+from cachesync.kafka_security import admin_options, consumer_options, producer_options
 from cachesync.consumer.adapters.kafka_source import KafkaDeadLetters, KafkaSource, group_config
 from cachesync.consumer.adapters.mysql_dedup import MySQLDedupStore
 from cachesync.consumer.adapters.redis_cache import RedisCache
@@ -70,7 +70,7 @@ def state_session(settings: Settings) -> Session:
 
 
 def kafka_offsets(settings: Settings) -> KafkaOffsets:
-    return KafkaOffsets(settings.kafka.bootstrap_servers, security=client_security(settings.kafka))
+    return KafkaOffsets(settings.kafka.bootstrap_servers, security=admin_options(settings.kafka))
 
 
 def redis_client(settings: Settings, timeout_s: float | None = None) -> redis.Redis:
@@ -96,7 +96,8 @@ def range_reader(settings: Settings, **options) -> KafkaConsumer:
     bootstrap = settings.kafka.bootstrap_servers
     with refused_login_is_fatal(bootstrap):
         return KafkaConsumer(bootstrap_servers=bootstrap.split(","), group_id=None,
-                             enable_auto_commit=False, **options, **client_security(settings.kafka))
+                             enable_auto_commit=False,
+                             **{**options, **consumer_options(settings.kafka)})
 
 
 def build_heartbeat(settings: Settings) -> HeartbeatWriter:
@@ -148,7 +149,7 @@ def build_dedup(settings: Settings):
 
 def build_dead_letters(settings: Settings) -> KafkaDeadLetters:
     k = settings.kafka
-    return KafkaDeadLetters(k.bootstrap_servers, k.dead_letter_topic, client_security(k))
+    return KafkaDeadLetters(k.bootstrap_servers, k.dead_letter_topic, producer_options(k))
 
 
 def kafka_group(settings: Settings) -> dict:
@@ -165,7 +166,7 @@ def build_engine(settings: Settings, on_batch=None, source=None, dead_letters=No
     k = settings.kafka
     return PythonEngine(
         source=source or KafkaSource(k.bootstrap_servers, k.topic, k.group_id,
-                                     group=kafka_group(settings), security=client_security(k),
+                                     group=kafka_group(settings), security=consumer_options(k),
                                      async_commit=settings.consumer.offset_commit == "async"),
         dedup=build_dedup(settings), cache=build_cache(settings),
         dead_letters=dead_letters or build_dead_letters(settings),
@@ -188,7 +189,7 @@ def build_tailer(settings: Settings, start: Checkpoint | None = None, publisher=
     owns = publisher is None
     if owns:
         kind = ProcessPublisher if t.publisher == "process" else KafkaPublisher
-        publisher = kind(settings.kafka.bootstrap_servers, security=client_security(settings.kafka))
+        publisher = kind(settings.kafka.bootstrap_servers, security=producer_options(settings.kafka))
     return Tailer(source, publisher,
                   MySQLCheckpointStore(mysql_params(settings).connect, t.name), mappings(settings),
                   TailerOptions(topic or settings.kafka.topic, t,
@@ -223,7 +224,7 @@ def build_relay(settings: Settings) -> Relay:
         raise ConfigError("relay.outbox_db is required: the application database holding "
                           "the outbox table (or CACHESYNC_RELAY_OUTBOX_DB)")
     params = mysql_params(settings, r.outbox_db)
-    bootstrap, security = settings.kafka.bootstrap_servers, client_security(settings.kafka)
+    bootstrap, security = settings.kafka.bootstrap_servers, producer_options(settings.kafka)
     return Relay(OutboxStore(params.connect, r.outbox_db, r.outbox_table),
                  lambda: KafkaPublisher(bootstrap, client_id="cachesync-relay", security=security),
                  r, settings.kafka.topic, db=r.outbox_db, server=f"{m.host}:{m.port}",
