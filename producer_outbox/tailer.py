@@ -171,6 +171,8 @@ class Tailer(GroupPublishing):
 
     def _run(self) -> None:
         info = self.preflight()
+        for report in info.binlog_settings():
+            log.info("binlog setting %s", report.line())
         self.match_existing()
         start = self._start_position(info)
         self._checkpoints.save(start)
