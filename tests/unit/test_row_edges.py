@@ -98,3 +98,20 @@ def test_inet4_and_uuid_text():
     assert inet4_text(bytes([10, 0, 0, 1])) == "10.0.0.1"
     raw = bytes.fromhex("123e4567e89b12d3a456426655440000")
     assert uuid_text(raw) == "123e4567-e89b-12d3-a456-426655440000"
+
+
+def test_source_id_enters_message_ids_only_when_set():
+    from cachesync.producer_outbox.rows import TxnContext, row_change, table_change
+    one = TxnContext("mariadb:1", "0-1-42", 42, 0.0, gtid=True)
+    named_a = TxnContext("mariadb:1", "0-1-42", 42, 0.0, gtid=True, cluster="east")
+    named_b = TxnContext("mariadb:9", "0-1-42", 42, 0.0, gtid=True, cluster="west")
+    ids = [row_change(c, 0, "d", "t", "insert", "id", None, {"id": 1}).id
+           for c in (one, named_a, named_b)]
+    assert ids[0] == row_change(TxnContext("other", "0-1-42", 42, 0.0, gtid=True), 0, "d", "t",
+                                "insert", "id", None, {"id": 1}).id   # unchanged: GTID only
+    assert len(set(ids)) == 3
+    # a replica of cluster "east" (another server) gives east's ids
+    replica = TxnContext("mariadb:2", "0-1-42", 42, 0.0, gtid=True, cluster="east")
+    assert row_change(replica, 0, "d", "t", "insert", "id", None, {"id": 1}).id == ids[1]
+    assert (table_change(named_a, 0, 0, "d", "t", "partition", "x").id
+            != table_change(named_b, 0, 0, "d", "t", "partition", "x").id)
