@@ -139,6 +139,13 @@ def _hosts_problem(value: str) -> str | None:
     return None
 
 
+def _host_problem(value: str) -> str | None:
+    """One host or host:port (empty: none)."""
+    if "," in value:
+        return f"expected one host or host:port, got {value!r}"
+    return _hosts_problem(value)
+
+
 def _listen_problem(value: str) -> str | None:
     host, sep, port = value.rpartition(":")
     if value in ("auto", "off") or (sep and _port_ok(port, lowest=0)):
@@ -215,6 +222,16 @@ class KafkaSettings(_Validated):
         "cachesync.dlq", "poison records, original bytes, headers `reason`, `detail`, `topic`, "
         "`partition`, `offset`, `pack_index` (one event of a packed record), `attempts`, `id`",
         **TOPIC)
+    # `cachesync topics create` (and tail/consume with create_topics: true) create both
+    # topics with these. Retention stays below consumer.dedup_retention_s (doctor checks it).
+    create_topics: bool = setting(False, "`tail` and `consume` create missing topics at start, "
+                                  "as `cachesync topics create` does")
+    topic_partitions: int = setting(6, "partitions of the topics `cachesync topics create` "
+                                    "creates", lo=1, hi=10_000)
+    topic_replication_factor: int = setting(-1, "replication factor of created topics; -1 = the "
+                                            "broker's `default.replication.factor`", lo=-1, hi=32)
+    topic_retention_s: float = setting(604800.0, "`retention.ms` of created topics (7 days); keep "
+                                       "it below `consumer.dedup_retention_s`", **POSITIVE)
     group_id: str = setting("cachesync", "consumer group; also the dedup namespace", **NON_EMPTY)
     # Group membership: a consumer that dies is replaced after the session timeout; with a
     # group_instance_id (static membership) one restarted under the same id within it takes its
@@ -430,9 +447,20 @@ class ConsumerSettings(_Validated):
         "over a dead one's partitions waits this long (from the dead one's last claim) before "
         "applying what it had claimed. Keep it below `kafka.session_timeout_ms`", **POSITIVE)
     namespace: str = setting("", "dedup namespace", shown="the Kafka group id")
-    dedup_store: str = setting("mysql", "`mysql` (`cachesync_dedup`) or `redis` "
-                               "(`cachesync:dedup:<ns>:{<tag>}<id>`, spread over 64 hash slots; "
-                               "needs a durable Redis)", choices=("mysql", "redis"))
+    dedup_store: str = setting(
+        "redis", "`redis` (`cachesync:dedup:<ns>:{<tag>}<id>`, spread over 64 hash slots; nothing "
+        "written to MySQL; run Redis with AOF and `maxmemory-policy noeviction` for the records "
+        "to outlive a restart and memory pressure) or `mysql` (`cachesync_dedup` in the state "
+        "database, or on `consumer.dedup_mysql_host`). What each guarantees: "
+        "the Scale page", choices=("mysql", "redis"))
+    dedup_mysql_host: str = setting(
+        "", "`host[:port]` of a MySQL server of its own for the MySQL dedup store (the `mysql` "
+        "section's account and TLS); empty: `mysql.host`. A server of its own keeps the claims "
+        "off the primary and its binlog", check=_host_problem)
+    dedup_mysql_log_bin: bool = setting(
+        True, "`false`: the MySQL dedup store's session runs `SET sql_log_bin = 0`, so its rows "
+        "stay out of the binlog and off the replicas; needs `BINLOG ADMIN` (MariaDB 10.5.2+) or "
+        "`SESSION_VARIABLES_ADMIN` (MySQL 8.0.14+), else the consumer stops naming the grant")
     # 8 days: must exceed the topic's retention (7 d default)
     dedup_retention_s: float = setting(691200.0, "done records older than this are purged; "
                                        "keep it above the topic's retention",

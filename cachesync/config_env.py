@@ -26,6 +26,7 @@ OTHER_VARIABLES = {
     "CACHESYNC_SPARK_MASTER": "the Spark master URL (--spark-master)",
     "CACHESYNC_SPARK_CHECKPOINT": "the Spark query's checkpoint location (--checkpoint-location)",
     "CACHESYNC_SPARK_JARS_DIR": "where the Spark Kafka connector jars are",
+    "CACHESYNC_PURE": "=1 builds the pure-Python wheel, without the C accelerator (setup.py)",
 }
 
 # Kubernetes service links of a Service whose {SVC}_SERVICE_HOST is set: {SVC}_SERVICE_PORT[_{NAME}],

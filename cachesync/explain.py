@@ -32,6 +32,7 @@ from cachesync.schema.event import ChangeEvent, Source
 from cachesync.schema.keys import lease_key
 from cachesync.schema.mapping import KeyTemplate, MappingSet, TableMapping
 from cachesync.schema.values import canonical_text, from_json
+from cachesync.table_matching import filter_findings, lint_view, shard_findings
 
 Planner = Callable[[Iterable[ChangeEvent], MappingSet], Any]
 EXPLAIN_ID = "explain"
@@ -147,13 +148,19 @@ class Finding:
 
 def lint(mappings: MappingSet, columns: Mapping[str, set[str]] | None = None,
          no_ttl: Mapping[str, list[str]] | None = None, planner: Planner = plan_batch,
-         types: ColumnTypes | None = None) -> list[Finding]:
-    """Every finding for ``mappings``; ``columns`` (table -> live columns), ``no_ttl``
+         types: ColumnTypes | None = None,
+         matched: Mapping[str, list[str]] | None = None) -> list[Finding]:
+    """Every finding for ``mappings`` (a pattern entry checked on one table it matches:
+    ``matched``, entry -> live tables, None offline); ``columns`` (table -> live columns), ``no_ttl``
     (template -> sampled keys without TTL) and ``types`` (table -> column -> (data type,
     collation)) are the live data, None = not checked (collisions: checked assuming
     integer columns, see ``cachesync.lint_keys``)."""
+    entries = mappings
+    mappings = lint_view(entries, matched)
     found: list[Finding] = check_collisions(mappings, types, Finding)
+    found += shard_findings(entries, matched, Finding)
     for mapping in mappings.tables.values():
+        found += filter_findings(mapping, Finding)
         found += check_delete_path(mapping, mappings, planner)
         found += check_collations(mapping, types, Finding)
         found += check_binary_forms(mapping, types, Finding)

@@ -75,6 +75,7 @@ from pymysqlreplication.constants import FIELD_TYPE, NONE_SOURCE
 from pymysqlreplication.row_event import (DeleteRowsEvent, RowsEvent, UpdateRowsEvent,
                                           WriteRowsEvent)
 
+from cachesync.producer_outbox.jsoncolumns import column_text as json_column_text
 from cachesync.producer_outbox.keycolumns import (text_codec, time2_delta, zero_date_text,
                                                   zero_datetime_text)
 
@@ -220,7 +221,7 @@ _EXACT = decimal.Context(prec=65)
 def _field(column, errors: str) -> _Field | None:
     """The reader of one column, or None when the fast path does not support it.
 
-    Unsupported: other types (JSON, GEOMETRY, VAR_STRING, the pre-5.6 temporal
+    Unsupported: other types (GEOMETRY, VAR_STRING, the pre-5.6 temporal
     types...), an ENUM without its values, and metadata out of the ranges a server
     sends (which the lookup tables below do not cover).
     """
@@ -261,6 +262,8 @@ def _field(column, errors: str) -> _Field | None:
         return _Field(_string(column, errors), length_size=2 if column.max_length > 255 else 1)
     if t == FIELD_TYPE.BLOB:
         return _Field(_string(column, errors), length_size=column.length_size)
+    if t == FIELD_TYPE.JSON:       # MySQL's binary JSON: the server's text (jsoncolumns)
+        return _Field(_JSON, length_size=column.length_size)
     return None
 
 
@@ -275,7 +278,7 @@ def _sane(column) -> bool:
         return column.bits > 0
     if t in (FIELD_TYPE.ENUM, FIELD_TYPE.SET):
         return column.size in _UINT_LE
-    if t == FIELD_TYPE.BLOB:
+    if t in (FIELD_TYPE.BLOB, FIELD_TYPE.JSON):
         return column.length_size in _UINT_LE
     return True
 
@@ -290,6 +293,9 @@ def _assign(template: str) -> _Converter:
 
 # The raw value is the value: unpacked straight into the column's variable.
 _AS_IS = _assign("{0}")
+# A JSON column's bytes -> its text, as the patched library reader (raises JsonError, a
+# ValueError: the library then reads the event and raises the same)
+_JSON = _assign("_json_text({0})")
 
 
 def _date(out, raws, name, k):
@@ -478,7 +484,7 @@ def _compile(fields: list, names: list, images, bitmaps) -> Callable:
              "_timedelta": datetime.timedelta,
              "_utcfromtimestamp": datetime.datetime.utcfromtimestamp, "_time2": time2_delta,
              "_from_bytes": int.from_bytes, "_Decimal": decimal.Decimal,
-             "_scaleb": _EXACT.scaleb}
+             "_scaleb": _EXACT.scaleb, "_json_text": json_column_text}
 
     def bind(value, prefix: str) -> str:
         name = f"{prefix}{len(scope)}"

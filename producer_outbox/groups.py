@@ -54,7 +54,7 @@ class GroupPublishing:
             self._release(prepared.group, prepared.txn)
         else:
             if prepared is None:    # prepared before this tailer's start position: rows unknown
-                tables, reason = self._mapped, "xa_unknown"
+                tables, reason = self._matched.statement_tables(), "xa_unknown"
             else:                   # too large to hold: its tables are known
                 tables, reason = list(prepared.group.tables), "xa_overflow"
             log.warning("XA COMMIT %s: %s; invalidating its tables as a whole", xid,

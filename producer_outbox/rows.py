@@ -85,7 +85,9 @@ def needed_columns(mapping) -> frozenset[str] | None:
     table without key templates, such as the heartbeat, whose consumer reads its columns)."""
     if not mapping.keys or (mapping.updates and mapping.value_columns is None):
         return None
-    cols = {f for t in mapping.keys for f in t.fields}
+    if mapping.ignore_columns:          # the consumer compares every column but those
+        return None
+    cols = {f for t in mapping.keys for f in t.fields} | (mapping.watch_columns or set())
     if mapping.updates:
         cols.update(mapping.value_columns)
         if mapping.version_column:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Callable, Iterable
 
 TRUNCATE, DROP, RENAME, DROP_DATABASE, STATEMENT = (
     "truncate", "drop", "rename", "drop_database", "statement")
@@ -98,8 +98,11 @@ def alter_kind(text: str) -> str | None:
 
 
 def table_changes(query: str, default_db: str | None,
-                  mapped: Iterable[tuple[str, str]]) -> list[TableChange]:
-    """The mapped (db, table) pairs ``query`` changes as a whole, in mapping order.
+                  mapped: Iterable[tuple[str, str]],
+                  matches: Callable[[str, str], bool] | None = None) -> list[TableChange]:
+    """The mapped (db, table) pairs ``query`` changes as a whole, in mapping order, then
+    the names it contains that ``matches`` (lower-cased db, table) accepts: tables of a
+    pattern not seen yet, such as the target of a RENAME into a pattern.
 
     Unqualified names resolve to ``default_db`` (the Query event's current database).
     """
@@ -112,7 +115,13 @@ def table_changes(query: str, default_db: str | None,
         dropped = _unquote(m.group(1)) if m else None
         return [TableChange(db, t, kind) for db, t in mapped if db.lower() == dropped]
     names = _names(text, default_db)
-    return [TableChange(db, t, kind) for db, t in mapped if (db.lower(), t.lower()) in names]
+    mapped = list(mapped)
+    out = [TableChange(db, t, kind) for db, t in mapped if (db.lower(), t.lower()) in names]
+    if matches is not None:
+        seen = {(db.lower(), t.lower()) for db, t in mapped}
+        out += [TableChange(db, t, kind) for db, t in sorted(names - seen)
+                if db is not None and matches(db, t)]
+    return out
 
 
 def mapped_names(query: str, default_db: str | None,

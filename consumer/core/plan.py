@@ -51,6 +51,7 @@ class EventPlan:
     ambiguous: tuple[tuple[str, str], ...] = () # (key, why): another row's key too, invalidated
     unrenderable: int = 0                       # templates naming a missing column (salvaged plans)
     table: TableMapping | None = None           # table-level event: every key of this table
+    unwatched: bool = False                     # an update of no watched column: nothing done
 
 
 @dataclass
@@ -106,6 +107,12 @@ def event_keys(event: ChangeEvent, mappings: MappingSet) -> EventPlan:
     if mapping is None:
         return EventPlan(event, tuple(dict.fromkeys(explicit)))
     absent = event.extra.get(ABSENT) if event.extra else None
+    # decided here, not in the tailer: the change is still published (replay, audit and a
+    # later filter change see it), and one rule serves the python engine, Spark and direct.
+    # A partial row image (columns marked absent) counts as changing every column.
+    if event.op == "update" and not explicit and absent is None and mapping.filters_columns \
+            and not mapping.watches(event.before, event.after):
+        return EventPlan(event, (), unwatched=True)
     if not mapping.updates and not explicit and absent is None:   # the usual delete-mode row
         rendered = _compiled_invalidations(mapping, event)
         if rendered is not None:
