@@ -182,3 +182,55 @@ def test_a_row_that_cannot_be_keyed_invalidates_its_table_and_the_tailer_goes_on
 def test_a_table_without_primary_key_is_keyed_with_its_nulls():
     from cachesync.schema.keys import kafka_key
     assert kafka_key("d", "t", (("a", None), ("b", "\\N"), ("c", 1))) == "d.t:\\N,\\\\N,1"
+
+
+class _Conn:
+    """A connection answering information_schema with ``rows``; counts the queries."""
+
+    def __init__(self, rows, queries):
+        self.rows, self.queries = rows, queries
+
+    def cursor(self):
+        return self
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def execute(self, sql, args):
+        self.queries.append(args)
+
+    def fetchall(self):
+        return self.rows
+
+    def close(self):
+        pass
+
+
+def test_column_types_are_read_at_start_on_first_use_and_after_ddl():
+    from cachesync.producer_outbox.servertypes import ColumnTypes
+    queries = []
+    types = ColumnTypes(lambda: _Conn([("d", "T", "Ip", "inet6")], queries), [("d", "t")])
+    types.load()
+    assert types.of("d", "t") == (("ip", "inet6"),) and len(queries) == 1
+    assert types.of("d", "matched") == () and len(queries) == 2    # a pattern's table: once
+    assert types.of("d", "matched") == () and len(queries) == 2
+    types.after_ddl("ALTER TABLE t MODIFY ip INET6", "d")
+    types.after_ddl("ALTER TABLE unrelated ADD x INT", "d")
+    assert len(queries) == 3
+
+
+def test_column_types_unreadable_keep_what_is_known_and_are_not_asked_per_event():
+    import pymysql
+
+    from cachesync.producer_outbox.servertypes import ColumnTypes
+    attempts = []
+
+    def down():
+        attempts.append(1)
+        raise pymysql.err.OperationalError(2003, "down")
+    types = ColumnTypes(down, [("d", "t")])
+    types.load()
+    assert types.of("d", "t") == () and types.of("d", "t") == () and len(attempts) == 1
