@@ -160,7 +160,8 @@ def topic_checks(settings: Settings, admin) -> list[Check]:
 
 
 def group_check(settings: Settings, admin) -> Check:
-    """The consumer group's state and its lag (end offsets minus committed)."""
+    """The consumer group's state and its lag (end offsets minus committed): a lag with no
+    member consuming is a WARN."""
     from kafka import KafkaConsumer, TopicPartition
     from cachesync.kafka_security import client_security
     group, topic = settings.kafka.group_id, settings.kafka.topic
@@ -172,9 +173,8 @@ def group_check(settings: Settings, admin) -> Check:
                      "has consumed from this broker", "start `cachesync consume`")
     mine = {tp: o.offset for tp, o in committed.items() if tp.topic == topic and o.offset >= 0}
     if not mine:
-        return Check("consumer-group", WARN, f"group {group} ({state}) has no committed offsets "
-                     f"on {topic}: it has not consumed yet",
-                     "start `cachesync consume`; it begins at the earliest offset")
+        return Check("consumer-group", PASS, f"group {group} has not consumed {topic} yet (a "
+                     "first start begins at the earliest offset)")
     consumer = KafkaConsumer(bootstrap_servers=settings.kafka.bootstrap_servers,
                              **client_security(settings.kafka))
     try:
@@ -182,6 +182,10 @@ def group_check(settings: Settings, admin) -> Check:
     finally:
         consumer.close()
     lag = sum(max(0, ends[tp] - off) for tp, off in mine.items())
+    if lag and state in ("Empty", "Dead"):
+        return Check("consumer-group", WARN, f"group {group} has no member ({state}) and "
+                     f"{lag} record(s) of {topic} wait: nothing applies them to Redis",
+                     "start `cachesync consume` (or `cachesync run`)")
     return Check("consumer-group", PASS, f"group {group} {state}, lag {lag} record(s) over "
                  f"{len(mine)} partition(s)")
 

@@ -10,6 +10,8 @@ import sys
 import uuid
 
 import pytest
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.structs import OffsetAndMetadata
 
 from cachesync.doctor import FAIL, PASS, WARN, skew_check
 from cachesync.producer_outbox.checkpoint import Checkpoint, MySQLCheckpointStore
@@ -132,10 +134,23 @@ def test_topic_retention_over_dedup_retention_warns(lab, cfg):
     assert "dedup_retention_s" in checks["topic"][0]["detail"]
 
 
-def test_group_without_offsets_warns(lab, cfg):
+def test_group_with_lag_and_no_member_warns(lab, cfg):
     _, checks = doctor(lab, cfg, None, "--role", "consume")
     [check] = checks["consumer-group"]
-    assert check["level"] == WARN and f"g-{lab.suffix}" in check["detail"]
+    assert check["level"] == PASS and "has not consumed" in check["detail"]
+    # the group committed offset 0 and left; one record waits behind it
+    tp = TopicPartition(lab.topic, 0)
+    consumer = KafkaConsumer(bootstrap_servers=lab.stack.bootstrap, group_id=f"g-{lab.suffix}",
+                             enable_auto_commit=False)
+    consumer.assign([tp])
+    consumer.commit({tp: OffsetAndMetadata(0, "", -1)})
+    consumer.close()
+    producer = KafkaProducer(bootstrap_servers=lab.stack.bootstrap)
+    producer.send(lab.topic, b"x", key=b"k", partition=0).get(30)
+    producer.close()
+    _, checks = doctor(lab, cfg, None, "--role", "consume")
+    [check] = checks["consumer-group"]
+    assert check["level"] == WARN and "1 record(s)" in check["detail"], check
 
 
 def test_unreachable_redis_fails(lab, cfg):
