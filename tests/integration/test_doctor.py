@@ -3,6 +3,7 @@ devstack, and `cachesync topics create` creates the topics it checks."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -11,12 +12,15 @@ import uuid
 
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata
 
 from cachesync.doctor import FAIL, PASS, WARN, skew_check
 from cachesync.producer_outbox.checkpoint import Checkpoint, MySQLCheckpointStore
 from cachesync.topics import admin_client, describe_topics
 from cachesync.wiring import mysql_params
+from tests.support import spawn, wait_for
+from tests.support.variants import start as start_variant
 
 pytestmark = pytest.mark.integration
 
@@ -105,26 +109,46 @@ def test_purged_checkpoint_binlog_fails(lab, cfg):
     assert "resync" in check["fix"] and code == 6
 
 
-def test_missing_topic_fails_until_topics_create(lab, cfg):
-    topic = f"cs.{lab.suffix}.absent"
-    env = {"CACHESYNC_KAFKA_TOPIC": topic, "CACHESYNC_KAFKA_TOPIC_PARTITIONS": "4",
+def test_topics_create_on_a_broker_without_auto_creation(lab, cfg):
+    """On the kafka-noauto variant (auto.create.topics.enable=false): a missing topic is a
+    doctor FAIL and a producer error, until `topics create` makes it."""
+    bootstrap = start_variant("kafka-noauto")["DEVSTACK_KAFKA_NOAUTO_BOOTSTRAP_SERVERS"]
+    topic, dlq = f"cs.{lab.suffix}.noauto", f"cs.{lab.suffix}.noauto-dlq"
+    env = {"CACHESYNC_KAFKA_BOOTSTRAP_SERVERS": bootstrap, "CACHESYNC_KAFKA_TOPIC": topic,
+           "CACHESYNC_KAFKA_DEAD_LETTER_TOPIC": dlq, "CACHESYNC_KAFKA_TOPIC_PARTITIONS": "4",
            "CACHESYNC_KAFKA_TOPIC_RETENTION_S": "86400"}
+    producer = KafkaProducer(bootstrap_servers=bootstrap, max_block_ms=3000)
+    with pytest.raises(KafkaError):           # the broker does not create it on first use
+        producer.send(topic, b"x").get(10)
     code, checks = doctor(lab, cfg, env)
     missing = [c for c in checks["topic"] if topic in c["detail"]]
     assert missing[0]["level"] == FAIL and "topics create" in missing[0]["fix"] and code == 6
-    # doctor never creates it (no metadata request names it)
-    admin = admin_client(lab.settings(cfg))
-    try:
-        assert not describe_topics(admin, [topic])[0].exists
-    finally:
-        admin.close()
     made = subprocess.run([sys.executable, "-m", "cachesync", "topics", "create", "-c", cfg],
                           capture_output=True, text=True, timeout=120,
                           env={**os.environ, **lab.stack.env, **env})
     assert made.returncode == 0, made.stderr
-    assert f"{topic}: created, 4 partition(s), retention 1 d" in made.stdout
+    assert made.stdout.splitlines() == [f"{topic}: created, 4 partition(s), retention 1 d",
+                                        f"{dlq}: created, 4 partition(s), retention 1 d"]
+    producer.send(topic, b"x").get(30)
+    producer.close()
     _, checks = doctor(lab, cfg, env)
-    assert [c["level"] for c in checks["topic"] if topic in c["detail"]] == [PASS]
+    assert [c["level"] for c in checks["topic"]] == [PASS, PASS]
+
+
+def test_create_topics_setting_makes_consume_create_them(lab, cfg):
+    bootstrap = start_variant("kafka-noauto")["DEVSTACK_KAFKA_NOAUTO_BOOTSTRAP_SERVERS"]
+    topic, dlq = f"cs.{lab.suffix}.auto", f"cs.{lab.suffix}.auto-dlq"
+    env = {"CACHESYNC_KAFKA_BOOTSTRAP_SERVERS": bootstrap, "CACHESYNC_KAFKA_TOPIC": topic,
+           "CACHESYNC_KAFKA_DEAD_LETTER_TOPIC": dlq, "CACHESYNC_KAFKA_CREATE_TOPICS": "true"}
+    spawn(lab, cfg, "consume", env=env)
+    settings = lab.settings(cfg)
+    admin = admin_client(dataclasses.replace(
+        settings, kafka=dataclasses.replace(settings.kafka, bootstrap_servers=bootstrap)))
+    try:
+        wait_for(lambda: all(t.exists for t in describe_topics(admin, [topic, dlq])), 60,
+                 what="consume to create both topics")
+    finally:
+        admin.close()
 
 
 def test_topic_retention_over_dedup_retention_warns(lab, cfg):
