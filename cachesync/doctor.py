@@ -15,6 +15,7 @@ from kafka.errors import (CoordinatorLoadInProgressError, CoordinatorNotAvailabl
                           GroupIdNotFoundError, NotCoordinatorError)
 
 from cachesync.config import Settings
+from cachesync.grants import STATE_PRIVILEGES, missing
 from cachesync.producer_outbox.preflight import (REQUIRED_PRIVILEGES, global_privileges,
                                                  problems, read_server_info)
 
@@ -55,7 +56,8 @@ def mysql_checks(settings: Settings, connect) -> list[Check]:
     conn = connect(database=None)
     try:
         info = read_server_info(conn)
-        out = [_settings_check(info, settings), _grants_check(info)]
+        out = [_settings_check(info, settings), _grants_check(info),
+               *_account_checks(info, settings)]
         # each on its own: a missing grant must not hide the other findings
         out += _guard("gtid", lambda: [_gtid_check(conn, info)])
         out += _guard("binlog-retention", lambda: [_retention_check(conn, settings)])
@@ -81,6 +83,46 @@ def _grants_check(info) -> Check:
         return Check("grants", FAIL, f"the cachesync user lacks {', '.join(missing)}",
                      f"GRANT {', '.join(missing)} ON *.* TO <cachesync user>")
     return Check("grants", PASS, "REPLICATION SLAVE and REPLICATION CLIENT granted")
+
+
+def _account_checks(info, settings: Settings) -> list[Check]:
+    """The account's other grants: its own state database (checkpoints, dedup, locks), and
+    SELECT on the mapped tables (lint, init, the consistency monitor and audit read them)."""
+    state = settings.mysql.state_db
+    out = []
+    lacking = missing(info.grants, state, STATE_PRIVILEGES)
+    if lacking:
+        out.append(Check("grants-state", FAIL, f"the cachesync user lacks {', '.join(lacking)} "
+                         f"on its state database `{state}`",
+                         f"GRANT {', '.join(STATE_PRIVILEGES)} ON `{state}`.* TO <cachesync user>"))
+    else:
+        out.append(Check("grants-state", PASS, f"{', '.join(STATE_PRIVILEGES)} on `{state}`"))
+    unread = sorted(db for db in mapped_databases(settings)
+                    if missing(info.grants, db, ["SELECT"])
+                    and not _tables_readable(info.grants, settings, db))
+    if unread:
+        out.append(Check("grants-tables", WARN, f"no SELECT on {', '.join(unread)}: lint, init, "
+                         "the consistency monitor and audit cannot read the mapped tables",
+                         "; ".join(f"GRANT SELECT ON `{db}`.* TO <cachesync user>" for db in unread)))
+    else:
+        out.append(Check("grants-tables", PASS, "SELECT on the mapped tables"))
+    return out
+
+
+def _tables_readable(grants, settings: Settings, db: str) -> bool:
+    """Every exact entry of ``db`` is readable through table-level grants (none: False)."""
+    tables = [m for m in settings.tables.tables.values() if m.db == db and m.keys]
+    return bool(tables) and all(not missing(grants, db, ["SELECT"], m.name) for m in tables)
+
+
+def mapped_databases(settings: Settings) -> set[str]:
+    """The databases of exact entries and of glob patterns whose database part is literal
+    (the live tables of others are only visible with SELECT on them)."""
+    dbs = {m.db for m in settings.tables.tables.values() if m.keys}
+    dbs |= {p.glob[0] for p, _ in settings.tables.patterns
+            if p.glob is not None and not set("*?[") & set(p.glob[0])}
+    dbs |= {m.db for m in settings.tables.resolved()}
+    return dbs - {settings.mysql.state_db}
 
 
 def _variables(conn, names) -> dict[str, str]:

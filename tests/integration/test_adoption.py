@@ -40,6 +40,7 @@ def sharded(lab):
         lab.sql(f"INSERT INTO {db}.user_{i:02d} VALUES (1, 'a@x', 'n', 0)")
     yield lab, dbs
     lab.sql(f"DROP DATABASE IF EXISTS {other}")
+    lab.sql(f"REVOKE SELECT ON {other}.* FROM cachesync@'127.0.0.1'")
 
 
 def test_one_pattern_maps_every_shard_filters_columns_and_finds_new_shards(sharded):

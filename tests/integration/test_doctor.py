@@ -57,6 +57,8 @@ def test_healthy_devstack_has_no_failure(lab, cfg):
     code, checks = doctor(lab, cfg)
     assert all(c["level"] != FAIL for cs in checks.values() for c in cs), checks
     assert checks["binlog-settings"][0]["level"] == PASS
+    assert checks["grants-state"][0]["level"] == PASS
+    assert checks["grants-tables"][0]["level"] == PASS
     assert code in (0, 5)
 
 
@@ -85,6 +87,10 @@ def test_missing_replication_grants_fail(lab, cfg):
     [check] = checks["grants"]
     assert check["level"] == FAIL and "REPLICATION SLAVE" in check["detail"]
     assert "GRANT" in check["fix"] and code == 6
+    [state] = checks["grants-state"]
+    assert state["level"] == FAIL and "INSERT" in state["detail"]
+    [tables] = checks["grants-tables"]
+    assert tables["level"] == WARN and f"GRANT SELECT ON `{lab.db}`.*" in tables["fix"]
 
 
 def test_gtid_strict_mode_off_warns(lab, cfg):
