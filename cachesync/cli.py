@@ -21,8 +21,9 @@ except ModuleNotFoundError as missing:      # the base install is the applicatio
     sys.exit(2)
 
 from cachesync import __version__
-from cachesync.commands import (audit, consume, dedup, demo, dlq, doctor, explain, init, lint, monitor, relay,
-                                replay, resync, run, status, tail, topics)
+from cachesync.commands import (audit, config_cmd, consume, dedup, demo, dlq, doctor, explain,
+                                init, lint, monitor, relay, replay, resync, run, spark_submit,
+                                status, tail, topics)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
@@ -47,6 +48,7 @@ cli.add_command(run.command)
 cli.add_command(explain.command)
 cli.add_command(lint.command)
 cli.add_command(status.command)
+cli.add_command(config_cmd.command)
 cli.add_command(dlq.command)
 cli.add_command(dedup.command)
 cli.add_command(replay.command)
@@ -56,6 +58,7 @@ cli.add_command(monitor.command)
 cli.add_command(topics.command)
 cli.add_command(doctor.command)
 cli.add_command(init.command)
+cli.add_command(spark_submit.command)
 
 
 def main() -> None:

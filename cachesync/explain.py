@@ -11,9 +11,9 @@ leave keys behind:
   table does not have (every event of it would be dead-lettered);
 * ``no-ttl``: live keys matching a template that have no TTL, so a lost
   invalidation would keep them forever;
-* ``ambiguous-key``, ``overlapping-keys``, ``ci-collation``, ``binary-form``: keys two rows
-  can share, key columns MySQL compares case-insensitively, and key columns whose key text is
-  not the server's text (``cachesync.lint_keys``).
+* ``ambiguous-key``, ``overlapping-keys``, ``ci-collation``, ``key-text-changed``: keys two rows
+  can share, key columns MySQL compares case-insensitively, and key columns whose key text
+  changed in this version (``cachesync.lint_keys``).
 
 The checks are pure; the live data (columns, keys without TTL) is passed in by the
 caller, see ``cachesync.lint_keys.live_column_types`` and ``keys_without_ttl``.

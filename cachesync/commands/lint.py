@@ -41,8 +41,9 @@ def command(settings, offline: bool, sample: int) -> None:
                     with a text id and user:email:{email}), or two tables share one
     ci-collation    a key column under a _ci collation: MySQL treats 'abc' and
                     'ABC ' as equal, keys are byte-exact
-    binary-form     an INET4/INET6/UUID key column: its key text is 0x-hex of the
-                    stored bytes, not the server's text
+    key-text-changed  a key column whose key text changed in this version (INET4/
+                    INET6/UUID: server text, formerly 0x-hex; TIME: negative values
+                    with a fraction): flush keys cached before the upgrade once
     reserved-key    a template that can render a key under cachesync: ({name}
                     with a text column): the consumer dead-letters such rows
     shard-keys      a pattern entry's template without {_db} or {_table}: two

@@ -63,7 +63,8 @@ def command(settings, from_gtid, from_file, from_pos) -> None:
     start = start_option(from_gtid, from_file, from_pos)
     with handle_errors():
         start_checks(settings, "tail")     # kafka.create_topics, and doctor's checks logged
-        tailers = Cumulative(("published", "table_events", "oversized", "versions_not_newer",
+        tailers = Cumulative(("published", "table_events", "undecoded_events", "oversized",
+                              "versions_not_newer", "partial_rows", "unkeyable", "json_unknown",
                               "outbox_events", "outbox_invalid"))
         ops = tail_ops(settings, tailers)
         first = [start]
