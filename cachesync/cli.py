@@ -22,7 +22,7 @@ except ModuleNotFoundError as missing:      # the base install is the applicatio
 
 from cachesync import __version__
 from cachesync.commands import (audit, consume, dedup, demo, dlq, explain, lint, monitor, relay,
-                                replay, resync, run, spark_submit, status, tail)
+                                replay, resync, run, snapshot, spark_submit, status, tail)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
@@ -53,6 +53,7 @@ cli.add_command(audit.command)
 cli.add_command(resync.command)
 cli.add_command(monitor.command)
 cli.add_command(spark_submit.command)
+cli.add_command(snapshot.command)
 
 
 def main() -> None:
