@@ -65,6 +65,10 @@ def command(master, deploy_mode, executor_python, conf_items, name, spark_submit
 def _spark_submit() -> str:
     home = os.environ.get(DEFAULT_SPARK_SUBMIT_ENV)
     if not home:
-        import pyspark
-        home = os.path.dirname(pyspark.__file__)
+        import importlib.util
+        spec = importlib.util.find_spec("pyspark")     # where it is, without starting it
+        if spec is None or not spec.origin:
+            raise click.UsageError("no spark-submit: set SPARK_HOME or --spark-submit, or "
+                                   "pip install 'cachesync[spark]'")
+        home = os.path.dirname(spec.origin)
     return os.path.join(home, "bin", "spark-submit")
