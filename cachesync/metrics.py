@@ -50,8 +50,23 @@ TAILER_COUNTERS = {
     "cachesync_tailer_table_events": ("Table-level changes of mapped tables published "
                                       "(TRUNCATE, DROP, RENAME, DROP DATABASE, statement DML)",
                                       "table_events"),
+    "cachesync_tailer_undecoded_events": ("Binlog events that may carry row changes cachesync "
+                                          "cannot decode (docs/binlog-formats.md): their "
+                                          "tables invalidated as a whole", "undecoded_events"),
     "cachesync_tailer_rows_oversized": ("Rows over Kafka's record limit, published "
                                         "invalidate-only (keys, no values)", "oversized"),
+    "cachesync_tailer_rows_partial_json_unknown": ("Updates whose partial JSON after image "
+                                                   "could not be computed (the before image "
+                                                   "lacks the document): keys or table "
+                                                   "invalidated, no value written",
+                                                   "json_unknown"),
+    "cachesync_tailer_rows_partial_image": ("Rows logged with a partial row image "
+                                            "(binlog_row_image other than FULL in the writing "
+                                            "session), published with the columns they know",
+                                            "partial_rows"),
+    "cachesync_tailer_rows_unkeyable": ("Rows whose Kafka key could not be rendered (e.g. the "
+                                        "primary key not logged): their table was invalidated "
+                                        "as a whole", "unkeyable"),
     "cachesync_tailer_versions_not_newer": ("Transactions whose GTID did not advance the "
                                             "history, so their update-mode versions are not "
                                             "newer (MariaDB without gtid_strict_mode)",
@@ -97,6 +112,9 @@ TABLE_COUNTERS = {
                                        "Update-mode keys invalidated instead of written, per "
                                        "table and reason (ambiguous_key, oversized_value, "
                                        "null_version)"),
+    "unwatched_updates": ("cachesync_unwatched_updates",
+                          "Updates that changed no watched column (watch_columns / "
+                          "ignore_columns): nothing invalidated or written, per table"),
     "untrusted_keys": ("cachesync_untrusted_keys",
                        "Events dead-lettered at the trust boundary, per table and reason "
                        "(reserved_key, key_not_allowed)"),

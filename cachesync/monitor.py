@@ -212,7 +212,7 @@ class ConsistencyMonitor(Hook):
 
     def _check(self, sample: Sample) -> bool:
         """One look at the sample's row and keys; False when MySQL or Redis failed."""
-        mapping = self._mappings.tables[sample.table]
+        mapping = self._mappings.get(*sample.table.split(".", 1))
         try:
             before = self._reader.read(mapping, sample.pk)
             keys = keys_to_read(mapping, before, dict(sample.pk))

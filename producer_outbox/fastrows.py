@@ -33,15 +33,14 @@ already read by the event's constructor)::
       BLOB/TEXT (and MariaDB JSON)    length_size-byte length (1-4), then bytes
 
 Each generated decoder reproduces the library's results exactly, quirks
-included: YEAR 0 is 1900, a zero TIMESTAMP is 1970-01-01, a negative TIME2's
-fraction is added before the sign is applied, strings are decoded with the Python
+included: YEAR 0 is 1900, a zero TIMESTAMP is 1970-01-01, strings are decoded with the Python
 codec of the column charset (``keycolumns.text_codec``: the library's, except
 utf16, utf32 and ucs2, big-endian as the server stores them) and stay bytes when
 there is no such codec (``binary``), except an empty one, which is '', BIT is a
 string of '0'/'1', an empty SET is None ("empty set"), and every row carries the
 library's ``none_sources`` dicts (``keycolumns.key_images`` turns these quirks into
 key text afterwards, for both paths). A DATE or DATETIME2 Python cannot hold (zero
-parts, or an invalid date the server allowed) is the server's text. Dates and
+parts, or an invalid date the server allowed) is the server's text. Dates, TIME2 and
 strings are read as the library's readers once ``keycolumns.install_readers``
 patched them (at import of this module; the unpatched library returns None for
 such dates). Where the library would raise (undecodable text, a truncated event)
@@ -76,7 +75,9 @@ from pymysqlreplication.constants import FIELD_TYPE, NONE_SOURCE
 from pymysqlreplication.row_event import (DeleteRowsEvent, RowsEvent, UpdateRowsEvent,
                                           WriteRowsEvent)
 
-from cachesync.producer_outbox.keycolumns import text_codec, zero_date_text, zero_datetime_text
+from cachesync.producer_outbox.jsoncolumns import column_text as json_column_text
+from cachesync.producer_outbox.keycolumns import (text_codec, time2_delta, zero_date_text,
+                                                  zero_datetime_text)
 
 # The images of one row and the keys the library stores them under.
 _IMAGE_KEYS = {
@@ -209,6 +210,7 @@ _UINT_BE = {5: ("IB", "{0} << 8 | {1}"), 6: ("IH", "{0} << 16 | {1}"),
 # Fractional seconds by fsp: bytes, and struct codes of the big-endian signed value.
 _FSP_BYTES = {0: 0, 1: 1, 2: 1, 3: 2, 4: 2, 5: 3, 6: 3}
 _FSP_CODES = {0: "", 1: "b", 2: "b", 3: "h", 4: "h", 5: "bH", 6: "bH"}
+_FRAC_CODES = {0: "", 1: "B", 2: "B", 3: "H", 4: "H", 5: "BH", 6: "BH"}     # the same, unsigned
 # Packed decimals: bytes used by the leftover (< 9) digits; struct codes of a group by size.
 _DIG2BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
 _PART_CODES = {1: "B", 2: "H", 3: "BH", 4: "I"}
@@ -219,7 +221,7 @@ _EXACT = decimal.Context(prec=65)
 def _field(column, errors: str) -> _Field | None:
     """The reader of one column, or None when the fast path does not support it.
 
-    Unsupported: other types (JSON, GEOMETRY, VAR_STRING, the pre-5.6 temporal
+    Unsupported: other types (GEOMETRY, VAR_STRING, the pre-5.6 temporal
     types...), an ENUM without its values, and metadata out of the ranges a server
     sends (which the lookup tables below do not cover).
     """
@@ -244,7 +246,7 @@ def _field(column, errors: str) -> _Field | None:
     if t == FIELD_TYPE.TIMESTAMP2:
         return _Field(_timestamp2(column.fsp), ">", "i" + _FSP_CODES[column.fsp])
     if t == FIELD_TYPE.TIME2:
-        return _Field(_time2(column.fsp), ">", "bH" + _FSP_CODES[column.fsp])
+        return _Field(_time2(column.fsp), ">", "BH" + _FRAC_CODES[column.fsp])
     if t == FIELD_TYPE.NEWDECIMAL:
         return _decimal(column.precision, column.decimals)
     if t == FIELD_TYPE.BIT:
@@ -260,6 +262,8 @@ def _field(column, errors: str) -> _Field | None:
         return _Field(_string(column, errors), length_size=2 if column.max_length > 255 else 1)
     if t == FIELD_TYPE.BLOB:
         return _Field(_string(column, errors), length_size=column.length_size)
+    if t == FIELD_TYPE.JSON:       # MySQL's binary JSON: the server's text (jsoncolumns)
+        return _Field(_JSON, length_size=column.length_size)
     return None
 
 
@@ -274,7 +278,7 @@ def _sane(column) -> bool:
         return column.bits > 0
     if t in (FIELD_TYPE.ENUM, FIELD_TYPE.SET):
         return column.size in _UINT_LE
-    if t == FIELD_TYPE.BLOB:
+    if t in (FIELD_TYPE.BLOB, FIELD_TYPE.JSON):
         return column.length_size in _UINT_LE
     return True
 
@@ -289,6 +293,9 @@ def _assign(template: str) -> _Converter:
 
 # The raw value is the value: unpacked straight into the column's variable.
 _AS_IS = _assign("{0}")
+# A JSON column's bytes -> its text, as the patched library reader (raises JsonError, a
+# ValueError: the library then reads the event and raises the same)
+_JSON = _assign("_json_text({0})")
 
 
 def _date(out, raws, name, k):
@@ -366,17 +373,11 @@ def _timestamp2(fsp: int) -> _Converter:
 
 
 def _time2(fsp: int) -> _Converter:
-    """As ``__read_time2``: sign from the top bit; fields of the value, negated if negative."""
-    duration = "_timedelta(0, (t >> 12 & 1023) * 3600 + (t >> 6 & 63) * 60 + (t & 63), micro)"
-
+    """As the patched ``__read_time2`` (``keycolumns.time2_delta``): the server's value."""
     def convert(out, raws, name, k):
-        return [f"t = {raws[0]} << 16 | {raws[1]}",
-                *_signed_fraction(fsp, raws[2:]),
-                "if t >> 23 & 1:",
-                f"    {out} = {duration}",
-                "else:",
-                "    t = ~t + 1",
-                f"    {out} = {duration} * -1"]
+        frac = ("0" if len(raws) == 2 else raws[2] if len(raws) == 3
+                else f"({raws[2]} << 16 | {raws[3]})")
+        return [f"{out} = _time2({raws[0]} << 16 | {raws[1]}, {frac}, {fsp})"]
     return convert
 
 
@@ -481,9 +482,9 @@ def _compile(fields: list, names: list, images, bitmaps) -> Callable:
     scope = {"_date": datetime.date, "_datetime": datetime.datetime,
              "_zero_date": zero_date_text, "_zero_datetime": zero_datetime_text,
              "_timedelta": datetime.timedelta,
-             "_utcfromtimestamp": datetime.datetime.utcfromtimestamp,
+             "_utcfromtimestamp": datetime.datetime.utcfromtimestamp, "_time2": time2_delta,
              "_from_bytes": int.from_bytes, "_Decimal": decimal.Decimal,
-             "_scaleb": _EXACT.scaleb}
+             "_scaleb": _EXACT.scaleb, "_json_text": json_column_text}
 
     def bind(value, prefix: str) -> str:
         name = f"{prefix}{len(scope)}"

@@ -88,3 +88,12 @@ TABLE_FENCE_PREFIX = "cachesync:table:"
 def table_fence_key(table: str) -> str:
     """Where update mode keeps the source version of a table's newest table-level event."""
     return TABLE_FENCE_PREFIX + table
+
+
+TABLE_JOB_PREFIX = "cachesync:tablejob:"
+
+
+def table_job_key(namespace: str, job_id: str) -> str:
+    """``cachesync:tablejob:<ns>:<job id>``: the state of one table-level event's scan, shared
+    by the consumers of a group (consumer.core.tablejobs.job_id)."""
+    return f"{TABLE_JOB_PREFIX}{namespace}:{job_id}"

@@ -17,8 +17,9 @@ EXIT_RUNTIME, EXIT_CONFIG, EXIT_NOT_READY = 1, 2, 3
 log = logging.getLogger("cachesync")
 
 
-def settings_options(fn):
-    """--config, --env-file, --log-level, --log-json."""
+def load_options(fn):
+    """--config and --env-file; the command gets ``load()``, which returns the settings and
+    where each value came from (see :func:`cachesync.config.load_with_origins`)."""
     @click.option("--config", "-c", "config_path", type=click.Path(dir_okay=False),
                   envvar="CACHESYNC_CONFIG", show_envvar=True,
                   help="YAML settings file (tables, mysql, kafka, redis, ...).")
@@ -26,17 +27,28 @@ def settings_options(fn):
                   show_envvar=True,
                   help="KEY=VALUE file loaded into the environment first (e.g. .devstack/env); "
                        "variables already set win.")
+    @functools.wraps(fn)
+    def wrapper(config_path, env_file, **kwargs):
+        def load():
+            if env_file:
+                for key, value in config.read_env_file(env_file).items():
+                    os.environ.setdefault(key, value)
+            return config.load_with_origins(config_path)
+        return fn(load=load, **kwargs)
+    return wrapper
+
+
+def settings_options(fn):
+    """--config, --env-file, --log-level, --log-json."""
+    @load_options
     @click.option("--log-level", default="INFO", show_default=True,
                   type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
     @click.option("--log-json", is_flag=True, help="Log one JSON object per line.")
     @functools.wraps(fn)
-    def wrapper(config_path, env_file, log_level, log_json, **kwargs):
+    def wrapper(load, log_level, log_json, **kwargs):
         logs.setup(log_level, log_json)
         with handle_errors():
-            if env_file:
-                for key, value in config.read_env_file(env_file).items():
-                    os.environ.setdefault(key, value)
-            settings = config.load(config_path)
+            settings, _ = load()
         return fn(settings=settings, **kwargs)
     return wrapper
 

@@ -181,6 +181,24 @@ def test_redis_sentinel_client_keeps_working_through_a_failover():
     assert master.connection_pool.get_master_address() == after
 
 
+# ---------------------------------------------------------------- redis-aof
+def test_redis_aof_keeps_what_it_acknowledged_through_a_kill_9():
+    env = start("redis-aof")
+    client = redis.Redis.from_url(env["DEVSTACK_REDIS_AOF_URL"], socket_timeout=5)
+    assert client.config_get("appendfsync") == {"appendfsync": "always"}
+    assert client.config_get("maxmemory-policy") == {"maxmemory-policy": "noeviction"}
+    key = f"variant:{uuid.uuid4().hex[:8]}"
+    client.set(key, "acknowledged", px=600000)
+    pid = int(client.info("server")["process_id"])
+    subprocess.run(["kill", "-9", str(pid)], check=True)
+    wait_for(lambda: subprocess.run(["kill", "-0", str(pid)], capture_output=True).returncode,
+             10, what="the killed redis-aof to be gone")
+    start("redis-aof")
+    assert client.get(key) == b"acknowledged"
+    client.delete(key)
+    client.close()
+
+
 # ---------------------------------------------------------------- mariadb-replica
 def test_mariadb_replica_follows_the_primary_and_promote_makes_it_writable(stack):
     env = start("mariadb-replica")

@@ -23,6 +23,6 @@ def test_every_variant_has_its_functions_a_readme_row_and_a_help_mention():
 
 def test_every_port_override_and_env_key_is_documented():
     overrides = set(re.findall(r"\$\{(DEVSTACK_[A-Z_]+_PORT):-", SCRIPTS))
-    assert len(overrides) == 9 and {o for o in overrides if f"`{o}`" not in README} == set()
+    assert len(overrides) == 10 and {o for o in overrides if f"`{o}`" not in README} == set()
     keys = set(re.findall(r"(?:^|echo \")(DEVSTACK_[A-Z_]+)=", SCRIPTS, re.M))   # heredocs and echo
     assert len(keys) > 20 and {k for k in keys if f"`{k}`" not in README} == set()
