@@ -9,6 +9,7 @@ the components as they are.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import redis
 from redis.cluster import RedisCluster
@@ -36,9 +37,11 @@ from cachesync.producer_outbox.publisher import KafkaPublisher
 from cachesync.producer_outbox.relay import Relay
 from cachesync.producer_outbox.relay_store import OutboxStore
 from cachesync.producer_outbox.source import first_answering, source_candidates
-from cachesync.producer_outbox.tailer import Tailer, TailerOptions
 from cachesync.schema.errors import ConfigError
 from cachesync.schema.mapping import MappingSet
+
+if TYPE_CHECKING:
+    from cachesync.producer_outbox.tailer import Tailer
 
 
 ADAPTER_TIMEOUT_S = 5    # the cache's and the dedup store's Redis socket timeouts
@@ -184,6 +187,9 @@ def build_tailer(settings: Settings, start: Checkpoint | None = None, publisher=
                  topic: str | None = None) -> Tailer:
     """The binlog tailer publishing to Kafka (or to ``publisher`` on ``topic``: direct mode);
     ``start`` overrides the stored checkpoint (``tail --from-...``)."""
+    # imported here: the binlog reader needs compiled libraries (zstandard) that Spark
+    # executors, which import this module for the consumer's adapters, may not have
+    from cachesync.producer_outbox.tailer import Tailer, TailerOptions
     t = settings.tailer
     source = source_params(settings)
     owns = publisher is None
