@@ -43,7 +43,9 @@ def _row_value_options(value: str) -> tuple[str, str]:
     if "PARTIAL_JSON" not in value.upper():
         return OK, "JSON updates are logged as full values"
     if TYPES[_PARTIAL_UPDATE_ROWS].outcome == DECODED:
-        return OK, "partial JSON updates (PARTIAL_UPDATE_ROWS_EVENT) are decoded"
+        return OK, ("partial JSON updates (PARTIAL_UPDATE_ROWS_EVENT) are decoded: the diffs "
+                    "apply to the before image; a session's MINIMAL/NOBLOB image leaves the "
+                    "new document unknown, so its keys are invalidated without a value")
     return TABLE_LEVEL, ("a partial JSON update (PARTIAL_UPDATE_ROWS_EVENT) invalidates its "
                          "table as a whole; set binlog_row_value_options='' for per-key "
                          "invalidation")

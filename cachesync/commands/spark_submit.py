@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -64,7 +65,10 @@ def command(master, deploy_mode, executor_python, conf_items, name, spark_submit
 
 def _spark_submit() -> str:
     home = os.environ.get(DEFAULT_SPARK_SUBMIT_ENV)
-    if not home:
-        import pyspark
-        home = os.path.dirname(pyspark.__file__)
+    if not home:     # the installed pyspark's distribution, found without importing it
+        spec = importlib.util.find_spec("pyspark")
+        if spec is None or not spec.submodule_search_locations:
+            raise click.ClickException(f"pyspark is not installed: pip install 'cachesync[spark]',"
+                                       f" or set {DEFAULT_SPARK_SUBMIT_ENV}")
+        home = list(spec.submodule_search_locations)[0]
     return os.path.join(home, "bin", "spark-submit")

@@ -136,8 +136,10 @@ def test_tagged_gtids_are_kept_and_resumed_from(replay, lab, reader):
 
 @pytest.mark.parametrize("reader", ["fast", "library"])
 def test_events_that_cannot_be_decoded_invalidate_their_tables(replay, lab, reader):
-    """The rule over event types, end to end: a rows event of a layout cachesync does not
-    decode (PRE_GA_UPDATE_ROWS_EVENT, its table named by the map before it) and an event type no server wrote yet (no table: every mapped table)
+    """The rule over event types, end to end: a rows event of a type cachesync does not decode
+    (PRE_GA_WRITE_ROWS_EVENT, its table named by the map before it; PARTIAL_UPDATE_ROWS_EVENT
+    is decoded, see test_mysql_json_replay.py) and an event type no server wrote yet (no
+    table: every mapped table)
     become table-level invalidations, with a WARNING and cachesync_tailer_undecoded_events;
     the transaction around them still completes and the checkpoint moves past it."""
     from tests.support import address, scrape
@@ -147,7 +149,7 @@ def test_events_that_cannot_be_decoded_invalidate_their_tables(replay, lab, read
     lab.cache("user:1", "user:email:a@x")
     t = replay.table
     replay.write_events([(mb.QUERY, mb.query("BEGIN")), (mb.TABLE_MAP, t.map_body()),
-                         (21, t.rows_body(mb.UPDATE_ROWS, [((1, "a@x"), (1, "a@x"))])),
+                         (20, t.rows_body(mb.UPDATE_ROWS, [((1, "a@x"), (1, "a@x"))])),
                          (mb.XID, mb.xid(1))])
     wait_gone(lab, "user:1", "user:email:a@x")
     lab.cache("user:5")
@@ -155,7 +157,7 @@ def test_events_that_cannot_be_decoded_invalidate_their_tables(replay, lab, read
     wait_gone(lab, "user:5")
     wait_for(lambda: replay.checkpoint() == f"{UUID}:1", 30, what="the checkpoint past both")
     log = lab.log(tailer)
-    assert "PRE_GA_UPDATE_ROWS_EVENT (type 21)" in log and f"invalidating {lab.db}.users" in log
+    assert "PRE_GA_WRITE_ROWS_EVENT (type 20)" in log and f"invalidating {lab.db}.users" in log
     assert "unknown event type 99 (type 99)" in log and "every mapped table" in log
     samples = scrape(address(lab, tailer))
     assert samples[("cachesync_tailer_undecoded_events_total", ())] == 2

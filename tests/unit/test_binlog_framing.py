@@ -131,8 +131,8 @@ def test_every_known_type_has_an_outcome_and_only_payloads_expand():
 @pytest.mark.parametrize("code, flags, outcome, own", [
     (30, 0, DECODED, False),              # rows: the library's
     (42, 0, DECODED, True),               # tagged GTID: cachesync's
-    (39, 0, DECODED, False),              # partial JSON update: the library's, decoded
-    (21, 0, TABLE_LEVEL, True),           # pre-GA rows layout: its table, as a whole
+    (39, 0, DECODED, False),              # partial JSON update: the library's, diffs applied
+    (20, 0, TABLE_LEVEL, True),           # pre-GA rows: never decoded
     (26, 0, TABLE_LEVEL, True),           # incident: the primary lost changes
     (29, 0x80, NO_ROWS, False),           # rows query (ignorable)
     (99, 0, TABLE_LEVEL, True),           # a type no server wrote yet: never skipped
@@ -146,8 +146,8 @@ def test_the_rule_over_event_types(code, flags, outcome, own):
 
 def test_an_undecoded_rows_event_names_its_table_id():
     body = (1234).to_bytes(6, "little") + b"\x01\x00\x02\x00rest"
-    event = own_event(packet(21, body, end=4321), True)
-    assert event == UndecodedEvent(21, "PRE_GA_UPDATE_ROWS_EVENT", 1234, 1_700_000_000, 1, 4321)
+    event = own_event(packet(20, body, end=4321), True)
+    assert event == UndecodedEvent(20, "PRE_GA_WRITE_ROWS_EVENT", 1234, 1_700_000_000, 1, 4321)
     unknown = own_event(packet(99, b"whatever", end=50), True)
     assert (unknown.table_id, unknown.name) == (None, "unknown event type 99")
 
