@@ -31,6 +31,7 @@ class Replay:
                                                      mb.Column("email", mb.VARCHAR, 256)))
         self.file = mb.Binlog("binlog.000001", checksum=checksum)
         self.primary = ReplayPrimary([self.file])
+        self.primary.columns[(lab.db, "users")] = (("id", "int"), ("email", "varchar"))
         self.gno = 0
         self.xid = 100
 
@@ -109,15 +110,17 @@ def test_compressed_transactions_are_decoded(replay, lab, reader):
 def test_tagged_gtids_are_kept_and_resumed_from(replay, lab, reader):
     """MySQL 8.4 tagged GTIDs: the checkpoint keeps the tag, and a restarted tailer resumes
     with the tagged set (COM_BINLOG_DUMP_GTID in the tagged encoding): the primary skips
-    what the set holds and the tailer reads only the new transaction."""
-    replay.write(mb.WRITE_ROWS, [(9, "z@x")])                     # gtid_executed at start
+    what the set holds and the tailer reads only the new transaction. The server's
+    gtid_executed holds a tag already at the first start."""
+    replay.write(mb.WRITE_ROWS, [(8, "y@x")])
+    replay.write(mb.WRITE_ROWS, [(9, "z@x")], tag="init")        # gtid_executed at start
     cfg = replay.config(reader)
     tailer = lab.start_tailer(cfg)
     lab.start_engine(cfg)
     lab.cache("user:1", "user:email:a@x")
     replay.write(mb.DELETE_ROWS, [(1, "a@x")], tag="batch")
     wait_gone(lab, "user:1", "user:email:a@x")
-    wait_for(lambda: replay.checkpoint() == f"{UUID}:1:batch:2", 30,
+    wait_for(lambda: replay.checkpoint() == f"{UUID}:1:batch:3:init:2", 30,
              what="the tagged checkpoint")
     tailer.terminate()
     tailer.wait(30)
@@ -126,8 +129,8 @@ def test_tagged_gtids_are_kept_and_resumed_from(replay, lab, reader):
     lab.start_tailer(cfg)
     wait_gone(lab, "user:4")
     assert replay.primary.dumps[-1] == ("gtid", sorted(
-        [(UUID, "", 1), (UUID, "batch", 2)])), replay.primary.dumps
-    wait_for(lambda: replay.checkpoint() == f"{UUID}:1:batch:2-3", 30,
+        [(UUID, "", 1), (UUID, "init", 2), (UUID, "batch", 3)])), replay.primary.dumps
+    wait_for(lambda: replay.checkpoint() == f"{UUID}:1:batch:3-4:init:2", 30,
              what="the checkpoint past the resumed transaction")
 
 
