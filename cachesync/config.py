@@ -17,11 +17,10 @@ from typing import Any, Callable, Mapping
 
 import yaml
 
+from cachesync.config_env import ENV_PREFIX, service_links, unknown_variables
 from cachesync.schema.errors import ConfigError
 from cachesync.schema.mapping import MappingSet, parse_mappings
 from cachesync.schema.sqlnames import IDENTIFIER_PATTERN
-
-ENV_PREFIX = "CACHESYNC_"
 
 
 class Secret(str):
@@ -29,6 +28,26 @@ class Secret(str):
 
     def __repr__(self) -> str:
         return "Secret('***')"
+
+
+class Properties(dict):
+    """Kafka client properties passed through as they are (``kafka.producer_properties``
+    ...): kafka-python's names, or the Java client's (``linger.ms`` is ``linger_ms``).
+    Read-only and hashable like the rest of the settings."""
+
+    def __init__(self, items: Mapping[str, Any] = ()) -> None:
+        super().__init__({str(k).replace(".", "_"): v for k, v in dict(items).items()})
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(tuple(sorted((k, repr(v)) for k, v in self.items())))
+
+    def __reduce__(self):
+        return Properties, (dict(self),)      # pickled to Spark executors
+
+    def _read_only(self, *args, **kwargs):
+        raise TypeError("settings are read-only")
+
+    __setitem__ = __delitem__ = update = pop = clear = setdefault = _read_only  # type: ignore
 
 
 def mask_url(url: str) -> str:
@@ -140,6 +159,13 @@ def _hosts_problem(value: str) -> str | None:
     return None
 
 
+def _host_problem(value: str) -> str | None:
+    """One host or host:port (empty: none)."""
+    if "," in value:
+        return f"expected one host or host:port, got {value!r}"
+    return _hosts_problem(value)
+
+
 def _listen_problem(value: str) -> str | None:
     host, sep, port = value.rpartition(":")
     if value in ("auto", "off") or (sep and _port_ok(port, lowest=0)):
@@ -205,6 +231,52 @@ class MySQLSettings(_Validated):
             raise ConfigError("mysql.ssl_ca: required with mysql.ssl_cert (TLS is on when it is set)")
 
 
+# Kafka client properties cachesync sets itself (its delivery guarantees, its group
+# membership, or a setting of its own): a pass-through of one is refused, naming the setting
+_SECURITY_OWNED = {"bootstrap_servers": "kafka.bootstrap_servers",
+                   "security_protocol": "kafka.security_protocol",
+                   "sasl_mechanism": "kafka.sasl_mechanism",
+                   "sasl_plain_username": "kafka.sasl_username",
+                   "sasl_plain_password": "kafka.sasl_password",
+                   "ssl_cafile": "kafka.ssl_cafile", "ssl_certfile": "kafka.ssl_certfile",
+                   "ssl_keyfile": "kafka.ssl_keyfile", "ssl_check_hostname": "kafka.ssl_check_hostname",
+                   "client_id": "cachesync's own client ids", "api_version": "auto-detection"}
+OWNED_PROPERTIES = {
+    "producer": {**_SECURITY_OWNED, "acks": "acks=all (at-least-once)",
+                 "enable_idempotence": "the idempotent producer",
+                 "max_in_flight_requests_per_connection": "5, the idempotent producer's order window",
+                 "retries": "retry until delivery_timeout_ms",
+                 "compression_type": "kafka.compression_type",
+                 "key_serializer": "cachesync's record format",
+                 "value_serializer": "cachesync's record format",
+                 "transactional_id": "the idempotent producer"},
+    "consumer": {**_SECURITY_OWNED, "group_id": "kafka.group_id",
+                 "enable_auto_commit": "commits after the cache is updated",
+                 "isolation_level": "read_committed",
+                 "session_timeout_ms": "kafka.session_timeout_ms",
+                 "heartbeat_interval_ms": "kafka.heartbeat_interval_ms",
+                 "max_poll_interval_ms": "kafka.max_poll_interval_ms",
+                 "group_instance_id": "kafka.group_instance_id",
+                 "partition_assignment_strategy": "kafka.assignment_strategy",
+                 "key_deserializer": "cachesync's record format",
+                 "value_deserializer": "cachesync's record format",
+                 "auto_offset_reset": "each command's own start"},
+    "admin": dict(_SECURITY_OWNED),
+}
+
+
+def _properties_problem(value: Mapping[str, Any], client: str) -> str | None:
+    owned = OWNED_PROPERTIES[client]
+    for name in sorted(value):
+        if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
+            return f"expected kafka-python property names (linger_ms or linger.ms), got {name!r}"
+        if name in owned:
+            return f"{name} is set by cachesync ({owned[name]}); it cannot be passed through"
+        if not isinstance(value[name], (str, int, float, bool)):
+            return f"{name}: expected a string, number or boolean, got {value[name]!r}"
+    return None
+
+
 @dataclass(frozen=True)
 class KafkaSettings(_Validated):
     SECTION = "kafka"
@@ -216,6 +288,16 @@ class KafkaSettings(_Validated):
         "cachesync.dlq", "poison records, original bytes, headers `reason`, `detail`, `topic`, "
         "`partition`, `offset`, `pack_index` (one event of a packed record), `attempts`, `id`",
         **TOPIC)
+    # `cachesync topics create` (and tail/consume with create_topics: true) create both
+    # topics with these. Retention stays below consumer.dedup_retention_s (doctor checks it).
+    create_topics: bool = setting(False, "`tail` and `consume` create missing topics at start, "
+                                  "as `cachesync topics create` does")
+    topic_partitions: int = setting(6, "partitions of the topics `cachesync topics create` "
+                                    "creates", lo=1, hi=10_000)
+    topic_replication_factor: int = setting(-1, "replication factor of created topics; -1 = the "
+                                            "broker's `default.replication.factor`", lo=-1, hi=32)
+    topic_retention_s: float = setting(604800.0, "`retention.ms` of created topics (7 days); keep "
+                                       "it below `consumer.dedup_retention_s`", **POSITIVE)
     group_id: str = setting("cachesync", "consumer group; also the dedup namespace", **NON_EMPTY)
     # Group membership: a consumer that dies is replaced after the session timeout; with a
     # group_instance_id (static membership) one restarted under the same id within it takes its
@@ -254,6 +336,25 @@ class KafkaSettings(_Validated):
     ssl_keyfile: str = setting("", "PEM private key of `kafka.ssl_certfile`")
     ssl_check_hostname: bool = setting(True, "check that the broker's certificate names the "
                                        "host connected to")
+    # Record batch compression of every producer (the tailer, the relay, dead letters):
+    # zstd by measurement (bench/compression.py); every consumer must read it
+    compression_type: str = setting(
+        "zstd", "record batch compression of every producer (tailer, relay, dead letters): "
+        "`zstd`, `lz4`, `snappy`, `gzip` or `none`; every consumer must be able to read it",
+        choices=("zstd", "lz4", "snappy", "gzip", "none"))
+    # the ones cachesync sets itself are refused by name
+    producer_properties: Properties = setting(
+        Properties(), "other kafka-python producer properties, passed through (a mapping); "
+        "the ones cachesync sets itself are refused by name",
+        check=lambda v: _properties_problem(v, "producer"))
+    consumer_properties: Properties = setting(
+        Properties(), "other kafka-python consumer properties, passed through (a mapping); "
+        "the ones cachesync sets itself are refused by name",
+        check=lambda v: _properties_problem(v, "consumer"))
+    admin_properties: Properties = setting(
+        Properties(), "other kafka-python admin client properties, passed through (a mapping); "
+        "the ones cachesync sets itself are refused by name",
+        check=lambda v: _properties_problem(v, "admin"))
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -392,6 +493,20 @@ class TailerSettings(_Validated):
 
 
 @dataclass(frozen=True)
+class SourceSettings(_Validated):
+    SECTION = "source"
+    id: str = setting(
+        "", "the name of the MySQL/MariaDB cluster `tail` reads (never a server's: a replica "
+        "or a promoted replica of it must keep giving the same ids). Set it, different per "
+        "cluster, when several clusters feed one topic: it enters every message id (and the "
+        "direct mode's dedup namespace), so equal GTIDs of two clusters (same domain and server "
+        "id, or servers cloned from one data directory) never collide. Empty: ids as without "
+        "it; changing it on a running deployment re-publishes nothing but makes ids new",
+        pattern=r"([A-Za-z0-9._-]{1,64})?",
+        what="empty or a name of 1 to 64 letters, digits, '.', '_' or '-'")
+
+
+@dataclass(frozen=True)
 class ConsumerSettings(_Validated):
     SECTION = "consumer"
     batch_size: int = setting(2000, "events per poll (fewer records when they are packed) and "
@@ -417,9 +532,20 @@ class ConsumerSettings(_Validated):
         "over a dead one's partitions waits this long (from the dead one's last claim) before "
         "applying what it had claimed. Keep it below `kafka.session_timeout_ms`", **POSITIVE)
     namespace: str = setting("", "dedup namespace", shown="the Kafka group id")
-    dedup_store: str = setting("mysql", "`mysql` (`cachesync_dedup`) or `redis` "
-                               "(`cachesync:dedup:<ns>:{<tag>}<id>`, spread over 64 hash slots; "
-                               "needs a durable Redis)", choices=("mysql", "redis"))
+    dedup_store: str = setting(
+        "redis", "`redis` (`cachesync:dedup:<ns>:{<tag>}<id>`, spread over 64 hash slots; nothing "
+        "written to MySQL; run Redis with AOF and `maxmemory-policy noeviction` for the records "
+        "to outlive a restart and memory pressure) or `mysql` (`cachesync_dedup` in the state "
+        "database, or on `consumer.dedup_mysql_host`). What each guarantees: "
+        "the Scale page", choices=("mysql", "redis"))
+    dedup_mysql_host: str = setting(
+        "", "`host[:port]` of a MySQL server of its own for the MySQL dedup store (the `mysql` "
+        "section's account and TLS); empty: `mysql.host`. A server of its own keeps the claims "
+        "off the primary and its binlog", check=_host_problem)
+    dedup_mysql_log_bin: bool = setting(
+        True, "`false`: the MySQL dedup store's session runs `SET sql_log_bin = 0`, so its rows "
+        "stay out of the binlog and off the replicas; needs `BINLOG ADMIN` (MariaDB 10.5.2+) or "
+        "`SESSION_VARIABLES_ADMIN` (MySQL 8.0.14+), else the consumer stops naming the grant")
     # 8 days: must exceed the topic's retention (7 d default)
     dedup_retention_s: float = setting(691200.0, "done records older than this are purged; "
                                        "keep it above the topic's retention",
@@ -505,10 +631,11 @@ class Settings:
     tailer: TailerSettings
     consumer: ConsumerSettings
     tables: MappingSet
-    source: str = "<defaults>"
+    origin: str = "<defaults>"      # the settings file (or "<environment>")
     relay: RelaySettings = RelaySettings()
     metrics: MetricsSettings = MetricsSettings()
     monitor: MonitorSettings = MonitorSettings()
+    source: SourceSettings = SourceSettings()
 
     @property
     def dedup_namespace(self) -> str:
@@ -517,23 +644,70 @@ class Settings:
 
 _SECTIONS = {"mysql": MySQLSettings, "kafka": KafkaSettings, "redis": RedisSettings,
              "tailer": TailerSettings, "consumer": ConsumerSettings, "relay": RelaySettings,
-             "metrics": MetricsSettings, "monitor": MonitorSettings}
+             "metrics": MetricsSettings, "monitor": MonitorSettings, "source": SourceSettings}
 
 
 def load(path: str | os.PathLike | None, environ: Mapping[str, str] | None = None) -> Settings:
-    """Load ``path`` (optional) and apply env overrides; raises ConfigError naming the field."""
+    """Load ``path`` (optional) and apply env overrides; raises ConfigError naming every
+    problem of the file and the environment at once."""
+    return load_with_origins(path, environ)[0]
+
+
+def load_with_origins(path: str | os.PathLike | None,
+                      environ: Mapping[str, str] | None = None) -> tuple[Settings, dict[str, str]]:
+    """:func:`load`, plus where each value came from: ``{"mysql.port": "environment
+    CACHESYNC_MYSQL_PORT"}`` (``default``, ``<file>``, ``environment NAME``)."""
     environ = os.environ if environ is None else environ
     source = str(path) if path else "<environment>"
     raw = _read_yaml(Path(path)) if path else {}
+    problems: list[str] = []
     unknown = set(raw) - set(_SECTIONS) - {"tables"}
     if unknown:
-        raise ConfigError(f"{source}: unknown section(s) {sorted(unknown)}; "
-                          f"expected {sorted([*_SECTIONS, 'tables'])}")
-    sections = {name: _section(name, cls, raw.get(name) or {}, environ, source)
+        problems.append(f"{source}: unknown section(s) {sorted(unknown)}; "
+                        f"expected {sorted([*_SECTIONS, 'tables'])}")
+    problems += unknown_variables(environ, section_fields())
+    env = {k: v for k, v in environ.items() if k not in service_links(environ)}
+    origins: dict[str, str] = {}
+    sections = {name: _section(name, cls, raw.get(name) or {}, env, source, problems, origins)
                 for name, cls in _SECTIONS.items()}
-    tables = parse_mappings(raw.get("tables"), source)
-    _check_outbox_not_mapped(sections["tailer"], tables, source)
-    return Settings(**sections, tables=tables, source=source)
+    tables = _tables(raw.get("tables"), source, problems)
+    if not problems:
+        _collect(problems, _check_outbox_not_mapped, sections["tailer"], tables, source)
+    if problems:
+        raise ConfigError(_one_message(problems))
+    return Settings(**sections, tables=tables, origin=source), origins
+
+
+def section_fields() -> dict[str, list[str]]:
+    """Every section's field names."""
+    return {name: [f.name for f in fields(cls)] for name, cls in _SECTIONS.items()}
+
+
+def _collect(problems: list[str], fn, *args):
+    """``fn(*args)``, or None with its ConfigError added to ``problems``."""
+    try:
+        return fn(*args)
+    except ConfigError as e:
+        problems.append(str(e))
+        return None
+
+
+def _tables(raw: Any, source: str, problems: list[str]) -> MappingSet | None:
+    """The mappings; each table's first problem is collected, not only the first table's."""
+    if isinstance(raw, Mapping) and len(raw) > 1:
+        before = len(problems)
+        for name, spec in raw.items():
+            _collect(problems, parse_mappings, {name: spec}, source)
+        if len(problems) > before:
+            return None
+    return _collect(problems, parse_mappings, raw, source)
+
+
+def _one_message(problems: list[str]) -> str:
+    """One problem as it is; several as a count and one line each."""
+    if len(problems) == 1:
+        return problems[0]
+    return f"{len(problems)} problems:\n" + "\n".join(f"  - {p}" for p in problems)
 
 
 def _check_outbox_not_mapped(tailer: TailerSettings, tables: MappingSet, source: str) -> None:
@@ -572,29 +746,50 @@ def _read_yaml(path: Path) -> dict:
     return data
 
 
-def _section(name: str, cls, raw: Any, environ: Mapping[str, str], source: str):
+def _section(name: str, cls, raw: Any, environ: Mapping[str, str], source: str,
+             problems: list[str], origins: dict[str, str]):
+    """The section built from ``raw`` and the environment; its problems are added to
+    ``problems`` (then None: a cross-field check of half-read values would mislead)."""
     if not isinstance(raw, Mapping):
-        raise ConfigError(f"{source}: {name}: expected a mapping")
+        problems.append(f"{source}: {name}: expected a mapping")
+        return None
     known = {f.name: f for f in fields(cls)}
+    before = len(problems)
     unknown = set(raw) - set(known)
     if unknown:
-        raise ConfigError(f"{source}: {name}: unknown field(s) {sorted(unknown)}; "
-                          f"expected some of {sorted(known)}")
+        problems.append(f"{source}: {name}: unknown field(s) {sorted(unknown)}; "
+                        f"expected some of {sorted(known)}")
     values = {}
     for fname, f in known.items():
         where, value = f"{source}: {name}.{fname}", raw.get(fname, dataclasses.MISSING)
+        origins[f"{name}.{fname}"] = "default" if value is dataclasses.MISSING else source
         env_key = f"{ENV_PREFIX}{name.upper()}_{fname.upper()}"
         if env_key in environ:
             where, value = f"environment {env_key}", environ[env_key]
         elif f"{env_key}_FILE" in environ:
-            where, value = f"environment {env_key}_FILE", _read_secret_file(environ[f"{env_key}_FILE"], env_key)
+            where = f"environment {env_key}_FILE"
+            value = _collect(problems, _read_secret_file, environ[f"{env_key}_FILE"], env_key)
+            if value is None:
+                continue
         if value is not dataclasses.MISSING:
-            values[fname] = _coerce(value, f.type, where)
-            rule = f.metadata.get("rule")
-            problem = rule.problem(values[fname]) if rule else None
-            if problem:
-                raise ConfigError(f"{where}: {problem}")
-    return cls(**values)
+            origins[f"{name}.{fname}"] = where if where.startswith("environment") else source
+            _field_value(values, fname, f, value, where, problems)
+    if len(problems) > before:
+        return None
+    return _collect(problems, lambda: cls(**values))
+
+
+def _field_value(values: dict, fname: str, f, value: Any, where: str, problems: list[str]) -> None:
+    """Coerce and check one value into ``values[fname]``, or add its problem."""
+    coerced = _collect(problems, _coerce, value, f.type, where)
+    if coerced is None:
+        return
+    rule = f.metadata.get("rule")
+    problem = rule.problem(coerced) if rule else None
+    if problem:
+        problems.append(f"{where}: {problem}")
+    else:
+        values[fname] = coerced
 
 
 def _read_secret_file(path: str, env_key: str) -> str:
@@ -616,6 +811,8 @@ def _coerce(value: Any, type_name: str, where: str):
             return float(value)
         if type_name == "Secret":
             return Secret(str(value))
+        if type_name == "Properties":
+            return _properties(value)
         if type_name == "bool":
             return _boolean(value)
         if isinstance(value, (dict, list)):
@@ -638,5 +835,19 @@ def _boolean(value: Any) -> bool:
     raise ValueError(text)
 
 
+def _properties(value: Any) -> Properties:
+    """A mapping (YAML) or a JSON object (an environment variable)."""
+    if isinstance(value, str):
+        import json
+        try:
+            value = json.loads(value) if value.strip() else {}
+        except ValueError:
+            raise ValueError(value) from None
+    if not isinstance(value, Mapping):
+        raise ValueError(value)
+    return Properties(value)
+
+
 _EXPECTED = {"int": "an integer", "float": "a number", "str": "a string", "Secret": "a string",
-             "bool": "true or false"}
+             "bool": "true or false",
+             "Properties": "a mapping of property names to values (in the environment: a JSON object)"}

@@ -116,26 +116,34 @@ class RedisCache:
         SCAN by each template's glob on every master, full-matched by the template's regex
         (``user:{id}`` never takes ``user:email:x``), never a ``cachesync:`` key, UNLINKed
         in pipelined chunks. ``fence_version`` (update mode) is stored first, so a write of
-        an older row that races the scan or arrives later is turned into a delete. A second
-        SCAN removes the fill leases of the table's keys, also of keys not cached yet, so a
-        ``read_through`` fill that loaded a row before the change is refused.
+        an older row that races the scan or arrives later is turned into a delete. A SCAN of
+        the fill leases, run before the keys' one, removes those of the table's keys, also of keys not cached
+        yet, so a ``read_through`` fill that loaded a row before the change is refused.
         """
         def run():
             if fence_version is not None:
-                self._table_fence(keys=[table_fence_key(mapping.table)], args=[fence_version])
+                self.fence_table(mapping, fence_version)
             removed = 0
             for node in masters(self._client):
                 for template in mapping.keys:
-                    for part in _batched(_matching(node, template), PIPELINE_CHUNK // 2):
-                        removed += self._unlink(part)
-                        if progress is not None:
-                            progress(len(part))
+                    # leases first: a fill whose lease predates the change is refused, and
+                    # a lease taken after this pass read the row after the change
                     for part in _batched(_leases_matching(node, template, self._legacy),
                                          PIPELINE_CHUNK):
                         run_pipeline(self._client, lambda pipe: [
                             queue_unlink(pipe, group) for group in per_slot(part, self._cluster)])
+                    for part in _batched(_matching(node, template), PIPELINE_CHUNK // 2):
+                        removed += self._unlink(part)
+                        if progress is not None:
+                            progress(len(part))
             return removed
         return redis_call(run)
+
+    def fence_table(self, mapping: TableMapping, fence_version: str) -> None:
+        """Store a table-level event's version (update mode): writes of the table's older rows
+        become deletes from now on (the scan itself may come later)."""
+        redis_call(lambda: self._table_fence(keys=[table_fence_key(mapping.table)],
+                                             args=[fence_version]))
 
     def _table_fences(self, tables: set[str]) -> dict[str, str]:
         """The stored table-level fence of each table (one pipelined GET each)."""
