@@ -49,6 +49,10 @@ CONSUMER_COUNTERS = {
     "cachesync_consumer_dedup_purge_failures": ("Periodic dedup purges that failed (retried "
                                                 "at the next consumer.purge_interval_s)",
                                                 "purge_failures"),
+    "cachesync_consumer_table_scans": ("Table-level scans run: one per table-level event, "
+                                       "whatever its partition copies", "table_scans"),
+    "cachesync_consumer_table_scans_reused": ("Table-level events whose scan another consumer "
+                                              "of the group ran", "table_scans_reused"),
 }
 TAILER_COUNTERS = {
     "cachesync_tailer_rows_published": ("Binlog row events sent to Kafka", "published"),
@@ -91,9 +95,12 @@ RELAY_COUNTERS = {
 
 # Metrics renamed to the cachesync_<role>_... form: the old name is still exported beside the
 # new one, its help text naming the new one, for one more version (then removed)
+# consumer counters that never had an old name
+_NEW_CONSUMER_COUNTERS = {"cachesync_consumer_dedup_purged", "cachesync_consumer_dedup_purge_failures",
+                          "cachesync_consumer_table_scans", "cachesync_consumer_table_scans_reused"}
 DEPRECATED_ALIASES = {
     **{new: new.replace("cachesync_consumer_", "cachesync_", 1)
-       for new in CONSUMER_COUNTERS if not new.startswith("cachesync_consumer_dedup_purge")},
+       for new in CONSUMER_COUNTERS if new not in _NEW_CONSUMER_COUNTERS},
     "cachesync_tailer_heartbeats_written": "cachesync_heartbeats_written",
     "cachesync_tailer_heartbeat_failures": "cachesync_heartbeat_failures",
     "cachesync_tailer_checkpoint_age_seconds": "cachesync_checkpoint_age_seconds",
@@ -172,6 +179,33 @@ class TableCollector:
         return []
 
 
+class TableScanCollector:
+    """The table-level scans this consumer ran or waited for (consumer.table_jobs.TableScan),
+    per table: keys removed so far and seconds, of the one under way or the last one."""
+
+    def __init__(self, source: Callable[[], object]):
+        self._source = source
+
+    def collect(self):
+        latest = {scan.table: scan for scan in (self._source() or ())}
+        keys = GaugeMetricFamily("cachesync_table_scan_keys", "Keys removed by the table's "
+                                 "running or last table-level scan", labels=["table"])
+        seconds = GaugeMetricFamily("cachesync_table_scan_seconds", "How long the table's "
+                                    "running or last table-level scan has taken",
+                                    labels=["table"])
+        running = GaugeMetricFamily("cachesync_table_scan_running", "1 while a table-level "
+                                    "scan of the table is under way", labels=["table"])
+        now = time.monotonic()
+        for table, scan in sorted(latest.items()):
+            keys.add_metric([table], scan.keys)
+            seconds.add_metric([table], (scan.finished or now) - scan.started)
+            running.add_metric([table], 0 if scan.done.is_set() else 1)
+        yield from (keys, seconds, running)
+
+    def describe(self):
+        return []
+
+
 class Cumulative:
     """Counters summed over successive instances (the tail command rebuilds its tailer on
     every restart, and each tailer counts from zero)."""
@@ -200,11 +234,14 @@ class ConsumerMetrics:
 
     def __init__(self, registry: CollectorRegistry, stats: Callable[[], object],
                  on_heartbeat: Callable[[str, float, float], None] | None = None,
-                 tables: Callable[[], object] | None = None):
+                 tables: Callable[[], object] | None = None,
+                 scans: Callable[[], object] | None = None):
         self._on_heartbeat = on_heartbeat
         registry.register(StatsCollector(stats, CONSUMER_COUNTERS))
         if tables is not None:          # the engine's TableTally (or None before it exists)
             registry.register(TableCollector(tables))
+        if scans is not None:           # the engine's table-level scans (TableInvalidator.scans)
+            registry.register(TableScanCollector(scans))
         self.lag = Histogram("cachesync_commit_to_apply_seconds",
                              "Source commit -> cache applied, per event (kind: binlog, outbox, "
                              "heartbeat)", ["kind"], buckets=LAG_BUCKETS, registry=registry)
