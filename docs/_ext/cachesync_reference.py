@@ -116,7 +116,7 @@ def _help_block(command, full: str, parent) -> str:
     import click
 
     ctx = click.Context(command, info_name=full.split()[-1], parent=parent,
-                        max_content_width=100, terminal_width=100)
+                        max_content_width=88, terminal_width=88)   # fits the page's code block
     return "```text\n" + command.get_help(ctx).rstrip() + "\n```\n"
 
 
@@ -205,8 +205,7 @@ the `_total` suffix.
 def metrics_markdown(root: Path | None = None) -> str:
     """The metrics reference page."""
     root = root or Path(__file__).resolve().parents[2]
-    out = [METRICS_INTRO, "| metric | type | labels | meaning | defined in |",
-           "|---|---|---|---|---|"]
+    out = [METRICS_INTRO, "| metric | meaning |", "|---|---|"]
     from cachesync import metrics
 
     deprecated = set(getattr(metrics, "DEPRECATED_ALIASES", {}).values())
@@ -214,8 +213,8 @@ def metrics_markdown(root: Path | None = None) -> str:
         if m["name"] in deprecated:
             continue                 # listed under "Deprecated names"
         name = m["name"] + ("_total" if m["type"] == "counter" else "")
-        out.append(f"| `{name}` | {m['type']} | {_cell(m['labels']) or '—'} | "
-                   f"{_cell(m['help'])} | `{m['module']}` |")
+        labels = f", labels {_cell(m['labels'])}" if m["labels"] else ""
+        out.append(f"| `{name}`<br>{m['type']}{labels} | {_cell(m['help'])} |")
     out += _deprecated_aliases({m["name"]: m["type"] for m in metric_definitions(root)})
     return "\n".join(out) + "\n"
 

@@ -37,6 +37,6 @@ def test_every_exposed_metric_is_in_the_reference():
     old = {o + "_total" for o in getattr(metrics, "DEPRECATED_ALIASES", {}).values()}
     assert len(exposed) > 20
     for name in exposed - old:
-        assert f"| `{name}` |" in current, name
+        assert f"| `{name}`<br>" in current, name
     for name in exposed & old:
-        assert f"| `{name}` |" in deprecated and f"| `{name}` |" not in current, name
+        assert f"| `{name}` |" in deprecated and f"| `{name}`<br>" not in current, name
