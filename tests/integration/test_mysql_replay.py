@@ -35,12 +35,14 @@ class Replay:
         self.gno = 0
         self.xid = 100
 
-    def write(self, kind: int, images: list, compressed: bool = False, tag: str = "") -> str:
-        """One row transaction; returns its GTID."""
+    def write(self, kind: int, images: list, compressed: bool = False, tag: str = "",
+              gtid: bool = True) -> str:
+        """One row transaction (``gtid``: with a GTID, else an anonymous one); returns its GTID."""
         self.gno += 1
         self.xid += 1
         self.primary.files[-1].transaction(mb.row_transaction(self.table, kind, images, self.xid),
-                                           sid=UUID, gno=self.gno, tag=tag, compressed=compressed)
+                                           sid=UUID if gtid else None, gno=self.gno, tag=tag,
+                                           compressed=compressed)
         self.primary.appended()
         return f"{UUID}:{tag + ':' if tag else ''}{self.gno}"
 
@@ -161,3 +163,34 @@ def test_events_that_cannot_be_decoded_invalidate_their_tables(replay, lab, read
     assert "unknown event type 99 (type 99)" in log and "every mapped table" in log
     samples = scrape(address(lab, tailer))
     assert samples[("cachesync_tailer_undecoded_events_total", ())] == 2
+
+
+@pytest.mark.parametrize("reader", ["fast", "library"])
+def test_compressed_transactions_resume_from_a_file_position(replay, lab, reader):
+    """gtid_mode=OFF: the checkpoint is a file:pos, and after a compressed transaction it is
+    the end of its payload (never a place inside it); a restarted tailer asks for exactly
+    that position and reads the transaction written while it was down."""
+    replay.primary.variables["gtid_mode"] = "OFF"
+    cfg = replay.config(reader)
+    tailer = lab.start_tailer(cfg)
+    lab.start_engine(cfg)
+    lab.cache("user:1")
+    replay.write(mb.WRITE_ROWS, [(1, "a@x")], compressed=True, gtid=False)
+    wait_gone(lab, "user:1")
+    end = replay.file.end
+
+    def position():
+        rows = lab.sql("SELECT gtid, log_file, log_pos FROM cachesync.cachesync_checkpoint "
+                       "WHERE name = %s", (f"tailer-{lab.suffix}",))
+        return rows[0] if rows else None
+    wait_for(lambda: position() == (None, "binlog.000001", end), 30,
+             what="the checkpoint at the payload's end")
+    tailer.terminate()
+    tailer.wait(30)
+    lab.cache("user:2")
+    replay.write(mb.WRITE_ROWS, [(2, "b@x")], compressed=True, gtid=False)
+    lab.start_tailer(cfg)
+    wait_gone(lab, "user:2")
+    assert replay.primary.dumps[-1] == ("file", "binlog.000001", end), replay.primary.dumps
+    wait_for(lambda: position() == (None, "binlog.000001", replay.file.end), 30,
+             what="the checkpoint past the second payload")
