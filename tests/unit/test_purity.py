@@ -15,7 +15,7 @@ PURE_MODULES = ["cachesync/explain.py", "consumer/audit.py", "consumer/consisten
                 "producer_outbox/compressed.py", "producer_outbox/eventtypes.py",
                 "producer_outbox/inflight.py", "producer_outbox/outbox_binlog.py",
                 "producer_outbox/compressed.py", "producer_outbox/eventtypes.py",
-                "producer_outbox/images.py",
+                "producer_outbox/altercolumns.py", "producer_outbox/images.py",
                 "producer_outbox/mysqljson.py",
                 "producer_outbox/packing.py", "producer_outbox/rows.py",
                 "producer_outbox/statements.py", "producer_outbox/xa.py"]
