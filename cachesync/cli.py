@@ -22,8 +22,8 @@ except ModuleNotFoundError as missing:      # the base install is the applicatio
 
 from cachesync import __version__
 from cachesync.commands import (audit, config_cmd, consume, dedup, demo, dlq, doctor, explain,
-                                init, lint, monitor, relay, replay, resync, run, spark_submit,
-                                status, tail, topics)
+                                init, lint, monitor, relay, replay, resync, run, snapshot,
+                                spark_submit, status, tail, topics)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
@@ -59,6 +59,7 @@ cli.add_command(topics.command)
 cli.add_command(doctor.command)
 cli.add_command(init.command)
 cli.add_command(spark_submit.command)
+cli.add_command(snapshot.command)
 
 
 def main() -> None:

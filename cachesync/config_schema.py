@@ -10,7 +10,7 @@ from cachesync.config import _SECTIONS, Secret, Settings, mask_url
 from cachesync.schema.mapping import _FIELDS as TABLE_FIELDS
 
 _TYPES = {"int": "integer", "float": "number", "bool": "boolean", "str": "string",
-          "Secret": "string"}
+          "Secret": "string", "Properties": "object"}
 
 
 def json_schema() -> dict:

@@ -15,6 +15,7 @@ from kafka.errors import (CoordinatorLoadInProgressError, CoordinatorNotAvailabl
                           GroupIdNotFoundError, NotCoordinatorError)
 
 from cachesync.config import Settings
+from cachesync.grants import STATE_PRIVILEGES, missing
 from cachesync.producer_outbox.preflight import (REQUIRED_PRIVILEGES, global_privileges,
                                                  problems, read_server_info)
 
@@ -55,7 +56,8 @@ def mysql_checks(settings: Settings, connect) -> list[Check]:
     conn = connect(database=None)
     try:
         info = read_server_info(conn)
-        out = [_settings_check(info, settings), _grants_check(info)]
+        out = [_settings_check(info, settings), _grants_check(info),
+               *_account_checks(info, settings)]
         # each on its own: a missing grant must not hide the other findings
         out += _guard("gtid", lambda: [_gtid_check(conn, info)])
         out += _guard("binlog-retention", lambda: [_retention_check(conn, settings)])
@@ -81,6 +83,46 @@ def _grants_check(info) -> Check:
         return Check("grants", FAIL, f"the cachesync user lacks {', '.join(missing)}",
                      f"GRANT {', '.join(missing)} ON *.* TO <cachesync user>")
     return Check("grants", PASS, "REPLICATION SLAVE and REPLICATION CLIENT granted")
+
+
+def _account_checks(info, settings: Settings) -> list[Check]:
+    """The account's other grants: its own state database (checkpoints, dedup, locks), and
+    SELECT on the mapped tables (lint, init, the consistency monitor and audit read them)."""
+    state = settings.mysql.state_db
+    out = []
+    lacking = missing(info.grants, state, STATE_PRIVILEGES)
+    if lacking:
+        out.append(Check("grants-state", FAIL, f"the cachesync user lacks {', '.join(lacking)} "
+                         f"on its state database `{state}`",
+                         f"GRANT {', '.join(STATE_PRIVILEGES)} ON `{state}`.* TO <cachesync user>"))
+    else:
+        out.append(Check("grants-state", PASS, f"{', '.join(STATE_PRIVILEGES)} on `{state}`"))
+    unread = sorted(db for db in mapped_databases(settings)
+                    if missing(info.grants, db, ["SELECT"])
+                    and not _tables_readable(info.grants, settings, db))
+    if unread:
+        out.append(Check("grants-tables", WARN, f"no SELECT on {', '.join(unread)}: lint, init, "
+                         "the consistency monitor and audit cannot read the mapped tables",
+                         "; ".join(f"GRANT SELECT ON `{db}`.* TO <cachesync user>" for db in unread)))
+    else:
+        out.append(Check("grants-tables", PASS, "SELECT on the mapped tables"))
+    return out
+
+
+def _tables_readable(grants, settings: Settings, db: str) -> bool:
+    """Every exact entry of ``db`` is readable through table-level grants (none: False)."""
+    tables = [m for m in settings.tables.tables.values() if m.db == db and m.keys]
+    return bool(tables) and all(not missing(grants, db, ["SELECT"], m.name) for m in tables)
+
+
+def mapped_databases(settings: Settings) -> set[str]:
+    """The databases of exact entries and of glob patterns whose database part is literal
+    (the live tables of others are only visible with SELECT on them)."""
+    dbs = {m.db for m in settings.tables.tables.values() if m.keys}
+    dbs |= {p.glob[0] for p, _ in settings.tables.patterns
+            if p.glob is not None and not set("*?[") & set(p.glob[0])}
+    dbs |= {m.db for m in settings.tables.resolved()}
+    return dbs - {settings.mysql.state_db}
 
 
 def _variables(conn, names) -> dict[str, str]:
@@ -160,7 +202,8 @@ def topic_checks(settings: Settings, admin) -> list[Check]:
 
 
 def group_check(settings: Settings, admin) -> Check:
-    """The consumer group's state and its lag (end offsets minus committed)."""
+    """The consumer group's state and its lag (end offsets minus committed): a lag with no
+    member consuming is a WARN."""
     from kafka import KafkaConsumer, TopicPartition
     from cachesync.kafka_security import client_security
     group, topic = settings.kafka.group_id, settings.kafka.topic
@@ -172,9 +215,8 @@ def group_check(settings: Settings, admin) -> Check:
                      "has consumed from this broker", "start `cachesync consume`")
     mine = {tp: o.offset for tp, o in committed.items() if tp.topic == topic and o.offset >= 0}
     if not mine:
-        return Check("consumer-group", WARN, f"group {group} ({state}) has no committed offsets "
-                     f"on {topic}: it has not consumed yet",
-                     "start `cachesync consume`; it begins at the earliest offset")
+        return Check("consumer-group", PASS, f"group {group} has not consumed {topic} yet (a "
+                     "first start begins at the earliest offset)")
     consumer = KafkaConsumer(bootstrap_servers=settings.kafka.bootstrap_servers,
                              **client_security(settings.kafka))
     try:
@@ -182,6 +224,10 @@ def group_check(settings: Settings, admin) -> Check:
     finally:
         consumer.close()
     lag = sum(max(0, ends[tp] - off) for tp, off in mine.items())
+    if lag and state in ("Empty", "Dead"):
+        return Check("consumer-group", WARN, f"group {group} has no member ({state}) and "
+                     f"{lag} record(s) of {topic} wait: nothing applies them to Redis",
+                     "start `cachesync consume` (or `cachesync run`)")
     return Check("consumer-group", PASS, f"group {group} {state}, lag {lag} record(s) over "
                  f"{len(mine)} partition(s)")
 

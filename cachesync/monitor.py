@@ -101,6 +101,9 @@ def _value(text: str | None, data_type: str) -> Any:
     return value_from_text(text, data_type)
 
 
+row_value = _value     # a column's key text -> the value the tailer publishes (snapshot too)
+
+
 def read_values(client: redis.Redis, mapping: TableMapping, keys: list[str]) -> dict[str, Any]:
     """key -> what Redis holds (bytes, a dict for update-mode hashes, None when absent)."""
     return dict(zip(keys, read_cached(client, mapping, keys))) if keys else {}

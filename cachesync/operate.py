@@ -18,7 +18,8 @@ from cachesync import __version__
 from cachesync.config import Settings
 from cachesync.http import OpsServer, parse_listen
 from cachesync.metrics import (RELAY_COUNTERS, TAILER_COUNTERS, CheckpointAge, ConsumerMetrics,
-                               Cumulative, MonitorCollector, counters, heartbeat_gauge, info)
+                               Cumulative, MonitorCollector, counters, heartbeat_gauge, info,
+                               process_collectors)
 from cachesync import wiring
 from cachesync.probes import (BinlogFormatWatch, KafkaOffsets, Prober, checkpoint_info,
                               record_applied_lag)
@@ -37,6 +38,7 @@ class Ops:
         self.settings, self.role = settings, role
         self.registry = CollectorRegistry(auto_describe=False)
         info(self.registry, role, __version__)
+        process_collectors(self.registry)
         # parsed now: a bad value stops the command before it starts
         self._address = parse_listen(settings.metrics.listen, role)
         self._closers: list[Callable[[], None]] = []
@@ -96,10 +98,11 @@ class Ops:
 
 def consumer_ops(settings: Settings, stats: Callable[[], object],
                  committed: Callable[[], dict[int, int]] | None = None,
-                 tables: Callable[[], object] | None = None) -> tuple[Ops, ConsumerMetrics]:
+                 tables: Callable[[], object] | None = None,
+                 scans: Callable[[], object] | None = None) -> tuple[Ops, ConsumerMetrics]:
     """Metrics for ``consume``, started; pass ``metrics.on_batch`` to the engine. ``stats``
-    returns the engine's Stats and ``tables`` its TableTally (or None before the engine
-    exists); ``committed`` the next offset per partition when the group does not hold them
+    returns the engine's Stats, ``tables`` its TableTally (or None before the engine
+    exists) and ``scans`` its table-level scans; ``committed`` the next offset per partition when the group does not hold them
     (Spark's checkpoint)."""
     ops = Ops(settings, "consume")
     # One MySQL session per thread: the engine's thread records heartbeat lag, the prober's
@@ -110,7 +113,7 @@ def consumer_ops(settings: Settings, stats: Callable[[], object],
     metrics = ConsumerMetrics(
         ops.registry, stats,
         on_heartbeat=lambda src, c, a: recorder.run(lambda: record_applied_lag(lag_session, ns, src, c, a)),
-        tables=tables)
+        tables=tables, scans=scans)
     kafka, redis_ping = ops.kafka(), ops.redis_ping()
 
     def probe():

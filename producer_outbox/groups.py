@@ -104,7 +104,8 @@ class GroupPublishing:
         for change in changes:
             log.warning("table-level change of %s.%s (%s): every cached key of the table will "
                         "be invalidated; statement: %s", change.db, change.table, change.reason,
-                        statement[:STATEMENT_EXCERPT])
+                        statement[:STATEMENT_EXCERPT],
+                        extra={"table": f"{change.db}.{change.table}"})
             for partition in partitions:
                 event = table_change(ctx, index, partition, change.db, change.table,
                                      change.reason, statement)

@@ -8,6 +8,7 @@ re-publishes with the same deterministic ids; the consumer drops the duplicates.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -61,6 +62,10 @@ _ROW_EVENTS = {WriteRowsEvent: "insert", UpdateRowsEvent: "update", DeleteRowsEv
 _ROW_EVENTS.update({fast: _ROW_EVENTS[lib] for fast, lib in FAST_ROW_EVENTS.items()})
 STREAM_HEARTBEAT_S = 1.0    # the binlog stream's heartbeat period (the server's, not our row's)
 _TXN_MARKERS = {"BEGIN", "COMMIT"}
+# passwords in account statements (CREATE/ALTER USER ... IDENTIFIED BY, SET PASSWORD) never
+# reach the log
+_SECRETS = re.compile(r"""((?:IDENTIFIED\s+(?:(?:WITH|VIA)\s+\S+\s+)?(?:BY|AS|USING)|PASSWORD\s*=)\s*"""
+                      r"""(?:PASSWORD\s*\(?\s*)?|PASSWORD\s*\(\s*)('(?:[^'\\]|\\.|'')*'|"(?:[^"\\]|\\.)*")""", re.I)
 # MySQL's GtidEvent ("uuid:gno") and MariaDB's ("domain-server-seq"); both open a transaction.
 _GTID_EVENTS = (GtidEvent, MariadbGtidEvent)
 
@@ -171,6 +176,8 @@ class Tailer(GroupPublishing):
 
     def _run(self) -> None:
         info = self.preflight()
+        for report in info.binlog_settings():
+            log.info("binlog setting %s", report.line())
         self.match_existing()
         start = self._start_position(info)
         self._checkpoints.save(start)
@@ -385,7 +392,7 @@ class Tailer(GroupPublishing):
                 elif text not in _TXN_MARKERS:
                     # DDL: its own event group. Row decoding keeps working because
                     # binlog_row_metadata=FULL puts column names in every table map.
-                    log.info("DDL in binlog: %s", text[:200])
+                    log.info("DDL in binlog: %s", _SECRETS.sub(r"\1'***'", text)[:200])
                 if (self._types is not None and text not in _TXN_MARKERS
                         and statement_kind(text) != STATEMENT):
                     self._types.after_ddl(text, _schema_of(event))   # types follow ALTERs

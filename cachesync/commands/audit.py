@@ -8,6 +8,7 @@ from contextlib import nullcontext
 
 import click
 
+from cachesync import logs
 from cachesync.commands.common import handle_errors, settings_options
 from cachesync.config import Settings
 from cachesync import wiring
@@ -40,7 +41,8 @@ def command(settings: Settings, table, repair, sample, partitions, max_stale_rat
     with handle_errors():
         report = run_audit(settings, table, repair, sample, partitions, spark_master)
         click.echo(json.dumps({**report.to_dict(), "max_stale_ratio": max_stale_ratio}, indent=2))
-        click.echo(render_table(report), err=True)
+        if not logs.json_enabled():
+            click.echo(render_table(report), err=True)
     if report.staleness_ratio > max_stale_ratio:
         sys.exit(EXIT_STALE)
 

@@ -24,6 +24,8 @@ def command(settings, as_json: bool, role: str) -> None:
     binlog-settings   log_bin, binlog_format, binlog_row_image, binlog_row_metadata
                       (and log_slave_updates for tailer.source_hosts)
     grants            REPLICATION SLAVE and REPLICATION CLIENT of the cachesync user
+    grants-state      its SELECT, INSERT, UPDATE, DELETE, CREATE on mysql.state_db
+    grants-tables     its SELECT on the mapped databases (lint, init, monitor, audit)
     gtid              GTIDs on (MySQL gtid_mode, MariaDB gtid_strict_mode)
     binlog-retention  the checkpoint's binlog still kept, its age against the retention
     topic             each topic exists; its retention against consumer.dedup_retention_s

@@ -69,7 +69,7 @@ def command(settings, offline: bool, sample: int) -> None:
     for finding in findings:
         click.echo(f"warning: {finding}")
     checked = "delete-path" if offline else "delete-path, columns, TTLs"
-    click.echo(f"{len(settings.tables.entries)} table(s), {len(findings)} warning(s) ({checked})")
+    click.echo(f"{_tables(settings.tables, matched)}, {len(findings)} warning(s) ({checked})")
     if findings:
         sys.exit(EXIT_FINDINGS)
 
@@ -98,3 +98,13 @@ def _no_ttl(settings, view, sample: int) -> dict[str, list[str]]:
         raise RetryableError(f"Redis unavailable: {e}") from e
     finally:
         client.close()
+
+
+def _tables(mappings, matched) -> str:
+    """``N table(s)``: exact entries plus the live tables patterns match (offline: entries)."""
+    if not mappings.patterns:
+        return f"{len(mappings.tables)} table(s)"
+    count = len(mappings.tables) + sum(len((matched or {}).get(p.text, ())) for p, _ in mappings.patterns)
+    shown = count if matched is not None else len(mappings.entries)
+    return f"{shown} table(s) ({len(mappings.patterns)} pattern entr" \
+           f"{'y' if len(mappings.patterns) == 1 else 'ies'})"

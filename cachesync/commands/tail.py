@@ -6,7 +6,7 @@ import click
 
 from cachesync.doctor import start_checks
 from cachesync.commands.common import handle_errors, log, on_termination, settings_options
-from cachesync.metrics import Cumulative
+from cachesync.metrics import Cumulative, tailer_active
 from cachesync.operate import tail_ops
 from cachesync.standby import ActiveStandby, while_held
 from cachesync.supervisor import RestartingTailer
@@ -75,6 +75,7 @@ def command(settings, from_gtid, from_file, from_pos) -> None:
         lock = build_tailer_lock(settings)
         supervisor = ActiveStandby(lock, lambda: ResyncingTailer(
             settings, RestartingTailer(while_held(lock, build))), tailer_preflight(settings))
+        tailer_active(ops.registry, settings.tailer.name, lambda: supervisor.active)
         on_termination(supervisor.stop)
         try:
             supervisor.run()

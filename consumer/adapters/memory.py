@@ -68,12 +68,16 @@ class MemoryCache:
         self.table_fences[mapping.table] = max(fence_version,
                                                self.table_fences.get(mapping.table, ""))
 
-    def invalidate_table(self, mapping, fence_version: str | None = None, progress=None) -> int:
-        """Every key a template of ``mapping`` renders (the same match as the Redis adapter)."""
+    def invalidate_table(self, mapping, fence_version: str | None = None, progress=None,
+                         keep_newer: str | None = None) -> int:
+        """Every key a template of ``mapping`` renders (the same match as the Redis adapter),
+        but those whose version is newer than ``keep_newer``."""
         if fence_version is not None:
             self.fence_table(mapping, fence_version)
         keys = [k for k in self.data if not k.startswith(INTERNAL_PREFIX)
-                and any(t.regex.fullmatch(k) for t in mapping.keys)]
+                and any(t.regex.fullmatch(k) for t in mapping.keys)
+                and not (keep_newer is not None and k in self.versions
+                         and self.versions[k].rsplit("/", 1)[-1] > keep_newer)]
         self.table_scans += 1
         removed = self.delete(keys)
         if progress is not None:

@@ -220,3 +220,39 @@ def _judge(client, mapping, entries, verdict) -> Iterator[tuple[str, str]]:
     values = read_cached(client, mapping, [k for k, _ in entries])
     for (key, expected), cached in zip(entries, values):
         yield verdict(mapping, expected, cached), key
+
+
+@dataclass(frozen=True)
+class SnapshotConfig:
+    """What a snapshot task needs; ``settings=None`` is a dry run (renders, writes nothing)."""
+
+    mapping: "TableMapping"  # noqa: F821 (cachesync.schema.mapping.TableMapping)
+    pk: tuple[str, ...]
+    watermark: "Watermark"   # noqa: F821 (cachesync.consumer.snapshot.Watermark)
+    settings: "Settings | None"  # noqa: F821
+    types: dict = field(default_factory=dict)    # column -> data_type (rows hold key texts)
+    chunk: int = 1000
+    rate_per_task: float | None = None
+    token: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+
+def snapshot_partition(rows: Iterable, config: SnapshotConfig, progress) -> Iterator[tuple]:
+    """Write one JDBC split's rows through the fence at the watermark's version; yields one
+    ``(rows, keys, written, refused, skipped)``. ``progress``: a Spark accumulator of rows."""
+    from cachesync.consumer.replay import RateLimiter
+    from cachesync.consumer.snapshot import TableSummary, check_tombstone_window, snapshot_writes
+    from cachesync.monitor import row_value
+    cache = None if config.settings is None else _replay_cache(config)
+    limiter, total = RateLimiter(config.rate_per_task), TableSummary(config.mapping.table)
+    values = (({c: row_value(v, config.types[c]) if c in config.types else v
+                for c, v in row.asDict().items()}) for row in rows)
+    for chunk in _chunks(values, config.chunk):
+        limiter.acquire(len(chunk))
+        writes, summary = snapshot_writes(chunk, config.mapping, config.pk, config.watermark)
+        if cache is not None and writes:
+            check_tombstone_window(config.mapping, config.watermark)
+            done = cache.write(writes)
+            summary.written, summary.refused = done.applied, done.refused
+        total.add(summary)
+        progress.add(len(chunk))
+    yield (total.rows, total.keys, total.written, total.refused, total.skipped)
