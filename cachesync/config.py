@@ -196,6 +196,9 @@ class MySQLSettings(_Validated):
     state_db: str = setting("cachesync", **IDENTIFIER)
     # TLS: on when ssl_ca is set, for every session, the binlog stream and audit's JDBC
     ssl_ca: str = ""               # PEM CA that signed the server's certificate
+    # TLS without ssl_ca: the server's certificate verified against the system's trusted CAs
+    # (the OpenSSL default paths; SSL_CERT_FILE / SSL_CERT_DIR move them)
+    ssl: bool = False
     ssl_cert: str = ""             # PEM client certificate (with ssl_key)
     ssl_key: str = ""
     ssl_verify_identity: bool = True   # the certificate must name mysql.host
@@ -204,8 +207,9 @@ class MySQLSettings(_Validated):
         super().__post_init__()
         if bool(self.ssl_cert) != bool(self.ssl_key):
             raise ConfigError("mysql.ssl_cert and mysql.ssl_key: set both or neither")
-        if self.ssl_cert and not self.ssl_ca:
-            raise ConfigError("mysql.ssl_ca: required with mysql.ssl_cert (TLS is on when it is set)")
+        if self.ssl_cert and not (self.ssl_ca or self.ssl):
+            raise ConfigError("mysql.ssl_ca: required with mysql.ssl_cert (TLS is on when it, "
+                              "or mysql.ssl, is set)")
 
 
 # Kafka client properties cachesync sets itself (its delivery guarantees, its group

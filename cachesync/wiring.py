@@ -45,11 +45,26 @@ def mysql_params(settings: Settings, database: str | None = None) -> MySQLParams
 
 
 def tls_options(m) -> tuple[tuple[str, object], ...]:
-    """pymysql's TLS arguments for ``mysql.ssl_*``; empty (plain text) without ``ssl_ca``."""
-    if not m.ssl_ca:
+    """pymysql's TLS arguments for ``mysql.ssl_*``; empty (plain text) without ``ssl_ca`` or
+    ``ssl``. ``ssl`` alone names the system's CA bundle: pymysql given no CA would encrypt
+    without verifying the server."""
+    if not (m.ssl_ca or m.ssl):
         return ()
-    return (("ssl_ca", m.ssl_ca), ("ssl_cert", m.ssl_cert or None), ("ssl_key", m.ssl_key or None),
+    return (("ssl_ca", m.ssl_ca or system_ca()), ("ssl_cert", m.ssl_cert or None), ("ssl_key", m.ssl_key or None),
             ("ssl_verify_cert", True), ("ssl_verify_identity", m.ssl_verify_identity))
+
+
+def system_ca() -> str:
+    """The system's trusted CA bundle file; raises ConfigError without one."""
+    import os
+    import ssl
+    paths = ssl.get_default_verify_paths()
+    found = next((f for f in (paths.cafile, "/etc/ssl/certs/ca-certificates.crt",
+                              "/etc/pki/tls/certs/ca-bundle.crt") if f and os.path.isfile(f)), None)
+    if not found:
+        raise ConfigError("mysql.ssl: this system has no trusted CA bundle (OpenSSL looks at "
+                          f"{paths.openssl_cafile}); set mysql.ssl_ca to the server's CA")
+    return found
 
 
 def mappings(settings: Settings) -> MappingSet:
