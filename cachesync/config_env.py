@@ -26,6 +26,9 @@ OTHER_VARIABLES = {
     "CACHESYNC_SPARK_MASTER": "the Spark master URL (--spark-master)",
     "CACHESYNC_SPARK_CHECKPOINT": "the Spark query's checkpoint location (--checkpoint-location)",
     "CACHESYNC_SPARK_JARS_DIR": "where the Spark Kafka connector jars are",
+    "CACHESYNC_SPARK_EXECUTOR_PYTHON": "the executors' Python (spark-submit --executor-python)",
+    "CACHESYNC_SPARK_TRIGGER": "the Spark query's trigger (consume --engine spark --trigger)",
+    "CACHESYNC_PURE": "=1 builds the pure-Python wheel, without the C accelerator (setup.py)",
 }
 
 # Kubernetes service links of a Service whose {SVC}_SERVICE_HOST is set: {SVC}_SERVICE_PORT[_{NAME}],

@@ -68,7 +68,7 @@ def effective(settings: Settings, origins: dict[str, str]) -> dict[str, dict[str
         for f in fields(section):
             key = f"{name}.{f.name}"
             out[key] = {"value": shown(getattr(section, f.name)), "from": origins.get(key, "default")}
-    out["tables"] = {"value": sorted(settings.tables.tables), "from": settings.source}
+    out["tables"] = {"value": sorted(settings.tables.tables), "from": settings.origin}
     return out
 
 

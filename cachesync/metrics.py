@@ -49,14 +49,33 @@ CONSUMER_COUNTERS = {
     "cachesync_consumer_dedup_purge_failures": ("Periodic dedup purges that failed (retried "
                                                 "at the next consumer.purge_interval_s)",
                                                 "purge_failures"),
+    "cachesync_consumer_table_scans": ("Table-level scans run: one per table-level event, "
+                                       "whatever its partition copies", "table_scans"),
+    "cachesync_consumer_table_scans_reused": ("Table-level events whose scan another consumer "
+                                              "of the group ran", "table_scans_reused"),
 }
 TAILER_COUNTERS = {
     "cachesync_tailer_rows_published": ("Binlog row events sent to Kafka", "published"),
     "cachesync_tailer_table_events": ("Table-level changes of mapped tables published "
                                       "(TRUNCATE, DROP, RENAME, DROP DATABASE, statement DML)",
                                       "table_events"),
+    "cachesync_tailer_undecoded_events": ("Binlog events that may carry row changes cachesync "
+                                          "cannot decode (docs/binlog-formats.md): their "
+                                          "tables invalidated as a whole", "undecoded_events"),
     "cachesync_tailer_rows_oversized": ("Rows over Kafka's record limit, published "
                                         "invalidate-only (keys, no values)", "oversized"),
+    "cachesync_tailer_rows_partial_json_unknown": ("Updates whose partial JSON after image "
+                                                   "could not be computed (the before image "
+                                                   "lacks the document): keys or table "
+                                                   "invalidated, no value written",
+                                                   "json_unknown"),
+    "cachesync_tailer_rows_partial_image": ("Rows logged with a partial row image "
+                                            "(binlog_row_image other than FULL in the writing "
+                                            "session), published with the columns they know",
+                                            "partial_rows"),
+    "cachesync_tailer_rows_unkeyable": ("Rows whose Kafka key could not be rendered (e.g. the "
+                                        "primary key not logged): their table was invalidated "
+                                        "as a whole", "unkeyable"),
     "cachesync_tailer_versions_not_newer": ("Transactions whose GTID did not advance the "
                                             "history, so their update-mode versions are not "
                                             "newer (MariaDB without gtid_strict_mode)",
@@ -76,9 +95,12 @@ RELAY_COUNTERS = {
 
 # Metrics renamed to the cachesync_<role>_... form: the old name is still exported beside the
 # new one, its help text naming the new one, for one more version (then removed)
+# consumer counters that never had an old name
+_NEW_CONSUMER_COUNTERS = {"cachesync_consumer_dedup_purged", "cachesync_consumer_dedup_purge_failures",
+                          "cachesync_consumer_table_scans", "cachesync_consumer_table_scans_reused"}
 DEPRECATED_ALIASES = {
     **{new: new.replace("cachesync_consumer_", "cachesync_", 1)
-       for new in CONSUMER_COUNTERS if not new.startswith("cachesync_consumer_dedup_purge")},
+       for new in CONSUMER_COUNTERS if new not in _NEW_CONSUMER_COUNTERS},
     "cachesync_tailer_heartbeats_written": "cachesync_heartbeats_written",
     "cachesync_tailer_heartbeat_failures": "cachesync_heartbeat_failures",
     "cachesync_tailer_checkpoint_age_seconds": "cachesync_checkpoint_age_seconds",
@@ -122,6 +144,9 @@ TABLE_COUNTERS = {
                                        "Update-mode keys invalidated instead of written, per "
                                        "table and reason (ambiguous_key, oversized_value, "
                                        "null_version)"),
+    "unwatched_updates": ("cachesync_unwatched_updates",
+                          "Updates that changed no watched column (watch_columns / "
+                          "ignore_columns): nothing invalidated or written, per table"),
     "untrusted_keys": ("cachesync_untrusted_keys",
                        "Events dead-lettered at the trust boundary, per table and reason "
                        "(reserved_key, key_not_allowed)"),
@@ -149,6 +174,33 @@ class TableCollector:
                 if c == counter:
                     family.add_metric([table, reason] if reasons else [table], value)
             yield family
+
+    def describe(self):
+        return []
+
+
+class TableScanCollector:
+    """The table-level scans this consumer ran or waited for (consumer.table_jobs.TableScan),
+    per table: keys removed so far and seconds, of the one under way or the last one."""
+
+    def __init__(self, source: Callable[[], object]):
+        self._source = source
+
+    def collect(self):
+        latest = {scan.table: scan for scan in (self._source() or ())}
+        keys = GaugeMetricFamily("cachesync_table_scan_keys", "Keys removed by the table's "
+                                 "running or last table-level scan", labels=["table"])
+        seconds = GaugeMetricFamily("cachesync_table_scan_seconds", "How long the table's "
+                                    "running or last table-level scan has taken",
+                                    labels=["table"])
+        running = GaugeMetricFamily("cachesync_table_scan_running", "1 while a table-level "
+                                    "scan of the table is under way", labels=["table"])
+        now = time.monotonic()
+        for table, scan in sorted(latest.items()):
+            keys.add_metric([table], scan.keys)
+            seconds.add_metric([table], (scan.finished or now) - scan.started)
+            running.add_metric([table], 0 if scan.done.is_set() else 1)
+        yield from (keys, seconds, running)
 
     def describe(self):
         return []
@@ -182,11 +234,14 @@ class ConsumerMetrics:
 
     def __init__(self, registry: CollectorRegistry, stats: Callable[[], object],
                  on_heartbeat: Callable[[str, float, float], None] | None = None,
-                 tables: Callable[[], object] | None = None):
+                 tables: Callable[[], object] | None = None,
+                 scans: Callable[[], object] | None = None):
         self._on_heartbeat = on_heartbeat
         registry.register(StatsCollector(stats, CONSUMER_COUNTERS))
         if tables is not None:          # the engine's TableTally (or None before it exists)
             registry.register(TableCollector(tables))
+        if scans is not None:           # the engine's table-level scans (TableInvalidator.scans)
+            registry.register(TableScanCollector(scans))
         self.lag = Histogram("cachesync_commit_to_apply_seconds",
                              "Source commit -> cache applied, per event (kind: binlog, outbox, "
                              "heartbeat)", ["kind"], buckets=LAG_BUCKETS, registry=registry)

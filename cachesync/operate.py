@@ -98,10 +98,11 @@ class Ops:
 
 def consumer_ops(settings: Settings, stats: Callable[[], object],
                  committed: Callable[[], dict[int, int]] | None = None,
-                 tables: Callable[[], object] | None = None) -> tuple[Ops, ConsumerMetrics]:
+                 tables: Callable[[], object] | None = None,
+                 scans: Callable[[], object] | None = None) -> tuple[Ops, ConsumerMetrics]:
     """Metrics for ``consume``, started; pass ``metrics.on_batch`` to the engine. ``stats``
-    returns the engine's Stats and ``tables`` its TableTally (or None before the engine
-    exists); ``committed`` the next offset per partition when the group does not hold them
+    returns the engine's Stats, ``tables`` its TableTally (or None before the engine
+    exists) and ``scans`` its table-level scans; ``committed`` the next offset per partition when the group does not hold them
     (Spark's checkpoint)."""
     ops = Ops(settings, "consume")
     # One MySQL session per thread: the engine's thread records heartbeat lag, the prober's
@@ -112,7 +113,7 @@ def consumer_ops(settings: Settings, stats: Callable[[], object],
     metrics = ConsumerMetrics(
         ops.registry, stats,
         on_heartbeat=lambda src, c, a: recorder.run(lambda: record_applied_lag(lag_session, ns, src, c, a)),
-        tables=tables)
+        tables=tables, scans=scans)
     kafka, redis_ping = ops.kafka(), ops.redis_ping()
 
     def probe():

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from kafka import KafkaConsumer
     from cachesync.consumer.adapters.kafka_source import KafkaDeadLetters
     from cachesync.consumer.adapters.redis_cache import RedisCache
+    from cachesync.consumer.adapters.redis_table_jobs import RedisTableJobs
     from cachesync.consumer.engine import PythonEngine
     from cachesync.probes import KafkaOffsets
     from cachesync.producer_outbox.checkpoint import Checkpoint
@@ -157,7 +158,11 @@ def build_dedup(settings: Settings):
     c = settings.consumer
     if c.dedup_store == "mysql":
         from cachesync.consumer.adapters.mysql_dedup import MySQLDedupStore
-        return MySQLDedupStore(mysql_params(settings), settings.dedup_namespace)
+        params = mysql_params(settings)
+        if c.dedup_mysql_host:
+            (host, port), = host_list(c.dedup_mysql_host, settings.mysql.port)
+            params = replace(params, host=host, port=port)
+        return MySQLDedupStore(params, settings.dedup_namespace, log_bin=c.dedup_mysql_log_bin)
     if c.dedup_store == "redis":
         from cachesync.consumer.adapters.redis_dedup import RedisDedupStore
         return RedisDedupStore("", settings.dedup_namespace, c.dedup_retention_s,
@@ -192,7 +197,15 @@ def build_engine(settings: Settings, on_batch=None, source=None, dead_letters=No
                                      async_commit=settings.consumer.offset_commit == "async"),
         dedup=build_dedup(settings), cache=build_cache(settings),
         dead_letters=dead_letters or build_dead_letters(settings),
-        mappings=mappings(settings), options=settings.consumer, on_batch=on_batch, hooks=hooks)
+        mappings=mappings(settings), options=settings.consumer, on_batch=on_batch, hooks=hooks,
+        table_jobs=build_table_jobs(settings))
+
+
+def build_table_jobs(settings: Settings) -> RedisTableJobs:
+    """The group's table-level scan records, beside the cache (one scan per event)."""
+    from cachesync.consumer.adapters.redis_table_jobs import RedisTableJobs
+    return RedisTableJobs(redis_client(settings, ADAPTER_TIMEOUT_S), settings.dedup_namespace,
+                          keep_s=settings.consumer.dedup_retention_s)
 
 
 def build_tailer(settings: Settings, start: Checkpoint | None = None, publisher=None,
@@ -201,6 +214,8 @@ def build_tailer(settings: Settings, start: Checkpoint | None = None, publisher=
     ``start`` overrides the stored checkpoint (``tail --from-...``)."""
     from cachesync.producer_outbox.checkpoint import MySQLCheckpointStore
     from cachesync.producer_outbox.heartbeat import own_rows_only
+    # the binlog reader needs compiled libraries (zstandard) that Spark executors, which
+    # import this module for the consumer's adapters, may not have
     from cachesync.producer_outbox.tailer import Tailer, TailerOptions
     t = settings.tailer
     source = source_params(settings)
@@ -215,7 +230,7 @@ def build_tailer(settings: Settings, start: Checkpoint | None = None, publisher=
                   MySQLCheckpointStore(mysql_params(settings).connect, t.name), mappings(settings),
                   TailerOptions(topic or settings.kafka.topic, t,
                                 row_filter=own_rows_only(settings.mysql.state_db, t.name),
-                                start=start, owns_publisher=owns))
+                                start=start, owns_publisher=owns, cluster=settings.source.id))
 
 
 def build_direct(settings: Settings, on_batch=None):
@@ -224,11 +239,12 @@ def build_direct(settings: Settings, on_batch=None):
     The same adapters as ``build_tailer`` and ``build_engine`` except the queue for
     Kafka and LogDeadLetters for the dead-letter topic. Every row goes out on its own
     (a pack would only be unpacked again in the same process). The dedup namespace is
-    ``consumer.namespace`` or ``direct-<tailer.name>``, so a direct sidecar never
-    shares dedup records with a Kafka consumer group.
+    ``consumer.namespace`` or ``direct-[<source.id>-]<tailer.name>``, so a direct sidecar
+    never shares dedup records with a Kafka consumer group, nor with another cluster's.
     """
     from cachesync.direct import DirectSidecar, InProcessQueue, LogDeadLetters
-    namespace = settings.consumer.namespace or f"direct-{settings.tailer.name}"
+    cluster = f"{settings.source.id}-" if settings.source.id else ""
+    namespace = settings.consumer.namespace or f"direct-{cluster}{settings.tailer.name}"
     settings = replace(settings, consumer=replace(settings.consumer, namespace=namespace),
                        tailer=replace(settings.tailer, pack_rows=1))
     queue = InProcessQueue()

@@ -53,6 +53,8 @@ class Stats:
     retries: int = 0
     table_invalidations: int = 0   # table-level events (truncate, drop, rename, statement)
     table_keys_deleted: int = 0    # keys those removed
+    table_scans: int = 0           # table-level scans run (one per event, not per copy)
+    table_scans_reused: int = 0    # events whose scan another consumer ran
 
     def summary(self) -> str:
         return (f"{self.consumed} consumed, {self.applied} applied, {self.duplicates} duplicates, "
@@ -92,8 +94,11 @@ class Applier:
                  settings: ConsumerSettings = ConsumerSettings(), dedup: DedupStore | None = None,
                  dead_letters: DeadLetters | None = None, retry: RetryPolicy = RetryPolicy(),
                  stop: threading.Event | None = None, stats: Stats | None = None,
-                 tables: TableTally | None = None):
+                 tables: TableTally | None = None, table_jobs=None):
         self._cache, self._mappings, self._settings = cache, mappings, settings
+        # consumer.table_jobs.TableInvalidator: table-level events scanned beside the rows,
+        # once per event; None: scanned here, in the batch, once per copy (Spark, replay)
+        self._table_jobs = table_jobs
         self._dedup, self._dlq, self._retry = dedup, dead_letters, retry
         self._stop = stop or threading.Event()
         self.stats = stats or Stats()
@@ -116,9 +121,14 @@ class Applier:
         self._set_aside_poison(decoded, plan.poison, result)
         self._salvage(plan.salvaged, result)
         by_id = {ep.event.id: ep for ep in plan.events}
-        claims = self._claim_all(list(by_id), result)
-        result.applied = [by_id[i] for _, ids in claims for i in ids]
-        self._write(result)
+        scanned = self._scanned_apart(plan, decoded)
+        claims = self._claim_all([i for i in by_id if i not in scanned], result)
+        if scanned:         # in batch order, the table events among the claimed rows
+            claimed = {i for _, ids in claims for i in ids}
+            result.applied = [ep for i, ep in by_id.items() if i in claimed or i in scanned]
+        else:
+            result.applied = [by_id[i] for _, ids in claims for i in ids]
+        self._write(result, scanned)
         for token, ids in claims:
             if token is not None:
                 self.call("dedup confirm", lambda t=token, i=ids: self._dedup.confirm(t, i))
@@ -138,11 +148,25 @@ class Applier:
             if isinstance(error, UntrustedKeyError):
                 self.tables.untrusted(error.table, error.reason, error.detail)
 
-    def _write(self, result: BatchResult) -> None:
+    def _scanned_apart(self, plan: Plan, decoded: Decoded) -> dict:
+        """``{id: ((topic, partition), offset)}`` of the batch's table-level events when a
+        TableInvalidator scans them: not claimed in the dedup store (its job record makes
+        each scan once, and a crash mid-scan must deliver the event again)."""
+        if self._table_jobs is None:
+            return {}
+        ids = {ep.event.id for ep in plan.events if ep.table is not None}
+        return {d.event.id: ((d.record.topic, d.record.partition), d.record.offset)
+                for d in decoded.deliveries if d.event.id in ids}
+
+    def _write(self, result: BatchResult, scanned: dict | None = None) -> None:
         """Apply the batch in order: a table-level event splits it, rows before it apply first."""
         for rows, table_event in split_at_tables(result.applied):
             self._write_rows(rows, result)
-            if table_event is not None:
+            if table_event is None:
+                continue
+            if self._table_jobs is not None:
+                self._table_jobs.submit(table_event, (scanned or {}).get(table_event.event.id))
+            else:
                 self._apply_table(table_event)
 
     def _apply_table(self, ep: EventPlan) -> None:
@@ -152,6 +176,7 @@ class Applier:
         removed = self.call("redis table invalidation",
                             lambda: self._cache.invalidate_table(mapping, fence))
         self.stats.table_invalidations += 1
+        self.stats.table_scans += 1
         self.stats.table_keys_deleted += removed
         log.warning("table-level change of %s (%s): invalidated every key of its templates, "
                     "%d removed", event.qualified_table, event.extra.get("reason", "?"), removed,

@@ -22,8 +22,10 @@ from cachesync.collector import paced
 from cachesync.config import ConsumerSettings
 from cachesync.consumer.applier import Applier, BatchResult, Stats
 from cachesync.consumer.core.offsets import commit_offsets
+from cachesync.consumer.core.tablejobs import held_back
 from cachesync.consumer.hooks import Hook, Hooks, consumer_hooks
 from cachesync.consumer.ports import CacheWriter, DeadLetters, DedupStore, Source
+from cachesync.consumer.table_jobs import TableInvalidator
 from cachesync.schema.mapping import MappingSet
 from cachesync.schema.retry import RetryPolicy, Stopped
 
@@ -38,13 +40,20 @@ class PythonEngine:
                  dead_letters: DeadLetters, mappings: MappingSet,
                  options: ConsumerSettings = ConsumerSettings(), retry: RetryPolicy = RetryPolicy(),
                  on_batch: Callable[[BatchResult], None] | None = None,
-                 clock: Callable[[], float] = time.monotonic, hooks: Sequence[Hook] = ()):
+                 clock: Callable[[], float] = time.monotonic, hooks: Sequence[Hook] = (),
+                 table_jobs=None):
         self._source, self._dedup, self._cache, self._dlq = source, dedup, cache, dead_letters
         self._opts, self._retry = options, retry
         self._stop = threading.Event()
         self.stats = Stats()
+        # table_jobs (a job store, RedisTableJobs): table-level scans run beside the rows,
+        # once per event, each copy's offset held until its scan completes
+        self.table_scans = None if table_jobs is None else TableInvalidator(
+            cache, table_jobs, self.stats, retry, self._stop, lease_s=options.claim_lease_s)
+        self._wanted: dict = {}        # partition -> the offset its applied batches reached
+        self._short: dict = {}         # partition -> offset committed short of it (a scan held it)
         self.applier = Applier(cache, mappings, options, dedup, dead_letters, retry, self._stop,
-                               self.stats)
+                               self.stats, table_jobs=self.table_scans)
         self.tables = self.applier.tables    # per-table counts of inexact applies (metrics)
         self.hooks = Hooks([consumer_hooks(cache, dedup, options, self.stats, clock=clock,
                                            retry=retry, stop=self._stop, on_batch=on_batch),
@@ -60,6 +69,8 @@ class PythonEngine:
     def close(self) -> None:
         """Release every adapter; closing the Kafka source leaves the consumer group at
         once, so a replacement gets the partitions without waiting for the session timeout."""
+        if self.table_scans is not None:
+            self.table_scans.close()
         for adapter in (self._source, self._dedup, self._cache, self._dlq):
             close = getattr(adapter, "close", None)
             if close is not None:
@@ -89,6 +100,7 @@ class PythonEngine:
     def step(self) -> BatchResult | None:
         """One poll, applied and committed; None when the poll was empty."""
         self.hooks.tick()
+        self._release()
         records = self._poll(self._opts.poll_timeout_s)
         if not records:
             return None
@@ -100,11 +112,39 @@ class PythonEngine:
         return self.applier.call("poll", lambda: self._source.poll(self._asked, timeout_s))
 
     def _finish(self, records, result: BatchResult) -> BatchResult:
-        """Commit an applied batch's offsets, then its hooks."""
+        """Commit an applied batch's offsets (none past a table event still being scanned),
+        then its hooks."""
         self._events_per_record = max(1, result.widest)
-        self.applier.call("commit offsets", lambda: self._source.commit(commit_offsets(records)))
+        offsets = commit_offsets(records)
+        if self.table_scans is not None:
+            offsets = self._held(offsets)
+        self.applier.call("commit offsets", lambda: self._source.commit(offsets))
         self.hooks.after_batch(result)
         return result
+
+    def _held(self, offsets: dict) -> dict:
+        """``offsets`` held back at the table events whose scans run (``_short`` remembers
+        where); raises what made a scan fail."""
+        self.table_scans.check()
+        for tp, offset in offsets.items():
+            self._wanted[tp] = max(self._wanted.get(tp, 0), offset)
+        held = held_back(offsets, self.table_scans.holds())
+        for tp, offset in held.items():
+            if offset < self._wanted[tp]:
+                self._short[tp] = offset
+            else:
+                self._short.pop(tp, None)
+        return held
+
+    def _release(self) -> None:
+        """Between batches: commit the offsets completed scans no longer hold back."""
+        if self.table_scans is None or not self._short:
+            return
+        before = dict(self._short)
+        held = self._held({tp: self._wanted[tp] for tp in before})
+        moved = {tp: offset for tp, offset in held.items() if offset != before[tp]}
+        if moved:
+            self.applier.call("commit offsets", lambda: self._source.commit(moved))
 
     def _overlapped(self) -> None:
         """The loop with a worker thread that applies the batches.
@@ -134,6 +174,7 @@ class PythonEngine:
                         done, flight = flight, None
                         self._finish(done[0], done[1].result())
                     self.hooks.tick()
+                    self._release()
                     if not records:
                         continue
                     future = worker.submit(self.applier.apply, records, prepared)

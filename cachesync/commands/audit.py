@@ -51,10 +51,10 @@ def run_audit(settings: Settings, table: str, repair: bool = False, sample: int 
               partitions: int = 4, spark_master: str | None = None, spark=None):
     from cachesync.consumer.spark.audit import audit_table
     from cachesync.consumer.spark.session import spark_session
-    mapping = settings.tables.tables.get(table)
+    mapping = settings.tables.get(*table.split(".", 1)) if "." in table else None
     if mapping is None:
         raise click.UsageError(f"--table {table}: not a mapped table "
-                               f"(mapped: {', '.join(sorted(settings.tables.tables))})")
+                               f"(mapped: {', '.join(m.table for m in settings.tables.entries)})")
     source = table_source(settings, table)
     cache = wiring.build_cache(settings)
     try:

@@ -54,10 +54,10 @@ def command(settings: Settings, engine_kind, start, end, tables, dry_run, rate,
     """
     with handle_errors():
         mappings = configured_mappings(settings)
-        unknown = [t for t in tables if t not in mappings.tables]
+        unknown = [t for t in tables if "." not in t or mappings.get(*t.split(".", 1)) is None]
         if unknown:
             raise click.UsageError(f"--table {', '.join(unknown)}: not a mapped table "
-                                   f"(mapped: {', '.join(sorted(settings.tables.tables))})")
+                                   f"(mapped: {', '.join(m.table for m in settings.tables.entries)})")
         report = run_replay(settings, mappings, engine_kind, start, end, tuple(tables), dry_run,
                             rate, spark_master)
         click.echo(json.dumps(report.to_dict(), indent=2))

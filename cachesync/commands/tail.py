@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from cachesync.doctor import start_checks
 from cachesync.commands.common import handle_errors, log, on_termination, settings_options
 from cachesync.metrics import Cumulative, tailer_active
 from cachesync.operate import tail_ops
@@ -61,7 +62,9 @@ def command(settings, from_gtid, from_file, from_pos) -> None:
     """
     start = start_option(from_gtid, from_file, from_pos)
     with handle_errors():
-        tailers = Cumulative(("published", "table_events", "oversized", "versions_not_newer",
+        start_checks(settings, "tail")     # kafka.create_topics, and doctor's checks logged
+        tailers = Cumulative(("published", "table_events", "undecoded_events", "oversized",
+                              "versions_not_newer", "partial_rows", "unkeyable", "json_unknown",
                               "outbox_events", "outbox_invalid"))
         ops = tail_ops(settings, tailers)
         first = [start]

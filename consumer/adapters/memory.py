@@ -8,6 +8,7 @@ from typing import Mapping, Sequence
 
 from cachesync.consumer.core.dedup import ClaimState
 from cachesync.consumer.core.offsets import Record
+from cachesync.consumer.core.tablejobs import JobState
 from cachesync.consumer.core.writes import (APPLIED, BACKWARDS, KIND_DELETE, CacheWrite, fence,
                                             fence_by_table)
 from cachesync.schema.keys import INTERNAL_PREFIX
@@ -61,15 +62,27 @@ class MemoryCache:
         self.versions: dict[str, str] = {}
         self.deleted: list[str] = []
         self.table_fences: dict[str, str] = {}
+        self.table_scans = 0           # invalidate_table calls (one scan of the keyspace each)
 
-    def invalidate_table(self, mapping, fence_version: str | None = None, progress=None) -> int:
-        """Every key a template of ``mapping`` renders (the same match as the Redis adapter)."""
+    def fence_table(self, mapping, fence_version: str) -> None:
+        self.table_fences[mapping.table] = max(fence_version,
+                                               self.table_fences.get(mapping.table, ""))
+
+    def invalidate_table(self, mapping, fence_version: str | None = None, progress=None,
+                         keep_newer: str | None = None) -> int:
+        """Every key a template of ``mapping`` renders (the same match as the Redis adapter),
+        but those whose version is newer than ``keep_newer``."""
         if fence_version is not None:
-            self.table_fences[mapping.table] = max(fence_version,
-                                                   self.table_fences.get(mapping.table, ""))
+            self.fence_table(mapping, fence_version)
         keys = [k for k in self.data if not k.startswith(INTERNAL_PREFIX)
-                and any(t.regex.fullmatch(k) for t in mapping.keys)]
-        return self.delete(keys)
+                and any(t.regex.fullmatch(k) for t in mapping.keys)
+                and not (keep_newer is not None and k in self.versions
+                         and self.versions[k].rsplit("/", 1)[-1] > keep_newer)]
+        self.table_scans += 1
+        removed = self.delete(keys)
+        if progress is not None:
+            progress(len(keys))
+        return removed
 
     def delete(self, keys: Sequence[str]) -> int:
         self.deleted.extend(keys)
@@ -117,3 +130,30 @@ class MemoryDeadLetters:
 
     def flush(self) -> None:
         pass
+
+
+class MemoryTableJobs:
+    """RedisTableJobs in a dict: ``records[job]`` is ``("r", owner, until)`` or ``("d", removed)``."""
+
+    def __init__(self, clock=time.monotonic):
+        self._clock = clock
+        self.records: dict[str, tuple] = {}
+
+    def begin(self, job: str, owner: str, lease_s: float):
+        record = self.records.get(job)
+        if record is not None and record[0] == "d":
+            return JobState.DONE, record[1]
+        if record is not None and record[1] != owner and record[2] >= self._clock():
+            return JobState.WAIT, 0
+        self.records[job] = ("r", owner, self._clock() + lease_s)
+        return JobState.RUN, 0
+
+    def renew(self, job: str, owner: str, lease_s: float) -> bool:
+        record = self.records.get(job)
+        if record is None or record[0] != "r" or record[1] != owner:
+            return False
+        self.records[job] = ("r", owner, self._clock() + lease_s)
+        return True
+
+    def finish(self, job: str, owner: str, removed: int) -> None:
+        self.records[job] = ("d", removed)

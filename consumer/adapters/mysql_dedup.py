@@ -7,13 +7,17 @@ import uuid
 from collections import OrderedDict
 from typing import Mapping, Sequence
 
+import pymysql
+
 from cachesync.consumer.core.dedup import ClaimState
 from cachesync.consumer.ports import chunks
 from cachesync.producer_outbox.mysql import MySQLParams, Session, ensure_state_tables
+from cachesync.schema.errors import FatalError
 
 # Bounds the size of one statement; a batch of N ids costs ceil(N / this) round trips.
 CLAIM_CHUNK = 1000
 MSG_ID_MAX = 64                 # cachesync_dedup.msg_id VARCHAR(64) CHARACTER SET ascii
+ACCESS_DENIED = (1227,)     # ER_SPECIFIC_ACCESS_DENIED_ERROR: "you need ... privilege(s)"
 HELD_MAX = 16                   # claims remembered until their confirm (one per batch in flight)
 
 def _joined(q: str = "") -> str:
@@ -47,6 +51,26 @@ def rows_sql(schema: str = "") -> str:
             f"FROM {_joined(q)}) AS cachesync_dedup_rows")
 
 
+# What an account needs to keep its own writes out of the binlog (SET sql_log_bin = 0).
+LOG_BIN_GRANT = ("BINLOG ADMIN (MariaDB 10.5.2+; SUPER before) or SESSION_VARIABLES_ADMIN "
+                 "(MySQL 8.0.14+)")
+
+
+def _unlogged_state_tables(conn) -> None:
+    """The session's writes stay out of the binlog (so off the replicas), then the tables;
+    raises FatalError naming the grant when the account may not."""
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SET SESSION sql_log_bin = 0")
+    except pymysql.err.OperationalError as e:
+        if e.args and e.args[0] in ACCESS_DENIED:
+            raise FatalError(f"consumer.dedup_mysql_log_bin is false but MySQL refused "
+                             f"SET sql_log_bin = 0: the account needs {LOG_BIN_GRANT}, or set "
+                             f"it true (or use consumer.dedup_store: redis): {e.args[-1]}") from e
+        raise
+    ensure_state_tables(conn)
+
+
 class MySQLDedupStore:
     """``cachesync_dedup`` rows keyed by (namespace, message id).
 
@@ -58,10 +82,11 @@ class MySQLDedupStore:
     the idempotent receiver drops.
     """
 
-    def __init__(self, params: MySQLParams, namespace: str):
+    def __init__(self, params: MySQLParams, namespace: str, log_bin: bool = True):
         # autocommit: the common claim (new ids only) and the confirm of a whole claim are
         # one statement each, committed in one round trip (run_each)
-        self._session = Session(params.connect, setup=ensure_state_tables, autocommit=True)
+        setup = ensure_state_tables if log_bin else _unlogged_state_tables
+        self._session = Session(params.connect, setup=setup, autocommit=True)
         self._ns = namespace
         # token -> (its mark, the ids it owns): what a confirm of the whole claim needs
         self._held: OrderedDict[str, tuple[str, frozenset[str]]] = OrderedDict()

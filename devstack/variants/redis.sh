@@ -6,12 +6,15 @@
 #                   `devadmin` (everything) and `cachesync` (least privilege, see REDIS_ACL_CACHESYNC)
 #   redis-cluster   three masters (cluster-enabled), slots spread by `redis-cli --cluster create`
 #   redis-sentinel  a master, one replica and three sentinels watching master name `cachesync`
+#   redis-aof       one durable server: append-only file fsynced on every write, noeviction
+#                   (what the Redis dedup store is meant to run on; it survives a restart)
 # Default ports follow the main Redis port (16379), so stacks with other base ports never collide.
 REDIS_TLS_PORT="${DEVSTACK_REDIS_TLS_PORT:-$((REDIS_PORT + 1))}"                          # 16380
 REDIS_SENTINEL_MASTER_PORT="${DEVSTACK_REDIS_SENTINEL_MASTER_PORT:-$((REDIS_PORT + 11))}" # 16390, replica 16391
 REDIS_SENTINEL_PORT="${DEVSTACK_REDIS_SENTINEL_PORT:-$((REDIS_PORT + 21))}"               # sentinels 16400-16402
 REDIS_CLUSTER_PORT="${DEVSTACK_REDIS_CLUSTER_PORT:-$((REDIS_PORT + 31))}"                 # nodes 16410-16412
 REDIS_CLUSTER_BUS_PORT="${DEVSTACK_REDIS_CLUSTER_BUS_PORT:-$((REDIS_PORT + 41))}"         # their buses 16420-16422
+REDIS_AOF_PORT="${DEVSTACK_REDIS_AOF_PORT:-$((REDIS_PORT + 51))}"                          # 16430
 REDIS_SENTINEL_MASTER_NAME=cachesync
 
 # What the consumer (delete and update mode, Redis dedup store and its purge) and read_through
@@ -211,3 +214,27 @@ redis_sentinel_up() {
     show_log_and_die "$LOGS/redis-sentinel-$REDIS_SENTINEL_PORT.log" "redis-sentinel is not ready"
   log "redis-sentinel ready (master name $REDIS_SENTINEL_MASTER_NAME; fail over with: redis-cli -p $REDIS_SENTINEL_PORT SENTINEL FAILOVER $REDIS_SENTINEL_MASTER_NAME)"
 }
+
+# ---------------------------------------------------------------- redis-aof
+# A durable Redis: every write is in the append-only file before the reply (appendfsync
+# always) and nothing is evicted (maxmemory-policy noeviction: a full server refuses writes
+# instead of forgetting dedup records). Its data survives `down` and `up`.
+redis_aof_procs() { echo "$RUN/redis-aof.pid redis-server $REDIS_AOF_PORT"; }
+
+redis_aof_env() { echo "DEVSTACK_REDIS_AOF_URL=redis://127.0.0.1:$REDIS_AOF_PORT/0"; }
+
+redis_aof_up() {
+  local dir="$DIR/redis-aof"
+  if ! pid_alive "$RUN/redis-aof.pid" redis-server >/dev/null; then
+    check_port_free "$REDIS_AOF_PORT" DEVSTACK_REDIS_AOF_PORT
+    mkdir -p "$dir"
+    { redis_conf redis-aof "$REDIS_AOF_PORT" "$dir" | grep -v '^appendonly'
+      printf '%s\n' "appendonly yes" "appendfsync always" "maxmemory-policy noeviction"
+    } | write_private "$dir/redis.conf"
+    log "starting redis-aof on 127.0.0.1:$REDIS_AOF_PORT (appendfsync always, noeviction)"
+    redis_start redis-aof "$dir/redis.conf"
+  fi
+  wait_until 20 "redis-aof" redis_aof_ping || show_log_and_die "$LOGS/redis-aof.log" "redis-aof is not ready"
+}
+
+redis_aof_ping() { [ "$(redis-cli -h 127.0.0.1 -p "$REDIS_AOF_PORT" ping </dev/null 2>/dev/null)" = PONG ]; }

@@ -26,6 +26,9 @@ def _ready(url: str) -> bool:
         return False
 
 
+MYSQL_DEDUP = {"dedup_store": "mysql"}     # done_ids reads the MySQL store's records
+
+
 def done_ids(lab) -> int:
     return lab.sql(f"SELECT COUNT(*) FROM {rows_sql('cachesync')} WHERE ns = %s AND "
                    "status = 'done'", (f"direct-tailer-{lab.suffix}",))[0][0]
@@ -37,7 +40,7 @@ def keys_of(i: int) -> list[str]:
 
 def test_direct_mode_invalidates_without_kafka(lab):
     lab.sql(USERS_DDL)
-    cfg = lab.write_config(USERS)
+    cfg = lab.write_config(USERS, consumer=MYSQL_DEDUP)
     start(lab, cfg, "run", "--direct")
     lab.cache("user:1", "user:email:a@x", "user:email:b@x", "user:2")
     lab.sql("INSERT INTO users VALUES (1, 'a@x', 'Ada')")
@@ -59,7 +62,7 @@ def test_direct_mode_kill9_mid_stream_loses_nothing(lab):
     and the dedup table must hold exactly one done id per row change.
     """
     lab.sql(USERS_DDL)
-    cfg = lab.write_config(USERS)
+    cfg = lab.write_config(USERS, consumer=MYSQL_DEDUP)
     lab.cache(*(k for i in range(ROWS) for k in keys_of(i)))
     proc = start(lab, cfg, "run", "--direct")
 
@@ -98,7 +101,7 @@ def insert_returning_gtid(lab, statement: str):
 def test_direct_mode_holds_the_checkpoint_while_redis_is_down(lab):
     """The checkpoint must not pass a transaction whose invalidation has not reached Redis."""
     lab.sql(USERS_DDL)
-    cfg = lab.write_config(USERS)
+    cfg = lab.write_config(USERS, consumer=MYSQL_DEDUP)
     proc = start(lab, cfg, "run", "--direct")
     stack_command("down", "redis")
     try:
@@ -116,7 +119,7 @@ def test_direct_mode_holds_the_checkpoint_while_redis_is_down(lab):
 
 def test_sigterm_stops_direct_mode_cleanly_and_checkpoints(lab):
     lab.sql(USERS_DDL)
-    cfg = lab.write_config(USERS)
+    cfg = lab.write_config(USERS, consumer=MYSQL_DEDUP)
     proc = start(lab, cfg, "run", "--direct")
     insert_gtid = insert_returning_gtid(lab, "INSERT INTO users VALUES (5, 'e@x', 'Eve')")
     wait_for(lambda: done_ids(lab) == 1, what="the insert to be applied")

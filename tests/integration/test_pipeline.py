@@ -106,7 +106,7 @@ def test_tailer_kill_9_mid_stream_loses_nothing_and_duplicates_are_skipped(lab, 
 def test_consumer_kill_9_between_claim_and_confirm_reapplies_after_lease(lab):
     """Redis writes are paused so the consumer blocks after claiming; kill -9 it there."""
     lab.sql(USERS_DDL)
-    cfg = lab.write_config(USERS, consumer={"claim_lease_s": 3})
+    cfg = lab.write_config(USERS, consumer={"claim_lease_s": 3, "dedup_store": "mysql"})
     lab.start_tailer(cfg)
     lab.cache("user:5", "user:email:e@x")
     pauser = lab.stack.redis()

@@ -124,7 +124,9 @@ def dedup_records(lab, namespace: str) -> set[tuple[str, str]]:
 
 
 def config_for_group(lab, tables, group: str, name: str, **consumer) -> str:
-    path = lab.write_config(tables, consumer=consumer or None, name=name)
+    """A config for ``group``; the MySQL dedup store unless ``consumer`` names another (the
+    tests read its records)."""
+    path = lab.write_config(tables, consumer={"dedup_store": "mysql", **consumer}, name=name)
     return add_config_sections(path, kafka={"group_id": group})
 
 

@@ -26,7 +26,7 @@ from cachesync.consumer.adapters.mysql_dedup import rows_sql
 from cachesync.schema.event import ChangeEvent, decode_record, pack_elements
 from cachesync.schema.keys import kafka_key
 from cachesync.devstack import DevStack, wait_for  # noqa: F401 (tests import wait_for from here)
-from cachesync.wiring import build_engine
+from cachesync.wiring import build_dedup, build_engine
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -44,6 +44,7 @@ class Lab:
         self.prefix = f"{self.suffix}:"
         self.redis = stack.redis()
         self._tables_seen = False
+        self._config: str | None = None      # the last config written (dedup_rows reads it)
         self._procs: list[subprocess.Popen] = []
         self._threads: list[tuple[threading.Thread, object]] = []
         with stack.admin() as conn, conn.cursor() as cur:
@@ -65,6 +66,7 @@ class Lab:
                "tables": {f"{self.db}.{t}": self._prefixed(spec) for t, spec in tables.items()}}
         path = self.tmp / name
         path.write_text(yaml.safe_dump(doc))
+        self._config = str(path)
         return str(path)
 
     def _prefixed(self, spec: dict) -> dict:
@@ -137,12 +139,24 @@ class Lab:
         return self._tables_seen
 
     def dedup_rows(self, status: str | None = None) -> int:
-        query = f"SELECT COUNT(*) FROM {rows_sql('cachesync')} WHERE ns = %s"
-        params = [f"g-{self.suffix}"]
-        if status:
-            query += " AND status = %s"
-            params.append(status)
-        return self.sql(query, params)[0][0] if self._state_tables_exist() else 0
+        """The group's dedup records (``status``: claimed or done) in the dedup store the
+        last written config names (``consumer.dedup_store``)."""
+        if self._config is None:
+            raise AssertionError("dedup_rows: no config written yet")
+        settings = self.settings(self._config)
+        if settings.consumer.dedup_store == "mysql":
+            query = f"SELECT COUNT(*) FROM {rows_sql('cachesync')} WHERE ns = %s"
+            params = [settings.dedup_namespace]
+            if status:
+                query += " AND status = %s"
+                params.append(status)
+            return self.sql(query, params)[0][0] if self._state_tables_exist() else 0
+        store = build_dedup(settings)
+        try:
+            counts = store.counts()
+        finally:
+            store.close()
+        return counts[status] if status else sum(counts.values())
 
     def topic_records(self, topic: str | None = None, timeout_s: float = 10.0,
                       bootstrap: str | None = None, **security) -> list:
@@ -193,6 +207,19 @@ class Lab:
         producer = KafkaProducer(bootstrap_servers=self.stack.bootstrap, acks="all")
         producer.send(self.topic, key=key, value=value).get(timeout=30)
         producer.close()
+
+    def republish(self) -> int:
+        """Send every record of the change topic again, to its partition, with its key,
+        value and headers: what a tailer that crashed before its checkpoint re-publishes.
+        Returns how many records were sent."""
+        records = self.topic_records()
+        producer = KafkaProducer(bootstrap_servers=self.stack.bootstrap, acks="all")
+        for r in records:
+            producer.send(self.topic, key=r.key, value=r.value, headers=r.headers,
+                          partition=r.partition)
+        producer.flush(30)
+        producer.close()
+        return len(records)
 
     def cache(self, *keys: str) -> None:
         for k in keys:

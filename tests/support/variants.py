@@ -57,6 +57,17 @@ def use_redis_cluster(lab, monkeypatch) -> RedisCluster:
     return client
 
 
+def use_redis_aof(lab, monkeypatch) -> redis.Redis:
+    """Point a Lab at the redis-aof variant (a durable Redis: AOF fsynced on every write,
+    noeviction) for its own client and every process it starts (cache and dedup store)."""
+    env = start("redis-aof")
+    client = redis.Redis.from_url(env["DEVSTACK_REDIS_AOF_URL"], socket_timeout=5)
+    monkeypatch.setattr(lab, "redis", client)
+    monkeypatch.setattr(lab, "stack", dataclasses.replace(lab.stack, env={
+        **lab.stack.env, "CACHESYNC_REDIS_URL": env["DEVSTACK_REDIS_AOF_URL"]}))
+    return client
+
+
 def use_kafka_sasl(lab, config_path: str) -> dict[str, str]:
     """The environment that points processes of ``lab`` at the kafka-sasl variant (SCRAM-SHA-512
     over TLS, the CA checked), with the lab's topics created there.

@@ -1,0 +1,199 @@
+"""Table-level invalidations run beside the row stream: one scan per table-level event.
+
+A TRUNCATE, DROP, RENAME or statement-logged write of a mapped table reaches every
+partition as a copy of one event. ``TableInvalidator.submit`` (called by the applier in
+batch order) stores the table fence at once (update mode: from then on a write of an older
+row of the table is a delete) and hands the scan of the table's keys to a worker thread, so
+the rows of every other table keep flowing meanwhile. The copies share one scan: the first
+one's (``consumer.core.tablejobs.job_id``); the others, here or in another consumer of the
+group, wait for its record in the job store (``RedisTableJobs``) to say done.
+
+Until its scan completes, each copy holds its partition's offset (``holds``): the engine
+commits no offset past it, so a crash mid-scan delivers the event again and the scan runs
+again (its owner's lease in the job store runs out). Fill leases of the table are removed
+before its keys (``RedisCache.invalidate_table``), so a ``read_through`` fill that read the
+row before the change is refused.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Callable
+
+from cachesync.consumer.core.plan import EventPlan
+from cachesync.consumer.core.tablejobs import JobState, TopicPartition, job_id
+from cachesync.consumer.core.writes import padded
+from cachesync.schema.retry import RetryPolicy, Stopped, call
+
+log = logging.getLogger("cachesync.consumer")
+
+# how long a scan is its owner's without a renewal (the engine passes consumer.claim_lease_s:
+# a crashed owner's scan is taken over as soon as its claims are); renewed every third of it
+JOB_LEASE_S = 5.0
+# how often a copy waiting for another consumer's scan asks the job store again
+WAIT_POLL_S = 0.5
+SCAN_WORKERS = 2        # table events scanned at the same time (each one SCAN loop)
+KEEP_SCANS = 256        # completed scans remembered (metrics; copies arriving late)
+
+
+@dataclass
+class TableScan:
+    """One table-level event's scan as this consumer sees it (metrics and logs)."""
+
+    job: str
+    table: str
+    reason: str
+    started: float
+    keys: int = 0                   # keys removed so far
+    finished: float | None = None
+    reused: bool = False            # another consumer's scan did the work
+    failure: BaseException | None = None    # what stopped it (not Stopped): raised by check()
+    fence: str | None = None        # update mode: the event's padded version (newer keys stay)
+    copies: int = 1                 # partition copies of the event that waited for it here
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+class TableInvalidator:
+    """Runs table-level scans on worker threads; ``holds()`` says which offsets wait for one."""
+
+    def __init__(self, cache, jobs, stats, retry: RetryPolicy = RetryPolicy(),
+                 stop: threading.Event | None = None, lease_s: float = JOB_LEASE_S,
+                 clock: Callable[[], float] = time.monotonic, workers: int = SCAN_WORKERS):
+        self._cache, self._jobs, self._stats, self._retry = cache, jobs, stats, retry
+        self._stop = stop or threading.Event()
+        self._lease_s, self._clock = lease_s, clock
+        self._owner = uuid.uuid4().hex
+        self._lock = threading.Lock()
+        self._scans: dict[str, TableScan] = {}          # job id -> its scan (kept for metrics)
+        self._holds: list[tuple[TopicPartition, int, TableScan]] = []
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="cachesync-table")
+
+    def submit(self, ep: EventPlan, origin: tuple[TopicPartition, int] | None) -> None:
+        """Fence the table now (update mode) and start or join the event's scan; ``origin``
+        ((topic, partition), offset) of its record is held until the scan completes."""
+        event, mapping = ep.event, ep.table
+        if mapping.updates:
+            fence = padded(event.version)
+            self._call("redis table fence", lambda: self._cache.fence_table(mapping, fence))
+        job = job_id(event)
+        with self._lock:
+            scan = self._scans.get(job)
+            if scan is None or (scan.done.is_set() and scan.finished is None):
+                scan = TableScan(job, event.qualified_table, event.extra.get("reason", "?"),
+                                 self._clock(), fence=padded(event.version)
+                                 if mapping.updates else None)
+                self._scans[job] = scan
+                self._forget_old()
+                self._pool.submit(self._run, scan, mapping)
+            else:
+                scan.copies += 1
+            if origin is not None and not scan.done.is_set():
+                self._holds.append((origin[0], origin[1], scan))
+        self._stats.table_invalidations += 1
+
+    def _forget_old(self) -> None:
+        finished = [j for j, s in self._scans.items() if s.finished is not None]
+        for j in finished[:max(0, len(finished) - KEEP_SCANS)]:
+            del self._scans[j]
+
+    def check(self) -> None:
+        """Raise what made a scan fail (an error retries could not cure: the engine stops,
+        the event's offset uncommitted)."""
+        for scan in self.scans():
+            if scan.failure is not None:
+                raise scan.failure
+
+    def holds(self) -> list[tuple[TopicPartition, int]]:
+        """(partition, offset) of each table event whose scan has not completed."""
+        with self._lock:
+            self._holds = [h for h in self._holds if h[2].finished is None]
+            return [(tp, offset) for tp, offset, _ in self._holds]
+
+    def scans(self) -> list[TableScan]:
+        """Every scan this consumer started or waited for, newest last (metrics)."""
+        with self._lock:
+            return list(self._scans.values())
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Whether every scan completed within ``timeout_s`` (tests, shutdown)."""
+        deadline = self._clock() + timeout_s
+        for scan in self.scans():
+            if not scan.done.wait(max(0.0, deadline - self._clock())):
+                return False
+        return all(s.finished is not None for s in self.scans())
+
+    def close(self) -> None:
+        """Stop: a scan under way gives up at its next chunk, its offset still held (the
+        next start runs it again)."""
+        self._stop.set()
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    # -- the worker ------------------------------------------------------------------
+    def _run(self, scan: TableScan, mapping) -> None:
+        try:
+            state, removed = self._begin(scan)
+            if state is JobState.DONE:
+                scan.reused = True
+            else:
+                removed = self._scan(scan, mapping)
+                self._call("table scan record", lambda: self._jobs.finish(
+                    scan.job, self._owner, removed))
+            self._finished(scan, removed)
+        except Stopped:
+            pass
+        except Exception as e:
+            log.error("table-level invalidation of %s failed; its offset stays held and the "
+                      "next start runs it again: %s", scan.table, e)
+            scan.failure = e
+        finally:
+            scan.done.set()
+
+    def _begin(self, scan: TableScan) -> tuple[JobState, int]:
+        """Wait while another consumer's scan of the event is under way."""
+        while True:
+            state, removed = self._call("table scan record", lambda: self._jobs.begin(
+                scan.job, self._owner, self._lease_s))
+            if state is not JobState.WAIT:
+                return state, removed
+            if self._stop.wait(WAIT_POLL_S):
+                raise Stopped("stop requested while waiting for another consumer's scan")
+
+    def _scan(self, scan: TableScan, mapping) -> int:
+        renewed = [self._clock()]
+
+        def progress(n: int) -> None:
+            scan.keys += n
+            if self._stop.is_set():
+                raise Stopped("stop requested during a table-level scan")
+            if self._clock() - renewed[0] > self._lease_s / 3:
+                self._jobs.renew(scan.job, self._owner, self._lease_s)
+                renewed[0] = self._clock()
+        log.info("table-level change of %s (%s): scanning for its keys", scan.table, scan.reason)
+
+        def attempt() -> int:
+            scan.keys = 0
+            return self._cache.invalidate_table(mapping, None, progress, keep_newer=scan.fence)
+        return self._call("redis table invalidation", attempt)
+
+    def _finished(self, scan: TableScan, removed: int) -> None:
+        scan.keys = removed
+        scan.finished = self._clock()
+        took = scan.finished - scan.started
+        if scan.reused:
+            self._stats.table_scans_reused += 1
+            log.warning("table-level change of %s (%s): invalidated by another consumer's scan "
+                        "(%d keys removed); waited %.1fs", scan.table, scan.reason, removed, took)
+        else:
+            self._stats.table_scans += 1
+            self._stats.table_keys_deleted += removed
+            log.warning("table-level change of %s (%s): invalidated every key of its templates, "
+                        "%d removed in %.1fs (%d partition copies)", scan.table, scan.reason,
+                        removed, took, scan.copies)
+
+    def _call(self, what: str, fn):
+        return call(fn, what, self._stop, self._retry)

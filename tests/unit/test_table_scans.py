@@ -1,0 +1,132 @@
+"""Table-level scans beside the row stream: one per event, offsets held until it completes."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from cachesync.config import ConsumerSettings
+from cachesync.consumer.adapters.memory import (MemoryCache, MemoryDeadLetters, MemoryDedupStore,
+                                                MemorySource, MemoryTableJobs)
+from cachesync.consumer.core.offsets import Record
+from cachesync.consumer.core.tablejobs import JobState, held_back, job_id
+from cachesync.consumer.engine import PythonEngine
+from cachesync.producer_outbox.rows import TxnContext, row_change, table_change
+from cachesync.schema.event import encode
+from cachesync.schema.mapping import parse_mappings
+
+CTX = TxnContext("mariadb:1", "0-1-42", 42, 1_700_000_000.0)
+MAPPINGS = parse_mappings({"app.users": {"keys": ["user:{id}"]},
+                           "app.orders": {"keys": ["order:{id}"]}})
+OPTIONS = ConsumerSettings(overlap_batches=False)
+T = "changes"
+
+
+@pytest.mark.parametrize("offsets, holds, expected", [
+    ({(T, 0): 10}, [], {(T, 0): 10}),                          # nothing held
+    ({(T, 0): 10}, [((T, 0), 4)], {(T, 0): 4}),                # the held record is delivered again
+    ({(T, 0): 10}, [((T, 0), 6), ((T, 0), 4)], {(T, 0): 4}),   # the lowest hold wins
+    ({(T, 0): 3}, [((T, 0), 4)], {(T, 0): 3}),                 # a hold ahead of the batch
+    ({(T, 0): 10, (T, 1): 7}, [((T, 1), 5)], {(T, 0): 10, (T, 1): 5}),
+    ({(T, 0): 10}, [((T, 2), 1)], {(T, 0): 10}),               # another partition's hold
+])
+def test_held_back(offsets, holds, expected):
+    assert held_back(offsets, holds) == expected
+
+
+def test_every_partition_copy_of_a_table_event_is_one_job():
+    copies = [table_change(CTX, 3, p, "app", "users", "truncate", "TRUNCATE users")
+              for p in range(6)]
+    assert len({c.id for c in copies}) == 6 and len({job_id(c) for c in copies}) == 1
+    other_table = table_change(CTX, 3, 0, "app", "orders", "truncate", "TRUNCATE orders")
+    later = table_change(TxnContext("mariadb:1", "0-1-43", 43, 0.0), 3, 0, "app", "users",
+                         "truncate", "TRUNCATE users")
+    assert job_id(other_table) != job_id(copies[0]) != job_id(later)
+
+
+class GatedCache(MemoryCache):
+    """A MemoryCache whose table scans wait for ``gate`` (a scan under way)."""
+
+    def __init__(self):
+        super().__init__()
+        self.gate = threading.Event()
+
+    def invalidate_table(self, mapping, fence_version=None, progress=None, **options) -> int:
+        assert self.gate.wait(10), "the test never opened the gate"
+        return super().invalidate_table(mapping, fence_version, progress, **options)
+
+
+def rec(partition: int, offset: int, event) -> Record:
+    return Record(T, partition, offset, b"k", encode(event), (("id", event.id.encode()),))
+
+
+def row(index: int, table: str, uid: int):
+    return row_change(CTX, index, "app", table, "insert", "id", None, {"id": uid})
+
+
+def engine_over(records, cache, jobs=None, dedup=None):
+    return PythonEngine(MemorySource(records), dedup or MemoryDedupStore(), cache,
+                        MemoryDeadLetters(), MAPPINGS, OPTIONS, table_jobs=jobs or MemoryTableJobs())
+
+
+def test_three_copies_one_scan_rows_flow_meanwhile_and_offsets_wait_for_the_scan():
+    cache = GatedCache()
+    cache.data.update({f"user:{i}": b"v" for i in range(5)} | {"order:1": b"o", "order:2": b"o"})
+    copies = [table_change(CTX, 0, p, "app", "users", "truncate", "TRUNCATE users")
+              for p in range(3)]
+    records = [rec(p, 10, copies[p]) for p in range(3)] + [rec(0, 11, row(1, "orders", 1))]
+    dedup = MemoryDedupStore()
+    engine = engine_over(records, cache, dedup=dedup)
+    engine.step()
+    # the order row was applied while the users scan waits; no offset passed a copy
+    assert "order:1" not in cache.data and "order:2" in cache.data and "user:0" in cache.data
+    assert engine._source.committed == {(T, 0): 10, (T, 1): 10, (T, 2): 10}
+    assert not any(c.id in dedup.rows for c in copies)     # the job record, not a claim
+    cache.gate.set()
+    assert engine.table_scans.wait_idle(5)
+    engine.step()                      # an empty poll: the released offsets are committed
+    assert engine._source.committed == {(T, 0): 12, (T, 1): 11, (T, 2): 11}
+    assert cache.table_scans == 1 and engine.stats.table_scans == 1
+    assert engine.stats.table_invalidations == 3 and engine.stats.table_keys_deleted == 5
+    assert not any(k.startswith("user:") for k in cache.data)
+    engine.close()
+
+
+def test_a_copy_waits_for_another_consumers_scan_and_reuses_it():
+    jobs = MemoryTableJobs()
+    event = table_change(CTX, 0, 1, "app", "users", "truncate", "TRUNCATE users")
+    assert jobs.begin(job_id(event), "other-consumer", 60)[0] is JobState.RUN
+    cache = MemoryCache()
+    cache.data["user:1"] = b"v"
+    engine = engine_over([rec(1, 5, event)], cache, jobs)
+    engine.step()
+    assert engine._source.committed == {(T, 1): 5}           # held while the other one scans
+    jobs.finish(job_id(event), "other-consumer", 7)
+    assert engine.table_scans.wait_idle(5)
+    engine.step()
+    assert engine._source.committed == {(T, 1): 6}
+    assert cache.table_scans == 0 and engine.stats.table_scans_reused == 1
+    engine.close()
+
+
+def test_an_owner_whose_lease_ran_out_is_taken_over():
+    now = [100.0]
+    jobs = MemoryTableJobs(clock=lambda: now[0])
+    event = table_change(CTX, 0, 0, "app", "users", "truncate", "TRUNCATE users")
+    jobs.begin(job_id(event), "crashed-consumer", 30)
+    assert jobs.begin(job_id(event), "me", 30)[0] is JobState.WAIT
+    now[0] += 31
+    assert jobs.begin(job_id(event), "me", 30)[0] is JobState.RUN
+    jobs.finish(job_id(event), "me", 3)
+    assert jobs.begin(job_id(event), "late-copy", 30) == (JobState.DONE, 3)
+
+
+def test_without_a_job_store_the_applier_scans_in_the_batch_once_per_copy():
+    cache = MemoryCache()
+    copies = [table_change(CTX, 0, p, "app", "users", "truncate", "TRUNCATE users")
+              for p in range(2)]
+    engine = PythonEngine(MemorySource([rec(p, 0, copies[p]) for p in range(2)]),
+                          MemoryDedupStore(), cache, MemoryDeadLetters(), MAPPINGS, OPTIONS)
+    engine.step()
+    assert cache.table_scans == 2 and engine._source.committed == {(T, 0): 1, (T, 1): 1}
