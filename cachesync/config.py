@@ -216,8 +216,11 @@ class MySQLSettings(_Validated):
     ssl_ca: str = setting("", "PEM CA of the server's certificate; set, every MySQL connection "
                           "(sessions, the binlog stream, audit's JDBC) uses verified TLS. A "
                           "certificate that fails verification stops the process with exit code 3")
+    ssl: bool = setting(False, "verified TLS without `mysql.ssl_ca`: the server's certificate is "
+                        "checked against the system's trusted CAs (`SSL_CERT_FILE` moves them; "
+                        "audit's JDBC: the JVM's); RDS and Aurora: see *Operating*, MySQL TLS")
     ssl_cert: str = setting("", "PEM client certificate (with `mysql.ssl_key`; needs "
-                            "`mysql.ssl_ca`; not passed to audit's JDBC)")
+                            "`mysql.ssl_ca` or `mysql.ssl`; not passed to audit's JDBC)")
     ssl_key: str = setting("", "PEM private key of `mysql.ssl_cert`")
     ssl_verify_identity: bool = setting(True, "the server's certificate must name `mysql.host` "
                                         "(JDBC `sslMode=verify-full`); `false`: the CA only "
@@ -227,8 +230,9 @@ class MySQLSettings(_Validated):
         super().__post_init__()
         if bool(self.ssl_cert) != bool(self.ssl_key):
             raise ConfigError("mysql.ssl_cert and mysql.ssl_key: set both or neither")
-        if self.ssl_cert and not self.ssl_ca:
-            raise ConfigError("mysql.ssl_ca: required with mysql.ssl_cert (TLS is on when it is set)")
+        if self.ssl_cert and not (self.ssl_ca or self.ssl):
+            raise ConfigError("mysql.ssl_ca: required with mysql.ssl_cert (TLS is on when it, "
+                              "or mysql.ssl, is set)")
 
 
 # Kafka client properties cachesync sets itself (its delivery guarantees, its group
