@@ -415,9 +415,10 @@ class Tailer(GroupPublishing):
         self.undecoded_events += 1
         named = maps.named(event.table_id) if event.table_id is not None else None
         if named is not None:
-            tables = [t for t in self._mapped if (t[0], t[1]) == named]
+            mapping = self._mappings.get(*named)
+            tables = [named] if mapping is not None and mapping.keys else []
         else:
-            tables = self._mapped
+            tables = self._matched.statement_tables()
         log.warning("binlog event %s (type %d) at %s may carry row changes cachesync cannot "
                     "decode: invalidating %s", event.name, event.code, where(),
                     f"{named[0]}.{named[1]}" if named else "every mapped table")
