@@ -383,7 +383,7 @@ class Tailer(GroupPublishing):
                     continue
                 changes = [] if text in _TXN_MARKERS else table_changes(
                     text, _schema_of(event), self._matched.statement_tables(),
-                    self._matched.matches)
+                    self._matched.matches) or self._altered_columns(text, _schema_of(event))
                 if changes:
                     if ctx is None:   # no GTID: the event group starts at this statement
                         ctx = self._file_pos_context(stream, event, info)
