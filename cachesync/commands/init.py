@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from types import SimpleNamespace
 
 import click
 
@@ -36,10 +37,8 @@ def command(databases, output: str, env_file) -> None:
                 os.environ.setdefault(key, value)
         if os.path.exists(output):
             raise click.UsageError(f"{output} exists; choose another --output")
-        mysql = config._section("mysql", config.MySQLSettings, {}, os.environ, "<environment>")
-        probe = config.Settings(mysql, config.KafkaSettings(), config.RedisSettings(),
-                                config.TailerSettings(), config.ConsumerSettings(), None)
-        conn = mysql_params(probe).connect(database=None)
+        # only the connection: the config this command writes does not exist yet
+        conn = mysql_params(SimpleNamespace(mysql=config.load_section("mysql"))).connect(database=None)
         try:
             schema = read_schema(conn, list(databases))
         finally:
