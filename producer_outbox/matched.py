@@ -15,10 +15,10 @@ from cachesync.schema.mapping import MappingSet, TableMapping
 log = logging.getLogger("cachesync.tailer")
 
 # the tables a pattern may match: not the server's own schemas
-_SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
+SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
 EXISTING_TABLES = ("SELECT table_schema, table_name FROM information_schema.tables "
                    "WHERE table_type = 'BASE TABLE' AND table_schema NOT IN ("
-                   + ", ".join(f"'{s}'" for s in _SYSTEM_SCHEMAS) + ")")
+                   + ", ".join(f"'{s}'" for s in SYSTEM_SCHEMAS) + ")")
 
 
 class MatchedTables:
