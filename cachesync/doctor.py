@@ -201,6 +201,57 @@ def topic_checks(settings: Settings, admin) -> list[Check]:
     return out
 
 
+# what each role does on each topic (Kafka ACL operations)
+TOPIC_OPERATIONS = {"tail": {"topic": ("WRITE", "DESCRIBE")},
+                    "consume": {"topic": ("READ", "DESCRIBE"), "dead_letter_topic": ("WRITE",)}}
+
+
+def acl_check(settings: Settings, admin, role: str) -> Check:
+    """The ACLs of ``kafka.sasl_username`` on the topics, where the brokers show them."""
+    from kafka.admin import (ACLFilter, ACLOperation, ACLPermissionType, ACLResourcePatternType,
+                             ResourcePatternFilter, ResourceType)
+    user = settings.kafka.sasl_username
+    if not user:
+        return Check("kafka-acls", PASS, "no SASL user: ACLs not checked (the principal of a "
+                     "plaintext or TLS client is the broker's to name)")
+    needed: dict[str, set[str]] = {}
+    for r, ops in TOPIC_OPERATIONS.items():
+        if role in ("all", r):
+            for field, names in ops.items():
+                needed.setdefault(getattr(settings.kafka, field), set()).update(names)
+    gaps = []
+    for topic, ops in needed.items():
+        found = admin.describe_acls(ACLFilter(
+            principal=f"User:{user}", host="*", operation=ACLOperation.ANY,
+            permission_type=ACLPermissionType.ANY, resource_pattern=ResourcePatternFilter(
+                ResourceType.TOPIC, topic, ACLResourcePatternType.MATCH)))
+        acls = found[0] if isinstance(found, tuple) else found
+        allowed = {a.operation.name for a in acls if a.permission_type == ACLPermissionType.ALLOW}
+        denied = {a.operation.name for a in acls if a.permission_type == ACLPermissionType.DENY}
+        blocked = sorted(op for op in ops if op in denied or "ALL" in denied)
+        if blocked:
+            gaps.append(f"{topic}: {', '.join(blocked)} denied")
+        elif acls and "ALL" not in allowed and ops - allowed:
+            gaps.append(f"{topic}: {', '.join(sorted(ops - allowed))} not allowed")
+    if gaps:
+        return Check("kafka-acls", WARN, f"User:{user}: " + "; ".join(gaps),
+                     "kafka-acls --add --allow-principal User:<user> --operation <op> --topic <topic>")
+    return Check("kafka-acls", PASS, f"User:{user}: no ACL denies what it needs")
+
+
+def _acls_or_hidden(settings: Settings, admin, role: str) -> Check:
+    from kafka.errors import ClusterAuthorizationFailedError, SecurityDisabledError
+    try:
+        return acl_check(settings, admin, role)
+    except SecurityDisabledError:
+        return Check("kafka-acls", PASS, "no authorizer on the brokers: ACLs are not enforced")
+    except ClusterAuthorizationFailedError:
+        return Check("kafka-acls", PASS, "ACLs not visible to this account (DESCRIBE on the "
+                     "cluster is needed to read them)")
+    except Exception as e:        # the other Kafka checks stand on their own
+        return Check("kafka-acls", WARN, f"could not read the ACLs: {type(e).__name__}: {e}")
+
+
 def group_check(settings: Settings, admin) -> Check:
     """The consumer group's state and its lag (end offsets minus committed): a lag with no
     member consuming is a WARN."""
@@ -359,7 +410,7 @@ def run_checks(settings: Settings, role: str = "all") -> list[Check]:
     def kafka() -> list[Check]:
         admin = admin_client(settings)
         try:
-            found = topic_checks(settings, admin)
+            found = topic_checks(settings, admin) + [_acls_or_hidden(settings, admin, role)]
             return found + ([group_check(settings, admin)] if role in ("all", "consume") else [])
         finally:
             admin.close()

@@ -587,7 +587,7 @@ parse_services() { # DEFAULT(base|all) args... -> SERVICES array
 }
 
 # stop dependants before the services they use
-STOP_ORDER=(spark mariadb-replica redis-aof redis-sentinel redis-cluster redis-tls mariadb-tls kafka-sasl kafka redis mariadb)
+STOP_ORDER=(spark mariadb-replica redis-aof redis-sentinel redis-cluster redis-tls mariadb-tls kafka-sasl kafka-noauto kafka redis mariadb)
 
 cmd="${1:-}"; [ $# -gt 0 ] && shift
 case "$cmd" in
