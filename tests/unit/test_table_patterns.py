@@ -142,3 +142,13 @@ def test_statements_name_pattern_tables_not_seen_yet():
     assert [(c.db, c.table) for c in table_changes(swap, None, [], loose)] == [("app", "user_03")]
     assert [c.table for c in table_changes("TRUNCATE User_04", "app", [], loose)] == ["user_04"]
     assert table_changes("TRUNCATE _user_04_new", "app", [], loose) == []
+
+
+def test_the_settings_schema_accepts_patterns_and_filters():
+    import jsonschema
+    from cachesync.config_schema import json_schema
+    doc = {"tables": {"app.user_*": {"keys": ["user:{_table}:{id}"], "ignore_columns": ["hits"]},
+                      r"re:t_\d+\.orders": {"keys": ["o:{_db}:{id}"], "watch_columns": ["total"]},
+                      "app.users": {"keys": ["u:{id}"]}}}
+    jsonschema.validate(doc, json_schema())
+    parse_mappings(doc["tables"])            # and the loader agrees
