@@ -32,11 +32,15 @@ def command(settings, tables) -> None:
             count = len(resync_tables(settings, tuple(tables)))
         except ValueError as e:
             raise click.UsageError(f"--table: {e}") from None
-        with click.progressbar(length=count, label="resync", file=sys.stderr,
-                               item_show_func=lambda t: t) as bar:
-            def on_table(table: str, removed: int) -> None:
-                bar.update(1, f"{table}: {removed} keys")
-            report = resync(settings, tuple(tables), on_table)
+        if settings.tables.patterns:     # their tables are known once the server is asked
+            report = resync(settings, tuple(tables), lambda table, removed: click.echo(
+                f"resync: {table}: {removed} keys", err=True))
+        else:
+            with click.progressbar(length=count, label="resync", file=sys.stderr,
+                                   item_show_func=lambda t: t) as bar:
+                def on_table(table: str, removed: int) -> None:
+                    bar.update(1, f"{table}: {removed} keys")
+                report = resync(settings, tuple(tables), on_table)
         click.echo(json.dumps(report.to_dict(), indent=2))
         click.echo(render_summary(report), err=True)
 
