@@ -52,12 +52,14 @@ class MatchedTables:
                      if tables else "")
         return found
 
-    def seen(self, mapping: TableMapping) -> None:
-        """A pattern-matched table's row event: reported once, when it is new."""
-        if mapping.pattern is not None and mapping.table not in self._announced:
-            self._announced.add(mapping.table)
-            log.info("table %s matches tables entry %r: now mapped (first seen in the binlog)",
-                     mapping.table, mapping.pattern)
+    def seen(self, mapping: TableMapping) -> bool:
+        """A pattern-matched table's row event: reported once, when it is new (True)."""
+        if mapping.pattern is None or mapping.table in self._announced:
+            return False
+        self._announced.add(mapping.table)
+        log.info("table %s matches tables entry %r: now mapped (first seen in the binlog)",
+                 mapping.table, mapping.pattern)
+        return True
 
     def statement_tables(self) -> list[tuple[str, str]]:
         """The mapped tables a statement may name: exact entries and the pattern tables
