@@ -682,6 +682,18 @@ def load_with_origins(path: str | os.PathLike | None,
     return Settings(**sections, tables=tables, origin=source), origins
 
 
+def load_section(name: str, environ: Mapping[str, str] | None = None):
+    """One section from the environment alone (``cachesync init`` has no config file yet);
+    raises ConfigError naming every problem."""
+    environ = os.environ if environ is None else environ
+    problems: list[str] = []
+    env = {k: v for k, v in environ.items() if k not in service_links(environ)}
+    section = _section(name, _SECTIONS[name], {}, env, "<environment>", problems, {})
+    if problems:
+        raise ConfigError(_one_message(problems))
+    return section
+
+
 def section_fields() -> dict[str, list[str]]:
     """Every section's field names."""
     return {name: [f.name for f in fields(cls)] for name, cls in _SECTIONS.items()}
