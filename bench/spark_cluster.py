@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 
-from bench.common import Sandbox, Worker, log, ratio, summarize
+from bench.common import ROOT, Sandbox, Worker, log, ratio, summarize
 from bench.consumer import engine_run, populate, prefill
 from cachesync.commands.consume_spark import build_spark_engine
 from cachesync.commands.replay import run_replay
@@ -93,13 +94,15 @@ def run(stack, quick: bool, runs: int) -> dict:
 
 
 def _cluster() -> dict[str, str]:
+    """Start the devstack's spark variant (idempotent); its facts from the env file."""
     from cachesync import config
     from cachesync.devstack import default_env_file
-    from tests.support import stack_command
-    from bench.common import ROOT
-    stack_command("up", "spark")
+    subprocess.run([str(ROOT / "devstack" / "stack.sh"), "up", "spark"], check=True,
+                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    env = config.read_env_file(default_env_file(ROOT))
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    return config.read_env_file(default_env_file(ROOT))
+    os.environ.setdefault("CACHESYNC_SPARK_EXECUTOR_PYTHON", env["DEVSTACK_SPARK_PYTHON"])
+    return env
 
 
 def _one(what: str, box, spark, topic, tables, m: int, n_keys: int) -> dict:

@@ -49,6 +49,9 @@ def cluster_env() -> dict[str, str]:
     talk to it on loopback."""
     env = start("spark")
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"     # the driver binds loopback, like the cluster
+    # the executors run the base Python of the venv, which has no cachesync: what they
+    # import is what the driver ships
+    os.environ["CACHESYNC_SPARK_EXECUTOR_PYTHON"] = env["DEVSTACK_SPARK_PYTHON"]
     return env
 
 
