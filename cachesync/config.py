@@ -605,9 +605,9 @@ class MonitorSettings(_Validated):
     SECTION = "monitor"
     # on by default: a 1 % sample capped at max_checks_per_s costs 2 point SELECTs and one
     # Redis read per look, and operators see their consistency without asking for it
-    enabled: bool = setting(True, "run the consistency monitor inside `consume` and `run` "
-                            "(python engine; not Spark, not `run --direct`); `cachesync monitor` "
-                            "runs it whatever this says")
+    enabled: bool = setting(True, "run the consistency monitor inside `consume` (either "
+                            "engine; Spark: on the driver) and `run` (not `run --direct`); "
+                            "`cachesync monitor` runs it whatever this says")
     sample_ratio: float = setting(0.01, "share of applied events whose row and keys are checked "
                                   "(0 to 1; a hash of the event id, so every monitor samples the "
                                   "same events)", lo=0, hi=1)
