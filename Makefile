@@ -8,9 +8,12 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STACK  := devstack/stack.sh
 # reinstall when the package's definition or the C accelerator's source changes
-STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml cachesync/_speedups.c | cksum | cut -d' ' -f1)
+HASH   := $(shell cat pyproject.toml setup.py cachesync/_speedups.c | cksum | cut -d' ' -f1)
+STAMP  := $(VENV)/.installed-$(HASH)
+# the demo needs only the sidecar: a bare machine gets there without pyspark or matplotlib
+SIDECAR_STAMP := $(VENV)/.installed-sidecar-$(HASH)
 
-.PHONY: demo test test-library-reader unit bench install up down status clean help
+.PHONY: demo test test-library-reader unit bench install install-sidecar docs dist up down status clean help
 
 help:
 	@echo "make demo    run the demo pipeline on the local devstack (stops it on exit)"
@@ -18,22 +21,47 @@ help:
 	@echo "make test-library-reader   the integration tests with tailer.reader: library"
 	@echo "make unit    pure unit tests only (no services)"
 	@echo "make bench   benchmarks (JSON to bench/results/)"
+	@echo "make docs    the documentation site, strictly (docs/_build/html)"
+	@echo "make dist    sdist, compiled wheel (auditwheel-checked) and pure-Python wheel in dist/"
 	@echo "make up / down / status   the devstack services"
 
 install: $(STAMP)
 	devstack/spark/fetch-jars.sh $(BIN)/python
 
-$(STAMP): pyproject.toml cachesync/_speedups.c
+$(STAMP): pyproject.toml setup.py cachesync/_speedups.c
 	@test -x $(BIN)/python || { echo ">> creating virtualenv $(VENV)"; $(PYTHON) -m venv $(VENV); }
 	@echo ">> installing cachesync and test dependencies into $(VENV)"
 	$(BIN)/pip install -q --upgrade pip
 	@# a stale accelerator must not outlive its source if the (optional) rebuild fails
 	rm -f cachesync/_speedups*.so
-	$(BIN)/pip install -q -e '.[sidecar,test,spark,bench]'
+	$(BIN)/pip install -q -e '.[sidecar,test,spark,bench,docs,release]'
+	@touch $@ $(SIDECAR_STAMP)
+
+install-sidecar: $(SIDECAR_STAMP)
+
+$(SIDECAR_STAMP): pyproject.toml setup.py cachesync/_speedups.c
+	@test -x $(BIN)/python || { echo ">> creating virtualenv $(VENV)"; $(PYTHON) -m venv $(VENV); }
+	@echo ">> installing cachesync[sidecar] into $(VENV)"
+	rm -f cachesync/_speedups*.so
+	$(BIN)/pip install -q -e '.[sidecar]'
 	@touch $@
 
-demo: install
+demo: install-sidecar
 	devstack/with-stack.sh $(BIN)/cachesync demo
+
+docs: install
+	$(BIN)/sphinx-build -W --keep-going -n -q -b html docs docs/_build/html
+	@echo ">> docs/_build/html/index.html"
+
+# sdist, the compiled wheel (its platform tag checked and made manylinux by auditwheel) and the
+# pure-Python wheel; cibuildwheel (pyproject.toml) builds the full manylinux/musllinux set in CI
+dist: install
+	rm -rf dist build
+	$(BIN)/python -m build --sdist --wheel --outdir dist .
+	$(BIN)/auditwheel show dist/*-linux_*.whl
+	PATH=$(abspath $(BIN)):$$PATH $(BIN)/auditwheel repair --wheel-dir dist dist/*-linux_*.whl && rm dist/*-linux_*.whl
+	rm -rf build && CACHESYNC_PURE=1 $(BIN)/python -m build --wheel --outdir dist .
+	ls dist
 
 test: install
 	devstack/with-stack.sh $(BIN)/pytest -p no:cacheprovider tests

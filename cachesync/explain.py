@@ -11,9 +11,9 @@ leave keys behind:
   table does not have (every event of it would be dead-lettered);
 * ``no-ttl``: live keys matching a template that have no TTL, so a lost
   invalidation would keep them forever;
-* ``ambiguous-key``, ``overlapping-keys``, ``ci-collation``, ``binary-form``: keys two rows
-  can share, key columns MySQL compares case-insensitively, and key columns whose key text is
-  not the server's text (``cachesync.lint_keys``).
+* ``ambiguous-key``, ``overlapping-keys``, ``ci-collation``, ``key-text-changed``: keys two rows
+  can share, key columns MySQL compares case-insensitively, and key columns whose key text
+  changed in this version (``cachesync.lint_keys``).
 
 The checks are pure; the live data (columns, keys without TTL) is passed in by the
 caller, see ``cachesync.lint_keys.live_column_types`` and ``keys_without_ttl``.
@@ -32,6 +32,7 @@ from cachesync.schema.event import ChangeEvent, Source
 from cachesync.schema.keys import lease_key
 from cachesync.schema.mapping import KeyTemplate, MappingSet, TableMapping
 from cachesync.schema.values import canonical_text, from_json
+from cachesync.table_matching import filter_findings, lint_view, shard_findings
 
 Planner = Callable[[Iterable[ChangeEvent], MappingSet], Any]
 EXPLAIN_ID = "explain"
@@ -85,6 +86,9 @@ def explain_event(event: ChangeEvent, mappings: MappingSet, planner: Planner = p
               for key, why in getattr(ep, "ambiguous", ())]
     if ep.null_skips:
         lines.append(f"skipped {ep.null_skips} template rendering(s): a key column is NULL")
+    if getattr(ep, "unwatched", False):
+        lines.append("no Redis operation: no watched column changed (watch_columns / "
+                     "ignore_columns; counted in cachesync_unwatched_updates)")
     if not lines:
         lines.append("no Redis operation")
     return lines, False
@@ -147,13 +151,19 @@ class Finding:
 
 def lint(mappings: MappingSet, columns: Mapping[str, set[str]] | None = None,
          no_ttl: Mapping[str, list[str]] | None = None, planner: Planner = plan_batch,
-         types: ColumnTypes | None = None) -> list[Finding]:
-    """Every finding for ``mappings``; ``columns`` (table -> live columns), ``no_ttl``
+         types: ColumnTypes | None = None,
+         matched: Mapping[str, list[str]] | None = None) -> list[Finding]:
+    """Every finding for ``mappings`` (a pattern entry checked on one table it matches:
+    ``matched``, entry -> live tables, None offline); ``columns`` (table -> live columns), ``no_ttl``
     (template -> sampled keys without TTL) and ``types`` (table -> column -> (data type,
     collation)) are the live data, None = not checked (collisions: checked assuming
     integer columns, see ``cachesync.lint_keys``)."""
+    entries = mappings
+    mappings = lint_view(entries, matched)
     found: list[Finding] = check_collisions(mappings, types, Finding)
+    found += shard_findings(entries, matched, Finding)
     for mapping in mappings.tables.values():
+        found += filter_findings(mapping, Finding)
         found += check_delete_path(mapping, mappings, planner)
         found += check_collations(mapping, types, Finding)
         found += check_binary_forms(mapping, types, Finding)

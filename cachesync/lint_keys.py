@@ -8,8 +8,9 @@ columns whose collation makes MySQL equal what the keys keep apart.
   ``id`` is text, or two tables share a template;
 * ``ci-collation``: a template field under a case-insensitive (``_ci``) collation: MySQL
   treats ``abc`` and ``ABC `` as the same value, keys are byte-exact;
-* ``binary-form``: a MariaDB INET4/INET6/UUID template field, whose key text is the hex of
-  its stored bytes (the binlog carries it as BINARY), not the server's text;
+* ``key-text-changed``: a template field whose key text changed in this version (MariaDB
+  INET4/INET6/UUID: the server's text, formerly 0x-hex; TIME: negative values with a
+  fraction): keys cached before the upgrade need one flush;
 * ``reserved-key``: a template that can render a key under ``cachesync:`` (``{name}`` with a
   text column): the consumer dead-letters such rows (cachesync.schema.trust).
 
@@ -25,7 +26,7 @@ from typing import Iterable, Mapping
 from cachesync.schema.collisions import (INTEGER, other_reading, sample_key, separators,
                                          sql_texts)
 from cachesync.schema.keys import INTERNAL_PREFIX
-from cachesync.schema.keytext import BINARY_FORM_TYPES
+from cachesync.schema.keytext import TEXT_FORM_TYPES
 from cachesync.schema.mapping import KeyTemplate, MappingSet, TableMapping
 
 # table -> lower-cased column -> (information_schema data_type, collation or None)
@@ -98,15 +99,29 @@ def check_collations(mapping: TableMapping, types: ColumnTypes | None, finding) 
 
 
 def check_binary_forms(mapping: TableMapping, types: ColumnTypes | None, finding) -> list:
-    """``binary-form`` findings: INET4/INET6/UUID key columns render as ``0x``-hex of their
-    stored bytes (the binlog carries them as BINARY), not as the server's text."""
-    return [finding("binary-form", mapping.table,
-                    f"column {f!r} is {data_type.upper()}: the binlog carries it as bytes, so "
-                    "its key text is 0x-hex of them (e.g. 0x0a000001 for 10.0.0.1), not the "
-                    "server's text; build the application's keys the same way "
-                    "(CONCAT('0x', LOWER(HEX(col))))")
-            for f, data_type, _ in _key_columns(mapping, types)
-            if data_type.lower() in BINARY_FORM_TYPES]
+    """``key-text-changed`` findings: key columns whose key text this version renders
+    differently from earlier ones (INET4/INET6/UUID: the server's text, formerly 0x-hex of
+    their bytes; TIME: negative values with a fraction), so keys cached before the upgrade
+    under the old text are not invalidated by later changes."""
+    out = []
+    for f, data_type, _ in _key_columns(mapping, types):
+        kind = data_type.lower()
+        if kind in TEXT_FORM_TYPES:
+            out.append(finding(
+                "key-text-changed", mapping.table,
+                f"column {f!r} is {kind.upper()}: its key text is the server's text (e.g. "
+                "10.0.0.1, ::ffff:1.2.3.4, 123e4567-e89b-12d3-a456-426614174000); cachesync "
+                "before this version rendered 0x-hex of its bytes: after upgrading, flush the "
+                "keys cached under the old text once (cachesync resync) and build the "
+                "application's keys from the column's text"))
+        elif kind == "time":
+            out.append(finding(
+                "key-text-changed", mapping.table,
+                f"column {f!r} is TIME: a negative value with a fraction (-00:00:00.000001) "
+                "renders as the server prints it; cachesync before this version rendered "
+                "such values wrong (-00:00:00.999999): after upgrading, flush the keys of "
+                "such rows once (cachesync resync)"))
+    return out
 
 
 def check_reserved(mapping: TableMapping, types: ColumnTypes | None, finding) -> list:

@@ -101,6 +101,9 @@ def _value(text: str | None, data_type: str) -> Any:
     return value_from_text(text, data_type)
 
 
+row_value = _value     # a column's key text -> the value the tailer publishes (snapshot too)
+
+
 def read_values(client: redis.Redis, mapping: TableMapping, keys: list[str]) -> dict[str, Any]:
     """key -> what Redis holds (bytes, a dict for update-mode hashes, None when absent)."""
     return dict(zip(keys, read_cached(client, mapping, keys))) if keys else {}
@@ -209,7 +212,7 @@ class ConsistencyMonitor(Hook):
 
     def _check(self, sample: Sample) -> bool:
         """One look at the sample's row and keys; False when MySQL or Redis failed."""
-        mapping = self._mappings.tables[sample.table]
+        mapping = self._mappings.get(*sample.table.split(".", 1))
         try:
             before = self._reader.read(mapping, sample.pk)
             keys = keys_to_read(mapping, before, dict(sample.pk))

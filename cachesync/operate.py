@@ -18,7 +18,8 @@ from cachesync import __version__
 from cachesync.config import Settings
 from cachesync.http import OpsServer, parse_listen
 from cachesync.metrics import (RELAY_COUNTERS, TAILER_COUNTERS, CheckpointAge, ConsumerMetrics,
-                               Cumulative, MonitorCollector, counters, heartbeat_gauge, info)
+                               Cumulative, MonitorCollector, counters, heartbeat_gauge, info,
+                               process_collectors)
 from cachesync import wiring
 from cachesync.probes import (BinlogFormatWatch, KafkaOffsets, Prober, checkpoint_info,
                               record_applied_lag)
@@ -37,6 +38,7 @@ class Ops:
         self.settings, self.role = settings, role
         self.registry = CollectorRegistry(auto_describe=False)
         info(self.registry, role, __version__)
+        process_collectors(self.registry)
         # parsed now: a bad value stops the command before it starts
         self._address = parse_listen(settings.metrics.listen, role)
         self._closers: list[Callable[[], None]] = []

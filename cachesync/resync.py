@@ -18,7 +18,7 @@ from cachesync.producer_outbox.binlog_read import LostPositionError
 from cachesync.producer_outbox.checkpoint import Checkpoint, MySQLCheckpointStore
 from cachesync.schema.gtid import GtidState
 from cachesync.schema.ids import binlog_version, file_pos_ordinal
-from cachesync.schema.mapping import TableMapping
+from cachesync.schema.mapping import MappingSet, TableMapping
 from cachesync.supervisor import RestartingTailer
 from cachesync.producer_outbox.tailer import Tailer, TailerOptions
 from cachesync.wiring import build_cache, mappings as configured_mappings, mysql_params, source_params
@@ -44,12 +44,15 @@ def resync(settings: Settings, tables: tuple[str, ...] = (),
 
     Raises FatalError (server not ready), RetryableError (MySQL or Redis unavailable).
     """
-    chosen = resync_tables(settings, tables)
+    mappings = configured_mappings(settings)
+    resync_tables(settings, tables, mappings)       # a usage error before any server is asked
     # a tailer only for its preflight and position query: no publisher, no checkpoint store
     # the position is the binlog source's (tailer.source_hosts): the checkpoint is read there
-    reader = Tailer(source_params(settings), None, None, configured_mappings(settings),
+    reader = Tailer(source_params(settings), None, None, mappings,
                     TailerOptions(settings.kafka.topic, settings.tailer))
     position = reader.current_position()
+    reader.match_existing()           # the tables of pattern entries, as they exist now
+    chosen = resync_tables(settings, tables, mappings)
     fence = padded(binlog_version(position_ordinal(position), 0))
     report = ResyncReport(position)
     cache = build_cache(settings)     # the one Redis factory: Sentinel and Cluster too
@@ -73,15 +76,26 @@ def resync(settings: Settings, tables: tuple[str, ...] = (),
     return report
 
 
-def resync_tables(settings: Settings, names: tuple[str, ...]) -> list[TableMapping]:
-    """The mapped tables to invalidate (those with key templates); raises ValueError for
-    a name that is not mapped."""
-    mapped = configured_mappings(settings).tables
-    unknown = [n for n in names if n not in mapped]
-    if unknown:
-        raise ValueError(f"not a mapped table: {', '.join(unknown)} "
-                         f"(mapped: {', '.join(sorted(settings.tables.tables))})")
-    return [m for name, m in mapped.items() if m.keys and (not names or name in names)]
+def resync_tables(settings: Settings, names: tuple[str, ...],
+                  mappings: MappingSet | None = None) -> list[TableMapping]:
+    """The mapped tables to invalidate (those with key templates): exact entries and the
+    tables patterns matched so far (``MappingSet.known``); raises ValueError for a name
+    that is not mapped. Shards whose templates are the same are invalidated once."""
+    mappings = mappings or configured_mappings(settings)
+    chosen = {m.table: m for m in mappings.resolved()} | dict(mappings.tables)
+    if names:
+        found = {n: chosen.get(n) or (mappings.get(*n.split(".", 1)) if "." in n else None)
+                 for n in names}
+        unknown = [n for n, m in found.items() if m is None]
+        if unknown:
+            raise ValueError(f"not a mapped table: {', '.join(unknown)} (mapped: "
+                             f"{', '.join(sorted(m.table for m in settings.tables.entries))})")
+        chosen = found
+    once = {}
+    for m in chosen.values():
+        if m.keys:
+            once.setdefault((tuple(t.text for t in m.keys), m.mode), m)
+    return list(once.values())
 
 
 def position_ordinal(position: Checkpoint) -> int:

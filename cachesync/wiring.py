@@ -9,6 +9,7 @@ the components as they are.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import redis
 from redis.cluster import RedisCluster
@@ -18,7 +19,7 @@ from kafka import KafkaConsumer
 
 from cachesync.config import Settings, host_list
 from cachesync.kafka_login import refused_login_is_fatal
-from cachesync.kafka_security import client_security
+from cachesync.kafka_security import admin_options, consumer_options, producer_options
 from cachesync.consumer.adapters.kafka_source import KafkaDeadLetters, KafkaSource, group_config
 from cachesync.consumer.adapters.mysql_dedup import MySQLDedupStore
 from cachesync.consumer.adapters.redis_cache import RedisCache
@@ -36,9 +37,11 @@ from cachesync.producer_outbox.publisher import KafkaPublisher
 from cachesync.producer_outbox.relay import Relay
 from cachesync.producer_outbox.relay_store import OutboxStore
 from cachesync.producer_outbox.source import first_answering, source_candidates
-from cachesync.producer_outbox.tailer import Tailer, TailerOptions
 from cachesync.schema.errors import ConfigError
 from cachesync.schema.mapping import MappingSet
+
+if TYPE_CHECKING:
+    from cachesync.producer_outbox.tailer import Tailer
 
 
 ADAPTER_TIMEOUT_S = 5    # the cache's and the dedup store's Redis socket timeouts
@@ -70,7 +73,7 @@ def state_session(settings: Settings) -> Session:
 
 
 def kafka_offsets(settings: Settings) -> KafkaOffsets:
-    return KafkaOffsets(settings.kafka.bootstrap_servers, security=client_security(settings.kafka))
+    return KafkaOffsets(settings.kafka.bootstrap_servers, security=admin_options(settings.kafka))
 
 
 def redis_client(settings: Settings, timeout_s: float | None = None) -> redis.Redis:
@@ -96,7 +99,8 @@ def range_reader(settings: Settings, **options) -> KafkaConsumer:
     bootstrap = settings.kafka.bootstrap_servers
     with refused_login_is_fatal(bootstrap):
         return KafkaConsumer(bootstrap_servers=bootstrap.split(","), group_id=None,
-                             enable_auto_commit=False, **options, **client_security(settings.kafka))
+                             enable_auto_commit=False,
+                             **{**options, **consumer_options(settings.kafka)})
 
 
 def build_heartbeat(settings: Settings) -> HeartbeatWriter:
@@ -148,7 +152,7 @@ def build_dedup(settings: Settings):
 
 def build_dead_letters(settings: Settings) -> KafkaDeadLetters:
     k = settings.kafka
-    return KafkaDeadLetters(k.bootstrap_servers, k.dead_letter_topic, client_security(k))
+    return KafkaDeadLetters(k.bootstrap_servers, k.dead_letter_topic, producer_options(k))
 
 
 def kafka_group(settings: Settings) -> dict:
@@ -165,7 +169,7 @@ def build_engine(settings: Settings, on_batch=None, source=None, dead_letters=No
     k = settings.kafka
     return PythonEngine(
         source=source or KafkaSource(k.bootstrap_servers, k.topic, k.group_id,
-                                     group=kafka_group(settings), security=client_security(k),
+                                     group=kafka_group(settings), security=consumer_options(k),
                                      async_commit=settings.consumer.offset_commit == "async"),
         dedup=build_dedup(settings), cache=build_cache(settings),
         dead_letters=dead_letters or build_dead_letters(settings),
@@ -183,17 +187,20 @@ def build_tailer(settings: Settings, start: Checkpoint | None = None, publisher=
                  topic: str | None = None) -> Tailer:
     """The binlog tailer publishing to Kafka (or to ``publisher`` on ``topic``: direct mode);
     ``start`` overrides the stored checkpoint (``tail --from-...``)."""
+    # imported here: the binlog reader needs compiled libraries (zstandard) that Spark
+    # executors, which import this module for the consumer's adapters, may not have
+    from cachesync.producer_outbox.tailer import Tailer, TailerOptions
     t = settings.tailer
     source = source_params(settings)
     owns = publisher is None
     if owns:
         kind = ProcessPublisher if t.publisher == "process" else KafkaPublisher
-        publisher = kind(settings.kafka.bootstrap_servers, security=client_security(settings.kafka))
+        publisher = kind(settings.kafka.bootstrap_servers, security=producer_options(settings.kafka))
     return Tailer(source, publisher,
                   MySQLCheckpointStore(mysql_params(settings).connect, t.name), mappings(settings),
                   TailerOptions(topic or settings.kafka.topic, t,
                                 row_filter=own_rows_only(settings.mysql.state_db, t.name),
-                                start=start, owns_publisher=owns))
+                                start=start, owns_publisher=owns, cluster=settings.source.id))
 
 
 def build_direct(settings: Settings, on_batch=None):
@@ -202,11 +209,12 @@ def build_direct(settings: Settings, on_batch=None):
     The same adapters as ``build_tailer`` and ``build_engine`` except the queue for
     Kafka and LogDeadLetters for the dead-letter topic. Every row goes out on its own
     (a pack would only be unpacked again in the same process). The dedup namespace is
-    ``consumer.namespace`` or ``direct-<tailer.name>``, so a direct sidecar never
-    shares dedup records with a Kafka consumer group.
+    ``consumer.namespace`` or ``direct-[<source.id>-]<tailer.name>``, so a direct sidecar
+    never shares dedup records with a Kafka consumer group, nor with another cluster's.
     """
     from cachesync.direct import DirectSidecar, InProcessQueue, LogDeadLetters
-    namespace = settings.consumer.namespace or f"direct-{settings.tailer.name}"
+    cluster = f"{settings.source.id}-" if settings.source.id else ""
+    namespace = settings.consumer.namespace or f"direct-{cluster}{settings.tailer.name}"
     settings = replace(settings, consumer=replace(settings.consumer, namespace=namespace),
                        tailer=replace(settings.tailer, pack_rows=1))
     queue = InProcessQueue()
@@ -222,7 +230,7 @@ def build_relay(settings: Settings) -> Relay:
         raise ConfigError("relay.outbox_db is required: the application database holding "
                           "the outbox table (or CACHESYNC_RELAY_OUTBOX_DB)")
     params = mysql_params(settings, r.outbox_db)
-    bootstrap, security = settings.kafka.bootstrap_servers, client_security(settings.kafka)
+    bootstrap, security = settings.kafka.bootstrap_servers, producer_options(settings.kafka)
     return Relay(OutboxStore(params.connect, r.outbox_db, r.outbox_table),
                  lambda: KafkaPublisher(bootstrap, client_id="cachesync-relay", security=security),
                  r, settings.kafka.topic, db=r.outbox_db, server=f"{m.host}:{m.port}",

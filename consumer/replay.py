@@ -97,8 +97,8 @@ def resolve_ranges(consumer, topic: str, start: Bound, end: Bound) -> dict[int, 
 def invalidate_only(mappings: MappingSet) -> MappingSet:
     """The same tables with every mode forced to ``delete`` (no delayed second delete):
     safe under reordering."""
-    return MappingSet({name: dataclasses.replace(m, mode="delete", double_delete_s=None)
-                       for name, m in mappings.tables.items()})
+    return mappings.replace_each(
+        lambda m: dataclasses.replace(m, mode="delete", double_delete_s=None))
 
 
 def key_prefixes(tables: Sequence[str]) -> tuple[bytes, ...]:

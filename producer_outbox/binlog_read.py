@@ -50,6 +50,10 @@ class TableMaps:
     def add(self, table_id: int, schema: str, table: str) -> None:
         self._maps[table_id] = (schema, table)
 
+    def named(self, table_id: int) -> tuple[str, str] | None:
+        """(schema, table) of ``table_id`` in the current event group, None if no map names it."""
+        return self._maps.get(table_id)
+
     def table_of(self, event, where: Callable[[], str]) -> tuple[str, str]:
         """(schema, table) of a row event; raises FatalError (naming the position ``where()``
         gives) when no map of this event group names its table id, or when the library

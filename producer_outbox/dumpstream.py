@@ -42,7 +42,9 @@ from pymysqlreplication.packet import BinLogPacketWrapper
 from pymysqlreplication.row_event import (DeleteRowsEvent, TableMapEvent, UpdateRowsEvent,
                                           WriteRowsEvent)
 
+from cachesync.producer_outbox.eventtypes import is_own
 from cachesync.producer_outbox.fastrows import GIVE_UP, table_decoder
+from cachesync.producer_outbox.framing import FramedConnection, GtidPositioned, own_event
 from cachesync.schema.gtid import MARIADB, Gtid
 
 READERS = ("auto", "fast", "library")
@@ -80,13 +82,13 @@ class _Hot(Exception):
         self.raw = raw
 
 
-class DumpConnection(pymysql.connections.Connection):
+class DumpConnection(FramedConnection):
     """pymysql connection that, once the binlog dump started, reads packets in whole chunks.
 
     Before the dump command everything is pymysql's own. After it, ``next_raw`` returns
-    each packet's payload; ``_read_packet`` (what the library calls) returns the packet
-    ``handoff`` gave it, or the next one from the socket, or raises ``_Hot`` for one the
-    reader handles itself.
+    each packet's payload (compressed events expanded, framing.FramedConnection);
+    ``_read_packet`` (what the library calls) returns the packet ``handoff`` gave it, or the
+    next one from the socket, or raises ``_Hot`` for one the reader handles itself.
     """
 
     dumping = False
@@ -97,7 +99,7 @@ class DumpConnection(pymysql.connections.Connection):
 
     def _write_bytes(self, data) -> None:
         if len(data) > 4 and data[4] in (_COM_BINLOG_DUMP, _COM_BINLOG_DUMP_GTID):
-            self.dumping, self._buf, self._pos = True, b"", 0
+            self._buf, self._pos = b"", 0
         super()._write_bytes(data)
 
     def _read_packet(self, packet_type=MysqlPacket):
@@ -109,14 +111,15 @@ class DumpConnection(pymysql.connections.Connection):
         raw, self.handoff = self.handoff, None
         if raw is None:
             raw = self.next_raw()
-            if len(raw) > 5 and raw[0] == 0 and raw[5] in _HOT:
+            if len(raw) >= _BODY and raw[0] == 0 and (
+                    raw[5] in _HOT or is_own(raw[5], raw[18] | raw[19] << 8)):
                 raise _Hot(raw)
         packet = packet_type(raw, self.encoding)
         if packet.is_error_packet():
             packet.raise_for_error()
         return packet
 
-    def next_raw(self) -> bytes:
+    def _wire_raw(self) -> bytes:
         """The next packet's payload; raises pymysql's OperationalError when the connection is lost."""
         buf, pos = self._buf, self._pos
         if len(buf) - pos >= 4:
@@ -251,7 +254,7 @@ FAST_ROW_EVENTS = {FastWriteRowsEvent: WriteRowsEvent, FastUpdateRowsEvent: Upda
 _FAST_OF = {lib: fast for fast, lib in FAST_ROW_EVENTS.items()}
 
 
-class DumpStreamReader(BinLogStreamReader):
+class DumpStreamReader(GtidPositioned, BinLogStreamReader):
     """``BinLogStreamReader`` with the hot events parsed from the raw packets (module doc).
 
     ``on_idle`` (settable): called when every received byte was read and nothing more
@@ -277,7 +280,7 @@ class DumpStreamReader(BinLogStreamReader):
     def _connection(self, **settings) -> DumpConnection:
         conn = DumpConnection(**settings)
         conn.on_idle, conn.idle_wait_s = self._idle, self.idle_wait_s
-        return conn
+        return self._framed(conn)
 
     def _idle(self) -> None:
         if self.on_idle is not None:
@@ -332,9 +335,14 @@ class DumpStreamReader(BinLogStreamReader):
         if len(raw) < _BODY or raw[0] != 0:
             return None
         etype = raw[5]
+        timestamp, _type, server_id, _size, log_pos, flags = _HEADER.unpack_from(raw, 1)
         if etype not in _HOT:
-            return None
-        timestamp, _type, server_id, _size, log_pos, _flags = _HEADER.unpack_from(raw, 1)
+            if not is_own(etype, flags):
+                return None
+            event = own_event(raw, self._BinLogStreamReader__use_checksum)
+            if log_pos:
+                self.log_pos = log_pos
+            return event            # whatever only_events says: never filtered out
         if etype in _SKIPPED:
             event = _SKIP
         elif etype == _MARIADB_GTID:
@@ -405,6 +413,7 @@ class DumpStreamReader(BinLogStreamReader):
         event.schema, event.table, event.primary_key = table.schema, table.table, table.primary_key
         event.table_map, event.columns, event.number_of_columns = self.table_map, table.columns, columns
         event.columns_present_bitmap, event._reader = bitmap, self
+        event.columns_present_bitmap2 = bitmap2     # an update's after image (partial images)
         event._decode = (decoder, raw, pos, self._body_end(raw))
         return event
 

@@ -31,17 +31,23 @@ already read by the event's constructor)::
       BIT(M)                          ceil(M / 8) bytes big-endian
       VARCHAR/CHAR                    1-byte length if max_length <= 255 else 2, then bytes
       BLOB/TEXT (and MariaDB JSON)    length_size-byte length (1-4), then bytes
+      JSON (MySQL)                    length_size-byte length, then MySQL's binary JSON,
+                                      decoded to the server's text (``jsoncolumns``)
+
+A PARTIAL_UPDATE_ROWS_EVENT (``binlog_row_value_options=PARTIAL_JSON``) is an update
+whose after image starts with the value options and one partial bit per JSON column of
+the table; a JSON value with its bit set is a diff vector (``mysqljson.JsonDiffs``), and
+the event's whole JSON values keep their documents for the diffs to apply to.
 
 Each generated decoder reproduces the library's results exactly, quirks
-included: YEAR 0 is 1900, a zero TIMESTAMP is 1970-01-01, a negative TIME2's
-fraction is added before the sign is applied, strings are decoded with the Python
+included: YEAR 0 is 1900, a zero TIMESTAMP is 1970-01-01, strings are decoded with the Python
 codec of the column charset (``keycolumns.text_codec``: the library's, except
 utf16, utf32 and ucs2, big-endian as the server stores them) and stay bytes when
 there is no such codec (``binary``), except an empty one, which is '', BIT is a
 string of '0'/'1', an empty SET is None ("empty set"), and every row carries the
 library's ``none_sources`` dicts (``keycolumns.key_images`` turns these quirks into
 key text afterwards, for both paths). A DATE or DATETIME2 Python cannot hold (zero
-parts, or an invalid date the server allowed) is the server's text. Dates and
+parts, or an invalid date the server allowed) is the server's text. Dates, TIME2 and
 strings are read as the library's readers once ``keycolumns.install_readers``
 patched them (at import of this module; the unpatched library returns None for
 such dates). Where the library would raise (undecodable text, a truncated event)
@@ -73,10 +79,14 @@ from dataclasses import dataclass
 from typing import Callable
 
 from pymysqlreplication.constants import FIELD_TYPE, NONE_SOURCE
-from pymysqlreplication.row_event import (DeleteRowsEvent, RowsEvent, UpdateRowsEvent,
-                                          WriteRowsEvent)
+from pymysqlreplication.row_event import (DeleteRowsEvent, PartialUpdateRowsEvent, RowsEvent,
+                                          UpdateRowsEvent, WriteRowsEvent)
 
-from cachesync.producer_outbox.keycolumns import text_codec, zero_date_text, zero_datetime_text
+from cachesync.producer_outbox.jsoncolumns import column_doc as json_column_doc
+from cachesync.producer_outbox.jsoncolumns import column_text as json_column_text
+from cachesync.producer_outbox.keycolumns import (text_codec, time2_delta, zero_date_text,
+                                                  zero_datetime_text)
+from cachesync.producer_outbox.mysqljson import decode_diffs as json_diffs
 
 # The images of one row and the keys the library stores them under.
 _IMAGE_KEYS = {
@@ -85,6 +95,7 @@ _IMAGE_KEYS = {
     UpdateRowsEvent: (("before_values", "before_none_sources"),
                       ("after_values", "after_none_sources")),
 }
+_IMAGE_KEYS[PartialUpdateRowsEvent] = _IMAGE_KEYS[UpdateRowsEvent]
 
 # Exceptions a generated decoder raises on input the library would reject or
 # decode in some way it does not reproduce (truncated event, undecodable
@@ -162,7 +173,33 @@ def _build(columns, key) -> Callable | None:
             or not all(c.name for c in columns)):
         return None
     names = [c.name for c in columns]
-    return _compile(fields, names, images, (bitmap, bitmap2)[:len(images)])
+    per_image, heads = [fields] * len(images), [[]] * len(images)
+    if kind is PartialUpdateRowsEvent:
+        per_image, heads = _partial_json(columns, fields)
+    return _compile(per_image, names, images, (bitmap, bitmap2)[:len(images)], heads)
+
+
+def _partial_json(columns, fields: list) -> tuple[list, list]:
+    """(fields per image, statements before each image) of a PARTIAL_UPDATE_ROWS_EVENT, as
+    the library (with jsoncolumns' reader) reads it: JSON values keep their document; the
+    after image starts with the value options (1: PARTIAL_JSON, else the fast path gives
+    up) and then one partial bit per JSON column of the table, set where the column's
+    value is a diff vector."""
+    json_columns = [i for i, c in enumerate(columns) if c.type == FIELD_TYPE.JSON]
+    before, after = list(fields), list(fields)
+    for k, i in enumerate(json_columns):
+        before[i] = _Field(_JSON_DOC, length_size=fields[i].length_size)
+        after[i] = _Field(_json_partial, length_size=fields[i].length_size, const=1 << k)
+    width = (len(json_columns) + 7) // 8
+    head = ["opts = data[pos]",
+            "if opts > 1: raise ValueError('binlog row value options')",
+            "pos += 1",
+            "if opts:",
+            f"    pbits = _from_bytes(data[pos:pos + {width}], 'little')",
+            f"    pos += {width}",
+            "else:",
+            "    pbits = 0"]
+    return [before, after], [[], head]
 
 
 # -- one column: how to read it ---------------------------------------------------------
@@ -209,6 +246,7 @@ _UINT_BE = {5: ("IB", "{0} << 8 | {1}"), 6: ("IH", "{0} << 16 | {1}"),
 # Fractional seconds by fsp: bytes, and struct codes of the big-endian signed value.
 _FSP_BYTES = {0: 0, 1: 1, 2: 1, 3: 2, 4: 2, 5: 3, 6: 3}
 _FSP_CODES = {0: "", 1: "b", 2: "b", 3: "h", 4: "h", 5: "bH", 6: "bH"}
+_FRAC_CODES = {0: "", 1: "B", 2: "B", 3: "H", 4: "H", 5: "BH", 6: "BH"}     # the same, unsigned
 # Packed decimals: bytes used by the leftover (< 9) digits; struct codes of a group by size.
 _DIG2BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
 _PART_CODES = {1: "B", 2: "H", 3: "BH", 4: "I"}
@@ -219,7 +257,7 @@ _EXACT = decimal.Context(prec=65)
 def _field(column, errors: str) -> _Field | None:
     """The reader of one column, or None when the fast path does not support it.
 
-    Unsupported: other types (JSON, GEOMETRY, VAR_STRING, the pre-5.6 temporal
+    Unsupported: other types (GEOMETRY, VAR_STRING, the pre-5.6 temporal
     types...), an ENUM without its values, and metadata out of the ranges a server
     sends (which the lookup tables below do not cover).
     """
@@ -244,7 +282,7 @@ def _field(column, errors: str) -> _Field | None:
     if t == FIELD_TYPE.TIMESTAMP2:
         return _Field(_timestamp2(column.fsp), ">", "i" + _FSP_CODES[column.fsp])
     if t == FIELD_TYPE.TIME2:
-        return _Field(_time2(column.fsp), ">", "bH" + _FSP_CODES[column.fsp])
+        return _Field(_time2(column.fsp), ">", "BH" + _FRAC_CODES[column.fsp])
     if t == FIELD_TYPE.NEWDECIMAL:
         return _decimal(column.precision, column.decimals)
     if t == FIELD_TYPE.BIT:
@@ -260,6 +298,8 @@ def _field(column, errors: str) -> _Field | None:
         return _Field(_string(column, errors), length_size=2 if column.max_length > 255 else 1)
     if t == FIELD_TYPE.BLOB:
         return _Field(_string(column, errors), length_size=column.length_size)
+    if t == FIELD_TYPE.JSON:       # MySQL's binary JSON: the server's text (jsoncolumns)
+        return _Field(_JSON, length_size=column.length_size)
     return None
 
 
@@ -274,7 +314,7 @@ def _sane(column) -> bool:
         return column.bits > 0
     if t in (FIELD_TYPE.ENUM, FIELD_TYPE.SET):
         return column.size in _UINT_LE
-    if t == FIELD_TYPE.BLOB:
+    if t in (FIELD_TYPE.BLOB, FIELD_TYPE.JSON):
         return column.length_size in _UINT_LE
     return True
 
@@ -289,6 +329,17 @@ def _assign(template: str) -> _Converter:
 
 # The raw value is the value: unpacked straight into the column's variable.
 _AS_IS = _assign("{0}")
+# A JSON column's bytes -> its text, as the patched library reader (raises JsonError, a
+# ValueError: the library then reads the event and raises the same)
+_JSON = _assign("_json_text({0})")
+# In a partial update event: the text that keeps its document; in its after image, a diff
+# vector where the column's partial bit (the constant) is set
+_JSON_DOC = _assign("_json_doc({0})")
+
+
+def _json_partial(out, raws, name, k):
+    return [f"if pbits & {k}:", f"    {out} = _json_diffs({raws[0]})",
+            "else:", f"    {out} = _json_doc({raws[0]})"]
 
 
 def _date(out, raws, name, k):
@@ -366,17 +417,11 @@ def _timestamp2(fsp: int) -> _Converter:
 
 
 def _time2(fsp: int) -> _Converter:
-    """As ``__read_time2``: sign from the top bit; fields of the value, negated if negative."""
-    duration = "_timedelta(0, (t >> 12 & 1023) * 3600 + (t >> 6 & 63) * 60 + (t & 63), micro)"
-
+    """As the patched ``__read_time2`` (``keycolumns.time2_delta``): the server's value."""
     def convert(out, raws, name, k):
-        return [f"t = {raws[0]} << 16 | {raws[1]}",
-                *_signed_fraction(fsp, raws[2:]),
-                "if t >> 23 & 1:",
-                f"    {out} = {duration}",
-                "else:",
-                "    t = ~t + 1",
-                f"    {out} = {duration} * -1"]
+        frac = ("0" if len(raws) == 2 else raws[2] if len(raws) == 3
+                else f"({raws[2]} << 16 | {raws[3]})")
+        return [f"{out} = _time2({raws[0]} << 16 | {raws[1]}, {frac}, {fsp})"]
     return convert
 
 
@@ -472,29 +517,34 @@ def _indent(lines: list) -> list:
     return ["    " + line for line in lines]
 
 
-def _compile(fields: list, names: list, images, bitmaps) -> Callable:
+def _compile(per_image: list, names: list, images, bitmaps, heads: list) -> Callable:
     """Generate and compile ``decode(data, pos, end) -> rows``.
 
     ``data`` is the whole packet, ``pos`` where the first row starts, ``end`` where
-    the rows end. Returns None instead of rows that would overrun the packet.
+    the rows end. ``per_image``: the fields of each image; ``heads``: the statements
+    that read what precedes each image's null bitmap. Returns None instead of rows that
+    would overrun the packet.
     """
     scope = {"_date": datetime.date, "_datetime": datetime.datetime,
              "_zero_date": zero_date_text, "_zero_datetime": zero_datetime_text,
              "_timedelta": datetime.timedelta,
-             "_utcfromtimestamp": datetime.datetime.utcfromtimestamp,
+             "_utcfromtimestamp": datetime.datetime.utcfromtimestamp, "_time2": time2_delta,
              "_from_bytes": int.from_bytes, "_Decimal": decimal.Decimal,
-             "_scaleb": _EXACT.scaleb}
+             "_scaleb": _EXACT.scaleb, "_json_text": json_column_text,
+             "_json_doc": json_column_doc, "_json_diffs": json_diffs}
 
     def bind(value, prefix: str) -> str:
         name = f"{prefix}{len(scope)}"
         scope[name] = value
         return name
 
-    consts = [None if f.const is None else bind(f.const, "K") for f in fields]
     body, row = [], []
     for n, ((values_key, ns_key), bitmap) in enumerate(zip(images, bitmaps)):
+        fields = per_image[n]
+        consts = [None if f.const is None else bind(f.const, "K") for f in fields]
         image = _Image(fields, consts, names, bitmap, bind)
-        body += image.lines() + [f"values{n} = {image.values_display()}", f"ns{n} = ns"]
+        body += heads[n] + image.lines() + [f"values{n} = {image.values_display()}",
+                                            f"ns{n} = ns"]
         row += [f"{values_key!r}: values{n}", f"{ns_key!r}: ns{n}"]
     source = "\n".join(["def decode(data, pos, end):",
                         "    rows = []",

@@ -54,7 +54,7 @@ class GroupPublishing:
             self._release(prepared.group, prepared.txn)
         else:
             if prepared is None:    # prepared before this tailer's start position: rows unknown
-                tables, reason = self._mapped, "xa_unknown"
+                tables, reason = self._matched.statement_tables(), "xa_unknown"
             else:                   # too large to hold: its tables are known
                 tables, reason = list(prepared.group.tables), "xa_overflow"
             log.warning("XA COMMIT %s: %s; invalidating its tables as a whole", xid,
@@ -71,11 +71,11 @@ class GroupPublishing:
         for key, value, msg_id, rows, partition, row in group.records:
             self._send(key, value, msg_id, txn, rows, partition, row)
 
-    @staticmethod
-    def _file_pos_context(stream, event, info: ServerInfo) -> TxnContext:
+    def _file_pos_context(self, stream, event, info: ServerInfo) -> TxnContext:
         position = f"{stream.log_file}:{stream.log_pos}"
         return TxnContext(info.identity, position,
-                          file_pos_ordinal(stream.log_file, stream.log_pos), float(event.timestamp))
+                          file_pos_ordinal(stream.log_file, stream.log_pos), float(event.timestamp),
+                          cluster=self._opts.cluster)
 
     def _publish_table_events(self, changes: list[TableChange], statement: str, ctx: TxnContext,
                               txn, index: int) -> int:
@@ -88,7 +88,8 @@ class GroupPublishing:
         for change in changes:
             log.warning("table-level change of %s.%s (%s): every cached key of the table will "
                         "be invalidated; statement: %s", change.db, change.table, change.reason,
-                        statement[:STATEMENT_EXCERPT])
+                        statement[:STATEMENT_EXCERPT],
+                        extra={"table": f"{change.db}.{change.table}"})
             for partition in partitions:
                 event = table_change(ctx, index, partition, change.db, change.table,
                                      change.reason, statement)

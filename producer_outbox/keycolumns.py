@@ -11,7 +11,10 @@ library's readers (``fastrows`` reproduces the patched ones), once, at import:
   ('0000-00-00', '2020-00-15'), indistinguishable from NULL; they become the server's text;
 * utf16, utf32 and ucs2 text: the server stores them big-endian, the library decodes
   them with Python's codec of that name (little-endian: wrong text, or an exception
-  that stopped the tailer for utf32); they are decoded big-endian.
+  that stopped the tailer for utf32); they are decoded big-endian;
+* negative TIME with a fraction: the library adds the stored fraction before applying
+  the sign (``-00:00:00.000001`` read as ``-00:00:00.999999``); :func:`time2_delta` reads
+  it as the server does.
 """
 
 from __future__ import annotations
@@ -34,9 +37,16 @@ _IMAGES = (("values", "none_sources"), ("before_values", "before_none_sources"),
            ("after_values", "after_none_sources"))
 
 
-def column_spec(column) -> ColumnSpec | None:
-    """The spec of one library ``Column``, or None when its decoded value is already right."""
+def column_spec(column, server_type: str | None = None) -> ColumnSpec | None:
+    """The spec of one library ``Column``, or None when its decoded value is already right.
+
+    ``server_type``: the column's type in the table's definition where the binlog does
+    not name it (MariaDB INET4/INET6/UUID, ``servertypes``); used only when the binlog's
+    own description (BINARY of that type's width) agrees."""
     t, name = column.type, column.name
+    if server_type in keytext.TEXT_FORM_TYPES and _is_binary_of(
+            column, keytext.TEXT_FORM_TYPES[server_type]):
+        return ColumnSpec(name, server_type)
     if t == FIELD_TYPE.FLOAT:
         return ColumnSpec(name, keytext.FLOAT)
     if t == FIELD_TYPE.YEAR:
@@ -63,25 +73,37 @@ def _text_spec(column) -> ColumnSpec | None:
     return None
 
 
-def table_specs(table) -> tuple[ColumnSpec, ...]:
-    """The specs of a library ``Table``, computed once per table map (kept on the object)."""
-    specs = table.__dict__.get("_keyspecs")
-    if specs is None:
-        specs = table._keyspecs = tuple(s for s in map(column_spec, table.columns) if s)
-    return specs
+def _is_binary_of(column, size: int) -> bool:
+    return (column.type == FIELD_TYPE.STRING and column.max_length == size
+            and (column.character_set_name or "").lower() == "binary")
 
 
-def kept_specs(table, keep: frozenset[str] | None) -> tuple[ColumnSpec, ...]:
+ServerTypes = tuple[tuple[str, str], ...]     # (lower-cased column, type), hashable
+
+
+def table_specs(table, types: ServerTypes = ()) -> tuple[ColumnSpec, ...]:
+    """The specs of a library ``Table`` given the ``types`` the binlog does not name,
+    computed once per table map and types (kept on the object)."""
+    cache = table.__dict__.get("_keyspecs")
+    if cache is None or cache[0] != types:
+        named = dict(types)
+        specs = tuple(s for s in (column_spec(c, named.get((c.name or "").lower()))
+                                  for c in table.columns) if s)
+        cache = table._keyspecs = (types, specs, {})
+    return cache[1]
+
+
+def kept_specs(table, keep: frozenset[str] | None, types: ServerTypes = ()
+               ) -> tuple[ColumnSpec, ...]:
     """``table_specs`` of the columns in ``keep`` only (None: every column), kept on the table."""
+    specs = table_specs(table, types)
     if keep is None:
-        return table_specs(table)
-    cache = table.__dict__.get("_keptspecs")
-    if cache is None:
-        cache = table._keptspecs = {}
-    specs = cache.get(keep)
-    if specs is None:
-        specs = cache[keep] = tuple(s for s in table_specs(table) if s.name in keep)
-    return specs
+        return specs
+    kept = table._keyspecs[2]
+    found = kept.get(keep)
+    if found is None:
+        found = kept[keep] = tuple(s for s in specs if s.name in keep)
+    return found
 
 
 def key_images(row: dict, specs: tuple[ColumnSpec, ...]) -> dict:
@@ -130,6 +152,37 @@ def _read_datetime2(self, column):
     return self._RowsEvent__add_fsp_to_time(value, column)
 
 
+# TIME2 (MySQL/MariaDB ``my_time_packed_from_binary``): 3 bytes of integer part offset by
+# 0x800000, then 0-3 bytes of fraction; a negative time with a fraction stores the
+# integer part one lower and the fraction as its complement.
+_TIMEF_INT_OFS = 0x800000
+_FRAC_BYTES = {0: 0, 1: 1, 2: 1, 3: 2, 4: 2, 5: 3, 6: 3}
+_FRAC_SCALE = {0: 0, 1: 10000, 2: 100, 3: 1}      # stored fraction unit (by bytes) in microseconds
+
+
+def time2_delta(int_raw: int, frac_raw: int, fsp: int) -> datetime.timedelta:
+    """A TIME2 value from its unsigned big-endian integer part and fraction, as the server
+    reads it (``-00:00:00.000001`` included)."""
+    intpart, nbytes = int_raw - _TIMEF_INT_OFS, _FRAC_BYTES[fsp]
+    frac = frac_raw
+    if nbytes in (1, 2) and intpart < 0 and frac:
+        intpart, frac = intpart + 1, frac - (1 << 8 * nbytes)
+    packed = (intpart << 24) + frac * _FRAC_SCALE[nbytes]
+    tmp = abs(packed)
+    hms, micro = tmp >> 24, tmp & 0xFFFFFF
+    delta = datetime.timedelta(hours=hms >> 12 & 1023, minutes=hms >> 6 & 63,
+                               seconds=hms & 63, microseconds=micro)
+    return -delta if packed < 0 else delta
+
+
+def _read_time2(self, column):
+    """As the library's ``__read_time2``, but a negative time's fraction is the server's."""
+    nbytes = _FRAC_BYTES.get(column.fsp, 0)
+    raw = self.packet.read(3 + nbytes)
+    return time2_delta(int.from_bytes(raw[:3], "big"), int.from_bytes(raw[3:], "big"),
+                       column.fsp if column.fsp in _FRAC_BYTES else 0)
+
+
 def text_codec(charset: str) -> str:
     """The Python codec of a MySQL charset name, as the server encodes it."""
     return _BIG_ENDIAN.get(charset.lower()) or RowsEvent.charset_to_encoding(charset)
@@ -148,10 +201,12 @@ def _read_string(self, size, column):
 
 
 def install_readers() -> None:
-    """Patch the library's DATE, DATETIME2 and string readers (see the module). Idempotent."""
+    """Patch the library's DATE, DATETIME2, TIME2 and string readers (see the module).
+    Idempotent."""
     RowsEvent._RowsEvent__read_date = _read_date
     RowsEvent._RowsEvent__read_datetime2 = _read_datetime2
     RowsEvent._RowsEvent__read_string = _read_string
+    RowsEvent._RowsEvent__read_time2 = _read_time2
 
 
 # Installed at import, before any event is decoded: fastrows reproduces the patched

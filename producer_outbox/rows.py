@@ -19,14 +19,17 @@ class TxnContext:
     ordinal: int        # GTID seq_no, or file_pos_ordinal(); grows with commit order
     commit_ts: float
     gtid: bool = False  # ``position`` is a GTID: unique across the servers that replicate it
+    cluster: str = ""   # source.id: the cluster's name when several feed one topic
 
     @property
     def id_scope(self) -> str:
         """What message ids are unique within: a GTID names its transaction on every server
         that replicates it (the primary, a replica with log_slave_updates, a promoted
         replica), so ids derived from it alone are the same whichever one was read; a
-        file:pos is only meaningful on the server that wrote it."""
-        return "gtid" if self.gtid else self.server
+        file:pos is only meaningful on the server that wrote it. Two clusters can write
+        equal GTIDs (same domain and server id): ``source.id`` names the cluster then."""
+        scope = "gtid" if self.gtid else self.server
+        return f"{self.cluster}/{scope}" if self.cluster else scope
 
 
 def pk_columns(primary_key: Any, image: Mapping[str, Any]) -> tuple[str, ...]:
@@ -82,7 +85,9 @@ def needed_columns(mapping) -> frozenset[str] | None:
     table without key templates, such as the heartbeat, whose consumer reads its columns)."""
     if not mapping.keys or (mapping.updates and mapping.value_columns is None):
         return None
-    cols = {f for t in mapping.keys for f in t.fields}
+    if mapping.ignore_columns:          # the consumer compares every column but those
+        return None
+    cols = {f for t in mapping.keys for f in t.fields} | (mapping.watch_columns or set())
     if mapping.updates:
         cols.update(mapping.value_columns)
         if mapping.version_column:
@@ -111,6 +116,11 @@ def invalidate_only(event: ChangeEvent, keep: frozenset[str], reason: str) -> Ch
     small = trimmed(event, keep)
     return _with(small, schema_version=TABLE_ENVELOPE_VERSION,
                  extra={**event.extra, INVALIDATE_ONLY: reason})
+
+
+def with_extra(event: ChangeEvent, extra: Mapping[str, Any]) -> ChangeEvent:
+    """``event`` with ``extra`` added to its ``extra``."""
+    return _with(event, extra={**event.extra, **extra})
 
 
 def trim_image(image, keep: frozenset[str]):

@@ -8,6 +8,7 @@ re-publishes with the same deterministic ids; the consumer drops the duplicates.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -18,28 +19,35 @@ from kafka.errors import KafkaError
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import (GtidEvent, HeartbeatLogEvent, MariadbGtidEvent,
                                       QueryEvent, RotateEvent, XAPrepareEvent, XidEvent)
-from pymysqlreplication.row_event import (DeleteRowsEvent, TableMapEvent, UpdateRowsEvent,
-                                          WriteRowsEvent)
+from pymysqlreplication.row_event import (DeleteRowsEvent, PartialUpdateRowsEvent, TableMapEvent,
+                                          UpdateRowsEvent, WriteRowsEvent)
 
 from cachesync.producer_outbox.binlog_read import DECODE_ERRORS, TableMaps, decode_error, read_events
 
 from cachesync.collector import paced
 from cachesync.config import TailerSettings
 from cachesync.producer_outbox.dumpstream import FAST_ROW_EVENTS, DumpStreamReader, reader_kind
+from cachesync.producer_outbox.framing import LibraryStreamReader, UndecodedEvent
 from cachesync.producer_outbox.checkpoint import Checkpoint, MySQLCheckpointStore
 from cachesync.producer_outbox.fastrows import decode_rows
 from cachesync.producer_outbox.groups import GroupPublishing
+from cachesync.producer_outbox.images import event_absence, known_images
 from cachesync.producer_outbox.inflight import InflightTracker
+from cachesync.producer_outbox.jsoncolumns import resolve_partial, unknown_after
+from cachesync.producer_outbox.partial import PartialRows
 from cachesync.producer_outbox.keycolumns import key_images, kept_specs
+from cachesync.producer_outbox.matched import MatchedTables
 from cachesync.producer_outbox.mysql import MySQLParams
 from cachesync.producer_outbox.outbox_binlog import OutboxRouter
 from cachesync.producer_outbox.packing import PACK_LINGER_S, Pack, Packer
 from cachesync.producer_outbox.preflight import ServerInfo, check_server
+from cachesync.producer_outbox.servertypes import ColumnTypes
 from cachesync.producer_outbox.publisher import MAX_RECORD_BYTES, is_permanent
 from cachesync.producer_outbox.source import check_resumable
 from cachesync.producer_outbox.rows import (TxnContext, invalidate_only, key_columns,
                                             needed_columns, pk_columns, row_change, trim_image)
-from cachesync.producer_outbox.statements import STATEMENT, statement_kind, table_changes
+from cachesync.producer_outbox.statements import (STATEMENT, TableChange, statement_kind,
+                                                  table_changes)
 from cachesync.producer_outbox.xa import FL_PREPARED_XA, Prepared, XaGroup, xa_statement
 from cachesync.schema.errors import FatalError, RetryableError
 from cachesync.schema.event import encode
@@ -49,10 +57,15 @@ from cachesync.schema.mapping import MappingSet
 
 log = logging.getLogger(__name__)
 
-_ROW_EVENTS = {WriteRowsEvent: "insert", UpdateRowsEvent: "update", DeleteRowsEvent: "delete"}
+_ROW_EVENTS = {WriteRowsEvent: "insert", UpdateRowsEvent: "update", DeleteRowsEvent: "delete",
+               PartialUpdateRowsEvent: "update"}   # MySQL binlog_row_value_options=PARTIAL_JSON
 _ROW_EVENTS.update({fast: _ROW_EVENTS[lib] for fast, lib in FAST_ROW_EVENTS.items()})
 STREAM_HEARTBEAT_S = 1.0    # the binlog stream's heartbeat period (the server's, not our row's)
 _TXN_MARKERS = {"BEGIN", "COMMIT"}
+# passwords in account statements (CREATE/ALTER USER ... IDENTIFIED BY, SET PASSWORD) never
+# reach the log
+_SECRETS = re.compile(r"""((?:IDENTIFIED\s+(?:(?:WITH|VIA)\s+\S+\s+)?(?:BY|AS|USING)|PASSWORD\s*=)\s*"""
+                      r"""(?:PASSWORD\s*\(?\s*)?|PASSWORD\s*\(\s*)('(?:[^'\\]|\\.|'')*'|"(?:[^"\\]|\\.)*")""", re.I)
 # MySQL's GtidEvent ("uuid:gno") and MariaDB's ("domain-server-seq"); both open a transaction.
 _GTID_EVENTS = (GtidEvent, MariadbGtidEvent)
 
@@ -72,6 +85,7 @@ class TailerOptions:
     heartbeat_s: float = STREAM_HEARTBEAT_S
     start: Checkpoint | None = None     # tail from here instead of the stored checkpoint
     max_record_bytes: int = MAX_RECORD_BYTES    # a larger event goes out invalidate-only
+    cluster: str = ""       # source.id: enters every message id (several clusters, one topic)
     # the tailer made its publisher (build_tailer): run() closes it when it ends, so a
     # restarted tailer leaves no producer (or producer process) behind
     owns_publisher: bool = False
@@ -100,13 +114,18 @@ class Tailer(GroupPublishing):
         self.acked = 0          # rows Kafka acknowledged
         self.table_events = 0   # table-level changes published (each to every partition)
         self.oversized = 0      # rows over the record limit, published invalidate-only
+        self.partial_rows = 0   # rows logged with a partial image (binlog_row_image per session)
+        self.unkeyable = 0      # rows whose Kafka key could not be rendered: table invalidated
+        self.json_unknown = 0   # updates whose partial JSON after value could not be computed
+        self.whole_tables: tuple = (None, set())   # (txn context, tables invalidated in it)
         self.versions_not_newer = 0     # GTIDs that did not advance the history (versions)
+        self.undecoded_events = 0       # events with rows cachesync cannot decode: table level
         self._keep: dict = {}   # (table, primary key) -> columns row images keep, None = all
-        # tables a table-level event can concern: those with keys (not the heartbeat table)
-        self._mapped = [tuple(name.split(".", 1)) for name, m in mappings.tables.items() if m.keys]
+        self._matched = MatchedTables(mappings)    # exact and pattern-matched tables
         self._xa: XaGroup | None = None             # the open group is XA: records held
         self._prepared: dict[str, Prepared] = {}    # xid -> prepared group awaiting its decision
         self._outbox: OutboxRouter | None = None    # tailer.outbox_tables, built at run()
+        self._types: ColumnTypes | None = None      # INET4/INET6/UUID columns, read at run()
         self.committed: Checkpoint | None = None
 
     @property
@@ -125,6 +144,15 @@ class Tailer(GroupPublishing):
     def preflight(self) -> ServerInfo:
         """Check settings and grants; raises FatalError listing every problem."""
         return check_server(self._mysql.connect, replica=bool(self._opts.settings.source_hosts))
+
+    def match_existing(self) -> None:
+        """The existing tables of the mapping's patterns (raises AmbiguousTableError)."""
+        if self._matched.has_patterns:
+            conn = self._mysql.connect(database=None)
+            try:
+                self._matched.load_existing(conn)
+            finally:
+                conn.close()
 
     def run(self) -> None:
         """Tail until stop(); raises RetryableError/FatalError when publishing fails. The
@@ -148,12 +176,18 @@ class Tailer(GroupPublishing):
 
     def _run(self) -> None:
         info = self.preflight()
+        for report in info.binlog_settings():
+            log.info("binlog setting %s", report.line())
+        self.match_existing()
         start = self._start_position(info)
         self._checkpoints.save(start)
         self.committed = start
         self._outbox = self._outbox_router(info)
+        self._types = ColumnTypes(self._mysql.connect,
+                                  [tuple(n.split(".", 1)) for n in self._mappings.tables])
+        self._types.load()
         log.info("tailer starting at %s (server %s, tables %s, %s binlog reader)",
-                 start.describe(), info.identity, ", ".join(self._mappings.tables),
+                 start.describe(), info.identity, ", ".join(m.table for m in self._mappings.entries),
                  reader_kind(self._opts.settings.reader))
         stream = self._open_stream(info, start)
         self._attach(stream)
@@ -214,7 +248,7 @@ class Tailer(GroupPublishing):
             kwargs.update(log_file=start.log_file, log_pos=start.log_pos, resume_stream=True,
                           is_mariadb=info.flavor == "mariadb")
         fast = reader_kind(self._opts.settings.reader) == "fast"
-        return (DumpStreamReader if fast else BinLogStreamReader)(
+        return (DumpStreamReader if fast else LibraryStreamReader)(
             connection_settings=self._mysql.client_options(),
             server_id=self._opts.settings.server_id, blocking=True,
             # No only_schemas/only_tables: the library would drop the table maps of the
@@ -284,6 +318,16 @@ class Tailer(GroupPublishing):
             if isinstance(event, TableMapEvent):
                 maps.add(event.table_id, event.schema, event.table)
                 continue
+            if isinstance(event, UndecodedEvent):   # its table map, if any, stays in force
+                alone = ctx is None
+                if alone:    # between transactions: a group of its own
+                    ctx = self._file_pos_context(stream, event, info)
+                    txn, row_index = self._tracker_open(), 0
+                row_index = self._undecoded(event, maps, ctx, txn, row_index, where)
+                if alone:
+                    close_txn()
+                    txn = ctx = None
+                continue
             if type(event) not in _ROW_EVENTS and not isinstance(event, HeartbeatLogEvent):
                 maps.reset()     # any other event ends or starts an event group
             if isinstance(event, _GTID_EVENTS):
@@ -301,7 +345,7 @@ class Tailer(GroupPublishing):
                 # the version orders by the stream's place in the history, not by the GTID's
                 # own number: that survives a failover (schema.gtid, GtidState.ordinal)
                 ctx = TxnContext(server, str(gtid), gtid_state.ordinal,
-                                 float(event.timestamp), gtid=True)
+                                 float(event.timestamp), gtid=True, cluster=self._opts.cluster)
                 txn, row_index = self._tracker_open(), 0
                 if getattr(event, "flags", 0) & FL_PREPARED_XA and isinstance(event, MariadbGtidEvent):
                     self._flush_packs()     # earlier transactions' rows are not held
@@ -338,7 +382,8 @@ class Tailer(GroupPublishing):
                     txn = ctx = self._xa = None
                     continue
                 changes = [] if text in _TXN_MARKERS else table_changes(
-                    text, _schema_of(event), self._mapped)
+                    text, _schema_of(event), self._matched.statement_tables(),
+                    self._matched.matches)
                 if changes:
                     if ctx is None:   # no GTID: the event group starts at this statement
                         ctx = self._file_pos_context(stream, event, info)
@@ -347,7 +392,10 @@ class Tailer(GroupPublishing):
                 elif text not in _TXN_MARKERS:
                     # DDL: its own event group. Row decoding keeps working because
                     # binlog_row_metadata=FULL puts column names in every table map.
-                    log.info("DDL in binlog: %s", text[:200])
+                    log.info("DDL in binlog: %s", _SECRETS.sub(r"\1'***'", text)[:200])
+                if (self._types is not None and text not in _TXN_MARKERS
+                        and statement_kind(text) != STATEMENT):
+                    self._types.after_ddl(text, _schema_of(event))   # types follow ALTERs
                 # a DML statement is inside its transaction; anything else but BEGIN ends one
                 ends_group = text == "COMMIT" or (text != "BEGIN"
                                                   and statement_kind(text) != STATEMENT)
@@ -359,6 +407,23 @@ class Tailer(GroupPublishing):
                 last_save = time.monotonic()
             if self._stop.is_set():
                 break
+
+    def _undecoded(self, event: UndecodedEvent, maps: TableMaps, ctx: TxnContext, txn,
+                   row_index: int, where: Callable[[], str]) -> int:
+        """An event that may carry rows cachesync cannot decode (eventtypes): the table its
+        table id names, or every mapped table, invalidated as a whole; counted."""
+        self.undecoded_events += 1
+        named = maps.named(event.table_id) if event.table_id is not None else None
+        if named is not None:
+            tables = [t for t in self._mapped if (t[0], t[1]) == named]
+        else:
+            tables = self._mapped
+        log.warning("binlog event %s (type %d) at %s may carry row changes cachesync cannot "
+                    "decode: invalidating %s", event.name, event.code, where(),
+                    f"{named[0]}.{named[1]}" if named else "every mapped table")
+        changes = [TableChange(db, t, "undecoded_event") for db, t in tables]
+        return self._publish_table_events(changes, f"{event.name} at {where()}", ctx, txn,
+                                          row_index)
 
     def _version_not_newer(self, gtid, before: int, after: int) -> None:
         """Counted and logged: the versions of this transaction's rows are not above the
@@ -393,12 +458,21 @@ class Tailer(GroupPublishing):
         mapping = self._mappings.get(schema, table)
         if mapping is None:
             return row_index     # decided here, by the names of this event group's map
+        if mapping.pattern is not None:
+            self._matched.seen(mapping)
         if self._xa is not None:
             self._xa.touch(schema, table)
         keep = self._keep_columns(mapping, event.primary_key)
+        table_obj = event.table_map[event.table_id]
         # key text corrected only where a kept column needs it (trimmed columns never count)
-        specs = kept_specs(event.table_map[event.table_id], keep)
+        specs = kept_specs(table_obj, keep, self._types.of(schema, table) if self._types else ())
+        absent = event_absence(event, table_obj)
+        partial = PartialRows(self, mapping, ctx, schema, table) if absent[0] or absent[1] else None
+        diffs = type(event) is PartialUpdateRowsEvent    # JSON after values may be diffs
         for row in self._decode(event, schema, table, where):
+            unknown = ()
+            if diffs:             # applied to the before image's documents (jsoncolumns)
+                row, unknown = self._resolve_json(row, schema, table, ctx)
             row = key_images(row, specs)   # values whose text is the server's (key text)
             if op == "update":
                 before, after = row["before_values"], row["after_values"]
@@ -406,19 +480,60 @@ class Tailer(GroupPublishing):
                 before, after = None, row["values"]
             else:
                 before, after = row["values"], None
+            images = None
+            if partial is not None or unknown:     # left-out columns are not NULLs: drop them
+                partial = partial or PartialRows(self, mapping, ctx, schema, table)
+                images = unknown_after(known_images(op, before, after, absent), unknown)
+                before, after = images.before, images.after
             if keep is not None:
                 before, after = trim_image(before, keep), trim_image(after, keep)
             if self._opts.row_filter is not None and not self._opts.row_filter(
                     event.schema, event.table, after if after is not None else before):
                 row_index += 1       # ids of the rows that follow do not depend on the filter
                 continue
+            row_index = self._publish_row(event, op, ctx, txn, row_index, mapping, before,
+                                          after, images, partial)
+        if partial is not None:
+            row_index = partial.finish(txn, row_index)
+        return row_index
+
+    def _publish_row(self, event, op: str, ctx: TxnContext, txn, row_index: int, mapping,
+                     before, after, images, partial) -> int:
+        """Publish one row, or (a row that cannot be keyed) have its table invalidated."""
+        try:
+            if images is not None and partial.unkeyed(images, op, event.primary_key):
+                raise ValueError("the primary key is not in the logged image")
             change = row_change(ctx, row_index, event.schema, event.table, op,
                                 event.primary_key, before, after)
-            row_index += 1
+            if images is not None:
+                change = partial.marked(change, images)
             key = kafka_key(change.db, change.table, change.pk)
-            self._publish(change.db, change.table, key, self._encode(change, mapping),
-                          change.id, txn)
-        return row_index
+        except (ValueError, TypeError, KeyError) as e:    # a value: invalidate the table
+            self.unkeyable += 1
+            partial = partial or PartialRows(self, mapping, ctx, event.schema, event.table)
+            partial.unkeyable(e, txn, row_index)    # the table event takes the row's index
+            return row_index + 1
+        self._publish(change.db, change.table, key, self._encode(change, mapping),
+                      change.id, txn)
+        return row_index + 1
+
+    def _resolve_json(self, row: dict, schema: str, table: str,
+                      ctx: TxnContext) -> tuple[dict, tuple[str, ...]]:
+        """An update row of a partial JSON event with its diffs applied (jsoncolumns), and
+        the JSON columns whose after value stays unknown (counted; the row then goes out as
+        a partial image does). A before image without the document is the usual cause (the
+        partial image's WARNING says so); a diff its document rejects is reported here."""
+        row, unknown = resolve_partial(row)
+        if unknown:
+            self.json_unknown += 1
+            rejected = [c for c in unknown if c in (row.get("before_values") or {})
+                        and row["before_values"][c] is not None]
+            if rejected:
+                log.warning("row of %s.%s at %s: the partial JSON update of %s does not apply to "
+                            "the before image's document; its keys are invalidated, no value is "
+                            "written (partial_json)", schema, table, ctx.position,
+                            ", ".join(rejected))
+        return row, unknown
 
     @staticmethod
     def _decode(event, schema: str, table: str, where: Callable[[], str]) -> list[dict]:

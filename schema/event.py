@@ -29,6 +29,11 @@ OPS = ROW_OPS | TABLE_OPS
 # ``extra`` key of a row event too large for Kafka, sent with its key columns only
 # (envelope version 2): invalidate its keys, write no value.
 INVALIDATE_ONLY = "invalidate_only"
+# ``extra`` key of a row event logged with a partial row image (binlog_row_image MINIMAL,
+# NOBLOB or FULL_NODUP in the writing session): {"before": [...], "after": [...]}, the columns
+# whose value that image does not know (treat them as changed). A template naming one renders
+# no key from that image; the tailer invalidates the table as a whole for it.
+ABSENT = "absent"
 HEARTBEAT_KIND = "heartbeat"
 SOURCE_KINDS = frozenset({"binlog", "outbox", HEARTBEAT_KIND})
 # cachesync's own table (in the state database): its rows go out as HEARTBEAT_KIND events,

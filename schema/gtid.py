@@ -3,9 +3,10 @@
 * MariaDB: a transaction is ``domain-server-seq`` (``0-1-42``); the replication state
   is the last GTID per domain (``0-1-42,1-2-7``), which is what ``auto_position``
   (``@slave_connect_state``) takes.
-* MySQL: a transaction is ``uuid:gno``; the state is a GTID *set* of inclusive
-  intervals per server uuid (``uuid:1-5:7,uuid2:1-3``), what ``gtid_executed``
-  prints and what ``auto_position`` (COM_BINLOG_DUMP_GTID) takes.
+* MySQL: a transaction is ``uuid:gno``, or ``uuid:tag:gno`` with a tag (8.3+); the state
+  is a GTID *set* of inclusive intervals per server uuid and tag (``uuid:1-5:7:tag:1-3,
+  uuid2:1-3``), what ``gtid_executed`` prints and what ``auto_position``
+  (COM_BINLOG_DUMP_GTID, ``encode_gtid_set``) takes.
 
 The tailer keeps one ``GtidState`` per stream, adds each transaction's GTID as it
 starts and stores ``str(state)`` in its checkpoint when the transaction is acked.
@@ -21,18 +22,24 @@ server is read:
   the sum grows by at least one per transaction. With one domain it is the seq_no itself.
 * MySQL: the number of transactions in the set. A new primary numbers its own transactions
   under its own uuid from 1, so a gno alone would go backwards; the count grows by one per
-  transaction whichever uuid wrote it. With one uuid numbered from 1 it is the gno itself.
+  transaction whichever uuid (and tag: each tag numbers its own transactions from 1) wrote
+  it. With one uuid numbered from 1 and no tags it is the gno itself.
 """
 
 from __future__ import annotations
 
 import bisect
 import re
+import struct
+import uuid as uuidlib
 from dataclasses import dataclass
 
 _MARIADB_GTID = re.compile(r"^(\d+)-(\d+)-(\d+)$")
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 _INTERVAL = re.compile(r"^(\d+)(?:-(\d+))?$")
+# MySQL 8.3+ GTID tags: a letter or underscore, then up to 31 letters, digits, underscores;
+# case-insensitive (the server prints them lower case)
+_TAG = re.compile(r"^[a-z_][a-z0-9_]{0,31}$")
 # MySQL gno values are 1 .. 2**63 - 1 (rpl_gno.h: GNO_END).
 MAX_GNO = (1 << 63) - 1
 
@@ -44,7 +51,7 @@ class Gtid:
     """One transaction's GTID."""
 
     flavor: str        # "mariadb" | "mysql"
-    source: str        # MariaDB domain id (as text) or MySQL server uuid
+    source: str        # MariaDB domain id (as text) or MySQL server uuid (``uuid:tag`` if tagged)
     ordinal: int       # MariaDB seq_no or MySQL gno: grows with commit order per source
     server_id: int = 0  # MariaDB only: the originating server
 
@@ -55,15 +62,22 @@ class Gtid:
 
 
 def parse_gtid(text: str) -> Gtid:
-    """``0-1-42`` or ``UUID:23`` -> Gtid; raises ValueError naming the text."""
+    """``0-1-42``, ``UUID:23`` or ``UUID:tag:23`` -> Gtid; raises ValueError naming the text."""
     text = text.strip()
     m = _MARIADB_GTID.match(text)
     if m:
         return Gtid(MARIADB, str(int(m.group(1))), int(m.group(3)), int(m.group(2)))
-    uuid, sep, gno = text.rpartition(":")
-    if sep and _is_uuid(uuid) and gno.isdigit() and 0 < int(gno) <= MAX_GNO:
-        return Gtid(MYSQL, uuid.lower(), int(gno))
-    raise ValueError(f"not a GTID (expected domain-server-seq or uuid:number): {text!r}")
+    source, sep, gno = text.rpartition(":")
+    uuid, _, tag = source.partition(":")
+    if (sep and _is_uuid(uuid) and (not tag or _is_tag(tag)) and gno.isdigit()
+            and 0 < int(gno) <= MAX_GNO):
+        return Gtid(MYSQL, source.lower(), int(gno))
+    raise ValueError(f"not a GTID (expected domain-server-seq, uuid:number or "
+                     f"uuid:tag:number): {text!r}")
+
+
+def _is_tag(text: str) -> bool:
+    return bool(_TAG.match(text.lower()))
 
 
 def _is_uuid(text: str) -> bool:
@@ -150,8 +164,23 @@ class GtidState:
             if len(self._domains) == 1:       # the common case, once per transaction
                 return str(next(iter(self._domains.values())))
             return ",".join(str(self._domains[d]) for d in sorted(self._domains))
-        return ",".join(uuid + "".join(f":{_interval_text(lo, hi)}" for lo, hi in ivs)
-                        for uuid, ivs in sorted(self._intervals.items()) if ivs)
+        # as MySQL prints it: per uuid its untagged intervals, then each tag's
+        by_uuid: dict[str, list[str]] = {}
+        for source, ivs in sorted(self._intervals.items()):
+            if ivs:
+                uuid, _, tag = source.partition(":")
+                parts = by_uuid.setdefault(uuid, [])
+                parts.extend(([tag] if tag else []) + [_interval_text(lo, hi) for lo, hi in ivs])
+        return ",".join(uuid + "".join(f":{p}" for p in parts) for uuid, parts in by_uuid.items())
+
+    def members(self) -> list[tuple[str, str, list[tuple[int, int]]]]:
+        """(uuid, tag, inclusive intervals) of a MySQL set, in text order ("" = untagged)."""
+        out = []
+        for source, ivs in sorted(self._intervals.items()):
+            uuid, _, tag = source.partition(":")
+            if ivs:
+                out.append((uuid, tag, [(lo, hi) for lo, hi in ivs]))
+        return out
 
     def __repr__(self) -> str:
         return f"GtidState({str(self)!r})"
@@ -163,25 +192,61 @@ class GtidState:
             raise ValueError(f"cannot mix a {flavor} GTID into a {self.flavor} GTID state")
 
     def _add_mysql_member(self, member: str) -> None:
-        """``uuid:1-5:7`` (one uuid with its intervals) into the set."""
-        uuid, *intervals = member.split(":")
-        if not _is_uuid(uuid.strip()) or not intervals:
-            raise ValueError(f"not a GTID set member (expected uuid:interval[:interval...]): "
-                             f"{member!r}")
+        """``uuid:1-5:7:tag:1-3`` (one uuid, its intervals, then each tag's) into the set."""
+        uuid, *parts = member.split(":")
+        uuid = uuid.strip().lower()
+        if not _is_uuid(uuid) or not parts:
+            raise ValueError(f"not a GTID set member (expected uuid[:tag]:interval"
+                             f"[:interval...]): {member!r}")
         self._set_flavor(MYSQL)
-        target = self._intervals.setdefault(uuid.strip().lower(), [])
-        for text in intervals:
-            m = _INTERVAL.match(text.strip())
-            if not m:
-                # MySQL 8.3+ tags (uuid:tag:1-3) land here; python-mysql-replication's
-                # GtidSet cannot encode them for auto_position either.
-                raise ValueError(f"bad GTID interval {text!r} in {member!r} "
-                                 "(tagged GTIDs are not supported)")
+        target, tag_open = None, False
+        for text in (p.strip() for p in parts):
+            m = _INTERVAL.match(text)
+            if m is None and _is_tag(text) and not tag_open:   # the intervals after it are its
+                target, tag_open = self._intervals.setdefault(f"{uuid}:{text.lower()}", []), True
+                continue
+            if m is None:
+                raise ValueError(f"bad GTID interval or tag {text!r} in {member!r}")
             lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
             if not 0 < lo <= hi <= MAX_GNO:
                 raise ValueError(f"bad GTID interval {text!r} in {member!r}")
+            if target is None:
+                target = self._intervals.setdefault(uuid, [])
             _insert(target, lo, hi)
+            tag_open = False
+        if tag_open:
+            raise ValueError(f"GTID tag without an interval in {member!r}")
         self._recount()
+
+
+def encode_gtid_set(state: GtidState) -> bytes:
+    """A MySQL GTID set as COM_BINLOG_DUMP_GTID carries it (MySQL's Gtid_set::encode).
+
+    Untagged: n_sids (8), then per uuid: uuid (16), n_intervals (8), [start, end) pairs (8+8).
+    With any tag (8.3+), the tagged format: the first 8 bytes hold the format (1) in their top
+    and bottom byte and n_sids in between; each member's uuid is followed by its tag, as a
+    serialization-library variable-length size and the tag's bytes (empty: untagged).
+    """
+    members = state.members()
+    tagged = any(tag for _, tag, _ in members)
+    n = len(members)
+    out = [struct.pack("<Q", (1 << 56) | (n << 8) | 1 if tagged else n)]
+    for uuid, tag, intervals in members:
+        out.append(uuidlib.UUID(uuid).bytes)
+        if tagged:
+            out.append(varlen_uint(len(tag)) + tag.encode())
+        out.append(struct.pack("<Q", len(intervals)))
+        out.extend(struct.pack("<QQ", lo, hi + 1) for lo, hi in intervals)
+    return b"".join(out)
+
+
+def varlen_uint(n: int) -> bytes:
+    """``n`` in the MySQL serialization library's variable-length form: the first byte's
+    trailing one bits, plus one, count the bytes; 0xFF then 8 bytes for the largest."""
+    size = max(1, -(-n.bit_length() // 7))
+    if size > 8:
+        return b"\xff" + struct.pack("<Q", n)
+    return ((n << size) | ((1 << (size - 1)) - 1)).to_bytes(size, "little")
 
 
 def _insert(intervals: list[list[int]], lo: int, hi: int) -> None:

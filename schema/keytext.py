@@ -14,7 +14,9 @@ event is encoded; consumer, replay and explain then only see values whose
 :func:`cachesync.schema.values.canonical_text` is the server's text.
 
 Where the server has no text (binary strings, BIT, GEOMETRY) the forms are fixed
-here and documented in the README's key-text table.
+here and documented in the key-text table of the docs. MariaDB's INET4, INET6 and
+UUID reach the binlog as BINARY(4/16); the tailer learns their type from the table's
+definition (``producer_outbox.servertypes``) and renders the server's text.
 """
 
 from __future__ import annotations
@@ -30,7 +32,12 @@ from cachesync.schema.sqlnames import quote
 # Column kinds whose decoded value is converted (every other kind is left as decoded).
 FLOAT, YEAR, DATETIME, TIMESTAMP, TIME = "float", "year", "datetime", "timestamp", "time"
 BINARY, VARBINARY, SET, BIT = "binary", "varbinary", "set", "bit"
-KINDS = frozenset({FLOAT, YEAR, DATETIME, TIMESTAMP, TIME, BINARY, VARBINARY, SET, BIT})
+# MariaDB types the binlog carries as BINARY(4/16) (their in-memory bytes: a UUID in text
+# order, not the segment-swapped order it is stored in); the table's definition names them
+INET4, INET6, UUID = "inet4", "inet6", "uuid"
+TEXT_FORM_TYPES = {INET4: 4, INET6: 16, UUID: 16}     # type -> bytes in the binlog
+KINDS = frozenset({FLOAT, YEAR, DATETIME, TIMESTAMP, TIME, BINARY, VARBINARY, SET, BIT,
+                   *TEXT_FORM_TYPES})
 
 # DOUBLE text: fixed notation while the decimal point sits within this many digits of
 # the first significant one, scientific beyond (what MariaDB's CAST prints).
@@ -122,9 +129,31 @@ def _bit(value: Any, spec: ColumnSpec) -> int:
     return int(value, 2) if isinstance(value, str) else int(value)
 
 
+def _fixed(value: Any, spec: ColumnSpec) -> bytes:
+    """The column's bytes with the binlog's stripped trailing 0x00 put back."""
+    raw = _bytes(value, spec)
+    size = TEXT_FORM_TYPES[spec.kind]
+    if len(raw) > size:
+        raise ValueError(f"column {spec.name!r}: {len(raw)} bytes for a {spec.kind.upper()}")
+    return raw + b"\0" * (size - len(raw))
+
+
+def _inet4(value: Any, spec: ColumnSpec) -> str:
+    return inet4_text(_fixed(value, spec))
+
+
+def _inet6(value: Any, spec: ColumnSpec) -> str:
+    return inet6_text(_fixed(value, spec))
+
+
+def _uuid(value: Any, spec: ColumnSpec) -> str:
+    return uuid_text(_fixed(value, spec))
+
+
 _CONVERT: dict[str, Callable[[Any, ColumnSpec], Any]] = {
     FLOAT: _float, YEAR: _year, DATETIME: _datetime, TIMESTAMP: _timestamp, TIME: _time,
     BINARY: _binary, VARBINARY: _bytes, SET: _set, BIT: _bit,
+    INET4: _inet4, INET6: _inet6, UUID: _uuid,
 }
 
 
@@ -203,17 +232,47 @@ def time_text(value: dt.timedelta, fsp: int) -> str:
     return f"{sign}{hours:02d}:{minutes:02d}:{seconds:02d}{fraction(micro, fsp)}"
 
 
+def inet4_text(raw: bytes) -> str:
+    """An INET4 as MariaDB prints it: ``10.0.0.1``."""
+    return ".".join(map(str, raw))
+
+
+def inet6_text(raw: bytes) -> str:
+    """An INET6 as MariaDB prints it (``Inet6::to_string``): lower-case hex words without
+    leading zeros; the first longest run of zero words, even a single one, is ``::``; an
+    IPv4-compatible (``::1.2.3.4``) or IPv4-mapped (``::ffff:1.2.3.4``) address ends in
+    its dotted quad."""
+    words = [raw[i] << 8 | raw[i + 1] for i in range(0, 16, 2)]
+    gap_at, gap_len, run_at = -1, 0, -1
+    for i, word in enumerate([*words, 1]):      # a sentinel closes a trailing run
+        if word == 0 and run_at < 0:
+            run_at = i
+        elif word != 0 and run_at >= 0:
+            if i - run_at > gap_len:
+                gap_at, gap_len = run_at, i - run_at
+            run_at = -1
+    if gap_at == 0 and (gap_len == 6 or (gap_len == 5 and words[5] == 0xFFFF)):
+        return ("::" if gap_len == 6 else "::ffff:") + inet4_text(raw[12:])
+    head = ":".join(f"{w:x}" for w in words[:gap_at]) if gap_at >= 0 else None
+    if head is None:
+        return ":".join(f"{w:x}" for w in words)
+    tail = ":".join(f"{w:x}" for w in words[gap_at + gap_len:])
+    return f"{head}::{tail}"
+
+
+def uuid_text(raw: bytes) -> str:
+    """A UUID as MariaDB prints it: ``123e4567-e89b-12d3-a456-426614174000``."""
+    h = raw.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
 # -- the same text read from the server (audit) ---------------------------------------------
 
 _INTEGER_TYPES = frozenset({"tinyint", "smallint", "mediumint", "int", "integer", "bigint"})
 _FLOAT_TYPES = frozenset({"float", "double", "real"})
-# MariaDB's INET4, INET6 and UUID reach the binlog as BINARY(4/16): their key text is the hex
-# of those bytes (the binlog does not say they are addresses; lint flags them as binary-form)
-BINARY_FORM_TYPES = frozenset({"inet4", "inet6", "uuid"})
 _HEX_TYPES = frozenset({"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob",
                         "geometry", "point", "linestring", "polygon", "multipoint",
-                        "multilinestring", "multipolygon", "geometrycollection",
-                        *BINARY_FORM_TYPES})
+                        "multilinestring", "multipolygon", "geometrycollection"})
 
 
 def server_text_sql(column: str, data_type: str) -> str:

@@ -6,13 +6,15 @@ error names the source, the table and the field.
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from cachesync.schema.errors import ConfigError, PoisonError
 from cachesync.schema.keys import INTERNAL_PREFIX
+from cachesync.schema.patterns import TablePattern, globs_overlap, is_pattern
 from cachesync.schema.sqlnames import qualified
 from cachesync.schema.trust import KeyPattern
 from cachesync.schema.values import canonical_text
@@ -24,8 +26,42 @@ DEFAULT_TTL_JITTER = 0.1
 # A rendered value larger than this is not written: the key is invalidated instead
 # (readers refill it), so one huge row cannot stall Redis or be lost.
 DEFAULT_MAX_VALUE_BYTES = 512 * 1024
-_FIELDS = frozenset({"keys", "explicit_keys", "mode", "ttl", "ttl_jitter", "value",
-                     "value_columns", "version_column", "tombstone_ttl", "double_delete", "max_value_bytes"})
+# A table entry's fields: name -> (default as the reference shows it, user-facing doc). The
+# configuration reference (docs/reference/configuration.md) is generated from this.
+FIELD_DOCS: dict[str, tuple[str, str]] = {
+    "keys": ("required", "key templates, `{column}` fields; never under `cachesync:` (refused at "
+             "load). Optional in an entry with `explicit_keys` only (an outbox aggregate type)"),
+    "explicit_keys": ("none", "the explicit keys (outbox `keys=`) events of this table/aggregate "
+                      "type may delete: patterns, `{name}` = one key segment (no `:`), `*` = any "
+                      "text. Without it, explicit keys are refused. An entry with "
+                      "`explicit_keys` only names an outbox aggregate type: give it a name no "
+                      "real table of `relay.outbox_db` has"),
+    "mode": ("`delete`", "`delete`: invalidate (cache-aside); `update`: write the new value, "
+             "fenced by version"),
+    "ttl": (f"`{DEFAULT_TTL_S}`", "TTL of every value update mode writes (and the one your "
+            "`read_through` fills should use)"),
+    "ttl_jitter": (f"`{DEFAULT_TTL_JITTER}`", "the TTL is shortened by up to this fraction at "
+                   "random, so keys written together expire apart"),
+    "value": ("`json`", "update mode: `json` (a string, `GET`) or `hash` (one field per non-NULL "
+              "column, `HGETALL`)"),
+    "value_columns": ("every column", "update mode: the columns written"),
+    "version_column": ("source position", "update mode: a column that grows with the row "
+                       "(`version`, `updated_at`); the source position breaks ties"),
+    "tombstone_ttl": ("`ttl`", "update mode: how long a delete's version tombstone refuses "
+                      "older updates"),
+    "max_value_bytes": (f"`{DEFAULT_MAX_VALUE_BYTES}`", "update mode: a larger value is not "
+                        "written; the key is invalidated (and fenced) instead"),
+    "double_delete": ("off", "delete mode: seconds after which the keys are deleted a second "
+                      "time (the \"delayed double delete\")"),
+    "watch_columns": ("every column", "an UPDATE that changes none of these columns invalidates "
+                      "and writes nothing (counted in `cachesync_unwatched_updates`); key template "
+                      "columns and, in update mode, value and version columns are always watched"),
+    "ignore_columns": ("none", "an UPDATE that changes only these columns invalidates and writes "
+                       "nothing; not with `watch_columns`"),
+}
+_FIELDS = frozenset(FIELD_DOCS)
+# fields a template may name that are not columns: the row's database and table (patterns)
+TABLE_FIELDS = ("_db", "_table")
 _FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_$]*)\}")
 _TABLE = re.compile(r"^[^.\s]+\.[^.\s]+$")
 _GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
@@ -135,6 +171,42 @@ class TableMapping:
     max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES
     # outbox events' explicit keys must match one of these (cachesync.schema.trust); none = refused
     explicit_keys: tuple[KeyPattern, ...] = ()
+    # column filters: an UPDATE that changes no watched column invalidates and writes nothing
+    watch_columns: frozenset[str] | None = None     # None: every column
+    ignore_columns: frozenset[str] = frozenset()
+    pattern: str | None = None       # the tables: entry (a pattern) this table was matched by
+
+    @cached_property
+    def always_watched(self) -> frozenset[str] | None:
+        """Columns no filter can leave out: the key fields and, in update mode, the version
+        column and the value columns (every column when value_columns is not given: None)."""
+        cols = {f for t in self.keys for f in t.fields}
+        if self.updates:
+            if self.value_columns is None:
+                return None
+            cols.update(self.value_columns)
+            cols.update([self.version_column] if self.version_column else [])
+        return frozenset(cols)
+
+    @property
+    def filters_columns(self) -> bool:
+        """The table has a column filter that can leave an update out."""
+        return ((self.watch_columns is not None or bool(self.ignore_columns))
+                and self.always_watched is not None)
+
+    def watches(self, before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> bool:
+        """Whether an update from ``before`` to ``after`` changes a watched column. A column
+        missing from either image (a partial row image) counts as changed."""
+        if before is None or after is None or not self.filters_columns:
+            return True
+        always = self.always_watched
+        for column in before.keys() | after.keys():
+            if column in before and column in after and before[column] == after[column]:
+                continue
+            if column in always or (column not in self.ignore_columns if self.watch_columns
+                                    is None else column in self.watch_columns):
+                return True
+        return False
 
     @property
     def updates(self) -> bool:
@@ -160,14 +232,65 @@ class TableMapping:
         return self.table.split(".", 1)[1]
 
 
+class AmbiguousTableError(ConfigError):
+    """Two pattern entries match one table."""
+
+
 @dataclass(frozen=True)
 class MappingSet:
-    """All table mappings, looked up by ``db.table``."""
+    """All table mappings, looked up by ``db.table``: exact entries first, then patterns
+    (``cachesync.schema.patterns``), a pattern's mapping instantiated once per table."""
 
-    tables: Mapping[str, TableMapping]
+    tables: Mapping[str, TableMapping]                     # exact entries
+    patterns: tuple[tuple[TablePattern, TableMapping], ...] = ()
+    # (db, table) -> the mapping a pattern gave it, or None; filled on first lookup
+    _resolved: dict = field(default_factory=dict, init=False, compare=False, repr=False)
 
     def get(self, db: str, table: str) -> TableMapping | None:
-        return self.tables.get(f"{db}.{table}")
+        """The mapping of ``db.table``, or None; raises AmbiguousTableError when two
+        patterns match it (and no exact entry does)."""
+        mapping = self.tables.get(f"{db}.{table}")
+        if mapping is not None or not self.patterns:
+            return mapping
+        try:
+            return self._resolved[(db, table)]
+        except KeyError:
+            mapping = self._resolved[(db, table)] = self._match(db, table)
+            return mapping
+
+    def _match(self, db: str, table: str) -> TableMapping | None:
+        found = [(p, m) for p, m in self.patterns if p.matches(db, table)]
+        if len(found) > 1:
+            raise AmbiguousTableError(f"table {db}.{table} matches two tables: entries, "
+                                      f"{found[0][0].text!r} and {found[1][0].text!r}; make "
+                                      "them disjoint or map the table by its exact name")
+        return instantiate(found[0][1], db, table) if found else None
+
+    def is_mapped_loosely(self, db: str, table: str) -> bool:
+        """A name found in a statement (lower-cased) is mapped, comparing case-insensitively."""
+        return any(p.matches(db, table, loose=True) for p, _ in self.patterns) or any(
+            f"{db}.{table}" == name.lower() for name in self.tables)
+
+    def resolved(self) -> list[TableMapping]:
+        """The tables patterns have matched so far (looked up or ``known``)."""
+        return [m for m in list(self._resolved.values()) if m is not None]
+
+    def known(self, names: Iterable[tuple[str, str]]) -> list[TableMapping]:
+        """Match existing tables (information_schema's) against the patterns; their
+        mappings; raises AmbiguousTableError naming the first table two patterns match."""
+        return [m for m in (self.get(db, t) for db, t in names)
+                if m is not None and m.pattern is not None]
+
+    @property
+    def entries(self) -> list[TableMapping]:
+        """Every entry as written: exact tables, then pattern templates (``table`` is the
+        pattern's text)."""
+        return [*self.tables.values(), *(m for _, m in self.patterns)]
+
+    def replace_each(self, change: Callable[[TableMapping], TableMapping]) -> "MappingSet":
+        """The same entries, each passed through ``change``."""
+        return MappingSet({n: change(m) for n, m in self.tables.items()},
+                          tuple((p, change(m)) for p, m in self.patterns))
 
     @property
     def schemas(self) -> tuple[str, ...]:
@@ -178,20 +301,56 @@ def parse_mappings(raw: Any, source: str = "<config>") -> MappingSet:
     """Build a MappingSet from ``{"db.table": {...}}``; raises ConfigError naming the field."""
     if not isinstance(raw, Mapping) or not raw:
         raise ConfigError(f"{source}: 'tables' must be a non-empty mapping of db.table -> settings")
-    tables = {}
+    tables, patterns = {}, []
     for name, spec in raw.items():
-        tables[str(name)] = _parse_table(str(name), spec, source)
-    return MappingSet(tables)
+        name = str(name)
+        if is_pattern(name):
+            try:
+                pattern = TablePattern.parse(name)
+            except ValueError as e:
+                raise ConfigError(f"{source}: tables.{name}: {e}") from None
+            patterns.append((pattern, _parse_table(name, spec, source, pattern=True)))
+        else:
+            tables[name] = instantiate(_parse_table(name, spec, source), *name.split(".", 1))
+    _check_disjoint(patterns, source)
+    return MappingSet(tables, tuple(patterns))
 
 
-def _parse_table(name: str, spec: Any, source: str) -> TableMapping:
+def _check_disjoint(patterns: list, source: str) -> None:
+    """Two globs that can name one table are a load error (regular expressions are
+    checked against the live tables: ``MappingSet.known``)."""
+    for i, (a, _) in enumerate(patterns):
+        for b, _ in patterns[i + 1:]:
+            if globs_overlap(a, b):
+                raise ConfigError(f"{source}: tables: entries {a.text!r} and {b.text!r} can "
+                                  "match the same table; make them disjoint or map the "
+                                  "table by its exact name (exact names win over patterns)")
+
+
+def instantiate(mapping: TableMapping, db: str, table: str) -> TableMapping:
+    """``mapping`` for the table ``db.table``: ``{_db}``/``{_table}`` in its templates
+    replaced by the names; raises ConfigError when a name cannot appear in a key."""
+    keys = mapping.keys
+    if any(f in TABLE_FIELDS for t in keys for f in t.fields):
+        try:
+            keys = tuple(KeyTemplate.parse(t.text.replace("{_db}", db).replace("{_table}", table))
+                         for t in keys)
+        except ValueError as e:
+            raise ConfigError(f"tables.{mapping.table}: table {db}.{table}: {e}") from None
+    if not is_pattern(mapping.table):            # an exact entry
+        return mapping if keys is mapping.keys else dataclasses.replace(mapping, keys=keys)
+    return dataclasses.replace(mapping, table=f"{db}.{table}", keys=keys, pattern=mapping.table)
+
+
+def _parse_table(name: str, spec: Any, source: str, pattern: bool = False) -> TableMapping:
     where = f"{source}: tables.{name}"
-    if not _TABLE.match(name):
-        raise ConfigError(f"{where}: table must be written as db.table")
-    try:
-        qualified(*name.split(".", 1))      # what MySQL allows: 1 to 64 characters, no NUL
-    except ValueError as e:
-        raise ConfigError(f"{where}: {e}") from None
+    if not pattern:
+        if not _TABLE.match(name):
+            raise ConfigError(f"{where}: table must be written as db.table")
+        try:
+            qualified(*name.split(".", 1))      # what MySQL allows: 1 to 64 characters, no NUL
+        except ValueError as e:
+            raise ConfigError(f"{where}: {e}") from None
     if not isinstance(spec, Mapping):
         raise ConfigError(f"{where}: expected a mapping with at least 'keys'")
     unknown = set(spec) - _FIELDS
@@ -231,8 +390,10 @@ def _parse_table(name: str, spec: Any, source: str) -> TableMapping:
                                       or not 0 < double_delete <= 60):
         raise ConfigError(f"{where}.double_delete: expected a delay in seconds in (0, 60], "
                           f"got {double_delete!r}")
+    watch, ignore = _column_filter(spec, where)
     return TableMapping(
         table=name, keys=templates, mode=mode, ttl_s=ttl, ttl_jitter=float(jitter),
+        watch_columns=watch, ignore_columns=ignore,
         value_format=value_format,
         value_columns=tuple(value_columns) if value_columns else None,
         version_column=version_column,
@@ -241,6 +402,20 @@ def _parse_table(name: str, spec: Any, source: str) -> TableMapping:
         max_value_bytes=_positive_int(spec, "max_value_bytes", DEFAULT_MAX_VALUE_BYTES, where),
         explicit_keys=explicit,
     )
+
+
+def _column_filter(spec: Mapping, where: str) -> tuple[frozenset[str] | None, frozenset[str]]:
+    """(watch_columns or None, ignore_columns): at most one of them given."""
+    if "watch_columns" in spec and "ignore_columns" in spec:
+        raise ConfigError(f"{where}: give watch_columns or ignore_columns, not both")
+    out = {}
+    for name in ("watch_columns", "ignore_columns"):
+        value = spec.get(name)
+        if value is not None and (not isinstance(value, list) or not value
+                                  or not all(isinstance(c, str) and c for c in value)):
+            raise ConfigError(f"{where}.{name}: expected a non-empty list of column names")
+        out[name] = frozenset(value) if value else None
+    return out["watch_columns"], out["ignore_columns"] or frozenset()
 
 
 def _templates(spec: Mapping, where: str, required: bool) -> tuple[KeyTemplate, ...]:
@@ -254,6 +429,10 @@ def _templates(spec: Mapping, where: str, required: bool) -> tuple[KeyTemplate, 
         templates = tuple(KeyTemplate.parse(k) for k in keys)
     except ValueError as e:
         raise ConfigError(f"{where}.keys: {e}") from None
+    tableonly = [t.text for t in templates if set(t.fields) <= set(TABLE_FIELDS)]
+    if tableonly:
+        raise ConfigError(f"{where}.keys: {tableonly[0]!r} names no column besides "
+                          "{_db}/{_table}: every row would render the same key")
     reserved = [t.text for t in templates if t.text.startswith(INTERNAL_PREFIX)]
     if reserved:
         raise ConfigError(f"{where}.keys: {reserved[0]!r}: keys under {INTERNAL_PREFIX!r} are "

@@ -8,6 +8,7 @@ from contextlib import nullcontext
 
 import click
 
+from cachesync import logs
 from cachesync.commands.common import handle_errors, settings_options
 from cachesync.config import Settings
 from cachesync import wiring
@@ -40,7 +41,8 @@ def command(settings: Settings, table, repair, sample, partitions, max_stale_rat
     with handle_errors():
         report = run_audit(settings, table, repair, sample, partitions, spark_master)
         click.echo(json.dumps({**report.to_dict(), "max_stale_ratio": max_stale_ratio}, indent=2))
-        click.echo(render_table(report), err=True)
+        if not logs.json_enabled():
+            click.echo(render_table(report), err=True)
     if report.staleness_ratio > max_stale_ratio:
         sys.exit(EXIT_STALE)
 
@@ -49,10 +51,10 @@ def run_audit(settings: Settings, table: str, repair: bool = False, sample: int 
               partitions: int = 4, spark_master: str | None = None, spark=None):
     from cachesync.consumer.spark.audit import audit_table
     from cachesync.consumer.spark.session import spark_session
-    mapping = settings.tables.tables.get(table)
+    mapping = settings.tables.get(*table.split(".", 1)) if "." in table else None
     if mapping is None:
         raise click.UsageError(f"--table {table}: not a mapped table "
-                               f"(mapped: {', '.join(sorted(settings.tables.tables))})")
+                               f"(mapped: {', '.join(m.table for m in settings.tables.entries)})")
     source = table_source(settings, table)
     cache = wiring.build_cache(settings)
     try:

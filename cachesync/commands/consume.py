@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from cachesync.commands import consume_spark
+from cachesync.doctor import start_checks
 from cachesync.commands.common import handle_errors, log, on_termination, settings_options
 from cachesync.operate import consumer_ops, monitor_hook
 from cachesync.wiring import build_engine
@@ -39,6 +40,7 @@ def command(settings, engine_kind, **spark) -> None:
             consume_spark.run(settings, **spark)
         return
     with handle_errors():
+        start_checks(settings, "consume")  # kafka.create_topics, and doctor's checks logged
         engine = None
         ops, metrics = consumer_ops(settings, lambda: engine.stats if engine else None,
                                     tables=lambda: engine.tables if engine else None,

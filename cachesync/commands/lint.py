@@ -11,6 +11,7 @@ import redis
 from cachesync.commands.common import handle_errors, settings_options
 from cachesync.explain import keys_without_ttl, lint
 from cachesync.lint_keys import live_column_types
+from cachesync.table_matching import existing_tables, lint_view, matches_by_entry
 from cachesync.wiring import mysql_params, redis_client
 from cachesync.producer_outbox.mysql import classify
 from cachesync.schema.errors import FatalError, RetryableError
@@ -40,11 +41,18 @@ def command(settings, offline: bool, sample: int) -> None:
                     with a text id and user:email:{email}), or two tables share one
     ci-collation    a key column under a _ci collation: MySQL treats 'abc' and
                     'ABC ' as equal, keys are byte-exact
-    binary-form     an INET4/INET6/UUID key column: its key text is 0x-hex of the
-                    stored bytes, not the server's text
+    key-text-changed  a key column whose key text changed in this version (INET4/
+                    INET6/UUID: server text, formerly 0x-hex; TIME: negative values
+                    with a fraction): flush keys cached before the upgrade once
     reserved-key    a template that can render a key under cachesync: ({name}
                     with a text column): the consumer dead-letters such rows
+    shard-keys      a pattern entry's template without {_db} or {_table}: two
+                    matched tables' rows with equal key columns share a key
+    no-match        a pattern entry that matches no existing table
+    column-filter   an ignore_columns entry that is always watched (key, value,
+                    version columns), or a filter update mode makes useless
 
+    A pattern entry is checked on the first table it matches (offline: on db.table).
     Column types come from information_schema; --offline assumes integer key
     columns, so it reports only the collisions every column type has.
 
@@ -52,38 +60,51 @@ def command(settings, offline: bool, sample: int) -> None:
     unreachable or refuses (use --offline to check without servers).
     """
     with handle_errors():
-        columns = no_ttl = types = None
+        columns = no_ttl = types = matched = None
         if not offline:
-            types = _types(settings)
+            types, matched = _types(settings)
             columns = {table: set(cols) for table, cols in types.items()}
-            no_ttl = _no_ttl(settings, sample)
-        findings = lint(settings.tables, columns, no_ttl, types=types)
+            no_ttl = _no_ttl(settings, lint_view(settings.tables, matched), sample)
+        findings = lint(settings.tables, columns, no_ttl, types=types, matched=matched)
     for finding in findings:
         click.echo(f"warning: {finding}")
     checked = "delete-path" if offline else "delete-path, columns, TTLs"
-    click.echo(f"{len(settings.tables.tables)} table(s), {len(findings)} warning(s) ({checked})")
+    click.echo(f"{_tables(settings.tables, matched)}, {len(findings)} warning(s) ({checked})")
     if findings:
         sys.exit(EXIT_FINDINGS)
 
 
-def _types(settings) -> dict[str, dict[str, tuple]]:
+def _types(settings) -> tuple[dict[str, dict[str, tuple]], dict[str, list[str]]]:
+    """(live column types of the checked tables, tables: entry -> the tables it matches)."""
     conn = mysql_params(settings).connect(database=None)
     try:
-        return live_column_types(conn, settings.tables.tables)
+        matched = matches_by_entry(settings.tables, existing_tables(conn))
+        view = lint_view(settings.tables, matched)
+        return live_column_types(conn, view.tables), matched
     except pymysql.err.MySQLError as e:
         raise classify(e) from e
     finally:
         conn.close()
 
 
-def _no_ttl(settings, sample: int) -> dict[str, list[str]]:
+def _no_ttl(settings, view, sample: int) -> dict[str, list[str]]:
     client = redis_client(settings, 5)
     try:
         return {t.text: keys_without_ttl(client, t, sample)
-                for m in settings.tables.tables.values() for t in m.keys}
+                for m in view.tables.values() for t in m.keys}
     except redis.AuthenticationError as e:
         raise FatalError(f"Redis refused the credentials: {e}") from e
     except redis.RedisError as e:
         raise RetryableError(f"Redis unavailable: {e}") from e
     finally:
         client.close()
+
+
+def _tables(mappings, matched) -> str:
+    """``N table(s)``: exact entries plus the live tables patterns match (offline: entries)."""
+    if not mappings.patterns:
+        return f"{len(mappings.tables)} table(s)"
+    count = len(mappings.tables) + sum(len((matched or {}).get(p.text, ())) for p, _ in mappings.patterns)
+    shown = count if matched is not None else len(mappings.entries)
+    return f"{shown} table(s) ({len(mappings.patterns)} pattern entr" \
+           f"{'y' if len(mappings.patterns) == 1 else 'ies'})"

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import click
 
+from cachesync.doctor import start_checks
 from cachesync.commands.common import handle_errors, log, on_termination, settings_options
 from cachesync.direct_ops import DirectOps
 from cachesync.http import parse_listen
@@ -47,6 +48,7 @@ def command(settings, direct: bool) -> None:
     ready = MySQL and Redis answer and the lag is under metrics.ready_max_lag_s.
     """
     with handle_errors():
+        start_checks(settings, "direct" if direct else "all")   # doctor's checks, logged
         tailer = _run_direct(settings) if direct else _run_pipeline(settings)
         last = tailer.last
         if last is not None:

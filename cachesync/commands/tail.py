@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import click
 
+from cachesync.doctor import start_checks
 from cachesync.commands.common import handle_errors, log, on_termination, settings_options
-from cachesync.metrics import Cumulative
+from cachesync.metrics import Cumulative, tailer_active
 from cachesync.operate import tail_ops
 from cachesync.standby import ActiveStandby, while_held
 from cachesync.supervisor import RestartingTailer
@@ -61,7 +62,9 @@ def command(settings, from_gtid, from_file, from_pos) -> None:
     """
     start = start_option(from_gtid, from_file, from_pos)
     with handle_errors():
-        tailers = Cumulative(("published", "table_events", "oversized", "versions_not_newer",
+        start_checks(settings, "tail")     # kafka.create_topics, and doctor's checks logged
+        tailers = Cumulative(("published", "table_events", "undecoded_events", "oversized",
+                              "versions_not_newer", "partial_rows", "unkeyable", "json_unknown",
                               "outbox_events", "outbox_invalid"))
         ops = tail_ops(settings, tailers)
         first = [start]
@@ -72,6 +75,7 @@ def command(settings, from_gtid, from_file, from_pos) -> None:
         lock = build_tailer_lock(settings)
         supervisor = ActiveStandby(lock, lambda: ResyncingTailer(
             settings, RestartingTailer(while_held(lock, build))), tailer_preflight(settings))
+        tailer_active(ops.registry, settings.tailer.name, lambda: supervisor.active)
         on_termination(supervisor.stop)
         try:
             supervisor.run()

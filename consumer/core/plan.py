@@ -28,7 +28,7 @@ from cachesync.consumer.core.writes import (KIND_DELETE, CacheWrite, merge_write
                                   version_text)
 from cachesync.schema.collisions import ambiguous_key
 from cachesync.schema.errors import PoisonError, UnknownTableError
-from cachesync.schema.event import HEARTBEAT_KIND, INVALIDATE_ONLY, ChangeEvent
+from cachesync.schema.event import ABSENT, HEARTBEAT_KIND, INVALIDATE_ONLY, ChangeEvent
 from cachesync.schema.mapping import KeyTemplate, MappingSet, MissingColumnError, TableMapping
 from cachesync.schema.trust import check_explicit, check_rendered, is_allowed, is_reserved
 
@@ -51,6 +51,7 @@ class EventPlan:
     ambiguous: tuple[tuple[str, str], ...] = () # (key, why): another row's key too, invalidated
     unrenderable: int = 0                       # templates naming a missing column (salvaged plans)
     table: TableMapping | None = None           # table-level event: every key of this table
+    unwatched: bool = False                     # an update of no watched column: nothing done
 
 
 @dataclass
@@ -105,18 +106,26 @@ def event_keys(event: ChangeEvent, mappings: MappingSet) -> EventPlan:
         check_explicit(event.qualified_table, explicit, mapping.explicit_keys if mapping else ())
     if mapping is None:
         return EventPlan(event, tuple(dict.fromkeys(explicit)))
-    if not mapping.updates and not explicit:      # the usual row of a delete-mode table
+    absent = event.extra.get(ABSENT) if event.extra else None
+    # decided here, not in the tailer: the change is still published (replay, audit and a
+    # later filter change see it), and one rule serves the python engine, Spark and direct.
+    # A partial row image (columns marked absent) counts as changing every column.
+    if event.op == "update" and not explicit and absent is None and mapping.filters_columns \
+            and not mapping.watches(event.before, event.after):
+        return EventPlan(event, (), unwatched=True)
+    if not mapping.updates and not explicit and absent is None:   # the usual delete-mode row
         rendered = _compiled_invalidations(mapping, event)
         if rendered is not None:
             return EventPlan(event, *rendered, double_delete_s=mapping.double_delete_s)
-    before, nulls_b = _render(mapping, event.before)
-    after, nulls_a = _render(mapping, event.after)
+    before, nulls_b = _render(mapping, event.before, _absent(absent, "before"))
+    after, nulls_a = _render(mapping, event.after, _absent(absent, "after"))
     check_rendered(event, before, after)
     nulls = nulls_b + nulls_a
     if not mapping.updates:
         keys = tuple(dict.fromkeys([*explicit, *_keys(before), *_keys(after)]))
         return EventPlan(event, keys, nulls, double_delete_s=mapping.double_delete_s)
-    version = version_text(event, mapping)
+    unlogged = _absent(absent, "after" if event.after is not None else "before")
+    version = None if mapping.version_column in unlogged else version_text(event, mapping)
     if version is None:                      # no order to fence with: invalidate instead
         keys = tuple(dict.fromkeys([*explicit, *_keys(before), *_keys(after)]))
         return EventPlan(event, keys, nulls, unversioned=True)
@@ -142,13 +151,22 @@ def _keys(rendered: Rendered) -> list[str]:
     return [key for _, key in rendered]
 
 
-def _render(mapping: TableMapping, image) -> tuple[Rendered, int]:
+def _absent(absent, image: str) -> frozenset[str]:
+    """The columns an event's ``image`` did not log (``extra["absent"]``), none if unmarked."""
+    return frozenset(absent.get(image, ())) if absent else frozenset()
+
+
+def _render(mapping: TableMapping, image, absent: frozenset[str] = frozenset()
+            ) -> tuple[Rendered, int]:
     """(template, key) of each template ``image`` renders, and how many were NULL-skipped;
-    raises MissingColumnError."""
+    a template naming an ``absent`` column renders nothing (the producer invalidated the
+    table for it). Raises MissingColumnError."""
     if image is None:
         return [], 0
     keys, nulls = [], 0
     for template in mapping.keys:
+        if absent and not absent.isdisjoint(template.fields):
+            continue
         key = template.render(image)
         if key is None:
             nulls += 1

@@ -22,6 +22,7 @@ NULL_KEY_SKIPS = "null_key_skips"
 VERSION_BACKWARDS = "version_backwards"
 UNRENDERABLE = "unrenderable_templates"
 INSTEAD = "invalidated_instead_of_written"
+UNWATCHED = "unwatched_updates"   # updates of no watched column: nothing to do (not a warning)
 UNTRUSTED = "untrusted_keys"      # reasons: cachesync.schema.trust (reserved_key, key_not_allowed)
 # reasons of INSTEAD
 AMBIGUOUS, OVERSIZED, NULL_VERSION = "ambiguous_key", "oversized_value", "null_version"
@@ -55,6 +56,9 @@ class TableTally:
     def observe(self, plans: Iterable) -> None:
         """Count and warn about what the applied (or salvaged) event plans left inexact."""
         for ep in plans:
+            if ep.unwatched:
+                self.add(UNWATCHED, ep.event.qualified_table)
+                continue
             if not (ep.null_skips or ep.oversized or ep.unversioned or ep.ambiguous
                     or ep.unrenderable):
                 continue                     # applied exactly: nothing to count (add skips 0)
@@ -102,4 +106,4 @@ class TableTally:
             self._last_warned[(table, reason)] = now
             repeats = self._repeats.pop((table, reason), 0)
         more = f" ({repeats} more since the last warning)" if repeats else ""
-        log.warning("%s: %s: %s%s", table, reason, detail, more)
+        log.warning("%s: %s: %s%s", table, reason, detail, more, extra={"table": table})

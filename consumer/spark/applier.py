@@ -3,16 +3,16 @@
 A Spark task gets one Kafka partition's slice of a micro-batch, in offset order. It
 runs the shared applier (``cachesync.consumer.applier``: decode -> plan -> claim ->
 apply -> confirm -> dead letters) on it, with adapters built by the same factories
-as every other engine (``cachesync.wiring``) from the pickled Settings, and the same
-hooks: the worker's delayed second deletes, and the lag samples the driver's
-metrics record. Spark, not Kafka's group, owns the offsets: they move in the
-checkpoint only after every task of the batch returned.
+as every other engine (``cachesync.wiring``) from the pickled Settings. The side jobs
+run on the driver, never in a worker's thread (an executor may be lost at any time):
+each task returns what they need — the lag samples, and the plans of the events the
+delayed second deletes and the consistency monitor act on. Spark, not Kafka's group,
+owns the offsets: they move in the checkpoint only after every task of the batch returned.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Iterable, Iterator
@@ -54,20 +54,14 @@ class _LazyDeadLetters:
 
 
 class _Worker:
-    """One engine run's adapters and hooks in a worker process (Spark reuses its Python
-    workers, spark.python.worker.reuse, so connections are opened once per worker)."""
+    """One engine run's adapters in a worker process (Spark reuses its Python workers,
+    spark.python.worker.reuse, so connections are opened once per worker)."""
 
     def __init__(self, settings):
         from cachesync import wiring
-        from cachesync.consumer.hooks import Ticker, consumer_hooks
         self.settings, self.mappings = settings, wiring.mappings(settings)
         self.cache, self.dedup = wiring.build_cache(settings), wiring.build_dedup(settings)
         self.dead_letters = _LazyDeadLetters(settings)
-        # delayed second deletes outlive the task that scheduled them: the worker's
-        # ticker runs them (the driver runs the dedup purge, so no store here)
-        stop = threading.Event()
-        self.hooks = consumer_hooks(self.cache, None, settings.consumer, Stats(), stop=stop)
-        Ticker(self.hooks, "cachesync-delayed-deletes", stop).start()
 
 
 # per engine run (its token), in this worker process: a consume run's _Worker, or a
@@ -84,26 +78,42 @@ def _worker(config: ApplyConfig) -> _Worker:
 
 def consume_partition(rows: Iterable, config: ApplyConfig, batch_id: int) -> Iterator[dict]:
     """Apply one partition's records of micro-batch ``batch_id``; yields one dict:
-    ``stats`` (a Stats dict), ``tables`` (a TableTally snapshot), ``lag`` (LagSamples)
-    and ``offsets`` ({partition: next}).
+    ``stats`` (a Stats dict), ``tables`` (a TableTally snapshot), ``lag`` (LagSamples),
+    ``offsets`` ({partition: next}), ``plans`` (for the driver's hooks, see
+    :func:`driver_plans`) and ``applied_at`` (epoch seconds of the last chunk).
 
     Records are applied in chunks of ``consumer.batch_size`` (one dedup round trip
     each). Transient errors are retried and never skipped; anything else fails the
     task, so Spark does not commit the batch and runs it again.
     """
     from cachesync.metrics import lag_samples
-    worker, stats, lag, offsets = _worker(config), Stats(), [], {}
+    worker, stats, lag, offsets, plans = _worker(config), Stats(), [], {}, []
     c = config.settings.consumer
     applier = Applier(worker.cache, worker.mappings, c, worker.dedup, worker.dead_letters,
                       stats=stats)
+    applied_at = 0.0
     for part in _chunks(map(to_record, rows), c.batch_size):
-        result = applier.apply(part)
-        worker.hooks.after_batch(result)
+        prepared = applier.prepare(part)
+        result = applier.apply(part, prepared)
+        plans += driver_plans(prepared.plan.events, config.settings.monitor)
         lag += lag_samples(result)
+        applied_at = result.applied_at
         offsets.update({p: o for (_, p), o in commit_offsets(part).items()})
     log.debug("batch %d: partition done: %s", batch_id, stats)
     yield {"stats": asdict(stats), "tables": applier.tables.snapshot(), "lag": lag,
-           "offsets": offsets}
+           "offsets": offsets, "plans": plans, "applied_at": applied_at}
+
+
+def driver_plans(events: Iterable, monitor) -> list:
+    """The plans the driver's hooks need: every event of a table with a delayed second
+    delete, applied now or a duplicate (re-derived from the batch, so a second delete
+    an executor lost with its attempt is scheduled again; it is idempotent), and the
+    events the consistency monitor samples (the same deterministic choice it makes)."""
+    from cachesync.consumer.consistency import sampled
+    ratio = monitor.sample_ratio if monitor.enabled else 0.0
+    return [ep for ep in events
+            if (ep.double_delete_s and ep.keys)
+            or (ratio > 0 and not ep.event.table_level and sampled(ep.event.id, ratio))]
 
 
 def _chunks(records: Iterator, size: int) -> Iterator[list]:
@@ -210,3 +220,39 @@ def _judge(client, mapping, entries, verdict) -> Iterator[tuple[str, str]]:
     values = read_cached(client, mapping, [k for k, _ in entries])
     for (key, expected), cached in zip(entries, values):
         yield verdict(mapping, expected, cached), key
+
+
+@dataclass(frozen=True)
+class SnapshotConfig:
+    """What a snapshot task needs; ``settings=None`` is a dry run (renders, writes nothing)."""
+
+    mapping: "TableMapping"  # noqa: F821 (cachesync.schema.mapping.TableMapping)
+    pk: tuple[str, ...]
+    watermark: "Watermark"   # noqa: F821 (cachesync.consumer.snapshot.Watermark)
+    settings: "Settings | None"  # noqa: F821
+    types: dict = field(default_factory=dict)    # column -> data_type (rows hold key texts)
+    chunk: int = 1000
+    rate_per_task: float | None = None
+    token: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+
+def snapshot_partition(rows: Iterable, config: SnapshotConfig, progress) -> Iterator[tuple]:
+    """Write one JDBC split's rows through the fence at the watermark's version; yields one
+    ``(rows, keys, written, refused, skipped)``. ``progress``: a Spark accumulator of rows."""
+    from cachesync.consumer.replay import RateLimiter
+    from cachesync.consumer.snapshot import TableSummary, check_tombstone_window, snapshot_writes
+    from cachesync.monitor import row_value
+    cache = None if config.settings is None else _replay_cache(config)
+    limiter, total = RateLimiter(config.rate_per_task), TableSummary(config.mapping.table)
+    values = (({c: row_value(v, config.types[c]) if c in config.types else v
+                for c, v in row.asDict().items()}) for row in rows)
+    for chunk in _chunks(values, config.chunk):
+        limiter.acquire(len(chunk))
+        writes, summary = snapshot_writes(chunk, config.mapping, config.pk, config.watermark)
+        if cache is not None and writes:
+            check_tombstone_window(config.mapping, config.watermark)
+            done = cache.write(writes)
+            summary.written, summary.refused = done.applied, done.refused
+        total.add(summary)
+        progress.add(len(chunk))
+    yield (total.rows, total.keys, total.written, total.refused, total.skipped)

@@ -6,6 +6,7 @@ import contextlib
 import logging
 import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Iterator, Mapping
 
@@ -13,15 +14,17 @@ from cachesync.schema.errors import FatalError
 
 JARS_ENV = "CACHESYNC_SPARK_JARS_DIR"
 MASTER_ENV = "CACHESYNC_SPARK_MASTER"
+EXECUTOR_PYTHON_ENV = "CACHESYNC_SPARK_EXECUTOR_PYTHON"
 DEFAULT_MASTER = "local[2]"
+DEFAULT_EXECUTOR_PYTHON = "python3"      # on the workers' PATH; cachesync itself is shipped
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
-# A sidecar on a small machine: no UI, few shuffle partitions, UTC everywhere so that
-# timestamps mean the same on the driver, the workers and MySQL.
+# Defaults only: what spark-submit, spark-defaults.conf or ``conf`` set wins. No UI for a
+# sidecar on a small machine; UTC everywhere so that timestamps mean the same on the
+# driver, the executors and MySQL. Parallelism is the cluster's (shuffle partitions are
+# set to it once the session is up, see _fit_shuffle_partitions).
 LEAN_CONF = {
     "spark.ui.enabled": "false",
-    "spark.sql.shuffle.partitions": "2",
-    "spark.default.parallelism": "2",
     "spark.sql.session.timeZone": "UTC",
     "spark.driver.extraJavaOptions": "-Duser.timezone=UTC -XX:+UseSerialGC",
     "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
@@ -29,6 +32,16 @@ LEAN_CONF = {
     "spark.python.worker.reuse": "true",
     "spark.ui.showConsoleProgress": "false",
 }
+
+
+def submitted() -> bool:
+    """Whether this Python runs as the driver spark-submit launched (it passes the JVM
+    gateway's port): then the master, jars, py-files and conf are spark-submit's."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def is_local(master: str) -> bool:
+    return master == "local" or master.startswith("local[")
 
 
 def jars_dir() -> Path:
@@ -55,7 +68,11 @@ def spark_session(app_name: str, master: str | None = None, conf: Mapping[str, s
                   jars: list[str] | None = None) -> Iterator["SparkSession"]:  # noqa: F821
     """The active session if there is one (tests share one), else a new one stopped on exit.
 
-    ``jars`` defaults to :func:`jar_paths`; raises FatalError when there are none.
+    Under spark-submit the submitted master, jars and py-files are used. Otherwise
+    ``master`` (``$CACHESYNC_SPARK_MASTER``, default local[2]); ``jars`` defaults to
+    :func:`jar_paths` (raises FatalError when there are none); a cluster master gets
+    cachesync shipped to its executors (bundle.py), run by ``$CACHESYNC_SPARK_EXECUTOR_PYTHON``
+    (default ``python3`` on the workers).
     """
     from pyspark.sql import SparkSession
 
@@ -65,17 +82,55 @@ def spark_session(app_name: str, master: str | None = None, conf: Mapping[str, s
     if active is not None:
         yield active
         return
-    # Spark's Python workers must run this interpreter (the venv with cachesync), not
-    # whatever python3 is first on PATH.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    builder = SparkSession.builder.appName(app_name).master(
-        master or os.environ.get(MASTER_ENV) or DEFAULT_MASTER)
-    for key, value in {**LEAN_CONF, "spark.jars": ",".join(jars or jar_paths()), **(conf or {})}.items():
+    builder = SparkSession.builder.appName(app_name)
+    ship = False
+    if submitted():
+        present = _submitted_conf()
+        options = {k: v for k, v in {**LEAN_CONF, **(conf or {})}.items()
+                   if k not in present or k in (conf or {})}
+    else:
+        master = master or os.environ.get(MASTER_ENV) or DEFAULT_MASTER
+        ship = not is_local(master)
+        # Python workers: this interpreter (the venv with cachesync) when they run on this
+        # machine; on a cluster the workers' own Python, with cachesync shipped to it.
+        os.environ.setdefault("PYSPARK_PYTHON", executor_python() if ship else sys.executable)
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        builder = builder.master(master)
+        options = {**LEAN_CONF, "spark.jars": ",".join(jars or jar_paths()), **(conf or {})}
+    for key, value in options.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    if ship:
+        from cachesync.consumer.spark.bundle import build_bundle
+        spark.sparkContext.addPyFile(str(build_bundle(bundle_dir())))
+    _fit_shuffle_partitions(spark, conf or {})
     try:
         yield spark
     finally:
         spark.stop()
+
+
+def executor_python() -> str:
+    return os.environ.get(EXECUTOR_PYTHON_ENV) or DEFAULT_EXECUTOR_PYTHON
+
+
+def bundle_dir() -> Path:
+    """Where the executors' zip is built (cached by content)."""
+    return Path(tempfile.gettempdir()) / f"cachesync-spark-{os.getuid()}"
+
+
+def _submitted_conf() -> set[str]:
+    """The keys spark-submit (and spark-defaults.conf) already set, read from its JVM."""
+    from pyspark import SparkConf, SparkContext
+    SparkContext._ensure_initialized()
+    return {key for key, _ in SparkConf().getAll()}
+
+
+def _fit_shuffle_partitions(spark, conf: Mapping[str, str]) -> None:
+    """Shuffles (replay's and audit's counts) as wide as the cluster, unless set explicitly:
+    Spark's default of 200 partitions is 200 tasks per count on a two-core sidecar."""
+    key = "spark.sql.shuffle.partitions"
+    if key in conf or spark.sparkContext.getConf().contains(key):
+        return
+    spark.conf.set(key, str(spark.sparkContext.defaultParallelism))

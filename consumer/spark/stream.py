@@ -6,6 +6,11 @@ offsets to the checkpoint before running it and marks it committed only after
 foreachBatch returned; a crash in between re-runs the same batchId with the same
 records on restart, and the dedup table turns every id already done into a skipped
 duplicate. Nothing is ever committed to the Kafka consumer group.
+
+The side jobs (delayed second deletes, the dedup purge, the consistency monitor) are
+hooks on the driver: the tasks return the plans they need with each batch
+(``applier.driver_plans``), a Ticker thread runs what is due. A lost executor loses
+none of them; its task runs again and returns them again.
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from cachesync.consumer.applier import Stats
+from cachesync.consumer.applier import BatchResult, Stats
+from cachesync.consumer.hooks import Hook, Ticker
 from cachesync.consumer.core.tally import TableTally
 from cachesync.consumer.spark.applier import ApplyConfig, consume_partition
 from cachesync.consumer.spark.records import KAFKA_SELECT
@@ -26,12 +32,43 @@ log = logging.getLogger(__name__)
 AWAIT_S = 0.5          # how often run() looks at the stop flag
 
 
+AVAILABLE_NOW = "availableNow"
+
+
 @dataclass(frozen=True)
 class StreamOptions:
     checkpoint_location: str                  # durable: HDFS/S3/a persistent local path
     max_offsets_per_trigger: int = 20_000     # records per micro-batch, over all partitions
-    trigger_interval_s: float = 0.5
+    # seconds between micro-batches, or AVAILABLE_NOW: apply what the topic holds now (in
+    # batches of max_offsets_per_trigger), then stop (catch-up runs, e.g. from a scheduler)
+    trigger: float | str = 0.5
     starting_offsets: str = "earliest"        # only for a new checkpoint
+
+    def trigger_kwargs(self) -> dict:
+        if self.trigger == AVAILABLE_NOW:
+            return {"availableNow": True}
+        return {"processingTime": f"{float(self.trigger)} seconds"}
+
+
+def parse_trigger(text: str) -> float | str:
+    """``availableNow``, ``500ms``, ``2s`` or plain seconds -> StreamOptions.trigger;
+    raises ValueError naming the accepted forms."""
+    value = text.strip()
+    if value.lower() == AVAILABLE_NOW.lower():
+        return AVAILABLE_NOW
+    scale = 1.0
+    if value.endswith("ms"):
+        value, scale = value[:-2], 0.001
+    elif value.endswith("s"):
+        value = value[:-1]
+    try:
+        seconds = float(value) * scale
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds <= 3600:
+        raise ValueError(f"trigger {text!r}: expected availableNow or an interval such as "
+                         "500ms, 2s or 0 (as fast as possible), at most 3600s")
+    return seconds
 
 
 @dataclass
@@ -39,6 +76,7 @@ class BatchReport:
     batch_id: int
     stats: Stats = field(default_factory=Stats)
     lag: list = field(default_factory=list)       # LagSamples of the applied events
+    plans: list = field(default_factory=list)     # EventPlans for the driver's hooks
 
 
 class _StopRequested(Exception):
@@ -50,15 +88,18 @@ class SparkEngine:
     holds the next offset per partition of the last one (what the checkpoint commits)."""
 
     def __init__(self, spark, bootstrap_servers: str, topic: str, apply: ApplyConfig,
-                 options: StreamOptions, on_batch=None, kafka_options: Mapping | None = None):
-        """``kafka_options``: the ``kafka.*`` security options (kafka_security.spark_kafka_options)."""
+                 options: StreamOptions, on_batch=None, kafka_options: Mapping | None = None,
+                 hooks: Hook | None = None, stats: Stats | None = None):
+        """``kafka_options``: the ``kafka.*`` security options (kafka_security.spark_kafka_options);
+        ``hooks``: the driver's side jobs, given each batch's plans and ticked while it runs."""
         self._spark, self._bootstrap, self._topic = spark, bootstrap_servers, topic
         self._kafka_options = dict(kafka_options or {})
         self._apply, self._opts, self._on_batch = apply, options, on_batch
         self._stop = threading.Event()
         self._idle = threading.Lock()      # held while a micro-batch is applied
         self._query = None
-        self.stats = Stats()
+        self._hooks = hooks
+        self.stats = stats or Stats()
         self.tables = TableTally()         # the tasks' per-table counts (metrics)
         self.offsets: dict[int, int] = {}
         self.batches: list[BatchReport] = []
@@ -77,12 +118,27 @@ class SparkEngine:
         self._query = (frame.writeStream.queryName(f"cachesync-{self._topic}")
                        .foreachBatch(self._apply_batch)
                        .option("checkpointLocation", self._opts.checkpoint_location)
-                       .trigger(processingTime=f"{self._opts.trigger_interval_s} seconds")
+                       .trigger(**self._opts.trigger_kwargs())
                        .start())
         return self._query
 
     def run(self) -> None:
-        """Run until stop(); a stop waits for the micro-batch in progress to finish."""
+        """Run until stop() (or, with availableNow, until the topic is caught up); a stop
+        waits for the micro-batch in progress to finish. The hooks' pending work runs
+        before it returns (Ticker.stop closes them)."""
+        ticker = Ticker(self._hooks, "cachesync-spark-hooks") if self._hooks else None
+        if ticker is not None:
+            ticker.start()
+        try:
+            query = self._run_query()
+        finally:
+            if ticker is not None:
+                ticker.stop()
+        error = query.exception()
+        if error is not None and not self._stop.is_set():
+            raise RuntimeError(f"Spark query failed: {error}")
+
+    def _run_query(self):
         query = self._query or self.start()
         while query.isActive and not self._stop.is_set():
             query.awaitTermination(AWAIT_S)
@@ -90,9 +146,7 @@ class SparkEngine:
             with self._idle:           # the batch in progress completes and is committed
                 pass
             query.stop()
-        error = query.exception()
-        if error is not None and not self._stop.is_set():
-            raise RuntimeError(f"Spark query failed: {error}")
+        return query
 
     def stop(self) -> None:
         self._stop.set()
@@ -117,11 +171,16 @@ class SparkEngine:
             parts = frame.rdd.mapPartitions(
                 lambda rows: consume_partition(rows, apply, batch_id)).collect()
             report = BatchReport(batch_id)
+            applied_at = 0.0
             for part in parts:
                 report.stats.add(part["stats"])
                 self.tables.merge(part["tables"])
                 report.lag += part["lag"]
+                report.plans += part["plans"]
+                applied_at = max(applied_at, part["applied_at"])
                 self.offsets.update(part["offsets"])
+            if self._hooks is not None and report.plans:
+                self._hooks.after_batch(BatchResult(applied=report.plans, applied_at=applied_at))
             self.stats.add(report.stats)
             self.batches.append(report)
             s = report.stats

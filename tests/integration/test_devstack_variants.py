@@ -1,9 +1,11 @@
-"""The devstack's variants (TLS, SASL, Cluster, Sentinel, a replica), each started by name
-through devstack/stack.sh and proven with a real client. A variant that cannot start fails
+"""The devstack's variants (TLS, SASL, Cluster, Sentinel, a replica, a Spark cluster), each
+started by name through devstack/stack.sh and proven with a real client. A variant that cannot start fails
 its test (stack.sh's error is shown)."""
 
 from __future__ import annotations
 
+import json
+import os
 import pathlib
 import subprocess
 import uuid
@@ -234,3 +236,56 @@ def test_mariadb_replica_follows_the_primary_and_promote_makes_it_writable(stack
         assert cur.fetchone() == (0,)
     with stack.admin() as primary, primary.cursor() as cur:
         cur.execute(f"DROP TABLE {table}")
+
+
+# ---------------------------------------------------------------- spark
+SPARK_PROBE = r'''
+import json, os, sys, time
+from pyspark.sql import SparkSession
+
+def executor_jvm(_):
+    """This Python worker's pid, its interpreter, and the executor JVM it runs under."""
+    pid = os.getppid()
+    while pid > 1:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            args = f.read().split(b"\0")
+        if b"org.apache.spark.executor.CoarseGrainedExecutorBackend" in args:
+            worker = args[args.index(b"--worker-url") + 1].decode()
+            time.sleep(0.3)                    # keep both executors busy
+            return os.getpid(), sys.executable, pid, worker
+        with open(f"/proc/{pid}/stat") as f:
+            pid = int(f.read().rsplit(")", 1)[1].split()[1])
+    return os.getpid(), sys.executable, None, None
+
+spark = SparkSession.builder.getOrCreate()
+sc = spark.sparkContext
+deadline = time.monotonic() + 90
+while sc._jsc.sc().getExecutorMemoryStatus().size() < 3 and time.monotonic() < deadline:
+    time.sleep(0.2)                            # the driver and both executors
+rows = sc.parallelize(range(8), 8).map(executor_jvm).collect()
+print("PROBE " + json.dumps({"driver": os.getpid(), "python": sys.executable, "rows": rows}))
+spark.stop()
+'''
+
+
+def test_spark_standalone_runs_executors_in_their_own_jvms_and_pythons(tmp_path):
+    env = start("spark")
+    master = env["DEVSTACK_SPARK_MASTER_URL"]
+    assert master.startswith("spark://127.0.0.1:")
+    probe = tmp_path / "probe.py"
+    probe.write_text(SPARK_PROBE)
+    submit = pathlib.Path(env["DEVSTACK_SPARK_HOME"]) / "bin" / "spark-submit"
+    done = subprocess.run(
+        [str(submit), "--master", master, "--conf", "spark.executor.memory=512m",
+         "--conf", "spark.pyspark.python=/usr/bin/python3", "--conf", "spark.ui.enabled=false",
+         str(probe)], capture_output=True, text=True, timeout=240,
+        env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.split("PROBE ", 1)[1].splitlines()[0])
+    rows = found["rows"]
+    workers = {w for _, _, _, w in rows}
+    base = int(master.rsplit(":", 1)[1])
+    assert workers == {f"spark://Worker@127.0.0.1:{base + 2}", f"spark://Worker@127.0.0.1:{base + 4}"}
+    assert len({jvm for _, _, jvm, _ in rows}) == 2           # one executor JVM per worker
+    assert {python for _, python, _, _ in rows} == {"/usr/bin/python3"}   # not the driver's
+    assert found["driver"] not in {pid for pid, _, _, _ in rows}

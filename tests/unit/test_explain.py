@@ -263,8 +263,12 @@ def test_lint_reports_each_collision_class(tables, types, expected):
     assert len(found) == len(expected)
 
 
-def test_lint_flags_address_and_uuid_key_columns_as_binary_form():
-    found = lint(parse_mappings({"d.h": {"keys": ["host:{ip}", "host:name:{name}"]}}),
-                 types=types_of("d.h", ip=("inet6", None), name=("varchar", "utf8mb4_bin")))
-    assert [(f.check, f.message[:40]) for f in found] == [
-        ("binary-form", "column 'ip' is INET6: the binlog carries")]
+def test_lint_warns_of_key_text_changed_by_the_upgrade():
+    """INET4/INET6/UUID keys are the server's text now (0x-hex before), TIME keys of negative
+    fractional values too: keys cached before the upgrade need one flush."""
+    found = lint(parse_mappings({"d.h": {"keys": ["host:{ip}", "host:name:{name}", "t:{at}"]}}),
+                 types=types_of("d.h", ip=("inet6", None), name=("varchar", "utf8mb4_bin"),
+                                at=("time", None)))
+    assert [(f.check, f.message[:30]) for f in found] == [
+        ("key-text-changed", "column 'ip' is INET6: its key "),
+        ("key-text-changed", "column 'at' is TIME: a negativ")]

@@ -325,7 +325,7 @@ def test_zero_part_and_invalid_dates_decode_to_their_text():
 
 
 @pytest.mark.parametrize("type_, metadata", [
-    (FIELD_TYPE.GEOMETRY, {"length_size": 4}), (FIELD_TYPE.JSON, {"length_size": 4}),
+    (FIELD_TYPE.GEOMETRY, {"length_size": 4}),
     (FIELD_TYPE.VAR_STRING, {"max_length": 10}), (FIELD_TYPE.DATETIME, {}),
     (FIELD_TYPE.TIMESTAMP, {}), (FIELD_TYPE.TIME, {}), (FIELD_TYPE.ENUM, {"size": 1}),
     (FIELD_TYPE.DATETIME2, {"fsp": 7}), (FIELD_TYPE.NEWDECIMAL, {"precision": 0, "decimals": 0})])

@@ -13,19 +13,21 @@ U2 = "4c9e3dfc-9d25-11e9-8d2e-0242ac1cfd7e"
     (" 12-3000-7 ", Gtid(MARIADB, "12", 7, 3000)),
     (f"{U1}:23", Gtid(MYSQL, U1, 23)),
     (f"{U1.upper()}:1", Gtid(MYSQL, U1, 1)),          # MySQL prints upper case too
+    (f"{U1}:Batch_1:5", Gtid(MYSQL, f"{U1}:batch_1", 5)),   # 8.3+ tag, lower-cased
 ])
 def test_parse_gtid(text, expected):
     assert parse_gtid(text) == expected
 
 
 @pytest.mark.parametrize("text", ["", "0-1", "a-b-c", f"{U1}", f"{U1}:0", f"{U1}:1-3",
-                                  "not-a-uuid:5", f"{U1}:tag:5", f"{U1}:{1 << 63}"])
+                                  "not-a-uuid:5", f"{U1}:1tag:5", f"{U1}:a:b:5",
+                                  f"{U1}:{'t' * 33}:5", f"{U1}:{1 << 63}"])
 def test_parse_gtid_rejects(text):
     with pytest.raises(ValueError):
         parse_gtid(text)
 
 
-@pytest.mark.parametrize("gtid", ["0-1-42", f"{U1}:23"])
+@pytest.mark.parametrize("gtid", ["0-1-42", f"{U1}:23", f"{U1}:tag:23"])
 def test_gtid_text_round_trips(gtid):
     assert str(parse_gtid(gtid)) == gtid
 
@@ -43,13 +45,17 @@ def test_gtid_text_round_trips(gtid):
     (f"{U1}:1-2:4-5", f"{U1}:1-2:4-5"),                        # a gap stays a gap
     (f"{U1}:3-3", f"{U1}:3"),
     (f"{U1}:1-5,{U1}:4-9", f"{U1}:1-9"),                       # a uuid listed twice
+    # tagged (MySQL 8.3+): per uuid its untagged intervals, then each tag's, as MySQL prints
+    (f"{U1}:tag:1-3", f"{U1}:tag:1-3"),
+    (f"{U1}:b:4:1-2:A:1-3:7,{U1}:1-5", f"{U1}:1-5:a:1-3:7:b:1-2:4"),
+    (f"{U1}:t:1-3,{U1}:t:4", f"{U1}:t:1-4"),
 ])
 def test_state_parse_and_format(text, canonical):
     assert str(GtidState.parse(text)) == canonical
 
 
 @pytest.mark.parametrize("text", [f"{U1}", f"{U1}:5-3", f"{U1}:0-3", f"{U1}:x", "zz:1-3",
-                                  f"{U1}:tag:1-3", f"0-1-5,{U1}:1-3"])
+                                  f"{U1}:tag", f"{U1}:a:b:1-3", f"0-1-5,{U1}:1-3"])
 def test_state_parse_rejects(text):
     with pytest.raises(ValueError):
         GtidState.parse(text)
@@ -147,3 +153,27 @@ def test_state_ordinal_grows_by_at_least_one_per_transaction(start, added):
 def test_state_ordinal_of_a_union_is_recounted():
     union = GtidState.parse(f"{U1}:1-5").union(GtidState.parse(f"{U1}:3-8,{U2}:1"))
     assert union.ordinal == 9
+
+
+def test_tagged_transactions_count_in_the_ordinal():
+    """Each tag numbers its transactions from 1: the ordinal counts every transaction of the
+    set, so versions keep growing when a tagged transaction follows untagged ones."""
+    state = GtidState.parse(f"{U1}:1-10")
+    before = state.ordinal
+    state.add(parse_gtid(f"{U1}:batch:1"))
+    assert (before, state.ordinal) == (10, 11)
+    assert GtidState.parse(str(state)).ordinal == 11
+
+
+def test_gtid_set_encoding_untagged_and_tagged():
+    """COM_BINLOG_DUMP_GTID's set: MySQL's Gtid_set::encode layout (rpl_gtid_set.cc)."""
+    from cachesync.schema.gtid import encode_gtid_set
+    import struct
+    import uuid
+    plain = encode_gtid_set(GtidState.parse(f"{U1}:1-5:7"))
+    assert plain == (struct.pack("<Q", 1) + uuid.UUID(U1).bytes + struct.pack("<Q", 2)
+                     + struct.pack("<QQQQ", 1, 6, 7, 8))
+    tagged = encode_gtid_set(GtidState.parse(f"{U1}:1-5:ab:2"))
+    assert tagged == (struct.pack("<Q", (1 << 56) | (2 << 8) | 1)
+                      + uuid.UUID(U1).bytes + b"\x00" + struct.pack("<QQQ", 1, 1, 6)
+                      + uuid.UUID(U1).bytes + b"\x04ab" + struct.pack("<QQQ", 1, 2, 3))

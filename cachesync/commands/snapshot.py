@@ -1,0 +1,165 @@
+"""``cachesync snapshot``: warm update-mode tables' keys from MySQL, fenced at a low watermark."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from contextlib import nullcontext
+
+import click
+
+from cachesync import wiring
+from cachesync.commands.audit import table_source
+from cachesync.commands.common import handle_errors, log, settings_options
+from cachesync.config import Settings
+from cachesync.consumer.replay import RateLimiter
+from cachesync.consumer.snapshot import (SnapshotReport, TableSummary, check_tombstone_window,
+                                         read_watermark, snapshot_writes)
+from cachesync.schema.keytext import server_text_sql
+from cachesync.schema.sqlnames import quote
+
+
+@click.command("snapshot")
+@settings_options
+@click.option("--table", "tables", multiple=True, metavar="DB.TABLE",
+              help="a mapped update-mode table (repeatable); default: every one.")
+@click.option("--engine", "engine_kind", type=click.Choice(["python", "spark"]), default="python",
+              show_default=True, help="python: pages read one after the other; spark: JDBC "
+              "splits by primary key, one task each.")
+@click.option("--dry-run", is_flag=True, help="read and render every key, write nothing.")
+@click.option("--rate", type=click.FloatRange(min=1), help="rows per second at most (spark: "
+              "over all tasks).")
+@click.option("--partitions", type=click.IntRange(min=1), default=4, show_default=True,
+              help="[spark] JDBC splits per table.")
+@click.option("--chunk", type=click.IntRange(min=1), default=1000, show_default=True,
+              help="rows per read (python) and per fenced write.")
+@click.option("--spark-master", envvar="CACHESYNC_SPARK_MASTER", help="[spark] master URL.")
+def command(settings: Settings, tables, engine_kind, dry_run, rate, partitions, chunk,
+            spark_master) -> None:
+    """Fill the keys of update-mode tables from a read of MySQL, through the version fence.
+
+    Records the server's binlog position first (the low watermark) and writes every row
+    read after it with that position's version, so any change committed since, applied
+    by the running consumer before or after the snapshot's write, wins: an updated row is
+    never overwritten with its older value, a deleted one never brought back (its
+    tombstone refuses the write; the snapshot stops if it runs longer than a table's
+    tombstone_ttl). Run it with the tailer and the consumer running. JSON report on
+    stdout (per table: rows, keys, written, refused by the fence, skipped), progress on
+    stderr.
+    """
+    with handle_errors():
+        report = run_snapshot(settings, tables, engine_kind, dry_run, rate, partitions, chunk,
+                              spark_master)
+    click.echo(json.dumps(report.as_dict(), indent=2))
+
+
+def update_tables(settings: Settings, tables) -> list:
+    """The mappings to snapshot; raises UsageError for an unknown or delete-mode table."""
+    mapped = settings.tables.tables
+    chosen = list(tables) or [t for t, m in sorted(mapped.items()) if m.updates]
+    for table in chosen:
+        if table not in mapped:
+            raise click.UsageError(f"--table {table}: not a mapped table")
+        if not mapped[table].updates:
+            raise click.UsageError(f"--table {table}: a delete-mode table (mode: delete): "
+                                   "readers fill it; snapshot fills update-mode tables")
+    if not chosen:
+        raise click.UsageError("no update-mode table is mapped: nothing to snapshot")
+    return [mapped[t] for t in chosen]
+
+
+def run_snapshot(settings: Settings, tables=(), engine_kind: str = "python", dry_run=False,
+                 rate: float | None = None, partitions: int = 4, chunk: int = 1000,
+                 spark_master: str | None = None, spark=None, on_chunk=None,
+                 show_progress: bool = True) -> SnapshotReport:
+    """``on_chunk(table, rows)``: called (python engine) between a chunk's read and its write."""
+    mappings = update_tables(settings, tables)
+    conn = wiring.mysql_params(settings).connect()
+    try:
+        with conn.cursor() as cur:
+            watermark = read_watermark(cur)
+    finally:
+        conn.close()
+    log.info("snapshot: low watermark %s (version %d)", watermark.position, watermark.version)
+    report, t0 = SnapshotReport(watermark.position, dry_run), time.monotonic()
+    for mapping in mappings:
+        source = table_source(settings, mapping.table)
+        with click.progressbar(length=source.rows, label=mapping.table, file=sys.stderr,
+                               hidden=not show_progress) as bar:
+            if engine_kind == "spark":
+                summary = _spark(settings, source, mapping, watermark, dry_run, rate, partitions,
+                                 spark_master, spark, bar.update)
+            else:
+                summary = _python(settings, source, mapping, watermark, dry_run, rate, chunk,
+                                  on_chunk, bar.update)
+        report.tables[mapping.table] = summary
+        log.info("snapshot of %s: %s", mapping.table, summary.as_dict())
+    report.elapsed_s = time.monotonic() - t0
+    return report
+
+
+def _spark(settings, source, mapping, watermark, dry_run, rate, partitions, master, spark,
+           progress) -> TableSummary:
+    from cachesync.consumer.spark.session import spark_session
+    from cachesync.consumer.spark.snapshot import snapshot_spark
+    with spark_session("cachesync-snapshot", master) if spark is None else nullcontext(spark) as s:
+        return snapshot_spark(s, source, mapping, watermark, None if dry_run else settings,
+                              partitions, rate, progress)
+
+
+def _python(settings, source, mapping, watermark, dry_run, rate, chunk, on_chunk,
+            progress) -> TableSummary:
+    from cachesync.monitor import row_value
+    types = dict(source.columns)
+    total, limiter = TableSummary(mapping.table), RateLimiter(rate)
+    cache = None if dry_run else wiring.build_cache(settings)
+    conn = wiring.mysql_params(settings, mapping.db).connect()
+    try:
+        for page in _pages(conn, source, chunk):
+            limiter.acquire(len(page))
+            rows = [{c: row_value(v, types[c]) for c, v in row.items()} for row in page]
+            if on_chunk is not None:
+                on_chunk(mapping.table, rows)
+            writes, summary = snapshot_writes(rows, mapping, source.pk, watermark)
+            if cache is not None and writes:
+                check_tombstone_window(mapping, watermark)
+                done = cache.write(writes)
+                summary.written, summary.refused = done.applied, done.refused
+            total.add(summary)
+            progress(len(page))
+    finally:
+        conn.close()
+        if cache is not None:
+            cache.close()
+    return total
+
+
+ROW = "cachesync_row"
+
+
+def _pages(conn, source, chunk: int):
+    """The table in primary-key order, ``chunk`` rows per query (keyset pagination: each
+    page starts after the last key of the one before, never OFFSET); each row as
+    {column: key text}."""
+    # qualified: the key texts are aliased by their column names, and ORDER BY would take
+    # the (text) alias over the column
+    pk = ", ".join(f"{ROW}.{quote(c)}" for c in source.pk)
+    texts = ", ".join(server_text_sql(c, t) for c, t in source.columns)
+    base = f"SELECT {pk}, {texts} FROM {quote(source.table)} AS {ROW}"
+    names, last, width = [c for c, _ in source.columns], None, len(source.pk)
+    while True:
+        with conn.cursor() as cur:
+            if last is None:
+                cur.execute(f"{base} ORDER BY {pk} LIMIT %s", (chunk,))
+            else:
+                marks = ", ".join(["%s"] * width)
+                cur.execute(f"{base} WHERE ({pk}) > ({marks}) ORDER BY {pk} LIMIT %s",
+                            (*last, chunk))
+            found = cur.fetchall()
+        if not found:
+            return
+        last = found[-1][:width]
+        yield [dict(zip(names, row[width:])) for row in found]
+        if len(found) < chunk:
+            return

@@ -1,0 +1,74 @@
+"""The zip that ships cachesync to Spark executors (``--py-files`` / ``SparkContext.addPyFile``).
+
+Executors on a cluster do not have cachesync installed, so the driver ships it: the
+``cachesync`` package (its subpackages come from the repository's top-level folders, as
+the wheel installs them) plus the pure-Python part of every library the tasks import.
+Compiled modules cannot be imported from a zip; they are left out, and the optional ones
+(hiredis, orjson, crc32c, the C accelerator) fall back to pure Python on the executors.
+The zip is built from the driver's own installation, so driver and executors always run
+the same code; it is cached by content under ``directory``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import logging
+import zipfile
+from pathlib import Path
+from typing import Iterator
+
+log = logging.getLogger(__name__)
+
+# The packages the Spark tasks import (consume, replay, audit, snapshot): cachesync's own and
+# the pure-Python libraries of its sidecar dependencies.
+PACKAGES = ("cachesync", "cachesync.schema", "cachesync.consumer", "cachesync.producer_outbox",
+            "redis", "kafka", "pymysql", "pymysqlreplication", "packaging", "yaml", "click",
+            "prometheus_client")
+# Shipped when installed: what an executor's Python may need that the driver's does not
+# (redis-py wants async_timeout below Python 3.11.3); the ``spark`` extra installs it.
+OPTIONAL = ("async_timeout",)
+COMPILED = (".so", ".pyd", ".dylib")
+
+
+def package_files(name: str) -> Iterator[tuple[Path, str]]:
+    """``(file, name in the zip)`` for every source file of package ``name``; raises
+    ModuleNotFoundError when it is not installed."""
+    spec = importlib.util.find_spec(name)
+    if spec is not None and spec.origin and not spec.submodule_search_locations:
+        yield Path(spec.origin), Path(spec.origin).name          # a single-module library
+        return
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError(f"cannot ship {name} to the executors: not installed", name=name)
+    root = Path(next(iter(spec.submodule_search_locations)))
+    prefix = name.replace(".", "/")
+    for path in sorted(root.rglob("*")):
+        if not path.is_file() or "__pycache__" in path.parts or path.suffix == ".pyc":
+            continue
+        relative = path.relative_to(root)
+        # a subpackage shipped on its own (cachesync.schema lives in schema/, not cachesync/)
+        if name == "cachesync" and relative.parts[0] in ("schema", "consumer", "producer_outbox"):
+            continue
+        if path.name.endswith(COMPILED):
+            continue
+        yield path, f"{prefix}/{relative.as_posix()}"
+
+
+def build_bundle(directory: Path, packages: tuple[str, ...] = PACKAGES) -> Path:
+    """Write (or reuse) ``cachesync-<digest>.zip`` in ``directory``; returns its path."""
+    wanted = [*packages, *(n for n in OPTIONAL if importlib.util.find_spec(n) is not None)]
+    files = [pair for name in wanted for pair in package_files(name)]
+    digest = hashlib.sha256()
+    for path, arcname in files:
+        digest.update(arcname.encode() + b"\0" + path.read_bytes())
+    target = Path(directory) / f"cachesync-{digest.hexdigest()[:16]}.zip"
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_suffix(".zip.tmp")
+    with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as zf:
+        for path, arcname in files:
+            zf.write(path, arcname)
+    partial.replace(target)
+    log.info("built %s (%d files) for the Spark executors", target, len(files))
+    return target

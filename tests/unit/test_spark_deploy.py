@@ -1,0 +1,138 @@
+"""Pure parts of running on a Spark cluster: the spark-submit command line, the trigger
+setting, the zip shipped to executors, the plans the driver's hooks get, and the snapshot's
+fenced writes at a watermark."""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from cachesync.config import MonitorSettings
+from cachesync.consumer.core.plan import plan_batch
+from cachesync.consumer.snapshot import Watermark, check_tombstone_window, snapshot_writes
+from cachesync.consumer.spark.applier import driver_plans
+from cachesync.consumer.spark.bundle import build_bundle
+from cachesync.consumer.spark.stream import AVAILABLE_NOW, StreamOptions, parse_trigger
+from cachesync.consumer.spark.submit import SubmitPlan, ship_config, submit_argv
+from cachesync.producer_outbox.rows import TxnContext, row_change
+from cachesync.schema.errors import ConfigError, FatalError
+from cachesync.schema.ids import binlog_version
+from cachesync.schema.mapping import parse_mappings
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("availableNow", AVAILABLE_NOW), ("AVAILABLENOW", AVAILABLE_NOW), ("500ms", 0.5),
+    ("2s", 2.0), ("0", 0.0), ("1.5", 1.5),
+])
+def test_trigger_forms(text, expected):
+    assert parse_trigger(text) == expected
+
+
+@pytest.mark.parametrize("text", ["soon", "-1s", "3601s", ""])
+def test_bad_triggers_name_the_accepted_forms(text):
+    with pytest.raises(ValueError, match="availableNow"):
+        parse_trigger(text)
+
+
+def test_trigger_kwargs():
+    assert StreamOptions("ck", trigger=AVAILABLE_NOW).trigger_kwargs() == {"availableNow": True}
+    assert StreamOptions("ck", trigger=0.5).trigger_kwargs() == {"processingTime": "0.5 seconds"}
+
+
+def plan(**kw) -> SubmitPlan:
+    return SubmitPlan(**{"master": "spark://m:7077", "job_args": ("consume", "--engine", "spark"),
+                         "main": Path("/x/spark_main.py"), "bundle": Path("/b/cs.zip"),
+                         "jars": ("/j/a.jar", "/j/b.jar"), "driver_python": "/venv/bin/python",
+                         **kw})
+
+
+def test_submit_ships_the_zip_the_jars_and_the_executors_own_python():
+    argv = submit_argv(plan(conf=(("spark.executor.cores", "2"),)), "/s/spark-submit")
+    assert argv[:7] == ["/s/spark-submit", "--master", "spark://m:7077", "--deploy-mode",
+                        "client", "--name", "cachesync"]
+    assert argv[argv.index("--py-files") + 1] == "/b/cs.zip"
+    assert argv[argv.index("--jars") + 1] == "/j/a.jar,/j/b.jar"
+    confs = [argv[i + 1] for i, a in enumerate(argv) if a == "--conf"]
+    assert confs == ["spark.pyspark.python=python3", "spark.pyspark.driver.python=/venv/bin/python",
+                     "spark.executor.cores=2"]
+    assert argv[-4:] == ["/x/spark_main.py", "consume", "--engine", "spark"]
+
+
+def test_cluster_mode_ships_the_config_and_has_no_driver_python():
+    args, files = ship_config(("consume", "--config", "/etc/cs/c.yaml", "--x"), "cluster")
+    assert args == ("consume", "--config", "c.yaml", "--x") and files == ("/etc/cs/c.yaml",)
+    assert ship_config(("consume", "--config=/a/b.yaml"), "cluster") == \
+        (("consume", "--config=b.yaml"), ("/a/b.yaml",))
+    assert ship_config(("consume", "--config", "/a.yaml"), "client") == \
+        (("consume", "--config", "/a.yaml"), ())
+    argv = submit_argv(plan(deploy_mode="cluster", files=files))
+    assert "spark.pyspark.driver.python=/venv/bin/python" not in argv
+    assert argv[argv.index("--files") + 1] == "/etc/cs/c.yaml"
+
+
+@pytest.mark.parametrize("key, value", [
+    ("spark.kafka.sasl.password", "x"), ("spark.executorEnv.REDIS_TOKEN", "x"),
+    ("spark.x", "org.apache.kafka.common.security.scram.ScramLoginModule required password=1"),
+    ("spark.hadoop.fs.s3a.access.key", "AKIA"), ("spark.yarn.appMasterEnv.CACHESYNC_X_SECRET", "y"),
+])
+def test_a_secret_like_conf_is_refused(key, value):
+    with pytest.raises(ConfigError, match="secret"):
+        submit_argv(plan(conf=((key, value),)))
+    with pytest.raises(ConfigError, match="deploy mode"):
+        submit_argv(plan(deploy_mode="both"))
+
+
+def test_the_bundle_holds_cachesync_and_its_pure_libraries_and_is_reused(tmp_path):
+    first = build_bundle(tmp_path)
+    assert build_bundle(tmp_path) == first
+    names = set(zipfile.ZipFile(first).namelist())
+    for module in ("cachesync/wiring.py", "cachesync/schema/lua/fenced_write.lua",
+                   "cachesync/consumer/spark/applier.py", "cachesync/producer_outbox/tailer.py",
+                   "redis/__init__.py", "kafka/__init__.py", "pymysql/__init__.py"):
+        assert module in names, module
+    assert not [n for n in names if n.endswith((".so", ".pyc"))]
+    assert not [n for n in names if n.startswith("cachesync/schema/") and "/schema/schema" in n]
+
+
+MAPPINGS = parse_mappings({"app.users": {"keys": ["user:{id}", "user:email:{email}"],
+                                         "double_delete": 1.0},
+                           "app.items": {"keys": ["item:{id}"], "mode": "update"}})
+
+
+def event(table: str, n: int, op: str = "update"):
+    ctx = TxnContext("s", f"0-1-{n}", n, 0.0)
+    row = {"id": n, "email": f"{n}@x"}
+    return row_change(ctx, 0, "app", table, op, "id", row if op != "insert" else None, row)
+
+
+def test_the_driver_gets_every_double_delete_plan_and_the_monitors_sample():
+    plans = plan_batch([event("users", 1), event("items", 2), event("items", 3)], MAPPINGS).events
+    off = MonitorSettings(enabled=False)
+    assert [p.event.table for p in driver_plans(plans, off)] == ["users"]
+    every = MonitorSettings(sample_ratio=1.0)
+    assert len(driver_plans(plans, every)) == 3
+    assert driver_plans(plans, MonitorSettings(sample_ratio=0.0)) == driver_plans(plans, off)
+
+
+def test_snapshot_writes_carry_the_watermark_version_and_the_consumers_values():
+    wm = Watermark("0-1-41", 41, 1000.0)
+    assert wm.version == binlog_version(41, (1 << 24) - 1)
+    assert binlog_version(41, 0) < wm.version < binlog_version(42, 0)   # older than the stream
+    items = MAPPINGS.tables["app.items"]
+    writes, summary = snapshot_writes([{"id": 7, "name": "n"}, {"id": 8, "name": "m"}], items,
+                                      ("id",), wm)
+    assert [w.key for w in writes] == ["item:7", "item:8"]
+    assert {int(w.version) for w in writes} == {wm.version}
+    streamed = plan_batch([event("items", 7)], MAPPINGS).writes[0]
+    assert streamed.kind == writes[0].kind and streamed.ttl_s == writes[0].ttl_s
+    assert (summary.rows, summary.keys, summary.skipped) == (2, 2, 0)
+
+
+def test_a_snapshot_stops_before_outliving_the_tombstones():
+    items = MAPPINGS.tables["app.items"]
+    wm = Watermark("0-1-41", 41, 1000.0)
+    check_tombstone_window(items, wm, now=1000.0 + items.tombstone_s)
+    with pytest.raises(FatalError, match="tombstone_ttl"):
+        check_tombstone_window(items, wm, now=1000.0 + items.tombstone_s + 1)
