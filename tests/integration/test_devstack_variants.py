@@ -8,6 +8,7 @@ import json
 import os
 import pathlib
 import subprocess
+import sys
 import uuid
 
 import pymysql
@@ -294,7 +295,9 @@ def test_spark_standalone_runs_executors_in_their_own_jvms_and_pythons(tmp_path)
     submit = pathlib.Path(env["DEVSTACK_SPARK_HOME"]) / "bin" / "spark-submit"
     done = subprocess.run(
         [str(submit), "--master", master, "--conf", "spark.executor.memory=512m",
-         "--conf", "spark.pyspark.python=/usr/bin/python3", "--conf", "spark.ui.enabled=false",
+         "--conf", f"spark.pyspark.python={env['DEVSTACK_SPARK_PYTHON']}",
+         "--conf", f"spark.pyspark.driver.python={sys.executable}",
+         "--conf", "spark.ui.enabled=false",
          str(probe)], capture_output=True, text=True, timeout=240,
         env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}, stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -304,5 +307,7 @@ def test_spark_standalone_runs_executors_in_their_own_jvms_and_pythons(tmp_path)
     base = int(master.rsplit(":", 1)[1])
     assert workers == {f"spark://Worker@127.0.0.1:{base + 2}", f"spark://Worker@127.0.0.1:{base + 4}"}
     assert len({jvm for _, _, jvm, _ in rows}) == 2           # one executor JVM per worker
-    assert {python for _, python, _, _ in rows} == {"/usr/bin/python3"}   # not the driver's
+    # the executors' Python is the one the variant names, not the driver's venv
+    assert {python for _, python, _, _ in rows} == {env["DEVSTACK_SPARK_PYTHON"]}
+    assert found["python"] == sys.executable != env["DEVSTACK_SPARK_PYTHON"]
     assert found["driver"] not in {pid for pid, _, _, _ in rows}
