@@ -50,7 +50,8 @@ def run_checks(settings: Settings, role: str = "all") -> list[Check]:
     out: list[Check] = [settings_check(settings)]
     params = wiring.mysql_params(settings)
     if role in ("all", "tail", "direct"):
-        out += guard("mysql", lambda: mysql_checks(settings, wiring.source_params(settings).connect))
+        out += guard("mysql", lambda: mysql_checks(settings, wiring.source_params(settings).connect,
+                                                   params.connect))
     out += guard("clock-skew", lambda: [skew_check("mysql", mysql_clock(params.connect),
                                                     time.time())])
 

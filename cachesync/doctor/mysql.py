@@ -12,8 +12,13 @@ from cachesync.producer_outbox.preflight import (REPLICA_VARIABLES, REQUIRED_PRI
                                                  problems, read_server_info)
 
 
-def mysql_checks(settings: Settings, connect) -> list[Check]:
-    """Binlog settings, grants, GTID mode, binlog retention against the checkpoint's age."""
+def mysql_checks(settings: Settings, connect, state_connect=None) -> list[Check]:
+    """Binlog settings, grants, GTID mode, binlog retention against the checkpoint's age.
+
+    ``connect`` reaches the server the binlog is read from; ``state_connect`` the one holding
+    the checkpoint (``mysql.host``: they differ with ``tailer.source_hosts``), default the same.
+    """
+    read_checkpoint = (lambda: _checkpoint(state_connect, settings)) if state_connect else None
     conn = connect(database=None)
     try:
         info = read_server_info(conn)
@@ -21,7 +26,8 @@ def mysql_checks(settings: Settings, connect) -> list[Check]:
                *_account_checks(info, settings)]
         # each on its own: a missing grant must not hide the other findings
         out += guard("gtid", lambda: [_gtid_check(conn, info)])
-        out += guard("binlog-retention", lambda: [_retention_check(conn, settings)])
+        out += guard("binlog-retention", lambda: [_retention_check(
+            conn, settings, read_checkpoint or (lambda: _checkpoint_on(conn, settings)))])
     finally:
         conn.close()
     return out
@@ -118,13 +124,9 @@ def _gtid_check(conn, info) -> Check:
     return Check("gtid", PASS, "gtid_mode=ON")
 
 
-def _retention_check(conn, settings: Settings) -> Check:
-    v = _variables(conn, ["binlog_expire_logs_seconds", "expire_logs_days"])
-    retention = float(v.get("binlog_expire_logs_seconds") or 0) or \
-        float(v.get("expire_logs_days") or 0) * 86400
+def _checkpoint_on(conn, settings: Settings):
+    """The tailer's checkpoint row (log_file, gtid, age in s) on ``conn``, None if none yet."""
     with conn.cursor() as cur:
-        cur.execute("SHOW BINARY LOGS")
-        files = [row[0] for row in cur.fetchall()]
         try:
             cur.execute(f"SELECT log_file, gtid, TIMESTAMPDIFF(SECOND, updated_at, NOW()) FROM "
                         f"`{settings.mysql.state_db}`.cachesync_checkpoint WHERE name = %s",
@@ -133,6 +135,26 @@ def _retention_check(conn, settings: Settings) -> Check:
         except Exception:          # no state database yet: nothing has run
             row = None
     conn.commit()
+    return row
+
+
+def _checkpoint(connect, settings: Settings):
+    conn = connect(database=None)
+    try:
+        return _checkpoint_on(conn, settings)
+    finally:
+        conn.close()
+
+
+def _retention_check(conn, settings: Settings, read_checkpoint) -> Check:
+    v = _variables(conn, ["binlog_expire_logs_seconds", "expire_logs_days"])
+    retention = float(v.get("binlog_expire_logs_seconds") or 0) or \
+        float(v.get("expire_logs_days") or 0) * 86400
+    with conn.cursor() as cur:
+        cur.execute("SHOW BINARY LOGS")
+        files = [row[0] for row in cur.fetchall()]
+    conn.commit()
+    row = read_checkpoint()
     kept = "kept forever" if not retention else f"kept {retention / 86400:g} d"
     if row is None:
         return Check("binlog-retention", PASS, f"binlogs {kept}; no checkpoint yet (first "
