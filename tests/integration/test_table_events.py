@@ -141,6 +141,7 @@ def test_a_truncate_voids_the_lease_of_a_fill_in_flight(pipeline):
         row = lab.sql("SELECT email FROM users WHERE id = 77")    # none: id 77 is uncached
         lab.sql("TRUNCATE TABLE users")
         wait_for(lambda: engine.stats.table_invalidations == 3, what="the truncate applied")
+        assert engine.table_scans.wait_idle(30)      # its scan (leases first) completed
         return f"loaded before the truncate: {row}"
 
     value = read_through(lab.redis, lab.prefix + "user:77", load_then_truncate, ttl_s=60)
