@@ -216,8 +216,11 @@ class MySQLSettings(_Validated):
     ssl_ca: str = setting("", "PEM CA of the server's certificate; set, every MySQL connection "
                           "(sessions, the binlog stream, audit's JDBC) uses verified TLS. A "
                           "certificate that fails verification stops the process with exit code 3")
+    ssl: bool = setting(False, "verified TLS without `mysql.ssl_ca`: the server's certificate is "
+                        "checked against the system's trusted CAs (`SSL_CERT_FILE` moves them; "
+                        "audit's JDBC: the JVM's); RDS and Aurora: see *Operating*, MySQL TLS")
     ssl_cert: str = setting("", "PEM client certificate (with `mysql.ssl_key`; needs "
-                            "`mysql.ssl_ca`; not passed to audit's JDBC)")
+                            "`mysql.ssl_ca` or `mysql.ssl`; not passed to audit's JDBC)")
     ssl_key: str = setting("", "PEM private key of `mysql.ssl_cert`")
     ssl_verify_identity: bool = setting(True, "the server's certificate must name `mysql.host` "
                                         "(JDBC `sslMode=verify-full`); `false`: the CA only "
@@ -227,8 +230,9 @@ class MySQLSettings(_Validated):
         super().__post_init__()
         if bool(self.ssl_cert) != bool(self.ssl_key):
             raise ConfigError("mysql.ssl_cert and mysql.ssl_key: set both or neither")
-        if self.ssl_cert and not self.ssl_ca:
-            raise ConfigError("mysql.ssl_ca: required with mysql.ssl_cert (TLS is on when it is set)")
+        if self.ssl_cert and not (self.ssl_ca or self.ssl):
+            raise ConfigError("mysql.ssl_ca: required with mysql.ssl_cert (TLS is on when it, "
+                              "or mysql.ssl, is set)")
 
 
 # Kafka client properties cachesync sets itself (its delivery guarantees, its group
@@ -601,9 +605,9 @@ class MonitorSettings(_Validated):
     SECTION = "monitor"
     # on by default: a 1 % sample capped at max_checks_per_s costs 2 point SELECTs and one
     # Redis read per look, and operators see their consistency without asking for it
-    enabled: bool = setting(True, "run the consistency monitor inside `consume` and `run` "
-                            "(python engine; not Spark, not `run --direct`); `cachesync monitor` "
-                            "runs it whatever this says")
+    enabled: bool = setting(True, "run the consistency monitor inside `consume` (either "
+                            "engine; Spark: on the driver) and `run` (not `run --direct`); "
+                            "`cachesync monitor` runs it whatever this says")
     sample_ratio: float = setting(0.01, "share of applied events whose row and keys are checked "
                                   "(0 to 1; a hash of the event id, so every monitor samples the "
                                   "same events)", lo=0, hi=1)
@@ -676,6 +680,18 @@ def load_with_origins(path: str | os.PathLike | None,
     if problems:
         raise ConfigError(_one_message(problems))
     return Settings(**sections, tables=tables, origin=source), origins
+
+
+def load_section(name: str, environ: Mapping[str, str] | None = None):
+    """One section from the environment alone (``cachesync init`` has no config file yet);
+    raises ConfigError naming every problem."""
+    environ = os.environ if environ is None else environ
+    problems: list[str] = []
+    env = {k: v for k, v in environ.items() if k not in service_links(environ)}
+    section = _section(name, _SECTIONS[name], {}, env, "<environment>", problems, {})
+    if problems:
+        raise ConfigError(_one_message(problems))
+    return section
 
 
 def section_fields() -> dict[str, list[str]]:

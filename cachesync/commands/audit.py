@@ -121,11 +121,12 @@ def table_source(settings: Settings, table: str):
 
 
 def jdbc_tls(m) -> str:
-    """The MariaDB driver's TLS parameters for ``mysql.ssl_*`` (empty without ``ssl_ca``)."""
-    if not m.ssl_ca:
+    """The MariaDB driver's TLS parameters for ``mysql.ssl_*`` (empty without ``ssl_ca`` or
+    ``ssl``; ``ssl`` alone: the JVM's trusted CAs)."""
+    if not (m.ssl_ca or m.ssl):
         return ""
     mode = "verify-full" if m.ssl_verify_identity else "verify-ca"
-    return f"&sslMode={mode}&serverSslCert={m.ssl_ca}"
+    return f"&sslMode={mode}" + (f"&serverSslCert={m.ssl_ca}" if m.ssl_ca else "")
 
 
 def render_table(report) -> str:

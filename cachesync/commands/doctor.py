@@ -29,6 +29,7 @@ def command(settings, as_json: bool, role: str) -> None:
     gtid              GTIDs on (MySQL gtid_mode, MariaDB gtid_strict_mode)
     binlog-retention  the checkpoint's binlog still kept, its age against the retention
     topic             each topic exists; its retention against consumer.dedup_retention_s
+    kafka-acls        ACLs of kafka.sasl_username on the topics, where visible
     consumer-group    the group's state and lag
     redis             reachable, a master, its mode
     clock-skew        MySQL's and Redis's clocks against this host's (over 1 s: WARN)
