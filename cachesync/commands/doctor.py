@@ -23,6 +23,8 @@ def command(settings, as_json: bool, role: str) -> None:
     settings          settings that work against each other (claim lease, retention)
     binlog-settings   log_bin, binlog_format, binlog_row_image, binlog_row_metadata
                       (and log_slave_updates for tailer.source_hosts)
+    binlog-shaping    every other setting that shapes the binlog, and what cachesync does
+                      about it (a degraded one: WARN)
     grants            REPLICATION SLAVE and REPLICATION CLIENT of the cachesync user
     grants-state      its SELECT, INSERT, UPDATE, DELETE, CREATE on mysql.state_db
     grants-tables     its SELECT on the mapped databases (lint, init, monitor, audit)

@@ -6,7 +6,9 @@ from __future__ import annotations
 from cachesync.config import Settings
 from cachesync.doctor.check import FAIL, GRANT_LINE, PASS, WARN, Check, guard
 from cachesync.grants import STATE_PRIVILEGES, missing
-from cachesync.producer_outbox.preflight import (REQUIRED_PRIVILEGES, global_privileges,
+from cachesync.producer_outbox.binlog_settings import DEGRADED
+from cachesync.producer_outbox.preflight import (REPLICA_VARIABLES, REQUIRED_PRIVILEGES,
+                                                 REQUIRED_VARIABLES, global_privileges,
                                                  problems, read_server_info)
 
 
@@ -15,7 +17,7 @@ def mysql_checks(settings: Settings, connect) -> list[Check]:
     conn = connect(database=None)
     try:
         info = read_server_info(conn)
-        out = [_settings_check(info, settings), _grants_check(info),
+        out = [_settings_check(info, settings), *shaping_checks(info), _grants_check(info),
                *_account_checks(info, settings)]
         # each on its own: a missing grant must not hide the other findings
         out += guard("gtid", lambda: [_gtid_check(conn, info)])
@@ -28,11 +30,20 @@ def mysql_checks(settings: Settings, connect) -> list[Check]:
 def _settings_check(info, settings: Settings) -> Check:
     found = [p for p in problems(info, bool(settings.tailer.source_hosts))
              if not p.startswith(GRANT_LINE)]
-    shown = ", ".join(f"{k}={v}" for k, v in sorted(info.variables.items()))
+    required = {**REQUIRED_VARIABLES, **(REPLICA_VARIABLES if settings.tailer.source_hosts else {})}
+    shown = ", ".join(f"{k}={info.variables.get(k)}" for k in required)
     if found:
         return Check("binlog-settings", FAIL, "; ".join(found),
                      "set them in my.cnf under [mysqld] and restart the server")
     return Check("binlog-settings", PASS, shown)
+
+
+def shaping_checks(info) -> list[Check]:
+    """What cachesync does about each binlog-shaping setting (the preflight's report, which
+    the tailer logs at start): a degraded one is a WARN, the others PASS saying what happens."""
+    return [Check("binlog-shaping", WARN if r.outcome == DEGRADED else PASS, r.line(),
+                  f"change {r.name} (my.cnf, [mysqld])" if r.outcome == DEGRADED else "")
+            for r in info.binlog_settings()]
 
 
 def _grants_check(info) -> Check:

@@ -100,6 +100,8 @@ def test_gtid_strict_mode_off_warns(lab, cfg):
     finally:
         _global(lab, "gtid_strict_mode", "ON" if old in ("1", "ON") else old)
     assert checks["gtid"][0]["level"] == WARN
+    [strict] = [c for c in checks["binlog-shaping"] if c["detail"].startswith("gtid_strict_mode=")]
+    assert strict["level"] == WARN and "gtid_strict_mode" in strict["fix"]
 
 
 def test_purged_checkpoint_binlog_fails(lab, cfg):

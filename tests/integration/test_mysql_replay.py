@@ -10,6 +10,8 @@ those transactions change are gone; the checkpoint is read back where resuming m
 
 from __future__ import annotations
 
+import struct
+
 import pytest
 
 from cachesync.devstack import wait_for
@@ -194,3 +196,32 @@ def test_compressed_transactions_resume_from_a_file_position(replay, lab, reader
     assert replay.primary.dumps[-1] == ("file", "binlog.000001", end), replay.primary.dumps
     wait_for(lambda: position() == (None, "binlog.000001", replay.file.end), 30,
              what="the checkpoint past the second payload")
+
+
+@pytest.mark.parametrize("reader", ["fast", "library"])
+def test_a_compressed_xa_transaction_is_published_at_its_commit(replay, lab, reader):
+    """MySQL compresses XA transactions too: XA START, the rows, XA END and the XA_PREPARE
+    event are one payload. Its rows are held at PREPARE (keys still cached) and published
+    at the XA COMMIT that follows in a transaction of its own."""
+    cfg = replay.config(reader)
+    lab.start_tailer(cfg)
+    lab.start_engine(cfg)
+    lab.cache("user:1", "user:email:a@x", "user:7")
+    xid = "X'7861',X'',1"
+    t = replay.table
+    prepare = [(mb.QUERY, mb.query(f"XA START {xid}")), (mb.TABLE_MAP, t.map_body()),
+               (mb.DELETE_ROWS, t.rows_body(mb.DELETE_ROWS, [(1, "a@x")])),
+               (mb.QUERY, mb.query(f"XA END {xid}")),
+               (38, b"\x00" + struct.pack("<III", 1, 2, 0) + b"xa")]      # XA_PREPARE
+    replay.gno += 1
+    replay.file.transaction(prepare, sid=UUID, gno=replay.gno, compressed=True)
+    replay.primary.appended()
+    replay.write(mb.WRITE_ROWS, [(7, "g@x")])         # a later transaction: seen past PREPARE
+    wait_gone(lab, "user:7")
+    assert lab.cached("user:1", "user:email:a@x") == ["user:1", "user:email:a@x"]
+    replay.gno += 1
+    replay.file.transaction([(mb.QUERY, mb.query(f"XA COMMIT {xid}"))], sid=UUID,
+                            gno=replay.gno, compressed=True)
+    replay.primary.appended()
+    wait_gone(lab, "user:1", "user:email:a@x")
+    wait_for(lambda: replay.checkpoint() == f"{UUID}:1-3", 30, what="the checkpoint at 1-3")
