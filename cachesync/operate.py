@@ -11,7 +11,6 @@ import logging
 import threading
 from typing import Callable
 
-import redis
 from prometheus_client import CollectorRegistry, Gauge
 
 from cachesync import __version__
@@ -68,16 +67,11 @@ class Ops:
         self._closers.extend([writer.close, stop.set])
 
     def redis_ping(self) -> Callable[[], None]:
-        """A probe step: raises ConnectionError unless Redis answers within the probe timeout."""
-        cache = wiring.redis_client(self.settings, REDIS_PROBE_TIMEOUT_S)
+        """A probe step: raises RetryableError unless Redis answers within the probe timeout
+        (FatalError when it refuses the credentials)."""
+        cache = wiring.build_cache_reader(self.settings, REDIS_PROBE_TIMEOUT_S)
         self._closers.append(cache.close)
-
-        def ping() -> None:
-            try:
-                cache.ping()
-            except redis.RedisError as e:
-                raise ConnectionError(f"Redis unavailable: {e}") from e
-        return ping
+        return cache.ping
 
     def start(self, probe: Callable[[], None], checks: list[Callable[[], str | None]]) -> "Ops":
         """Start probing and, unless ``metrics.listen`` is off, serving; raises ConfigError

@@ -128,6 +128,12 @@ def build_cache(settings: Settings) -> RedisCache:
                       legacy_companions=settings.redis.legacy_companion_keys)
 
 
+def build_cache_reader(settings: Settings, timeout_s: float = ADAPTER_TIMEOUT_S):
+    """The CacheReader port on its own Redis client (the monitor, audit, lint, probes)."""
+    from cachesync.consumer.adapters.redis_reader import RedisCacheReader
+    return RedisCacheReader(redis_client(settings, timeout_s))
+
+
 def build_tailer_lock(settings: Settings) -> TailerLock:
     """The named lock that makes one of the tailers named ``tailer.name`` the active one."""
     from cachesync.producer_outbox.leader import TailerLock

@@ -61,7 +61,7 @@ def run_audit(settings: Settings, table: str, repair: bool = False, sample: int 
         with spark_session("cachesync-audit", spark_master) if spark is None \
                 else nullcontext(spark) as session:
             report, to_repair = audit_table(session, source, mapping, settings, partitions,
-                                            sample, scan=_scanner(settings))
+                                            sample, scan=_scanner(settings, mapping))
         if repair and to_repair:
             cache.delete(to_repair)
             report.repaired = len(to_repair)
@@ -70,14 +70,16 @@ def run_audit(settings: Settings, table: str, repair: bool = False, sample: int 
     return report
 
 
-def _scanner(settings: Settings):
+def _scanner(settings: Settings, mapping):
+    """``scan(glob)`` as audit_table calls it, for the glob of ``mapping``'s templates: the
+    keys the templates with that glob render (CacheReader.scan)."""
     def scan(glob: str):
-        client = wiring.redis_client(settings)
+        cache = wiring.build_cache_reader(settings)
         try:
-            for key in client.scan_iter(match=glob, count=1000):
-                yield key.decode("utf-8", "replace")
+            for template in (t for t in mapping.keys if t.glob == glob):
+                yield from cache.scan(template)
         finally:
-            client.close()
+            cache.close()
     return scan
 
 

@@ -136,7 +136,7 @@ class RedisCache:
                                          PIPELINE_CHUNK):
                         run_pipeline(self._client, lambda pipe: [
                             queue_unlink(pipe, group) for group in per_slot(part, self._cluster)])
-                    for part in _batched(_matching(node, template), PIPELINE_CHUNK // 2):
+                    for part in _batched(template_keys(node, template), PIPELINE_CHUNK // 2):
                         removed += (self._unlink(part) if keep_newer is None
                                     else self._unlink_older(part, keep_newer))
                         if progress is not None:
@@ -184,7 +184,7 @@ def _batched(items, size: int):
         yield part
 
 
-def _matching(node, template):
+def template_keys(node, template):
     """Keys on ``node`` the template renders (not cachesync's own), as bytes."""
     for key in node.scan_iter(match=template.glob, count=SCAN_COUNT):
         if not key.startswith(_INTERNAL_B) and _renders(template, key):
