@@ -30,7 +30,8 @@ from cachesync.producer_outbox import fastrows, jsoncolumns
 
 NAME = "mysqljson"
 SIZES = {"full": 20_000, "quick": 2_000}
-DOCS = [  # {"a": "b", "c": "d", "ab": "abc", "bc": ["x", "y"]}, {"key1": "value1", "key2": "value2"}
+# {"a": "b", "c": "d", "ab": "abc", "bc": ["x", "y"]} and {"key1": "value1", "key2": "value2"}
+DOCS = [
     bytes([0, 4, 0, 60, 0, 32, 0, 1, 0, 33, 0, 1, 0, 34, 0, 2, 0, 36, 0, 2, 0, 12, 38, 0, 12,
            40, 0, 12, 42, 0, 2, 46, 0, 97, 99, 97, 98, 98, 99, 1, 98, 1, 100, 3, 97, 98, 99, 2,
            0, 14, 0, 12, 10, 0, 12, 12, 0, 1, 120, 1, 121]),

@@ -605,9 +605,9 @@ class MonitorSettings(_Validated):
     SECTION = "monitor"
     # on by default: a 1 % sample capped at max_checks_per_s costs 2 point SELECTs and one
     # Redis read per look, and operators see their consistency without asking for it
-    enabled: bool = setting(True, "run the consistency monitor inside `consume` and `run` "
-                            "(python engine; not Spark, not `run --direct`); `cachesync monitor` "
-                            "runs it whatever this says")
+    enabled: bool = setting(True, "run the consistency monitor inside `consume` (either "
+                            "engine; Spark: on the driver) and `run` (not `run --direct`); "
+                            "`cachesync monitor` runs it whatever this says")
     sample_ratio: float = setting(0.01, "share of applied events whose row and keys are checked "
                                   "(0 to 1; a hash of the event id, so every monitor samples the "
                                   "same events)", lo=0, hi=1)
@@ -680,6 +680,18 @@ def load_with_origins(path: str | os.PathLike | None,
     if problems:
         raise ConfigError(_one_message(problems))
     return Settings(**sections, tables=tables, origin=source), origins
+
+
+def load_section(name: str, environ: Mapping[str, str] | None = None):
+    """One section from the environment alone (``cachesync init`` has no config file yet);
+    raises ConfigError naming every problem."""
+    environ = os.environ if environ is None else environ
+    problems: list[str] = []
+    env = {k: v for k, v in environ.items() if k not in service_links(environ)}
+    section = _section(name, _SECTIONS[name], {}, env, "<environment>", problems, {})
+    if problems:
+        raise ConfigError(_one_message(problems))
+    return section
 
 
 def section_fields() -> dict[str, list[str]]:

@@ -30,7 +30,7 @@ from cachesync.consumer.consistency import (STALE, RateLimit, Sample, judge, key
 from cachesync.consumer.core.plan import EventPlan
 from cachesync.consumer.hooks import Hook
 from cachesync.producer_outbox.mysql import Session
-from cachesync.schema.errors import CachesyncError
+from cachesync.schema.errors import CachesyncError, FatalError
 from cachesync.schema.keytext import server_text_sql, value_from_text
 from cachesync.schema.mapping import MappingSet, TableMapping
 from cachesync.schema.sqlnames import quote
@@ -55,6 +55,9 @@ class RowReader:
     def read(self, mapping: TableMapping, pk: Iterable[tuple[str, Any]]) -> dict | None:
         """The row, or None when there is none; raises RetryableError / FatalError."""
         types = self._columns(mapping)
+        if not types:
+            raise FatalError(f"{mapping.table}: no column is visible to the monitor's account "
+                             "(the table is missing, or it lacks SELECT on it)")
         pk = tuple(pk)
         texts = ", ".join(server_text_sql(c, t) for c, t in types.items())
         where = " AND ".join(f"{quote(c)} = %s" for c, _ in pk)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import logging
 
+from cachesync.producer_outbox.altercolumns import (ALTER_COLUMNS, altered_table,
+                                                    column_changes, concerns)
 from cachesync.producer_outbox.rows import STATEMENT_EXCERPT, TxnContext, table_change
 from cachesync.producer_outbox.statements import TableChange
 from cachesync.producer_outbox.preflight import ServerInfo
@@ -70,6 +72,20 @@ class GroupPublishing:
         """Send the records an XA group held, in their order, as part of ``txn``."""
         for key, value, msg_id, rows, partition, row in group.records:
             self._send(key, value, msg_id, txn, rows, partition, row)
+
+    def _altered_columns(self, text: str, default_db: str | None) -> list[TableChange]:
+        """The mapped table an ALTER TABLE redefines, adds or drops columns of, when that can
+        leave its keys or cached values stale (``altercolumns``)."""
+        target = altered_table(text, default_db)
+        changes = column_changes(text) if target is not None else None
+        if not changes:
+            return []
+        for db, table in self._matched.statement_tables():
+            if (db.lower(), table.lower()) == target:
+                mapping = self._mappings.get(db, table)
+                if mapping is not None and concerns(mapping, changes):
+                    return [TableChange(db, table, ALTER_COLUMNS)]
+        return []
 
     def _file_pos_context(self, stream, event, info: ServerInfo) -> TxnContext:
         position = f"{stream.log_file}:{stream.log_pos}"

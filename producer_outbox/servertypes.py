@@ -59,6 +59,13 @@ class ColumnTypes:
         for db, table in pairs:
             self._types[(db.lower(), table.lower())] = found.get((db.lower(), table.lower()), ())
 
+    def track(self, db: str, table: str) -> None:
+        """A mapped table found later (a pattern's new table): its types read now, and again
+        after each DDL that names it."""
+        if (db, table) not in self._tables:
+            self._tables.append((db, table))
+            self.load([(db, table)])
+
     def after_ddl(self, query: str, default_db: str | None) -> None:
         """Reload the mapped tables a DDL statement names."""
         named = mapped_names(query, default_db, [*self._tables, *self._types])

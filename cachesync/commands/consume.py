@@ -31,7 +31,7 @@ def command(settings, engine_kind, **spark) -> None:
     with either engine (spark: Kafka lag measured from its checkpoint); ready = Kafka,
     MySQL and Redis answer and the commit->apply lag is under metrics.ready_max_lag_s.
 
-    With monitor.enabled (the default; python engine), a sample of the applied events
+    With monitor.enabled (the default; spark: on the driver), a sample of the applied events
     (monitor.sample_ratio) is checked monitor.window_s later against MySQL, read-only:
     cachesync_consistency_checks_total{table,result} (see cachesync monitor).
     """

@@ -33,7 +33,8 @@ def command(settings, tables) -> None:
             count = len(resync_tables(settings, tuple(tables)))
         except ValueError as e:
             raise click.UsageError(f"--table: {e}") from None
-        with Progress("resync (tables)", count) as bar:
+        # a pattern's tables are known only once the server is asked: no total then
+        with Progress("resync (tables)", None if settings.tables.patterns else count) as bar:
             report = resync(settings, tuple(tables), lambda _table, _removed: bar.update(1))
         click.echo(json.dumps(report.to_dict(), indent=2))
         if not logs.json_enabled():

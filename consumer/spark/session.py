@@ -91,10 +91,7 @@ def spark_session(app_name: str, master: str | None = None, conf: Mapping[str, s
     else:
         master = master or os.environ.get(MASTER_ENV) or DEFAULT_MASTER
         ship = not is_local(master)
-        # Python workers: this interpreter (the venv with cachesync) when they run on this
-        # machine; on a cluster the workers' own Python, with cachesync shipped to it.
-        os.environ.setdefault("PYSPARK_PYTHON", executor_python() if ship else sys.executable)
-        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        _set_worker_python(executor_python() if ship else sys.executable)
         builder = builder.master(master)
         options = {**LEAN_CONF, "spark.jars": ",".join(jars or jar_paths()), **(conf or {})}
     for key, value in options.items():
@@ -113,6 +110,19 @@ def spark_session(app_name: str, master: str | None = None, conf: Mapping[str, s
 
 def executor_python() -> str:
     return os.environ.get(EXECUTOR_PYTHON_ENV) or DEFAULT_EXECUTOR_PYTHON
+
+
+_chosen: dict[str, str] = {}      # what this module put in PYSPARK_PYTHON last
+
+
+def _set_worker_python(python: str) -> None:
+    """The Python of Spark's Python workers (pyspark reads $PYSPARK_PYTHON when the
+    context starts): this interpreter (the venv with cachesync) when they run on this
+    machine, the workers' own on a cluster. A value the user exported wins."""
+    current = os.environ.get("PYSPARK_PYTHON")
+    if current is not None and current != _chosen.get("python"):
+        return
+    os.environ["PYSPARK_PYTHON"] = _chosen["python"] = python
 
 
 def bundle_dir() -> Path:

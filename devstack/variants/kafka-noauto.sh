@@ -2,6 +2,8 @@
 # topic auto-creation OFF (auto.create.topics.enable=false), as production clusters often run:
 # a client naming a missing topic gets an error, never a topic. Plaintext on loopback; no topic
 # is created at start. A second process, so starting it never restarts the plain broker.
+# It runs Kafka's StandardAuthorizer, allowing what no ACL denies (every plaintext client is
+# User:ANONYMOUS, a super user), so ACLs can be written and read (doctor's ACL check).
 KNOAUTO_PORT="${DEVSTACK_KAFKA_NOAUTO_PORT:-$((KAFKA_PORT + 4))}"                        # 19096
 KNOAUTO_CONTROLLER_PORT="${DEVSTACK_KAFKA_NOAUTO_CONTROLLER_PORT:-$((KAFKA_PORT + 5))}"  # 19097
 KNOAUTO_BASE="$DIR/kafka-noauto"
@@ -26,6 +28,9 @@ kafka_noauto_render_config() {
     echo "advertised.listeners=PLAINTEXT://127.0.0.1:$KNOAUTO_PORT"
     echo "controller.quorum.voters=1@127.0.0.1:$KNOAUTO_CONTROLLER_PORT"
     echo "auto.create.topics.enable=false"
+    echo "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+    echo "allow.everyone.if.no.acl.found=true"
+    echo "super.users=User:ANONYMOUS"
   } >"$KNOAUTO_PROPS"
 }
 

@@ -30,9 +30,17 @@ spark_procs() {
   done
 }
 
+# The interpreter the venv was made from: the same Python version as the drivers (PySpark
+# requires it), without cachesync installed, so the executors run what the driver ships.
+spark_python() {
+  "${DEVSTACK_PYTHON:-$REPO_ROOT/.venv/bin/python}" -c \
+    'import os, sys; print(os.path.join(sys.base_prefix, "bin", "python%d.%d" % sys.version_info[:2]))'
+}
+
 spark_env() {
   cat <<EOF
 DEVSTACK_SPARK_MASTER_URL=spark://127.0.0.1:$SPARK_PORT_BASE
+DEVSTACK_SPARK_PYTHON=$(spark_python)
 DEVSTACK_SPARK_MASTER_UI=http://127.0.0.1:$((SPARK_PORT_BASE + 1))
 DEVSTACK_SPARK_HOME=$(spark_home)
 DEVSTACK_SPARK_WORKERS=$SPARK_WORKERS

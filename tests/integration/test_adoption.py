@@ -140,3 +140,21 @@ def test_explain_lists_and_resync_invalidates_every_shard_of_a_pattern(sharded):
                           capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr
     assert lab.cached(*keys) == []
+
+
+def test_pattern_tables_with_uuid_keys_render_the_server_text(lab):
+    """MariaDB carries UUID columns as BINARY in the binlog; the tailer reads their types for
+    a pattern's tables too, those existing at start and one created while it runs."""
+    uuid_ddl = "CREATE TABLE {t} (id UUID PRIMARY KEY, name VARCHAR(20) NOT NULL)"
+    lab.sql(uuid_ddl.format(t="acct_00"))
+    cfg = _config(lab, {f"{lab.db}.acct_*": {"keys": [lab.prefix + "acct:{_table}:{id}"]}})
+    lab.start_tailer(cfg)
+    lab.start_engine(cfg)
+    lab.sql(uuid_ddl.format(t="acct_01"))
+    uid = "123e4567-e89b-12d3-a456-426655440000"
+    for table in ("acct_00", "acct_01"):
+        lab.sql(f"INSERT INTO {table} VALUES ('{uid}', 'a')")
+        lab.cache(f"acct:{table}:{uid}")
+        lab.sql(f"UPDATE {table} SET name = 'b'")
+        wait_for(lambda: not lab.cached(f"acct:{table}:{uid}"),
+                 what=f"the {table} key in the UUID's text form invalidated")

@@ -8,6 +8,7 @@ import json
 import os
 import pathlib
 import subprocess
+import sys
 import uuid
 
 import pymysql
@@ -199,6 +200,23 @@ def test_redis_aof_keeps_what_it_acknowledged_through_a_kill_9():
     client.close()
 
 
+# ---------------------------------------------------------------- mariadb-twin
+def test_mariadb_twin_has_the_main_servers_gtid_identity_and_accounts():
+    env = start("mariadb-twin")
+    for user, password in (("DEVSTACK_MYSQL_ADMIN_USER", "DEVSTACK_MYSQL_ADMIN_PASSWORD_FILE"),
+                           ("CACHESYNC_MYSQL_USER", "CACHESYNC_MYSQL_PASSWORD_FILE")):
+        conn = pymysql.connect(host=env["DEVSTACK_MYSQL_TWIN_HOST"],
+                               port=int(env["DEVSTACK_MYSQL_TWIN_PORT"]), user=env[user],
+                               password=secret(env, password))
+        with conn.cursor() as cur:
+            cur.execute("SELECT @@server_id, @@gtid_domain_id, @@binlog_format, "
+                        "@@binlog_row_image, @@binlog_row_metadata, @@port")
+            assert cur.fetchone() == (1, 0, "ROW", "FULL", "FULL",
+                                      int(env["DEVSTACK_MYSQL_TWIN_PORT"]))
+        conn.close()
+    assert int(env["DEVSTACK_MYSQL_TWIN_PORT"]) == int(env["CACHESYNC_MYSQL_PORT"]) + 3
+
+
 # ---------------------------------------------------------------- mariadb-replica
 def test_mariadb_replica_follows_the_primary_and_promote_makes_it_writable(stack):
     env = start("mariadb-replica")
@@ -277,7 +295,9 @@ def test_spark_standalone_runs_executors_in_their_own_jvms_and_pythons(tmp_path)
     submit = pathlib.Path(env["DEVSTACK_SPARK_HOME"]) / "bin" / "spark-submit"
     done = subprocess.run(
         [str(submit), "--master", master, "--conf", "spark.executor.memory=512m",
-         "--conf", "spark.pyspark.python=/usr/bin/python3", "--conf", "spark.ui.enabled=false",
+         "--conf", f"spark.pyspark.python={env['DEVSTACK_SPARK_PYTHON']}",
+         "--conf", f"spark.pyspark.driver.python={sys.executable}",
+         "--conf", "spark.ui.enabled=false",
          str(probe)], capture_output=True, text=True, timeout=240,
         env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}, stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -287,5 +307,7 @@ def test_spark_standalone_runs_executors_in_their_own_jvms_and_pythons(tmp_path)
     base = int(master.rsplit(":", 1)[1])
     assert workers == {f"spark://Worker@127.0.0.1:{base + 2}", f"spark://Worker@127.0.0.1:{base + 4}"}
     assert len({jvm for _, _, jvm, _ in rows}) == 2           # one executor JVM per worker
-    assert {python for _, python, _, _ in rows} == {"/usr/bin/python3"}   # not the driver's
+    # the executors' Python is the one the variant names, not the driver's venv
+    assert {python for _, python, _, _ in rows} == {env["DEVSTACK_SPARK_PYTHON"]}
+    assert found["python"] == sys.executable != env["DEVSTACK_SPARK_PYTHON"]
     assert found["driver"] not in {pid for pid, _, _, _ in rows}

@@ -11,7 +11,7 @@ import sys
 import uuid
 
 import pytest
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata
 
@@ -100,6 +100,8 @@ def test_gtid_strict_mode_off_warns(lab, cfg):
     finally:
         _global(lab, "gtid_strict_mode", "ON" if old in ("1", "ON") else old)
     assert checks["gtid"][0]["level"] == WARN
+    [strict] = [c for c in checks["binlog-shaping"] if c["detail"].startswith("gtid_strict_mode=")]
+    assert strict["level"] == WARN and "gtid_strict_mode" in strict["fix"]
 
 
 def test_purged_checkpoint_binlog_fails(lab, cfg):
@@ -194,3 +196,33 @@ def test_clock_skew_over_a_second_warns():
     # readings are taken from MySQL and Redis in the other doctor tests (PASS)
     assert skew_check("mysql", 100.0, 98.5).level == WARN
     assert skew_check("mysql", 100.0, 99.5).level == PASS
+
+
+def test_acl_denying_the_tailer_write_warns(lab, cfg):
+    """On kafka-noauto (StandardAuthorizer): a DENY WRITE ACL for the configured SASL user
+    is found; without an authorizer (the plain broker) the check passes saying so."""
+    from kafka.admin import (ACL, ACLOperation, ACLPermissionType, ACLResourcePatternType,
+                             ResourcePattern, ResourceType)
+    _, plain = doctor(lab, cfg, None, "--role", "tail")
+    assert plain["kafka-acls"][0]["level"] == PASS
+    bootstrap = start_variant("kafka-noauto")["DEVSTACK_KAFKA_NOAUTO_BOOTSTRAP_SERVERS"]
+    user, topic = f"u{lab.suffix}", f"cs.{lab.suffix}.acl"
+    env = {"CACHESYNC_KAFKA_BOOTSTRAP_SERVERS": bootstrap, "CACHESYNC_KAFKA_TOPIC": topic,
+           "CACHESYNC_KAFKA_SASL_USERNAME": user}
+    _, before = doctor(lab, cfg, env, "--role", "tail")
+    assert before["kafka-acls"][0]["level"] == PASS
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.create_acls([ACL(f"User:{user}", "*", ACLOperation.WRITE, ACLPermissionType.DENY,
+                               ResourcePattern(ResourceType.TOPIC, topic,
+                                               ACLResourcePatternType.LITERAL))])
+        _, after = wait_for(lambda: _denied(lab, cfg, env), 30, what="the ACL to be visible")
+    finally:
+        admin.close()
+    [check] = after["kafka-acls"]
+    assert check["level"] == WARN and f"{topic}: WRITE denied" in check["detail"]
+
+
+def _denied(lab, cfg, env):
+    result = doctor(lab, cfg, env, "--role", "tail")
+    return result if result[1]["kafka-acls"][0]["level"] == WARN else None

@@ -31,9 +31,9 @@ def test_tail_and_consume_as_a_require_ssl_account(tls_lab):
     settings = lab.settings(lab.write_config(USERS))
     assert settings.mysql.user == "cachesync_tls" and settings.mysql.ssl_ca
     lab.sql("CREATE TABLE users (id BIGINT PRIMARY KEY, name VARCHAR(50) NOT NULL)")
-    cfg = lab.write_config(USERS)
+    cfg = lab.write_config(USERS, consumer={"dedup_store": "mysql"})
     lab.start_tailer(cfg)              # its checkpoint is on the TLS server's state database
-    engine = lab.start_engine(cfg)     # dedup records there too
+    engine = lab.start_engine(cfg)     # dedup records there too (the MySQL store)
     lab.cache("user:1", "user:2")
     lab.sql("INSERT INTO users VALUES (1, 'Ada')")
     wait_for(lambda: not lab.cached("user:1"), 60, what="invalidation from the TLS server's binlog")

@@ -1,8 +1,11 @@
-"""The Spark engine, replay and audit on the real services (local[2] Spark, Kafka, MariaDB, Redis).
+"""The Spark engine, replay and audit on the real services: the devstack's Spark standalone
+cluster (a master, two one-core workers; executors in their own JVMs, running the workers'
+python3 with cachesync shipped as a zip), Kafka, MariaDB, Redis.
 
-One SparkSession is shared by the module (starting one costs ~8 s on the 2-core CI
-machine); the kill/restart test runs `cachesync consume --engine spark` as a child
-process because it must be killed.
+One SparkSession (one core of the cluster) is shared by the module: starting one costs
+seconds on the 2-core CI machine. The kill/restart and metrics tests submit
+`cachesync consume --engine spark` with `cachesync spark-submit` (the other core), since
+its driver must be killed.
 """
 
 from __future__ import annotations
@@ -32,19 +35,35 @@ from cachesync.producer_outbox.rows import TxnContext, row_change
 from cachesync.schema.event import encode
 from cachesync.schema.keys import kafka_key
 from tests.support import add_config_sections, address, scrape, status_json, wait_for
-from tests.support.variants import use_redis_cluster
+from tests.support.variants import start, use_redis_cluster
 
 pytestmark = pytest.mark.integration
 USERS = {"keys": ["user:{id}", "user:email:{email}"]}
 ORDERS = {"keys": ["order:{id}"]}
+# every app on the two-worker cluster takes one executor, so two apps can run side by side
+APP_CONF = {"spark.executor.memory": "512m", "spark.cores.max": "1"}
+
+
+def cluster_env() -> dict[str, str]:
+    """The standalone cluster's facts (started if it is not) and what a driver needs to
+    talk to it on loopback."""
+    env = start("spark")
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"     # the driver binds loopback, like the cluster
+    # the executors run the base Python of the venv, which has no cachesync: what they
+    # import is what the driver ships
+    os.environ["CACHESYNC_SPARK_EXECUTOR_PYTHON"] = env["DEVSTACK_SPARK_PYTHON"]
+    return env
 
 
 @pytest.fixture(scope="module")
 def spark(stack):
     from cachesync.consumer.spark.session import spark_session
+    env = cluster_env()
     jars = sorted(str(p) for p in (Path(stack.env["DEVSTACK_DIR"]) / "spark" / "jars").glob("*.jar"))
     assert jars, "no Spark jars: run `make install` (devstack/spark/fetch-jars.sh)"
-    with spark_session("cachesync-tests", "local[2]", jars=jars) as session:
+    with spark_session("cachesync-tests", env["DEVSTACK_SPARK_MASTER_URL"], jars=jars,
+                       conf=APP_CONF) as session:
+        assert session.sparkContext.master == env["DEVSTACK_SPARK_MASTER_URL"]
         yield session
 
 
@@ -211,15 +230,102 @@ def test_spark_with_the_redis_dedup_store_claims_confirms_and_purges_in_redis(la
 
 
 # -- consume: kill -9 mid-stream, restart from the checkpoint -----------------------------------
-def spawn_spark_consumer(lab, config_path: str, checkpoint: Path, log_name: str):
+def spawn_spark_consumer(lab, config_path: str, checkpoint: Path, log_name: str,
+                         max_offsets: int = 60, conf: dict | None = None):
+    """`cachesync spark-submit -- consume --engine spark ...` on the standalone cluster."""
+    env = cluster_env()
     log = open(lab.tmp / log_name, "w")
+    confs = [a for k, v in {**APP_CONF, "spark.ui.enabled": "false", **(conf or {})}.items()
+             for a in ("--conf", f"{k}={v}")]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "cachesync", "consume", "--engine", "spark", "--config",
-         config_path, "--checkpoint-location", str(checkpoint), "--max-offsets-per-trigger", "60"],
-        env={**os.environ, **lab.stack.env, "CACHESYNC_SPARK_MASTER": "local[2]"},
-        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        [sys.executable, "-m", "cachesync", "spark-submit", "--master",
+         env["DEVSTACK_SPARK_MASTER_URL"], *confs, "--", "consume", "--engine", "spark",
+         "--config", config_path, "--checkpoint-location", str(checkpoint),
+         "--max-offsets-per-trigger", str(max_offsets)],
+        env={**os.environ, **lab.stack.env}, stdout=log, stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL, start_new_session=True)
     proc.log_path = log.name
     return proc
+
+
+def spark_driver(proc) -> int:
+    """The pid of the Python driver spark-submit started (its JVM's child running spark_main.py)."""
+    def find():
+        for pid in _descendants(proc.pid):
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"spark_main.py" in cmdline and b"python" in cmdline.split(b"\0")[0]:
+                return pid
+        return None
+    return wait_for(find, 120, interval=0.2, what="the Python driver of spark-submit")
+
+
+EXECUTOR = b"org.apache.spark.executor.CoarseGrainedExecutorBackend"
+
+
+def executors_of(app_ids=None) -> list[tuple[int, str, str]]:
+    """(pid, app id, worker url) of the executor JVMs on this machine (of ``app_ids`` only)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            args = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if EXECUTOR in args:
+            app = args[args.index(b"--app-id") + 1].decode()
+            if app_ids is None or app in app_ids:
+                found.append((int(entry.name), app, args[args.index(b"--worker-url") + 1].decode()))
+    return found
+
+
+def running_apps(env: dict[str, str]) -> set[str]:
+    """Ids of the applications the standalone master runs now."""
+    import urllib.request
+    doc = json.load(urllib.request.urlopen(env["DEVSTACK_SPARK_MASTER_UI"] + "/json/", timeout=5))
+    return {a["id"] for a in doc["activeapps"]}
+
+
+def wait_app_gone(env: dict[str, str], keep: set[str]) -> None:
+    """After a driver's kill: the master dropped its application and its executors are gone
+    (an executor could otherwise still be applying a task when the test counts)."""
+    def gone():
+        extra = running_apps(env) - keep
+        return not extra and not [e for e in executors_of() if e[1] not in keep]
+    wait_for(gone, 60, interval=0.2, what="the killed driver's application and executors to end")
+
+
+def stop_gracefully(proc, timeout_s: float = 90) -> int:
+    """SIGTERM to the Python driver (it lets the running micro-batch finish, stops its query,
+    exits, and spark-submit with it); the whole group killed if that does not happen."""
+    try:
+        os.kill(spark_driver(proc), signal.SIGTERM)
+        return proc.wait(timeout_s)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (parents read from /proc/<pid>/stat)."""
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        children = [p for p, parent in parents.items() if parent == current]
+        found += children
+        todo += children
+    return found
 
 
 def done_count(lab, ns: str) -> int:
@@ -256,14 +362,9 @@ def test_spark_consume_serves_the_consumer_metrics_with_kafka_lag_from_its_check
                    if name == "cachesync_kafka_consumer_lag_messages"}
             done = m.get(("cachesync_events_applied_total", ())) == 40
             return (m, lag) if done and len(lag) == 3 and sum(lag.values()) == 0 else None
-        m, lag = wait_for(caught_up, 180, interval=0.5, what="metrics showing 40 applied, no lag")
+        m, lag = wait_for(caught_up, 300, interval=0.5, what="metrics showing 40 applied, no lag")
     finally:
-        proc.terminate()            # the driver only: it stops its query and its JVM itself
-        try:
-            proc.wait(90)
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
+        stop_gracefully(proc)
     assert m[("cachesync_events_consumed_total", ())] == 40
     assert m[("cachesync_commit_to_apply_seconds_count", (("kind", "binlog"),))] == 40
     assert set(lag) == {(("partition", str(p)),) for p in range(3)}
@@ -283,9 +384,11 @@ def test_spark_consumer_killed_mid_stream_resumes_from_its_checkpoint(lab, spark
     cfg = config_for_group(lab, {"users": USERS}, ns, "kill.yaml", batch_size=20, claim_lease_s=2)
     checkpoint = lab.tmp / "kill-ck"
 
+    env = cluster_env()
+    apps_before = running_apps(env)
     first = spawn_spark_consumer(lab, cfg, checkpoint, "spark-1.log")
     try:
-        wait_for(lambda: done_count(lab, ns) >= 300 or first.poll() is not None, 180,
+        wait_for(lambda: done_count(lab, ns) >= 300 or first.poll() is not None, 300,
                  what="the first spark consumer to apply 300 events", interval=0.1)
         assert first.poll() is None, Path(first.log_path).read_text()[-3000:]
         os.killpg(first.pid, signal.SIGKILL)
@@ -293,6 +396,7 @@ def test_spark_consumer_killed_mid_stream_resumes_from_its_checkpoint(lab, spark
     finally:
         if first.poll() is None:
             os.killpg(first.pid, signal.SIGKILL)
+    wait_app_gone(env, apps_before)
     # A confirm the killed process had already sent still commits on the server after the
     # kill: count only once no statement of the cachesync account is running any more.
     wait_for(lambda: lab.sql("SELECT COUNT(*) FROM information_schema.processlist WHERE "
@@ -305,13 +409,12 @@ def test_spark_consumer_killed_mid_stream_resumes_from_its_checkpoint(lab, spark
 
     second = spawn_spark_consumer(lab, cfg, checkpoint, "spark-2.log")
     try:
-        wait_for(lambda: done_count(lab, ns) == 1500 or second.poll() is not None, 180,
+        wait_for(lambda: done_count(lab, ns) == 1500 or second.poll() is not None, 300,
                  what="the restarted spark consumer to finish", interval=0.2)
         assert second.poll() is None, Path(second.log_path).read_text()[-3000:]
         wait_for(lambda: len(BATCH_LINE.findall(Path(second.log_path).read_text())) > 0, 30,
                  what="a batch line in the restarted consumer's log")
-        second.send_signal(signal.SIGTERM)
-        assert second.wait(60) == 0, Path(second.log_path).read_text()[-3000:]
+        assert stop_gracefully(second) == 0, Path(second.log_path).read_text()[-3000:]
     finally:
         if second.poll() is None:
             os.killpg(second.pid, signal.SIGKILL)
@@ -437,3 +540,49 @@ def test_spark_engine_runs_the_delayed_second_delete(lab, spark):
     engine = run_spark_engine(lab, spark, cfg, lab.tmp / "dd-ck", 1, on_batch=refill)
     assert engine.stats.applied == 1 and refilled == [["user:1"]]
     wait_for(lambda: lab.cached("user:1") == [], 15, what="the delayed second delete")
+
+
+# -- snapshot ----------------------------------------------------------------------------------------
+def test_spark_snapshot_with_changes_while_it_reads_ends_with_exactly_the_rows_of_mysql(lab, spark):
+    from cachesync.commands.snapshot import run_snapshot
+    from tests.integration.test_snapshot import USERS as UPDATE_USERS, USERS_DDL, db_state, \
+        redis_state
+    lab.sql(USERS_DDL)
+    rows = 400
+    with lab.stack.admin(lab.db) as conn, conn.cursor() as cur:
+        cur.executemany("INSERT INTO users VALUES (%s, %s, %s)",
+                        [(i, f"s{i}@x", f"name {i}") for i in range(rows)])
+    cfg = lab.write_config(UPDATE_USERS)
+    lab.start_tailer(cfg)
+    engine = lab.start_engine(cfg)
+    settings = lab.settings(cfg)
+
+    dry = run_snapshot(settings, engine_kind="spark", dry_run=True, partitions=3, spark=spark,
+                       show_progress=False).tables[f"{lab.db}.users"]
+    assert (dry.rows, dry.keys, dry.written) == (rows, 2 * rows, 0) and redis_state(lab) == {}
+
+    changes = {"n": 0}
+
+    def churn():                      # updates and deletes while the splits are read
+        while not stop.is_set() and changes["n"] < 120:
+            i = changes["n"]
+            if i % 3 == 0:
+                lab.sql("DELETE FROM users WHERE id = %s", (i * 3,))
+            else:
+                lab.sql("UPDATE users SET name = %s WHERE id = %s", (f"changed {i}", i * 3))
+            changes["n"] += 1
+    stop = threading.Event()
+    writer = threading.Thread(target=churn, daemon=True)
+    writer.start()
+    try:
+        report = run_snapshot(settings, engine_kind="spark", partitions=3, rate=300, spark=spark,
+                              show_progress=False)
+    finally:
+        stop.set()
+        writer.join(30)
+    summary = report.tables[f"{lab.db}.users"]
+    assert changes["n"] > 0 and summary.written > 0
+    assert summary.written + summary.refused == summary.keys == 2 * summary.rows
+    wait_for(lambda: engine.stats.applied >= changes["n"], 120, what="the consumer applying the churn")
+    wait_for(lambda: redis_state(lab) == db_state(lab), 60, interval=0.5,
+             what="Redis holding exactly MySQL's rows")
