@@ -111,10 +111,16 @@ def _unavailable(exc: Exception) -> str | None:
     return None
 
 
-def on_termination(stop) -> None:
-    """Call ``stop()`` on SIGTERM/SIGINT so the current batch finishes cleanly."""
+def on_termination(stop=None) -> None:
+    """Call ``stop()`` on SIGTERM/SIGINT so the current batch finishes cleanly. Without
+    ``stop`` (still starting: a client library may block for its whole bootstrap timeout, and
+    nothing is committed yet) exit at once with code 0: an exception raised from a signal
+    handler could land in any frame, a ``__del__`` included, and be swallowed there."""
     def handler(signum, _frame):
         log.info("received %s, stopping", signal.Signals(signum).name)
+        if stop is None:
+            logging.shutdown()
+            os._exit(0)
         stop()
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)

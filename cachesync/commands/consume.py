@@ -40,6 +40,7 @@ def command(settings, engine_kind, **spark) -> None:
             consume_spark.run(settings, **spark)
         return
     with handle_errors():
+        on_termination()            # until the engine is built and can stop cleanly
         start_checks(settings, "consume")  # kafka.create_topics, and doctor's checks logged
         engine = None
         ops, metrics = consumer_ops(settings, lambda: engine.stats if engine else None,

@@ -36,6 +36,7 @@ def command(settings, purge_only: bool) -> None:
     Serves /metrics, /healthz and /readyz on metrics.listen (default 127.0.0.1:9466).
     """
     with handle_errors():
+        on_termination()            # until the pipeline is built and can stop cleanly
         relay = build_relay(settings)
         if purge_only:
             with Progress("relay purge (rows)") as bar:

@@ -47,6 +47,7 @@ def command(settings, direct: bool) -> None:
     ready = MySQL and Redis answer and the lag is under metrics.ready_max_lag_s.
     """
     with handle_errors():
+        on_termination()            # until the pipeline is built and can stop cleanly
         start_checks(settings, "direct" if direct else "all")   # doctor's checks, logged
         tailer = _run_direct(settings) if direct else _run_pipeline(settings)
         last = tailer.last

@@ -60,6 +60,7 @@ def command(settings, from_gtid, from_file, from_pos) -> None:
     """
     start = start_option(from_gtid, from_file, from_pos)
     with handle_errors():
+        on_termination()            # until the pipeline is built and can stop cleanly
         start_checks(settings, "tail")     # kafka.create_topics, and doctor's checks logged
         tailers = Cumulative(("published", "table_events", "undecoded_events", "oversized",
                               "versions_not_newer", "partial_rows", "unkeyable", "json_unknown",

@@ -82,7 +82,8 @@ def test_mysql_ssl_verifies_against_the_system_trust_store(tls_lab, tmp_path):
     lab.sql("CREATE TABLE users (id BIGINT PRIMARY KEY, name VARCHAR(50) NOT NULL)")
     cfg = lab.write_config(USERS)
     devstack_ca = lab.stack.env["CACHESYNC_MYSQL_SSL_CA"]
-    env = {**os.environ, **lab.stack.env, "CACHESYNC_MYSQL_SSL_CA": "", "CACHESYNC_MYSQL_SSL": "true"}
+    env = {**os.environ, **lab.stack.env, "CACHESYNC_MYSQL_SSL_CA": "", "CACHESYNC_MYSQL_SSL": "true",
+           "CACHESYNC_CONSUMER_DEDUP_STORE": "mysql"}      # dedup purge then reads MySQL
     other_ca = tmp_path / "other-ca.pem"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
                     "-subj", "/CN=not the devstack CA", "-keyout", str(tmp_path / "other.key"),

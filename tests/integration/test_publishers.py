@@ -174,17 +174,17 @@ def test_cachesync_tail_publishes_through_either_and_leaves_no_process_behind(la
     wait_for(lambda: all(gone(p) for p in publishers), 30, what="the publisher process to exit")
 
 
-def test_the_child_is_told_the_parents_log_level_and_format():
+def test_the_child_is_told_the_parents_log_level_format_and_role():
     import logging
     from cachesync import logs
     from cachesync.producer_outbox.procpublisher import _log_setup
     root = logging.getLogger()
     saved = root.handlers[:], root.level
     try:
-        logs.setup("WARNING", json_format=True)
-        assert _log_setup() == ("WARNING", True)
+        logs.setup("WARNING", json_format=True, role="tail")
+        assert _log_setup() == ("WARNING", True, "tail")
         logs.setup("INFO")
-        assert _log_setup() == ("INFO", False)
+        assert _log_setup() == ("INFO", False, "")
     finally:
         root.handlers[:], root.level = saved[0], saved[1]
 
