@@ -59,7 +59,7 @@ dist: install
 	rm -rf dist build
 	$(BIN)/python -m build --sdist --wheel --outdir dist .
 	$(BIN)/auditwheel show dist/*-linux_*.whl
-	$(BIN)/auditwheel repair --wheel-dir dist dist/*-linux_*.whl && rm dist/*-linux_*.whl
+	PATH=$(abspath $(BIN)):$$PATH $(BIN)/auditwheel repair --wheel-dir dist dist/*-linux_*.whl && rm dist/*-linux_*.whl
 	rm -rf build && CACHESYNC_PURE=1 $(BIN)/python -m build --wheel --outdir dist .
 	ls dist
 

@@ -273,11 +273,11 @@ class Sandbox:
 
     # -- child processes --------------------------------------------------------------
     def spawn(self, command: str, config_path: Path,
-              env: dict[str, str] | None = None) -> subprocess.Popen:
-        """``cachesync <command>``; ``env`` overrides settings (they win over the file)."""
+              env: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> subprocess.Popen:
+        """``cachesync <command> [args]``; ``env`` overrides settings (they win over the file)."""
         out = open(self.tmp / f"{command}-{len(self.procs)}.log", "w")
         proc = subprocess.Popen([sys.executable, "-m", "cachesync", command, "--config",
-                                 str(config_path)], cwd=ROOT, env={**self.stack.environ, **(env or {})},
+                                 str(config_path), *args], cwd=ROOT, env={**self.stack.environ, **(env or {})},
                                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         proc.log_path = out.name
         self.procs.append(proc)

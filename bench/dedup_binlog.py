@@ -68,6 +68,11 @@ def run(stack, quick: bool, runs: int) -> dict:
                           "updates_per_commit": UPDATES_PER_COMMIT, "heartbeat": "off"}}
         for choice, results in sides.items():
             out[choice] = summarize(results, FIELDS)
+        # the dedup store's own share: what a choice wrote beyond the no-dedup run
+        none_extra = out["none"]["median"]["extra_bytes_per_change"]
+        out["dedup_bytes_per_change_over_none"] = {
+            c: round(out[c]["median"]["extra_bytes_per_change"] - none_extra, 1)
+            for c in CHOICES if c != "none"}
         base = out["none"]["median"]["keys_per_s"]
         out["keys_per_s_over_none"] = {c: ratio(out[c]["median"]["keys_per_s"], base)
                                        for c in CHOICES if c != "none"}

@@ -1,17 +1,29 @@
-"""Table-level invalidation: remove every key of one table (1,000,000) among 5,000,000 others.
+"""Table-level invalidation: remove every key of one table among many others.
 
-cachesync: ``RedisCache.invalidate_table`` (what a TRUNCATE/DROP/RENAME, a statement-logged
-write and ``cachesync resync`` run): SCAN by the template's glob over the whole keyspace,
-full-match, pipelined UNLINK of each key and its lease. Baseline, same run: the same keys
-UNLINKed (with their leases, same pipeline size) when their names are already known, which
-is what an index of keys per table would give, without maintaining one on every fill.
-``python -m bench --only table_invalidate`` (not in the default set: it writes 6M keys).
+Part 1, the scan itself: ``RedisCache.invalidate_table`` (what a TRUNCATE/DROP/RENAME, a
+statement-logged write and ``cachesync resync`` run): SCAN by the template's glob over the
+whole keyspace, full-match, pipelined UNLINK of each key and its lease. Baseline, same run:
+the same keys UNLINKed (with their leases, same pipeline size) when their names are already
+known, which is what an index of keys per table would give, without maintaining one on
+every fill.
+
+Part 2, end to end (``pipeline``, bench/table_pipeline.py, also alone with
+``--only table_pipeline``): ``cachesync tail`` and the python engine on a fresh
+topic (3 partitions), a writer committing rows of another table at a steady rate, then a
+TRUNCATE of the table whose keys are cached. Per mode: the time from the TRUNCATE's commit
+until its keys are gone, and the other table's commit -> apply lag (p50, p99) before it and
+while the scan runs. Modes: ``beside`` (the default: the scan runs beside the row stream,
+once per event) and ``inline`` (baseline, same run: the scan in the batch, once per
+partition copy, nothing else applied meanwhile).
+``python -m bench --only table_invalidate [--quick]`` (not in the default set: it writes
+millions of keys at full size).
 """
 
 from __future__ import annotations
 
 import time
 
+from bench import table_pipeline
 from bench.common import Sandbox, log, ratio, summarize
 from cachesync.consumer.adapters.redis_cache import PIPELINE_CHUNK, RedisCache
 from cachesync.schema.keys import lease_key
@@ -23,6 +35,12 @@ FILL_CHUNK = 10_000
 
 
 def run(stack, quick: bool, runs: int) -> dict:
+    out = scan_part(stack, quick, runs)
+    out["pipeline"] = table_pipeline.run(stack, quick, runs)
+    return out
+
+
+def scan_part(stack, quick: bool, runs: int) -> dict:
     table_keys, other_keys = SIZES["quick" if quick else "full"]
     box = Sandbox(stack, NAME)
     r = stack.redis()

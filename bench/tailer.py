@@ -15,6 +15,12 @@ the same binlog range twice, alternating which goes first:
   all N rows -> rows/s acked; then the topic is read back and must hold exactly the N
   row ids, once each;
 * the same Tailer with ``pack_rows: 1`` (one record per row), reported beside it;
+* what users run: the ``cachesync tail --from-gtid`` process with the default settings
+  (its metrics server on a free port), on a topic whose records carry the broker's append
+  time; rows/s is N over first to last append (and over launch to last append), and CPU
+  seconds are the process's and its children's (the child publisher's too). Its first
+  append comes after its first pack left, so on a small range (--quick) the append window
+  misses the reading of the first packs and flatters it: quote it from the full sizes;
 * the peers (bench/peers): Debezium embedded and Canal's parser, reading the same range
   as Java programs, on the shapes S (single-row transactions) and M (20-80-row
   transactions) of the 5-column table. ``peers`` compares every reader first row to last.
@@ -24,8 +30,11 @@ from __future__ import annotations
 
 import datetime as dt
 import random
+import resource
 import time
 
+from kafka import KafkaAdminClient
+from kafka.admin import ConfigResource, ConfigResourceType
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import HeartbeatLogEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
@@ -91,7 +100,8 @@ def _table_figures(box: Sandbox, table: str, ddl: str, n: int, runs: int,
     data = write_changes(box, table, n, txn_rows=txn_rows)
     log(f"tailer: wrote {data['transactions']} transactions in {data['write_s']:.1f}s; "
         f"binlog {data['start_gtid']} -> {data['end_gtid']}")
-    sides = {"baseline": [], "packed": [], "unpacked": [], **{p: [] for p in peer_names}}
+    sides = {"baseline": [], "packed": [], "unpacked": [], "process": [],
+             **{p: [] for p in peer_names}}
     for i in range(runs):
         # alternate the order so neither side always runs on a warmer machine
         order = list(sides)
@@ -101,6 +111,8 @@ def _table_figures(box: Sandbox, table: str, ddl: str, n: int, runs: int,
             elif what in peer_names:
                 result = peers.read_range(what, box.stack.env, database=box.db, table=table,
                                           data=data, rows=n, server_id=box.new_server_id())
+            elif what == "process":
+                result = process_run(box, table, data, n)
             else:
                 result = tailer_run(box, table, data, n, None if what == "packed" else 1)
             sides[what].append(result)
@@ -110,6 +122,8 @@ def _table_figures(box: Sandbox, table: str, ddl: str, n: int, runs: int,
     baseline = summarize(sides["baseline"], ["rows_per_s", "elapsed_s", "startup_s"])
     contender = summarize(sides["packed"], fields)
     unpacked = summarize(sides["unpacked"], fields)
+    process = summarize(sides["process"], ["rows_per_s", "rows_per_s_from_launch", "startup_s",
+                                           "cpu_s", "cpu_s_per_100k_rows"])
     return {
         "table": {"name": table, "ddl": ddl, "columns": 5 + WIDE_EXTRA if table == "w" else 5,
                   "rows": n, "txn_rows": list(txn_rows)},
@@ -124,9 +138,21 @@ def _table_figures(box: Sandbox, table: str, ddl: str, n: int, runs: int,
         "unpacked": {"name": "the same with pack_rows 1 (one record per row)", **unpacked,
                      "ratio_to_baseline": ratio(unpacked["median"]["rows_per_s"],
                                                 baseline["median"]["rows_per_s"])},
+        "process": {"name": "cachesync tail --from-gtid as a process, default settings -> N "
+                            "rows appended by the broker (LogAppendTime), rows/s first to "
+                            "last append", **process,
+                    # first row to last on every side (as peers.compare): the in-process
+                    # sides' rows_per_s above include their start
+                    **_first_to_last_ratios(process, contender, baseline)},
         **{peer: summarize(sides[peer], ["rows_per_s", "seconds", "setup_s"])
            for peer in peer_names},
     }
+
+
+def _first_to_last_ratios(process: dict, contender: dict, baseline: dict) -> dict:
+    rate = peers.first_to_last_median(process)
+    return {"ratio_to_contender": ratio(rate, peers.first_to_last_median(contender)),
+            "ratio_to_baseline": ratio(rate, peers.first_to_last_median(baseline))}
 
 
 # -- the data set -------------------------------------------------------------------------
@@ -327,3 +353,78 @@ def tailer_run(box: Sandbox, table_name: str, data: dict, n: int, pack_rows: int
             "startup_s": round(t_first - t0, 4), **_cpu_figures(n, cpu),
             "checkpoint": tailer.committed.describe() if tailer.committed else None}
 
+
+
+# -- the process users run ----------------------------------------------------------------
+def process_run(box: Sandbox, table_name: str, data: dict, n: int) -> dict:
+    """``cachesync tail --from-gtid <start>`` with default settings until its checkpoint
+    passed the data set; the rate comes from the broker's append times of the N rows."""
+    topic = box.new_topic(PARTITIONS)
+    _append_time(box, topic)
+    cfg = box.write_config({f"{box.db}.{table_name}": {
+        "keys": [box.prefix + table_name + ":{id}", box.prefix + table_name + ":b:{b}"]}},
+        topic=topic, metrics={"listen": "127.0.0.1:0"})    # a free port on a shared host
+    store = MySQLCheckpointStore(mysql_params(box.settings(cfg)).connect,
+                                 box.settings(cfg).tailer.name)
+    cpu0 = _children_cpu()
+    launched = time.time()
+    proc = box.spawn("tail", cfg, args=("--from-gtid", data["start_gtid"]))
+    try:
+        deadline = time.monotonic() + 300
+        while not _passed(store.load(), data["end_gtid"]):
+            if proc.poll() is not None:
+                raise RuntimeError(f"cachesync tail exited {proc.returncode}:\n"
+                                   f"{box.proc_log(proc)}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"cachesync tail did not pass {data['end_gtid']} in 300s")
+            time.sleep(0.2)
+    finally:
+        box.stop_proc(proc)
+        store.close()
+    cpu = _children_cpu() - cpu0
+    appended, ids = [], set()
+
+    def row_event(record, event) -> None:
+        if event.db == box.db and event.table == table_name:   # not the heartbeat's
+            appended.append(record.timestamp / 1000)
+            ids.add(event.id)
+    topic_events(box.stack.bootstrap, topic, on_event=row_event)
+    if (len(appended), len(ids)) != (n, n):
+        raise RuntimeError(f"topic {topic} holds {len(appended)} row events ({len(ids)} "
+                           f"distinct ids), expected {n}")
+    first, last = min(appended), max(appended)
+    return {"what": "cachesync tail process", "rows": n,
+            "seconds": round(last - first, 4),      # first row to last, as the peers report
+            "rows_per_s": round(n / (last - first), 1) if last > first else None,
+            "rows_per_s_from_launch": round(n / (last - launched), 1),
+            "startup_s": round(first - launched, 4), "cpu_s": round(cpu, 3),
+            "cpu_s_per_100k_rows": round(cpu * 100_000 / n, 3)}
+
+
+def _append_time(box: Sandbox, topic: str) -> None:
+    """Records of ``topic`` get the broker's clock (LogAppendTime), not the producer's."""
+    admin = KafkaAdminClient(bootstrap_servers=box.stack.bootstrap, request_timeout_ms=30000)
+    try:
+        admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic,
+                                            configs={"message.timestamp.type": "LogAppendTime"})])
+    finally:
+        admin.close()
+
+
+def _passed(checkpoint: Checkpoint | None, end_gtid: str) -> bool:
+    """Whether a MariaDB GTID state ``checkpoint`` holds is at or past ``end_gtid`` in
+    every domain of it."""
+    if checkpoint is None or not checkpoint.gtid:
+        return False
+    held = _seqs(checkpoint.gtid)
+    return all(held.get(domain, -1) >= seq for domain, seq in _seqs(end_gtid).items())
+
+
+def _seqs(gtid_state: str) -> dict[str, int]:
+    parts = [g.strip().split("-") for g in gtid_state.split(",") if g.strip()]
+    return {domain: int(seq) for domain, _, seq in parts}
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime

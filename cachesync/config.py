@@ -30,6 +30,26 @@ class Secret(str):
         return "Secret('***')"
 
 
+class Properties(dict):
+    """Kafka client properties passed through as they are (``kafka.producer_properties``
+    ...): kafka-python's names, or the Java client's (``linger.ms`` is ``linger_ms``).
+    Read-only and hashable like the rest of the settings."""
+
+    def __init__(self, items: Mapping[str, Any] = ()) -> None:
+        super().__init__({str(k).replace(".", "_"): v for k, v in dict(items).items()})
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(tuple(sorted((k, repr(v)) for k, v in self.items())))
+
+    def __reduce__(self):
+        return Properties, (dict(self),)      # pickled to Spark executors
+
+    def _read_only(self, *args, **kwargs):
+        raise TypeError("settings are read-only")
+
+    __setitem__ = __delitem__ = update = pop = clear = setdefault = _read_only  # type: ignore
+
+
 def mask_url(url: str) -> str:
     """``redis://user:pw@host/0?password=x`` -> ``redis://user:***@host/0?password=***``.
 
@@ -196,8 +216,11 @@ class MySQLSettings(_Validated):
     ssl_ca: str = setting("", "PEM CA of the server's certificate; set, every MySQL connection "
                           "(sessions, the binlog stream, audit's JDBC) uses verified TLS. A "
                           "certificate that fails verification stops the process with exit code 3")
+    ssl: bool = setting(False, "verified TLS without `mysql.ssl_ca`: the server's certificate is "
+                        "checked against the system's trusted CAs (`SSL_CERT_FILE` moves them; "
+                        "audit's JDBC: the JVM's); RDS and Aurora: see *Operating*, MySQL TLS")
     ssl_cert: str = setting("", "PEM client certificate (with `mysql.ssl_key`; needs "
-                            "`mysql.ssl_ca`; not passed to audit's JDBC)")
+                            "`mysql.ssl_ca` or `mysql.ssl`; not passed to audit's JDBC)")
     ssl_key: str = setting("", "PEM private key of `mysql.ssl_cert`")
     ssl_verify_identity: bool = setting(True, "the server's certificate must name `mysql.host` "
                                         "(JDBC `sslMode=verify-full`); `false`: the CA only "
@@ -207,8 +230,55 @@ class MySQLSettings(_Validated):
         super().__post_init__()
         if bool(self.ssl_cert) != bool(self.ssl_key):
             raise ConfigError("mysql.ssl_cert and mysql.ssl_key: set both or neither")
-        if self.ssl_cert and not self.ssl_ca:
-            raise ConfigError("mysql.ssl_ca: required with mysql.ssl_cert (TLS is on when it is set)")
+        if self.ssl_cert and not (self.ssl_ca or self.ssl):
+            raise ConfigError("mysql.ssl_ca: required with mysql.ssl_cert (TLS is on when it, "
+                              "or mysql.ssl, is set)")
+
+
+# Kafka client properties cachesync sets itself (its delivery guarantees, its group
+# membership, or a setting of its own): a pass-through of one is refused, naming the setting
+_SECURITY_OWNED = {"bootstrap_servers": "kafka.bootstrap_servers",
+                   "security_protocol": "kafka.security_protocol",
+                   "sasl_mechanism": "kafka.sasl_mechanism",
+                   "sasl_plain_username": "kafka.sasl_username",
+                   "sasl_plain_password": "kafka.sasl_password",
+                   "ssl_cafile": "kafka.ssl_cafile", "ssl_certfile": "kafka.ssl_certfile",
+                   "ssl_keyfile": "kafka.ssl_keyfile", "ssl_check_hostname": "kafka.ssl_check_hostname",
+                   "client_id": "cachesync's own client ids", "api_version": "auto-detection"}
+OWNED_PROPERTIES = {
+    "producer": {**_SECURITY_OWNED, "acks": "acks=all (at-least-once)",
+                 "enable_idempotence": "the idempotent producer",
+                 "max_in_flight_requests_per_connection": "5, the idempotent producer's order window",
+                 "retries": "retry until delivery_timeout_ms",
+                 "compression_type": "kafka.compression_type",
+                 "key_serializer": "cachesync's record format",
+                 "value_serializer": "cachesync's record format",
+                 "transactional_id": "the idempotent producer"},
+    "consumer": {**_SECURITY_OWNED, "group_id": "kafka.group_id",
+                 "enable_auto_commit": "commits after the cache is updated",
+                 "isolation_level": "read_committed",
+                 "session_timeout_ms": "kafka.session_timeout_ms",
+                 "heartbeat_interval_ms": "kafka.heartbeat_interval_ms",
+                 "max_poll_interval_ms": "kafka.max_poll_interval_ms",
+                 "group_instance_id": "kafka.group_instance_id",
+                 "partition_assignment_strategy": "kafka.assignment_strategy",
+                 "key_deserializer": "cachesync's record format",
+                 "value_deserializer": "cachesync's record format",
+                 "auto_offset_reset": "each command's own start"},
+    "admin": dict(_SECURITY_OWNED),
+}
+
+
+def _properties_problem(value: Mapping[str, Any], client: str) -> str | None:
+    owned = OWNED_PROPERTIES[client]
+    for name in sorted(value):
+        if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
+            return f"expected kafka-python property names (linger_ms or linger.ms), got {name!r}"
+        if name in owned:
+            return f"{name} is set by cachesync ({owned[name]}); it cannot be passed through"
+        if not isinstance(value[name], (str, int, float, bool)):
+            return f"{name}: expected a string, number or boolean, got {value[name]!r}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -270,6 +340,25 @@ class KafkaSettings(_Validated):
     ssl_keyfile: str = setting("", "PEM private key of `kafka.ssl_certfile`")
     ssl_check_hostname: bool = setting(True, "check that the broker's certificate names the "
                                        "host connected to")
+    # Record batch compression of every producer (the tailer, the relay, dead letters):
+    # zstd by measurement (bench/compression.py); every consumer must read it
+    compression_type: str = setting(
+        "zstd", "record batch compression of every producer (tailer, relay, dead letters): "
+        "`zstd`, `lz4`, `snappy`, `gzip` or `none`; every consumer must be able to read it",
+        choices=("zstd", "lz4", "snappy", "gzip", "none"))
+    # the ones cachesync sets itself are refused by name
+    producer_properties: Properties = setting(
+        Properties(), "other kafka-python producer properties, passed through (a mapping); "
+        "the ones cachesync sets itself are refused by name",
+        check=lambda v: _properties_problem(v, "producer"))
+    consumer_properties: Properties = setting(
+        Properties(), "other kafka-python consumer properties, passed through (a mapping); "
+        "the ones cachesync sets itself are refused by name",
+        check=lambda v: _properties_problem(v, "consumer"))
+    admin_properties: Properties = setting(
+        Properties(), "other kafka-python admin client properties, passed through (a mapping); "
+        "the ones cachesync sets itself are refused by name",
+        check=lambda v: _properties_problem(v, "admin"))
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -593,6 +682,18 @@ def load_with_origins(path: str | os.PathLike | None,
     return Settings(**sections, tables=tables, origin=source), origins
 
 
+def load_section(name: str, environ: Mapping[str, str] | None = None):
+    """One section from the environment alone (``cachesync init`` has no config file yet);
+    raises ConfigError naming every problem."""
+    environ = os.environ if environ is None else environ
+    problems: list[str] = []
+    env = {k: v for k, v in environ.items() if k not in service_links(environ)}
+    section = _section(name, _SECTIONS[name], {}, env, "<environment>", problems, {})
+    if problems:
+        raise ConfigError(_one_message(problems))
+    return section
+
+
 def section_fields() -> dict[str, list[str]]:
     """Every section's field names."""
     return {name: [f.name for f in fields(cls)] for name, cls in _SECTIONS.items()}
@@ -726,6 +827,8 @@ def _coerce(value: Any, type_name: str, where: str):
             return float(value)
         if type_name == "Secret":
             return Secret(str(value))
+        if type_name == "Properties":
+            return _properties(value)
         if type_name == "bool":
             return _boolean(value)
         if isinstance(value, (dict, list)):
@@ -748,5 +851,19 @@ def _boolean(value: Any) -> bool:
     raise ValueError(text)
 
 
+def _properties(value: Any) -> Properties:
+    """A mapping (YAML) or a JSON object (an environment variable)."""
+    if isinstance(value, str):
+        import json
+        try:
+            value = json.loads(value) if value.strip() else {}
+        except ValueError:
+            raise ValueError(value) from None
+    if not isinstance(value, Mapping):
+        raise ValueError(value)
+    return Properties(value)
+
+
 _EXPECTED = {"int": "an integer", "float": "a number", "str": "a string", "Secret": "a string",
-             "bool": "true or false"}
+             "bool": "true or false",
+             "Properties": "a mapping of property names to values (in the environment: a JSON object)"}

@@ -10,7 +10,7 @@ from cachesync.config import _SECTIONS, Secret, Settings, mask_url
 from cachesync.schema.mapping import _FIELDS as TABLE_FIELDS
 
 _TYPES = {"int": "integer", "float": "number", "bool": "boolean", "str": "string",
-          "Secret": "string"}
+          "Secret": "string", "Properties": "object"}
 
 
 def json_schema() -> dict:
@@ -22,8 +22,9 @@ def json_schema() -> dict:
     table = {"type": "object", "additionalProperties": False, "required": [],
              "properties": {name: {} for name in sorted(TABLE_FIELDS)}}
     sections["tables"] = {"type": "object", "minProperties": 1, "additionalProperties": table,
-                          "propertyNames": {"pattern": r"^[^.]+\.[^.]+$"},
-                          "description": "db.table -> key templates and mode"}
+                          "propertyNames": {"pattern": r"^(?:re:.+|[^.]+\.[^.]+)$"},
+                          "description": "db.table, a glob (db.user_*) or re:<expression> "
+                                         "-> key templates and mode"}
     return {"$schema": "https://json-schema.org/draft/2020-12/schema",
             "$id": "https://cachesync.invalid/settings.schema.json",
             "title": "cachesync settings", "type": "object", "additionalProperties": False,
@@ -68,7 +69,8 @@ def effective(settings: Settings, origins: dict[str, str]) -> dict[str, dict[str
         for f in fields(section):
             key = f"{name}.{f.name}"
             out[key] = {"value": shown(getattr(section, f.name)), "from": origins.get(key, "default")}
-    out["tables"] = {"value": sorted(settings.tables.tables), "from": settings.origin}
+    out["tables"] = {"value": sorted(m.table for m in settings.tables.entries),
+                     "from": settings.origin}
     return out
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -58,11 +60,16 @@ def demo_writes(count: int):
                         (uid,), (f"user:{uid}", f"user:email:{new_email}"))
 
 
+_SERVING = re.compile(r"metrics and health on (http://\S+)")
+
+
 class Pipeline:
     """`cachesync tail` and `cachesync consume` as children; stopped on exit, always."""
 
     def __init__(self, config_path: str, env: dict[str, str]):
-        self._config, self._env = config_path, env
+        # Any free metrics port (unless the user chose one): the demo must not fail because
+        # another process holds 9464/9465; endpoints() says which ports were taken
+        self._config, self._env = config_path, {"CACHESYNC_METRICS_LISTEN": "127.0.0.1:0", **env}
         self._procs: list[tuple[str, subprocess.Popen, object]] = []
 
     def __enter__(self) -> "Pipeline":
@@ -91,6 +98,19 @@ class Pipeline:
             if proc.poll() is not None:
                 self.dump_logs()
                 raise SystemExit(f"cachesync {name} exited with status {proc.returncode}")
+
+    def endpoints(self) -> dict[str, str]:
+        """Each child's metrics and health URL, as its log announced it."""
+        found = {}
+        for name, _, log in self._procs:
+            # pread: the child shares this file's offset; moving it could make the child
+            # write over its own first lines
+            fd = log.fileno()
+            text = os.pread(fd, os.fstat(fd).st_size, 0).decode("utf-8", "replace")
+            match = _SERVING.search(text)
+            if match:
+                found[name] = match.group(1)
+        return found
 
     def dump_logs(self) -> None:
         for name, _, log in self._procs:

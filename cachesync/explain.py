@@ -21,6 +21,7 @@ caller, see ``cachesync.lint_keys.live_column_types`` and ``keys_without_ttl``.
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
@@ -86,6 +87,9 @@ def explain_event(event: ChangeEvent, mappings: MappingSet, planner: Planner = p
               for key, why in getattr(ep, "ambiguous", ())]
     if ep.null_skips:
         lines.append(f"skipped {ep.null_skips} template rendering(s): a key column is NULL")
+    if getattr(ep, "unwatched", False):
+        lines.append("no Redis operation: no watched column changed (watch_columns / "
+                     "ignore_columns; counted in cachesync_unwatched_updates)")
     if not lines:
         lines.append("no Redis operation")
     return lines, False
@@ -233,20 +237,7 @@ def _named_by(mapping: TableMapping, column: str) -> str:
 
 
 # -- live data -------------------------------------------------------------------------
-SCAN_COUNT = 1000
-
-
-def keys_without_ttl(client, template: KeyTemplate, sample: int) -> list[str]:
-    """Up to ``sample`` keys matching the template (SCAN, never KEYS) that have no TTL."""
-    keys = []
-    for key in client.scan_iter(match=template.glob, count=SCAN_COUNT):
-        keys.append(key)
-        if len(keys) >= sample:
-            break
-    if not keys:
-        return []
-    pipe = client.pipeline(transaction=False)
-    for key in keys:
-        pipe.ttl(key)
-    return [k.decode("utf-8", "replace") if isinstance(k, bytes) else k
-            for k, ttl in zip(keys, pipe.execute()) if ttl == -1]
+def keys_without_ttl(cache, template: KeyTemplate, sample: int) -> list[str]:
+    """Up to ``sample`` keys the template renders (a CacheReader's SCAN, never KEYS) that
+    have no TTL."""
+    return cache.without_ttl(list(itertools.islice(cache.scan(template), sample)))

@@ -30,6 +30,37 @@ def client_security(k: KafkaSettings) -> dict:
     return out
 
 
+def producer_options(k: KafkaSettings) -> dict:
+    """Every producer's keyword arguments from ``k``: security, ``kafka.compression_type``
+    and ``kafka.producer_properties``; raises ConfigError for a property kafka-python lacks."""
+    from kafka import KafkaProducer
+    compression = None if k.compression_type == "none" else k.compression_type
+    return {**_known(k.producer_properties, KafkaProducer.DEFAULT_CONFIG, "producer"),
+            "compression_type": compression, **client_security(k)}
+
+
+def consumer_options(k: KafkaSettings) -> dict:
+    """Every consumer's keyword arguments: security and ``kafka.consumer_properties``."""
+    from kafka import KafkaConsumer
+    return {**_known(k.consumer_properties, KafkaConsumer.DEFAULT_CONFIG, "consumer"),
+            **client_security(k)}
+
+
+def admin_options(k: KafkaSettings) -> dict:
+    """Every admin client's keyword arguments: security and ``kafka.admin_properties``."""
+    from kafka import KafkaAdminClient
+    return {**_known(k.admin_properties, KafkaAdminClient.DEFAULT_CONFIG, "admin"),
+            **client_security(k)}
+
+
+def _known(properties, defaults, client: str) -> dict:
+    unknown = sorted(set(properties) - set(defaults))
+    if unknown:
+        raise ConfigError(f"kafka.{client}_properties: kafka-python's {client} has no "
+                          f"propert{'y' if len(unknown) == 1 else 'ies'} {', '.join(unknown)}")
+    return dict(properties)
+
+
 def spark_kafka_options(k: KafkaSettings) -> dict[str, str]:
     """Spark's ``kafka.*`` source options for ``k`` (the JVM client reads the PEM CA itself).
 

@@ -101,7 +101,8 @@ def check_collations(mapping: TableMapping, types: ColumnTypes | None, finding) 
 def check_binary_forms(mapping: TableMapping, types: ColumnTypes | None, finding) -> list:
     """``key-text-changed`` findings: key columns whose key text this version renders
     differently from earlier ones (INET4/INET6/UUID: the server's text, formerly 0x-hex of
-    their bytes; TIME: negative values with a fraction), so keys cached before the upgrade
+    their bytes; TIME: negative values with a fraction; MySQL JSON: the server's text,
+    formerly a rendering of the library's dict), so keys cached before the upgrade
     under the old text are not invalidated by later changes."""
     out = []
     for f, data_type, _ in _key_columns(mapping, types):
@@ -114,6 +115,13 @@ def check_binary_forms(mapping: TableMapping, types: ColumnTypes | None, finding
                 "before this version rendered 0x-hex of its bytes: after upgrading, flush the "
                 "keys cached under the old text once (cachesync resync) and build the "
                 "application's keys from the column's text"))
+        elif kind == "json":           # MySQL's JSON (MariaDB reports a JSON column as longtext)
+            out.append(finding(
+                "key-text-changed", mapping.table,
+                f"column {f!r} is JSON: its key text is the server's text ({{\"a\": 1}}, as "
+                "CAST(col AS CHAR) prints it); cachesync before this version rendered MySQL "
+                "JSON keys (and update-mode values) in another form: after upgrading, flush "
+                "the keys cached under it once (cachesync resync)"))
         elif kind == "time":
             out.append(finding(
                 "key-text-changed", mapping.table,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import socket
 import sys
 import threading
 import time
@@ -16,15 +18,54 @@ OWN_LOGGER = "cachesync"
 REPEAT_WINDOW_S = 30.0
 
 
+# Record attributes copied into a JSON line when a log call passes them in ``extra``
+CONTEXT_FIELDS = ("table", "partition", "exit_code", "progress")
+
+
 class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message, the process's role, host and
+    pid, and the table / partition / exit code the call named (``extra={"table": ...}``)."""
+
+    def __init__(self, role: str = "") -> None:
+        super().__init__()
+        self.role = role
+        self._process = {"role": role or "cli", "host": socket.gethostname(), "pid": os.getpid()}
+
     def format(self, record: logging.LogRecord) -> str:
         doc = {"ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
                + f".{int(record.msecs):03d}Z",
                "level": record.levelname.lower(), "logger": record.name,
-               "msg": record.getMessage()}
+               "msg": record.getMessage(), **self._process}
+        for name in CONTEXT_FIELDS:
+            value = getattr(record, name, None)
+            if value is not None:
+                doc[name] = value
         if record.exc_info:
             doc["exc"] = self.formatException(record.exc_info)
-        return json.dumps(doc, ensure_ascii=False)
+        return json.dumps(doc, ensure_ascii=False, default=str)
+
+
+def json_enabled() -> bool:
+    """Whether :func:`setup` chose JSON lines (the root logger's handler formats them)."""
+    return any(isinstance(h.formatter, JsonFormatter) for h in logging.getLogger().handlers)
+
+
+def current_setup() -> tuple[str, bool, str]:
+    """The arguments of :func:`setup` in effect (a child process logs as its parent does)."""
+    root = logging.getLogger()
+    formats = [h.formatter for h in root.handlers if isinstance(h.formatter, JsonFormatter)]
+    return (logging.getLevelName(root.getEffectiveLevel()), bool(formats),
+            formats[0].role if formats else "")
+
+
+def final(message: str, exit_code: int) -> None:
+    """The process's last word before it exits with ``exit_code``: ``cachesync: <message>`` on
+    stderr, or under ``--log-json`` a JSON line at level critical carrying the exit code."""
+    if json_enabled():
+        logging.getLogger(OWN_LOGGER).critical(message, extra={"exit_code": exit_code})
+    else:
+        sys.stderr.write(f"cachesync: {message}\n")
+        sys.stderr.flush()
 
 
 class LibraryRepeats(logging.Filter):
@@ -54,10 +95,11 @@ class LibraryRepeats(logging.Filter):
         return True
 
 
-def setup(level: str = "INFO", json_format: bool = False) -> None:
-    """Log to stderr at ``level``; ``DEBUG`` shows everything, every library's lines included."""
+def setup(level: str = "INFO", json_format: bool = False, role: str = "") -> None:
+    """Log to stderr at ``level``; ``DEBUG`` shows everything, every library's lines included.
+    ``role`` (the command: consume, tail, ...) goes into every JSON line."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if json_format else
+    handler.setFormatter(JsonFormatter(role) if json_format else
                          logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]

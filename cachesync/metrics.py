@@ -30,20 +30,29 @@ LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 1.5, 2.5, 5.0, 10.
 
 # metric name -> (help, attribute on the engine's Stats); "fenced" arrives with update mode
 CONSUMER_COUNTERS = {
-    "cachesync_events_consumed": ("change events consumed (each element of a packed record; an undecodable record counts once)", "consumed"),
-    "cachesync_events_applied": ("Events whose cache operations were applied", "applied"),
-    "cachesync_duplicates_skipped": ("Events skipped as already done (dedup table)", "duplicates"),
-    "cachesync_fenced_writes_refused": ("Cache writes refused as older than the cached version",
+    "cachesync_consumer_events_consumed": ("change events consumed (each element of a packed record; an undecodable record counts once)", "consumed"),
+    "cachesync_consumer_events_applied": ("Events whose cache operations were applied", "applied"),
+    "cachesync_consumer_duplicates_skipped": ("Events skipped as already done (dedup table)", "duplicates"),
+    "cachesync_consumer_fenced_writes_refused": ("Cache writes refused as older than the cached version",
                                         "fenced"),
-    "cachesync_retries": ("Transient failures retried (Kafka, MySQL, Redis)", "retries"),
-    "cachesync_dead_letters": ("Records sent to the dead-letter topic", "dead_lettered"),
-    "cachesync_keys_deleted": ("Redis keys that existed and were deleted", "keys_deleted"),
-    "cachesync_batches": ("Batches processed", "batches"),
-    "cachesync_table_invalidations": ("Table-level events applied (TRUNCATE, DROP, RENAME, "
+    "cachesync_consumer_retries": ("Transient failures retried (Kafka, MySQL, Redis)", "retries"),
+    "cachesync_consumer_dead_letters": ("Records sent to the dead-letter topic", "dead_lettered"),
+    "cachesync_consumer_keys_deleted": ("Redis keys that existed and were deleted", "keys_deleted"),
+    "cachesync_consumer_batches": ("Batches processed", "batches"),
+    "cachesync_consumer_table_invalidations": ("Table-level events applied (TRUNCATE, DROP, RENAME, "
                                       "statement-logged DML): every key of the table removed",
                                       "table_invalidations"),
-    "cachesync_table_keys_deleted": ("Keys removed by table-level invalidations",
-                                     "table_keys_deleted"),
+    "cachesync_consumer_table_keys_deleted": ("Keys removed by table-level invalidations",
+                                              "table_keys_deleted"),
+    "cachesync_consumer_dedup_purged": ("Done dedup records purged by the periodic purge",
+                                        "purged"),
+    "cachesync_consumer_dedup_purge_failures": ("Periodic dedup purges that failed (retried "
+                                                "at the next consumer.purge_interval_s)",
+                                                "purge_failures"),
+    "cachesync_consumer_table_scans": ("Table-level scans run: one per table-level event, "
+                                       "whatever its partition copies", "table_scans"),
+    "cachesync_consumer_table_scans_reused": ("Table-level events whose scan another consumer "
+                                              "of the group ran", "table_scans_reused"),
 }
 TAILER_COUNTERS = {
     "cachesync_tailer_rows_published": ("Binlog row events sent to Kafka", "published"),
@@ -84,8 +93,27 @@ RELAY_COUNTERS = {
 }
 
 
+# Metrics renamed to the cachesync_<role>_... form: the old name is still exported beside the
+# new one, its help text naming the new one, for one more version (then removed)
+# consumer counters that never had an old name
+_NEW_CONSUMER_COUNTERS = {"cachesync_consumer_dedup_purged", "cachesync_consumer_dedup_purge_failures",
+                          "cachesync_consumer_table_scans", "cachesync_consumer_table_scans_reused"}
+DEPRECATED_ALIASES = {
+    **{new: new.replace("cachesync_consumer_", "cachesync_", 1)
+       for new in CONSUMER_COUNTERS if new not in _NEW_CONSUMER_COUNTERS},
+    "cachesync_tailer_heartbeats_written": "cachesync_heartbeats_written",
+    "cachesync_tailer_heartbeat_failures": "cachesync_heartbeat_failures",
+    "cachesync_tailer_checkpoint_age_seconds": "cachesync_checkpoint_age_seconds",
+}
+
+
+def deprecated_help(new: str) -> str:
+    return f"Deprecated: renamed to {new}; this name goes in the next version"
+
+
 class StatsCollector:
-    """Exposes integer attributes of ``source()`` as counters, read at scrape time."""
+    """Exposes integer attributes of ``source()`` as counters, read at scrape time (a renamed
+    counter under its deprecated old name too)."""
 
     def __init__(self, source: Callable[[], object], counters: dict[str, tuple[str, str]]):
         self._source, self._counters = source, counters
@@ -93,7 +121,11 @@ class StatsCollector:
     def collect(self):
         stats = self._source()
         for name, (doc, attr) in self._counters.items():
-            yield CounterMetricFamily(name, doc, value=getattr(stats, attr, 0) if stats else 0)
+            value = getattr(stats, attr, 0) if stats else 0
+            yield CounterMetricFamily(name, doc, value=value)
+            if name in DEPRECATED_ALIASES:
+                yield CounterMetricFamily(DEPRECATED_ALIASES[name], deprecated_help(name),
+                                          value=value)
 
     def describe(self):
         return []   # collected lazily; nothing to validate at registration
@@ -147,6 +179,33 @@ class TableCollector:
         return []
 
 
+class TableScanCollector:
+    """The table-level scans this consumer ran or waited for (consumer.table_jobs.TableScan),
+    per table: keys removed so far and seconds, of the one under way or the last one."""
+
+    def __init__(self, source: Callable[[], object]):
+        self._source = source
+
+    def collect(self):
+        latest = {scan.table: scan for scan in (self._source() or ())}
+        keys = GaugeMetricFamily("cachesync_table_scan_keys", "Keys removed by the table's "
+                                 "running or last table-level scan", labels=["table"])
+        seconds = GaugeMetricFamily("cachesync_table_scan_seconds", "How long the table's "
+                                    "running or last table-level scan has taken",
+                                    labels=["table"])
+        running = GaugeMetricFamily("cachesync_table_scan_running", "1 while a table-level "
+                                    "scan of the table is under way", labels=["table"])
+        now = time.monotonic()
+        for table, scan in sorted(latest.items()):
+            keys.add_metric([table], scan.keys)
+            seconds.add_metric([table], (scan.finished or now) - scan.started)
+            running.add_metric([table], 0 if scan.done.is_set() else 1)
+        yield from (keys, seconds, running)
+
+    def describe(self):
+        return []
+
+
 class Cumulative:
     """Counters summed over successive instances (the tail command rebuilds its tailer on
     every restart, and each tailer counts from zero)."""
@@ -175,11 +234,14 @@ class ConsumerMetrics:
 
     def __init__(self, registry: CollectorRegistry, stats: Callable[[], object],
                  on_heartbeat: Callable[[str, float, float], None] | None = None,
-                 tables: Callable[[], object] | None = None):
+                 tables: Callable[[], object] | None = None,
+                 scans: Callable[[], object] | None = None):
         self._on_heartbeat = on_heartbeat
         registry.register(StatsCollector(stats, CONSUMER_COUNTERS))
         if tables is not None:          # the engine's TableTally (or None before it exists)
             registry.register(TableCollector(tables))
+        if scans is not None:           # the engine's table-level scans (TableInvalidator.scans)
+            registry.register(TableScanCollector(scans))
         self.lag = Histogram("cachesync_commit_to_apply_seconds",
                              "Source commit -> cache applied, per event (kind: binlog, outbox, "
                              "heartbeat)", ["kind"], buckets=LAG_BUCKETS, registry=registry)
@@ -188,6 +250,9 @@ class ConsumerMetrics:
         self.kafka_lag = Gauge("cachesync_kafka_consumer_lag_messages",
                                "End offset minus committed offset, per partition",
                                ["partition"], registry=registry)
+        Gauge("cachesync_consumer_last_apply_timestamp_seconds", "Unix time of the newest "
+              "applied batch (0 before the first)", registry=registry).set_function(
+                  lambda: self.last_apply_at or 0.0)
         self.last_apply_at: float | None = None        # time.time() of the newest applied batch
         self.last_lag_s: float | None = None
         self.backlog: int | None = None                 # total Kafka consumer lag, last probe
@@ -257,16 +322,25 @@ def lag_samples(result) -> list[LagSample]:
 
 
 class CheckpointAge:
-    """``cachesync_checkpoint_age_seconds``: how long ago the tailer's checkpoint last moved."""
+    """How long ago the tailer's checkpoint last moved, and when (a timestamp: alert on
+    ``time() - ..._timestamp_seconds``, which keeps growing while the process is stuck)."""
 
     def __init__(self, registry: CollectorRegistry):
-        self.gauge = Gauge("cachesync_checkpoint_age_seconds",
+        self.gauge = Gauge("cachesync_tailer_checkpoint_age_seconds",
                            "Seconds since the stored tailer checkpoint last advanced",
                            registry=registry)
+        self._old = Gauge(DEPRECATED_ALIASES["cachesync_tailer_checkpoint_age_seconds"],
+                          deprecated_help("cachesync_tailer_checkpoint_age_seconds"),
+                          registry=registry)
+        self.last_advance = Gauge("cachesync_tailer_checkpoint_last_advance_timestamp_seconds",
+                                  "Unix time the stored tailer checkpoint last advanced",
+                                  registry=registry)
         self.value: float | None = None
 
-    def set(self, age_s: float) -> None:
+    def set(self, age_s: float, now: float | None = None) -> None:
         self.gauge.set(age_s)
+        self._old.set(age_s)
+        self.last_advance.set((time.time() if now is None else now) - age_s)
         self.value = age_s
 
 
@@ -277,13 +351,31 @@ def counters(registry: CollectorRegistry, source: Callable[[], object],
 
 def heartbeat_gauge(registry: CollectorRegistry, writer) -> None:
     registry.register(StatsCollector(lambda: writer, {
-        "cachesync_heartbeats_written": ("Heartbeat rows written by this tailer", "written"),
-        "cachesync_heartbeat_failures": ("Heartbeat writes that failed", "failures")}))
+        "cachesync_tailer_heartbeats_written": ("Heartbeat rows written by this tailer",
+                                                "written"),
+        "cachesync_tailer_heartbeat_failures": ("Heartbeat writes that failed", "failures")}))
+
+
+def tailer_active(registry: CollectorRegistry, name: str, active: Callable[[], bool]) -> None:
+    """``cachesync_tailer_active{tailer}``: 1 while this process tails, 0 while it waits as a
+    hot standby (alert when no process of a tailer name reports 0: no standby left)."""
+    Gauge("cachesync_tailer_active", "1 while this process holds the tailer lock and tails, "
+          "0 while it waits as a hot standby", ["tailer"],
+          registry=registry).labels(name).set_function(lambda: 1 if active() else 0)
 
 
 def info(registry: CollectorRegistry, role: str, version: str) -> None:
     Gauge("cachesync_info", "Process role and version", ["role", "version"],
           registry=registry).labels(role, version).set(1)
+
+
+def process_collectors(registry: CollectorRegistry) -> None:
+    """``process_*`` (CPU, memory, open files, start time), ``python_gc_*`` and
+    ``python_info``, as the default registry would have them."""
+    from prometheus_client import GCCollector, PlatformCollector, ProcessCollector
+    ProcessCollector(registry=registry)
+    GCCollector(registry=registry)
+    PlatformCollector(registry=registry)
 
 
 # issue 16: the consistency monitor (cachesync.monitor), in consume, run and monitor

@@ -20,15 +20,13 @@ import time
 from collections import Counter
 from typing import Any, Callable, Iterable, Mapping
 
-import redis
-
 from cachesync.config import MonitorSettings, Settings
-from cachesync.consumer.adapters.redis_cluster import read_cached
 from cachesync.consumer.applier import BatchResult
 from cachesync.consumer.consistency import (STALE, RateLimit, Sample, judge, keys_to_read,
                                             next_step, row_identity, sampled)
 from cachesync.consumer.core.plan import EventPlan
 from cachesync.consumer.hooks import Hook
+from cachesync.consumer.ports import CacheReader
 from cachesync.producer_outbox.mysql import Session
 from cachesync.schema.errors import CachesyncError, FatalError
 from cachesync.schema.keytext import server_text_sql, value_from_text
@@ -107,18 +105,18 @@ def _value(text: str | None, data_type: str) -> Any:
 row_value = _value     # a column's key text -> the value the tailer publishes (snapshot too)
 
 
-def read_values(client: redis.Redis, mapping: TableMapping, keys: list[str]) -> dict[str, Any]:
+def read_values(cache: CacheReader, mapping: TableMapping, keys: list[str]) -> dict[str, Any]:
     """key -> what Redis holds (bytes, a dict for update-mode hashes, None when absent)."""
-    return dict(zip(keys, read_cached(client, mapping, keys))) if keys else {}
+    return dict(zip(keys, cache.read(mapping, keys))) if keys else {}
 
 
 class ConsistencyMonitor(Hook):
     """Samples applied events and checks them on its own thread; ``counts`` per (table, result)."""
 
     def __init__(self, settings: MonitorSettings, mappings: MappingSet, reader: RowReader,
-                 client: redis.Redis, clock: Callable[[], float] = time.time):
+                 cache: CacheReader, clock: Callable[[], float] = time.time):
         self._settings, self._mappings, self._reader = settings, mappings, reader
-        self._client, self._clock = client, clock
+        self._cache, self._clock = cache, clock
         self._limit = RateLimit(settings.max_checks_per_s, clock)
         self._queue: queue.Queue[Sample] = queue.Queue(settings.queue_size)
         self._due: list[tuple[float, int, Sample]] = []
@@ -170,7 +168,7 @@ class ConsistencyMonitor(Hook):
         if self._thread.is_alive():
             self._thread.join(JOIN_S)
         self._reader.close()
-        self._client.close()
+        self._cache.close()
 
     @property
     def pending(self) -> int:
@@ -219,9 +217,9 @@ class ConsistencyMonitor(Hook):
         try:
             before = self._reader.read(mapping, sample.pk)
             keys = keys_to_read(mapping, before, dict(sample.pk))
-            cached = read_values(self._client, mapping, keys)
+            cached = read_values(self._cache, mapping, keys)
             after = self._reader.read(mapping, sample.pk)
-        except (CachesyncError, redis.RedisError) as e:
+        except CachesyncError as e:
             self._failed(sample, e)
             return False
         self._recovered()
@@ -281,7 +279,7 @@ def build_monitor(settings: Settings) -> ConsistencyMonitor:
     from cachesync import wiring
     session = Session(wiring.mysql_params(settings).connect, setup=_read_only)
     return ConsistencyMonitor(settings.monitor, settings.tables, RowReader(session),
-                              wiring.redis_client(settings, wiring.ADAPTER_TIMEOUT_S))
+                              wiring.build_cache_reader(settings))
 
 
 def _read_only(conn) -> None:

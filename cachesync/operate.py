@@ -11,14 +11,14 @@ import logging
 import threading
 from typing import Callable
 
-import redis
 from prometheus_client import CollectorRegistry, Gauge
 
 from cachesync import __version__
 from cachesync.config import Settings
 from cachesync.http import OpsServer, parse_listen
 from cachesync.metrics import (RELAY_COUNTERS, TAILER_COUNTERS, CheckpointAge, ConsumerMetrics,
-                               Cumulative, MonitorCollector, counters, heartbeat_gauge, info)
+                               Cumulative, MonitorCollector, counters, heartbeat_gauge, info,
+                               process_collectors)
 from cachesync import wiring
 from cachesync.probes import (BinlogFormatWatch, KafkaOffsets, Prober, checkpoint_info,
                               record_applied_lag)
@@ -37,6 +37,7 @@ class Ops:
         self.settings, self.role = settings, role
         self.registry = CollectorRegistry(auto_describe=False)
         info(self.registry, role, __version__)
+        process_collectors(self.registry)
         # parsed now: a bad value stops the command before it starts
         self._address = parse_listen(settings.metrics.listen, role)
         self._closers: list[Callable[[], None]] = []
@@ -66,16 +67,11 @@ class Ops:
         self._closers.extend([writer.close, stop.set])
 
     def redis_ping(self) -> Callable[[], None]:
-        """A probe step: raises ConnectionError unless Redis answers within the probe timeout."""
-        cache = wiring.redis_client(self.settings, REDIS_PROBE_TIMEOUT_S)
+        """A probe step: raises RetryableError unless Redis answers within the probe timeout
+        (FatalError when it refuses the credentials)."""
+        cache = wiring.build_cache_reader(self.settings, REDIS_PROBE_TIMEOUT_S)
         self._closers.append(cache.close)
-
-        def ping() -> None:
-            try:
-                cache.ping()
-            except redis.RedisError as e:
-                raise ConnectionError(f"Redis unavailable: {e}") from e
-        return ping
+        return cache.ping
 
     def start(self, probe: Callable[[], None], checks: list[Callable[[], str | None]]) -> "Ops":
         """Start probing and, unless ``metrics.listen`` is off, serving; raises ConfigError
@@ -96,10 +92,11 @@ class Ops:
 
 def consumer_ops(settings: Settings, stats: Callable[[], object],
                  committed: Callable[[], dict[int, int]] | None = None,
-                 tables: Callable[[], object] | None = None) -> tuple[Ops, ConsumerMetrics]:
+                 tables: Callable[[], object] | None = None,
+                 scans: Callable[[], object] | None = None) -> tuple[Ops, ConsumerMetrics]:
     """Metrics for ``consume``, started; pass ``metrics.on_batch`` to the engine. ``stats``
-    returns the engine's Stats and ``tables`` its TableTally (or None before the engine
-    exists); ``committed`` the next offset per partition when the group does not hold them
+    returns the engine's Stats, ``tables`` its TableTally (or None before the engine
+    exists) and ``scans`` its table-level scans; ``committed`` the next offset per partition when the group does not hold them
     (Spark's checkpoint)."""
     ops = Ops(settings, "consume")
     # One MySQL session per thread: the engine's thread records heartbeat lag, the prober's
@@ -110,7 +107,7 @@ def consumer_ops(settings: Settings, stats: Callable[[], object],
     metrics = ConsumerMetrics(
         ops.registry, stats,
         on_heartbeat=lambda src, c, a: recorder.run(lambda: record_applied_lag(lag_session, ns, src, c, a)),
-        tables=tables)
+        tables=tables, scans=scans)
     kafka, redis_ping = ops.kafka(), ops.redis_ping()
 
     def probe():

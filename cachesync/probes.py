@@ -78,8 +78,8 @@ class KafkaOffsets:
             if self._admin is None:
                 self._admin = KafkaAdminClient(bootstrap_servers=self._bootstrap,
                                                client_id="cachesync-probe",
-                                               request_timeout_ms=self._timeout_ms,
-                                               **self._security)
+                                               **{"request_timeout_ms": self._timeout_ms,
+                                                  **self._security})
             return work(self._admin)
         except (KafkaError, OSError) as e:
             self.close()

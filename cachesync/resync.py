@@ -8,6 +8,7 @@ so the tailer publishes it; nothing between the lost checkpoint and now can stay
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 from typing import Callable
@@ -91,11 +92,13 @@ def resync_tables(settings: Settings, names: tuple[str, ...],
             raise ValueError(f"not a mapped table: {', '.join(unknown)} (mapped: "
                              f"{', '.join(sorted(m.table for m in settings.tables.entries))})")
         chosen = found
-    once = {}
+    once: dict = {}
     for m in chosen.values():
         if m.keys:
-            once.setdefault((tuple(t.text for t in m.keys), m.mode), m)
-    return list(once.values())
+            once.setdefault((tuple(t.text for t in m.keys), m.mode), []).append(m)
+    # shards rendering the same keys: one scan, reported under their tables: entry
+    return [group[0] if len(group) == 1 else dataclasses.replace(group[0], table=group[0].pattern)
+            for group in once.values()]
 
 
 def position_ordinal(position: Checkpoint) -> int:

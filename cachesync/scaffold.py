@@ -11,12 +11,21 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
+from cachesync.producer_outbox.matched import SYSTEM_SCHEMAS
 from cachesync.schema.patterns import is_shadow_table
 
 _NUMBERED = re.compile(r"^(.*?)(\d+)$")
 # key columns whose values have no stable text (cachesync.schema.keytext)
 UNKEYABLE_TYPES = {"json", "geometry", "point", "linestring", "polygon", "blob", "longblob",
                    "mediumblob", "tinyblob", "float", "double"}
+
+
+def visible_databases(conn, state_db: str) -> tuple[str, ...]:
+    """The databases the account sees, but the server's own and cachesync's state database."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT schema_name FROM information_schema.schemata")
+        names = [str(r[0]) for r in cur.fetchall()]
+    return tuple(sorted(n for n in names if n not in SYSTEM_SCHEMAS and n != state_db))
 
 
 def read_schema(conn, databases: list[str]) -> dict[tuple[str, str], list[tuple[str, str]]]:

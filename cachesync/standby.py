@@ -43,6 +43,7 @@ class ActiveStandby:
         self._guard = threading.Lock()
         self._current: RestartingTailer | None = None
         self.terms = 0              # how often this process became the active tailer
+        self.active = False         # holding the lock and tailing (else a standby)
 
     @property
     def last(self):
@@ -67,7 +68,7 @@ class ActiveStandby:
         """Tail while the lock holds; True when the lock was lost (False: stopped)."""
         supervisor, lost, ended = self._build(), threading.Event(), threading.Event()
         with self._guard:
-            self._current, self.terms = supervisor, self.terms + 1
+            self._current, self.terms, self.active = supervisor, self.terms + 1, True
             if self._stopping.is_set():
                 supervisor.stop()
         watch = threading.Thread(target=self._watch, args=(supervisor, lost, ended),
@@ -83,6 +84,7 @@ class ActiveStandby:
             lost.set()
             log.info("tailer stopped after losing its lock: %s", e)
         finally:
+            self.active = False
             ended.set()
             watch.join()
             self._lock.release()

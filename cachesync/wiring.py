@@ -11,36 +11,27 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-import redis
-from redis.cluster import RedisCluster
-from redis.connection import parse_url
-from redis.sentinel import Sentinel
-from kafka import KafkaConsumer
-
 from cachesync.config import Settings, host_list
 from cachesync.kafka_login import refused_login_is_fatal
-from cachesync.kafka_security import client_security
-from cachesync.consumer.adapters.kafka_source import KafkaDeadLetters, KafkaSource, group_config
-from cachesync.consumer.adapters.mysql_dedup import MySQLDedupStore
-from cachesync.consumer.adapters.redis_cache import RedisCache
-from cachesync.consumer.adapters.redis_dedup import RedisDedupStore
-from cachesync.consumer.adapters.redis_table_jobs import RedisTableJobs
-from cachesync.consumer.engine import PythonEngine
-from cachesync.producer_outbox.checkpoint import Checkpoint, MySQLCheckpointStore
-from cachesync.probes import KafkaOffsets
-from cachesync.producer_outbox.heartbeat import HeartbeatWriter, own_rows_only, with_heartbeat
-from cachesync.producer_outbox.leader import TailerLock
+from cachesync.kafka_security import admin_options, consumer_options, producer_options
 from cachesync.producer_outbox.mysql import MySQLParams, Session, ensure_state_tables
-from cachesync.producer_outbox.preflight import check_server
-from cachesync.producer_outbox.procpublisher import ProcessPublisher
-from cachesync.producer_outbox.publisher import KafkaPublisher
-from cachesync.producer_outbox.relay import Relay
-from cachesync.producer_outbox.relay_store import OutboxStore
-from cachesync.producer_outbox.source import first_answering, source_candidates
 from cachesync.schema.errors import ConfigError
 from cachesync.schema.mapping import MappingSet
 
+# The adapters are imported by the factories that build them: `consume` never loads the
+# binlog reader, `tail` never the consumer engine, and every command starts sooner.
 if TYPE_CHECKING:
+    import redis
+    from kafka import KafkaConsumer
+    from cachesync.consumer.adapters.kafka_source import KafkaDeadLetters
+    from cachesync.consumer.adapters.redis_cache import RedisCache
+    from cachesync.consumer.adapters.redis_table_jobs import RedisTableJobs
+    from cachesync.consumer.engine import PythonEngine
+    from cachesync.probes import KafkaOffsets
+    from cachesync.producer_outbox.checkpoint import Checkpoint
+    from cachesync.producer_outbox.heartbeat import HeartbeatWriter
+    from cachesync.producer_outbox.leader import TailerLock
+    from cachesync.producer_outbox.relay import Relay
     from cachesync.producer_outbox.tailer import Tailer
 
 
@@ -55,15 +46,31 @@ def mysql_params(settings: Settings, database: str | None = None) -> MySQLParams
 
 
 def tls_options(m) -> tuple[tuple[str, object], ...]:
-    """pymysql's TLS arguments for ``mysql.ssl_*``; empty (plain text) without ``ssl_ca``."""
-    if not m.ssl_ca:
+    """pymysql's TLS arguments for ``mysql.ssl_*``; empty (plain text) without ``ssl_ca`` or
+    ``ssl``. ``ssl`` alone names the system's CA bundle: pymysql given no CA would encrypt
+    without verifying the server."""
+    if not (m.ssl_ca or m.ssl):
         return ()
-    return (("ssl_ca", m.ssl_ca), ("ssl_cert", m.ssl_cert or None), ("ssl_key", m.ssl_key or None),
+    return (("ssl_ca", m.ssl_ca or system_ca()), ("ssl_cert", m.ssl_cert or None), ("ssl_key", m.ssl_key or None),
             ("ssl_verify_cert", True), ("ssl_verify_identity", m.ssl_verify_identity))
+
+
+def system_ca() -> str:
+    """The system's trusted CA bundle file; raises ConfigError without one."""
+    import os
+    import ssl
+    paths = ssl.get_default_verify_paths()
+    found = next((f for f in (paths.cafile, "/etc/ssl/certs/ca-certificates.crt",
+                              "/etc/pki/tls/certs/ca-bundle.crt") if f and os.path.isfile(f)), None)
+    if not found:
+        raise ConfigError("mysql.ssl: this system has no trusted CA bundle (OpenSSL looks at "
+                          f"{paths.openssl_cafile}); set mysql.ssl_ca to the server's CA")
+    return found
 
 
 def mappings(settings: Settings) -> MappingSet:
     """The configured tables plus the internal heartbeat table (see cachesync.producer_outbox.heartbeat)."""
+    from cachesync.producer_outbox.heartbeat import with_heartbeat
     return with_heartbeat(settings.tables, settings.mysql.state_db)
 
 
@@ -73,12 +80,17 @@ def state_session(settings: Settings) -> Session:
 
 
 def kafka_offsets(settings: Settings) -> KafkaOffsets:
-    return KafkaOffsets(settings.kafka.bootstrap_servers, security=client_security(settings.kafka))
+    from cachesync.probes import KafkaOffsets
+    return KafkaOffsets(settings.kafka.bootstrap_servers, security=admin_options(settings.kafka))
 
 
 def redis_client(settings: Settings, timeout_s: float | None = None) -> redis.Redis:
     """A client of ``redis.url``, of the cluster it is a node of (``redis.cluster``), or of the
     master ``redis.sentinels`` name (every Redis user)."""
+    import redis
+    from redis.cluster import RedisCluster
+    from redis.connection import parse_url
+    from redis.sentinel import Sentinel
     r = settings.redis
     if r.cluster:
         return RedisCluster.from_url(str(r.url), socket_timeout=timeout_s,
@@ -96,24 +108,35 @@ def redis_client(settings: Settings, timeout_s: float | None = None) -> redis.Re
 
 def range_reader(settings: Settings, **options) -> KafkaConsumer:
     """A group-less Kafka consumer (replay reads offset ranges; nothing is committed)."""
+    from kafka import KafkaConsumer
     bootstrap = settings.kafka.bootstrap_servers
     with refused_login_is_fatal(bootstrap):
         return KafkaConsumer(bootstrap_servers=bootstrap.split(","), group_id=None,
-                             enable_auto_commit=False, **options, **client_security(settings.kafka))
+                             enable_auto_commit=False,
+                             **{**options, **consumer_options(settings.kafka)})
 
 
 def build_heartbeat(settings: Settings) -> HeartbeatWriter:
+    from cachesync.producer_outbox.heartbeat import HeartbeatWriter
     t = settings.tailer
     return HeartbeatWriter(mysql_params(settings).connect, t.name, t.heartbeat_interval_s)
 
 
 def build_cache(settings: Settings) -> RedisCache:
+    from cachesync.consumer.adapters.redis_cache import RedisCache
     return RedisCache("", client=redis_client(settings, ADAPTER_TIMEOUT_S),
                       legacy_companions=settings.redis.legacy_companion_keys)
 
 
+def build_cache_reader(settings: Settings, timeout_s: float = ADAPTER_TIMEOUT_S):
+    """The CacheReader port on its own Redis client (the monitor, audit, lint, probes)."""
+    from cachesync.consumer.adapters.redis_reader import RedisCacheReader
+    return RedisCacheReader(redis_client(settings, timeout_s))
+
+
 def build_tailer_lock(settings: Settings) -> TailerLock:
     """The named lock that makes one of the tailers named ``tailer.name`` the active one."""
+    from cachesync.producer_outbox.leader import TailerLock
     return TailerLock(mysql_params(settings).connect, settings.tailer.name,
                       settings.tailer.lock_lease_s)
 
@@ -121,6 +144,7 @@ def build_tailer_lock(settings: Settings) -> TailerLock:
 def tailer_preflight(settings: Settings):
     """A check of the binlog source's settings and the user's grants (raises FatalError,
     RetryableError when no source answers)."""
+    from cachesync.producer_outbox.preflight import check_server
     return lambda: check_server(source_params(settings).connect,
                                 replica=bool(settings.tailer.source_hosts))
 
@@ -128,6 +152,7 @@ def tailer_preflight(settings: Settings):
 def source_params(settings: Settings) -> MySQLParams:
     """The server whose binlog the tailer reads: the first of ``tailer.source_hosts`` that
     answers, else ``mysql.host`` (raises RetryableError when none answers, FatalError)."""
+    from cachesync.producer_outbox.source import first_answering, source_candidates
     if not settings.tailer.source_hosts:
         return mysql_params(settings)
     hosts = host_list(settings.tailer.source_hosts, settings.mysql.port)
@@ -138,24 +163,28 @@ def build_dedup(settings: Settings):
     """The dedup store ``consumer.dedup_store`` names; raises ConfigError for an unknown one."""
     c = settings.consumer
     if c.dedup_store == "mysql":
+        from cachesync.consumer.adapters.mysql_dedup import MySQLDedupStore
         params = mysql_params(settings)
         if c.dedup_mysql_host:
             (host, port), = host_list(c.dedup_mysql_host, settings.mysql.port)
             params = replace(params, host=host, port=port)
         return MySQLDedupStore(params, settings.dedup_namespace, log_bin=c.dedup_mysql_log_bin)
     if c.dedup_store == "redis":
+        from cachesync.consumer.adapters.redis_dedup import RedisDedupStore
         return RedisDedupStore("", settings.dedup_namespace, c.dedup_retention_s,
                                client=redis_client(settings, ADAPTER_TIMEOUT_S))
     raise ConfigError(f"consumer.dedup_store: expected 'mysql' or 'redis', got {c.dedup_store!r}")
 
 
 def build_dead_letters(settings: Settings) -> KafkaDeadLetters:
+    from cachesync.consumer.adapters.kafka_source import KafkaDeadLetters
     k = settings.kafka
-    return KafkaDeadLetters(k.bootstrap_servers, k.dead_letter_topic, client_security(k))
+    return KafkaDeadLetters(k.bootstrap_servers, k.dead_letter_topic, producer_options(k))
 
 
 def kafka_group(settings: Settings) -> dict:
     """The consumer group membership settings of ``kafka``, as kafka-python takes them."""
+    from cachesync.consumer.adapters.kafka_source import group_config
     k = settings.kafka
     return group_config(k.session_timeout_ms, k.heartbeat_interval_ms, k.max_poll_interval_ms,
                         k.group_instance_id, k.assignment_strategy)
@@ -165,10 +194,12 @@ def build_engine(settings: Settings, on_batch=None, source=None, dead_letters=No
                  hooks=()) -> PythonEngine:
     """The python engine on the Kafka group (or on ``source``, direct mode's queue), with
     extra ``hooks`` (the consistency monitor)."""
+    from cachesync.consumer.adapters.kafka_source import KafkaSource
+    from cachesync.consumer.engine import PythonEngine
     k = settings.kafka
     return PythonEngine(
         source=source or KafkaSource(k.bootstrap_servers, k.topic, k.group_id,
-                                     group=kafka_group(settings), security=client_security(k),
+                                     group=kafka_group(settings), security=consumer_options(k),
                                      async_commit=settings.consumer.offset_commit == "async"),
         dedup=build_dedup(settings), cache=build_cache(settings),
         dead_letters=dead_letters or build_dead_letters(settings),
@@ -178,6 +209,7 @@ def build_engine(settings: Settings, on_batch=None, source=None, dead_letters=No
 
 def build_table_jobs(settings: Settings) -> RedisTableJobs:
     """The group's table-level scan records, beside the cache (one scan per event)."""
+    from cachesync.consumer.adapters.redis_table_jobs import RedisTableJobs
     return RedisTableJobs(redis_client(settings, ADAPTER_TIMEOUT_S), settings.dedup_namespace,
                           keep_s=settings.consumer.dedup_retention_s)
 
@@ -186,15 +218,20 @@ def build_tailer(settings: Settings, start: Checkpoint | None = None, publisher=
                  topic: str | None = None) -> Tailer:
     """The binlog tailer publishing to Kafka (or to ``publisher`` on ``topic``: direct mode);
     ``start`` overrides the stored checkpoint (``tail --from-...``)."""
-    # imported here: the binlog reader needs compiled libraries (zstandard) that Spark
-    # executors, which import this module for the consumer's adapters, may not have
+    from cachesync.producer_outbox.checkpoint import MySQLCheckpointStore
+    from cachesync.producer_outbox.heartbeat import own_rows_only
+    # the binlog reader needs compiled libraries (zstandard) that Spark executors, which
+    # import this module for the consumer's adapters, may not have
     from cachesync.producer_outbox.tailer import Tailer, TailerOptions
     t = settings.tailer
     source = source_params(settings)
     owns = publisher is None
     if owns:
-        kind = ProcessPublisher if t.publisher == "process" else KafkaPublisher
-        publisher = kind(settings.kafka.bootstrap_servers, security=client_security(settings.kafka))
+        if t.publisher == "process":
+            from cachesync.producer_outbox.procpublisher import ProcessPublisher as kind
+        else:
+            from cachesync.producer_outbox.publisher import KafkaPublisher as kind
+        publisher = kind(settings.kafka.bootstrap_servers, security=producer_options(settings.kafka))
     return Tailer(source, publisher,
                   MySQLCheckpointStore(mysql_params(settings).connect, t.name), mappings(settings),
                   TailerOptions(topic or settings.kafka.topic, t,
@@ -224,12 +261,15 @@ def build_direct(settings: Settings, on_batch=None):
 
 def build_relay(settings: Settings) -> Relay:
     """The outbox relay for ``relay.outbox_db``; raises ConfigError if it is not set."""
+    from cachesync.producer_outbox.publisher import KafkaPublisher
+    from cachesync.producer_outbox.relay import Relay
+    from cachesync.producer_outbox.relay_store import OutboxStore
     r, m = settings.relay, settings.mysql
     if not r.outbox_db:
         raise ConfigError("relay.outbox_db is required: the application database holding "
                           "the outbox table (or CACHESYNC_RELAY_OUTBOX_DB)")
     params = mysql_params(settings, r.outbox_db)
-    bootstrap, security = settings.kafka.bootstrap_servers, client_security(settings.kafka)
+    bootstrap, security = settings.kafka.bootstrap_servers, producer_options(settings.kafka)
     return Relay(OutboxStore(params.connect, r.outbox_db, r.outbox_table),
                  lambda: KafkaPublisher(bootstrap, client_id="cachesync-relay", security=security),
                  r, settings.kafka.topic, db=r.outbox_db, server=f"{m.host}:{m.port}",

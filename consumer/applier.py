@@ -48,6 +48,7 @@ class Stats:
     null_key_skips: int = 0
     double_deletes: int = 0        # delayed second deletes run (hook)
     purged: int = 0                # done dedup records purged (hook)
+    purge_failures: int = 0        # periodic purges that failed (hook)
     batches: int = 0
     retries: int = 0
     table_invalidations: int = 0   # table-level events (truncate, drop, rename, statement)
@@ -178,7 +179,8 @@ class Applier:
         self.stats.table_scans += 1
         self.stats.table_keys_deleted += removed
         log.warning("table-level change of %s (%s): invalidated every key of its templates, "
-                    "%d removed", event.qualified_table, event.extra.get("reason", "?"), removed)
+                    "%d removed", event.qualified_table, event.extra.get("reason", "?"), removed,
+                    extra={"table": event.qualified_table})
 
     def _write_rows(self, applied: list[EventPlan], result: BatchResult) -> None:
         """Invalidate, then write the fenced values (update mode)."""

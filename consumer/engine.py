@@ -49,7 +49,7 @@ class PythonEngine:
         # table_jobs (a job store, RedisTableJobs): table-level scans run beside the rows,
         # once per event, each copy's offset held until its scan completes
         self.table_scans = None if table_jobs is None else TableInvalidator(
-            cache, table_jobs, self.stats, retry, self._stop)
+            cache, table_jobs, self.stats, retry, self._stop, lease_s=options.claim_lease_s)
         self._wanted: dict = {}        # partition -> the offset its applied batches reached
         self._short: dict = {}         # partition -> offset committed short of it (a scan held it)
         self.applier = Applier(cache, mappings, options, dedup, dead_letters, retry, self._stop,

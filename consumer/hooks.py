@@ -134,6 +134,7 @@ class DedupPurge(Hook):
             total = purge_dedup(self._dedup, s.dedup_retention_s, s.purge_batch,
                                 s.purge_batches_per_run)
         except RetryableError as e:
+            self._stats.purge_failures += 1
             log.warning("dedup purge skipped until the next interval: %s", e)
             return
         self._stats.purged += total

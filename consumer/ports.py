@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping, NamedTuple, Protocol, Sequence
+from typing import Iterable, Iterator, Mapping, NamedTuple, Protocol, Sequence
 
 from cachesync.consumer.core.dedup import ClaimState
 from cachesync.consumer.core.offsets import Record
@@ -41,6 +41,29 @@ class CacheWriter(Protocol):
         """Delete every key the table's templates can produce; ``fence_version`` (update
         mode) turns later writes of older rows of the table into deletes. Returns how many
         keys existed."""
+
+
+class CacheReader(Protocol):
+    """What the operator surface reads from the cache: the consistency monitor, ``audit``,
+    ``lint`` and the readiness probes. Every failure is a CachesyncError (RetryableError when
+    the cache is unreachable, FatalError when it refuses the credentials or a command)."""
+
+    def read(self, mapping, keys: Sequence[str]) -> list:
+        """What the cache holds at ``keys`` of ``mapping``, in order: for an update-mode
+        ``hash`` table a dict of bytes per key (empty when absent), else bytes or None."""
+
+    def ping(self) -> None:
+        """Return once the cache answers; raises RetryableError when it does not."""
+
+    def scan(self, template) -> Iterator[str]:
+        """The cached keys ``template`` renders (never cachesync's own), on every server of
+        a cluster; SCAN, never KEYS."""
+
+    def without_ttl(self, keys: Sequence[str]) -> list[str]:
+        """Those of ``keys`` that exist and have no TTL."""
+
+    def close(self) -> None:
+        """Release the connections."""
 
 
 class Source(Protocol):

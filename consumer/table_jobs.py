@@ -32,8 +32,9 @@ from cachesync.schema.retry import RetryPolicy, Stopped, call
 
 log = logging.getLogger("cachesync.consumer")
 
-# how long a scan is its owner's without a renewal; renewed every third of it while it runs
-JOB_LEASE_S = 30.0
+# how long a scan is its owner's without a renewal (the engine passes consumer.claim_lease_s:
+# a crashed owner's scan is taken over as soon as its claims are); renewed every third of it
+JOB_LEASE_S = 5.0
 # how often a copy waiting for another consumer's scan asks the job store again
 WAIT_POLL_S = 0.5
 SCAN_WORKERS = 2        # table events scanned at the same time (each one SCAN loop)
@@ -52,6 +53,7 @@ class TableScan:
     finished: float | None = None
     reused: bool = False            # another consumer's scan did the work
     failure: BaseException | None = None    # what stopped it (not Stopped): raised by check()
+    fence: str | None = None        # update mode: the event's padded version (newer keys stay)
     copies: int = 1                 # partition copies of the event that waited for it here
     done: threading.Event = field(default_factory=threading.Event)
 
@@ -83,7 +85,8 @@ class TableInvalidator:
             scan = self._scans.get(job)
             if scan is None or (scan.done.is_set() and scan.finished is None):
                 scan = TableScan(job, event.qualified_table, event.extra.get("reason", "?"),
-                                 self._clock())
+                                 self._clock(), fence=padded(event.version)
+                                 if mapping.updates else None)
                 self._scans[job] = scan
                 self._forget_old()
                 self._pool.submit(self._run, scan, mapping)
@@ -174,7 +177,7 @@ class TableInvalidator:
 
         def attempt() -> int:
             scan.keys = 0
-            return self._cache.invalidate_table(mapping, None, progress)
+            return self._cache.invalidate_table(mapping, None, progress, keep_newer=scan.fence)
         return self._call("redis table invalidation", attempt)
 
     def _finished(self, scan: TableScan, removed: int) -> None:

@@ -31,6 +31,13 @@ already read by the event's constructor)::
       BIT(M)                          ceil(M / 8) bytes big-endian
       VARCHAR/CHAR                    1-byte length if max_length <= 255 else 2, then bytes
       BLOB/TEXT (and MariaDB JSON)    length_size-byte length (1-4), then bytes
+      JSON (MySQL)                    length_size-byte length, then MySQL's binary JSON,
+                                      decoded to the server's text (``jsoncolumns``)
+
+A PARTIAL_UPDATE_ROWS_EVENT (``binlog_row_value_options=PARTIAL_JSON``) is an update
+whose after image starts with the value options and one partial bit per JSON column of
+the table; a JSON value with its bit set is a diff vector (``mysqljson.JsonDiffs``), and
+the event's whole JSON values keep their documents for the diffs to apply to.
 
 Each generated decoder reproduces the library's results exactly, quirks
 included: YEAR 0 is 1900, a zero TIMESTAMP is 1970-01-01, strings are decoded with the Python
@@ -72,12 +79,14 @@ from dataclasses import dataclass
 from typing import Callable
 
 from pymysqlreplication.constants import FIELD_TYPE, NONE_SOURCE
-from pymysqlreplication.row_event import (DeleteRowsEvent, RowsEvent, UpdateRowsEvent,
-                                          WriteRowsEvent)
+from pymysqlreplication.row_event import (DeleteRowsEvent, PartialUpdateRowsEvent, RowsEvent,
+                                          UpdateRowsEvent, WriteRowsEvent)
 
+from cachesync.producer_outbox.jsoncolumns import column_doc as json_column_doc
 from cachesync.producer_outbox.jsoncolumns import column_text as json_column_text
 from cachesync.producer_outbox.keycolumns import (text_codec, time2_delta, zero_date_text,
                                                   zero_datetime_text)
+from cachesync.producer_outbox.mysqljson import decode_diffs as json_diffs
 
 # The images of one row and the keys the library stores them under.
 _IMAGE_KEYS = {
@@ -86,6 +95,7 @@ _IMAGE_KEYS = {
     UpdateRowsEvent: (("before_values", "before_none_sources"),
                       ("after_values", "after_none_sources")),
 }
+_IMAGE_KEYS[PartialUpdateRowsEvent] = _IMAGE_KEYS[UpdateRowsEvent]
 
 # Exceptions a generated decoder raises on input the library would reject or
 # decode in some way it does not reproduce (truncated event, undecodable
@@ -163,7 +173,33 @@ def _build(columns, key) -> Callable | None:
             or not all(c.name for c in columns)):
         return None
     names = [c.name for c in columns]
-    return _compile(fields, names, images, (bitmap, bitmap2)[:len(images)])
+    per_image, heads = [fields] * len(images), [[]] * len(images)
+    if kind is PartialUpdateRowsEvent:
+        per_image, heads = _partial_json(columns, fields)
+    return _compile(per_image, names, images, (bitmap, bitmap2)[:len(images)], heads)
+
+
+def _partial_json(columns, fields: list) -> tuple[list, list]:
+    """(fields per image, statements before each image) of a PARTIAL_UPDATE_ROWS_EVENT, as
+    the library (with jsoncolumns' reader) reads it: JSON values keep their document; the
+    after image starts with the value options (1: PARTIAL_JSON, else the fast path gives
+    up) and then one partial bit per JSON column of the table, set where the column's
+    value is a diff vector."""
+    json_columns = [i for i, c in enumerate(columns) if c.type == FIELD_TYPE.JSON]
+    before, after = list(fields), list(fields)
+    for k, i in enumerate(json_columns):
+        before[i] = _Field(_JSON_DOC, length_size=fields[i].length_size)
+        after[i] = _Field(_json_partial, length_size=fields[i].length_size, const=1 << k)
+    width = (len(json_columns) + 7) // 8
+    head = ["opts = data[pos]",
+            "if opts > 1: raise ValueError('binlog row value options')",
+            "pos += 1",
+            "if opts:",
+            f"    pbits = _from_bytes(data[pos:pos + {width}], 'little')",
+            f"    pos += {width}",
+            "else:",
+            "    pbits = 0"]
+    return [before, after], [[], head]
 
 
 # -- one column: how to read it ---------------------------------------------------------
@@ -296,6 +332,14 @@ _AS_IS = _assign("{0}")
 # A JSON column's bytes -> its text, as the patched library reader (raises JsonError, a
 # ValueError: the library then reads the event and raises the same)
 _JSON = _assign("_json_text({0})")
+# In a partial update event: the text that keeps its document; in its after image, a diff
+# vector where the column's partial bit (the constant) is set
+_JSON_DOC = _assign("_json_doc({0})")
+
+
+def _json_partial(out, raws, name, k):
+    return [f"if pbits & {k}:", f"    {out} = _json_diffs({raws[0]})",
+            "else:", f"    {out} = _json_doc({raws[0]})"]
 
 
 def _date(out, raws, name, k):
@@ -473,29 +517,34 @@ def _indent(lines: list) -> list:
     return ["    " + line for line in lines]
 
 
-def _compile(fields: list, names: list, images, bitmaps) -> Callable:
+def _compile(per_image: list, names: list, images, bitmaps, heads: list) -> Callable:
     """Generate and compile ``decode(data, pos, end) -> rows``.
 
     ``data`` is the whole packet, ``pos`` where the first row starts, ``end`` where
-    the rows end. Returns None instead of rows that would overrun the packet.
+    the rows end. ``per_image``: the fields of each image; ``heads``: the statements
+    that read what precedes each image's null bitmap. Returns None instead of rows that
+    would overrun the packet.
     """
     scope = {"_date": datetime.date, "_datetime": datetime.datetime,
              "_zero_date": zero_date_text, "_zero_datetime": zero_datetime_text,
              "_timedelta": datetime.timedelta,
              "_utcfromtimestamp": datetime.datetime.utcfromtimestamp, "_time2": time2_delta,
              "_from_bytes": int.from_bytes, "_Decimal": decimal.Decimal,
-             "_scaleb": _EXACT.scaleb, "_json_text": json_column_text}
+             "_scaleb": _EXACT.scaleb, "_json_text": json_column_text,
+             "_json_doc": json_column_doc, "_json_diffs": json_diffs}
 
     def bind(value, prefix: str) -> str:
         name = f"{prefix}{len(scope)}"
         scope[name] = value
         return name
 
-    consts = [None if f.const is None else bind(f.const, "K") for f in fields]
     body, row = [], []
     for n, ((values_key, ns_key), bitmap) in enumerate(zip(images, bitmaps)):
+        fields = per_image[n]
+        consts = [None if f.const is None else bind(f.const, "K") for f in fields]
         image = _Image(fields, consts, names, bitmap, bind)
-        body += image.lines() + [f"values{n} = {image.values_display()}", f"ns{n} = ns"]
+        body += heads[n] + image.lines() + [f"values{n} = {image.values_display()}",
+                                            f"ns{n} = ns"]
         row += [f"{values_key!r}: values{n}", f"{ns_key!r}: ns{n}"]
     source = "\n".join(["def decode(data, pos, end):",
                         "    rows = []",

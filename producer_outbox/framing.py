@@ -29,8 +29,8 @@ from pymysql.protocol import MysqlPacket
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import GtidEvent
 
-from cachesync.producer_outbox.compressed import expand, expandable
-from cachesync.producer_outbox.eventtypes import event_type, is_own
+from cachesync.producer_outbox.compressed import expand
+from cachesync.producer_outbox.eventtypes import EXPANDED_TYPES, event_type, is_own
 from cachesync.schema.gtid import MYSQL, Gtid, GtidState, encode_gtid_set
 
 COM_QUERY, COM_BINLOG_DUMP, COM_BINLOG_DUMP_GTID = 0x03, 0x12, 0x1E
@@ -77,7 +77,8 @@ class FramedConnection(pymysql.connections.Connection):
             return self._expanded.popleft()
         while True:
             raw = self._wire_raw()
-            if not expandable(raw):
+            # inline: this runs once per event on the hot path
+            if len(raw) <= 5 or raw[5] not in EXPANDED_TYPES or raw[0] != 0:
                 return raw
             if self._expanded is None:
                 self._expanded = deque()

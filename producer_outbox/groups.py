@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import logging
 
+from cachesync.producer_outbox.altercolumns import (ALTER_COLUMNS, altered_table,
+                                                    column_changes, concerns)
 from cachesync.producer_outbox.rows import STATEMENT_EXCERPT, TxnContext, table_change
 from cachesync.producer_outbox.statements import TableChange
 from cachesync.producer_outbox.preflight import ServerInfo
@@ -71,6 +73,20 @@ class GroupPublishing:
         for key, value, msg_id, rows, partition, row in group.records:
             self._send(key, value, msg_id, txn, rows, partition, row)
 
+    def _altered_columns(self, text: str, default_db: str | None) -> list[TableChange]:
+        """The mapped table an ALTER TABLE redefines, adds or drops columns of, when that can
+        leave its keys or cached values stale (``altercolumns``)."""
+        target = altered_table(text, default_db)
+        changes = column_changes(text) if target is not None else None
+        if not changes:
+            return []
+        for db, table in self._matched.statement_tables():
+            if (db.lower(), table.lower()) == target:
+                mapping = self._mappings.get(db, table)
+                if mapping is not None and concerns(mapping, changes):
+                    return [TableChange(db, table, ALTER_COLUMNS)]
+        return []
+
     def _file_pos_context(self, stream, event, info: ServerInfo) -> TxnContext:
         position = f"{stream.log_file}:{stream.log_pos}"
         return TxnContext(info.identity, position,
@@ -88,7 +104,8 @@ class GroupPublishing:
         for change in changes:
             log.warning("table-level change of %s.%s (%s): every cached key of the table will "
                         "be invalidated; statement: %s", change.db, change.table, change.reason,
-                        statement[:STATEMENT_EXCERPT])
+                        statement[:STATEMENT_EXCERPT],
+                        extra={"table": f"{change.db}.{change.table}"})
             for partition in partitions:
                 event = table_change(ctx, index, partition, change.db, change.table,
                                      change.reason, statement)

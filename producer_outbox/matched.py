@@ -15,10 +15,10 @@ from cachesync.schema.mapping import MappingSet, TableMapping
 log = logging.getLogger("cachesync.tailer")
 
 # the tables a pattern may match: not the server's own schemas
-_SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
+SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
 EXISTING_TABLES = ("SELECT table_schema, table_name FROM information_schema.tables "
                    "WHERE table_type = 'BASE TABLE' AND table_schema NOT IN ("
-                   + ", ".join(f"'{s}'" for s in _SYSTEM_SCHEMAS) + ")")
+                   + ", ".join(f"'{s}'" for s in SYSTEM_SCHEMAS) + ")")
 
 
 class MatchedTables:
@@ -52,12 +52,14 @@ class MatchedTables:
                      if tables else "")
         return found
 
-    def seen(self, mapping: TableMapping) -> None:
-        """A pattern-matched table's row event: reported once, when it is new."""
-        if mapping.pattern is not None and mapping.table not in self._announced:
-            self._announced.add(mapping.table)
-            log.info("table %s matches tables entry %r: now mapped (first seen in the binlog)",
-                     mapping.table, mapping.pattern)
+    def seen(self, mapping: TableMapping) -> bool:
+        """A pattern-matched table's row event: reported once, when it is new (True)."""
+        if mapping.pattern is None or mapping.table in self._announced:
+            return False
+        self._announced.add(mapping.table)
+        log.info("table %s matches tables entry %r: now mapped (first seen in the binlog)",
+                 mapping.table, mapping.pattern)
+        return True
 
     def statement_tables(self) -> list[tuple[str, str]]:
         """The mapped tables a statement may name: exact entries and the pattern tables

@@ -185,7 +185,8 @@ def _container(data: memoryview, is_object: bool, large: bool) -> Any:
     out = {}
     for i, value in enumerate(values):
         at = keys_at + i * (width + 2)
-        key_offset, key_length = offset.unpack_from(data, at)[0], _U16.unpack_from(data, at + width)[0]
+        key_offset = offset.unpack_from(data, at)[0]
+        key_length = _U16.unpack_from(data, at + width)[0]
         out[_utf8(data[key_offset:key_offset + key_length], key_length)] = value
     return out
 

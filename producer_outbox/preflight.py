@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from cachesync.producer_outbox.binlog_settings import SETTING_NAMES, SettingReport, settings_report
 from cachesync.schema.errors import FatalError
 
 REQUIRED_VARIABLES = {
@@ -40,6 +41,10 @@ class ServerInfo:
     def identity(self) -> str:
         """Stable server identity used in message ids."""
         return self.server_uuid or f"{self.flavor}:{self.server_id}"
+
+    def binlog_settings(self) -> list[SettingReport]:
+        """Each binlog-shaping setting of this server and what cachesync does about it."""
+        return settings_report(self.flavor, self.variables)
 
 
 def problems(info: ServerInfo, replica: bool = False) -> list[str]:
@@ -86,9 +91,10 @@ def read_server_info(conn) -> ServerInfo:
         if flavor == "mysql":
             cur.execute("SELECT @@server_uuid")
             uuid = cur.fetchone()[0]
-        names = ", ".join(f"'{n}'" for n in {**REQUIRED_VARIABLES, **REPLICA_VARIABLES})
+        names = ", ".join(f"'{n}'" for n in {**REQUIRED_VARIABLES, **REPLICA_VARIABLES,
+                                             **dict.fromkeys(SETTING_NAMES)})
         cur.execute(f"SHOW GLOBAL VARIABLES WHERE Variable_name IN ({names})")
-        variables = {k: str(v) for k, v in cur.fetchall()}
+        variables = {k.lower(): str(v) for k, v in cur.fetchall()}
         cur.execute("SHOW GRANTS FOR CURRENT_USER()")
         grants = tuple(row[0] for row in cur.fetchall())
     conn.commit()

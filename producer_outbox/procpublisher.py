@@ -242,12 +242,10 @@ class ProcessPublisher:
         _close_quietly(self._in)
 
 
-def _log_setup() -> tuple[str, bool]:
-    """The parent's log level and format, for the child's ``cachesync.logs.setup``."""
-    from cachesync.logs import JsonFormatter
-    root = logging.getLogger()
-    json_format = any(isinstance(h.formatter, JsonFormatter) for h in root.handlers)
-    return logging.getLevelName(root.getEffectiveLevel()), json_format
+def _log_setup() -> tuple[str, bool, str]:
+    """The parent's log level, format and role, for the child's ``cachesync.logs.setup``."""
+    from cachesync.logs import current_setup
+    return current_setup()
 
 
 def _close_quietly(pipe) -> None:
@@ -335,7 +333,7 @@ class _Child:
             _kind, bootstrap, security, options, log_setup = pickle.load(self._in)
         except EOFError:
             return 0
-        setup(*log_setup)         # the parent's level and format (plain or JSON)
+        setup(*log_setup)         # the parent's level, format (plain or JSON) and role
         try:
             self._publisher = KafkaPublisher(bootstrap, security=security, **options)
         except Exception as e:      # RetryableError, FatalError, or a setting it refused

@@ -37,7 +37,8 @@ class KafkaPublisher:
     def __init__(self, bootstrap_servers: str, *, linger_ms: int = 5,
                  batch_size: int = 256 * 1024, client_id: str = "cachesync-tailer",
                  security: Mapping | None = None):
-        """``security``: the client's security options (kafka_security.client_security)."""
+        """``security``: the producer's options (kafka_security.producer_options: security,
+        compression, pass-through properties, which win over the tunable defaults here)."""
         try:
             with refused_login_is_fatal(bootstrap_servers):
                 self._producer = self._connect(bootstrap_servers, client_id, linger_ms,
@@ -47,13 +48,13 @@ class KafkaPublisher:
 
     @staticmethod
     def _connect(bootstrap_servers, client_id, linger_ms, batch_size, security) -> KafkaProducer:
+        tunable = dict(linger_ms=linger_ms, batch_size=batch_size, compression_type=None,
+                       delivery_timeout_ms=120_000,
+                       reconnect_backoff_max_ms=2000)   # default 30 s: slow to see a broker back
         return KafkaProducer(
             bootstrap_servers=bootstrap_servers.split(","), client_id=client_id,
             acks="all", enable_idempotence=True, max_in_flight_requests_per_connection=5,
-            linger_ms=linger_ms, batch_size=batch_size, compression_type=None,
-            retries=2**31 - 1, delivery_timeout_ms=120_000,
-            reconnect_backoff_max_ms=2000,   # default 30 s: slow to notice a broker is back
-            **(security or {}))
+            retries=2**31 - 1, **{**tunable, **(security or {})})
 
     def send(self, topic: str, key: str, value: bytes, msg_id: str,
              on_ack: Callable[[], None], on_error: Callable[[Exception], None],

@@ -148,9 +148,14 @@ class Relay:
             self._send(publisher, row)
         return len(rows)
 
-    def purge_all(self) -> int:
-        """Purge every row published longer than the retention ago, in bounded batches."""
-        return purge_in_batches(self._purge, self._opts.purge_batch)
+    def purge_all(self, progress: Callable[[int], None] = lambda _n: None) -> int:
+        """Purge every row published longer than the retention ago, in bounded batches;
+        ``progress`` hears each batch's count."""
+        def batch(n: int) -> int:
+            done = self._purge(n)
+            progress(done)
+            return done
+        return purge_in_batches(batch, self._opts.purge_batch)
 
     # -- sending ---------------------------------------------------------------------
     def _warn_repeated(self, rows: list[OutboxRow]) -> None:

@@ -32,7 +32,14 @@ class ColumnTypes:
         self._types: dict[tuple[str, str], ServerTypes] = {}
 
     def of(self, db: str, table: str) -> ServerTypes:
-        return self._types.get((db.lower(), table.lower()), ())
+        """The table's types; read on first use for a table the settings do not name (one
+        a table pattern matched)."""
+        key = (db.lower(), table.lower())
+        found = self._types.get(key)
+        if found is None:
+            self.load([(db, table)])
+            found = self._types.get(key, ())
+        return found
 
     def load(self, tables: Iterable[tuple[str, str]] | None = None) -> None:
         """Read the types of ``tables`` (default: every mapped table); a failure keeps the
@@ -44,15 +51,24 @@ class ColumnTypes:
             found = _query(self._connect, pairs)
         except pymysql.err.MySQLError as e:
             log.warning("could not read the column types of %s from information_schema (%s): "
-                        "INET4/INET6/UUID key columns render as 0x-hex until the next DDL",
-                        ", ".join(f"{d}.{t}" for d, t in pairs), e)
+                        "INET4/INET6/UUID key columns render as 0x-hex until the next DDL "
+                        "naming the table", ", ".join(f"{d}.{t}" for d, t in pairs), e)
+            for db, table in pairs:     # unknown ones are not asked again for every event
+                self._types.setdefault((db.lower(), table.lower()), ())
             return
         for db, table in pairs:
             self._types[(db.lower(), table.lower())] = found.get((db.lower(), table.lower()), ())
 
+    def track(self, db: str, table: str) -> None:
+        """A mapped table found later (a pattern's new table): its types read now, and again
+        after each DDL that names it."""
+        if (db, table) not in self._tables:
+            self._tables.append((db, table))
+            self.load([(db, table)])
+
     def after_ddl(self, query: str, default_db: str | None) -> None:
         """Reload the mapped tables a DDL statement names."""
-        named = mapped_names(query, default_db, self._tables)
+        named = mapped_names(query, default_db, [*self._tables, *self._types])
         if named:
             self.load(named)
 

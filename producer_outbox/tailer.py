@@ -8,6 +8,7 @@ re-publishes with the same deterministic ids; the consumer drops the duplicates.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -61,6 +62,10 @@ _ROW_EVENTS = {WriteRowsEvent: "insert", UpdateRowsEvent: "update", DeleteRowsEv
 _ROW_EVENTS.update({fast: _ROW_EVENTS[lib] for fast, lib in FAST_ROW_EVENTS.items()})
 STREAM_HEARTBEAT_S = 1.0    # the binlog stream's heartbeat period (the server's, not our row's)
 _TXN_MARKERS = {"BEGIN", "COMMIT"}
+# passwords in account statements (CREATE/ALTER USER ... IDENTIFIED BY, SET PASSWORD) never
+# reach the log
+_SECRETS = re.compile(r"""((?:IDENTIFIED\s+(?:(?:WITH|VIA)\s+\S+\s+)?(?:BY|AS|USING)|PASSWORD\s*=)\s*"""
+                      r"""(?:PASSWORD\s*\(?\s*)?|PASSWORD\s*\(\s*)('(?:[^'\\]|\\.|'')*'|"(?:[^"\\]|\\.)*")""", re.I)
 # MySQL's GtidEvent ("uuid:gno") and MariaDB's ("domain-server-seq"); both open a transaction.
 _GTID_EVENTS = (GtidEvent, MariadbGtidEvent)
 
@@ -171,13 +176,14 @@ class Tailer(GroupPublishing):
 
     def _run(self) -> None:
         info = self.preflight()
+        for report in info.binlog_settings():
+            log.info("binlog setting %s", report.line())
         self.match_existing()
         start = self._start_position(info)
         self._checkpoints.save(start)
         self.committed = start
         self._outbox = self._outbox_router(info)
-        self._types = ColumnTypes(self._mysql.connect,
-                                  [tuple(n.split(".", 1)) for n in self._mappings.tables])
+        self._types = ColumnTypes(self._mysql.connect, self._matched.statement_tables())
         self._types.load()
         log.info("tailer starting at %s (server %s, tables %s, %s binlog reader)",
                  start.describe(), info.identity, ", ".join(m.table for m in self._mappings.entries),
@@ -376,7 +382,7 @@ class Tailer(GroupPublishing):
                     continue
                 changes = [] if text in _TXN_MARKERS else table_changes(
                     text, _schema_of(event), self._matched.statement_tables(),
-                    self._matched.matches)
+                    self._matched.matches) or self._altered_columns(text, _schema_of(event))
                 if changes:
                     if ctx is None:   # no GTID: the event group starts at this statement
                         ctx = self._file_pos_context(stream, event, info)
@@ -385,7 +391,7 @@ class Tailer(GroupPublishing):
                 elif text not in _TXN_MARKERS:
                     # DDL: its own event group. Row decoding keeps working because
                     # binlog_row_metadata=FULL puts column names in every table map.
-                    log.info("DDL in binlog: %s", text[:200])
+                    log.info("DDL in binlog: %s", _SECRETS.sub(r"\1'***'", text)[:200])
                 if (self._types is not None and text not in _TXN_MARKERS
                         and statement_kind(text) != STATEMENT):
                     self._types.after_ddl(text, _schema_of(event))   # types follow ALTERs
@@ -408,9 +414,10 @@ class Tailer(GroupPublishing):
         self.undecoded_events += 1
         named = maps.named(event.table_id) if event.table_id is not None else None
         if named is not None:
-            tables = [t for t in self._mapped if (t[0], t[1]) == named]
+            mapping = self._mappings.get(*named)
+            tables = [named] if mapping is not None and mapping.keys else []
         else:
-            tables = self._mapped
+            tables = self._matched.statement_tables()
         log.warning("binlog event %s (type %d) at %s may carry row changes cachesync cannot "
                     "decode: invalidating %s", event.name, event.code, where(),
                     f"{named[0]}.{named[1]}" if named else "every mapped table")
@@ -451,8 +458,9 @@ class Tailer(GroupPublishing):
         mapping = self._mappings.get(schema, table)
         if mapping is None:
             return row_index     # decided here, by the names of this event group's map
-        if mapping.pattern is not None:
-            self._matched.seen(mapping)
+        if mapping.pattern is not None and self._matched.seen(mapping) \
+                and self._types is not None:
+            self._types.track(schema, table)     # a new table: its key columns' types
         if self._xa is not None:
             self._xa.touch(schema, table)
         keep = self._keep_columns(mapping, event.primary_key)

@@ -10,9 +10,15 @@ from cachesync.schema.values import canonical_text
 _ESCAPES = str.maketrans({"\\": "\\\\", ",": "\\,"})
 
 
+NULL_TEXT = "\\N"      # a NULL in the key of a table without a primary key (``\`` is escaped)
+
+
 def pk_text(pk: Iterable[tuple[str, Any]]) -> str:
-    """Canonical text of a (possibly composite) primary key: values in column order."""
-    return ",".join(canonical_text(v).translate(_ESCAPES) for _, v in pk)
+    """Canonical text of a (possibly composite) primary key: values in column order. A table
+    without a primary key is keyed by all its columns, some of which may be NULL: ``\\N``,
+    which no value renders (a value's backslash is escaped)."""
+    return ",".join(NULL_TEXT if v is None else canonical_text(v).translate(_ESCAPES)
+                    for _, v in pk)
 
 
 def kafka_key(db: str, table: str, pk: Iterable[tuple[str, Any]]) -> str:

@@ -8,6 +8,7 @@ from contextlib import nullcontext
 
 import click
 
+from cachesync import logs
 from cachesync.commands.common import handle_errors, settings_options
 from cachesync.config import Settings
 from cachesync import wiring
@@ -40,7 +41,8 @@ def command(settings: Settings, table, repair, sample, partitions, max_stale_rat
     with handle_errors():
         report = run_audit(settings, table, repair, sample, partitions, spark_master)
         click.echo(json.dumps({**report.to_dict(), "max_stale_ratio": max_stale_ratio}, indent=2))
-        click.echo(render_table(report), err=True)
+        if not logs.json_enabled():
+            click.echo(render_table(report), err=True)
     if report.staleness_ratio > max_stale_ratio:
         sys.exit(EXIT_STALE)
 
@@ -59,7 +61,7 @@ def run_audit(settings: Settings, table: str, repair: bool = False, sample: int 
         with spark_session("cachesync-audit", spark_master) if spark is None \
                 else nullcontext(spark) as session:
             report, to_repair = audit_table(session, source, mapping, settings, partitions,
-                                            sample, scan=_scanner(settings))
+                                            sample, scan=_scanner(settings, mapping))
         if repair and to_repair:
             cache.delete(to_repair)
             report.repaired = len(to_repair)
@@ -68,14 +70,16 @@ def run_audit(settings: Settings, table: str, repair: bool = False, sample: int 
     return report
 
 
-def _scanner(settings: Settings):
+def _scanner(settings: Settings, mapping):
+    """``scan(glob)`` as audit_table calls it, for the glob of ``mapping``'s templates: the
+    keys the templates with that glob render (CacheReader.scan)."""
     def scan(glob: str):
-        client = wiring.redis_client(settings)
+        cache = wiring.build_cache_reader(settings)
         try:
-            for key in client.scan_iter(match=glob, count=1000):
-                yield key.decode("utf-8", "replace")
+            for template in (t for t in mapping.keys if t.glob == glob):
+                yield from cache.scan(template)
         finally:
-            client.close()
+            cache.close()
     return scan
 
 
@@ -117,11 +121,12 @@ def table_source(settings: Settings, table: str):
 
 
 def jdbc_tls(m) -> str:
-    """The MariaDB driver's TLS parameters for ``mysql.ssl_*`` (empty without ``ssl_ca``)."""
-    if not m.ssl_ca:
+    """The MariaDB driver's TLS parameters for ``mysql.ssl_*`` (empty without ``ssl_ca`` or
+    ``ssl``; ``ssl`` alone: the JVM's trusted CAs)."""
+    if not (m.ssl_ca or m.ssl):
         return ""
     mode = "verify-full" if m.ssl_verify_identity else "verify-ca"
-    return f"&sslMode={mode}&serverSslCert={m.ssl_ca}"
+    return f"&sslMode={mode}" + (f"&serverSslCert={m.ssl_ca}" if m.ssl_ca else "")
 
 
 def render_table(report) -> str:

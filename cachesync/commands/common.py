@@ -46,32 +46,69 @@ def settings_options(fn):
     @click.option("--log-json", is_flag=True, help="Log one JSON object per line.")
     @functools.wraps(fn)
     def wrapper(load, log_level, log_json, **kwargs):
-        logs.setup(log_level, log_json)
+        logs.setup(log_level, log_json, role=_role(click.get_current_context()))
         with handle_errors():
             settings, _ = load()
         return fn(settings=settings, **kwargs)
     return wrapper
 
 
+def _role(ctx: click.Context) -> str:
+    """The command as typed, without the program: ``consume``, ``dedup purge``."""
+    names = []
+    while ctx.parent is not None:
+        names.append(ctx.info_name or "")
+        ctx = ctx.parent
+    return " ".join(reversed(names))
+
+
 class handle_errors:
-    """Turn cachesync errors into a clear message and a documented exit code."""
+    """Turn every failure into one ``cachesync:`` message (a JSON line under --log-json) and a
+    documented exit code; never a traceback (an unexpected error's goes to DEBUG)."""
 
     def __enter__(self):
         return self
 
     def __exit__(self, exc_type, exc, tb):
-        if exc is None:
+        if exc is None or not isinstance(exc, Exception) or isinstance(exc, click.ClickException):
             return False
-        if isinstance(exc, ConfigError):
-            click.echo(f"cachesync: configuration error: {exc}", err=True)
-            sys.exit(EXIT_CONFIG)
-        if isinstance(exc, FatalError):
-            click.echo(f"cachesync: {exc}", err=True)
-            sys.exit(EXIT_NOT_READY)
-        if isinstance(exc, RetryableError):
-            click.echo(f"cachesync: stopped: {exc}", err=True)
-            sys.exit(EXIT_RUNTIME)
-        return False
+        message, code = failure(exc)
+        if code == EXIT_RUNTIME and message.startswith("internal error"):
+            log.debug("traceback of the internal error", exc_info=exc)
+        logs.final(message, code)
+        sys.exit(code)
+
+
+def failure(exc: Exception) -> tuple[str, int]:
+    """What to tell the operator about ``exc``, and the exit code."""
+    if isinstance(exc, ConfigError):
+        return f"configuration error: {exc}", EXIT_CONFIG
+    if isinstance(exc, FatalError):
+        return str(exc), EXIT_NOT_READY
+    if isinstance(exc, RetryableError):
+        return f"stopped: {exc}", EXIT_RUNTIME
+    unavailable = _unavailable(exc)
+    if unavailable:
+        text = str(exc) if str(exc).startswith(type(exc).__name__) else f"{type(exc).__name__}: {exc}"
+        return f"stopped: {unavailable} unavailable: {text}", EXIT_RUNTIME
+    if isinstance(exc, ModuleNotFoundError):
+        package = (exc.name or "?").split(".")[0]
+        extra = "spark" if package in ("pyspark", "py4j") else "sidecar"
+        return (f"{package} is not installed; it comes with pip install "
+                f"'cachesync[{extra}]'", EXIT_CONFIG)
+    return (f"internal error: {type(exc).__name__}: {exc} (run with --log-level DEBUG for "
+            f"the traceback)", EXIT_RUNTIME)
+
+
+def _unavailable(exc: Exception) -> str | None:
+    """The dependency a client library's error says is unreachable, or None."""
+    module = type(exc).__module__.split(".")[0]
+    names = {"kafka": "Kafka", "redis": "Redis", "pymysql": "MySQL", "pymysqlreplication": "MySQL"}
+    if module in names:
+        return names[module]
+    if isinstance(exc, (ConnectionError, TimeoutError)):
+        return "a dependency"
+    return None
 
 
 def on_termination(stop) -> None:

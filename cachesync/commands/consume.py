@@ -43,7 +43,9 @@ def command(settings, engine_kind, **spark) -> None:
         start_checks(settings, "consume")  # kafka.create_topics, and doctor's checks logged
         engine = None
         ops, metrics = consumer_ops(settings, lambda: engine.stats if engine else None,
-                                    tables=lambda: engine.tables if engine else None)
+                                    tables=lambda: engine.tables if engine else None,
+                                    scans=lambda: engine.table_scans.scans()
+                                    if engine and engine.table_scans else ())
         try:
             engine = build_engine(settings, on_batch=metrics.on_batch,
                                   hooks=monitor_hook(settings, ops))

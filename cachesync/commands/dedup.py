@@ -5,8 +5,9 @@ from __future__ import annotations
 import click
 
 from cachesync.commands.common import handle_errors, settings_options
+from cachesync.progress import Progress
+from cachesync.schema.retry import purge_in_batches
 from cachesync.wiring import build_dedup
-from cachesync.consumer.hooks import purge_dedup
 
 
 @click.group("dedup")
@@ -33,8 +34,16 @@ def purge_command(settings, retention_s, batch) -> None:
     with handle_errors():
         store = build_dedup(settings)
         try:
-            total = purge_dedup(store, retention, batch or c.purge_batch)
+            with Progress("dedup purge (records)") as bar:
+                total = purge_in_batches(lambda n: _counted(bar, store.purge(retention, n)),
+                                         batch or c.purge_batch)
         finally:
             store.close()
     click.echo(f"purged {total} done record(s) older than {retention:.0f}s "
                f"from namespace {settings.dedup_namespace}")
+
+
+def _counted(bar: Progress, n: int) -> int:
+    """``n``, shown on the progress bar."""
+    bar.update(n)
+    return n

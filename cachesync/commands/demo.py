@@ -47,6 +47,8 @@ def command(env_file: str, writes: int, timeout: float) -> None:
     with Pipeline(cfg, env) as pipeline:
         click.echo("starting tailer and consumer ...")
         pipeline.wait_ready(admin, cache, timeout=max(timeout, 60))
+        for name, url in pipeline.endpoints().items():
+            click.echo(f"cachesync {name}: {url}/metrics {url}/healthz {url}/readyz")
         click.echo("pipeline ready; writing rows\n")
         for write in demo_writes(writes):
             lags.append(_run_one(write, admin, cache, timeout, pipeline))

@@ -23,10 +23,15 @@ def command(settings, as_json: bool, role: str) -> None:
     settings          settings that work against each other (claim lease, retention)
     binlog-settings   log_bin, binlog_format, binlog_row_image, binlog_row_metadata
                       (and log_slave_updates for tailer.source_hosts)
+    binlog-shaping    every other setting that shapes the binlog, and what cachesync does
+                      about it (a degraded one: WARN)
     grants            REPLICATION SLAVE and REPLICATION CLIENT of the cachesync user
+    grants-state      its SELECT, INSERT, UPDATE, DELETE, CREATE on mysql.state_db
+    grants-tables     its SELECT on the mapped databases (lint, init, monitor, audit)
     gtid              GTIDs on (MySQL gtid_mode, MariaDB gtid_strict_mode)
     binlog-retention  the checkpoint's binlog still kept, its age against the retention
     topic             each topic exists; its retention against consumer.dedup_retention_s
+    kafka-acls        ACLs of kafka.sasl_username on the topics, where visible
     consumer-group    the group's state and lag
     redis             reachable, a master, its mode
     clock-skew        MySQL's and Redis's clocks against this host's (over 1 s: WARN)

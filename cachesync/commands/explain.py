@@ -29,7 +29,7 @@ def command(settings, table: str | None, row_json, before_json, after_json,
     TABLE is db.table (a table a pattern entry matches too). Give --row, or --before and/or
     --after (both: update; only --after: insert; only --before: delete). Values are
     JSON, each column's text as the server returns it (e.g. "2020-01-01 10:00:00.000000"
-    for a DATETIME(6): the key text, see the README's Key text table); tagged values
+    for a DATETIME(6): the key text, see "Key text" in the docs' design page); tagged values
     such as {"$dt": "2024-01-02T03:04:05"} or {"$b64": "0CkAAA=="} are decoded as the
     tailer encodes them, and their key text is printed. Uses the consumer's own
     planner, nothing is written and no server is contacted. Exit 4 when the change

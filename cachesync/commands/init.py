@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from types import SimpleNamespace
 
 import click
 
@@ -11,7 +12,7 @@ from cachesync.commands.common import handle_errors
 
 
 @click.command("init")
-@click.argument("databases", nargs=-1, required=True)
+@click.argument("databases", nargs=-1)
 @click.option("--config", "-c", "--output", "-o", "output", type=click.Path(dir_okay=False),
               default="cachesync.yaml", show_default=True,
               help="Where to write the config (refused if it exists): the file the other "
@@ -19,7 +20,8 @@ from cachesync.commands.common import handle_errors
 @click.option("--env-file", type=click.Path(dir_okay=False), envvar="CACHESYNC_ENV_FILE",
               help="KEY=VALUE file loaded into the environment first (e.g. .devstack/env).")
 def command(databases, output: str, env_file) -> None:
-    """Write a commented config for the tables of DATABASES and lint it.
+    """Write a commented config for the tables of DATABASES and lint it (no DATABASES:
+    every database the account can see, but the server's own and mysql.state_db).
 
     One entry per table, or one pattern per family of shards (tables whose names differ
     only in a trailing number, e.g. user_00 ... user_15, in one database or across
@@ -28,7 +30,7 @@ def command(databases, output: str, env_file) -> None:
     is reached with the CACHESYNC_MYSQL_* settings. Exit 4 when lint finds something.
     """
     from cachesync import config
-    from cachesync.scaffold import propose, read_schema, render
+    from cachesync.scaffold import propose, read_schema, render, visible_databases
     from cachesync.wiring import mysql_params
     with handle_errors():
         if env_file:
@@ -36,11 +38,10 @@ def command(databases, output: str, env_file) -> None:
                 os.environ.setdefault(key, value)
         if os.path.exists(output):
             raise click.UsageError(f"{output} exists; choose another --output")
-        mysql = config._section("mysql", config.MySQLSettings, {}, os.environ, "<environment>")
-        probe = config.Settings(mysql, config.KafkaSettings(), config.RedisSettings(),
-                                config.TailerSettings(), config.ConsumerSettings(), None)
-        conn = mysql_params(probe).connect(database=None)
+        # only the connection: the config this command writes does not exist yet
+        conn = mysql_params(SimpleNamespace(mysql=config.load_section("mysql"))).connect(database=None)
         try:
+            databases = databases or visible_databases(conn, config.load_section("mysql").state_db)
             schema = read_schema(conn, list(databases))
         finally:
             conn.close()

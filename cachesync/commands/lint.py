@@ -6,15 +6,13 @@ import sys
 
 import click
 import pymysql
-import redis
 
 from cachesync.commands.common import handle_errors, settings_options
 from cachesync.explain import keys_without_ttl, lint
 from cachesync.lint_keys import live_column_types
 from cachesync.table_matching import existing_tables, lint_view, matches_by_entry
-from cachesync.wiring import mysql_params, redis_client
+from cachesync.wiring import build_cache_reader, mysql_params
 from cachesync.producer_outbox.mysql import classify
-from cachesync.schema.errors import FatalError, RetryableError
 
 EXIT_FINDINGS = 4
 
@@ -69,7 +67,7 @@ def command(settings, offline: bool, sample: int) -> None:
     for finding in findings:
         click.echo(f"warning: {finding}")
     checked = "delete-path" if offline else "delete-path, columns, TTLs"
-    click.echo(f"{len(settings.tables.entries)} table(s), {len(findings)} warning(s) ({checked})")
+    click.echo(f"{_tables(settings.tables, matched)}, {len(findings)} warning(s) ({checked})")
     if findings:
         sys.exit(EXIT_FINDINGS)
 
@@ -88,13 +86,19 @@ def _types(settings) -> tuple[dict[str, dict[str, tuple]], dict[str, list[str]]]
 
 
 def _no_ttl(settings, view, sample: int) -> dict[str, list[str]]:
-    client = redis_client(settings, 5)
+    cache = build_cache_reader(settings, 5)
     try:
-        return {t.text: keys_without_ttl(client, t, sample)
+        return {t.text: keys_without_ttl(cache, t, sample)
                 for m in view.tables.values() for t in m.keys}
-    except redis.AuthenticationError as e:
-        raise FatalError(f"Redis refused the credentials: {e}") from e
-    except redis.RedisError as e:
-        raise RetryableError(f"Redis unavailable: {e}") from e
     finally:
-        client.close()
+        cache.close()
+
+
+def _tables(mappings, matched) -> str:
+    """``N table(s)``: exact entries plus the live tables patterns match (offline: entries)."""
+    if not mappings.patterns:
+        return f"{len(mappings.tables)} table(s)"
+    count = len(mappings.tables) + sum(len((matched or {}).get(p.text, ())) for p, _ in mappings.patterns)
+    shown = count if matched is not None else len(mappings.entries)
+    return f"{shown} table(s) ({len(mappings.patterns)} pattern entr" \
+           f"{'y' if len(mappings.patterns) == 1 else 'ies'})"

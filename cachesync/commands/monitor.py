@@ -18,7 +18,7 @@ from cachesync.monitor import build_monitor
 from cachesync.operate import Ops
 from cachesync import wiring
 from cachesync.consumer.adapters.kafka_source import KafkaSource
-from cachesync.kafka_security import client_security
+from cachesync.kafka_security import consumer_options
 from cachesync.schema.retry import RetryPolicy, Stopped, call
 
 POLL_RECORDS = 500
@@ -71,7 +71,7 @@ def _source(settings: Settings) -> KafkaSource:
     k = settings.kafka
     return KafkaSource(k.bootstrap_servers, k.topic, k.group_id + GROUP_SUFFIX,
                        auto_offset_reset="latest", client_id="cachesync-monitor",
-                       group=wiring.kafka_group(settings), security=client_security(k))
+                       group=wiring.kafka_group(settings), security=consumer_options(k))
 
 
 def _follow(source: KafkaSource, monitor, settings: Settings, stop: threading.Event) -> None:

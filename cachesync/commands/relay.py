@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from cachesync.progress import Progress
 from cachesync.commands.common import handle_errors, log, on_termination, settings_options
 from cachesync.operate import relay_ops
 from cachesync.wiring import build_relay
@@ -37,7 +38,8 @@ def command(settings, purge_only: bool) -> None:
     with handle_errors():
         relay = build_relay(settings)
         if purge_only:
-            deleted = relay.purge_all()
+            with Progress("relay purge (rows)") as bar:
+                deleted = relay.purge_all(bar.update)
             log.info("purged %d outbox rows %s more than %.0fs ago", deleted,
                      "created" if relay.from_binlog else "published", settings.relay.retention_s)
             return

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
-import sys
 import time
 from contextlib import nullcontext
 
 import click
 
+from cachesync import logs
 from cachesync.commands.common import handle_errors, settings_options
+from cachesync.progress import Progress
 from cachesync.config import Settings
 from cachesync.wiring import build_cache, mappings as configured_mappings, range_reader
 
@@ -60,7 +61,8 @@ def command(settings: Settings, engine_kind, start, end, tables, dry_run, rate,
         report = run_replay(settings, mappings, engine_kind, start, end, tuple(tables), dry_run,
                             rate, spark_master)
         click.echo(json.dumps(report.to_dict(), indent=2))
-        click.echo(render_table(report), err=True)
+        if not logs.json_enabled():
+            click.echo(render_table(report), err=True)
 
 
 def run_replay(settings: Settings, mappings, engine_kind: str, start, end, tables=(),
@@ -72,8 +74,7 @@ def run_replay(settings: Settings, mappings, engine_kind: str, start, end, table
     ranges = _ranges(settings, start, end)
     total = sum(hi - lo for lo, hi in ranges.values())
     t0 = time.perf_counter()
-    with click.progressbar(length=total, label=f"replay {k.topic}", file=sys.stderr,
-                           hidden=not show_progress) as bar:
+    with Progress(f"replay {k.topic} (records)", total, show=show_progress) as bar:
         if engine_kind == "spark":
             counts = _replay_spark(settings, mappings, ranges, tables, dry_run, rate,
                                    spark_master, spark, bar.update)

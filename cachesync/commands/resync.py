@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
-import sys
 
 import click
 
+from cachesync import logs
 from cachesync.commands.common import handle_errors, settings_options
+from cachesync.progress import Progress
 
 
 @click.command("resync")
@@ -32,13 +33,12 @@ def command(settings, tables) -> None:
             count = len(resync_tables(settings, tuple(tables)))
         except ValueError as e:
             raise click.UsageError(f"--table: {e}") from None
-        with click.progressbar(length=count, label="resync", file=sys.stderr,
-                               item_show_func=lambda t: t) as bar:
-            def on_table(table: str, removed: int) -> None:
-                bar.update(1, f"{table}: {removed} keys")
-            report = resync(settings, tuple(tables), on_table)
+        # a pattern's tables are known only once the server is asked: no total then
+        with Progress("resync (tables)", None if settings.tables.patterns else count) as bar:
+            report = resync(settings, tuple(tables), lambda _table, _removed: bar.update(1))
         click.echo(json.dumps(report.to_dict(), indent=2))
-        click.echo(render_summary(report), err=True)
+        if not logs.json_enabled():
+            click.echo(render_summary(report), err=True)
 
 
 def render_summary(report) -> str:

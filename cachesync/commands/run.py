@@ -13,11 +13,10 @@ from cachesync.direct_ops import DirectOps
 from cachesync.http import parse_listen
 from cachesync.metrics import Cumulative
 from cachesync.operate import consumer_ops, monitor_hook, tail_ops
-from cachesync.resync import ResyncingTailer
-from cachesync.standby import ActiveStandby, while_held
-from cachesync.supervisor import RestartingTailer, run_together
-from cachesync.wiring import (build_direct, build_engine, build_tailer, build_tailer_lock,
-                              tailer_preflight)
+from cachesync.standby import ActiveStandby
+from cachesync.supervisor import run_together
+from cachesync.tailer_stack import tailer_stack
+from cachesync.wiring import build_direct, build_engine, build_tailer
 
 
 @click.command("run")
@@ -64,10 +63,7 @@ def _run_direct(settings) -> ActiveStandby:
                     lambda: current() and current().tailer,
                     lambda: current() and current().engine.tables)
     try:
-        lock = build_tailer_lock(settings)
-        tailer = ActiveStandby(lock, lambda: ResyncingTailer(settings, RestartingTailer(
-            while_held(lock, lambda: build_direct(settings, ops.metrics.on_batch)))),
-            tailer_preflight(settings))
+        tailer = tailer_stack(settings, lambda: build_direct(settings, ops.metrics.on_batch))
         run_together({"direct": tailer}, on_termination)
     finally:
         ops.close()
@@ -86,10 +82,7 @@ def _run_pipeline(settings) -> ActiveStandby:
         engine = build_engine(settings, on_batch=metrics.on_batch,
                               hooks=monitor_hook(settings, ops))
         closing.callback(engine.close)
-        lock = build_tailer_lock(settings)
-        tailer = ActiveStandby(lock, lambda: ResyncingTailer(settings, RestartingTailer(
-            while_held(lock, lambda: tailers.track(build_tailer(settings))))),
-            tailer_preflight(settings))
+        tailer = tailer_stack(settings, lambda: tailers.track(build_tailer(settings)))
         run_together({"tailer": tailer, "consumer": engine}, on_termination)
     s = engine.stats
     log.info("consumer: %d consumed, %d applied, %d duplicates, %d dead-lettered",

@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from cachesync import logs
 from cachesync.commands.common import EXIT_RUNTIME, handle_errors, settings_options
 from cachesync import wiring
 from cachesync.probes import applied_lag, checkpoint_info
@@ -31,6 +32,8 @@ def command(settings, as_json: bool) -> None:
         report = collect(settings)
     click.echo(json.dumps(report, indent=2) if as_json else render(report))
     if report["errors"]:
+        logs.final(f"status incomplete: {', '.join(sorted(report['errors']))} could not be read",
+                   EXIT_RUNTIME)
         sys.exit(EXIT_RUNTIME)
 
 

@@ -6,13 +6,11 @@ import click
 
 from cachesync.doctor import start_checks
 from cachesync.commands.common import handle_errors, log, on_termination, settings_options
-from cachesync.metrics import Cumulative
+from cachesync.metrics import Cumulative, tailer_active
 from cachesync.operate import tail_ops
-from cachesync.standby import ActiveStandby, while_held
-from cachesync.supervisor import RestartingTailer
 from cachesync.producer_outbox.checkpoint import Checkpoint
-from cachesync.resync import ResyncingTailer
-from cachesync.wiring import build_tailer, build_tailer_lock, tailer_preflight
+from cachesync.tailer_stack import tailer_stack
+from cachesync.wiring import build_tailer
 
 
 @click.command("tail")
@@ -72,9 +70,8 @@ def command(settings, from_gtid, from_file, from_pos) -> None:
         def build():
             once, first[0] = first[0], None     # a restart resumes from the checkpoint
             return tailers.track(build_tailer(settings, once))
-        lock = build_tailer_lock(settings)
-        supervisor = ActiveStandby(lock, lambda: ResyncingTailer(
-            settings, RestartingTailer(while_held(lock, build))), tailer_preflight(settings))
+        supervisor = tailer_stack(settings, build)
+        tailer_active(ops.registry, settings.tailer.name, lambda: supervisor.active)
         on_termination(supervisor.stop)
         try:
             supervisor.run()

@@ -122,15 +122,17 @@ class KafkaSource:
         self._commits = _CommitTracker(async_commit)
         try:
             with refused_login_is_fatal(bootstrap_servers):
+                tunable = dict(max_partition_fetch_bytes=4 * 1024 * 1024,
+                               # what one poll can hold at most, whatever the records pack
+                               # (50 MB by default)
+                               fetch_max_bytes=16 * 1024 * 1024,
+                               reconnect_backoff_max_ms=RECONNECT_BACKOFF_MAX_MS)
                 self._consumer = KafkaConsumer(
                     bootstrap_servers=bootstrap_servers.split(","), group_id=group_id,
                     client_id=client_id, enable_auto_commit=False,
                     auto_offset_reset=auto_offset_reset, isolation_level="read_committed",
-                    max_partition_fetch_bytes=4 * 1024 * 1024,
-                    # what one poll can hold at most, whatever the records pack (50 MB by default)
-                    fetch_max_bytes=16 * 1024 * 1024,
-                    reconnect_backoff_max_ms=RECONNECT_BACKOFF_MAX_MS,
-                    **(group if group is not None else group_config()), **(security or {}))
+                    **(group if group is not None else group_config()),
+                    **{**tunable, **(security or {})})
             self._await_partitions(topic)
             self._consumer.subscribe([topic], listener=_Forget(self._commits))
         except KafkaError as e:
@@ -344,13 +346,13 @@ class KafkaDeadLetters:
             self._producer = KafkaProducer(bootstrap_servers=bootstrap_servers.split(","),
                                            acks="all", enable_idempotence=True,
                                            client_id="cachesync-dlq",
-                                           reconnect_backoff_max_ms=RECONNECT_BACKOFF_MAX_MS,
-                                           **(security or {}))
+                                           **{"reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS,
+                                              **(security or {})})
         self._pending: list = []   # ((record, reason, detail), future)
 
     def send(self, record: Record, reason: str, detail: str) -> None:
         log.warning("dead-lettering %s/%d/%d: %s", record.topic, record.partition,
-                    record.offset, reason)
+                    record.offset, reason, extra={"partition": record.partition})
         self._pending.append(((record, reason, detail), self._send(record, reason, detail)))
 
     def _send(self, record: Record, reason: str, detail: str):

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
-from typing import Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
 
 from cachesync.consumer.core.dedup import ClaimState
 from cachesync.consumer.core.offsets import Record
@@ -55,10 +56,13 @@ class MemoryDedupStore:
 
 
 class MemoryCache:
-    """Values and versions without TTLs; the same fencing rule as fenced_write.lua."""
+    """Values and versions; the same fencing rule as fenced_write.lua. Also the CacheReader
+    twin: a key written through ``write`` has a TTL (``ttls``, never counted down), one put in
+    ``data`` directly (an application's SET) has none."""
 
     def __init__(self):
         self.data: dict[str, object] = {}
+        self.ttls: dict[str, float] = {}     # key -> the TTL its last write gave it
         self.versions: dict[str, str] = {}
         self.deleted: list[str] = []
         self.table_fences: dict[str, str] = {}
@@ -68,12 +72,16 @@ class MemoryCache:
         self.table_fences[mapping.table] = max(fence_version,
                                                self.table_fences.get(mapping.table, ""))
 
-    def invalidate_table(self, mapping, fence_version: str | None = None, progress=None) -> int:
-        """Every key a template of ``mapping`` renders (the same match as the Redis adapter)."""
+    def invalidate_table(self, mapping, fence_version: str | None = None, progress=None,
+                         keep_newer: str | None = None) -> int:
+        """Every key a template of ``mapping`` renders (the same match as the Redis adapter),
+        but those whose version is newer than ``keep_newer``."""
         if fence_version is not None:
             self.fence_table(mapping, fence_version)
         keys = [k for k in self.data if not k.startswith(INTERNAL_PREFIX)
-                and any(t.regex.fullmatch(k) for t in mapping.keys)]
+                and any(t.regex.fullmatch(k) for t in mapping.keys)
+                and not (keep_newer is not None and k in self.versions
+                         and self.versions[k].rsplit("/", 1)[-1] > keep_newer)]
         self.table_scans += 1
         removed = self.delete(keys)
         if progress is not None:
@@ -82,6 +90,8 @@ class MemoryCache:
 
     def delete(self, keys: Sequence[str]) -> int:
         self.deleted.extend(keys)
+        for k in keys:
+            self.ttls.pop(k, None)
         return sum(1 for k in keys if self.data.pop(k, None) is not None)
 
     def write(self, writes: Sequence[CacheWrite]) -> WriteResult:
@@ -95,11 +105,48 @@ class MemoryCache:
                 continue
             if w.kind == KIND_DELETE:
                 self.data.pop(w.key, None)
+                self.ttls.pop(w.key, None)
             else:
                 self.data[w.key] = w.value
+                self.ttls[w.key] = w.ttl_s
             self.versions[w.key] = w.version
             applied += 1
         return WriteResult(applied, len(writes) - applied - len(backwards), tuple(backwards))
+
+
+    def read(self, mapping, keys: Sequence[str]) -> list:
+        """As Redis answers: bytes or None, or for an update-mode hash table a dict of bytes
+        (empty when absent) from the stored ``[field, value, ...]`` array."""
+        if mapping.updates and mapping.value_format == "hash":
+            return [_hash(self.data.get(k)) for k in keys]
+        return [_bytes(self.data.get(k)) for k in keys]
+
+    def ping(self) -> None:
+        pass
+
+    def scan(self, template) -> Iterator[str]:
+        """The keys ``template`` renders, as the Redis adapter matches them."""
+        return iter([k for k in self.data if not k.startswith(INTERNAL_PREFIX)
+                     and template.regex.fullmatch(k)])
+
+    def without_ttl(self, keys: Sequence[str]) -> list[str]:
+        return [k for k in keys if k in self.data and k not in self.ttls]
+
+    def close(self) -> None:
+        pass
+
+
+def _bytes(value) -> bytes | None:
+    return value.encode() if isinstance(value, str) else value
+
+
+def _hash(value) -> dict[bytes, bytes]:
+    if value is None:
+        return {}
+    fields = json.loads(value) if isinstance(value, (str, bytes)) else value
+    if isinstance(fields, dict):
+        return {_bytes(f): _bytes(v) for f, v in fields.items()}
+    return {_bytes(f): _bytes(v) for f, v in zip(fields[::2], fields[1::2])}
 
 
 class MemorySource:

@@ -43,6 +43,7 @@ class RedisCache:
         self._legacy = legacy_companions and not self._cluster
         self._fenced = self._client.register_script(resource_text("lua/fenced_write.lua"))
         self._table_fence = self._client.register_script(resource_text("lua/table_fence.lua"))
+        self._table_unlink = self._client.register_script(resource_text("lua/table_unlink.lua"))
 
     def delete(self, keys: Sequence[str]) -> int:
         """UNLINK keys and their fill leases; raises RetryableError when Redis is unreachable.
@@ -109,7 +110,8 @@ class RedisCache:
         return [w.kind, w.version, w.value, ttl_ms, ttl_ms + VERSION_MARGIN_MS]
 
     def invalidate_table(self, mapping: TableMapping, fence_version: str | None = None,
-                         progress: Callable[[int], None] | None = None) -> int:
+                         progress: Callable[[int], None] | None = None,
+                         keep_newer: str | None = None) -> int:
         """Delete every key the table's templates can produce, and their fill leases; returns
         how many existed. Raises RetryableError when Redis is unreachable (safe to repeat).
 
@@ -119,6 +121,8 @@ class RedisCache:
         an older row that races the scan or arrives later is turned into a delete. A SCAN of
         the fill leases, run before the keys' one, removes those of the table's keys, also of keys not cached
         yet, so a ``read_through`` fill that loaded a row before the change is refused.
+        ``keep_newer`` (update mode, a scan running beside the rows): a key whose stored
+        version is newer than this one was written after the change, and stays.
         """
         def run():
             if fence_version is not None:
@@ -132,12 +136,22 @@ class RedisCache:
                                          PIPELINE_CHUNK):
                         run_pipeline(self._client, lambda pipe: [
                             queue_unlink(pipe, group) for group in per_slot(part, self._cluster)])
-                    for part in _batched(_matching(node, template), PIPELINE_CHUNK // 2):
-                        removed += self._unlink(part)
+                    for part in _batched(template_keys(node, template), PIPELINE_CHUNK // 2):
+                        removed += (self._unlink(part) if keep_newer is None
+                                    else self._unlink_older(part, keep_newer))
                         if progress is not None:
                             progress(len(part))
             return removed
         return redis_call(run)
+
+    def _unlink_older(self, keys: Sequence, fence_version: str) -> int:
+        """UNLINK ``keys`` whose stored version is not newer than ``fence_version`` (one
+        script call per slot on a cluster); their leases go in the lease pass."""
+        groups = per_slot(keys, self._cluster)
+        return sum(run_pipeline(self._client, lambda pipe: [
+            queue_script(pipe, self._table_unlink,
+                         [k for key in group for k in (key, version_key(key))],
+                         [fence_version]) for group in groups], [self._table_unlink]))
 
     def fence_table(self, mapping: TableMapping, fence_version: str) -> None:
         """Store a table-level event's version (update mode): writes of the table's older rows
@@ -170,7 +184,7 @@ def _batched(items, size: int):
         yield part
 
 
-def _matching(node, template):
+def template_keys(node, template):
     """Keys on ``node`` the template renders (not cachesync's own), as bytes."""
     for key in node.scan_iter(match=template.glob, count=SCAN_COUNT):
         if not key.startswith(_INTERNAL_B) and _renders(template, key):

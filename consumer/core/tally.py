@@ -106,4 +106,4 @@ class TableTally:
             self._last_warned[(table, reason)] = now
             repeats = self._repeats.pop((table, reason), 0)
         more = f" ({repeats} more since the last warning)" if repeats else ""
-        log.warning("%s: %s: %s%s", table, reason, detail, more)
+        log.warning("%s: %s: %s%s", table, reason, detail, more, extra={"table": table})

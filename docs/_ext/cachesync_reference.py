@@ -116,7 +116,7 @@ def _help_block(command, full: str, parent) -> str:
     import click
 
     ctx = click.Context(command, info_name=full.split()[-1], parent=parent,
-                        max_content_width=100, terminal_width=100)
+                        max_content_width=88, terminal_width=88)   # fits the page's code block
     return "```text\n" + command.get_help(ctx).rstrip() + "\n```\n"
 
 
@@ -205,13 +205,35 @@ the `_total` suffix.
 def metrics_markdown(root: Path | None = None) -> str:
     """The metrics reference page."""
     root = root or Path(__file__).resolve().parents[2]
-    out = [METRICS_INTRO, "| metric | type | labels | meaning | defined in |",
-           "|---|---|---|---|---|"]
+    out = [METRICS_INTRO, "| metric | meaning |", "|---|---|"]
+    from cachesync import metrics
+
+    deprecated = set(getattr(metrics, "DEPRECATED_ALIASES", {}).values())
     for m in metric_definitions(root):
+        if m["name"] in deprecated:
+            continue                 # listed under "Deprecated names"
         name = m["name"] + ("_total" if m["type"] == "counter" else "")
-        out.append(f"| `{name}` | {m['type']} | {_cell(m['labels']) or '—'} | "
-                   f"{_cell(m['help'])} | `{m['module']}` |")
+        labels = f", labels {_cell(m['labels'])}" if m["labels"] else ""
+        out.append(f"| `{name}`<br>{m['type']}{labels} | {_cell(m['help'])} |")
+    out += _deprecated_aliases({m["name"]: m["type"] for m in metric_definitions(root)})
     return "\n".join(out) + "\n"
+
+
+def _deprecated_aliases(types: dict[str, str]) -> list[str]:
+    """Old names still exported beside their new ones (``cachesync.metrics.DEPRECATED_ALIASES``)."""
+    from cachesync import metrics
+
+    aliases = getattr(metrics, "DEPRECATED_ALIASES", {})
+    if not aliases:
+        return []
+    suffix = lambda name: "_total" if types.get(name) == "counter" else ""  # noqa: E731
+    out = ["\n## Deprecated names\n",
+           "Still exported beside the new name, with a help text naming it, for one more "
+           "version; move dashboards and alerts to the new name.\n",
+           "| old name | new name |", "|---|---|"]
+    for new, old in sorted(aliases.items(), key=lambda kv: kv[1]):
+        out.append(f"| `{old}{suffix(new)}` | `{new}{suffix(new)}` |")
+    return out
 
 
 PERFORMANCE_INTRO = """\

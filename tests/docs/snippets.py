@@ -46,13 +46,13 @@ def doc_files() -> list[Path]:
     return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 
-def snippets(paths: list[Path] | None = None) -> list[Snippet]:
+def snippets(paths: list[Path] | None = None, langs: set[str] = PASTEABLE) -> list[Snippet]:
     out = []
     for path in paths or doc_files():
         text = path.read_text(encoding="utf-8")
         for m in _FENCE.finditer(text):
             lang = m.group("lang").lower()
-            if lang not in PASTEABLE:
+            if lang not in langs:
                 continue
             before = text[:m.start()].rstrip("\n").rsplit("\n", 1)[-1]
             mark = _MARK.search(before)

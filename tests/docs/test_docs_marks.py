@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import re
 
+import yaml
+
+from cachesync import config
 from tests.docs.snippets import doc_files, snippets
 
 
@@ -35,3 +38,17 @@ def test_readme_is_a_front_door():
     readme = doc_files()[0].read_text(encoding="utf-8")
     assert len(readme.splitlines()) < 250
     assert "make demo" in readme and "make test" in readme
+
+
+def test_config_examples_load_through_the_config_loader(tmp_path):
+    """A YAML block whose top-level keys are config sections is a config: it must load."""
+    sections = {*config._SECTIONS, "tables"}
+    checked = 0
+    for s in snippets(langs={"yaml", "yml"}):
+        doc = yaml.safe_load(s.body)
+        if isinstance(doc, dict) and doc and set(doc) <= sections and "tables" in doc:
+            path = tmp_path / f"{checked}.yaml"
+            path.write_text(s.body)
+            config.load(path, {})            # raises ConfigError naming the field
+            checked += 1
+    assert checked >= 1

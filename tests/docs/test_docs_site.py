@@ -1,6 +1,6 @@
 """The docs site builds strictly (a warning, a broken link or a missing page fails), lists the
 generated references, and renders in headless Chromium; its screenshots are kept in
-artifacts/docs/ (home page, configuration reference)."""
+artifacts/docs/ (home page, configuration and metrics references)."""
 
 from __future__ import annotations
 
@@ -82,6 +82,7 @@ def _png_size(path: Path) -> tuple[int, int]:
 @pytest.mark.parametrize("page, shot, expected", [
     ("index.html", "home.png", "Getting started"),
     ("reference/configuration.html", "configuration-reference.png", "mysql.ssl_verify_identity"),
+    ("reference/metrics.html", "metrics-reference.png", "cachesync_commit_to_apply_seconds"),
 ])
 def test_pages_render_in_headless_chromium(site, page, shot, expected):
     dom = _render(site / page, "--dump-dom")

@@ -40,6 +40,7 @@ def sharded(lab):
         lab.sql(f"INSERT INTO {db}.user_{i:02d} VALUES (1, 'a@x', 'n', 0)")
     yield lab, dbs
     lab.sql(f"DROP DATABASE IF EXISTS {other}")
+    lab.sql(f"REVOKE SELECT ON {other}.* FROM cachesync@'127.0.0.1'")
 
 
 def test_one_pattern_maps_every_shard_filters_columns_and_finds_new_shards(sharded):
@@ -120,3 +121,40 @@ def test_first_start_over_a_filled_cache_warns_and_names_resync(lab):
     text = lab.log(tailer)
     assert "WARN first-start" in text and "cachesync resync" in text
     assert f"{lab.prefix}user:1" in text
+
+
+def test_explain_lists_and_resync_invalidates_every_shard_of_a_pattern(sharded):
+    lab, dbs = sharded
+    cfg = _config(lab, {f"{lab.db}*.user_*": {"keys": [lab.prefix + "user:{_db}:{_table}:{id}"]},
+                        f"{lab.db}.user_00": {"keys": [lab.prefix + "first:{id}"]}})
+    env = {**os.environ, **lab.stack.env}
+    listed = subprocess.run([sys.executable, "-m", "cachesync", "explain", "--tables", "-c", cfg],
+                            capture_output=True, text=True, timeout=120, env=env)
+    assert listed.returncode == 0, listed.stderr
+    lines = dict(line.split(": ", 1) for line in listed.stdout.splitlines())
+    assert lines[f"{lab.db}.user_00"] == f"1 table(s): {lab.db}.user_00"
+    assert lines[f"{lab.db}*.user_*"].startswith("15 table(s): ")   # the exact entry wins
+    keys = [f"user:{db}:user_{i:02d}:1" for i, db in dbs.items() if i] + ["first:1"]
+    lab.cache(*keys)
+    done = subprocess.run([sys.executable, "-m", "cachesync", "resync", "-c", cfg],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr
+    assert lab.cached(*keys) == []
+
+
+def test_pattern_tables_with_uuid_keys_render_the_server_text(lab):
+    """MariaDB carries UUID columns as BINARY in the binlog; the tailer reads their types for
+    a pattern's tables too, those existing at start and one created while it runs."""
+    uuid_ddl = "CREATE TABLE {t} (id UUID PRIMARY KEY, name VARCHAR(20) NOT NULL)"
+    lab.sql(uuid_ddl.format(t="acct_00"))
+    cfg = _config(lab, {f"{lab.db}.acct_*": {"keys": [lab.prefix + "acct:{_table}:{id}"]}})
+    lab.start_tailer(cfg)
+    lab.start_engine(cfg)
+    lab.sql(uuid_ddl.format(t="acct_01"))
+    uid = "123e4567-e89b-12d3-a456-426655440000"
+    for table in ("acct_00", "acct_01"):
+        lab.sql(f"INSERT INTO {table} VALUES ('{uid}', 'a')")
+        lab.cache(f"acct:{table}:{uid}")
+        lab.sql(f"UPDATE {table} SET name = 'b'")
+        wait_for(lambda: not lab.cached(f"acct:{table}:{uid}"),
+                 what=f"the {table} key in the UUID's text form invalidated")

@@ -200,6 +200,23 @@ def test_redis_aof_keeps_what_it_acknowledged_through_a_kill_9():
     client.close()
 
 
+# ---------------------------------------------------------------- mariadb-twin
+def test_mariadb_twin_has_the_main_servers_gtid_identity_and_accounts():
+    env = start("mariadb-twin")
+    for user, password in (("DEVSTACK_MYSQL_ADMIN_USER", "DEVSTACK_MYSQL_ADMIN_PASSWORD_FILE"),
+                           ("CACHESYNC_MYSQL_USER", "CACHESYNC_MYSQL_PASSWORD_FILE")):
+        conn = pymysql.connect(host=env["DEVSTACK_MYSQL_TWIN_HOST"],
+                               port=int(env["DEVSTACK_MYSQL_TWIN_PORT"]), user=env[user],
+                               password=secret(env, password))
+        with conn.cursor() as cur:
+            cur.execute("SELECT @@server_id, @@gtid_domain_id, @@binlog_format, "
+                        "@@binlog_row_image, @@binlog_row_metadata, @@port")
+            assert cur.fetchone() == (1, 0, "ROW", "FULL", "FULL",
+                                      int(env["DEVSTACK_MYSQL_TWIN_PORT"]))
+        conn.close()
+    assert int(env["DEVSTACK_MYSQL_TWIN_PORT"]) == int(env["CACHESYNC_MYSQL_PORT"]) + 3
+
+
 # ---------------------------------------------------------------- mariadb-replica
 def test_mariadb_replica_follows_the_primary_and_promote_makes_it_writable(stack):
     env = start("mariadb-replica")

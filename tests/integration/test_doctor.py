@@ -3,6 +3,7 @@ devstack, and `cachesync topics create` creates the topics it checks."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -10,11 +11,16 @@ import sys
 import uuid
 
 import pytest
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.errors import KafkaError
+from kafka.structs import OffsetAndMetadata
 
 from cachesync.doctor import FAIL, PASS, WARN, skew_check
 from cachesync.producer_outbox.checkpoint import Checkpoint, MySQLCheckpointStore
 from cachesync.topics import admin_client, describe_topics
 from cachesync.wiring import mysql_params
+from tests.support import spawn, wait_for
+from tests.support.variants import start as start_variant
 
 pytestmark = pytest.mark.integration
 
@@ -51,6 +57,8 @@ def test_healthy_devstack_has_no_failure(lab, cfg):
     code, checks = doctor(lab, cfg)
     assert all(c["level"] != FAIL for cs in checks.values() for c in cs), checks
     assert checks["binlog-settings"][0]["level"] == PASS
+    assert checks["grants-state"][0]["level"] == PASS
+    assert checks["grants-tables"][0]["level"] == PASS
     assert code in (0, 5)
 
 
@@ -79,6 +87,10 @@ def test_missing_replication_grants_fail(lab, cfg):
     [check] = checks["grants"]
     assert check["level"] == FAIL and "REPLICATION SLAVE" in check["detail"]
     assert "GRANT" in check["fix"] and code == 6
+    [state] = checks["grants-state"]
+    assert state["level"] == FAIL and "INSERT" in state["detail"]
+    [tables] = checks["grants-tables"]
+    assert tables["level"] == WARN and f"GRANT SELECT ON `{lab.db}`.*" in tables["fix"]
 
 
 def test_gtid_strict_mode_off_warns(lab, cfg):
@@ -88,6 +100,8 @@ def test_gtid_strict_mode_off_warns(lab, cfg):
     finally:
         _global(lab, "gtid_strict_mode", "ON" if old in ("1", "ON") else old)
     assert checks["gtid"][0]["level"] == WARN
+    [strict] = [c for c in checks["binlog-shaping"] if c["detail"].startswith("gtid_strict_mode=")]
+    assert strict["level"] == WARN and "gtid_strict_mode" in strict["fix"]
 
 
 def test_purged_checkpoint_binlog_fails(lab, cfg):
@@ -103,26 +117,46 @@ def test_purged_checkpoint_binlog_fails(lab, cfg):
     assert "resync" in check["fix"] and code == 6
 
 
-def test_missing_topic_fails_until_topics_create(lab, cfg):
-    topic = f"cs.{lab.suffix}.absent"
-    env = {"CACHESYNC_KAFKA_TOPIC": topic, "CACHESYNC_KAFKA_TOPIC_PARTITIONS": "4",
+def test_topics_create_on_a_broker_without_auto_creation(lab, cfg):
+    """On the kafka-noauto variant (auto.create.topics.enable=false): a missing topic is a
+    doctor FAIL and a producer error, until `topics create` makes it."""
+    bootstrap = start_variant("kafka-noauto")["DEVSTACK_KAFKA_NOAUTO_BOOTSTRAP_SERVERS"]
+    topic, dlq = f"cs.{lab.suffix}.noauto", f"cs.{lab.suffix}.noauto-dlq"
+    env = {"CACHESYNC_KAFKA_BOOTSTRAP_SERVERS": bootstrap, "CACHESYNC_KAFKA_TOPIC": topic,
+           "CACHESYNC_KAFKA_DEAD_LETTER_TOPIC": dlq, "CACHESYNC_KAFKA_TOPIC_PARTITIONS": "4",
            "CACHESYNC_KAFKA_TOPIC_RETENTION_S": "86400"}
+    producer = KafkaProducer(bootstrap_servers=bootstrap, max_block_ms=3000)
+    with pytest.raises(KafkaError):           # the broker does not create it on first use
+        producer.send(topic, b"x").get(10)
     code, checks = doctor(lab, cfg, env)
     missing = [c for c in checks["topic"] if topic in c["detail"]]
     assert missing[0]["level"] == FAIL and "topics create" in missing[0]["fix"] and code == 6
-    # doctor never creates it (no metadata request names it)
-    admin = admin_client(lab.settings(cfg))
-    try:
-        assert not describe_topics(admin, [topic])[0].exists
-    finally:
-        admin.close()
     made = subprocess.run([sys.executable, "-m", "cachesync", "topics", "create", "-c", cfg],
                           capture_output=True, text=True, timeout=120,
                           env={**os.environ, **lab.stack.env, **env})
     assert made.returncode == 0, made.stderr
-    assert f"{topic}: created, 4 partition(s), retention 1 d" in made.stdout
+    assert made.stdout.splitlines() == [f"{topic}: created, 4 partition(s), retention 1 d",
+                                        f"{dlq}: created, 4 partition(s), retention 1 d"]
+    producer.send(topic, b"x").get(30)
+    producer.close()
     _, checks = doctor(lab, cfg, env)
-    assert [c["level"] for c in checks["topic"] if topic in c["detail"]] == [PASS]
+    assert [c["level"] for c in checks["topic"]] == [PASS, PASS]
+
+
+def test_create_topics_setting_makes_consume_create_them(lab, cfg):
+    bootstrap = start_variant("kafka-noauto")["DEVSTACK_KAFKA_NOAUTO_BOOTSTRAP_SERVERS"]
+    topic, dlq = f"cs.{lab.suffix}.auto", f"cs.{lab.suffix}.auto-dlq"
+    env = {"CACHESYNC_KAFKA_BOOTSTRAP_SERVERS": bootstrap, "CACHESYNC_KAFKA_TOPIC": topic,
+           "CACHESYNC_KAFKA_DEAD_LETTER_TOPIC": dlq, "CACHESYNC_KAFKA_CREATE_TOPICS": "true"}
+    spawn(lab, cfg, "consume", env=env)
+    settings = lab.settings(cfg)
+    admin = admin_client(dataclasses.replace(
+        settings, kafka=dataclasses.replace(settings.kafka, bootstrap_servers=bootstrap)))
+    try:
+        wait_for(lambda: all(t.exists for t in describe_topics(admin, [topic, dlq])), 60,
+                 what="consume to create both topics")
+    finally:
+        admin.close()
 
 
 def test_topic_retention_over_dedup_retention_warns(lab, cfg):
@@ -132,10 +166,23 @@ def test_topic_retention_over_dedup_retention_warns(lab, cfg):
     assert "dedup_retention_s" in checks["topic"][0]["detail"]
 
 
-def test_group_without_offsets_warns(lab, cfg):
+def test_group_with_lag_and_no_member_warns(lab, cfg):
     _, checks = doctor(lab, cfg, None, "--role", "consume")
     [check] = checks["consumer-group"]
-    assert check["level"] == WARN and f"g-{lab.suffix}" in check["detail"]
+    assert check["level"] == PASS and "has not consumed" in check["detail"]
+    # the group committed offset 0 and left; one record waits behind it
+    tp = TopicPartition(lab.topic, 0)
+    consumer = KafkaConsumer(bootstrap_servers=lab.stack.bootstrap, group_id=f"g-{lab.suffix}",
+                             enable_auto_commit=False)
+    consumer.assign([tp])
+    consumer.commit({tp: OffsetAndMetadata(0, "", -1)})
+    consumer.close()
+    producer = KafkaProducer(bootstrap_servers=lab.stack.bootstrap)
+    producer.send(lab.topic, b"x", key=b"k", partition=0).get(30)
+    producer.close()
+    _, checks = doctor(lab, cfg, None, "--role", "consume")
+    [check] = checks["consumer-group"]
+    assert check["level"] == WARN and "1 record(s)" in check["detail"], check
 
 
 def test_unreachable_redis_fails(lab, cfg):
@@ -149,3 +196,33 @@ def test_clock_skew_over_a_second_warns():
     # readings are taken from MySQL and Redis in the other doctor tests (PASS)
     assert skew_check("mysql", 100.0, 98.5).level == WARN
     assert skew_check("mysql", 100.0, 99.5).level == PASS
+
+
+def test_acl_denying_the_tailer_write_warns(lab, cfg):
+    """On kafka-noauto (StandardAuthorizer): a DENY WRITE ACL for the configured SASL user
+    is found; without an authorizer (the plain broker) the check passes saying so."""
+    from kafka.admin import (ACL, ACLOperation, ACLPermissionType, ACLResourcePatternType,
+                             ResourcePattern, ResourceType)
+    _, plain = doctor(lab, cfg, None, "--role", "tail")
+    assert plain["kafka-acls"][0]["level"] == PASS
+    bootstrap = start_variant("kafka-noauto")["DEVSTACK_KAFKA_NOAUTO_BOOTSTRAP_SERVERS"]
+    user, topic = f"u{lab.suffix}", f"cs.{lab.suffix}.acl"
+    env = {"CACHESYNC_KAFKA_BOOTSTRAP_SERVERS": bootstrap, "CACHESYNC_KAFKA_TOPIC": topic,
+           "CACHESYNC_KAFKA_SASL_USERNAME": user}
+    _, before = doctor(lab, cfg, env, "--role", "tail")
+    assert before["kafka-acls"][0]["level"] == PASS
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.create_acls([ACL(f"User:{user}", "*", ACLOperation.WRITE, ACLPermissionType.DENY,
+                               ResourcePattern(ResourceType.TOPIC, topic,
+                                               ACLResourcePatternType.LITERAL))])
+        _, after = wait_for(lambda: _denied(lab, cfg, env), 30, what="the ACL to be visible")
+    finally:
+        admin.close()
+    [check] = after["kafka-acls"]
+    assert check["level"] == WARN and f"{topic}: WRITE denied" in check["detail"]
+
+
+def _denied(lab, cfg, env):
+    result = doctor(lab, cfg, env, "--role", "tail")
+    return result if result[1]["kafka-acls"][0]["level"] == WARN else None

@@ -29,7 +29,7 @@ TYPES = [
     ("i", "INT", ["-2147483648", "2147483647", "-1"]), ("iu", "INT UNSIGNED", ["4294967295", "3"]),
     ("bi", "BIGINT", ["-9223372036854775808", "9223372036854775807"]),
     ("biu", "BIGINT UNSIGNED", ["18446744073709551615", "0"]),
-    ("de", "DECIMAL(20,10)", ["0", "-0.000000001", "-0.0000000000", "9999999999.9999999999"]),
+    ("de", "DECIMAL(20,10)", ["-0.0000000000", "-0.000000001", "9999999999.9999999999"]),
     ("de2", "DECIMAL(5,2)", ["1.5", "-999.99", "-0.00", "0.01"]),
     ("de0", "DECIMAL(65,0)", ["9" * 65, "-1", "-" + "9" * 65]),
     ("deu", "DECIMAL(4,4) UNSIGNED", ["0.9999", "0"]),
@@ -67,7 +67,7 @@ TYPES = [
     ("vg", "VARCHAR(10) CHARACTER SET gbk", ["'中文'", "'b'"]),
     ("v3", "VARCHAR(10) CHARACTER SET utf8mb3", ["'ü '", "'c'"]),
     ("tx", "TEXT", ["'😀 x'", "''", "'trailing  '"]),
-    ("b4", "BINARY(4)", ["0xd0290000", "0x00", "0x61", "0x00000000"]),
+    ("b4", "BINARY(4)", ["0xd0290000", "0x00", "0x61"]),
     ("vb", "VARBINARY(10)", ["0xff00", "''", "0x6100"]),
     ("bl", "BLOB", ["0x00ff", "''"]),
     ("en", "ENUM('b','a')", ["'a'", "'b'"]), ("en0", "ENUM('b','a')", ["''", "'a'"]),  # '': invalid
@@ -88,7 +88,7 @@ LIBRARY_ONLY = [("js", "JSON", ["'{\"a\":  1}'", "'[1, 2.50]'"]),
                 ("ge", "GEOMETRY", ["ST_GeomFromText('POINT(1 2)')",
                                     "ST_GeomFromText('LINESTRING(0 0,1 1)')"])]
 HEX = {"BINARY(4)", "VARBINARY(10)", "BLOB", "GEOMETRY"}
-ROWS = max(len(values) for _, _, values in TYPES)    # shorter lists repeat their values
+ROWS = max(len(values) for _, _, values in TYPES)    # NULL where a column's list is shorter
 
 
 def server_text(column: str, type_: str) -> str:
@@ -107,7 +107,7 @@ def create_and_fill(lab, table: str, types) -> dict[int, dict[str, str]]:
         cur.execute("SET SESSION sql_mode = '', time_zone = '+00:00'")
         cur.execute(f"CREATE TABLE {table} (id INT PRIMARY KEY, {ddl})")
         for row in range(ROWS):
-            values = ", ".join(v[row % len(v)] for _, _, v in types)
+            values = ", ".join(v[row] if row < len(v) else "NULL" for _, _, v in types)
             cur.execute(f"INSERT INTO {table} VALUES ({row}, {values})")
         cur.execute(f"SELECT id, {', '.join(server_text(c, t) for c, t, _ in types)} "
                     f"FROM {table} ORDER BY id")
@@ -145,6 +145,8 @@ def test_every_type_renders_the_servers_text_as_a_key(lab, typed, table):
     keys = cached_keys(lab)
     for id_, texts in rows.items():
         for column, type_, _ in types:
+            if texts[column] is None:       # NULL: no key
+                continue
             key = f"{lab.prefix}{column}={texts[column]}"
             mine = sorted(k for k in keys if k.startswith(f"{lab.prefix}{column}="))
             assert key in keys, (f"{type_} {column!r} row {id_}: the server's text is "
@@ -157,6 +159,9 @@ def test_every_type_is_written_as_the_servers_text_in_update_mode(lab, typed, ta
     for id_, texts in rows.items():
         value = json.loads(lab.redis.get(f"{lab.prefix}row:{id_}"))
         for column, type_, _ in types:
+            if texts[column] is None:
+                assert value[column] is None, (type_, id_, value[column])
+                continue
             assert canonical_text(value[column]) == texts[column], (type_, id_, value[column])
 
 
@@ -179,5 +184,6 @@ def test_audit_reads_the_same_key_text_and_values(lab, typed):
                                     env=lab.stack.env)
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
+    keys = sum(1 + sum(text is not None for text in texts.values()) for texts in rows.values())
     assert (report["consistent"], report["stale"], report["missing"], report["extra"]) == (
-        len(rows) * (len(types) + 1), 0, 0, 0), report
+        keys, 0, 0, 0), report

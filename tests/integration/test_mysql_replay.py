@@ -10,6 +10,8 @@ those transactions change are gone; the checkpoint is read back where resuming m
 
 from __future__ import annotations
 
+import struct
+
 import pytest
 
 from cachesync.devstack import wait_for
@@ -31,17 +33,28 @@ class Replay:
                                                      mb.Column("email", mb.VARCHAR, 256)))
         self.file = mb.Binlog("binlog.000001", checksum=checksum)
         self.primary = ReplayPrimary([self.file])
+        self.primary.columns[(lab.db, "users")] = (("id", "int"), ("email", "varchar"))
         self.gno = 0
         self.xid = 100
 
-    def write(self, kind: int, images: list, compressed: bool = False, tag: str = "") -> str:
-        """One row transaction; returns its GTID."""
+    def write(self, kind: int, images: list, compressed: bool = False, tag: str = "",
+              gtid: bool = True) -> str:
+        """One row transaction (``gtid``: with a GTID, else an anonymous one); returns its GTID."""
         self.gno += 1
         self.xid += 1
         self.primary.files[-1].transaction(mb.row_transaction(self.table, kind, images, self.xid),
-                                           sid=UUID, gno=self.gno, tag=tag, compressed=compressed)
+                                           sid=UUID if gtid else None, gno=self.gno, tag=tag,
+                                           compressed=compressed)
         self.primary.appended()
         return f"{UUID}:{tag + ':' if tag else ''}{self.gno}"
+
+    def write_events(self, inner: list) -> None:
+        """``inner`` as they are, after a GTID when the first is BEGIN."""
+        if inner[0][0] == mb.QUERY:
+            self.gno += 1
+        self.primary.files[-1].transaction(inner, sid=UUID if inner[0][0] == mb.QUERY else None,
+                                           gno=self.gno)
+        self.primary.appended()
 
     def config(self, reader: str) -> str:
         return self.lab.write_config(USERS, tailer={
@@ -82,30 +95,36 @@ def test_row_changes_of_a_mysql_binlog_invalidate_their_keys(replay, lab, reader
 @pytest.mark.parametrize("reader", ["fast", "library"])
 def test_compressed_transactions_are_decoded(replay, lab, reader):
     """binlog_transaction_compression=ON: each transaction after its GTID is one zstd
-    TRANSACTION_PAYLOAD_EVENT; its rows are decoded and the checkpoint moves past it."""
+    TRANSACTION_PAYLOAD_EVENT; its rows are decoded and the checkpoint moves past it. The
+    tailer says at start what it does about the setting."""
+    replay.primary.variables["binlog_transaction_compression"] = "ON"
     cfg = replay.config(reader)
-    lab.start_tailer(cfg)
+    tailer = lab.start_tailer(cfg)
     lab.start_engine(cfg)
     lab.cache("user:1", "user:email:a@x", "user:email:b@x", "user:2", "user:3")
     replay.write(mb.WRITE_ROWS, [(2, "c@x"), (3, "d@x")], compressed=True)
     replay.write(mb.UPDATE_ROWS, [((1, "a@x"), (1, "b@x"))], compressed=True)
     wait_gone(lab, "user:1", "user:email:a@x", "user:email:b@x", "user:2", "user:3")
     wait_for(lambda: replay.checkpoint() == f"{UUID}:1-2", 30, what="the checkpoint at 1-2")
+    assert "binlog setting binlog_transaction_compression=ON: each transaction is one zstd" \
+        in lab.log(tailer)
 
 
 @pytest.mark.parametrize("reader", ["fast", "library"])
 def test_tagged_gtids_are_kept_and_resumed_from(replay, lab, reader):
     """MySQL 8.4 tagged GTIDs: the checkpoint keeps the tag, and a restarted tailer resumes
     with the tagged set (COM_BINLOG_DUMP_GTID in the tagged encoding): the primary skips
-    what the set holds and the tailer reads only the new transaction."""
-    replay.write(mb.WRITE_ROWS, [(9, "z@x")])                     # gtid_executed at start
+    what the set holds and the tailer reads only the new transaction. The server's
+    gtid_executed holds a tag already at the first start."""
+    replay.write(mb.WRITE_ROWS, [(8, "y@x")])
+    replay.write(mb.WRITE_ROWS, [(9, "z@x")], tag="init")        # gtid_executed at start
     cfg = replay.config(reader)
     tailer = lab.start_tailer(cfg)
     lab.start_engine(cfg)
     lab.cache("user:1", "user:email:a@x")
     replay.write(mb.DELETE_ROWS, [(1, "a@x")], tag="batch")
     wait_gone(lab, "user:1", "user:email:a@x")
-    wait_for(lambda: replay.checkpoint() == f"{UUID}:1:batch:2", 30,
+    wait_for(lambda: replay.checkpoint() == f"{UUID}:1:batch:3:init:2", 30,
              what="the tagged checkpoint")
     tailer.terminate()
     tailer.wait(30)
@@ -114,6 +133,95 @@ def test_tagged_gtids_are_kept_and_resumed_from(replay, lab, reader):
     lab.start_tailer(cfg)
     wait_gone(lab, "user:4")
     assert replay.primary.dumps[-1] == ("gtid", sorted(
-        [(UUID, "", 1), (UUID, "batch", 2)])), replay.primary.dumps
-    wait_for(lambda: replay.checkpoint() == f"{UUID}:1:batch:2-3", 30,
+        [(UUID, "", 1), (UUID, "init", 2), (UUID, "batch", 3)])), replay.primary.dumps
+    wait_for(lambda: replay.checkpoint() == f"{UUID}:1:batch:3-4:init:2", 30,
              what="the checkpoint past the resumed transaction")
+
+
+@pytest.mark.parametrize("reader", ["fast", "library"])
+def test_events_that_cannot_be_decoded_invalidate_their_tables(replay, lab, reader):
+    """The rule over event types, end to end: a rows event of a type cachesync does not decode
+    (PRE_GA_WRITE_ROWS_EVENT, its table named by the map before it; PARTIAL_UPDATE_ROWS_EVENT
+    is decoded, see test_mysql_json_replay.py) and an event type no server wrote yet (no
+    table: every mapped table)
+    become table-level invalidations, with a WARNING and cachesync_tailer_undecoded_events;
+    the transaction around them still completes and the checkpoint moves past it."""
+    from tests.support import address, scrape
+    cfg = replay.config(reader)
+    tailer = lab.start_tailer(cfg)
+    lab.start_engine(cfg)
+    lab.cache("user:1", "user:email:a@x")
+    t = replay.table
+    replay.write_events([(mb.QUERY, mb.query("BEGIN")), (mb.TABLE_MAP, t.map_body()),
+                         (20, t.rows_body(mb.UPDATE_ROWS, [((1, "a@x"), (1, "a@x"))])),
+                         (mb.XID, mb.xid(1))])
+    wait_gone(lab, "user:1", "user:email:a@x")
+    lab.cache("user:5")
+    replay.write_events([(99, b"\x00" * 12)])     # between transactions, no GTID
+    wait_gone(lab, "user:5")
+    wait_for(lambda: replay.checkpoint() == f"{UUID}:1", 30, what="the checkpoint past both")
+    log = lab.log(tailer)
+    assert "PRE_GA_WRITE_ROWS_EVENT (type 20)" in log and f"invalidating {lab.db}.users" in log
+    assert "unknown event type 99 (type 99)" in log and "every mapped table" in log
+    samples = scrape(address(lab, tailer))
+    assert samples[("cachesync_tailer_undecoded_events_total", ())] == 2
+
+
+@pytest.mark.parametrize("reader", ["fast", "library"])
+def test_compressed_transactions_resume_from_a_file_position(replay, lab, reader):
+    """gtid_mode=OFF: the checkpoint is a file:pos, and after a compressed transaction it is
+    the end of its payload (never a place inside it); a restarted tailer asks for exactly
+    that position and reads the transaction written while it was down."""
+    replay.primary.variables["gtid_mode"] = "OFF"
+    cfg = replay.config(reader)
+    tailer = lab.start_tailer(cfg)
+    lab.start_engine(cfg)
+    lab.cache("user:1")
+    replay.write(mb.WRITE_ROWS, [(1, "a@x")], compressed=True, gtid=False)
+    wait_gone(lab, "user:1")
+    end = replay.file.end
+
+    def position():
+        rows = lab.sql("SELECT gtid, log_file, log_pos FROM cachesync.cachesync_checkpoint "
+                       "WHERE name = %s", (f"tailer-{lab.suffix}",))
+        return rows[0] if rows else None
+    wait_for(lambda: position() == (None, "binlog.000001", end), 30,
+             what="the checkpoint at the payload's end")
+    tailer.terminate()
+    tailer.wait(30)
+    lab.cache("user:2")
+    replay.write(mb.WRITE_ROWS, [(2, "b@x")], compressed=True, gtid=False)
+    lab.start_tailer(cfg)
+    wait_gone(lab, "user:2")
+    assert replay.primary.dumps[-1] == ("file", "binlog.000001", end), replay.primary.dumps
+    wait_for(lambda: position() == (None, "binlog.000001", replay.file.end), 30,
+             what="the checkpoint past the second payload")
+
+
+@pytest.mark.parametrize("reader", ["fast", "library"])
+def test_a_compressed_xa_transaction_is_published_at_its_commit(replay, lab, reader):
+    """MySQL compresses XA transactions too: XA START, the rows, XA END and the XA_PREPARE
+    event are one payload. Its rows are held at PREPARE (keys still cached) and published
+    at the XA COMMIT that follows in a transaction of its own."""
+    cfg = replay.config(reader)
+    lab.start_tailer(cfg)
+    lab.start_engine(cfg)
+    lab.cache("user:1", "user:email:a@x", "user:7")
+    xid = "X'7861',X'',1"
+    t = replay.table
+    prepare = [(mb.QUERY, mb.query(f"XA START {xid}")), (mb.TABLE_MAP, t.map_body()),
+               (mb.DELETE_ROWS, t.rows_body(mb.DELETE_ROWS, [(1, "a@x")])),
+               (mb.QUERY, mb.query(f"XA END {xid}")),
+               (38, b"\x00" + struct.pack("<III", 1, 2, 0) + b"xa")]      # XA_PREPARE
+    replay.gno += 1
+    replay.file.transaction(prepare, sid=UUID, gno=replay.gno, compressed=True)
+    replay.primary.appended()
+    replay.write(mb.WRITE_ROWS, [(7, "g@x")])         # a later transaction: seen past PREPARE
+    wait_gone(lab, "user:7")
+    assert lab.cached("user:1", "user:email:a@x") == ["user:1", "user:email:a@x"]
+    replay.gno += 1
+    replay.file.transaction([(mb.QUERY, mb.query(f"XA COMMIT {xid}"))], sid=UUID,
+                            gno=replay.gno, compressed=True)
+    replay.primary.appended()
+    wait_gone(lab, "user:1", "user:email:a@x")
+    wait_for(lambda: replay.checkpoint() == f"{UUID}:1-3", 30, what="the checkpoint at 1-3")

@@ -31,9 +31,9 @@ def test_tail_and_consume_as_a_require_ssl_account(tls_lab):
     settings = lab.settings(lab.write_config(USERS))
     assert settings.mysql.user == "cachesync_tls" and settings.mysql.ssl_ca
     lab.sql("CREATE TABLE users (id BIGINT PRIMARY KEY, name VARCHAR(50) NOT NULL)")
-    cfg = lab.write_config(USERS)
+    cfg = lab.write_config(USERS, consumer={"dedup_store": "mysql"})
     lab.start_tailer(cfg)              # its checkpoint is on the TLS server's state database
-    engine = lab.start_engine(cfg)     # dedup records there too
+    engine = lab.start_engine(cfg)     # dedup records there too (the MySQL store)
     lab.cache("user:1", "user:2")
     lab.sql("INSERT INTO users VALUES (1, 'Ada')")
     wait_for(lambda: not lab.cached("user:1"), 60, what="invalidation from the TLS server's binlog")
@@ -73,3 +73,28 @@ def test_audit_reads_the_table_through_jdbc_over_tls(tls_lab):
     report = run_audit(settings, f"{lab.db}.users", partitions=1, spark_master="local[1]")
     assert (report.rows, report.consistent, report.stale, report.missing) == (3, 1, 1, 1)
     assert report.stale_keys == [f"{lab.prefix}user:2"]
+
+
+def test_mysql_ssl_verifies_against_the_system_trust_store(tls_lab, tmp_path):
+    """mysql.ssl without ssl_ca: the system's CAs (SSL_CERT_FILE points OpenSSL at them, as a
+    system whose bundle holds the server's CA would) verify the server; another bundle fails."""
+    lab = tls_lab
+    lab.sql("CREATE TABLE users (id BIGINT PRIMARY KEY, name VARCHAR(50) NOT NULL)")
+    cfg = lab.write_config(USERS)
+    devstack_ca = lab.stack.env["CACHESYNC_MYSQL_SSL_CA"]
+    env = {**os.environ, **lab.stack.env, "CACHESYNC_MYSQL_SSL_CA": "", "CACHESYNC_MYSQL_SSL": "true"}
+    other_ca = tmp_path / "other-ca.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=not the devstack CA", "-keyout", str(tmp_path / "other.key"),
+                    "-out", str(other_ca)], check=True, capture_output=True, timeout=60)
+    refused = subprocess.run([sys.executable, "-m", "cachesync", "dedup", "purge", "--config", cfg],
+                             env={**env, "SSL_CERT_FILE": str(other_ca)}, capture_output=True,
+                             text=True, timeout=120)
+    assert refused.returncode == 3, refused.stderr[-3000:]
+    assert "cachesync: MySQL's TLS certificate failed verification" in refused.stderr
+    trusted = subprocess.run([sys.executable, "-m", "cachesync", "dedup", "purge", "--config", cfg],
+                             env={**env, "SSL_CERT_FILE": devstack_ca}, capture_output=True,
+                             text=True, timeout=120)
+    # cachesync_tls is a REQUIRE SSL account: connecting at all proves TLS was on
+    assert trusted.returncode == 0, trusted.stderr[-3000:]
+    assert "purged 0 done record(s)" in trusted.stdout

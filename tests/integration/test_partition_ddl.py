@@ -59,3 +59,29 @@ def test_reading_partitions_invalidates_nothing(partitioned):
     wait_for(lambda: not lab.cached("user:20"), what="the marker row applied")
     assert lab.cached("user:1", "user:email:1@x") == ["user:1", "user:email:1@x"]
     assert [d.event for d in lab.topic_events() if d.event.op == "truncate"] == []
+
+
+# -- ALTERs that rewrite column values in place ------------------------------------------------
+
+def test_a_column_redefined_in_place_invalidates_the_update_mode_values_it_rewrote(lab):
+    """MODIFY rounds every price with no row event: the cached values holding the old prices
+    are invalidated (table level, reason alter_columns); a delete-mode table keyed on other
+    columns is left alone."""
+    lab.sql("CREATE TABLE items (id INT PRIMARY KEY, price DECIMAL(10,2) NOT NULL)")
+    lab.sql("CREATE TABLE tags (id INT PRIMARY KEY, label VARCHAR(20) NOT NULL)")
+    lab.sql("INSERT INTO items VALUES (1, 1.25), (2, 2.50)")
+    cfg = lab.write_config({"items": {"keys": ["item:{id}"], "mode": "update"},
+                            "tags": {"keys": ["tag:{id}"]}})
+    tailer = lab.start_tailer(cfg)
+    lab.start_engine(cfg)
+    lab.sql("UPDATE items SET price = price + 1")            # cached by update mode
+    wait_for(lambda: lab.cached("item:1", "item:2") == ["item:1", "item:2"],
+             what="update mode wrote both items")
+    lab.cache("tag:1")
+    lab.sql("ALTER TABLE tags ADD COLUMN note TEXT")          # delete mode, not keyed on it
+    lab.sql("ALTER TABLE items MODIFY price DECIMAL(10,1) NOT NULL")   # 2.25 -> 2.3
+    wait_for(lambda: not lab.cached("item:1", "item:2"),
+             what=f"the rewritten values invalidated:\n{lab.log(tailer)}")
+    events = [d.event for d in lab.topic_events() if d.event.op == "truncate"]
+    assert {(e.table, e.extra["reason"]) for e in events} == {("items", "alter_columns")}
+    assert lab.cached("tag:1") == ["tag:1"]

@@ -25,7 +25,7 @@ def secured(lab, monkeypatch):
     """(lab, config, environment): MySQL over TLS, Redis over TLS, Kafka over SASL_SSL."""
     cleanup = use_mariadb_tls(lab, monkeypatch)
     use_redis_tls(lab, monkeypatch)
-    cfg = lab.write_config(USERS)
+    cfg = lab.write_config(USERS, consumer={"dedup_store": "mysql"})   # records on the TLS MySQL
     yield lab, cfg, use_kafka_sasl(lab, cfg)
     cleanup()
 

@@ -104,6 +104,7 @@ def test_consume_on_the_cluster_survives_executor_worker_and_driver_loss(lab):
     env = cluster_env()
     lab.sql(USERS_DDL)
     ns = f"cl-{lab.suffix}"
+    # the MySQL dedup store: dedup_counts reads its rows
     cfg = add_config_sections(lab.write_config(USERS, consumer={"batch_size": 20,
                                                                 "claim_lease_s": 2,
                                                                 "dedup_store": "mysql"}),

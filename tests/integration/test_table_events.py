@@ -60,6 +60,7 @@ def test_whole_table_ddl_invalidates_every_cached_key(pipeline, statement, reaso
     assert len(events) == partitions * len(tables)
     assert {(e.table, e.extra["reason"]) for e in events} == {(t, reason) for t in tables}
     wait_for(lambda: engine.stats.table_invalidations == len(events), what="each copy applied")
+    assert engine.table_scans.wait_idle(30)          # the scans beside the rows completed
     # orders has order:1 cached: a dropped database takes its keys too
     assert engine.stats.table_keys_deleted == len(USER_KEYS) + (reason == "drop_database")
 
@@ -100,6 +101,7 @@ def test_an_older_update_replayed_after_a_truncate_stays_out(lab):
     old = next(e for e in lab.topic_events() if e.event.op == "insert")
     lab.sql("TRUNCATE TABLE users")
     wait_for(lambda: engine.stats.table_invalidations == 3, what="the truncate's 3 copies applied")
+    assert engine.table_scans.wait_idle(30)          # and its scan beside the rows completed
     assert not lab.cached("user:1", "user:email:1@x")
     applied = engine.stats.applied
     doc = json.loads(old.value)
@@ -139,6 +141,7 @@ def test_a_truncate_voids_the_lease_of_a_fill_in_flight(pipeline):
         row = lab.sql("SELECT email FROM users WHERE id = 77")    # none: id 77 is uncached
         lab.sql("TRUNCATE TABLE users")
         wait_for(lambda: engine.stats.table_invalidations == 3, what="the truncate applied")
+        assert engine.table_scans.wait_idle(30)      # its scan (leases first) completed
         return f"loaded before the truncate: {row}"
 
     value = read_through(lab.redis, lab.prefix + "user:77", load_then_truncate, ttl_s=60)

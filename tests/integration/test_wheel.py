@@ -25,7 +25,7 @@ PYPI_SCHEMA = "schema==0.7.7"
 
 
 # What the Dockerfile copies: the wheel must build from exactly these.
-SOURCES = ("pyproject.toml", "README.md", "LICENSE", "schema", "producer_outbox", "consumer",
+SOURCES = ("pyproject.toml", "setup.py", "README.md", "LICENSE", "schema", "producer_outbox", "consumer",
            "cachesync")
 
 

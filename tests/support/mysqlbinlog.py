@@ -248,6 +248,8 @@ class Binlog:
             self.gtids[self.end] = (sid, tag, gno)
             self.add(GTID_TAGGED if tag else GTID,
                      tagged_gtid(sid, tag, gno) if tag else gtid(sid, gno))
+        else:       # gtid_mode=OFF: MySQL 8 still opens each transaction with one
+            self.add(ANONYMOUS_GTID, gtid("00000000-0000-0000-0000-000000000000", 0))
         if compressed:
             return self.add(TRANSACTION_PAYLOAD, payload(inner, self.server_id))
         for etype, body in inner:

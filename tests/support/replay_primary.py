@@ -35,7 +35,7 @@ COM_QUIT, COM_INIT_DB, COM_QUERY, COM_PING = 0x01, 0x02, 0x03, 0x0E
 COM_BINLOG_DUMP, COM_REGISTER_SLAVE, COM_BINLOG_DUMP_GTID = 0x12, 0x15, 0x1E
 _CAPABILITIES = (0x1 | 0x2 | 0x4 | 0x8 | 0x200 | 0x2000 | 0x8000 | 0x20000 | 0x80000 | 0x200000)
 _AUTOCOMMIT = 0x0002
-ER_PARSE_ERROR, ER_MASTER_FATAL_ERROR_READING_BINLOG = 1064, 1236
+ER_BAD_DB_ERROR, ER_PARSE_ERROR, ER_MASTER_FATAL_ERROR_READING_BINLOG = 1049, 1064, 1236
 _LOG_EVENT_ARTIFICIAL_F = 0x20
 
 DEFAULT_VARIABLES = {
@@ -64,6 +64,8 @@ class ReplayPrimary:
         self.grants = grants or ("GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO "
                                  "`cachesync`@`%`",)
         self.unanswered: list[str] = []
+        # (schema, table) -> ((column, data_type), ...): what information_schema.columns says
+        self.columns: dict[tuple[str, str], tuple[tuple[str, str], ...]] = {}
         self.dumps: list[tuple] = []        # ("file", name, pos) / ("gtid", set text) per dump
         self.changed = threading.Condition()
         self._server = _Server(("127.0.0.1", 0), _Session)
@@ -273,14 +275,46 @@ class _Session(socketserver.BaseRequestHandler):
             self._show_variables(text)
         elif re.fullmatch(r"SHOW\s+GRANTS(\s+FOR\s+CURRENT_USER(\(\))?)?", text, re.I):
             self._result(["Grants"], [(g,) for g in self.primary.grants])
+        elif re.fullmatch(r"SHOW\s+(BINARY|MASTER)\s+LOGS", text, re.I):
+            self._result(["Log_name", "File_size", "Encrypted"],
+                         [(f.name, f.end, "No") for f in self.primary.files])
+        elif re.search(r"\bFROM\s+information_schema\.columns\b", text, re.I) and \
+                re.search(r"\bdata_type\s+IN\s*\(", text, re.I):
+            self._columns_of_types(text)
         elif re.fullmatch(r"SHOW\s+(BINARY\s+LOG|MASTER)\s+STATUS", text, re.I):
             last = self.primary.files[-1]
             self._result(["File", "Position", "Binlog_Do_DB", "Binlog_Ignore_DB",
                           "Executed_Gtid_Set"],
                          [(last.name, last.end, "", "", self.primary.executed)])
+        elif self._missing_database(text):
+            pass
         else:
             self.primary.unanswered.append(text)
             self._error(ER_PARSE_ERROR, f"replay primary does not answer: {text[:200]}")
+
+    def _missing_database(self, text: str) -> bool:
+        """A query on a table of a database this primary does not have gets the server's
+        error, as from any server without it (e.g. cachesync's state database)."""
+        m = re.search(r"\bFROM\s+`?(\w+)`?\s*\.", text, re.I)
+        known = {schema.lower() for schema, _ in self.primary.columns} | {"information_schema"}
+        if m is None or m.group(1).lower() in known:
+            return False
+        self._error(ER_BAD_DB_ERROR, f"Unknown database '{m.group(1)}'")
+        return True
+
+    def _columns_of_types(self, text: str) -> None:
+        """``SELECT table_schema, table_name, column_name, data_type FROM
+        information_schema.columns WHERE ((table_schema = .. AND table_name = ..) OR ..) AND
+        data_type IN (..)``, answered from ``columns``."""
+        pairs = {(a.lower(), b.lower()) for a, b in re.findall(
+            r"table_schema\s*=\s*'([^']*)'\s+AND\s+table_name\s*=\s*'([^']*)'", text, re.I)}
+        kinds = {k.lower() for k in re.findall(
+            r"'([^']*)'", re.search(r"data_type\s+IN\s*\(([^)]*)\)", text, re.I).group(1))}
+        rows = [(schema, table, column, kind)
+                for (schema, table), cols in self.primary.columns.items()
+                if (schema.lower(), table.lower()) in pairs
+                for column, kind in cols if kind.lower() in kinds]
+        self._result(["table_schema", "table_name", "column_name", "data_type"], rows)
 
     def _select_variables(self, text: str) -> None:
         names = [n.strip() for n in text[len("SELECT"):].split(",")]

@@ -131,7 +131,7 @@ def test_the_dashboard_queries_only_metrics_cachesync_exports():
     exported = {f"{n}_total" for n in (*metrics.CONSUMER_COUNTERS, *metrics.TAILER_COUNTERS,
                                        *metrics.RELAY_COUNTERS)} | set(metrics.MONITOR_METRICS)
     gauges = {"cachesync_commit_to_apply_seconds", "cachesync_last_commit_to_apply_seconds",
-              "cachesync_checkpoint_age_seconds", "cachesync_kafka_consumer_lag_messages"}
+              "cachesync_tailer_checkpoint_age_seconds", "cachesync_kafka_consumer_lag_messages"}
     src = (ROOT / "cachesync" / "metrics.py").read_text()
     assert all(f'"{g}"' in src for g in gauges)
     exported |= gauges | {"cachesync_commit_to_apply_seconds_bucket"}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import struct
+import types
 
 import pymysql
 import pytest
@@ -18,6 +19,8 @@ from cachesync.producer_outbox.checkpoint import Checkpoint
 from cachesync.producer_outbox.dumpstream import (_BODY, DumpConnection, DumpStreamReader,
                                                   _length_coded, reader_kind)
 from cachesync.producer_outbox.mysql import MySQLParams
+from cachesync.producer_outbox import packing as packing_module
+from cachesync.producer_outbox import tailer as tailer_module
 from cachesync.producer_outbox.tailer import Tailer, TailerOptions
 from cachesync.schema.event import decode_record
 from cachesync.schema.gtid import parse_gtid
@@ -149,7 +152,12 @@ def _txn(seq: int):
     return [mariadb_gtid(0, 1, seq), rows(WriteRowsEvent, u(seq, f"{seq}@x")), xid(seq)]
 
 
-def test_packs_span_transactions_and_the_checkpoint_waits_for_their_acks():
+def test_packs_span_transactions_and_the_checkpoint_waits_for_their_acks(monkeypatch):
+    # the clock stands still: no pack reaches its linger time and the partition count is read
+    # once, so what closes packs here is the stream going idle, not how busy the host is
+    frozen = types.SimpleNamespace(monotonic=lambda: 1000.0)
+    monkeypatch.setattr(tailer_module, "time", frozen)
+    monkeypatch.setattr(packing_module, "time", frozen)
     events = with_table_maps([e for seq in range(42, 52) for e in _txn(seq)])
     stream = _IdleStream(events[:24] + [None] + events[24:])    # idle after 6 transactions
     publisher, checkpoints = _HeldAcks(), _Checkpoints()

@@ -272,3 +272,11 @@ def test_lint_warns_of_key_text_changed_by_the_upgrade():
     assert [(f.check, f.message[:30]) for f in found] == [
         ("key-text-changed", "column 'ip' is INET6: its key "),
         ("key-text-changed", "column 'at' is TIME: a negativ")]
+
+
+def test_lint_warns_of_key_text_changed_for_mysql_json_keys():
+    """MySQL JSON keys are the server's text now (a rendering of the library's dict before)."""
+    found = lint(parse_mappings({"d.j": {"keys": ["doc:{doc}"]}}),
+                 types=types_of("d.j", doc=("json", None)))
+    assert [(f.check, f.message[:29]) for f in found] == [
+        ("key-text-changed", "column 'doc' is JSON: its key")]

@@ -100,7 +100,7 @@ def test_recorded_partial_after_image_with_empty_diffs_keeps_the_before_document
               + b"".join(struct.pack("<I", len(d)) + d for d, _ in docs)
               + PARTIAL_AFTER_IMAGE[-14:])
     ev = partial_event(columns, before + PARTIAL_AFTER_IMAGE)
-    assert fastrows.decode_rows(ev) is None                  # the library reads type 39
+    assert check(ev, must_decode=True) == "decoded"          # fast path == library path
     row, unknown = jsoncolumns.resolve_partial(ev.rows[0])
     assert unknown == ()
     assert [row["after_values"][f"c{i}"] for i in (2, 3, 4)] == [t for _, t in docs]
@@ -135,6 +135,14 @@ def partial_update(before_has_doc: bool = True, table: str = "p"):
     ev = partial_event(DOC_COLUMNS, before + after, table)
     ev.columns_present_bitmap = bitmap
     return ev
+
+
+@pytest.mark.parametrize("before_has_doc", [True, False])
+def test_both_readers_read_a_partial_update_alike(before_has_doc):
+    ev = partial_update(before_has_doc)
+    assert check(ev, must_decode=True) == "decoded"
+    after = ev.rows[0]["after_values"]["doc"]
+    assert isinstance(after, mj.JsonDiffs) and len(after.diffs) == 1
 
 
 def test_a_diff_is_applied_to_the_before_document():
@@ -239,3 +247,25 @@ def test_an_update_of_a_json_key_column_renders_the_new_key_text():
     ev.schema, ev.primary_key, ev.timestamp = "app", "id", COMMIT_TS
     sent, _ = tail({"keys": ["p:doc:{doc}"]}, ev)
     assert [(e.before["doc"], e.after["doc"]) for e in sent] == [('{"a": 2}', '{"a": 2}')]
+
+
+@pytest.mark.parametrize("options, bits", [(1, 0b10), (0, None)])
+def test_partial_bits_count_the_tables_json_columns_in_both_readers(options, bits):
+    """Built: two JSON columns; value options 1 with only the second column's partial bit
+    set (the first carries a whole document), or value options 0 (no partial bits: every
+    JSON value whole)."""
+    columns = [column("id", I.LONG), column("a", I.JSON, length_size=4),
+               column("b", I.JSON, length_size=4)]
+    small, doc = RECORDED_DOCS[1][0], BEFORE_DOC[0]
+    before = b"\0" + struct.pack("<iI", 1, len(small)) + small + struct.pack("<I", len(doc)) + doc
+    second = (diff_vector(replace("$.a", bytes([mj.INT16, 7, 0]))) if bits
+              else struct.pack("<I", len(small)) + small)
+    after = (bytes([options]) + (bytes([bits]) if bits else b"") + b"\0" + struct.pack("<i", 1)
+             + struct.pack("<I", len(small)) + small + second)
+    ev = partial_event(columns, before + after, table="two")
+    assert check(ev, must_decode=True) == "decoded"
+    row, unknown = jsoncolumns.resolve_partial(ev.rows[0])
+    assert unknown == ()
+    assert row["after_values"]["a"] == RECORDED_DOCS[1][1]
+    assert row["after_values"]["b"] == ('{"a": 7, "c": "d", "ab": "abc", "bc": ["x", "y"]}'
+                                        if bits else RECORDED_DOCS[1][1])

@@ -68,3 +68,47 @@ def test_debug_level_shows_every_repeat(monkeypatch):
         assert stream.getvalue().count("connect failed") == 1
     finally:
         root.handlers[:], _ = saved[0], root.setLevel(saved[1])
+
+
+def _json_lines(role: str, emit) -> list[dict]:
+    import json
+    import sys
+    stream = io.StringIO()
+    saved = sys.stderr
+    sys.stderr = stream
+    try:
+        logs.setup("INFO", json_format=True, role=role)
+        emit()
+    finally:
+        sys.stderr = saved
+        logs.setup("INFO")
+    return [json.loads(line) for line in stream.getvalue().splitlines()]
+
+
+def test_json_lines_carry_role_host_pid_and_the_named_table_and_partition():
+    import os
+    import socket
+    log = logging.getLogger("cachesync.test")
+    lines = _json_lines("consume", lambda: (
+        log.warning("shop.users: null_key", extra={"table": "shop.users"}),
+        log.warning("dead-lettering", extra={"partition": 2}),
+        logging.getLogger("kafka.conn").error("broker down")))
+    assert [(l["role"], l["host"], l["pid"]) for l in lines] == \
+        [("consume", socket.gethostname(), os.getpid())] * 3
+    assert lines[0]["table"] == "shop.users" and "partition" not in lines[0]
+    assert lines[1]["partition"] == 2 and "table" not in lines[1]
+
+
+def test_the_final_line_is_json_under_log_json_and_plain_otherwise(capsys):
+    lines = _json_lines("replay", lambda: logs.final("stopped: Kafka unavailable", 1))
+    assert lines == [{**lines[0], "level": "critical", "msg": "stopped: Kafka unavailable",
+                      "exit_code": 1, "role": "replay"}]
+    logs.setup("INFO")
+    logs.final("stopped: Kafka unavailable", 1)
+    assert capsys.readouterr().err == "cachesync: stopped: Kafka unavailable\n"
+
+
+def test_a_child_process_logs_as_its_parent():
+    seen = []
+    _json_lines("tail", lambda: seen.append(logs.current_setup()))
+    assert seen == [("INFO", True, "tail")]

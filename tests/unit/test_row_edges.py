@@ -98,3 +98,139 @@ def test_inet4_and_uuid_text():
     assert inet4_text(bytes([10, 0, 0, 1])) == "10.0.0.1"
     raw = bytes.fromhex("123e4567e89b12d3a456426655440000")
     assert uuid_text(raw) == "123e4567-e89b-12d3-a456-426655440000"
+
+
+def test_source_id_enters_message_ids_only_when_set():
+    from cachesync.producer_outbox.rows import TxnContext, row_change, table_change
+    one = TxnContext("mariadb:1", "0-1-42", 42, 0.0, gtid=True)
+    named_a = TxnContext("mariadb:1", "0-1-42", 42, 0.0, gtid=True, cluster="east")
+    named_b = TxnContext("mariadb:9", "0-1-42", 42, 0.0, gtid=True, cluster="west")
+    ids = [row_change(c, 0, "d", "t", "insert", "id", None, {"id": 1}).id
+           for c in (one, named_a, named_b)]
+    assert ids[0] == row_change(TxnContext("other", "0-1-42", 42, 0.0, gtid=True), 0, "d", "t",
+                                "insert", "id", None, {"id": 1}).id   # unchanged: GTID only
+    assert len(set(ids)) == 3
+    # a replica of cluster "east" (another server) gives east's ids
+    replica = TxnContext("mariadb:2", "0-1-42", 42, 0.0, gtid=True, cluster="east")
+    assert row_change(replica, 0, "d", "t", "insert", "id", None, {"id": 1}).id == ids[1]
+    assert (table_change(named_a, 0, 0, "d", "t", "partition", "x").id
+            != table_change(named_b, 0, 0, "d", "t", "partition", "x").id)
+
+
+# -- the tailer on partial images, no server (tests/support/binlog) ------------------------
+
+def _partial(event, bitmap: bytes, bitmap2: bytes | None = None):
+    """``event`` as logged with these columns-present bitmaps (columns id, email)."""
+    import types
+
+    from pymysqlreplication.constants import FIELD_TYPE
+    cols = [types.SimpleNamespace(name=n, type=FIELD_TYPE.LONG) for n in ("id", "email")]
+    event.table_map = {event.table_id: types.SimpleNamespace(columns=cols)}
+    event.columns_present_bitmap = bitmap
+    if bitmap2 is not None:
+        event.columns_present_bitmap2 = bitmap2
+    return event
+
+
+def _tail(events):
+    from cachesync.config import TailerSettings
+    from cachesync.producer_outbox.checkpoint import Checkpoint
+    from cachesync.producer_outbox.mysql import MySQLParams
+    from cachesync.producer_outbox.tailer import Tailer, TailerOptions
+    from tests.support.binlog import MAPPINGS, MARIADB, _Checkpoints, _Stream, with_table_maps
+
+    class Publisher(__import__("tests.support.binlog", fromlist=["_Publisher"])._Publisher):
+        def partitions(self, topic):
+            return [0, 1]
+    publisher = Publisher()
+    tailer = Tailer(MySQLParams("h", 1, "u", "p"), publisher, _Checkpoints(), MAPPINGS,
+                    TailerOptions("t", TailerSettings(checkpoint_interval_s=0, pack_rows=1)))
+    tailer._loop(_Stream(with_table_maps(events)), MARIADB,
+                 Checkpoint(MARIADB.identity, "0-1-41", "binlog.000003", 4))
+    return tailer, [e for _, e in publisher.sent]
+
+
+def test_minimal_update_publishes_what_it_knows_and_invalidates_the_table():
+    from pymysqlreplication.row_event import UpdateRowsEvent, WriteRowsEvent
+
+    from tests.support.binlog import mariadb_gtid, rows, u, xid
+    update = _partial(rows(UpdateRowsEvent, ({"id": 1, "email": None}, {"id": None, "email": "n@x"})),
+                      b"\x01", b"\x02")
+    tailer, sent = _tail([mariadb_gtid(0, 1, 42), update, xid(1),
+                          mariadb_gtid(0, 1, 43), rows(WriteRowsEvent, u(2, "b@x")), xid(2)])
+    row, *tables, later = sent
+    assert (row.op, row.pk, row.before, row.after) == ("update", (("id", 1),), {"id": 1},
+                                                       {"id": 1, "email": "n@x"})
+    assert row.extra["absent"] == {"before": ["email"], "after": []}
+    assert [(t.op, t.extra["reason"]) for t in tables] == [("truncate", "partial_row_image")] * 2
+    assert later.op == "insert"              # the tailer goes on
+    assert (tailer.partial_rows, tailer.table_events, tailer.unkeyable) == (1, 1, 0)
+
+
+def test_a_row_that_cannot_be_keyed_invalidates_its_table_and_the_tailer_goes_on():
+    from pymysqlreplication.row_event import DeleteRowsEvent, WriteRowsEvent
+
+    from tests.support.binlog import mariadb_gtid, rows, u, xid
+    keyless = _partial(rows(DeleteRowsEvent, {"id": None, "email": "a@x"}), b"\x02")
+    tailer, sent = _tail([mariadb_gtid(0, 1, 42), keyless, xid(1),
+                          mariadb_gtid(0, 1, 43), rows(WriteRowsEvent, u(2, "b@x")), xid(2)])
+    assert [(e.op, e.extra.get("reason")) for e in sent] == [
+        ("truncate", "unkeyable_row"), ("truncate", "unkeyable_row"), ("insert", None)]
+    assert tailer.unkeyable == 1
+
+
+def test_a_table_without_primary_key_is_keyed_with_its_nulls():
+    from cachesync.schema.keys import kafka_key
+    assert kafka_key("d", "t", (("a", None), ("b", "\\N"), ("c", 1))) == "d.t:\\N,\\\\N,1"
+
+
+class _Conn:
+    """A connection answering information_schema with ``rows``; counts the queries."""
+
+    def __init__(self, rows, queries):
+        self.rows, self.queries = rows, queries
+
+    def cursor(self):
+        return self
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def execute(self, sql, args):
+        self.queries.append(args)
+
+    def fetchall(self):
+        return self.rows
+
+    def close(self):
+        pass
+
+
+def test_column_types_are_read_at_start_on_first_use_and_after_ddl():
+    from cachesync.producer_outbox.servertypes import ColumnTypes
+    queries = []
+    types = ColumnTypes(lambda: _Conn([("d", "T", "Ip", "inet6")], queries), [("d", "t")])
+    types.load()
+    assert types.of("d", "t") == (("ip", "inet6"),) and len(queries) == 1
+    assert types.of("d", "matched") == () and len(queries) == 2    # a pattern's table: once
+    assert types.of("d", "matched") == () and len(queries) == 2
+    types.after_ddl("ALTER TABLE t MODIFY ip INET6", "d")
+    types.after_ddl("ALTER TABLE unrelated ADD x INT", "d")
+    assert len(queries) == 3
+
+
+def test_column_types_unreadable_keep_what_is_known_and_are_not_asked_per_event():
+    import pymysql
+
+    from cachesync.producer_outbox.servertypes import ColumnTypes
+    attempts = []
+
+    def down():
+        attempts.append(1)
+        raise pymysql.err.OperationalError(2003, "down")
+    types = ColumnTypes(down, [("d", "t")])
+    types.load()
+    assert types.of("d", "t") == () and types.of("d", "t") == () and len(attempts) == 1

@@ -47,3 +47,17 @@ def test_lint_says_key_columns_are_always_watched():
     assert _checks({"app.t": {"keys": ["t:{id}"], "mode": "update",
                               "watch_columns": ["name"]}}) == [("column-filter", "app.t")]
     assert _checks({"app.t": {"keys": ["t:{id}"], "ignore_columns": ["hits"]}}) == []
+
+
+def test_grants_per_database_and_table():
+    from cachesync.grants import missing, privileges_on
+    grants = ["GRANT REPLICATION SLAVE ON *.* TO `c`@`%`",
+              "GRANT SELECT, INSERT ON `cachesync`.* TO `c`@`%`",
+              "GRANT SELECT ON `shop\\_%`.* TO `c`@`%`",
+              "GRANT SELECT ON `app`.`users` TO `c`@`%`"]
+    assert missing(grants, "cachesync", ["SELECT", "INSERT", "DELETE"]) == ["DELETE"]
+    assert privileges_on(grants, "shop_7") == {"REPLICATION SLAVE", "SELECT"}
+    assert missing(grants, "shopX7", ["SELECT"]) == ["SELECT"]      # \_ is a literal _
+    assert missing(grants, "app", ["SELECT"]) == ["SELECT"]
+    assert missing(grants, "app", ["SELECT"], "users") == []
+    assert missing(["GRANT ALL PRIVILEGES ON *.* TO `r`@`%`"], "x", ["CREATE"]) == []

@@ -154,3 +154,44 @@ def test_engine_truncate_removes_the_tables_keys_and_an_older_update_stays_out()
     assert sorted(cache.data) == ["cachesync:ver:user:1", "user:x:y"]
     assert engine.stats.table_invalidations == 2
     assert engine.stats.table_keys_deleted == 4      # user:1, user:email:a, order:1, order:5
+
+
+# -- ALTERs that rewrite column values: whom they concern (producer_outbox.altercolumns) ----
+
+from cachesync.producer_outbox.altercolumns import altered_table, column_changes, concerns  # noqa: E402
+from cachesync.schema.mapping import parse_mappings  # noqa: E402
+
+_ALTER_MAPPINGS = parse_mappings({
+    "app.keyed": {"keys": ["user:{id}", "user:email:{email}"]},
+    "app.whole": {"keys": ["item:{id}"], "mode": "update"},
+    "app.picked": {"keys": ["item:{id}"], "mode": "update", "value_columns": ["id", "price"]},
+}).tables
+
+
+@pytest.mark.parametrize("query, concerned", [
+    ("ALTER TABLE t MODIFY email VARCHAR(5)", {"keyed", "whole"}),  # key text, cached value
+    ("ALTER TABLE t MODIFY COLUMN price DECIMAL(10,1)", {"whole", "picked"}),
+    ("ALTER TABLE t CHANGE `email` mail VARCHAR(50)", {"keyed", "whole"}),
+    ("ALTER TABLE t RENAME COLUMN price TO cost", {"whole", "picked"}),
+    ("ALTER TABLE t CONVERT TO CHARACTER SET latin1", {"keyed", "whole", "picked"}),
+    ("ALTER TABLE t ADD COLUMN note TEXT", {"whole"}),              # its values lack it
+    ("ALTER TABLE t ADD (a INT, b INT), ADD INDEX (a)", {"whole"}),
+    ("ALTER TABLE t DROP COLUMN price", {"whole", "picked"}),
+    ("ALTER TABLE t DROP name", {"whole"}),
+    ("ALTER TABLE t DROP email", {"whole"}),      # delete mode: no key renders it any more
+    ("ALTER TABLE t ADD INDEX (email), DROP INDEX e, ALTER COLUMN price SET DEFAULT 1", set()),
+    ("ALTER TABLE t MODIFY name VARCHAR(5) COMMENT 'email, price'", {"whole"}),
+    ("ALTER TABLE t ENGINE=InnoDB, FORCE", set()),
+    ("CREATE TABLE t (email INT)", set()),
+])
+def test_column_changes_concern_the_mappings_that_read_them(query, concerned):
+    changes = column_changes(query)
+    assert {name.split(".")[1] for name, m in _ALTER_MAPPINGS.items()
+            if concerns(m, changes)} == concerned
+
+
+def test_the_altered_table_is_the_one_after_alter_table():
+    assert altered_table("ALTER TABLE `Shop`.Users MODIFY a INT", "app") == ("shop", "users")
+    assert altered_table("ALTER ONLINE TABLE users ADD b INT", "app") == ("app", "users")
+    assert altered_table("ALTER TABLE users ADD b INT", None) is None
+    assert altered_table("DROP TABLE users", "app") is None

@@ -1,6 +1,7 @@
 """Table patterns and column filters in the mapping (pure)."""
 
 import pytest
+import yaml
 
 from cachesync.consumer.core.plan import plan_batch
 from cachesync.consumer.core.tally import UNWATCHED, TableTally
@@ -142,3 +143,30 @@ def test_statements_name_pattern_tables_not_seen_yet():
     assert [(c.db, c.table) for c in table_changes(swap, None, [], loose)] == [("app", "user_03")]
     assert [c.table for c in table_changes("TRUNCATE User_04", "app", [], loose)] == ["user_04"]
     assert table_changes("TRUNCATE _user_04_new", "app", [], loose) == []
+
+
+def test_the_settings_schema_accepts_patterns_and_filters():
+    import jsonschema
+    from cachesync.config_schema import json_schema
+    doc = {"tables": {"app.user_*": {"keys": ["user:{_table}:{id}"], "ignore_columns": ["hits"]},
+                      r"re:t_\d+\.orders": {"keys": ["o:{_db}:{id}"], "watch_columns": ["total"]},
+                      "app.users": {"keys": ["u:{id}"]}}}
+    jsonschema.validate(doc, json_schema())
+    parse_mappings(doc["tables"])            # and the loader agrees
+
+
+def test_resync_scans_shards_with_the_same_keys_once(tmp_path):
+    from cachesync import config
+    from cachesync.resync import resync_tables
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"tables": {
+        "app.user_*": {"keys": ["user:{id}"]},                 # every shard renders user:*
+        "app.order_*": {"keys": ["order:{_table}:{id}"]},      # one scan per shard
+        "app.users": {"keys": ["u:{id}"]}}}))
+    settings = config.load(path, {})
+    mappings = settings.tables
+    mappings.known([("app", "user_00"), ("app", "user_01"), ("app", "order_00"),
+                    ("app", "order_01"), ("app", "users")])
+    chosen = sorted(m.table for m in resync_tables(settings, (), mappings))
+    assert chosen == ["app.order_00", "app.order_01", "app.user_*", "app.users"]
+    assert [m.table for m in resync_tables(settings, ("app.user_01",), mappings)] == ["app.user_01"]

@@ -52,9 +52,9 @@ class GatedCache(MemoryCache):
         super().__init__()
         self.gate = threading.Event()
 
-    def invalidate_table(self, mapping, fence_version=None, progress=None) -> int:
+    def invalidate_table(self, mapping, fence_version=None, progress=None, **options) -> int:
         assert self.gate.wait(10), "the test never opened the gate"
-        return super().invalidate_table(mapping, fence_version, progress)
+        return super().invalidate_table(mapping, fence_version, progress, **options)
 
 
 def rec(partition: int, offset: int, event) -> Record:

@@ -1,0 +1,120 @@
+"""MySQL JSON columns: rows decoded per second, in the server's text, by each reader.
+
+CPU only (no server: MariaDB cannot write MySQL's binary JSON). One WRITE_ROWS event of
+N rows of ``(id INT, doc JSON, name VARCHAR(64))`` is decoded, whole, in each run by:
+
+* baseline: python-mysql-replication's own reader (``event.rows`` with the library's JSON
+  reader): what the tailer ran before, returning dicts with bytes keys, not the text;
+* library: ``event.rows`` with cachesync's JSON reader (``jsoncolumns``): the text;
+* fast: ``fastrows.decode_rows``, the generated decoder, the text (``tailer.reader: fast``).
+
+The documents are binary JSON recorded from MySQL (vitess's binlog_json_test.go and
+go-mysql's row_event_test.go, see tests/support/mysql_json.py). Runs alternate their
+order; the host may be shared, so compare the ratios, measured in the same run.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+
+from pymysql.protocol import MysqlPacket
+from pymysqlreplication.column import Column
+from pymysqlreplication.constants import FIELD_TYPE
+from pymysqlreplication.packet import BinLogPacketWrapper
+from pymysqlreplication.row_event import WriteRowsEvent
+from pymysqlreplication.table import Table
+
+from bench.common import log, ratio, summarize
+from cachesync.producer_outbox import fastrows, jsoncolumns
+
+NAME = "mysqljson"
+SIZES = {"full": 20_000, "quick": 2_000}
+# {"a": "b", "c": "d", "ab": "abc", "bc": ["x", "y"]} and {"key1": "value1", "key2": "value2"}
+DOCS = [
+    bytes([0, 4, 0, 60, 0, 32, 0, 1, 0, 33, 0, 1, 0, 34, 0, 2, 0, 36, 0, 2, 0, 12, 38, 0, 12,
+           40, 0, 12, 42, 0, 2, 46, 0, 97, 99, 97, 98, 98, 99, 1, 98, 1, 100, 3, 97, 98, 99, 2,
+           0, 14, 0, 12, 10, 0, 12, 12, 0, 1, 120, 1, 121]),
+    b"\x00\x02\x00(\x00\x12\x00\x04\x00\x16\x00\x04\x00\x0c\x1a\x00\x0c!\x00key1key2\x06value1"
+    b"\x06value2",
+]
+
+
+def _column(name: str, type_: int, **metadata) -> Column:
+    return Column(**{"type": type_, "name": name, "unsigned": False, "is_primary": False,
+                     "charset_id": None, "character_set_name": "utf8mb4", "collation_name": None,
+                     "enum_values": None, "set_values": None, "visibility": False, **metadata})
+
+
+COLUMNS = [_column("id", FIELD_TYPE.LONG), _column("doc", FIELD_TYPE.JSON, length_size=4),
+           _column("name", FIELD_TYPE.VARCHAR, max_length=256)]
+
+
+def rows_section(n: int) -> bytes:
+    out = []
+    for i in range(n):
+        doc, name = DOCS[i % len(DOCS)], f"name-{i}".encode()
+        out.append(b"\0" + struct.pack("<iI", i, len(doc)) + doc + struct.pack("<H", len(name))
+                   + name)
+    return b"".join(out)
+
+
+def write_event(body: bytes) -> WriteRowsEvent:
+    """The library's WRITE_ROWS event positioned at its rows, as the stream reader hands it."""
+    wrapper = BinLogPacketWrapper.__new__(BinLogPacketWrapper)
+    wrapper.__dict__.update(packet=MysqlPacket(body + b"\0\0\0\0", "utf8"), read_bytes=0,
+                            _BinLogPacketWrapper__data_buffer=b"", event_type=30)
+    ev = WriteRowsEvent.__new__(WriteRowsEvent)
+    ev.__dict__.update(
+        packet=wrapper, table_map={7: Table(7, "bench", "docs", COLUMNS)}, table_id=7,
+        schema="bench", table="docs", columns=COLUMNS, number_of_columns=len(COLUMNS),
+        event_type=30, event_size=len(body), complete=True, _ignore_decode_errors=False,
+        _ctl_connection=None, columns_present_bitmap=b"\x07", _RowsEvent__rows=None,
+        _RowsEvent__none_sources={}, _RowsEvent__use_column_name_cache=False,
+        _RowsEvent__enable_logging=False)
+    return ev
+
+
+def _timed(decode, body: bytes, n: int) -> float:
+    ev = write_event(body)
+    t0 = time.perf_counter()
+    rows = decode(ev)
+    elapsed = time.perf_counter() - t0
+    assert len(rows) == n
+    return round(n / elapsed)
+
+
+def _library_rows(ev):
+    return ev.rows
+
+
+def _baseline_rows(ev):
+    """The library with its own JSON reader (restored around the call)."""
+    BinLogPacketWrapper.read_binary_json = jsoncolumns.LIBRARY_READER
+    try:
+        return ev.rows
+    finally:
+        jsoncolumns.install_reader()
+
+
+def run(stack, quick: bool, runs: int) -> dict:
+    n = SIZES["quick" if quick else "full"]
+    body = rows_section(n)
+    fast, library = fastrows.decode_rows(write_event(body)), write_event(body).rows
+    assert fast == library and fast[0]["values"]["doc"].startswith('{"a": "b"'), "readers differ"
+    contenders = {"baseline_rows_s": _baseline_rows, "library_rows_s": _library_rows,
+                  "fast_rows_s": fastrows.decode_rows}
+    results = []
+    for i in range(runs):
+        order = list(contenders.items())
+        order = order if i % 2 == 0 else order[::-1]
+        results.append({field: _timed(decode, body, n) for field, decode in order})
+        log(f"mysqljson run {i + 1}/{runs}: {results[-1]}")
+    out = summarize(results, list(contenders))
+    med = out["median"]
+    out.update(rows=n, columns="id INT, doc JSON (61/41 bytes), name VARCHAR(64)",
+               fast_vs_baseline=ratio(med["fast_rows_s"], med["baseline_rows_s"]),
+               library_vs_baseline=ratio(med["library_rows_s"], med["baseline_rows_s"]),
+               note="baseline is the library's own JSON reader: dicts with bytes keys, not "
+                    "the server's text; library and fast give the text")
+    return out

@@ -1,0 +1,90 @@
+"""``cachesync doctor``: everything that can be checked before running, each a PASS, WARN
+or FAIL with the fix. ``tail`` and ``consume`` run the same checks at start and log what
+is not PASS; the server's settings and grants stay the tailer's preflight
+(``producer_outbox.preflight``), whose functions these checks reuse.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from cachesync.config import Settings
+from cachesync.doctor.check import (EXIT_CODES, FAIL, LEVELS, PASS, WARN, Check,  # noqa: F401
+                                    guard, worst)
+from cachesync.doctor.kafka import acls_or_hidden, group_check, topic_checks
+from cachesync.doctor.mysql import mysql_checks
+from cachesync.doctor.services import (first_start_check, has_checkpoint, mysql_clock,
+                                       redis_check, skew_check)
+
+log = logging.getLogger("cachesync.doctor")
+
+
+def unsafe_settings(settings: Settings) -> list[str]:
+    """Settings that load but work against each other (the documented safe ranges)."""
+    k, c = settings.kafka, settings.consumer
+    out = []
+    if c.claim_lease_s * 1000 >= k.session_timeout_ms:
+        out.append(f"consumer.claim_lease_s ({c.claim_lease_s:g} s) is not below "
+                   f"kafka.session_timeout_ms ({k.session_timeout_ms} ms): a partition's new "
+                   "owner waits out the lease, stalling failover")
+    if c.dedup_retention_s and c.dedup_retention_s <= k.topic_retention_s:
+        out.append(f"consumer.dedup_retention_s ({c.dedup_retention_s:g} s) is not above "
+                   f"kafka.topic_retention_s ({k.topic_retention_s:g} s): a redelivered record "
+                   "older than its dedup record is applied twice")
+    return out
+
+
+def settings_check(settings: Settings) -> Check:
+    found = unsafe_settings(settings)
+    if found:
+        return Check("settings", WARN, "; ".join(found), "change the settings named")
+    return Check("settings", PASS, "within the documented safe ranges")
+
+
+def run_checks(settings: Settings, role: str = "all") -> list[Check]:
+    """Every check for ``role`` (all, tail, consume; direct: tail's and Redis's, no Kafka);
+    a service that does not answer is a FAIL naming it, never an exception."""
+    from cachesync import wiring
+    from cachesync.topics import admin_client
+    out: list[Check] = [settings_check(settings)]
+    params = wiring.mysql_params(settings)
+    if role in ("all", "tail", "direct"):
+        out += guard("mysql", lambda: mysql_checks(settings, wiring.source_params(settings).connect,
+                                                   params.connect))
+    out += guard("clock-skew", lambda: [skew_check("mysql", mysql_clock(params.connect),
+                                                    time.time())])
+
+    def kafka() -> list[Check]:
+        admin = admin_client(settings)
+        try:
+            found = topic_checks(settings, admin) + [acls_or_hidden(settings, admin, role)]
+            return found + ([group_check(settings, admin)] if role in ("all", "consume") else [])
+        finally:
+            admin.close()
+    if role != "direct":
+        out += guard("kafka", kafka)
+    def redis_checks() -> list[Check]:
+        client = wiring.redis_client(settings, 5)
+        try:
+            found = redis_check(settings, client) if role != "tail" else []
+            if role != "consume":
+                found.append(first_start_check(
+                    settings, has_checkpoint(params.connect, settings), client))
+            return found
+        finally:
+            client.close()
+    out += guard("redis", redis_checks)
+    return out
+
+
+def start_checks(settings: Settings, role: str) -> None:
+    """At tail/consume start: create topics if configured, then log each check that is not
+    PASS (the tailer's preflight still refuses a server that is not ready)."""
+    from cachesync.topics import ensure_topics
+    if role != "direct":
+        ensure_topics(settings)
+    for check in run_checks(settings, role):
+        if check.level != PASS:
+            log.warning("doctor: %s %s: %s%s", check.level, check.name, check.detail,
+                        f" (fix: {check.fix})" if check.fix else "")

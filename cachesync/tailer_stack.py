@@ -1,0 +1,27 @@
+"""The tailer's runtime stack, built in one place for ``tail`` and ``run`` (``--direct`` too).
+
+From the inside out: ``build()`` makes one tailer (publishing to Kafka, or applying in
+process); ``while_held`` refuses to build it once this process lost the tailer lock;
+``RestartingTailer`` rebuilds it from the checkpoint after a transient failure;
+``ResyncingTailer`` handles a purged checkpoint position (``tailer.on_lost_position``);
+``ActiveStandby`` runs the preflight, waits for the lock as a hot standby and runs the rest
+while it holds it.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from cachesync.config import Settings
+from cachesync.resync import ResyncingTailer
+from cachesync.standby import ActiveStandby, while_held
+from cachesync.supervisor import RestartingTailer
+from cachesync.wiring import build_tailer_lock, tailer_preflight
+
+
+def tailer_stack(settings: Settings, build: Callable[[], object]) -> ActiveStandby:
+    """The Runnable that tails as ``tailer.name`` while it holds the lock; ``build()`` is
+    called for every (re)start and returns the tailer to run."""
+    lock = build_tailer_lock(settings)
+    return ActiveStandby(lock, lambda: ResyncingTailer(
+        settings, RestartingTailer(while_held(lock, build))), tailer_preflight(settings))

@@ -1,0 +1,14 @@
+"""bench/mysqljson.py runs (small), its readers agree, and the library reader is restored."""
+
+from pymysqlreplication.packet import BinLogPacketWrapper
+
+from bench import mysqljson
+from cachesync.producer_outbox import jsoncolumns
+
+
+def test_the_benchmark_reports_each_reader_and_restores_cachesyncs_reader(monkeypatch):
+    monkeypatch.setitem(mysqljson.SIZES, "quick", 50)
+    out = mysqljson.run(None, quick=True, runs=2)
+    assert set(out["median"]) == {"baseline_rows_s", "library_rows_s", "fast_rows_s"}
+    assert all(v > 0 for v in out["median"].values()) and out["rows"] == 50
+    assert BinLogPacketWrapper.read_binary_json is jsoncolumns._read_binary_json

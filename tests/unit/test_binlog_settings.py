@@ -1,0 +1,48 @@
+"""producer_outbox.binlog_settings: every binlog-shaping setting and what cachesync does (pure)."""
+
+import pytest
+
+from cachesync.producer_outbox.binlog_settings import (DEGRADED, OK, TABLE_LEVEL,
+                                                       settings_report)
+from cachesync.producer_outbox.preflight import ServerInfo
+
+MYSQL = {"binlog_format": "ROW", "binlog_row_image": "FULL", "binlog_row_metadata": "FULL",
+         "binlog_transaction_compression": "ON", "binlog_row_value_options": "PARTIAL_JSON",
+         "gtid_mode": "ON", "binlog_checksum": "CRC32", "binlog_encryption": "OFF",
+         "binlog_rows_query_log_events": "OFF"}
+MARIADB = {"binlog_format": "ROW", "binlog_row_image": "FULL", "binlog_row_metadata": "FULL",
+           "gtid_strict_mode": "OFF", "log_bin_compress": "ON", "binlog_checksum": "NONE",
+           "encrypt_binlog": "OFF", "binlog_annotate_row_events": "ON"}
+
+
+@pytest.mark.parametrize("flavor, variables", [("mysql", MYSQL), ("mariadb", MARIADB)])
+def test_every_setting_of_the_flavor_gets_one_line(flavor, variables):
+    reports = settings_report(flavor, variables)
+    assert {r.name for r in reports} == set(variables)
+    assert all(r.says and "\n" not in r.line() for r in reports)
+
+
+@pytest.mark.parametrize("flavor, name, value, outcome, says", [
+    ("mysql", "binlog_transaction_compression", "ON", OK, "zstd"),
+    ("mysql", "binlog_row_value_options", "PARTIAL_JSON", None, "PARTIAL_UPDATE_ROWS_EVENT"),
+    ("mysql", "gtid_mode", "OFF_PERMISSIVE", DEGRADED, "gtid_mode=ON"),
+    ("mariadb", "log_bin_compress", "ON", OK, "zlib"),
+    ("mariadb", "gtid_strict_mode", "OFF", DEGRADED, "gtid_strict_mode=ON"),
+    ("mariadb", "binlog_format", "ROW", TABLE_LEVEL, "STATEMENT or MIXED"),
+])
+def test_what_each_value_means(flavor, name, value, outcome, says):
+    (report,) = [r for r in settings_report(flavor, {name: value}) if r.name == name]
+    assert says in report.says
+    if outcome is not None:
+        assert report.outcome == outcome
+
+
+def test_a_setting_the_server_lacks_is_named_as_such():
+    reports = settings_report("mysql", {})
+    assert all(r.value == "(unknown)" for r in reports)
+
+
+def test_the_server_info_reports_its_settings():
+    info = ServerInfo("mariadb", 1, None, MARIADB, ())
+    assert [r.name for r in info.binlog_settings()][:3] == [
+        "binlog_format", "binlog_row_image", "binlog_row_metadata"]
