@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from cachesync.cli import cli
 from cachesync.commands.snapshot import run_snapshot
 from tests.support import wait_for
+from tests.integration.test_update_mode import db_state, redis_state
 
 pytestmark = pytest.mark.integration
 
@@ -21,18 +22,6 @@ USERS_DDL = ("CREATE TABLE users (id INT PRIMARY KEY, email VARCHAR(100) NOT NUL
 USERS = {"users": {"keys": ["user:{id}", "user:email:{email}"], "mode": "update"}}
 ROWS = 60
 
-
-def db_state(lab) -> dict[str, dict]:
-    out = {}
-    for id_, email, name in lab.sql("SELECT id, email, name FROM users"):
-        row = {"id": id_, "email": email, "name": name}
-        out[f"{lab.prefix}user:{id_}"] = out[f"{lab.prefix}user:email:{email}"] = row
-    return out
-
-
-def redis_state(lab) -> dict[str, dict]:
-    keys = sorted(k.decode() for k in lab.redis.scan_iter(match=f"{lab.prefix}user:*", count=1000))
-    return {k: json.loads(v) for k, v in zip(keys, lab.redis.mget(keys)) if v is not None}
 
 
 def fill(lab) -> None:

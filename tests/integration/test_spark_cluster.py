@@ -6,7 +6,6 @@ the driver's loss, resumes from its checkpoint)."""
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
@@ -20,6 +19,7 @@ from tests.integration.test_spark import (BATCH_LINE, cluster_env, executors_of,
                                           spark_driver, spawn_spark_consumer, stop_gracefully,
                                           wait_app_gone)
 from tests.support import add_config_sections, stack_command, wait_for
+from tests.integration.test_update_mode import db_state, redis_state
 
 pytestmark = pytest.mark.integration
 
@@ -53,18 +53,6 @@ class Churn(threading.Thread):
         self._halt.set()
         self.join(30)
 
-
-def db_state(lab) -> dict[str, dict]:
-    out = {}
-    for id_, email, name in lab.sql("SELECT id, email, name FROM users"):
-        row = {"id": id_, "email": email, "name": name}
-        out[f"{lab.prefix}user:{id_}"] = out[f"{lab.prefix}user:email:{email}"] = row
-    return out
-
-
-def redis_state(lab) -> dict[str, dict]:
-    keys = sorted(k.decode() for k in lab.redis.scan_iter(match=f"{lab.prefix}user:*", count=1000))
-    return {k: json.loads(v) for k, v in zip(keys, lab.redis.mget(keys)) if v is not None}
 
 
 def dedup_counts(lab, ns: str) -> dict[str, int]:

@@ -46,8 +46,9 @@ def test_fenced_script_on_real_redis_ends_at_the_newest_version(redis_server, de
             client.delete(key, version_key(key))
 
 
-def db_state(lab, prefix: str) -> dict[str, dict]:
+def db_state(lab, prefix: str | None = None) -> dict[str, dict]:
     """What Redis must hold: each row under both of its keys, as update mode renders it."""
+    prefix = lab.prefix if prefix is None else prefix
     out = {}
     for id_, email, name in lab.sql("SELECT id, email, name FROM users"):
         row = {"id": id_, "email": email, "name": name}
