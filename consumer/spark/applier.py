@@ -192,8 +192,8 @@ def audit_partition(rows: Iterable, config: AuditConfig, rows_read) -> Iterator[
     """
     from cachesync.consumer.audit import expected_entries, verdict
     from cachesync.schema.keytext import value_from_text
-    from cachesync.wiring import redis_client
-    client = redis_client(config.settings, AUDIT_TIMEOUT_S)
+    from cachesync.wiring import build_cache_reader
+    cache = build_cache_reader(config.settings, AUDIT_TIMEOUT_S)
     types = config.types
     seen = 0
     try:
@@ -206,18 +206,18 @@ def audit_partition(rows: Iterable, config: AuditConfig, rows_read) -> Iterator[
                           for c, v in values.items()}
             chunk += expected_entries(values, config.mapping)
             if len(chunk) >= config.chunk:
-                yield from _judge(client, config.mapping, chunk, verdict)
+                yield from _judge(cache, config.mapping, chunk, verdict)
                 chunk = []
         if chunk:
-            yield from _judge(client, config.mapping, chunk, verdict)
+            yield from _judge(cache, config.mapping, chunk, verdict)
         rows_read.add(seen)
     finally:
-        client.close()
+        cache.close()
 
 
-def _judge(client, mapping, entries, verdict) -> Iterator[tuple[str, str]]:
-    from cachesync.consumer.adapters.redis_cluster import read_cached
-    values = read_cached(client, mapping, [k for k, _ in entries])
+def _judge(cache, mapping, entries, verdict) -> Iterator[tuple[str, str]]:
+    """Each entry's verdict against what the cache reader port reads for its key."""
+    values = cache.read(mapping, [k for k, _ in entries])
     for (key, expected), cached in zip(entries, values):
         yield verdict(mapping, expected, cached), key
 
