@@ -390,6 +390,15 @@ class RedisSettings(_Validated):
         check=lambda v: _hostports_problem(v) if v else None)
     master_name: str = setting("", "the master's name in Sentinel (required with "
                                "`redis.sentinels`)")
+    # The sentinels' own login and TLS: a sentinel's requirepass or ACL user is not the master's
+    sentinel_username: str = setting("", "the ACL user cachesync logs in to the sentinels as "
+                                     "(Redis 6.2+); empty: the default user")
+    sentinel_password: Secret = setting(
+        Secret(""), "the sentinels' password (their `requirepass`, or `redis.sentinel_username`'s); "
+        "empty: none. The master's own credentials stay in `redis.url`", secret=True)
+    sentinel_tls: bool = setting(
+        False, "connect to the sentinels over TLS, verified with the CA (and client certificate) "
+        "that `redis.url`'s query names: `ssl_ca_certs`, `ssl_certfile`, `ssl_keyfile`")
     # Redis Cluster: the URL names one node (the others are discovered) and gives the user,
     # password and TLS; keys are grouped per hash slot, SCANs visit every master
     cluster: bool = setting(False, "Redis Cluster: `redis.url` names one node (the others are "
@@ -409,6 +418,10 @@ class RedisSettings(_Validated):
         super().__post_init__()
         if self.sentinels and not self.master_name:
             raise ConfigError("redis.master_name: required with redis.sentinels")
+        if not self.sentinels and (self.sentinel_username or self.sentinel_password
+                                   or self.sentinel_tls):
+            raise ConfigError("redis.sentinel_username, redis.sentinel_password and "
+                              "redis.sentinel_tls: only with redis.sentinels")
         if self.sentinels and self.cluster:
             raise ConfigError("redis.cluster: a cluster has no sentinels; set redis.cluster or "
                               "redis.sentinels, not both")
@@ -418,7 +431,9 @@ class RedisSettings(_Validated):
 
     def __repr__(self) -> str:
         return (f"RedisSettings(url={mask_url(self.url)!r}, sentinels={self.sentinels!r}, "
-                f"master_name={self.master_name!r}, cluster={self.cluster!r}, "
+                f"master_name={self.master_name!r}, "
+                f"sentinel_username={self.sentinel_username!r}, sentinel_tls={self.sentinel_tls!r}, "
+                f"cluster={self.cluster!r}, "
                 f"legacy_companion_keys={self.legacy_companion_keys!r})")
 
 

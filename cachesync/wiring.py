@@ -102,8 +102,29 @@ def redis_client(settings: Settings, timeout_s: float | None = None) -> redis.Re
     options.pop("host", None), options.pop("port", None)
     if options.pop("connection_class", None) is redis.SSLConnection:
         options["ssl"] = True
-    return Sentinel(host_list(r.sentinels, 26379), socket_timeout=timeout_s).master_for(
-        r.master_name, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, **options)
+    sentinels = Sentinel(host_list(r.sentinels, 26379),
+                         sentinel_kwargs=sentinel_options(r, options, timeout_s))
+    return sentinels.master_for(r.master_name, socket_timeout=timeout_s,
+                                socket_connect_timeout=timeout_s, **options)
+
+
+# the TLS options of redis.url's query that the sentinels' connections share with the master's
+_SENTINEL_TLS_OPTIONS = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs",
+                         "ssl_check_hostname")
+
+
+def sentinel_options(r, url_options: dict, timeout_s: float | None) -> dict:
+    """How a client connects to the sentinels themselves: their own user and password
+    (``redis.sentinel_*``), TLS with ``redis.url``'s CA and certificate when asked."""
+    options = {"socket_timeout": timeout_s, "socket_connect_timeout": timeout_s}
+    if r.sentinel_username:
+        options["username"] = r.sentinel_username
+    if r.sentinel_password:
+        options["password"] = str(r.sentinel_password)
+    if r.sentinel_tls:
+        options["ssl"] = True
+        options.update({k: url_options[k] for k in _SENTINEL_TLS_OPTIONS if k in url_options})
+    return options
 
 
 def range_reader(settings: Settings, **options) -> KafkaConsumer:

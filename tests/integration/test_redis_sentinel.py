@@ -1,16 +1,20 @@
 """The pipeline writing through Redis Sentinel (the devstack's redis-sentinel variant,
-redis.sentinels + redis.master_name): a failover during consumption loses no invalidation."""
+redis.sentinels + redis.master_name): a failover during consumption loses no invalidation, and
+the sentinels' own ACL user and password (redis.sentinel_username/_password) are the ones used."""
 
 from __future__ import annotations
 
 import dataclasses
+import secrets
 import subprocess
 
 import pytest
 import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
-from redis.sentinel import Sentinel
+from redis.sentinel import MasterNotFoundError, Sentinel
+
+from cachesync import config, wiring
 
 from tests.support.variants import addresses, start
 from tests.support import wait_for
@@ -57,3 +61,32 @@ def test_failover_during_consumption_loses_no_invalidation(lab, monkeypatch):
     assert master.connection_pool.get_master_address() != before
     lab.stop_engine(engine)
     master.delete(lab.prefix + "user:untouched")
+
+
+def test_the_sentinels_own_user_and_password_log_in_to_them(lab):
+    env = start("redis-sentinel")
+    name, sentinels = env["DEVSTACK_REDIS_SENTINEL_MASTER_NAME"], env["DEVSTACK_REDIS_SENTINELS"]
+    user, password = f"cs_sentinel_{lab.suffix}", secrets.token_hex(8)
+    admins = [redis.Redis(host=host, port=port, socket_timeout=2)
+              for host, port in addresses(sentinels)]
+    for admin in admins:       # a user only the sentinels know: the master has no such user
+        admin.execute_command("ACL", "SETUSER", user, "on", f">{password}", "+@all", "~*")
+    environ = {**lab.stack.env, "CACHESYNC_REDIS_URL": "redis://ignored-with-sentinels/0",
+               "CACHESYNC_REDIS_SENTINELS": sentinels, "CACHESYNC_REDIS_MASTER_NAME": name,
+               "CACHESYNC_REDIS_SENTINEL_USERNAME": user}
+    cfg = lab.write_config(USERS)
+    try:
+        client = wiring.redis_client(config.load(cfg, {
+            **environ, "CACHESYNC_REDIS_SENTINEL_PASSWORD": password}), 2)
+        assert client.ping()
+        logged_in = [c for admin in admins for c in admin.client_list() if c.get("user") == user]
+        assert logged_in, "no sentinel connection logged in as the configured user"
+        client.close()
+        wrong = wiring.redis_client(config.load(cfg, {
+            **environ, "CACHESYNC_REDIS_SENTINEL_PASSWORD": "not-" + password}), 2)
+        with pytest.raises(MasterNotFoundError):    # every sentinel refused the login
+            wrong.ping()
+    finally:
+        for admin in admins:
+            admin.execute_command("ACL", "DELUSER", user)
+            admin.close()
