@@ -45,12 +45,33 @@ class _LazyDeadLetters:
     def send(self, record, reason: str, detail: str) -> None:
         if self._producer is None:
             from cachesync.wiring import build_dead_letters
-            self._producer = build_dead_letters(self._settings)
+            self._producer = build_dead_letters(_codec_here(self._settings))
         self._producer.send(record, reason, detail)
 
     def flush(self) -> None:
         if self._producer is not None:
             self._producer.flush()
+
+
+# kafka-python's codecs that need a compiled library, which the zip shipped to executors
+# cannot carry (consumer/spark/bundle.py); gzip is in the standard library
+_CODEC_MODULES = {"zstd": "zstandard", "lz4": "lz4", "snappy": "snappy"}
+
+
+def _codec_here(settings):
+    """``settings`` with ``kafka.compression_type`` gzip when this executor's Python lacks
+    the configured codec's library (said in a WARNING): a dead letter must still go out."""
+    import dataclasses
+    import importlib.util
+    codec = settings.kafka.compression_type
+    module = _CODEC_MODULES.get(codec)
+    if module is None or importlib.util.find_spec(module) is not None:
+        return settings
+    log.warning("dead letters from this Spark executor are gzip-compressed: kafka.compression_type "
+                "is %s, but its library (%s) is not installed in the executors' Python", codec,
+                module)
+    return dataclasses.replace(settings, kafka=dataclasses.replace(settings.kafka,
+                                                                   compression_type="gzip"))
 
 
 class _Worker:
