@@ -99,8 +99,7 @@ def spark_session(app_name: str, master: str | None = None, conf: Mapping[str, s
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     if ship:
-        from cachesync.consumer.spark.bundle import build_bundle
-        spark.sparkContext.addPyFile(str(build_bundle(bundle_dir())))
+        _ship(spark)
     _fit_shuffle_partitions(spark, conf or {})
     try:
         yield spark
@@ -144,3 +143,17 @@ def _fit_shuffle_partitions(spark, conf: Mapping[str, str]) -> None:
     if key in conf or spark.sparkContext.getConf().contains(key):
         return
     spark.conf.set(key, str(spark.sparkContext.defaultParallelism))
+
+
+def _ship(spark) -> None:
+    """Send the cachesync zip to the executors. ``addPyFile`` also puts the zip's copy (under
+    the context's temporary userFiles directory) on the driver's own ``sys.path``: taken off
+    again, so the driver keeps importing the installed cachesync, and no import made after
+    ``spark.stop()`` deleted that directory meets a zip that is gone."""
+    from cachesync.consumer.spark.bundle import build_bundle
+    before = list(sys.path)
+    spark.sparkContext.addPyFile(str(build_bundle(bundle_dir())))
+    added = [p for p in sys.path if p not in before]
+    sys.path[:] = [p for p in sys.path if p not in added]
+    for path in added:
+        sys.path_importer_cache.pop(path, None)

@@ -295,7 +295,9 @@ def wait_app_gone(env: dict[str, str], keep: set[str]) -> None:
     def gone():
         extra = running_apps(env) - keep
         return not extra and not [e for e in executors_of() if e[1] not in keep]
-    wait_for(gone, 60, interval=0.2, what="the killed driver's application and executors to end")
+    # the master drops the application when the driver's connection closes; its executor
+    # JVMs then stop, which on a loaded 2-core host took more than a minute once
+    wait_for(gone, 180, interval=0.2, what="the killed driver's application and executors to end")
 
 
 def stop_gracefully(proc, timeout_s: float = 90) -> int:

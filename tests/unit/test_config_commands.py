@@ -2,6 +2,7 @@
 refuses; ``cachesync config show`` masks secrets and says where each value came from."""
 
 import json
+import os
 from pathlib import Path
 
 import jsonschema
@@ -13,6 +14,14 @@ from cachesync.cli import cli
 from cachesync.config_schema import json_schema
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def no_settings_from_the_environment(monkeypatch):
+    """Only what a test passes: `make test` exports CACHESYNC_ENV_FILE (the devstack's
+    settings), which the command would load."""
+    for name in [n for n in os.environ if n.startswith("CACHESYNC_")]:
+        monkeypatch.delenv(name)
 
 
 def _schema() -> dict:
