@@ -24,7 +24,7 @@ import zlib
 
 import zstandard
 
-from cachesync.producer_outbox.eventtypes import EXPANDED_TYPES
+from cachesync.producer_outbox.eventtypes import EXPANDED_TYPES, length_encoded
 
 TRANSACTION_PAYLOAD = 40
 _QUERY, _QUERY_COMPRESSED = 2, 165
@@ -148,10 +148,7 @@ def _packet(event: bytes, end: int | None, checksum: bool) -> bytes:
 
 
 def _lenenc(data: bytes, at: int) -> tuple[int, int]:
-    first = data[at]
-    if first < 251:
-        return first, at + 1
-    width = {252: 2, 253: 3, 254: 8}.get(first)
-    if width is None:
-        raise CompressedEventError(f"bad length-encoded integer {first:#x}")
-    return int.from_bytes(data[at + 1:at + 1 + width], "little"), at + 1 + width
+    try:
+        return length_encoded(data, at)
+    except ValueError as e:
+        raise CompressedEventError(str(e)) from None

@@ -42,7 +42,7 @@ from pymysqlreplication.packet import BinLogPacketWrapper
 from pymysqlreplication.row_event import (DeleteRowsEvent, TableMapEvent, UpdateRowsEvent,
                                           WriteRowsEvent)
 
-from cachesync.producer_outbox.eventtypes import is_own
+from cachesync.producer_outbox.eventtypes import is_own, length_encoded
 from cachesync.producer_outbox.fastrows import GIVE_UP, table_decoder
 from cachesync.producer_outbox.framing import FramedConnection, GtidPositioned, own_event
 from cachesync.schema.gtid import MARIADB, Gtid
@@ -399,7 +399,10 @@ class DumpStreamReader(GtidPositioned, BinLogStreamReader):
         table = self.table_map.get(table_id)
         if table is None:
             return None
-        columns, pos = _length_coded(raw, pos)
+        try:
+            columns, pos = length_encoded(raw, pos)
+        except ValueError:      # not a well-formed rows event: the library reads it
+            return None
         width = (columns + 7) >> 3
         bitmap, pos = raw[pos:pos + width], pos + width
         bitmap2 = None
@@ -441,15 +444,3 @@ _SKIP = object()
 _LIBRARY_CLASS = {FastGtidEvent: MariadbGtidEvent, FastXidEvent: XidEvent,
                   FastTableMapEvent: TableMapEvent, **FAST_ROW_EVENTS}
 _ROWS_POST_HEADER = {**dict.fromkeys(_ROWS_V1, 8), **dict.fromkeys(_ROWS_V2, 10)}
-
-
-def _length_coded(raw: bytes, pos: int) -> tuple[int, int]:
-    """A length-encoded integer at ``pos``: (value, next position)."""
-    first = raw[pos]
-    if first < 251:
-        return first, pos + 1
-    if first == 252:
-        return _U16.unpack_from(raw, pos + 1)[0], pos + 3
-    if first == 253:
-        return int.from_bytes(raw[pos + 1:pos + 4], "little"), pos + 4
-    return _U64.unpack_from(raw, pos + 1)[0], pos + 9

@@ -122,3 +122,22 @@ def is_own(code: int, flags: int) -> bool:
     at table level) rather than by python-mysql-replication."""
     own = OWN_TABLE[code]
     return own == 1 or (own == 2 and not flags & LOG_EVENT_IGNORABLE_F)
+
+
+_LENGTH_WIDTHS = {252: 2, 253: 3, 254: 8}
+
+
+def length_encoded(data, pos: int) -> tuple[int, int]:
+    """MySQL's length-encoded integer (``net_field_length``) at ``pos``: (value, next
+    position). One byte below 251, else 0xFC + 2, 0xFD + 3 or 0xFE + 8 little-endian bytes;
+    raises ValueError for another first byte or bytes cut short."""
+    first = data[pos]
+    if first < 251:
+        return first, pos + 1
+    width = _LENGTH_WIDTHS.get(first)
+    if width is None:
+        raise ValueError(f"bad length-encoded integer {first:#x}")
+    end = pos + 1 + width
+    if end > len(data):
+        raise ValueError("length-encoded integer cut short")
+    return int.from_bytes(data[pos + 1:end], "little"), end

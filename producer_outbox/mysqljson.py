@@ -43,6 +43,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from cachesync.producer_outbox.eventtypes import length_encoded
+
 # Value types of the binary format (json_binary.h)
 SMALL_OBJECT, LARGE_OBJECT, SMALL_ARRAY, LARGE_ARRAY = 0x00, 0x01, 0x02, 0x03
 LITERAL, INT16, UINT16, INT32, UINT32, INT64, UINT64 = 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0A
@@ -441,16 +443,11 @@ def decode_diffs(data: bytes) -> JsonDiffs:
 
 
 def _net_length(data: memoryview, pos: int) -> tuple[int, int]:
-    """``net_field_length``: one byte below 251, else 0xFC + 2, 0xFD + 3 or 0xFE + 8 bytes."""
-    first = data[pos]
-    if first < 251:
-        return first, pos + 1
-    size = {252: 2, 253: 3, 254: 8}.get(first)
-    if size is None:
-        raise JsonError("bad length in JSON diff")
-    if pos + 1 + size > len(data):
-        raise JsonError("truncated length in JSON diff")
-    return int.from_bytes(data[pos + 1:pos + 1 + size], "little"), pos + 1 + size
+    """``net_field_length`` in a JSON diff; a malformed or cut-short one is a JsonError."""
+    try:
+        return length_encoded(data, pos)
+    except ValueError as e:
+        raise JsonError(f"{e} in JSON diff") from None
 
 
 _LEG = re.compile(r'\s*(?:\.\s*(?:"((?:[^"\\]|\\.)*)"|([^\s.\[\]"*]+))'

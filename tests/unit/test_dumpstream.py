@@ -17,7 +17,8 @@ from pymysqlreplication.row_event import WriteRowsEvent
 from cachesync.config import TailerSettings
 from cachesync.producer_outbox.checkpoint import Checkpoint
 from cachesync.producer_outbox.dumpstream import (_BODY, DumpConnection, DumpStreamReader,
-                                                  _length_coded, reader_kind)
+                                                  reader_kind)
+from cachesync.producer_outbox.eventtypes import length_encoded as _length_coded
 from cachesync.producer_outbox.mysql import MySQLParams
 from cachesync.producer_outbox import packing as packing_module
 from cachesync.producer_outbox import tailer as tailer_module
