@@ -12,13 +12,12 @@ from cachesync.producer_outbox.preflight import (REPLICA_VARIABLES, REQUIRED_PRI
                                                  problems, read_server_info)
 
 
-def mysql_checks(settings: Settings, connect, state_connect=None) -> list[Check]:
+def mysql_checks(settings: Settings, connect, state_connect) -> list[Check]:
     """Binlog settings, grants, GTID mode, binlog retention against the checkpoint's age.
 
     ``connect`` reaches the server the binlog is read from; ``state_connect`` the one holding
-    the checkpoint (``mysql.host``: they differ with ``tailer.source_hosts``), default the same.
+    the checkpoint (``mysql.host``: they differ with ``tailer.source_hosts``).
     """
-    read_checkpoint = (lambda: _checkpoint(state_connect, settings)) if state_connect else None
     conn = connect(database=None)
     try:
         info = read_server_info(conn)
@@ -27,7 +26,7 @@ def mysql_checks(settings: Settings, connect, state_connect=None) -> list[Check]
         # each on its own: a missing grant must not hide the other findings
         out += guard("gtid", lambda: [_gtid_check(conn, info)])
         out += guard("binlog-retention", lambda: [_retention_check(
-            conn, settings, read_checkpoint or (lambda: _checkpoint_on(conn, settings)))])
+            conn, settings, lambda: _checkpoint(state_connect, settings))])
     finally:
         conn.close()
     return out
@@ -124,24 +123,18 @@ def _gtid_check(conn, info) -> Check:
     return Check("gtid", PASS, "gtid_mode=ON")
 
 
-def _checkpoint_on(conn, settings: Settings):
-    """The tailer's checkpoint row (log_file, gtid, age in s) on ``conn``, None if none yet."""
-    with conn.cursor() as cur:
-        try:
-            cur.execute(f"SELECT log_file, gtid, TIMESTAMPDIFF(SECOND, updated_at, NOW()) FROM "
-                        f"`{settings.mysql.state_db}`.cachesync_checkpoint WHERE name = %s",
-                        (settings.tailer.name,))
-            row = cur.fetchone()
-        except Exception:          # no state database yet: nothing has run
-            row = None
-    conn.commit()
-    return row
-
-
 def _checkpoint(connect, settings: Settings):
+    """The tailer's checkpoint row (log_file, gtid, age in s), None if there is none yet."""
     conn = connect(database=None)
     try:
-        return _checkpoint_on(conn, settings)
+        with conn.cursor() as cur:
+            try:
+                cur.execute(f"SELECT log_file, gtid, TIMESTAMPDIFF(SECOND, updated_at, NOW()) "
+                            f"FROM `{settings.mysql.state_db}`.cachesync_checkpoint "
+                            f"WHERE name = %s", (settings.tailer.name,))
+                return cur.fetchone()
+            except Exception:          # no state database yet: nothing has run
+                return None
     finally:
         conn.close()
 
