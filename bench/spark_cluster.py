@@ -5,9 +5,11 @@ A fresh topic (3 partitions) is pre-filled once with M ChangeEvents (bench.consu
 
 * consume, baseline: the python engine (one process in a fresh group, MySQL dedup store)
   until it consumed M events;
-* consume, contender: `consume --engine spark` (build_spark_engine, trigger availableNow)
-  on the cluster with ONE executor core (spark.cores.max=1), a fresh checkpoint and dedup
-  namespace; the session is started once, outside the timing;
+* consume, contender: `consume --engine spark` (build_spark_engine, trigger availableNow,
+  BATCHES micro-batches) on the cluster with ONE executor core (spark.cores.max=1), a fresh
+  checkpoint and dedup namespace; the session is started once, outside the timing;
+  besides the whole run's keys/s, both engines' steady keys/s after their first batch (the
+  Spark task's time per phase is logged per micro-batch);
 * replay, baseline / contender: `replay --engine python` / `--engine spark` (the session
   above, so one executor core) of the whole topic;
 * executor loss (once, contender only): a consume run whose executor is killed with SIGKILL
@@ -35,6 +37,9 @@ from cachesync.devstack import wait_for
 NAME = "spark_cluster"
 SIZES = {"full": 200_000, "quick": 20_000}
 PARTITIONS = 3
+# micro-batches a consume run takes (maxOffsetsPerTrigger = events / BATCHES): the first
+# one starts the executor's Python worker and connections, the others show the steady rate
+BATCHES = 4
 APP_CONF = {"spark.executor.memory": "512m", "spark.cores.max": "1"}
 EXECUTOR = b"org.apache.spark.executor.CoarseGrainedExecutorBackend"
 
@@ -66,7 +71,7 @@ def run(stack, quick: bool, runs: int) -> dict:
                     log(f"{NAME}: run {i + 1}/{runs} {what}: {result['keys_per_s']:.0f} keys/s")
             populate(r, keys)
             loss = _executor_loss(box, spark, topic, tables, m, keys, r)
-        fields = ["keys_per_s", "events_per_s", "elapsed_s"]
+        fields = ["keys_per_s", "events_per_s", "elapsed_s", "steady_keys_per_s"]
         s = {k: summarize(v, fields) for k, v in sides.items()}
         return {
             "description": "Spark on the standalone devstack cluster (one executor core) vs the "
@@ -80,7 +85,12 @@ def run(stack, quick: bool, runs: int) -> dict:
                         "contender": {"name": "consume --engine spark, 1 executor core, "
                                               "trigger availableNow", **s["consume_spark"]},
                         "spark_vs_python": ratio(s["consume_spark"]["median"]["keys_per_s"],
-                                                 s["consume_python"]["median"]["keys_per_s"])},
+                                                 s["consume_python"]["median"]["keys_per_s"]),
+                        # after each engine's first batch (python: its first poll, spark: the
+                        # first micro-batch, which starts the executor's Python worker)
+                        "steady_spark_vs_python": ratio(
+                            s["consume_spark"]["median"]["steady_keys_per_s"],
+                            s["consume_python"]["median"]["steady_keys_per_s"])},
             "replay": {"baseline": {"name": "replay --engine python", **s["replay_python"]},
                        "contender": {"name": "replay --engine spark, 1 executor core",
                                      **s["replay_spark"]},
@@ -109,7 +119,7 @@ def _one(what: str, box, spark, topic, tables, m: int, n_keys: int) -> dict:
     if what == "consume_python":
         return engine_run(box, topic, tables, m, n_keys, "mysql")
     if what == "consume_spark":
-        return _spark_consume(box, spark, topic, tables, m)[0]
+        return _spark_consume(box, spark, topic, tables, m, max_offsets=-(-m // BATCHES))[0]
     engine = what.split("_")[1]
     settings = box.settings(box.write_config(tables, topic=topic))
     report = run_replay(settings, settings.tables, engine, parse_bound("earliest"),
@@ -129,7 +139,8 @@ def _spark_consume(box, spark, topic, tables, m: int, trigger="availableNow", on
     batches: list[dict] = []
 
     def record(report):
-        batches.append({"events": report.stats.consumed, "wall_s": round(report.wall_s, 3),
+        batches.append({"at": time.perf_counter(), "events": report.stats.consumed,
+                        "keys": report.stats.keys_deleted, "wall_s": round(report.wall_s, 3),
                         **{f"{k}_s": round(v, 3) for k, v in report.timings.items()}})
         if on_batch is not None:
             on_batch(report)
@@ -143,9 +154,15 @@ def _spark_consume(box, spark, topic, tables, m: int, trigger="availableNow", on
     if (s.consumed, s.applied) != (m, m):
         raise RuntimeError(f"spark consume: unexpected stats {s}")
     keys = s.keys_deleted
+    first, last = batches[0], batches[-1]
+    steady = last["at"] - first["at"]
+    for b in batches:
+        b.pop("at")
     log(f"{NAME}: spark batches (driver wall time, the tasks' phases summed): {batches}")
     return {"what": "consume_spark", "events": m, "keys": keys, "elapsed_s": round(elapsed, 4),
             "events_per_s": round(m / elapsed, 1), "keys_per_s": round(keys / elapsed, 1),
+            "startup_s": round(first["wall_s"], 4),
+            "steady_keys_per_s": round((keys - first["keys"]) / steady, 1) if steady else None,
             "batches": batches}, engine
 
 
