@@ -154,6 +154,8 @@ def _spark_consume(box, spark, topic, tables, m: int, trigger="availableNow", on
     if (s.consumed, s.applied) != (m, m):
         raise RuntimeError(f"spark consume: unexpected stats {s}")
     keys = s.keys_deleted
+    phases = [p.get("durationMs") for p in engine.progress() if p.get("numInputRows")]
+    log(f"{NAME}: spark micro-batches, Spark's durationMs: {phases}")
     first, last = batches[0], batches[-1]
     steady = last["at"] - first["at"]
     for b in batches:

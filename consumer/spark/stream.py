@@ -156,6 +156,11 @@ class SparkEngine:
     def stop(self) -> None:
         self._stop.set()
 
+    def progress(self) -> list[dict]:
+        """The query's recent progress reports (Spark's StreamingQueryProgress as dicts: the
+        ``durationMs`` of each micro-batch's phases among them); empty before start()."""
+        return list(self._query.recentProgress) if self._query is not None else []
+
     def committed_offsets(self) -> dict[int, int]:
         """Next offset per partition as far as the checkpoint has committed: the query's
         last progress (every partition, also idle ones) and the batches this run applied."""
