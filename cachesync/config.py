@@ -565,6 +565,16 @@ class ConsumerSettings(_Validated):
         True, "`false`: the MySQL dedup store's session runs `SET sql_log_bin = 0`, so its rows "
         "stay out of the binlog and off the replicas; needs `BINLOG ADMIN` (MariaDB 10.5.2+) or "
         "`SESSION_VARIABLES_ADMIN` (MySQL 8.0.14+), else the consumer stops naming the grant")
+    dedup_mysql_layout: str = setting(
+        "rows", "the MySQL dedup store's tables: `rows` (`cachesync_dedup`, a row per message "
+        "id, purged row by row) or `compact` (`cachesync_dedup_compact`: 16-byte keys ordered "
+        "by commit time, so claims stay in the buffer pool, partitioned by "
+        "`consumer.dedup_mysql_window_s` windows that the purge drops whole; needs `ALTER, "
+        "DROP` on the state database). Switching: the Upgrading page",
+        choices=("rows", "compact"))
+    dedup_mysql_window_s: float = setting(
+        3600.0, "the compact layout's partition width, in commit time; a window is dropped "
+        "once all of it is older than `consumer.dedup_retention_s`", **POSITIVE)
     # 8 days: must exceed the topic's retention (7 d default)
     dedup_retention_s: float = setting(691200.0, "done records older than this are purged; "
                                        "keep it above the topic's retention",
