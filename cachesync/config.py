@@ -738,7 +738,8 @@ def load_with_origins(path: str | os.PathLike | None,
         problems.append(f"{source}: unknown section(s) {sorted(unknown)}; "
                         f"expected {sorted([*_SECTIONS, 'tables'])}")
     problems += unknown_variables(environ, section_fields())
-    env = {k: v for k, v in environ.items() if k not in service_links(environ)}
+    links = service_links(environ)         # once: it scans the whole environment
+    env = {k: v for k, v in environ.items() if k not in links}
     origins: dict[str, str] = {}
     sections = {name: _section(name, cls, raw.get(name) or {}, env, source, problems, origins)
                 for name, cls in _SECTIONS.items()}
@@ -755,7 +756,8 @@ def load_section(name: str, environ: Mapping[str, str] | None = None):
     raises ConfigError naming every problem."""
     environ = os.environ if environ is None else environ
     problems: list[str] = []
-    env = {k: v for k, v in environ.items() if k not in service_links(environ)}
+    links = service_links(environ)         # once: it scans the whole environment
+    env = {k: v for k, v in environ.items() if k not in links}
     section = _section(name, _SECTIONS[name], {}, env, "<environment>", problems, {})
     if problems:
         raise ConfigError(_one_message(problems))

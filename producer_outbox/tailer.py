@@ -24,6 +24,7 @@ from pymysqlreplication.row_event import (DeleteRowsEvent, PartialUpdateRowsEven
 
 from cachesync.producer_outbox.binlog_read import DECODE_ERRORS, TableMaps, decode_error, read_events
 
+from cachesync import startup
 from cachesync.collector import paced
 from cachesync.config import TailerSettings
 from cachesync.producer_outbox.dumpstream import FAST_ROW_EVENTS, DumpStreamReader, reader_kind
@@ -190,6 +191,7 @@ class Tailer(GroupPublishing):
                  reader_kind(self._opts.settings.reader))
         stream = self._open_stream(info, start)
         self._attach(stream)
+        startup.done("first binlog read")
         try:
             self._loop(stream, info, start)
         finally:
