@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
-from cachesync.producer_outbox.checkpoint import Checkpoint
 from cachesync.producer_outbox.ports import Change
 from cachesync.schema.partition import partition_for
+
+if TYPE_CHECKING:       # checkpoint.py holds the MySQL store too
+    from cachesync.producer_outbox.checkpoint import Checkpoint
 
 
 @dataclass(frozen=True)
