@@ -31,6 +31,7 @@ from cachesync.producer_outbox.framing import LibraryStreamReader, UndecodedEven
 from cachesync.producer_outbox.checkpoint import Checkpoint, MySQLCheckpointStore
 from cachesync.producer_outbox.fastrows import decode_rows
 from cachesync.producer_outbox.groups import GroupPublishing
+from cachesync.producer_outbox import hotpath
 from cachesync.producer_outbox.images import event_absence, known_images
 from cachesync.producer_outbox.inflight import InflightTracker
 from cachesync.producer_outbox.jsoncolumns import resolve_partial, unknown_after
@@ -501,6 +502,13 @@ class Tailer(GroupPublishing):
     def _publish_row(self, event, op: str, ctx: TxnContext, txn, row_index: int, mapping,
                      before, after, images, partial) -> int:
         """Publish one row, or (a row that cannot be keyed) have its table invalidated."""
+        if images is None and hotpath.record is not None:    # compiled, else None: below
+            compiled = hotpath.record(ctx, row_index, event.schema, event.table, op,
+                                      event.primary_key, before, after,
+                                      self._opts.max_record_bytes)
+            if compiled is not None:
+                self._publish(event.schema, event.table, *compiled, txn)
+                return row_index + 1
         try:
             if images is not None and partial.unkeyed(images, op, event.primary_key):
                 raise ValueError("the primary key is not in the logged image")
