@@ -6,10 +6,13 @@ A fresh topic (3 partitions) is pre-filled once with M ChangeEvents (bench.consu
 * consume, baseline: the python engine (one process in a fresh group, MySQL dedup store)
   until it consumed M events;
 * consume, contender: `consume --engine spark` (build_spark_engine, trigger availableNow,
-  BATCHES micro-batches) on the cluster with ONE executor core (spark.cores.max=1), a fresh
+  micro-batches of MAX_OFFSETS) on the cluster with ONE executor core (spark.cores.max=1), a fresh
   checkpoint and dedup namespace; the session is started once, outside the timing;
   besides the whole run's keys/s, both engines' steady keys/s after their first batch (the
   Spark task's time per phase is logged per micro-batch);
+* consume, before: the same Spark engine with one task per Kafka partition and each task's
+  chunks applied one after the other (consumer.overlap_batches false), as it ran before
+  tasks were fitted to the executor cores and chunks overlapped;
 * replay, baseline / contender: `replay --engine python` / `--engine spark` (the session
   above, so one executor core) of the whole topic;
 * executor loss (once, contender only): a consume run whose executor is killed with SIGKILL
@@ -35,11 +38,11 @@ from cachesync.consumer.replay import parse_bound
 from cachesync.devstack import wait_for
 
 NAME = "spark_cluster"
-SIZES = {"full": 200_000, "quick": 20_000}
+SIZES = {"full": 200_000, "quick": 40_000}
 PARTITIONS = 3
-# micro-batches a consume run takes (maxOffsetsPerTrigger = events / BATCHES): the first
-# one starts the executor's Python worker and connections, the others show the steady rate
-BATCHES = 4
+# records per micro-batch of a consume run (the default maxOffsetsPerTrigger): the first
+# batch starts the executor's Python worker and connections, the others show the steady rate
+MAX_OFFSETS = 20_000
 APP_CONF = {"spark.executor.memory": "512m", "spark.cores.max": "1"}
 EXECUTOR = b"org.apache.spark.executor.CoarseGrainedExecutorBackend"
 
@@ -60,8 +63,8 @@ def run(stack, quick: bool, runs: int) -> dict:
         with spark_session("cachesync-bench", env["DEVSTACK_SPARK_MASTER_URL"],
                            conf=APP_CONF) as spark:
             startup_s = time.perf_counter() - t0
-            sides = {k: [] for k in ("consume_python", "consume_spark", "replay_python",
-                                     "replay_spark")}
+            sides = {k: [] for k in ("consume_python", "consume_spark", "consume_spark_before",
+                                     "replay_python", "replay_spark")}
             for i in range(runs):
                 order = list(sides) if i % 2 == 0 else list(sides)[::-1]
                 for what in order:
@@ -90,7 +93,14 @@ def run(stack, quick: bool, runs: int) -> dict:
                         # first micro-batch, which starts the executor's Python worker)
                         "steady_spark_vs_python": ratio(
                             s["consume_spark"]["median"]["steady_keys_per_s"],
-                            s["consume_python"]["median"]["steady_keys_per_s"])},
+                            s["consume_python"]["median"]["steady_keys_per_s"]),
+                        # the same engine as it ran before: one task per Kafka partition,
+                        # each task's chunks applied one after the other
+                        "before": {"name": "consume --engine spark, one task per Kafka "
+                                           "partition, consumer.overlap_batches false",
+                                   **s["consume_spark_before"]},
+                        "spark_vs_before": ratio(s["consume_spark"]["median"]["keys_per_s"],
+                                                 s["consume_spark_before"]["median"]["keys_per_s"])},
             "replay": {"baseline": {"name": "replay --engine python", **s["replay_python"]},
                        "contender": {"name": "replay --engine spark, 1 executor core",
                                      **s["replay_spark"]},
@@ -119,7 +129,10 @@ def _one(what: str, box, spark, topic, tables, m: int, n_keys: int) -> dict:
     if what == "consume_python":
         return engine_run(box, topic, tables, m, n_keys, "mysql")
     if what == "consume_spark":
-        return _spark_consume(box, spark, topic, tables, m, max_offsets=-(-m // BATCHES))[0]
+        return _spark_consume(box, spark, topic, tables, m)[0]
+    if what == "consume_spark_before":
+        return _spark_consume(box, spark, topic, tables, m, per_slot=False,
+                              consumer={"overlap_batches": False})[0]
     engine = what.split("_")[1]
     settings = box.settings(box.write_config(tables, topic=topic))
     report = run_replay(settings, settings.tables, engine, parse_bound("earliest"),
@@ -132,9 +145,10 @@ def _one(what: str, box, spark, topic, tables, m: int, n_keys: int) -> dict:
 
 
 def _spark_consume(box, spark, topic, tables, m: int, trigger="availableNow", on_batch=None,
-                   max_offsets: int = 20_000):
+                   max_offsets: int = MAX_OFFSETS, per_slot: bool = True,
+                   consumer: dict | None = None):
     cfg = box.write_config(tables, topic=topic, group=box.new_group(),
-                           consumer={"dedup_store": "mysql"})
+                           consumer={"dedup_store": "mysql", **(consumer or {})})
     checkpoint = Path(box.tmp) / f"ck-{time.monotonic_ns()}"
     batches: list[dict] = []
 
@@ -145,7 +159,7 @@ def _spark_consume(box, spark, topic, tables, m: int, trigger="availableNow", on
         if on_batch is not None:
             on_batch(report)
     engine = build_spark_engine(box.settings(cfg), spark, str(checkpoint), max_offsets,
-                                on_batch=record, trigger=trigger)
+                                on_batch=record, trigger=trigger, per_slot=per_slot)
     engine.start()                     # the query's start is not timed, as the python side's
     t0 = time.perf_counter()
     engine.run()
