@@ -13,7 +13,7 @@ from cachesync.consumer.ports import WriteResult, chunks
 from cachesync.schema import resource_text
 from cachesync.schema.errors import FatalError, RetryableError
 from cachesync.consumer.adapters.redis_cluster import (is_cluster, masters, per_slot, queue_script,
-                                                       queue_unlink, run_pipeline)
+                                                       queue_unlink, refresh, run_pipeline)
 from cachesync.schema.keys import (INTERNAL_PREFIX, LEASE_PREFIX, companion_owner, lease_key,
                                    lease_keys, legacy_lease_key, legacy_version_key,
                                    table_fence_key, version_key)
@@ -142,7 +142,7 @@ class RedisCache:
                         if progress is not None:
                             progress(len(part))
             return removed
-        return redis_call(run)
+        return redis_call(run, client=self._client)
 
     def _unlink_older(self, keys: Sequence, fence_version: str) -> int:
         """UNLINK ``keys`` whose stored version is not newer than ``fence_version`` (one
@@ -215,15 +215,18 @@ _CLUSTER_TRANSIENT = (redis.exceptions.ClusterError, redis.exceptions.TryAgainEr
                       redis.exceptions.SlotNotCoveredError)
 
 
-def redis_call(fn, what: str = "Redis"):
+def redis_call(fn, what: str = "Redis", client=None):
     """Run ``fn()``; refused credentials raise FatalError, an unreachable or loading
     server or a cluster mid-resharding or failover RetryableError (the engines retry
-    those and never skip)."""
+    those and never skip). ``client``: a cluster whose slot map is read again when a
+    node was unreachable (calls that reach nodes directly, like the SCANs)."""
     try:
         return fn()
     except redis.AuthenticationError as e:
         raise FatalError(f"{what} refused the credentials: {e}") from e
     except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError) as e:
+        if client is not None and not isinstance(e, redis.BusyLoadingError):
+            refresh(client)
         raise RetryableError(f"{what} unavailable: {e}") from e
     except _CLUSTER_TRANSIENT as e:
         raise RetryableError(f"{what}: the cluster is resharding or failing over: {e}") from e

@@ -10,10 +10,15 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Sequence
 
+import logging
+
 import redis
-from redis.cluster import RedisCluster
+from redis.cluster import ClusterPipeline, RedisCluster
+from redis.exceptions import RedisClusterException
 
 from cachesync.schema.slots import key_slot
+
+log = logging.getLogger(__name__)
 
 
 def is_cluster(client) -> bool:
@@ -57,8 +62,17 @@ def masters(client) -> list:
 
 def queue_script(pipe, script, keys: Sequence, args: Sequence) -> None:
     """Queue EVALSHA of a redis-py Script: a cluster pipeline refuses ``script(client=pipe)``
-    (its evalsha method is blocked); its execute_command routes by the keys' slot."""
-    pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+    (its evalsha method is blocked).
+
+    On a cluster the call names the master of its keys' slot. Left to itself, redis-py's
+    cluster pipeline asks its default node for a script's keys (COMMAND GETKEYS): one more
+    round trip per call, and once that node is dead (a master lost) every later pipeline
+    fails on it, as the pipeline never picks another default node. A slot that moved is
+    still followed (MOVED, ASK, then routed by slot).
+    """
+    options = {"target_nodes": pipe.get_node_from_key(keys[0])} if (
+        keys and isinstance(pipe, ClusterPipeline)) else {}
+    pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args, **options)
 
 
 def queue_unlink(pipe, keys: Sequence) -> None:
@@ -72,16 +86,33 @@ def run_pipeline(client, fill: Callable[[object], None], scripts: Sequence = ())
 
     Scripts go as EVALSHA (queue_script), and a server forgets them when it restarts or
     fails over: on NOSCRIPT the ``scripts`` are loaded (on every primary of a cluster) and
-    the pipeline runs once more (every command the adapters queue is idempotent). Raises
+    the pipeline runs once more (every command the adapters queue is idempotent). A master
+    unreachable makes the cluster's slot map read again (refresh) before the error is
+    raised, so the caller's next attempt goes to the replica the cluster promoted. Raises
     redis errors.
     """
     pipe = client.pipeline(transaction=False)
     fill(pipe)
     try:
         return pipe.execute()
+    except (redis.ConnectionError, redis.TimeoutError):
+        refresh(client)
+        raise
     except redis.exceptions.NoScriptError:
         for script in scripts:
             script.sha = client.script_load(script.script)
         pipe = client.pipeline(transaction=False)
         fill(pipe)
         return pipe.execute()
+
+
+def refresh(client) -> None:
+    """Read a cluster's slot map and nodes again (a failover moved slots to a promoted
+    replica; the default node may be the master that died). Nothing on a single server; a
+    refresh that fails is left to the caller's next attempt."""
+    if not is_cluster(client):
+        return
+    try:
+        client.nodes_manager.initialize()
+    except (redis.RedisError, RedisClusterException) as e:
+        log.info("Redis Cluster: reading the slot map failed (retried with the call): %s", e)

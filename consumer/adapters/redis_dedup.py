@@ -88,7 +88,7 @@ class RedisDedupStore:
             if batch:
                 deleted += self._purge_keys(batch, cutoff_ms, limit - deleted)
             return deleted
-        return redis_call(run, WHAT)
+        return redis_call(run, WHAT, self._client)
 
     def counts(self) -> dict[str, int]:
         """This namespace's records by status (a SCAN: for ``status``, not the hot path)."""
@@ -99,7 +99,7 @@ class RedisDedupStore:
                     if record:
                         found["done" if record.startswith(b"d ") else "claimed"] += 1
             return found
-        return redis_call(run, WHAT)
+        return redis_call(run, WHAT, self._client)
 
     def _scan(self):
         return self._client.scan_iter(match=_glob_escape(self._prefix) + "*", count=SCAN_COUNT)
