@@ -15,6 +15,7 @@ import pathlib
 import random
 import signal
 import threading
+import uuid
 
 import pytest
 import redis
@@ -22,11 +23,14 @@ from redis.cluster import RedisCluster
 
 from cachesync.client import read_through
 from cachesync.consumer.adapters.redis_cache import RedisCache
+from cachesync.consumer.adapters.redis_cluster import ReplicaWait
+from cachesync.consumer.adapters.redis_dedup import RedisDedupStore
 from cachesync.consumer.core.writes import CacheWrite, padded
-from cachesync.schema.keys import lease_key
+from cachesync.schema.errors import RetryableError
+from cachesync.schema.keys import lease_key, version_key
 from tests.support import stack_command, status_json, wait_for
-from tests.support.variants import (addresses, redis_cluster_tls_url, start, use_redis_cluster,
-                                    use_redis_cluster_tls)
+from tests.support.variants import (addresses, redis_cluster, redis_cluster_tls_url, start,
+                                    use_redis_cluster, use_redis_cluster_tls)
 
 pytestmark = pytest.mark.integration
 
@@ -256,3 +260,51 @@ def test_a_tls_cluster_client_verifies_the_certificate():
     with pytest.raises(redis.RedisClusterException) as refused:
         RedisCluster.from_url(unverified, socket_timeout=2)
     assert "certificate verify failed" in str(refused.value)
+
+
+def test_wait_replicas_confirms_a_batch_only_once_every_replica_has_it():
+    """redis.wait_replicas on the cluster (one replica per master): deletes, fenced writes and
+    dedup records return once each master's replica acknowledged them; asking for more
+    replicas than a master has fails the batch as retryable, naming the setting."""
+    cluster = redis_cluster()
+    run = uuid.uuid4().hex[:8]
+    keys = [f"wait:{run}:{i}" for i in range(30)]
+    assert len({cluster.get_node_from_key(k).name for k in keys}) == 3
+    for key in keys:
+        cluster.set(key, b"cached", ex=60)
+    cache = RedisCache("", client=cluster, wait=ReplicaWait(1, 5000))
+    try:
+        assert cache.delete(keys) == len(keys)
+        for addr, (role, _, _) in node_roles(start("redis-cluster")).items():
+            if role == "replica":       # each replica already has its master's deletes
+                host, port = addr.rsplit(":", 1)
+                with redis.Redis(host=host, port=int(port), socket_timeout=2) as replica:
+                    replica.execute_command("READONLY")
+                    mine = [k for k in keys if _serves(replica, cluster.keyslot(k))]
+                    assert mine and not any(replica.exists(k) for k in mine)
+        write = CacheWrite(keys[0], "json", padded(2), '"v2"', 60, 0.0)
+        assert cache.write([write]).applied == 1
+        dedup = RedisDedupStore("", f"wait-{run}", 60, client=cluster, wait=ReplicaWait(1, 5000))
+        token, states = dedup.claim(keys, 30)
+        dedup.confirm(token, keys)
+        assert dedup.counts() == {"claimed": 0, "done": len(keys)}
+        strict = RedisCache("", client=cluster, wait=ReplicaWait(2, 100))
+        with pytest.raises(RetryableError, match="redis.wait_replicas"):
+            strict.delete(keys)
+    finally:
+        for key in keys:
+            cluster.delete(key, version_key(key))
+        for key in cluster.scan_iter(match=f"cachesync:dedup:wait-{run}:*"):
+            cluster.delete(key)
+        cluster.close()
+
+
+def _serves(replica: redis.Redis, slot: int) -> bool:
+    """Whether ``replica``'s master serves ``slot`` (CLUSTER SLOTS as the replica sees it)."""
+    me = replica.execute_command("CLUSTER", "MYID")
+    me = me.decode() if isinstance(me, bytes) else me
+    for first, last, *nodes in replica.execute_command("CLUSTER", "SLOTS"):
+        ids = [n[2].decode() if isinstance(n[2], bytes) else n[2] for n in nodes]
+        if first <= slot <= last and me in ids:
+            return True
+    return False
