@@ -508,6 +508,7 @@ def test_audit_finds_exactly_the_planted_stale_keys_and_repair_removes_them(lab,
     result = runner.invoke(cli, ["audit", "--config", cfg, "--table", table, "--partitions", "3"],
                            env=lab.stack.env)
     assert result.exit_code == 4, result.output               # 5/399 cached entries are wrong
+    assert f"audit {table} (rows): done, 200 of 200 in" in result.stderr   # no terminal: lines
     report = json.loads(result.stdout)
     assert set(report["stale_keys"]) == stale
     assert report["extra_keys"] == [f"{lab.prefix}user:999"]
