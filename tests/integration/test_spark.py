@@ -361,14 +361,14 @@ def test_spark_consume_serves_the_consumer_metrics_with_kafka_lag_from_its_check
         def caught_up():
             m = scrape(addr)
             lag = {k: v for (name, k), v in m.items()
-                   if name == "cachesync_kafka_consumer_lag_messages"}
-            done = m.get(("cachesync_events_applied_total", ())) == 40
+                   if name == "cachesync_consumer_kafka_lag_messages"}
+            done = m.get(("cachesync_consumer_events_applied_total", ())) == 40
             return (m, lag) if done and len(lag) == 3 and sum(lag.values()) == 0 else None
         m, lag = wait_for(caught_up, 300, interval=0.5, what="metrics showing 40 applied, no lag")
     finally:
         stop_gracefully(proc)
     assert m[("cachesync_events_consumed_total", ())] == 40
-    assert m[("cachesync_commit_to_apply_seconds_count", (("kind", "binlog"),))] == 40
+    assert m[("cachesync_consumer_commit_to_apply_seconds_count", (("kind", "binlog"),))] == 40
     assert set(lag) == {(("partition", str(p)),) for p in range(3)}
     assert proc.returncode == 0, lab.log(proc)
 
