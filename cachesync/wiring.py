@@ -189,6 +189,10 @@ def build_dedup(settings: Settings):
         if c.dedup_mysql_host:
             (host, port), = host_list(c.dedup_mysql_host, settings.mysql.port)
             params = replace(params, host=host, port=port)
+        if c.dedup_mysql_layout == "compact":
+            from cachesync.consumer.adapters.mysql_dedup_compact import CompactMySQLDedupStore
+            return CompactMySQLDedupStore(params, settings.dedup_namespace,
+                                          c.dedup_mysql_window_s, log_bin=c.dedup_mysql_log_bin)
         return MySQLDedupStore(params, settings.dedup_namespace, log_bin=c.dedup_mysql_log_bin)
     if c.dedup_store == "redis":
         from cachesync.consumer.adapters.redis_dedup import RedisDedupStore
