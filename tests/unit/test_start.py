@@ -112,3 +112,16 @@ def test_a_starting_publisher_raises_what_its_start_raised_at_first_use():
     with pytest.raises(RetryableError):
         publisher.flush()
     publisher.close()                   # nothing started: nothing to close
+
+
+def test_connections_without_tls_options_share_one_tls_context():
+    """pymysql's PREFERRED mode (no TLS option) gets one context per process; a connection
+    with TLS options builds its own, verifying as configured."""
+    import ssl
+    from cachesync.producer_outbox.mysql import _Connection
+    conn = _Connection.__new__(_Connection)        # no server: only the context is built
+    first, second = conn._create_ssl_ctx({}), conn._create_ssl_ctx({})
+    assert first is second and first.verify_mode == ssl.CERT_NONE
+    verified = conn._create_ssl_ctx({"ca": ssl.get_default_verify_paths().cafile,
+                                     "check_hostname": True, "verify_mode": True})
+    assert verified is not first and verified.verify_mode == ssl.CERT_REQUIRED
