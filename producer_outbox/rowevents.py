@@ -24,6 +24,7 @@ from pymysqlreplication.row_event import (DeleteRowsEvent, PartialUpdateRowsEven
 from cachesync.producer_outbox.binlog_read import DECODE_ERRORS, decode_error
 from cachesync.producer_outbox.dumpstream import FAST_ROW_EVENTS
 from cachesync.producer_outbox.fastrows import decode_rows
+from cachesync.producer_outbox import hotpath
 from cachesync.producer_outbox.images import event_absence, known_images
 from cachesync.producer_outbox.jsoncolumns import resolve_partial, unknown_after
 from cachesync.producer_outbox.keycolumns import key_images, kept_specs
@@ -122,6 +123,12 @@ class RowEncoder:
     def _row(self, event, op: str, ctx: TxnContext, row_index: int, mapping, before, after,
              images, partial, out: list) -> int:
         """One row's record, or (a row that cannot be keyed) its table's table-level event."""
+        if images is None and hotpath.record is not None:    # compiled, else None: below
+            compiled = hotpath.record(ctx, row_index, event.schema, event.table, op,
+                                      event.primary_key, before, after, self._max_record_bytes)
+            if compiled is not None:
+                out.append(Record(event.schema, event.table, *compiled))
+                return row_index + 1
         try:
             if images is not None and partial.unkeyed(images, op, event.primary_key):
                 raise ValueError("the primary key is not in the logged image")

@@ -13,6 +13,7 @@ import logging
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping
 
+from cachesync import startup
 from cachesync.collector import paced
 from cachesync.config import TailerSettings
 from cachesync.producer_outbox.binlog_source import (STREAM_HEARTBEAT_S, BinlogSource,
@@ -161,6 +162,7 @@ class Tailer:
                              self._opts.heartbeat_s)
         source = self.binlog_source(stream, info, start)
         self.pipeline.attach(source)
+        startup.done("first binlog read")
         try:
             self.pipeline.run(source)
         finally:
