@@ -46,7 +46,8 @@ def main(argv=None) -> int:
                              + ", ".join(BENCHMARKS))
     parser.add_argument("--runs", type=int, default=3, help="repetitions per figure (default 3)")
     parser.add_argument("--minutes", type=float, default=None,
-                        help="length of the soak in minutes (default 10, 1 with --quick) and "
+                        help="length of the soak in minutes (default 10, 1 with --quick), of the lag_drift "
+                             "run (default 30, 1 with --quick) and "
                              "of each monitor run (default 1, 0.25 with --quick)")
     args = parser.parse_args(argv)
     if args.runs < 1:
@@ -68,7 +69,8 @@ def main(argv=None) -> int:
         log(f"== {name} ==")
         b0 = time.perf_counter()
         try:
-            extra = {"minutes": args.minutes} if name in ("soak", "monitor") else {}
+            extra = ({"minutes": args.minutes} if name in ("soak", "monitor", "lag_drift")
+                     else {})
             result = importlib.import_module(f"bench.{name}").run(stack, args.quick, args.runs,
                                                                   **extra)
             result["duration_s"] = round(time.perf_counter() - b0, 1)

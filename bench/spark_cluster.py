@@ -126,8 +126,15 @@ def _spark_consume(box, spark, topic, tables, m: int, trigger="availableNow", on
     cfg = box.write_config(tables, topic=topic, group=box.new_group(),
                            consumer={"dedup_store": "mysql"})
     checkpoint = Path(box.tmp) / f"ck-{time.monotonic_ns()}"
+    batches: list[dict] = []
+
+    def record(report):
+        batches.append({"events": report.stats.consumed, "wall_s": round(report.wall_s, 3),
+                        **{f"{k}_s": round(v, 3) for k, v in report.timings.items()}})
+        if on_batch is not None:
+            on_batch(report)
     engine = build_spark_engine(box.settings(cfg), spark, str(checkpoint), max_offsets,
-                                on_batch=on_batch, trigger=trigger)
+                                on_batch=record, trigger=trigger)
     engine.start()                     # the query's start is not timed, as the python side's
     t0 = time.perf_counter()
     engine.run()
@@ -136,8 +143,10 @@ def _spark_consume(box, spark, topic, tables, m: int, trigger="availableNow", on
     if (s.consumed, s.applied) != (m, m):
         raise RuntimeError(f"spark consume: unexpected stats {s}")
     keys = s.keys_deleted
+    log(f"{NAME}: spark batches (driver wall time, the tasks' phases summed): {batches}")
     return {"what": "consume_spark", "events": m, "keys": keys, "elapsed_s": round(elapsed, 4),
-            "events_per_s": round(m / elapsed, 1), "keys_per_s": round(keys / elapsed, 1)}, engine
+            "events_per_s": round(m / elapsed, 1), "keys_per_s": round(keys / elapsed, 1),
+            "batches": batches}, engine
 
 
 def _executor_loss(box, spark, topic, tables, m: int, keys: list[str], r) -> dict:

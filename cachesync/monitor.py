@@ -4,7 +4,7 @@
 monitor`` feeds from its own consumer group. Taking a sample costs the caller a hash and a
 ``put_nowait``: a full queue or the rate cap drops the sample (counted), never blocks. One
 thread does the checks with its own MySQL connection (read-only, ``SELECT`` on the mapped
-tables) and its own Redis client (issue 14: no connection shared between threads), so a
+tables) and its own Redis client (no connection is shared between threads), so a
 slow MySQL or Redis slows the checks, not the apply path. The decisions are made in
 :mod:`cachesync.consumer.consistency`, testable without a server.
 """

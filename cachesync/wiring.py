@@ -189,6 +189,10 @@ def build_dedup(settings: Settings):
         if c.dedup_mysql_host:
             (host, port), = host_list(c.dedup_mysql_host, settings.mysql.port)
             params = replace(params, host=host, port=port)
+        if c.dedup_mysql_layout == "compact":
+            from cachesync.consumer.adapters.mysql_dedup_compact import CompactMySQLDedupStore
+            return CompactMySQLDedupStore(params, settings.dedup_namespace,
+                                          c.dedup_mysql_window_s, log_bin=c.dedup_mysql_log_bin)
         return MySQLDedupStore(params, settings.dedup_namespace, log_bin=c.dedup_mysql_log_bin)
     if c.dedup_store == "redis":
         from cachesync.consumer.adapters.redis_dedup import RedisDedupStore
@@ -235,10 +239,24 @@ def build_table_jobs(settings: Settings) -> RedisTableJobs:
                           keep_s=settings.consumer.dedup_retention_s)
 
 
+def start_publisher(settings: Settings):
+    """The tailer's Kafka publisher (``tailer.publisher``: its own process, or a thread),
+    started in a thread of its own (StartingPublisher): the first send waits for it."""
+    from cachesync.producer_outbox.starting_publisher import StartingPublisher
+    if settings.tailer.publisher == "process":
+        from cachesync.producer_outbox.procpublisher import ProcessPublisher as kind
+    else:
+        from cachesync.producer_outbox.publisher import KafkaPublisher as kind
+    bootstrap, security = settings.kafka.bootstrap_servers, producer_options(settings.kafka)
+    return StartingPublisher(lambda: kind(bootstrap, security=security))
+
+
 def build_tailer(settings: Settings, start: Checkpoint | None = None, publisher=None,
-                 topic: str | None = None) -> Tailer:
+                 topic: str | None = None, started=None) -> Tailer:
     """The binlog tailer publishing to Kafka (or to ``publisher`` on ``topic``: direct mode);
-    ``start`` overrides the stored checkpoint (``tail --from-...``)."""
+    ``start`` overrides the stored checkpoint (``tail --from-...``); ``started``: a
+    :func:`start_publisher` to publish with (default: one started now, beside the tailer's
+    preflight and binlog connect)."""
     from cachesync.producer_outbox.checkpoint import MySQLCheckpointStore
     from cachesync.producer_outbox.heartbeat import own_rows_only
     # the binlog reader needs compiled libraries (zstandard) that Spark executors, which
@@ -248,11 +266,7 @@ def build_tailer(settings: Settings, start: Checkpoint | None = None, publisher=
     source = source_params(settings)
     owns = publisher is None
     if owns:
-        if t.publisher == "process":
-            from cachesync.producer_outbox.procpublisher import ProcessPublisher as kind
-        else:
-            from cachesync.producer_outbox.publisher import KafkaPublisher as kind
-        publisher = kind(settings.kafka.bootstrap_servers, security=producer_options(settings.kafka))
+        publisher = started or start_publisher(settings)
     return Tailer(source, publisher,
                   MySQLCheckpointStore(mysql_params(settings).connect, t.name), mappings(settings),
                   TailerOptions(topic or settings.kafka.topic, t,

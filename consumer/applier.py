@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, NamedTuple, Sequence
+from typing import Callable, Mapping, NamedTuple, Sequence
 
 from cachesync.config import ConsumerSettings
 from cachesync.consumer.core.dedup import decide
@@ -122,7 +122,8 @@ class Applier:
         self._salvage(plan.salvaged, result)
         by_id = {ep.event.id: ep for ep in plan.events}
         scanned = self._scanned_apart(plan, decoded)
-        claims = self._claim_all([i for i in by_id if i not in scanned], result)
+        claims = self._claim_all([i for i in by_id if i not in scanned], result,
+                                 {i: ep.event.source.commit_ts for i, ep in by_id.items()})
         if scanned:         # in batch order, the table events among the claimed rows
             claimed = {i for _, ids in claims for i in ids}
             result.applied = [ep for i, ep in by_id.items() if i in claimed or i in scanned]
@@ -203,7 +204,7 @@ class Applier:
             result.keys_existed += existed
             self.stats.keys_deleted += existed
 
-    # -- issue 13: what could not be applied exactly ------------------------------------
+    # -- what could not be applied exactly ----------------------------------------------
     def _salvage(self, salvaged: list[EventPlan], result: BatchResult) -> None:
         """Invalidate the renderable keys of dead-lettered events. Not claimed in the dedup
         table: replaying the dead letter once the mapping is fixed applies it in full."""
@@ -217,14 +218,16 @@ class Applier:
             for key in keys:
                 self.tables.backwards(table_of.get(key, "?"), [key])
 
-    def _claim_all(self, ids: list[str], result: BatchResult) -> list[tuple[str | None, list[str]]]:
+    def _claim_all(self, ids: list[str], result: BatchResult, commit_ts: Mapping[str, float]
+                   ) -> list[tuple[str | None, list[str]]]:
         """Claim until every id is ours or done; busy ids wait for their lease to expire.
         Without a dedup store every id is applied, unclaimed (token None)."""
         if self._dedup is None:
             return [(None, ids)] if ids else []
         claims, pending, attempt, lease = [], ids, 0, self._settings.claim_lease_s
         while pending:
-            token, states = self.call("dedup claim", lambda: self._dedup.claim(pending, lease))
+            token, states = self.call(
+                "dedup claim", lambda: self._dedup.claim(pending, lease, commit_ts))
             decision = decide(pending, states)
             if decision.apply:
                 claims.append((token, list(decision.apply)))

@@ -16,8 +16,10 @@ class WriteResult(NamedTuple):
 
 
 class DedupStore(Protocol):
-    def claim(self, ids: Sequence[str], lease_s: float) -> tuple[str, Mapping[str, ClaimState]]:
-        """Claim ids in one round trip; returns (claim token, state per id)."""
+    def claim(self, ids: Sequence[str], lease_s: float,
+              commit_ts: Mapping[str, float] | None = None) -> tuple[str, Mapping[str, ClaimState]]:
+        """Claim ids in one round trip; returns (claim token, state per id). ``commit_ts``:
+        each id's source commit time, for a store that keys its records by time."""
 
     def confirm(self, token: str, ids: Sequence[str]) -> None:
         """Mark ids claimed under ``token`` as done."""

@@ -6,13 +6,15 @@ mapping writes values: a delete is correct in any order and any number of times,
 a replay may run beside the live consumer, out of order, and twice. It does not use
 the consumer's dedup namespace (every id there is done: a replay would skip them all);
 ids repeated inside the replayed range are applied once. Poison records are counted,
-not dead-lettered again (the consumer did that when it met them).
+not dead-lettered again (the consumer did that when it met them). A table-level event's
+partition copies share one scan of the table's keys (``ScanOnce``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import logging
 import re
 import time
 from collections import defaultdict
@@ -23,10 +25,13 @@ from cachesync.config import ConsumerSettings
 from cachesync.consumer.adapters.memory import MemoryCache
 from cachesync.consumer.applier import Applier
 from cachesync.consumer.core.offsets import Record
+from cachesync.consumer.core.tablejobs import job_id
 from cachesync.consumer.ports import CacheWriter
 from cachesync.schema.mapping import MappingSet
 
 _PARTITION_OFFSETS = re.compile(r"^\d+:\d+(,\d+:\d+)*$")
+KEEP_JOBS = 100_000         # table events remembered as scanned (a replay range's worth)
+log = logging.getLogger("cachesync.replay")
 
 
 @dataclass(frozen=True)
@@ -141,6 +146,37 @@ class ReplayCounts:
         return {t: len(keys) for t, keys in self.keys.items()}
 
 
+class ScanOnce:
+    """The applier's table-job hook for replay: the first partition copy of a table-level
+    event scans the table's keys, in the batch; its other copies in the range reuse that
+    scan (a replay commits no offsets: nothing to hold, nobody else to share it with).
+    Replay's mappings delete only: no table fence."""
+
+    def __init__(self, cache: CacheWriter):
+        self._cache = cache
+        self._scanned: dict[str, int] = {}          # job id -> keys its scan removed
+        self.applier: Applier | None = None         # set once the applier exists
+
+    def submit(self, ep, origin=None) -> None:
+        stats = self.applier.stats
+        stats.table_invalidations += 1
+        job = job_id(ep.event)
+        if job in self._scanned:
+            stats.table_scans_reused += 1
+            return
+        removed = self.applier.call("redis table invalidation",
+                                    lambda: self._cache.invalidate_table(ep.table, None))
+        if len(self._scanned) >= KEEP_JOBS:
+            self._scanned.pop(next(iter(self._scanned)))
+        self._scanned[job] = removed
+        stats.table_scans += 1
+        stats.table_keys_deleted += removed
+        log.warning("table-level change of %s (%s): invalidated every key of its templates, "
+                    "%d removed (once for every partition copy)", ep.event.qualified_table,
+                    ep.event.extra.get("reason", "?"), removed,
+                    extra={"table": ep.event.qualified_table})
+
+
 class ReplayApplier:
     """Applies batches of records invalidate-only, with no claims; ``cache=None`` only counts
     (an in-memory cache takes the deletes)."""
@@ -148,8 +184,11 @@ class ReplayApplier:
     def __init__(self, mappings: MappingSet, cache: CacheWriter | None,
                  tables: Sequence[str] = (), batch_size: int = 2000):
         self._prefixes = key_prefixes(tables)
-        self._applier = Applier(cache or MemoryCache(), invalidate_only(mappings),
-                                ConsumerSettings(batch_size=batch_size))
+        cache = cache or MemoryCache()
+        scans = ScanOnce(cache)
+        self._applier = Applier(cache, invalidate_only(mappings),
+                                ConsumerSettings(batch_size=batch_size), table_jobs=scans)
+        scans.applier = self._applier
         self._seen: set[str] = set()     # ids applied already: a repeat in the range counts once
         self.counts = ReplayCounts()
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import time
 
+from cachesync import startup
 from cachesync.config import Settings
 from cachesync.doctor.check import (EXIT_CODES, FAIL, LEVELS, PASS, WARN, Check,  # noqa: F401
                                     guard, worst)
@@ -79,11 +80,20 @@ def run_checks(settings: Settings, role: str = "all") -> list[Check]:
 
 
 def start_checks(settings: Settings, role: str) -> None:
-    """At tail/consume start: create topics if configured, then log each check that is not
-    PASS (the tailer's preflight still refuses a server that is not ready)."""
+    """At tail/consume start: create the topics if configured (before anything subscribes or
+    publishes: a broker that creates topics on first use would make them with its own
+    defaults); doctor's checks, which only log what is not PASS, run in the background once
+    the process reads (the tailer's preflight still refuses a server that is not ready,
+    before it reads)."""
     from cachesync.topics import ensure_topics
     if role != "direct":
         ensure_topics(settings)
+    startup.mark("topics")
+    startup.after_start(lambda: log_checks(settings, role), "doctor-checks")
+
+
+def log_checks(settings: Settings, role: str) -> None:
+    """Log each of ``role``'s checks that is not PASS."""
     for check in run_checks(settings, role):
         if check.level != PASS:
             log.warning("doctor: %s %s: %s%s", check.level, check.name, check.detail,

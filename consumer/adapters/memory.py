@@ -21,7 +21,8 @@ class MemoryDedupStore:
         self._clock = clock
         self.rows: dict[str, tuple[str, str, float]] = {}   # id -> (status, token, until)
 
-    def claim(self, ids: Sequence[str], lease_s: float) -> tuple[str, Mapping[str, ClaimState]]:
+    def claim(self, ids: Sequence[str], lease_s: float,
+              commit_ts: Mapping[str, float] | None = None) -> tuple[str, Mapping[str, ClaimState]]:
         token, now, states = uuid.uuid4().hex, self._clock(), {}
         for msg_id in ids:
             status, owner, until = self.rows.get(msg_id, ("free", "", 0.0))

@@ -56,9 +56,9 @@ LOG_BIN_GRANT = ("BINLOG ADMIN (MariaDB 10.5.2+; SUPER before) or SESSION_VARIAB
                  "(MySQL 8.0.14+)")
 
 
-def _unlogged_state_tables(conn) -> None:
-    """The session's writes stay out of the binlog (so off the replicas), then the tables;
-    raises FatalError naming the grant when the account may not."""
+def unlog_session(conn) -> None:
+    """The session's writes stay out of the binlog (so off the replicas); raises FatalError
+    naming the grant when the account may not."""
     try:
         with conn.cursor() as cur:
             cur.execute("SET SESSION sql_log_bin = 0")
@@ -68,6 +68,10 @@ def _unlogged_state_tables(conn) -> None:
                              f"SET sql_log_bin = 0: the account needs {LOG_BIN_GRANT}, or set "
                              f"it true (or use consumer.dedup_store: redis): {e.args[-1]}") from e
         raise
+
+
+def _unlogged_state_tables(conn) -> None:
+    unlog_session(conn)
     ensure_state_tables(conn)
 
 
@@ -93,8 +97,9 @@ class MySQLDedupStore:
         # (ids, token, mark) of the last claim if it failed: its retry keeps token and mark
         self._failed: tuple[tuple[str, ...], str, str] | None = None
 
-    def claim(self, ids: Sequence[str], lease_s: float) -> tuple[str, Mapping[str, ClaimState]]:
-        """Claim ``ids``; raises RetryableError / FatalError.
+    def claim(self, ids: Sequence[str], lease_s: float,
+              commit_ts: Mapping[str, float] | None = None) -> tuple[str, Mapping[str, ClaimState]]:
+        """Claim ``ids`` (``commit_ts`` is not needed here); raises RetryableError / FatalError.
 
         New ids are inserted as claimed under a new token, each chunk's INSERT committed on
         its own: a row it added is this claim's for the lease whatever happens next. Only a

@@ -45,7 +45,9 @@ class RedisDedupStore:
         self._claim = self._client.register_script(resource_text("lua/dedup_claim.lua"))
         self._confirm = self._client.register_script(resource_text("lua/dedup_confirm.lua"))
 
-    def claim(self, ids: Sequence[str], lease_s: float) -> tuple[str, Mapping[str, ClaimState]]:
+    def claim(self, ids: Sequence[str], lease_s: float,
+              commit_ts: Mapping[str, float] | None = None) -> tuple[str, Mapping[str, ClaimState]]:
+        """Claim ``ids`` (``commit_ts`` is not needed here)."""
         token = uuid.uuid4().hex
         parts = self._script_parts(list(dict.fromkeys(ids)))
         args = [token, max(1, int(lease_s * 1000)), self._retention_ms]

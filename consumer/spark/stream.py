@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -77,6 +78,10 @@ class BatchReport:
     stats: Stats = field(default_factory=Stats)
     lag: list = field(default_factory=list)       # LagSamples of the applied events
     plans: list = field(default_factory=list)     # EventPlans for the driver's hooks
+    # seconds: the tasks' phases summed (applier.TaskClock), and the driver's wall time
+    # from submitting the tasks to having every result
+    timings: dict = field(default_factory=dict)
+    wall_s: float = 0.0
 
 
 class _StopRequested(Exception):
@@ -168,11 +173,14 @@ class SparkEngine:
             raise _StopRequested(f"stop requested before batch {batch_id}")
         with self._idle:
             apply = self._apply
+            started = time.perf_counter()
             parts = frame.rdd.mapPartitions(
                 lambda rows: consume_partition(rows, apply, batch_id)).collect()
-            report = BatchReport(batch_id)
+            report = BatchReport(batch_id, wall_s=time.perf_counter() - started)
             applied_at = 0.0
             for part in parts:
+                for phase, seconds in part["timings"].items():
+                    report.timings[phase] = report.timings.get(phase, 0.0) + seconds
                 report.stats.add(part["stats"])
                 self.tables.merge(part["tables"])
                 report.lag += part["lag"]

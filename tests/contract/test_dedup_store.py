@@ -2,26 +2,66 @@
 
 from __future__ import annotations
 
+import secrets
 import time
 import uuid
+from typing import Iterator
 
 import pytest
 
 from cachesync.consumer.adapters.memory import MemoryDedupStore
 from cachesync.consumer.adapters.mysql_dedup import CLAIM_CHUNK, MySQLDedupStore, rows_sql
+from cachesync.consumer.adapters.mysql_dedup_compact import CompactMySQLDedupStore
 from cachesync.consumer.adapters.redis_dedup import RedisDedupStore
 from cachesync.consumer.hooks import purge_dedup
 from cachesync.consumer.core.dedup import ClaimState
 from cachesync.producer_outbox.mysql import MySQLParams
-from cachesync.schema.errors import RetryableError
+from cachesync.schema.errors import FatalError, RetryableError
 from tests.support.variants import redis_cluster
 
 O, D, B = ClaimState.OWNED, ClaimState.DONE, ClaimState.BUSY
 
 
-@pytest.fixture(params=["memory", "mysql", "redis", "redis-cluster"])
+def compact_params(stack) -> Iterator[MySQLParams]:
+    """A state database of its own (its windows are no other test's) and an account with the
+    state grants plus the compact layout's ALTER, DROP on it; both dropped afterwards."""
+    suffix = uuid.uuid4().hex[:6]
+    user, db, password = f"cscompact{suffix}", f"cs_compact_{suffix}", secrets.token_hex(12)
+    with stack.admin() as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE {db}")
+        cur.execute(f"CREATE USER '{user}'@'127.0.0.1' IDENTIFIED BY %s", (password,))
+        cur.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, ALTER, DROP ON {db}.* "
+                    f"TO '{user}'@'127.0.0.1'")
+    env = stack.env
+    yield MySQLParams(env["CACHESYNC_MYSQL_HOST"], int(env["CACHESYNC_MYSQL_PORT"]), user,
+                      password, database=db)
+    with stack.admin() as conn, conn.cursor() as cur:
+        cur.execute(f"DROP USER '{user}'@'127.0.0.1'")
+        cur.execute(f"DROP DATABASE {db}")
+
+
+@pytest.fixture
+def compact_account(stack):
+    yield from compact_params(stack)
+
+
+ROW_PURGING = ["memory", "mysql", "redis", "redis-cluster"]
+
+
+@pytest.fixture(params=ROW_PURGING[:2] + ["mysql-compact"] + ROW_PURGING[2:])
 def make_store(request):
     """A factory: stores made by one call share a namespace (two consumers, one group)."""
+    yield from _factory(request)
+
+
+@pytest.fixture(params=ROW_PURGING)
+def make_purging_store(request):
+    """The stores that purge record by record (the compact layout drops whole windows:
+    test_compact_* below)."""
+    yield from _factory(request)
+
+
+def _factory(request):
     if request.param == "memory":
         shared = MemoryDedupStore()
         yield lambda: shared
@@ -36,6 +76,9 @@ def make_store(request):
                                  env["CACHESYNC_MYSQL_USER"], f.read().strip(),
                                  database="cachesync")
         build = lambda: MySQLDedupStore(params, ns)                      # noqa: E731
+    elif request.param == "mysql-compact":
+        account = request.getfixturevalue("compact_account")
+        build = lambda: CompactMySQLDedupStore(account, ns)              # noqa: E731
     elif request.param == "redis":
         build = lambda: RedisDedupStore(env["CACHESYNC_REDIS_URL"], ns, retention_s=3600)  # noqa: E731
     else:   # a batch's records over many slots of three masters
@@ -130,7 +173,8 @@ def test_batches_larger_than_one_statement(make_store):
     assert set(make_store().claim(ids, lease_s=30)[1].values()) == {D}
 
 
-def test_purge_removes_only_done_records_past_the_retention_in_bounded_batches(make_store):
+def test_purge_removes_only_done_records_past_the_retention_in_bounded_batches(make_purging_store):
+    make_store = make_purging_store
     store = make_store()
     token, _ = store.claim([f"p{i}" for i in range(5)] + ["open"], lease_s=30)
     store.confirm(token, [f"p{i}" for i in range(5)])          # "open" stays claimed
@@ -144,7 +188,8 @@ def test_purge_removes_only_done_records_past_the_retention_in_bounded_batches(m
     assert dict(states) == {**{f"p{i}": O for i in range(5)}, "open": B}   # forgotten; claim kept
 
 
-def test_purge_dedup_loops_batches_until_a_short_one(make_store):
+def test_purge_dedup_loops_batches_until_a_short_one(make_purging_store):
+    make_store = make_purging_store
     store = make_store()
     ids = [f"q{i}" for i in range(7)]
     token, _ = store.claim(ids, lease_s=30)
@@ -269,3 +314,96 @@ def test_a_claim_retried_after_failing_midway_owns_the_rows_it_committed(mysql_s
     assert store.counts() == {"claimed": 0, "done": len(ids)}
     # a claim of other ids, or of the same ones after a success, gets a new token
     assert store.claim(["other"], lease_s=30)[0] != token
+
+
+# -- the compact layout: time-ordered 16-byte keys, windows dropped whole --------------------
+
+@pytest.fixture
+def compact_store(stack, compact_account):
+    """A compact store on a fresh namespace with 1-second windows, and the admin's SQL."""
+    ns = f"compact-{uuid.uuid4().hex[:8]}"
+    store = CompactMySQLDedupStore(compact_account, ns, window_s=1)
+    admin = stack.admin(compact_account.database)
+
+    def sql(statement, args=()):
+        with admin.cursor() as cur:
+            cur.execute(statement, args)
+            return cur.fetchall()
+    yield store, ns, sql, compact_account
+    store.close()
+    admin.close()
+
+
+def test_compact_keys_start_with_the_commit_time_and_find_copies_by_it(compact_store):
+    store, ns, sql, _ = compact_store
+    now = time.time()
+    times = {"late": now, "early": now - 60, "mid": now - 30}
+    token, states = store.claim(list(times), lease_s=30, commit_ts=times)
+    assert set(states.values()) == {O}
+    store.confirm(token, list(times))
+    keys = [bytes(k) for (k,) in sql("SELECT id FROM cachesync_dedup_compact WHERE ns = %s "
+                                     "ORDER BY id", (ns.encode(),))]
+    assert [int.from_bytes(k[:6], "big") for k in keys] == sorted(
+        int(t * 1000) for t in times.values())
+    # a copy (same id, same commit time) is a duplicate, in any order and batch
+    _, states = store.claim(["mid", "new", "early"], lease_s=30,
+                            commit_ts={**times, "new": now})
+    assert dict(states) == {"mid": D, "new": O, "early": D}
+
+
+def test_compact_purge_drops_whole_windows_and_adds_the_next(compact_store):
+    store, ns, sql, _ = compact_store
+    old = [f"old{i}" for i in range(30)]
+    now = time.time()
+    token, _ = store.claim(old, lease_s=30, commit_ts=dict.fromkeys(old, now - 3600))
+    store.confirm(token, old)
+    store.claim(["open"], lease_s=30, commit_ts={"open": now - 3600})   # never confirmed
+    future = now + 600                      # past every window: the MAXVALUE partition
+    token, _ = store.claim(["future"], lease_s=30, commit_ts={"future": future})
+    store.confirm(token, ["future"])
+
+    def windows(table):
+        return [name for (name,) in sql(
+            "SELECT PARTITION_NAME FROM information_schema.PARTITIONS WHERE TABLE_SCHEMA = "
+            "DATABASE() AND TABLE_NAME = %s ORDER BY PARTITION_ORDINAL_POSITION", (table,))]
+    first = windows("cachesync_dedup_compact")
+    wait_until = int(first[0][1:]) + 0.05   # the first window (holding the old ids) is over
+    time.sleep(max(0.0, wait_until - time.time()))
+    store.purge(retention_s=0, limit=1)     # a window goes whole, whatever the limit
+    after = windows("cachesync_dedup_compact")
+    assert first[0] not in after and after[-1] == "pmax"
+    assert int(after[-2][1:]) > int(first[-2][1:])          # the next windows were added
+    assert windows("cachesync_dedup_compact_done")[:-1] == after[:-1]
+    assert store.counts() == {"claimed": 0, "done": 1}      # the future one is kept
+    _, states = store.claim(old[:3] + ["open", "future"], lease_s=30,
+                            commit_ts={**dict.fromkeys(old + ["open"], now - 3600),
+                                       "future": future})
+    assert dict(states) == {**dict.fromkeys(old[:3], O), "open": O, "future": D}
+
+
+def test_compact_partial_confirm_marks_only_those_ids(compact_store):
+    store, ns, _, account = compact_store
+    times = dict.fromkeys(["a", "b", "c"], time.time())
+    token, _ = store.claim(list(times), lease_s=30, commit_ts=times)
+    store.confirm(token, ["a", "c"])
+    store.confirm(token, ["not-claimed"])
+    assert store.counts() == {"claimed": 1, "done": 2}
+    other = CompactMySQLDedupStore(account, ns, window_s=1)
+    try:
+        assert dict(other.claim(list(times), lease_s=30, commit_ts=times)[1]) == {
+            "a": D, "b": B, "c": D}
+    finally:
+        other.close()
+
+
+def test_compact_needs_alter_and_drop_and_says_so(stack):
+    env = stack.env
+    with open(env["CACHESYNC_MYSQL_PASSWORD_FILE"]) as f:
+        params = MySQLParams(env["CACHESYNC_MYSQL_HOST"], int(env["CACHESYNC_MYSQL_PORT"]),
+                             env["CACHESYNC_MYSQL_USER"], f.read().strip(), database="cachesync")
+    store = CompactMySQLDedupStore(params, "compact-grants")
+    try:
+        with pytest.raises(FatalError, match="ALTER, DROP"):
+            store.claim(["x"], lease_s=30, commit_ts={"x": time.time()})
+    finally:
+        store.close()

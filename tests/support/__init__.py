@@ -144,7 +144,8 @@ class Lab:
         if self._config is None:
             raise AssertionError("dedup_rows: no config written yet")
         settings = self.settings(self._config)
-        if settings.consumer.dedup_store == "mysql":
+        c = settings.consumer
+        if c.dedup_store == "mysql" and c.dedup_mysql_layout == "rows" and not c.dedup_mysql_host:
             query = f"SELECT COUNT(*) FROM {rows_sql('cachesync')} WHERE ns = %s"
             params = [settings.dedup_namespace]
             if status:

@@ -130,3 +130,23 @@ def test_without_a_job_store_the_applier_scans_in_the_batch_once_per_copy():
                           MemoryDedupStore(), cache, MemoryDeadLetters(), MAPPINGS, OPTIONS)
     engine.step()
     assert cache.table_scans == 2 and engine._source.committed == {(T, 0): 1, (T, 1): 1}
+
+
+def test_a_replay_scans_once_for_every_partition_copy_of_a_table_event():
+    from cachesync.consumer.replay import ReplayApplier
+    cache = MemoryCache()
+    for i in range(5):
+        cache.data[f"user:{i}"] = b"cached"
+    cache.data["order:1"] = b"cached"
+    copies = [table_change(CTX, 3, p, "app", "users", "truncate", "TRUNCATE users")
+              for p in range(3)]
+    later = table_change(TxnContext("mariadb:1", "0-1-43", 43, 0.0), 0, 0, "app", "users",
+                         "truncate", "TRUNCATE users")
+    replay = ReplayApplier(MAPPINGS, cache)
+    replay.apply([rec(p, 0, c) for p, c in enumerate(copies[:2])])
+    replay.apply([rec(2, 0, copies[2]), rec(0, 1, later)])
+    assert cache.table_scans == 2                       # the first event once, the later one
+    assert not any(k.startswith("user:") for k in cache.data) and "order:1" in cache.data
+    stats = replay._applier.stats
+    assert (stats.table_invalidations, stats.table_scans, stats.table_scans_reused) == (4, 2, 2)
+    assert replay.counts.events == {"app.users": 4}
