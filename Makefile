@@ -34,7 +34,7 @@ $(STAMP): pyproject.toml setup.py cachesync/_speedups.c
 	$(BIN)/pip install -q --upgrade pip
 	@# a stale accelerator must not outlive its source if the (optional) rebuild fails
 	rm -f cachesync/_speedups*.so
-	$(BIN)/pip install -q -e '.[sidecar,test,spark,bench,docs,release]'
+	$(BIN)/pip install -q -e '.[sidecar,aws,test,spark,bench,docs,release]'
 	@touch $@ $(SIDECAR_STAMP)
 
 install-sidecar: $(SIDECAR_STAMP)

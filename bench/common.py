@@ -37,6 +37,30 @@ def log(message: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
+def baseline_tree() -> Path | None:
+    """BENCH_BASELINE_TREE: another checkout of cachesync with its own .venv (``git worktree
+    add --detach /tmp/old <commit> && make -C /tmp/old install-sidecar``), whose processes the
+    start and failover benchmarks run beside this checkout's, in the same run."""
+    tree = os.environ.get("BENCH_BASELINE_TREE")
+    if not tree:
+        return None
+    path = Path(tree).resolve()
+    if not (path / ".venv" / "bin" / "python").exists():
+        raise SystemExit(f"BENCH_BASELINE_TREE={tree}: no .venv/bin/python there "
+                         "(make install-sidecar in it)")
+    return path
+
+
+def tree_commit(tree: Path | None) -> str:
+    """The commit a checkout is at (``+dirty`` with changes), for the results file."""
+    where = str(tree or ROOT)
+    head = subprocess.run(["git", "-C", where, "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", where, "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True).stdout.strip()
+    return head + ("+dirty" if dirty else "")
+
+
 # -- statistics -------------------------------------------------------------------------
 def median(values):
     values = sorted(values)
@@ -204,6 +228,8 @@ class Sandbox:
         self.groups: list[str] = []
         self.tailer_names: list[str] = []
         self.procs: list[subprocess.Popen] = []
+        # the checkout whose `cachesync` spawn() runs (None: this one); see baseline_tree()
+        self.tree: Path | None = None
         self._schema = False
         self._count = 0
 
@@ -276,8 +302,10 @@ class Sandbox:
               env: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> subprocess.Popen:
         """``cachesync <command> [args]``; ``env`` overrides settings (they win over the file)."""
         out = open(self.tmp / f"{command}-{len(self.procs)}.log", "w")
-        proc = subprocess.Popen([sys.executable, "-m", "cachesync", command, "--config",
-                                 str(config_path), *args], cwd=ROOT, env={**self.stack.environ, **(env or {})},
+        python = str(self.tree / ".venv" / "bin" / "python") if self.tree else sys.executable
+        proc = subprocess.Popen([python, "-m", "cachesync", command, "--config",
+                                 str(config_path), *args], cwd=self.tree or ROOT,
+                                env={**self.stack.environ, **(env or {})},
                                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         proc.log_path = out.name
         self.procs.append(proc)

@@ -27,6 +27,7 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#include <math.h>
 
 /* the positional argument count a METH_FASTCALL function takes; TypeError otherwise */
 static int
@@ -500,6 +501,577 @@ fail:
     return NULL;
 }
 
+/* -- row_record ---------------------------------------------------------------------- */
+
+/* The tailer's per-row work in one call (producer_outbox/hotpath.py): from a decoded,
+ * trimmed row to its Kafka key, its record bytes and its message id, exactly as
+ * rows.row_change + keys.kafka_key + event.encode + ids.binlog_message_id produce them.
+ * Whatever it does not render exactly as Python does (a float Python writes with an
+ * exponent, NaN or infinity, text UTF-8 cannot hold, a key column whose value another
+ * type's text must come from and whose renderer raises, a row over the record limit,
+ * a row index past the budget, a missing key column) makes it return None without an
+ * error: the Python path then publishes that row, with its warnings and counters. */
+
+#define ROW_INDEX_BITS 24                 /* schema/ids.py ROW_INDEX_BITS */
+#define ENVELOPE_VERSION 1                /* schema/event.py ENVELOPE_VERSION */
+#define MAX_DEPTH 64                      /* nested JSON values deeper than this: Python */
+
+typedef struct {
+    char *data;
+    Py_ssize_t len, cap;
+} Buf;
+
+static int
+buf_reserve(Buf *b, Py_ssize_t more)
+{
+    if (b->len + more <= b->cap)
+        return 0;
+    Py_ssize_t cap = b->cap ? b->cap : 256;
+    while (cap < b->len + more)
+        cap *= 2;
+    char *data = PyMem_Realloc(b->data, (size_t)cap);
+    if (data == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    b->data = data;
+    b->cap = cap;
+    return 0;
+}
+
+static int
+buf_put(Buf *b, const char *s, Py_ssize_t n)
+{
+    if (buf_reserve(b, n) < 0)
+        return -1;
+    memcpy(b->data + b->len, s, (size_t)n);
+    b->len += n;
+    return 0;
+}
+
+#define PUT_LIT(b, s) buf_put((b), (s), (Py_ssize_t)(sizeof(s) - 1))
+
+/* what a writer returns: done, "Python decides" (no error set), or an error (set) */
+enum { WR_DONE = 0, WR_PYTHON = 1, WR_ERROR = -1 };
+
+/* a JSON string of UTF-8 text, escaped as json.dumps(ensure_ascii=False) and orjson do */
+static int
+put_json_text(Buf *b, const char *s, Py_ssize_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    if (buf_reserve(b, n + 2) < 0)
+        return WR_ERROR;
+    b->data[b->len++] = '"';
+    Py_ssize_t run = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c >= 0x20 && c != '"' && c != '\\')
+            continue;
+        if (buf_put(b, s + run, i - run) < 0)
+            return WR_ERROR;
+        run = i + 1;
+        char esc[6] = {'\\', 0};
+        Py_ssize_t len = 2;
+        switch (c) {
+        case '"': esc[1] = '"'; break;
+        case '\\': esc[1] = '\\'; break;
+        case '\n': esc[1] = 'n'; break;
+        case '\r': esc[1] = 'r'; break;
+        case '\t': esc[1] = 't'; break;
+        case '\b': esc[1] = 'b'; break;
+        case '\f': esc[1] = 'f'; break;
+        default:
+            esc[1] = 'u'; esc[2] = '0'; esc[3] = '0';
+            esc[4] = hex[c >> 4]; esc[5] = hex[c & 15];
+            len = 6;
+        }
+        if (buf_put(b, esc, len) < 0)
+            return WR_ERROR;
+    }
+    if (buf_put(b, s + run, n - run) < 0 || PUT_LIT(b, "\"") < 0)
+        return WR_ERROR;
+    return WR_DONE;
+}
+
+static int
+put_str(Buf *b, PyObject *s)
+{
+    Py_ssize_t n;
+    const char *text = PyUnicode_AsUTF8AndSize(s, &n);
+    if (text == NULL) {                 /* a lone surrogate: Python decides */
+        PyErr_Clear();
+        return WR_PYTHON;
+    }
+    return put_json_text(b, text, n);
+}
+
+/* an int's decimal text (json.dumps and orjson write the same digits) */
+static int
+put_int(Buf *b, PyObject *v)
+{
+    int overflow;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (!overflow) {
+        if (x == -1 && PyErr_Occurred())
+            return WR_ERROR;
+        char text[24];
+        int n = snprintf(text, sizeof text, "%lld", x);
+        return buf_put(b, text, n) < 0 ? WR_ERROR : WR_DONE;
+    }
+    PyObject *s = PyObject_Str(v);
+    if (s == NULL)
+        return WR_ERROR;
+    Py_ssize_t n;
+    const char *text = PyUnicode_AsUTF8AndSize(s, &n);
+    int r = text == NULL || buf_put(b, text, n) < 0 ? WR_ERROR : WR_DONE;
+    Py_DECREF(s);
+    return r;
+}
+
+/* a float as repr writes it, where orjson writes the same (no exponent, finite) */
+static int
+put_float(Buf *b, double x)
+{
+    if (!isfinite(x))
+        return WR_PYTHON;
+    char *text = PyOS_double_to_string(x, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
+    if (text == NULL)
+        return WR_ERROR;
+    int r = strchr(text, 'e') != NULL ? WR_PYTHON : buf_put(b, text, (Py_ssize_t)strlen(text)) < 0
+            ? WR_ERROR : WR_DONE;
+    PyMem_Free(text);
+    return r;
+}
+
+static int put_value(Buf *b, PyObject *v, PyObject *to_json, int depth);
+
+/* a JSON value: the plain JSON types as they are; at the top of a column value (to_json
+ * given), any other type as schema.values.to_json makes it JSON (once, its result plain) */
+static int
+put_value(Buf *b, PyObject *v, PyObject *to_json, int depth)
+{
+    if (depth > MAX_DEPTH)
+        return WR_PYTHON;
+    if (PyUnicode_CheckExact(v))
+        return put_str(b, v);
+    if (v == Py_None)
+        return PUT_LIT(b, "null") < 0 ? WR_ERROR : WR_DONE;
+    if (v == Py_True)
+        return PUT_LIT(b, "true") < 0 ? WR_ERROR : WR_DONE;
+    if (v == Py_False)
+        return PUT_LIT(b, "false") < 0 ? WR_ERROR : WR_DONE;
+    if (PyLong_CheckExact(v))
+        return put_int(b, v);
+    if (PyFloat_CheckExact(v))
+        return put_float(b, PyFloat_AS_DOUBLE(v));
+    if (PyDict_CheckExact(v)) {
+        if (PUT_LIT(b, "{") < 0)
+            return WR_ERROR;
+        Py_ssize_t pos = 0;
+        PyObject *k, *item;
+        int first = 1, r;
+        while (PyDict_Next(v, &pos, &k, &item)) {
+            if (!PyUnicode_CheckExact(k))
+                return WR_PYTHON;
+            if ((!first && PUT_LIT(b, ",") < 0))
+                return WR_ERROR;
+            first = 0;
+            if ((r = put_str(b, k)) != WR_DONE)
+                return r;
+            if (PUT_LIT(b, ":") < 0)
+                return WR_ERROR;
+            Py_INCREF(item);           /* to_json below may run Python code */
+            r = put_value(b, item, NULL, depth + 1);
+            Py_DECREF(item);
+            if (r != WR_DONE)
+                return r;
+        }
+        return PUT_LIT(b, "}") < 0 ? WR_ERROR : WR_DONE;
+    }
+    if (PyList_CheckExact(v) || PyTuple_CheckExact(v)) {
+        if (to_json != NULL && PyTuple_CheckExact(v))
+            goto convert;              /* to_json lists a tuple's to_json'd items */
+        PyObject *seq = PySequence_Fast(v, "");
+        if (seq == NULL)
+            return WR_ERROR;
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+        int r = PUT_LIT(b, "[") < 0 ? WR_ERROR : WR_DONE;
+        for (Py_ssize_t i = 0; i < n && r == WR_DONE; i++) {
+            if (i && PUT_LIT(b, ",") < 0)
+                r = WR_ERROR;
+            else
+                r = put_value(b, PySequence_Fast_GET_ITEM(seq, i), NULL, depth + 1);
+        }
+        Py_DECREF(seq);
+        if (r != WR_DONE)
+            return r;
+        return PUT_LIT(b, "]") < 0 ? WR_ERROR : WR_DONE;
+    }
+    if (to_json == NULL)
+        return WR_PYTHON;
+convert:;
+    PyObject *plain = PyObject_CallOneArg(to_json, v);
+    if (plain == NULL) {               /* TypeError and friends: Python raises them itself */
+        PyErr_Clear();
+        return WR_PYTHON;
+    }
+    int r = put_value(b, plain, NULL, depth + 1);
+    Py_DECREF(plain);
+    return r;
+}
+
+/* an image's JSON object; a dict's values that are not plain go through to_json */
+static int
+put_image(Buf *b, PyObject *image, PyObject *to_json)
+{
+    if (image == Py_None)
+        return PUT_LIT(b, "null") < 0 ? WR_ERROR : WR_DONE;
+    if (!PyDict_CheckExact(image))
+        return WR_PYTHON;
+    if (PUT_LIT(b, "{") < 0)
+        return WR_ERROR;
+    Py_ssize_t pos = 0;
+    PyObject *k, *v;
+    int first = 1, r;
+    while (PyDict_Next(image, &pos, &k, &v)) {
+        if (!PyUnicode_CheckExact(k))
+            return WR_PYTHON;
+        if (!first && PUT_LIT(b, ",") < 0)
+            return WR_ERROR;
+        first = 0;
+        if ((r = put_str(b, k)) != WR_DONE)
+            return r;
+        if (PUT_LIT(b, ":") < 0)
+            return WR_ERROR;
+        Py_INCREF(v);
+        r = put_value(b, v, to_json, 0);
+        Py_DECREF(v);
+        if (r != WR_DONE)
+            return r;
+    }
+    return PUT_LIT(b, "}") < 0 ? WR_ERROR : WR_DONE;
+}
+
+/* one primary-key value's key text, escaped as schema/keys.py pk_text escapes it */
+static int
+put_key_text(Buf *b, PyObject *v, PyObject *canonical_text)
+{
+    if (v == Py_None)
+        return PUT_LIT(b, "\\N") < 0 ? WR_ERROR : WR_DONE;
+    PyObject *text;
+    if (PyUnicode_CheckExact(v))
+        text = Py_NewRef(v);
+    else if (PyLong_CheckExact(v))
+        text = PyObject_Str(v);
+    else {
+        text = PyObject_CallOneArg(canonical_text, v);
+        if (text == NULL || !PyUnicode_CheckExact(text)) {   /* Python raises it, or decides */
+            PyErr_Clear();
+            Py_XDECREF(text);
+            return WR_PYTHON;
+        }
+    }
+    if (text == NULL)
+        return WR_ERROR;
+    Py_ssize_t n;
+    const char *s = PyUnicode_AsUTF8AndSize(text, &n);
+    int r = WR_DONE;
+    if (s == NULL) {
+        PyErr_Clear();
+        r = WR_PYTHON;
+    }
+    for (Py_ssize_t i = 0; i < n && r == WR_DONE; i++) {
+        if (s[i] == '\\' || s[i] == ',')
+            r = PUT_LIT(b, "\\") < 0 ? WR_ERROR : WR_DONE;
+        if (r == WR_DONE && buf_reserve(b, 1) < 0)
+            r = WR_ERROR;
+        if (r == WR_DONE)
+            b->data[b->len++] = s[i];
+    }
+    Py_DECREF(text);
+    return r;
+}
+
+/* BLAKE2b (RFC 7693) with a 16-byte digest and no key: hashlib.blake2b(m, digest_size=16) */
+static const uint64_t B2B_IV[8] = {
+    0x6a09e667f3bcc908ULL, 0xbb67ae8584caa73bULL, 0x3c6ef372fe94f82bULL, 0xa54ff53a5f1d36f1ULL,
+    0x510e527fade682d1ULL, 0x9b05688c2b3e6c1fULL, 0x1f83d9abfb41bd6bULL, 0x5be0cd19137e2179ULL,
+};
+static const uint8_t B2B_SIGMA[12][16] = {
+    {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15},
+    {14, 10, 4, 8, 9, 15, 13, 6, 1, 12, 0, 2, 11, 7, 5, 3},
+    {11, 8, 12, 0, 5, 2, 15, 13, 10, 14, 3, 6, 7, 1, 9, 4},
+    {7, 9, 3, 1, 13, 12, 11, 14, 2, 6, 5, 10, 4, 0, 15, 8},
+    {9, 0, 5, 7, 2, 4, 10, 15, 14, 1, 11, 12, 6, 8, 3, 13},
+    {2, 12, 6, 10, 0, 11, 8, 3, 4, 13, 7, 5, 15, 14, 1, 9},
+    {12, 5, 1, 15, 14, 13, 4, 10, 0, 7, 6, 3, 9, 2, 8, 11},
+    {13, 11, 7, 14, 12, 1, 3, 9, 5, 0, 15, 4, 8, 6, 2, 10},
+    {6, 15, 14, 9, 11, 3, 0, 8, 12, 2, 13, 7, 1, 4, 10, 5},
+    {10, 2, 8, 4, 7, 6, 1, 5, 15, 11, 9, 14, 3, 12, 13, 0},
+    {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15},
+    {14, 10, 4, 8, 9, 15, 13, 6, 1, 12, 0, 2, 11, 7, 5, 3},
+};
+
+#define ROTR64(x, n) (((x) >> (n)) | ((x) << (64 - (n))))
+#define B2B_G(a, b, c, d, x, y)                     \
+    do {                                            \
+        v[a] = v[a] + v[b] + (x);                   \
+        v[d] = ROTR64(v[d] ^ v[a], 32);             \
+        v[c] = v[c] + v[d];                         \
+        v[b] = ROTR64(v[b] ^ v[c], 24);             \
+        v[a] = v[a] + v[b] + (y);                   \
+        v[d] = ROTR64(v[d] ^ v[a], 16);             \
+        v[c] = v[c] + v[d];                         \
+        v[b] = ROTR64(v[b] ^ v[c], 63);             \
+    } while (0)
+
+static void
+b2b_compress(uint64_t h[8], const unsigned char block[128], uint64_t counter, int last)
+{
+    uint64_t v[16], m[16];
+    for (int i = 0; i < 16; i++) {
+        uint64_t w = 0;
+        for (int j = 7; j >= 0; j--)
+            w = w << 8 | block[8 * i + j];
+        m[i] = w;
+    }
+    for (int i = 0; i < 8; i++) {
+        v[i] = h[i];
+        v[i + 8] = B2B_IV[i];
+    }
+    v[12] ^= counter;                  /* messages here are far below 2**64 bytes */
+    if (last)
+        v[14] = ~v[14];
+    for (int r = 0; r < 12; r++) {
+        const uint8_t *s = B2B_SIGMA[r];
+        B2B_G(0, 4, 8, 12, m[s[0]], m[s[1]]);
+        B2B_G(1, 5, 9, 13, m[s[2]], m[s[3]]);
+        B2B_G(2, 6, 10, 14, m[s[4]], m[s[5]]);
+        B2B_G(3, 7, 11, 15, m[s[6]], m[s[7]]);
+        B2B_G(0, 5, 10, 15, m[s[8]], m[s[9]]);
+        B2B_G(1, 6, 11, 12, m[s[10]], m[s[11]]);
+        B2B_G(2, 7, 8, 13, m[s[12]], m[s[13]]);
+        B2B_G(3, 4, 9, 14, m[s[14]], m[s[15]]);
+    }
+    for (int i = 0; i < 8; i++)
+        h[i] ^= v[i] ^ v[i + 8];
+}
+
+/* the 32 hex digits of blake2b(data, digest_size=16) */
+static void
+blake2b_16_hex(const unsigned char *data, Py_ssize_t n, char out[32])
+{
+    static const char hex[] = "0123456789abcdef";
+    uint64_t h[8];
+    memcpy(h, B2B_IV, sizeof h);
+    h[0] ^= 0x01010000ULL ^ 16;        /* fanout 1, depth 1, no key, 16-byte digest */
+    unsigned char block[128];
+    uint64_t done = 0;
+    while (n - (Py_ssize_t)done > 128) {
+        b2b_compress(h, data + done, done + 128, 0);
+        done += 128;
+    }
+    Py_ssize_t rest = n - (Py_ssize_t)done;
+    memset(block, 0, sizeof block);
+    memcpy(block, data + done, (size_t)rest);
+    b2b_compress(h, block, (uint64_t)n, 1);
+    for (int i = 0; i < 16; i++) {
+        unsigned char byte = (unsigned char)(h[i / 8] >> (8 * (i % 8)));
+        out[2 * i] = hex[byte >> 4];
+        out[2 * i + 1] = hex[byte & 15];
+    }
+}
+
+static PyObject *
+blake2b_16(PyObject *module, PyObject *arg)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    char hex[32];
+    blake2b_16_hex((const unsigned char *)view.buf, view.len, hex);
+    PyBuffer_Release(&view);
+    return PyUnicode_FromStringAndSize(hex, 32);
+}
+
+/* the primary-key columns as rows.pk_columns names them: "" / None -> every column of the
+ * image, a str -> itself, a tuple of str -> itself; NULL without an error set otherwise */
+static PyObject *
+pk_names(PyObject *primary_key, PyObject *image)
+{
+    if (primary_key == Py_None || (PyUnicode_CheckExact(primary_key)
+                                   && PyUnicode_GET_LENGTH(primary_key) == 0)
+            || (PyTuple_CheckExact(primary_key) && PyTuple_GET_SIZE(primary_key) == 0))
+        return PyDict_Keys(image);
+    if (PyUnicode_CheckExact(primary_key))
+        return PyTuple_Pack(1, primary_key);
+    if (!PyTuple_CheckExact(primary_key))
+        return NULL;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(primary_key); i++)
+        if (!PyUnicode_CheckExact(PyTuple_GET_ITEM(primary_key, i)))
+            return NULL;
+    return Py_NewRef(primary_key);
+}
+
+/* key text (into key) and the JSON "pk" array (into doc) of the row's primary key */
+static int
+put_pk(Buf *key, Buf *doc, PyObject *names, PyObject *image, PyObject *to_json,
+       PyObject *canonical_text)
+{
+    PyObject *seq = PySequence_Fast(names, "");
+    if (seq == NULL)
+        return WR_ERROR;
+    int r = PUT_LIT(doc, "[") < 0 ? WR_ERROR : WR_DONE;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq) && r == WR_DONE; i++) {
+        PyObject *name = PySequence_Fast_GET_ITEM(seq, i);
+        PyObject *v = PyDict_GetItemWithError(image, name);
+        if (v == NULL) {
+            r = PyErr_Occurred() ? WR_ERROR : WR_PYTHON;    /* not in the image: Python raises */
+            break;
+        }
+        Py_INCREF(v);
+        if ((i && (PUT_LIT(doc, ",") < 0 || PUT_LIT(key, ",") < 0)) || PUT_LIT(doc, "[") < 0)
+            r = WR_ERROR;
+        if (r == WR_DONE)
+            r = put_str(doc, name);
+        if (r == WR_DONE)
+            r = PUT_LIT(doc, ",") < 0 ? WR_ERROR : WR_DONE;
+        if (r == WR_DONE)
+            r = put_value(doc, v, to_json, 0);
+        if (r == WR_DONE)
+            r = PUT_LIT(doc, "]") < 0 ? WR_ERROR : WR_DONE;
+        if (r == WR_DONE)
+            r = put_key_text(key, v, canonical_text);
+        Py_DECREF(v);
+    }
+    Py_DECREF(seq);
+    if (r == WR_DONE && PUT_LIT(doc, "]") < 0)
+        r = WR_ERROR;
+    return r;
+}
+
+static int
+put_utf8(Buf *b, PyObject *s)          /* raw UTF-8 of a str (key text, id material) */
+{
+    Py_ssize_t n;
+    const char *text = PyUnicode_AsUTF8AndSize(s, &n);
+    if (text == NULL) {
+        PyErr_Clear();
+        return WR_PYTHON;
+    }
+    return buf_put(b, text, n) < 0 ? WR_ERROR : WR_DONE;
+}
+
+enum {
+    A_SCOPE, A_SERVER, A_POSITION, A_COMMIT_TS, A_ORDINAL, A_ROW_INDEX, A_KIND, A_DB, A_TABLE,
+    A_OP, A_PRIMARY_KEY, A_BEFORE, A_AFTER, A_MAX_BYTES, A_TO_JSON, A_CANONICAL_TEXT, A_COUNT
+};
+
+/* the record of one row, written into the three buffers; WR_PYTHON: Python decides */
+static int
+write_row(PyObject *const *a, long long row_index, Buf *key, Buf *doc, Buf *id)
+{
+    PyObject *image = a[A_AFTER] != Py_None ? a[A_AFTER] : a[A_BEFORE];
+    if (!PyDict_CheckExact(image))
+        return WR_PYTHON;
+    if (put_utf8(id, a[A_SCOPE]) || PUT_LIT(id, "|") < 0 || put_utf8(id, a[A_POSITION])
+        || PUT_LIT(id, "|") < 0 || put_int(id, a[A_ROW_INDEX]))
+        return PyErr_Occurred() ? WR_ERROR : WR_PYTHON;
+    char hex[32];
+    blake2b_16_hex((const unsigned char *)id->data, id->len, hex);
+    int r;
+    if (PUT_LIT(doc, "{\"v\":1,\"id\":\"") < 0 || buf_put(doc, hex, 32) < 0
+        || PUT_LIT(doc, "\",\"src\":[") < 0)
+        return WR_ERROR;
+    if ((r = put_str(doc, a[A_KIND])) || PUT_LIT(doc, ",") < 0
+        || (r = put_str(doc, a[A_SERVER])) || PUT_LIT(doc, ",") < 0
+        || (r = put_str(doc, a[A_POSITION])) || PUT_LIT(doc, ",") < 0
+        || (r = put_float(doc, PyFloat_AS_DOUBLE(a[A_COMMIT_TS]))) || PUT_LIT(doc, ",") < 0
+        || (r = put_int(doc, a[A_ROW_INDEX])) || PUT_LIT(doc, "],\"db\":") < 0
+        || (r = put_str(doc, a[A_DB])) || PUT_LIT(doc, ",\"tbl\":") < 0
+        || (r = put_str(doc, a[A_TABLE])) || PUT_LIT(doc, ",\"op\":") < 0
+        || (r = put_str(doc, a[A_OP])) || PUT_LIT(doc, ",\"pk\":") < 0)
+        return r ? r : WR_ERROR;
+    if ((r = put_utf8(key, a[A_DB])) || PUT_LIT(key, ".") < 0
+        || (r = put_utf8(key, a[A_TABLE])) || PUT_LIT(key, ":") < 0)
+        return r ? r : WR_ERROR;
+    PyObject *names = pk_names(a[A_PRIMARY_KEY], image);
+    if (names == NULL)
+        return PyErr_Occurred() ? WR_ERROR : WR_PYTHON;
+    r = put_pk(key, doc, names, image, a[A_TO_JSON], a[A_CANONICAL_TEXT]);
+    Py_DECREF(names);
+    if (r || PUT_LIT(doc, ",\"b\":") < 0 || (r = put_image(doc, a[A_BEFORE], a[A_TO_JSON]))
+        || PUT_LIT(doc, ",\"a\":") < 0 || (r = put_image(doc, a[A_AFTER], a[A_TO_JSON]))
+        || PUT_LIT(doc, ",\"ver\":") < 0)
+        return r ? r : WR_ERROR;
+    /* the version: the transaction's ordinal, then the row index (schema/ids binlog_version) */
+    PyObject *bits = PyLong_FromLong(ROW_INDEX_BITS);
+    PyObject *shifted = bits ? PyNumber_Lshift(a[A_ORDINAL], bits) : NULL;
+    PyObject *version = shifted ? PyNumber_Or(shifted, a[A_ROW_INDEX]) : NULL;
+    Py_XDECREF(bits);
+    Py_XDECREF(shifted);
+    if (version == NULL)
+        return WR_ERROR;
+    r = put_int(doc, version);
+    Py_DECREF(version);
+    if (r || PUT_LIT(doc, "}") < 0)
+        return r ? r : WR_ERROR;
+    return WR_DONE;
+}
+
+static PyObject *
+row_record(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (!arity("row_record", nargs, A_COUNT))
+        return NULL;
+    static const int strs[] = {A_SCOPE, A_SERVER, A_POSITION, A_KIND, A_DB, A_TABLE, A_OP};
+    for (size_t i = 0; i < sizeof strs / sizeof *strs; i++)
+        if (!PyUnicode_CheckExact(args[strs[i]]))
+            Py_RETURN_NONE;
+    if (!PyFloat_CheckExact(args[A_COMMIT_TS]) || !PyLong_CheckExact(args[A_ORDINAL])
+        || !PyLong_CheckExact(args[A_ROW_INDEX]) || !PyLong_CheckExact(args[A_MAX_BYTES])
+        || (args[A_BEFORE] == Py_None && args[A_AFTER] == Py_None))
+        Py_RETURN_NONE;
+    long long row_index = PyLong_AsLongLong(args[A_ROW_INDEX]);
+    if (row_index == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    int overflow;
+    long long ordinal = PyLong_AsLongLongAndOverflow(args[A_ORDINAL], &overflow);
+    if (ordinal == -1 && PyErr_Occurred())
+        return NULL;
+    if (row_index < 0 || row_index >= (1LL << ROW_INDEX_BITS) || overflow < 0
+        || (!overflow && ordinal < 0))
+        Py_RETURN_NONE;                 /* past the row budget: Python raises and reports */
+    Buf key = {0}, doc = {0}, id = {0};
+    PyObject *out = NULL;
+    int r = write_row(args, row_index, &key, &doc, &id);
+    if (r == WR_DONE) {
+        long long max_bytes = PyLong_AsLongLong(args[A_MAX_BYTES]);
+        if (max_bytes == -1 && PyErr_Occurred())
+            r = WR_ERROR;
+        else if (doc.len > max_bytes)
+            r = WR_PYTHON;               /* over the record limit: Python's invalidate-only form */
+    }
+    if (r == WR_DONE) {
+        PyObject *k = PyUnicode_DecodeUTF8(key.data, key.len, "strict");
+        PyObject *v = k ? PyBytes_FromStringAndSize(doc.data, doc.len) : NULL;
+        PyObject *i = v ? PyUnicode_FromStringAndSize(doc.data + 13, 32) : NULL;
+        if (i != NULL)
+            out = PyTuple_Pack(3, k, v, i);
+        Py_XDECREF(k);
+        Py_XDECREF(v);
+        Py_XDECREF(i);
+    }
+    PyMem_Free(key.data);
+    PyMem_Free(doc.data);
+    PyMem_Free(id.data);
+    if (r == WR_PYTHON)
+        Py_RETURN_NONE;
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"murmur2", murmur2, METH_O,
      "murmur2(data, /) -> int: Kafka's murmur2 of a bytes-like object's bytes (unsigned 32 bits)."},
@@ -516,6 +1088,13 @@ static PyMethodDef methods[] = {
      "invalidation_keys(templates, before, after, /) -> (keys, nulls) | None: the keys one-field "
      "templates ((head, field, tail), ...) render from the images, each once, and the NULL "
      "skips; None when a value is not str or int, a column is missing or a key is reserved."},
+    {"blake2b_16", blake2b_16, METH_O,
+     "blake2b_16(data, /) -> str: hashlib.blake2b(data, digest_size=16).hexdigest()."},
+    {"row_record", (PyCFunction)(void (*)(void))row_record, METH_FASTCALL,
+     "row_record(scope, server, position, commit_ts, ordinal, row_index, kind, db, table, op, "
+     "primary_key, before, after, max_bytes, to_json, canonical_text, /) -> (key, value, id) | "
+     "None: one binlog row's Kafka key, encoded event and message id, as the tailer's Python "
+     "path makes them; None where that path must decide."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -8,25 +8,50 @@ recover with ``cachesync resync``).
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import sys
 
 try:
     import click
-    import kafka  # noqa: F401 - the sidecar's dependencies, checked before any command
-    import pymysql  # noqa: F401
-    import yaml  # noqa: F401
-except ModuleNotFoundError as missing:      # the base install is the application client only
+except ModuleNotFoundError:
+    click = None
+# the sidecar's dependencies, found (not imported: each command imports what it needs)
+_MISSING = "click" if click is None else next(
+    (name for name in ("kafka", "pymysql", "yaml") if importlib.util.find_spec(name) is None), None)
+if _MISSING:                                # the base install is the application client only
     sys.stderr.write(f"cachesync: the command line needs the sidecar's dependencies "
-                     f"({missing.name} is missing): pip install 'cachesync[sidecar]'\n")
+                     f"({_MISSING} is missing): pip install 'cachesync[sidecar]'\n")
     sys.exit(2)
 
 from cachesync import __version__
-from cachesync.commands import (audit, config_cmd, consume, dedup, demo, dlq, doctor, explain,
-                                init, lint, monitor, relay, replay, resync, run, snapshot,
-                                spark_submit, status, tail, topics)
+
+# Each command's module is imported when the command runs (or when help lists it): a
+# restarted consumer or tailer pays for its own imports only. The order is --help's.
+COMMANDS = {name: f"cachesync.commands.{module}" for name, module in (
+    ("tail", "tail"), ("consume", "consume"), ("relay", "relay"), ("demo", "demo"),
+    ("run", "run"), ("explain", "explain"), ("lint", "lint"), ("status", "status"),
+    ("config", "config_cmd"), ("dlq", "dlq"), ("dedup", "dedup"), ("replay", "replay"),
+    ("audit", "audit"), ("resync", "resync"), ("monitor", "monitor"), ("topics", "topics"),
+    ("doctor", "doctor"), ("init", "init"), ("spark-submit", "spark_submit"),
+    ("snapshot", "snapshot"))}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+class LazyGroup(click.Group):
+    """A group whose commands are the ``command`` of the modules in COMMANDS, each imported
+    when first asked for."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in self.commands and name in COMMANDS:
+            self.add_command(importlib.import_module(COMMANDS[name]).command, name)
+        return self.commands.get(name)
+
+
+@click.group(cls=LazyGroup,
+             context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
              epilog="Exit codes: 0 ok, 1 runtime failure, 2 usage/config error, "
                     "3 server not ready (settings, grants, credentials) or binlog position lost, "
                     "4 explain/lint found a problem, audit over its staleness limit; "
@@ -38,28 +63,6 @@ def cli() -> None:
     Settings come from a YAML file (--config) and CACHESYNC_<SECTION>_<FIELD>
     environment variables, which win; a ..._FILE variable reads a secret from a file.
     """
-
-
-cli.add_command(tail.command)
-cli.add_command(consume.command)
-cli.add_command(relay.command)
-cli.add_command(demo.command)
-cli.add_command(run.command)
-cli.add_command(explain.command)
-cli.add_command(lint.command)
-cli.add_command(status.command)
-cli.add_command(config_cmd.command)
-cli.add_command(dlq.command)
-cli.add_command(dedup.command)
-cli.add_command(replay.command)
-cli.add_command(audit.command)
-cli.add_command(resync.command)
-cli.add_command(monitor.command)
-cli.add_command(topics.command)
-cli.add_command(doctor.command)
-cli.add_command(init.command)
-cli.add_command(spark_submit.command)
-cli.add_command(snapshot.command)
 
 
 def main() -> None:

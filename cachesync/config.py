@@ -242,6 +242,7 @@ _SECURITY_OWNED = {"bootstrap_servers": "kafka.bootstrap_servers",
                    "sasl_mechanism": "kafka.sasl_mechanism",
                    "sasl_plain_username": "kafka.sasl_username",
                    "sasl_plain_password": "kafka.sasl_password",
+                   "sasl_oauth_token_provider": "kafka.sasl_oauth_token_file or _command",
                    "ssl_cafile": "kafka.ssl_cafile", "ssl_certfile": "kafka.ssl_certfile",
                    "ssl_keyfile": "kafka.ssl_keyfile", "ssl_check_hostname": "kafka.ssl_check_hostname",
                    "client_id": "cachesync's own client ids", "api_version": "auto-detection"}
@@ -327,12 +328,36 @@ class KafkaSettings(_Validated):
         "PLAINTEXT", "`PLAINTEXT`, `SSL`, `SASL_PLAINTEXT` or `SASL_SSL`; applies to every Kafka "
         "client (consumer, tailer, relay, probes, status, replay, dlq tools, Spark)",
         choices=("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"))
-    sasl_mechanism: str = setting("SCRAM-SHA-512", "`PLAIN`, `SCRAM-SHA-256` or `SCRAM-SHA-512` "
-                                  "(with a `SASL_*` protocol)",
-                                  choices=("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"))
-    sasl_username: str = setting("", "required with a `SASL_*` protocol")
-    sasl_password: Secret = setting(Secret(""), "required with a `SASL_*` protocol",
+    sasl_mechanism: str = setting(
+        "SCRAM-SHA-512", "`PLAIN`, `SCRAM-SHA-256`, `SCRAM-SHA-512` (with `kafka.sasl_username` "
+        "and `kafka.sasl_password`), `OAUTHBEARER` (with a token file or command) or "
+        "`AWS_MSK_IAM` (Amazon MSK with IAM: `SASL_SSL`, the AWS credentials chain, the "
+        "`aws` extra); with a `SASL_*` protocol",
+        choices=("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "AWS_MSK_IAM"))
+    sasl_username: str = setting("", "required with `PLAIN` and `SCRAM-*`")
+    sasl_password: Secret = setting(Secret(""), "required with `PLAIN` and `SCRAM-*`",
                                     secret=True)
+    # OAUTHBEARER: the token comes from a file or a command, never from the settings text
+    sasl_oauth_token_file: str = setting(
+        "", "`OAUTHBEARER`: a file holding the token (a JWT), read again whenever it changes "
+        "(a Kubernetes projected token, a sidecar renewing it). The Spark engine reads it too")
+    sasl_oauth_token_command: str = setting(
+        "", "`OAUTHBEARER`: a command printing the token, or an OAuth token endpoint's JSON "
+        "(`access_token`, `expires_in`); run without a shell, again before the token expires. "
+        "Keep secrets out of its arguments (read them inside the command). Python engine only")
+    sasl_oauth_token_max_age_s: float = setting(
+        300.0, "a token from `kafka.sasl_oauth_token_command` is renewed after 80 % of its "
+        "lifetime (its `exp` claim or `expires_in`), and at the latest after this",
+        lo=1, hi=86_400)
+    sasl_oauth_extensions: str = setting(
+        "", "`OAUTHBEARER` SASL extensions, `key=value` comma-separated (Confluent Cloud: "
+        "`logicalCluster=lkc-…,identityPoolId=pool-…`)",
+        pattern=r"(\s*[A-Za-z0-9]+=[^,=\s][^,=]*(,\s*[A-Za-z0-9]+=[^,=\s][^,=]*)*)?\s*",
+        what="key=value pairs separated by commas")
+    aws_region: str = setting(
+        "", "`AWS_MSK_IAM`: the cluster's AWS region; empty = the AWS chain's "
+        "(`AWS_DEFAULT_REGION`, the profile's region)",
+        pattern=r"([a-z]{2}(-[a-z]+)+-\d+)?", what="an AWS region such as eu-west-1")
     ssl_cafile: str = setting("", "PEM CA bundle that signed the brokers' certificates (`SSL`, "
                               "`SASL_SSL`); empty = the system's trusted CAs")
     ssl_certfile: str = setting("", "PEM client certificate for mutual TLS (with "
@@ -366,12 +391,30 @@ class KafkaSettings(_Validated):
             raise ConfigError(f"kafka.heartbeat_interval_ms: must be at most a third of "
                               f"kafka.session_timeout_ms ({self.session_timeout_ms}), got "
                               f"{self.heartbeat_interval_ms}")
-        if self.security_protocol.startswith("SASL_") and not (self.sasl_username
-                                                               and self.sasl_password):
-            raise ConfigError(f"kafka.sasl_username and kafka.sasl_password: required with "
-                              f"kafka.security_protocol {self.security_protocol}")
+        if self.security_protocol.startswith("SASL_"):
+            self._check_login()
         if bool(self.ssl_certfile) != bool(self.ssl_keyfile):
             raise ConfigError("kafka.ssl_certfile and kafka.ssl_keyfile: set both or neither")
+
+    def _check_login(self) -> None:
+        """The credentials ``sasl_mechanism`` needs are there; the ones of another are not."""
+        mechanism, oauth = self.sasl_mechanism, (self.sasl_oauth_token_file,
+                                                 self.sasl_oauth_token_command)
+        if mechanism == "OAUTHBEARER":
+            if all(oauth) or not any(oauth):
+                raise ConfigError("kafka.sasl_oauth_token_file or kafka.sasl_oauth_token_command:"
+                                  " OAUTHBEARER needs exactly one of them")
+        elif any(oauth):
+            raise ConfigError(f"kafka.sasl_oauth_token_{'file' if oauth[0] else 'command'}: "
+                              f"only used with kafka.sasl_mechanism OAUTHBEARER, not {mechanism}")
+        if mechanism == "AWS_MSK_IAM" and self.security_protocol != "SASL_SSL":
+            raise ConfigError("kafka.security_protocol: AWS_MSK_IAM needs SASL_SSL, got "
+                              f"{self.security_protocol}")
+        if mechanism not in ("OAUTHBEARER", "AWS_MSK_IAM") and not (self.sasl_username
+                                                                    and self.sasl_password):
+            raise ConfigError(f"kafka.sasl_username and kafka.sasl_password: required with "
+                              f"kafka.security_protocol {self.security_protocol} and "
+                              f"kafka.sasl_mechanism {mechanism}")
 
 
 @dataclass(frozen=True)
@@ -405,6 +448,17 @@ class RedisSettings(_Validated):
                             "discovered) and gives the user, password and TLS; every Redis "
                             "client then groups keys per hash slot, follows MOVED/ASK and SCANs "
                             "every master")
+    # Redis replicates asynchronously: a master lost right after it answered can take the
+    # last invalidations with it, after the consumer confirmed them and committed offsets
+    wait_replicas: int = setting(
+        0, "after each pipeline of deletes, fenced writes or dedup records, wait until this "
+        "many replicas of every master it wrote to have it (Redis `WAIT`), so that a master "
+        "lost and replaced by its replica (Sentinel, Cluster) cannot take back an invalidation "
+        "cachesync already confirmed; fewer acknowledgements within `redis.wait_timeout_ms` "
+        "fail the batch as retryable (it is applied again). 0: do not wait", lo=0, hi=16)
+    wait_timeout_ms: int = setting(
+        1000, "how long `redis.wait_replicas` waits for the replicas' acknowledgements",
+        lo=1, hi=60000)
     # Also read the old untagged version keys and void the old untagged leases
     # (cachesync:ver:<key>, cachesync:lease:<key>): a single server upgraded from the layout
     # before hash-tagged companions; off once the longest TTL has passed (docs/upgrading.md)
@@ -433,7 +487,8 @@ class RedisSettings(_Validated):
         return (f"RedisSettings(url={mask_url(self.url)!r}, sentinels={self.sentinels!r}, "
                 f"master_name={self.master_name!r}, "
                 f"sentinel_username={self.sentinel_username!r}, sentinel_tls={self.sentinel_tls!r}, "
-                f"cluster={self.cluster!r}, "
+                f"cluster={self.cluster!r}, wait_replicas={self.wait_replicas!r}, "
+                f"wait_timeout_ms={self.wait_timeout_ms!r}, "
                 f"legacy_companion_keys={self.legacy_companion_keys!r})")
 
 
@@ -641,7 +696,7 @@ class MonitorSettings(_Validated):
                               "is checked again one window later", **POSITIVE)
     max_checks_per_s: float = setting(
         20.0, "new samples above this rate are dropped "
-        "(`cachesync_consistency_samples_dropped_total{reason=\"rate_limit\"}`); a sample costs "
+        "(`cachesync_monitor_samples_dropped_total{reason=\"rate_limit\"}`); a sample costs "
         "2 primary-key SELECTs and one Redis read per look", **POSITIVE)
     queue_size: int = setting(1000, "samples waiting for their check; more are dropped "
                               "(`reason=\"queue_full\"`), the consumer never waits",
@@ -695,7 +750,8 @@ def load_with_origins(path: str | os.PathLike | None,
         problems.append(f"{source}: unknown section(s) {sorted(unknown)}; "
                         f"expected {sorted([*_SECTIONS, 'tables'])}")
     problems += unknown_variables(environ, section_fields())
-    env = {k: v for k, v in environ.items() if k not in service_links(environ)}
+    links = service_links(environ)         # once: it scans the whole environment
+    env = {k: v for k, v in environ.items() if k not in links}
     origins: dict[str, str] = {}
     sections = {name: _section(name, cls, raw.get(name) or {}, env, source, problems, origins)
                 for name, cls in _SECTIONS.items()}
@@ -712,7 +768,8 @@ def load_section(name: str, environ: Mapping[str, str] | None = None):
     raises ConfigError naming every problem."""
     environ = os.environ if environ is None else environ
     problems: list[str] = []
-    env = {k: v for k, v in environ.items() if k not in service_links(environ)}
+    links = service_links(environ)         # once: it scans the whole environment
+    env = {k: v for k, v in environ.items() if k not in links}
     section = _section(name, _SECTIONS[name], {}, env, "<environment>", problems, {})
     if problems:
         raise ConfigError(_one_message(problems))

@@ -29,6 +29,8 @@ OTHER_VARIABLES = {
     "CACHESYNC_SPARK_EXECUTOR_PYTHON": "the executors' Python (spark-submit --executor-python)",
     "CACHESYNC_SPARK_TRIGGER": "the Spark query's trigger (consume --engine spark --trigger)",
     "CACHESYNC_PURE": "=1 builds the pure-Python wheel, without the C accelerator (setup.py)",
+    "CACHESYNC_NO_SPEEDUPS": "=1 makes the tailer write every row on its Python path, even "
+                             "with the C accelerator built",
 }
 
 # Kubernetes service links of a Service whose {SVC}_SERVICE_HOST is set: {SVC}_SERVICE_PORT[_{NAME}],

@@ -41,8 +41,9 @@ def refused_login_is_fatal(bootstrap_servers: str) -> Iterator[None]:
     except KafkaError as e:
         if refusals.seen:
             raise FatalError(f"Kafka at {bootstrap_servers} refused the login (check "
-                             f"kafka.sasl_username, kafka.sasl_password and "
-                             f"kafka.sasl_mechanism): {refusals.seen[-1]}") from e
+                             f"kafka.sasl_mechanism and its credentials: kafka.sasl_username "
+                             f"and kafka.sasl_password, the OAuth token, or the AWS "
+                             f"credentials): {refusals.seen[-1]}") from e
         raise
     finally:
         logger.removeHandler(refusals)
@@ -59,3 +60,19 @@ class _ConfigDumpHidden(logging.Filter):
 
 
 logging.getLogger("kafka.admin.client").addFilter(_ConfigDumpHidden())
+
+
+class _SaslBytesHidden(logging.Filter):
+    """kafka-python logs every request and the raw bytes it sends at DEBUG, the SASL login
+    (password, OAuth token) included; those lines keep their place, not their content."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = str(record.msg)
+        if "Send:" in text or "Recv:" in text or "Sasl" in record.getMessage():
+            record.msg, record.args = "%s", ("(a Kafka request or response, not shown: it may "
+                                             "hold credentials)",)
+        return True
+
+
+for _name in ("kafka.protocol.parser", "kafka.net.connection"):
+    logging.getLogger(_name).addFilter(_SaslBytesHidden())

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from cachesync import startup
 from cachesync.config import Settings
 from cachesync.resync import ResyncingTailer
 from cachesync.standby import ActiveStandby, while_held
@@ -23,5 +24,13 @@ def tailer_stack(settings: Settings, build: Callable[[], object]) -> ActiveStand
     """The Runnable that tails as ``tailer.name`` while it holds the lock; ``build()`` is
     called for every (re)start and returns the tailer to run."""
     lock = build_tailer_lock(settings)
-    return ActiveStandby(lock, lambda: ResyncingTailer(
-        settings, RestartingTailer(while_held(lock, build))), tailer_preflight(settings))
+    preflight = tailer_preflight(settings)
+
+    def checked():
+        preflight()
+        startup.mark("preflight")
+
+    def held():
+        startup.mark("lock")        # built once this process holds the lock
+        return ResyncingTailer(settings, RestartingTailer(while_held(lock, build)))
+    return ActiveStandby(lock, held, checked)

@@ -108,6 +108,13 @@ def redis_client(settings: Settings, timeout_s: float | None = None) -> redis.Re
                                 socket_connect_timeout=timeout_s, **options)
 
 
+def replica_wait(settings: Settings):
+    """``redis.wait_replicas`` as the Redis adapters take it (None: do not wait)."""
+    from cachesync.consumer.adapters.redis_cluster import ReplicaWait
+    r = settings.redis
+    return ReplicaWait(r.wait_replicas, r.wait_timeout_ms) if r.wait_replicas else None
+
+
 # the TLS options of redis.url's query that the sentinels' connections share with the master's
 _SENTINEL_TLS_OPTIONS = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs",
                          "ssl_check_hostname")
@@ -146,7 +153,8 @@ def build_heartbeat(settings: Settings) -> HeartbeatWriter:
 def build_cache(settings: Settings) -> RedisCache:
     from cachesync.consumer.adapters.redis_cache import RedisCache
     return RedisCache("", client=redis_client(settings, ADAPTER_TIMEOUT_S),
-                      legacy_companions=settings.redis.legacy_companion_keys)
+                      legacy_companions=settings.redis.legacy_companion_keys,
+                      wait=replica_wait(settings))
 
 
 def build_cache_reader(settings: Settings, timeout_s: float = ADAPTER_TIMEOUT_S):
@@ -197,7 +205,8 @@ def build_dedup(settings: Settings):
     if c.dedup_store == "redis":
         from cachesync.consumer.adapters.redis_dedup import RedisDedupStore
         return RedisDedupStore("", settings.dedup_namespace, c.dedup_retention_s,
-                               client=redis_client(settings, ADAPTER_TIMEOUT_S))
+                               client=redis_client(settings, ADAPTER_TIMEOUT_S),
+                               wait=replica_wait(settings))
     raise ConfigError(f"consumer.dedup_store: expected 'mysql' or 'redis', got {c.dedup_store!r}")
 
 
@@ -239,10 +248,24 @@ def build_table_jobs(settings: Settings) -> RedisTableJobs:
                           keep_s=settings.consumer.dedup_retention_s)
 
 
+def start_publisher(settings: Settings):
+    """The tailer's Kafka publisher (``tailer.publisher``: its own process, or a thread),
+    started in a thread of its own (StartingPublisher): the first send waits for it."""
+    from cachesync.producer_outbox.starting_publisher import StartingPublisher
+    if settings.tailer.publisher == "process":
+        from cachesync.producer_outbox.procpublisher import ProcessPublisher as kind
+    else:
+        from cachesync.producer_outbox.publisher import KafkaPublisher as kind
+    bootstrap, security = settings.kafka.bootstrap_servers, producer_options(settings.kafka)
+    return StartingPublisher(lambda: kind(bootstrap, security=security))
+
+
 def build_tailer(settings: Settings, start: Checkpoint | None = None, publisher=None,
-                 topic: str | None = None) -> Tailer:
+                 topic: str | None = None, started=None) -> Tailer:
     """The binlog tailer publishing to Kafka (or to ``publisher`` on ``topic``: direct mode);
-    ``start`` overrides the stored checkpoint (``tail --from-...``)."""
+    ``start`` overrides the stored checkpoint (``tail --from-...``); ``started``: a
+    :func:`start_publisher` to publish with (default: one started now, beside the tailer's
+    preflight and binlog connect)."""
     from cachesync.producer_outbox.checkpoint import MySQLCheckpointStore
     from cachesync.producer_outbox.heartbeat import own_rows_only
     # the binlog reader needs compiled libraries (zstandard) that Spark executors, which
@@ -252,11 +275,7 @@ def build_tailer(settings: Settings, start: Checkpoint | None = None, publisher=
     source = source_params(settings)
     owns = publisher is None
     if owns:
-        if t.publisher == "process":
-            from cachesync.producer_outbox.procpublisher import ProcessPublisher as kind
-        else:
-            from cachesync.producer_outbox.publisher import KafkaPublisher as kind
-        publisher = kind(settings.kafka.bootstrap_servers, security=producer_options(settings.kafka))
+        publisher = started or start_publisher(settings)
     return Tailer(source, publisher,
                   MySQLCheckpointStore(mysql_params(settings).connect, t.name), mappings(settings),
                   TailerOptions(topic or settings.kafka.topic, t,

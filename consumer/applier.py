@@ -204,7 +204,7 @@ class Applier:
             result.keys_existed += existed
             self.stats.keys_deleted += existed
 
-    # -- issue 13: what could not be applied exactly ------------------------------------
+    # -- what could not be applied exactly ----------------------------------------------
     def _salvage(self, salvaged: list[EventPlan], result: BatchResult) -> None:
         """Invalidate the renderable keys of dead-lettered events. Not claimed in the dedup
         table: replaying the dead letter once the mapping is fixed applies it in full."""

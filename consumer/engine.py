@@ -18,6 +18,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Callable, Sequence
 
+from cachesync import startup
 from cachesync.collector import paced
 from cachesync.config import ConsumerSettings
 from cachesync.consumer.applier import Applier, BatchResult, Stats
@@ -84,6 +85,7 @@ class PythonEngine:
         batch while this thread polls, decodes and plans the next one (``_overlapped``);
         otherwise every batch is polled, applied and committed in turn (``step``).
         """
+        startup.done("first poll")
         try:
             with paced():
                 if self._opts.overlap_batches:

@@ -8,8 +8,8 @@
 #   devstack/stack.sh status                            one line per service and variant
 #   devstack/stack.sh env                               print the env file path
 #   devstack/stack.sh promote mariadb-replica           make the replica a writable primary
-# Variants (started only by name): kafka-sasl kafka-noauto mariadb-tls redis-tls
-# redis-cluster redis-sentinel redis-aof mariadb-replica mariadb-twin spark; see devstack/README.md.
+# Variants (started only by name): kafka-sasl kafka-oauth kafka-noauto mariadb-tls redis-tls
+# redis-cluster redis-cluster-tls redis-sentinel redis-aof mariadb-replica mariadb-twin spark; see devstack/README.md.
 set -euo pipefail
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -18,7 +18,7 @@ export PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
 
 ALL_SERVICES=(mariadb redis kafka)
 # Extra services started only by name (`up kafka-sasl`), one file each under devstack/variants/.
-VARIANTS=(kafka-sasl kafka-noauto mariadb-tls redis-tls redis-cluster redis-sentinel redis-aof mariadb-replica mariadb-twin spark)
+VARIANTS=(kafka-sasl kafka-oauth kafka-noauto mariadb-tls redis-tls redis-cluster redis-cluster-tls redis-sentinel redis-aof mariadb-replica mariadb-twin spark)
 
 MYSQL_PORT="${DEVSTACK_MYSQL_PORT:-13306}"
 REDIS_PORT="${DEVSTACK_REDIS_PORT:-16379}"
@@ -143,6 +143,7 @@ package_needs() { # services/variants... -> the base pieces they need, one per l
       mariadb-tls) echo mariadb; echo tls ;;
       mariadb-*) echo mariadb ;;
       kafka-sasl) echo kafka; echo tls ;;
+      kafka-oauth) echo kafka ;;
       redis-tls) echo redis; echo tls ;;
       redis-*) echo redis ;;
       *) echo "$s" ;;
@@ -587,7 +588,7 @@ parse_services() { # DEFAULT(base|all) args... -> SERVICES array
 }
 
 # stop dependants before the services they use
-STOP_ORDER=(spark mariadb-twin mariadb-replica redis-aof redis-sentinel redis-cluster redis-tls mariadb-tls kafka-noauto kafka-sasl kafka redis mariadb)
+STOP_ORDER=(spark mariadb-twin mariadb-replica redis-aof redis-sentinel redis-cluster-tls redis-cluster redis-tls mariadb-tls kafka-noauto kafka-oauth kafka-sasl kafka redis mariadb)
 
 cmd="${1:-}"; [ $# -gt 0 ] && shift
 case "$cmd" in

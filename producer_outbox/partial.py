@@ -1,12 +1,13 @@
 """Rows the tailer cannot publish exactly: partial row images and rows that cannot be keyed.
 
-A part of :class:`cachesync.producer_outbox.tailer.Tailer`'s row publishing, one object
-per rows event that needs it. A row whose images leave out columns the mapping needs
+A part of :class:`cachesync.producer_outbox.rowevents.RowEncoder`, one object per rows
+event that needs it. A row whose images leave out columns the mapping needs
 (``producer_outbox.images``) goes out with what it knows, marked (``extra`` ``absent``),
 keys only (no value is written from it); when a key template names a column an image
 does not know, or the row's Kafka key cannot be rendered at all, its table is
-invalidated at table level, once per transaction, with a WARNING and a metric. Nothing
-here raises for a row: one session's setting never stops the tailer.
+invalidated at table level (a ``ports.TableEvent`` added to the event's output), once
+per transaction, with a WARNING and a metric. Nothing here raises for a row: one
+session's setting never stops the tailer.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import logging
 
 from cachesync.producer_outbox.images import ABSENT, PARTIAL_IMAGE, UNKEYABLE, RowImages
+from cachesync.producer_outbox.ports import TableEvent
 from cachesync.producer_outbox.rows import (TxnContext, invalidate_only, key_columns,
                                             needed_columns, pk_columns, with_extra)
 from cachesync.producer_outbox.statements import TableChange
@@ -25,8 +27,9 @@ log = logging.getLogger("cachesync.producer_outbox.tailer")
 class PartialRows:
     """The rows of one rows event of ``db.table`` that the tailer cannot publish exactly."""
 
-    def __init__(self, tailer, mapping, ctx: TxnContext, db: str, table: str):
-        self._tailer, self._mapping, self._ctx = tailer, mapping, ctx
+    def __init__(self, encoder, mapping, ctx: TxnContext, db: str, table: str):
+        """``encoder``: the RowEncoder whose counters (partial_rows, whole_tables) this keeps."""
+        self._encoder, self._mapping, self._ctx = encoder, mapping, ctx
         self._db, self._table = db, table
         self._key_fields = frozenset(f for t in mapping.keys for f in t.fields)
         self._needed = needed_columns(mapping)        # None: every column
@@ -43,7 +46,7 @@ class PartialRows:
     def marked(self, change: ChangeEvent, images: RowImages) -> ChangeEvent:
         """``change`` carrying the columns its images do not know; keys only (fenced deletes
         in update mode) when the mapping needs one of them."""
-        self._tailer.partial_rows += 1
+        self._encoder.partial_rows += 1
         unknown = images.unknown_before | images.unknown_after
         if not unknown:
             return change
@@ -55,14 +58,14 @@ class PartialRows:
         self._valueless |= missing
         return invalidate_only(change, key_columns(self._mapping), PARTIAL_IMAGE)
 
-    def finish(self, txn, index: int) -> int:
+    def finish(self, out: list, index: int) -> int:
         """After the event's rows: the table-level event its unknown key fields need, or the
         WARNING for rows published keys-only; returns the next row index."""
         if self._unrenderable:
             what = (f"rows logged with a partial row image (binlog_row_image other than FULL "
                     f"in the writing session): key column(s) "
                     f"{', '.join(sorted(self._unrenderable))} not logged")
-            return self._whole_table(PARTIAL_IMAGE, what, txn, index)
+            return self._whole_table(PARTIAL_IMAGE, what, out, index)
         if self._valueless and self._first_in_txn("keys_only"):
             log.warning("rows of %s.%s at %s logged with a partial row image (binlog_row_image "
                         "other than FULL in the writing session): column(s) %s not logged; "
@@ -71,25 +74,25 @@ class PartialRows:
                         PARTIAL_IMAGE)
         return index
 
-    def unkeyable(self, error: Exception, txn, index: int) -> int:
+    def unkeyable(self, error: Exception, out: list, index: int) -> int:
         """A row whose Kafka key cannot be rendered: its table is invalidated as a whole."""
         what = f"a row whose key cannot be rendered ({type(error).__name__}: {error})"
-        return self._whole_table(UNKEYABLE, what, txn, index)
+        return self._whole_table(UNKEYABLE, what, out, index)
 
-    def _whole_table(self, reason: str, what: str, txn, index: int) -> int:
+    def _whole_table(self, reason: str, what: str, out: list, index: int) -> int:
         """One table-level event of the table per transaction and reason."""
         if not self._first_in_txn(reason):
             return index
         log.warning("%s.%s at %s: %s; invalidating the table as a whole (%s)", self._db,
                     self._table, self._ctx.position, what, reason)
-        return self._tailer._publish_table_events(
-            [TableChange(self._db, self._table, reason)], what, self._ctx, txn, index)
+        out.append(TableEvent(self._ctx, index, TableChange(self._db, self._table, reason), what))
+        return index + 1
 
     def _first_in_txn(self, reason: str) -> bool:
         """Whether (this table, ``reason``) is new in the transaction (then remembered)."""
-        seen = self._tailer.whole_tables
+        seen = self._encoder.whole_tables
         if seen[0] is not self._ctx:
-            seen = self._tailer.whole_tables = (self._ctx, set())
+            seen = self._encoder.whole_tables = (self._ctx, set())
         mark = (self._db, self._table, reason)
         if mark in seen[1]:
             return False

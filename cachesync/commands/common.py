@@ -10,7 +10,7 @@ import sys
 
 import click
 
-from cachesync import config, logs
+from cachesync import config, logs, startup
 from cachesync.schema.errors import ConfigError, FatalError, RetryableError
 
 EXIT_RUNTIME, EXIT_CONFIG, EXIT_NOT_READY = 1, 2, 3
@@ -46,9 +46,11 @@ def settings_options(fn):
     @click.option("--log-json", is_flag=True, help="Log one JSON object per line.")
     @functools.wraps(fn)
     def wrapper(load, log_level, log_json, **kwargs):
+        startup.mark("command")          # the interpreter, the imports, the arguments
         logs.setup(log_level, log_json, role=_role(click.get_current_context()))
         with handle_errors():
             settings, _ = load()
+        startup.mark("settings")
         return fn(settings=settings, **kwargs)
     return wrapper
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from cachesync import startup
 from cachesync.commands import consume_spark
 from cachesync.doctor import start_checks
 from cachesync.commands.common import handle_errors, log, on_termination, settings_options
@@ -33,7 +34,7 @@ def command(settings, engine_kind, **spark) -> None:
 
     With monitor.enabled (the default; spark: on the driver), a sample of the applied events
     (monitor.sample_ratio) is checked monitor.window_s later against MySQL, read-only:
-    cachesync_consistency_checks_total{table,result} (see cachesync monitor).
+    cachesync_monitor_checks_total{table,result} (see cachesync monitor).
     """
     if engine_kind == "spark":
         with handle_errors():
@@ -41,15 +42,17 @@ def command(settings, engine_kind, **spark) -> None:
         return
     with handle_errors():
         on_termination()            # until the engine is built and can stop cleanly
-        start_checks(settings, "consume")  # kafka.create_topics, and doctor's checks logged
+        start_checks(settings, "consume")  # kafka.create_topics; doctor's checks once polling
         engine = None
         ops, metrics = consumer_ops(settings, lambda: engine.stats if engine else None,
                                     tables=lambda: engine.tables if engine else None,
                                     scans=lambda: engine.table_scans.scans()
                                     if engine and engine.table_scans else ())
+        startup.mark("metrics")
         try:
             engine = build_engine(settings, on_batch=metrics.on_batch,
                                   hooks=monitor_hook(settings, ops))
+            startup.mark("engine")
             on_termination(engine.stop)
             try:
                 engine.run()

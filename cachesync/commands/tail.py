@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import click
 
+from cachesync import startup
 from cachesync.doctor import start_checks
 from cachesync.commands.common import handle_errors, log, on_termination, settings_options
 from cachesync.metrics import Cumulative, tailer_active
 from cachesync.operate import tail_ops
 from cachesync.producer_outbox.checkpoint import Checkpoint
 from cachesync.tailer_stack import tailer_stack
-from cachesync.wiring import build_tailer
+from cachesync.wiring import build_tailer, start_publisher
 
 
 @click.command("tail")
@@ -61,27 +62,41 @@ def command(settings, from_gtid, from_file, from_pos) -> None:
     start = start_option(from_gtid, from_file, from_pos)
     with handle_errors():
         on_termination()            # until the pipeline is built and can stop cleanly
-        start_checks(settings, "tail")     # kafka.create_topics, and doctor's checks logged
-        tailers = Cumulative(("published", "table_events", "undecoded_events", "oversized",
-                              "versions_not_newer", "partial_rows", "unkeyable", "json_unknown",
-                              "outbox_events", "outbox_invalid"))
-        ops = tail_ops(settings, tailers)
-        first = [start]
-
-        def build():
-            once, first[0] = first[0], None     # a restart resumes from the checkpoint
-            return tailers.track(build_tailer(settings, once))
-        supervisor = tailer_stack(settings, build)
-        tailer_active(ops.registry, settings.tailer.name, lambda: supervisor.active)
-        on_termination(supervisor.stop)
+        # the first tailer's publisher starts now, beside the topic check, preflight and lock
+        # (a standby's waits ready); a restarted tailer starts its own
+        spare = [start_publisher(settings)]
         try:
-            supervisor.run()
+            _tail(settings, start, spare)
         finally:
-            ops.close()
-        tailer = supervisor.last
-        if tailer is not None:
-            log.info("tailer stopped after %d row events; checkpoint %s", tailer.published,
-                     tailer.committed.describe() if tailer.committed else "-")
+            if spare[0] is not None:
+                spare[0].close()
+
+
+def _tail(settings, start: Checkpoint | None, spare: list) -> None:
+    """Checks, metrics and the tailer stack, run until stopped."""
+    start_checks(settings, "tail")     # kafka.create_topics; doctor's checks once reading
+    tailers = Cumulative(("published", "table_events", "undecoded_events", "oversized",
+                          "versions_not_newer", "partial_rows", "unkeyable", "json_unknown",
+                          "outbox_events", "outbox_invalid"))
+    ops = tail_ops(settings, tailers)
+    startup.mark("metrics")
+    first = [start]
+
+    def build():
+        once, first[0] = first[0], None     # a restart resumes from the checkpoint
+        started, spare[0] = spare[0], None
+        return tailers.track(build_tailer(settings, once, started=started))
+    supervisor = tailer_stack(settings, build)
+    tailer_active(ops.registry, settings.tailer.name, lambda: supervisor.active)
+    on_termination(supervisor.stop)
+    try:
+        supervisor.run()
+    finally:
+        ops.close()
+    tailer = supervisor.last
+    if tailer is not None:
+        log.info("tailer stopped after %d row events; checkpoint %s", tailer.published,
+                 tailer.committed.describe() if tailer.committed else "-")
 
 
 def start_option(gtid: str | None, log_file: str | None, pos: int | None) -> Checkpoint | None:

@@ -1,8 +1,8 @@
 """Per-partition work of the Spark engine, run inside Spark's Python workers (no pyspark import).
 
-A Spark task gets one Kafka partition's slice of a micro-batch, in offset order. It
-runs the shared applier (``cachesync.consumer.applier``: decode -> plan -> claim ->
-apply -> confirm -> dead letters) on it, with adapters built by the same factories
+A Spark task gets one or more Kafka partitions' slices of a micro-batch, each in offset
+order. It runs the shared applier (``cachesync.consumer.applier``: decode -> plan ->
+claim -> apply -> confirm -> dead letters) on them, with adapters built by the same factories
 as every other engine (``cachesync.wiring``) from the pickled Settings. The side jobs
 run on the driver, never in a worker's thread (an executor may be lost at any time):
 each task returns what they need — the lag samples, and the plans of the events the
@@ -13,7 +13,10 @@ owns the offsets: they move in the checkpoint only after every task of the batch
 from __future__ import annotations
 
 import logging
+import threading
+import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from typing import Iterable, Iterator
 
@@ -98,7 +101,8 @@ def _worker(config: ApplyConfig) -> _Worker:
 
 
 def consume_partition(rows: Iterable, config: ApplyConfig, batch_id: int) -> Iterator[dict]:
-    """Apply one partition's records of micro-batch ``batch_id``; yields one dict:
+    """Apply one task's records of micro-batch ``batch_id`` (one or more Kafka partitions,
+    each in offset order); yields one dict:
     ``stats`` (a Stats dict), ``tables`` (a TableTally snapshot), ``lag`` (LagSamples),
     ``offsets`` ({partition: next}), ``plans`` (for the driver's hooks, see
     :func:`driver_plans`) and ``applied_at`` (epoch seconds of the last chunk).
@@ -108,21 +112,83 @@ def consume_partition(rows: Iterable, config: ApplyConfig, batch_id: int) -> Ite
     task, so Spark does not commit the batch and runs it again.
     """
     from cachesync.metrics import lag_samples
+    clock = TaskClock()
     worker, stats, lag, offsets, plans = _worker(config), Stats(), [], {}, []
-    c = config.settings.consumer
+    clock.lap("setup")
+    c, stop = config.settings.consumer, threading.Event()
     applier = Applier(worker.cache, worker.mappings, c, worker.dedup, worker.dead_letters,
-                      stats=stats)
+                      stats=stats, stop=stop)
     applied_at = 0.0
-    for part in _chunks(map(to_record, rows), c.batch_size):
-        prepared = applier.prepare(part)
-        result = applier.apply(part, prepared)
+    chunks = _chunks(map(to_record, rows), c.batch_size)
+    for part, prepared, result in _applied(applier, chunks, c.overlap_batches, clock, stop):
         plans += driver_plans(prepared.plan.events, config.settings.monitor)
         lag += lag_samples(result)
         applied_at = result.applied_at
         offsets.update({p: o for (_, p), o in commit_offsets(part).items()})
     log.debug("batch %d: partition done: %s", batch_id, stats)
     yield {"stats": asdict(stats), "tables": applier.tables.snapshot(), "lag": lag,
-           "offsets": offsets, "plans": plans, "applied_at": applied_at}
+           "offsets": offsets, "plans": plans, "applied_at": applied_at,
+           "timings": clock.laps}
+
+
+def _applied(applier: Applier, chunks: Iterator[list], overlap: bool, clock: "TaskClock",
+             stop: threading.Event) -> Iterator[tuple]:
+    """``(records, prepared, result)`` of each chunk, in order.
+
+    With ``overlap`` (``consumer.overlap_batches``, as in the Python engine) a worker thread
+    applies chunk n (its dedup claim, Redis writes and confirm: waits on the network) while
+    this thread reads chunk n+1 from the JVM and decodes and plans it. The cache and the
+    dedup store still see the chunks one at a time, in order. If this thread fails, the
+    chunk in flight gives up its retries (``stop``) and the error fails the task.
+    """
+    if not overlap:
+        for part in chunks:
+            clock.lap("read")
+            prepared = applier.prepare(part)
+            clock.lap("prepare")
+            result = applier.apply(part, prepared)
+            clock.lap("apply")
+            yield part, prepared, result
+        return
+    with ThreadPoolExecutor(1, thread_name_prefix="cachesync-apply") as pool:
+        flight = None
+        try:
+            for part in chunks:
+                clock.lap("read")
+                prepared = applier.prepare(part)
+                clock.lap("prepare")
+                if flight is not None:
+                    done, flight = flight, None
+                    result = done[2].result()
+                    clock.lap("apply")        # what this thread waited for the worker
+                    yield done[0], done[1], result
+                flight = (part, prepared, pool.submit(applier.apply, part, prepared))
+            if flight is not None:
+                done, flight = flight, None
+                result = done[2].result()
+                clock.lap("apply")
+                yield done[0], done[1], result
+        except BaseException:
+            stop.set()
+            if flight is not None:
+                wait([flight[2]])
+            raise
+
+
+class TaskClock:
+    """Seconds a task spent per phase (``laps``), returned with its result so the driver can
+    tell where a micro-batch's time goes: ``setup`` (the worker's adapters, once per Python
+    worker), ``read`` (records from the JVM), ``prepare`` (decode, plan), ``apply`` (dedup and
+    Redis round trips; with overlapped chunks only what the task waited for them)."""
+
+    def __init__(self):
+        self.laps: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def lap(self, phase: str) -> None:
+        now = time.perf_counter()
+        self.laps[phase] = self.laps.get(phase, 0.0) + now - self._last
+        self._last = now
 
 
 def driver_plans(events: Iterable, monitor) -> list:

@@ -7,6 +7,12 @@ Compiled modules cannot be imported from a zip; they are left out, and the optio
 (hiredis, orjson, crc32c, the C accelerator) fall back to pure Python on the executors.
 The zip is built from the driver's own installation, so driver and executors always run
 the same code; it is cached by content under ``directory``.
+
+Every module goes in with its bytecode beside it (``name.pyc``, which zipimport loads
+without compiling): a Python worker that compiled cachesync and its libraries from the
+zip's sources spent seconds on it before its first record. The bytecode is the driver's
+Python version's; an executor on another version finds a foreign magic number and
+compiles the source, as before.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import logging
+import marshal
 import zipfile
 from pathlib import Path
 from typing import Iterator
@@ -58,7 +65,7 @@ def build_bundle(directory: Path, packages: tuple[str, ...] = PACKAGES) -> Path:
     """Write (or reuse) ``cachesync-<digest>.zip`` in ``directory``; returns its path."""
     wanted = [*packages, *(n for n in OPTIONAL if importlib.util.find_spec(n) is not None)]
     files = [pair for name in wanted for pair in package_files(name)]
-    digest = hashlib.sha256()
+    digest = hashlib.sha256(importlib.util.MAGIC_NUMBER)
     for path, arcname in files:
         digest.update(arcname.encode() + b"\0" + path.read_bytes())
     target = Path(directory) / f"cachesync-{digest.hexdigest()[:16]}.zip"
@@ -69,6 +76,23 @@ def build_bundle(directory: Path, packages: tuple[str, ...] = PACKAGES) -> Path:
     with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as zf:
         for path, arcname in files:
             zf.write(path, arcname)
+            if arcname.endswith(".py"):
+                _write_bytecode(zf, path, arcname)
     partial.replace(target)
     log.info("built %s (%d files) for the Spark executors", target, len(files))
     return target
+
+
+def _write_bytecode(zf: zipfile.ZipFile, source: Path, arcname: str) -> None:
+    """``arcname``'s bytecode as ``<name>.pyc`` beside it, in the unchecked-hash form of
+    PEP 552 (magic, flags 0b01, the source's hash, the marshalled code): the zip is
+    content-addressed, its name changes with any source. A module this Python cannot
+    compile is shipped as source only."""
+    text = source.read_bytes()
+    try:
+        code = compile(text, arcname, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as e:
+        log.debug("no bytecode for %s in the Spark zip: %s", arcname, e)
+        return
+    header = importlib.util.MAGIC_NUMBER + (0b01).to_bytes(4, "little")
+    zf.writestr(arcname[:-3] + ".pyc", header + importlib.util.source_hash(text) + marshal.dumps(code))

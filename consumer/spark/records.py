@@ -13,11 +13,14 @@ KAFKA_SELECT = ("topic", "partition", "offset", "key", "value", "headers",
 
 
 def to_record(row: Any) -> Record:
-    """Convert one row selected with KAFKA_SELECT; binary columns arrive as bytearray."""
-    headers = tuple((h["key"], bytes(h["value"]) if h["value"] is not None else b"")
-                    for h in (row["headers"] or ()))
-    return Record(row["topic"], int(row["partition"]), int(row["offset"]),
-                  _bytes(row["key"]), _bytes(row["value"]), headers, int(row["timestamp_ms"] or 0))
+    """Convert one row selected with KAFKA_SELECT; binary columns arrive as bytearray.
+
+    Fields are taken by position (KAFKA_SELECT's order; a header is a (key, value) struct):
+    a Row looks a name up in its field list on every access, a cost paid per record."""
+    topic, partition, offset, key, value, headers, timestamp_ms = row
+    headers = tuple((h[0], bytes(h[1]) if h[1] is not None else b"") for h in (headers or ()))
+    return Record(topic, int(partition), int(offset), _bytes(key), _bytes(value), headers,
+                  int(timestamp_ms or 0))
 
 
 def _bytes(value) -> bytes | None:

@@ -16,6 +16,7 @@ import pytest
 import redis
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.errors import KafkaTimeoutError
+from kafka.net.sasl.oauth import AbstractTokenProvider
 from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.cluster import ClusterNode, RedisCluster
 from redis.retry import Retry
@@ -26,7 +27,7 @@ from cachesync.consumer.adapters.redis_cache import RedisCache
 from cachesync.consumer.adapters.redis_dedup import RedisDedupStore
 from cachesync.consumer.core.writes import CacheWrite, padded
 from tests.support import stack_command, wait_for
-from tests.support.variants import addresses, secret, start
+from tests.support.variants import addresses, secret, start, unsecured_jwt
 
 pytestmark = pytest.mark.integration
 
@@ -73,6 +74,41 @@ def test_kafka_sasl_ssl_carries_records_for_every_mechanism_and_refuses_a_wrong_
     with pytest.raises(KafkaTimeoutError, match="Unable to bootstrap"):
         KafkaProducer(bootstrap_timeout_ms=3000, **_kafka_sasl(env, "SCRAM-SHA-512", "wrong"))
     wait_for(lambda: _failed_logins(env) > before, 10, what="the broker logging the refused login")
+
+
+# ---------------------------------------------------------------- kafka-oauth
+class _Token(AbstractTokenProvider):
+    def __init__(self, token: str):
+        super().__init__()
+        self._token = token
+
+    def token(self) -> str:
+        return self._token
+
+
+def _kafka_oauth(env: dict[str, str], token: str) -> dict:
+    return dict(bootstrap_servers=env["DEVSTACK_KAFKA_OAUTH_BOOTSTRAP_SERVERS"],
+                security_protocol=env["DEVSTACK_KAFKA_OAUTH_SECURITY_PROTOCOL"],
+                sasl_mechanism=env["DEVSTACK_KAFKA_OAUTH_MECHANISM"],
+                sasl_oauth_token_provider=_Token(token))
+
+
+def test_kafka_oauth_accepts_a_token_with_the_scope_and_refuses_others():
+    """kafka-python's own OAUTHBEARER login: a live token with the required scope carries a
+    record; an expired one and one without the scope are refused (the broker logs why)."""
+    env = start("kafka-oauth")
+    scope = env["DEVSTACK_KAFKA_OAUTH_REQUIRED_SCOPE"]
+    producer = KafkaProducer(**_kafka_oauth(env, unsecured_jwt(60, scope=scope)))
+    producer.send(f"cs.oauth.{uuid.uuid4().hex[:8]}", value=b"x").get(timeout=30)
+    producer.close()
+    log = pathlib.Path(env["DEVSTACK_DIR"]) / "kafka-oauth" / "server.log"
+    for token, why in ((unsecured_jwt(-60, scope=scope), "invalid_token"),
+                       (unsecured_jwt(60, scope="other"), "insufficient_scope")):
+        before = log.read_text(errors="replace").count(why)
+        with pytest.raises(KafkaTimeoutError, match="Unable to bootstrap"):
+            KafkaProducer(bootstrap_timeout_ms=3000, **_kafka_oauth(env, token))
+        wait_for(lambda: log.read_text(errors="replace").count(why) > before, 10,
+                 what=f"the broker logging the refused token ({why})")
 
 
 # ---------------------------------------------------------------- mariadb-tls

@@ -24,7 +24,7 @@ from cachesync.producer_outbox.rows import TxnContext, row_change
 from cachesync.schema.event import encode
 from cachesync.schema.keys import kafka_key
 from cachesync.wiring import build_engine
-from tests.support.variants import use_kafka_sasl
+from tests.support.variants import unsecured_jwt, use_kafka_oauth, use_kafka_sasl
 from cachesync.producer_outbox.outbox import emit
 from tests.support import (add_config_sections, prepare_outbox, spawn, status_json,
                            wait_for)
@@ -171,3 +171,118 @@ def test_spark_stream_consumes_and_dead_letters_over_sasl_ssl(lab, sasl, tmp_pat
     dead = lab.topic_records(k.dead_letter_topic, bootstrap=k.bootstrap_servers, **security)
     assert [dict(r.headers)["reason"] for r in dead] == [b"key_not_allowed"]
     assert lab.topic_records(lab.dlq) == []          # nothing went to the plain broker
+
+
+# --- OAUTHBEARER (the kafka-oauth variant: unsecured JWS validator, scope `cachesync`) ------
+
+TOKEN_LIFETIME_S = 12     # short, so the test outlives the first tokens: a refresh must happen
+
+
+class TokenRenewer(threading.Thread):
+    """What a token sidecar does: writes a fresh token into the file every few seconds
+    (write to a temporary file, then rename, so a reader never sees half a token)."""
+
+    def __init__(self, path: pathlib.Path):
+        super().__init__(daemon=True)
+        self.path, self.written, self._stop_event = path, [], threading.Event()
+        self.renew()
+
+    def renew(self) -> None:
+        token = unsecured_jwt(TOKEN_LIFETIME_S)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(token + "\n")
+        tmp.replace(self.path)
+        self.written.append(token)
+
+    def run(self) -> None:
+        while not self._stop_event.wait(3):
+            self.renew()
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join(10)
+
+
+TOKEN_COMMAND = """\
+import base64, json, os, sys, time
+def part(d): return base64.urlsafe_b64encode(json.dumps(d).encode()).rstrip(b"=").decode()
+now = int(time.time())
+with open(sys.argv[1], "a") as runs: runs.write(f"{os.getpid()} {os.getppid()} {now}\\n")
+print(part({"alg": "none"}) + "." + part({"sub": "cachesync", "scope": "cachesync",
+      "iat": now, "exp": now + int(sys.argv[2])}) + ".")
+"""
+
+
+def test_oauthbearer_pipeline_keeps_invalidating_after_its_first_tokens_expire(lab, tmp_path):
+    """tail gets its tokens from a command, consume from a file a sidecar renews; both live
+    12 s and the broker ends every login session when its token expires (KIP-368), so a
+    change written after the first tokens expired is only applied if both refreshed."""
+    lab.sql("CREATE TABLE users (id BIGINT PRIMARY KEY, name VARCHAR(50) NOT NULL)")
+    cfg = lab.write_config(USERS)
+    token_file, runs = tmp_path / "kafka.token", tmp_path / "command-runs"
+    renewer = TokenRenewer(token_file)
+    renewer.start()
+    script = tmp_path / "token.py"
+    script.write_text(TOKEN_COMMAND)
+    command = f"{sys.executable} {script} {runs} {TOKEN_LIFETIME_S}"
+    overrides = use_kafka_oauth(lab, cfg, file=str(token_file))
+    tail_env = {**{k: v for k, v in overrides.items() if not k.endswith("TOKEN_FILE")},
+                "CACHESYNC_KAFKA_SASL_OAUTH_TOKEN_COMMAND": command}
+    try:
+        before = lab.checkpoint_updated_at()
+        tailer = spawn(lab, cfg, "tail", env=tail_env)
+        wait_for(lambda: lab._alive(tailer) and lab.checkpoint_updated_at() != before, 60,
+                 what="the tailer's start checkpoint")
+        engine = build_engine(_settings(lab, cfg, overrides))
+        thread = threading.Thread(target=engine.run, daemon=True)
+        thread.start()
+        lab._threads.append((thread, engine))
+        lab.cache("user:1", "user:2", "user:3")
+        lab.sql("INSERT INTO users VALUES (1, 'Ada')")
+        wait_for(lambda: not lab.cached("user:1"), 60, what="invalidation through OAUTHBEARER")
+        started = time.time()
+        first_expiry = started + TOKEN_LIFETIME_S + 2
+        wait_for(lambda: time.time() > first_expiry, TOKEN_LIFETIME_S + 5, interval=0.5,
+                 what="the first tokens to expire")
+        lab.sql("INSERT INTO users VALUES (2, 'Bob')")
+        wait_for(lambda: lab._alive(tailer) and not lab.cached("user:2"), 60,
+                 what="invalidation after the first tokens expired")
+    finally:
+        renewer.stop()
+    assert lab.cached("user:3") == ["user:3"]
+    assert lab.topic_records() == []      # the plain broker's copy of the topic saw nothing
+    by_process: dict[str, int] = {}
+    for line in runs.read_text().splitlines():
+        by_process[line.split()[1]] = by_process.get(line.split()[1], 0) + 1
+    assert max(by_process.values()) >= 2, f"no process ran the command again: {by_process}"
+    logged = lab.log(tailer)
+    assert not any(token.split(".")[1] in logged for token in renewer.written)
+    assert "eyJ" not in logged            # no token of the command either (base64 of '{"')
+
+
+def test_refused_token_and_failing_command_stop_consume_with_clear_errors(lab, tmp_path):
+    """A token without the scope the broker requires: exit 3 naming the refusal; a token
+    command that fails: exit 2 naming the command and its stderr; neither token printed."""
+    cfg = lab.write_config(USERS)
+    wrong = tmp_path / "wrong.token"
+    token = unsecured_jwt(600, scope="other")
+    wrong.write_text(token)
+    overrides = use_kafka_oauth(lab, cfg, file=str(wrong))
+    # the bootstrap gives up after 8 s instead of kafka-python's 30 (the refusal is the same)
+    quick = {"CACHESYNC_KAFKA_CONSUMER_PROPERTIES": '{"bootstrap_timeout_ms": 8000}'}
+    out = subprocess.run([sys.executable, "-m", "cachesync", "consume", "--config", cfg],
+                         env={**os.environ, **lab.stack.env, **overrides, **quick},
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 3, out.stderr[-3000:]
+    assert "cachesync: Kafka at" in out.stderr and "refused the OAuth token" in out.stderr
+    assert token.split(".")[1] not in out.stderr + out.stdout
+
+    failing = {k: v for k, v in overrides.items() if not k.endswith("TOKEN_FILE")}
+    failing["CACHESYNC_KAFKA_SASL_OAUTH_TOKEN_COMMAND"] = "sh -c 'echo no session >&2; exit 4'"
+    out = subprocess.run([sys.executable, "-m", "cachesync", "consume", "--config", cfg],
+                         env={**os.environ, **lab.stack.env, **failing},
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stderr[-3000:]
+    assert ("cachesync: configuration error: kafka.sasl_oauth_token_command: sh exited with "
+            "status 4: no session"
+            in out.stderr), out.stderr[-3000:]

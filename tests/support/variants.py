@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import json
 import os
 import pathlib
 import subprocess
+import time
 from urllib.parse import quote
 
 import pytest
@@ -57,6 +60,30 @@ def use_redis_cluster(lab, monkeypatch) -> RedisCluster:
     return client
 
 
+def redis_cluster_tls_url(env: dict[str, str], user: str, password: str) -> str:
+    """A rediss:// URL of a node of the redis-cluster-tls variant as ``user``, the devstack CA
+    checked (the other nodes are discovered, over TLS too)."""
+    host = env["DEVSTACK_REDIS_CLUSTER_TLS_URL"].removeprefix("rediss://")
+    return (f"rediss://{quote(user, safe='')}:{quote(password, safe='')}@{host}"
+            f"?ssl_ca_certs={quote(env['DEVSTACK_REDIS_SSL_CA'])}")
+
+
+def use_redis_cluster_tls(lab, monkeypatch) -> RedisCluster:
+    """Point a Lab at the redis-cluster-tls variant: its admin's cluster client as
+    ``lab.redis``, and the least-privilege ACL user's URL with ``redis.cluster`` for every
+    process it starts; returns the admin client."""
+    env = start("redis-cluster-tls")
+    url = redis_cluster_tls_url(env, env["DEVSTACK_REDIS_CLUSTER_TLS_USER"],
+                                secret(env, "DEVSTACK_REDIS_CLUSTER_TLS_PASSWORD_FILE"))
+    admin = RedisCluster.from_url(redis_cluster_tls_url(
+        env, env["DEVSTACK_REDIS_CLUSTER_TLS_ADMIN_USER"],
+        secret(env, "DEVSTACK_REDIS_CLUSTER_TLS_ADMIN_PASSWORD_FILE")), socket_timeout=5)
+    monkeypatch.setattr(lab, "redis", admin)
+    monkeypatch.setattr(lab, "stack", dataclasses.replace(lab.stack, env={
+        **lab.stack.env, "CACHESYNC_REDIS_URL": url, "CACHESYNC_REDIS_CLUSTER": "true"}))
+    return admin
+
+
 def use_redis_aof(lab, monkeypatch) -> redis.Redis:
     """Point a Lab at the redis-aof variant (a durable Redis: AOF fsynced on every write,
     noeviction) for its own client and every process it starts (cache and dedup store)."""
@@ -84,6 +111,33 @@ def use_kafka_sasl(lab, config_path: str) -> dict[str, str]:
                  "CACHESYNC_KAFKA_SSL_CAFILE": env["DEVSTACK_KAFKA_SSL_CAFILE"]}
     k = config.load(config_path, {**os.environ, **lab.stack.env, **overrides}).kafka
     create_topics(k.bootstrap_servers, {k.topic: 3, k.dead_letter_topic: 1}, **client_security(k))
+    return overrides
+
+
+def unsecured_jwt(lifetime_s: float, scope: str = "cachesync", sub: str = "cachesync") -> str:
+    """An unsigned JWT (``"alg":"none"``) as the kafka-oauth variant's unsecured validator
+    accepts it: ``sub``, ``scope``, ``iat`` now, ``exp`` after ``lifetime_s``."""
+    def part(claims: dict) -> str:
+        return base64.urlsafe_b64encode(json.dumps(claims).encode()).rstrip(b"=").decode()
+    now = int(time.time())
+    return (part({"alg": "none"}) + "." +
+            part({"sub": sub, "scope": scope, "iat": now, "exp": now + int(lifetime_s)}) + ".")
+
+
+def use_kafka_oauth(lab, config_path: str, **token: str) -> dict[str, str]:
+    """The environment that points processes of ``lab`` at the kafka-oauth variant
+    (SASL_PLAINTEXT, OAUTHBEARER) with ``token`` (``CACHESYNC_KAFKA_SASL_OAUTH_TOKEN_FILE``
+    or ``..._COMMAND``), the lab's topics created there as the broker's admin."""
+    env = start("kafka-oauth")
+    overrides = {"CACHESYNC_KAFKA_BOOTSTRAP_SERVERS": env["DEVSTACK_KAFKA_OAUTH_BOOTSTRAP_SERVERS"],
+                 "CACHESYNC_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
+                 "CACHESYNC_KAFKA_SASL_MECHANISM": "OAUTHBEARER",
+                 **{f"CACHESYNC_KAFKA_SASL_OAUTH_TOKEN_{k.upper()}": v for k, v in token.items()}}
+    k = config.load(config_path, {**os.environ, **lab.stack.env, **overrides}).kafka
+    admin = dataclasses.replace(k, sasl_oauth_token_file="", sasl_oauth_token_command=(
+        f"echo {unsecured_jwt(600, sub='admin')}"))
+    create_topics(k.bootstrap_servers, {k.topic: 3, k.dead_letter_topic: 1},
+                  **client_security(admin))
     return overrides
 
 

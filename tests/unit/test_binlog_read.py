@@ -70,7 +70,7 @@ def test_the_tailer_publishes_rows_by_the_map_of_their_own_group():
     publisher = _Publisher()
     tailer = Tailer(MySQLParams("h", 1, "u", "p"), publisher, _Checkpoints(), MAPPINGS,
                     TailerOptions("t", TailerSettings(checkpoint_interval_s=0, pack_rows=1)))
-    tailer._loop(_Stream(events), MARIADB, Checkpoint(MARIADB.identity, "0-1-41", "b.1", 4))
+    tailer.pipeline.run(tailer.binlog_source(_Stream(events), MARIADB, Checkpoint(MARIADB.identity, "0-1-41", "b.1", 4)))
     assert [(e.table, e.pk) for _, e in publisher.sent] == [("users", (("id", 1),))]
 
 
@@ -79,4 +79,4 @@ def test_a_row_event_without_its_map_stops_the_tailer():
     tailer = Tailer(MySQLParams("h", 1, "u", "p"), _Publisher(), _Checkpoints(), MAPPINGS,
                     TailerOptions("t", TailerSettings(checkpoint_interval_s=0, pack_rows=1)))
     with pytest.raises(FatalError, match="no table map"):
-        tailer._loop(_Stream(events), MARIADB, Checkpoint(MARIADB.identity, "0-1-41", "b.1", 4))
+        tailer.pipeline.run(tailer.binlog_source(_Stream(events), MARIADB, Checkpoint(MARIADB.identity, "0-1-41", "b.1", 4)))

@@ -21,7 +21,7 @@ from cachesync.producer_outbox.dumpstream import (_BODY, DumpConnection, DumpStr
 from cachesync.producer_outbox.eventtypes import length_encoded as _length_coded
 from cachesync.producer_outbox.mysql import MySQLParams
 from cachesync.producer_outbox import packing as packing_module
-from cachesync.producer_outbox import tailer as tailer_module
+from cachesync.producer_outbox import pipeline as pipeline_module
 from cachesync.producer_outbox.tailer import Tailer, TailerOptions
 from cachesync.schema.event import decode_record
 from cachesync.schema.gtid import parse_gtid
@@ -157,7 +157,7 @@ def test_packs_span_transactions_and_the_checkpoint_waits_for_their_acks(monkeyp
     # the clock stands still: no pack reaches its linger time and the partition count is read
     # once, so what closes packs here is the stream going idle, not how busy the host is
     frozen = types.SimpleNamespace(monotonic=lambda: 1000.0)
-    monkeypatch.setattr(tailer_module, "time", frozen)
+    monkeypatch.setattr(pipeline_module, "time", frozen)
     monkeypatch.setattr(packing_module, "time", frozen)
     events = with_table_maps([e for seq in range(42, 52) for e in _txn(seq)])
     stream = _IdleStream(events[:24] + [None] + events[24:])    # idle after 6 transactions
@@ -165,19 +165,20 @@ def test_packs_span_transactions_and_the_checkpoint_waits_for_their_acks(monkeyp
     tailer = Tailer(MySQLParams("h", 1, "u", "p"), publisher, checkpoints,
                     parse_mappings({"app.users": {"keys": ["user:{id}"]}}),
                     TailerOptions("t", TailerSettings(checkpoint_interval_s=0, pack_rows=50)))
-    tailer._attach(stream)
-    tailer._loop(stream, MARIADB, Checkpoint(MARIADB.identity, "0-1-41", "b.1", 4))
+    source = tailer.binlog_source(stream, MARIADB, Checkpoint(MARIADB.identity, "0-1-41", "b.1", 4))
+    tailer.pipeline.attach(source)
+    tailer.pipeline.run(source)
     # the idle stream sent the first 6 transactions' rows, in at most 3 records (partitions)
     sent = [e for record in publisher.records for e in record]
     assert sorted(e.source.position for e in sent) == [f"0-1-{s}" for s in range(42, 48)]
     assert len(publisher.records) <= 3 and max(map(len, publisher.records)) >= 2
-    tailer._save_checkpoint()
+    tailer.pipeline.save_checkpoint()
     assert checkpoints.saved == []           # nothing acknowledged yet
     publisher.ack_all()
-    tailer._save_checkpoint()
+    tailer.pipeline.save_checkpoint()
     # transactions 48-51 wait in open packs: the checkpoint stops at 47
     assert checkpoints.saved[-1].gtid == "0-1-47"
-    tailer._drain()
+    tailer.pipeline.drain()
     publisher.ack_all()
-    tailer._save_checkpoint()
+    tailer.pipeline.save_checkpoint()
     assert checkpoints.saved[-1].gtid == "0-1-51" and tailer.acked == 10

@@ -6,6 +6,7 @@ import pymysql
 import pytest
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
+from cachesync.producer_outbox.binlog_source import current_position, open_stream
 from cachesync.producer_outbox.checkpoint import Checkpoint
 from cachesync.producer_outbox.mysql import MySQLParams
 from cachesync.config import TailerSettings
@@ -21,8 +22,8 @@ def tail(events, info, start_gtid):
     publisher, checkpoints = _Publisher(), _Checkpoints()
     tailer = Tailer(MySQLParams("h", 1, "u", "p"), publisher, checkpoints, MAPPINGS,
                     TailerOptions("t", TailerSettings(checkpoint_interval_s=0, pack_rows=1)))
-    tailer._loop(_Stream(with_table_maps(events)), info, Checkpoint(info.identity, start_gtid, "binlog.000003", 4))
-    tailer._save_checkpoint()
+    tailer.pipeline.run(tailer.binlog_source(_Stream(with_table_maps(events)), info, Checkpoint(info.identity, start_gtid, "binlog.000003", 4)))
+    tailer.pipeline.save_checkpoint()
     return publisher.sent, [cp.gtid for cp in checkpoints.saved]
 
 
@@ -115,7 +116,7 @@ def test_a_gtid_that_does_not_advance_the_history_is_counted_and_logged(caplog):
                     TailerOptions("t", TailerSettings(checkpoint_interval_s=0, pack_rows=1)))
     events = [mariadb_gtid(0, 1, 42), rows(WriteRowsEvent, u(1, "a@x")), xid(1),
               mariadb_gtid(0, 2, 40), rows(WriteRowsEvent, u(2, "b@x")), xid(2)]
-    tailer._loop(_Stream(with_table_maps(events)), MARIADB, Checkpoint(MARIADB.identity, "0-1-41"))
+    tailer.pipeline.run(tailer.binlog_source(_Stream(with_table_maps(events)), MARIADB, Checkpoint(MARIADB.identity, "0-1-41")))
     assert tailer.versions_not_newer == 1
     assert "0-2-40 does not advance the GTID history" in caplog.text
     assert len(publisher.sent) == 2          # published all the same (deletes still apply)
@@ -132,9 +133,9 @@ def test_gtid_inside_an_open_transaction_restarts_from_the_checkpoint():
     (MARIADB, "0-1-42,1-2-7", True),
 ])
 def test_resume_asks_the_server_by_gtid(info, gtid, is_mariadb):
-    tailer = Tailer(MySQLParams("h", 1, "u", "p"), _Publisher(), _Checkpoints(), MAPPINGS,
-                    TailerOptions("t", TailerSettings(pack_rows=1)))
-    stream = tailer._open_stream(info, Checkpoint(info.identity, gtid, "binlog.000003", 4))
+    settings = TailerSettings(pack_rows=1)
+    stream = open_stream(MySQLParams("h", 1, "u", "p").client_options(), settings.server_id,
+                         settings.reader, info, Checkpoint(info.identity, gtid, "binlog.000003", 4))
     assert (stream.auto_position, stream.is_mariadb) == (gtid, is_mariadb)
 
 
@@ -184,5 +185,4 @@ class _Server:
 def test_first_start_on_mysql_begins_at_gtid_executed(status, mode, executed, expected):
     server = _Server({"SELECT @@GLOBAL.gtid_mode, @@GLOBAL.gtid_executed": (mode, executed),
                       status: ("binlog.000007", 1234)})
-    tailer = Tailer(server, _Publisher(), _Checkpoints(), MAPPINGS, TailerOptions("t", TailerSettings(pack_rows=1)))
-    assert tailer._current_position(MYSQL) == Checkpoint(UUID, expected, "binlog.000007", 1234)
+    assert current_position(server.connect, MYSQL) == Checkpoint(UUID, expected, "binlog.000007", 1234)

@@ -184,7 +184,7 @@ def tail(spec: dict, update) -> tuple[list, Tailer]:
     tailer = Tailer(MySQLParams("h", 1, "u", "p"), publisher, _Checkpoints(),
                     parse_mappings({f"app.{update.table}": spec}),
                     TailerOptions("t", TailerSettings(checkpoint_interval_s=0, pack_rows=1)))
-    tailer._loop(_Stream(events), MYSQL, Checkpoint(MYSQL.identity, f"{UUID}:1-41", "b.1", 4))
+    tailer.pipeline.run(tailer.binlog_source(_Stream(events), MYSQL, Checkpoint(MYSQL.identity, f"{UUID}:1-41", "b.1", 4)))
     return [e for _, e in publisher.sent], tailer
 
 

@@ -179,9 +179,9 @@ def test_the_tailer_packs_each_transaction_by_partition():
     tailer = Tailer(MySQLParams("h", 1, "u", "p"), publisher, checkpoints,
                     parse_mappings({"app.users": {"keys": ["user:{id}"]}}),
                     TailerOptions("t", TailerSettings(checkpoint_interval_s=0, pack_rows=5)))
-    tailer._loop(_Stream(with_table_maps(events)), MARIADB,
-                 Checkpoint(MARIADB.identity, "0-1-41", "b.1", 4))
-    tailer._save_checkpoint()
+    tailer.pipeline.run(tailer.binlog_source(_Stream(with_table_maps(events)), MARIADB,
+                 Checkpoint(MARIADB.identity, "0-1-41", "b.1", 4)))
+    tailer.pipeline.save_checkpoint()
     assert tailer.published == tailer.acked == 21
     assert checkpoints.saved[-1].gtid == "0-1-43"
     first_txn = [r for r in publisher.records if r[3][0].source.position == "0-1-42"]

@@ -15,8 +15,10 @@ PURE_MODULES = ["cachesync/explain.py", "cachesync/grants.py", "consumer/audit.p
                 "producer_outbox/altercolumns.py", "producer_outbox/binlog_settings.py",
                 "producer_outbox/compressed.py",
                 "producer_outbox/eventtypes.py", "producer_outbox/images.py",
-                "producer_outbox/inflight.py", "producer_outbox/mysqljson.py",
+                "producer_outbox/inflight.py", "producer_outbox/memory.py",
+                "producer_outbox/mysqljson.py",
                 "producer_outbox/outbox_binlog.py", "producer_outbox/packing.py",
+                "producer_outbox/ports.py",
                 "producer_outbox/rows.py", "producer_outbox/statements.py",
                 "producer_outbox/xa.py"]
 # docstrings that use the word without claiming it for the module

@@ -145,8 +145,8 @@ def _tail(events):
     publisher = Publisher()
     tailer = Tailer(MySQLParams("h", 1, "u", "p"), publisher, _Checkpoints(), MAPPINGS,
                     TailerOptions("t", TailerSettings(checkpoint_interval_s=0, pack_rows=1)))
-    tailer._loop(_Stream(with_table_maps(events)), MARIADB,
-                 Checkpoint(MARIADB.identity, "0-1-41", "binlog.000003", 4))
+    tailer.pipeline.run(tailer.binlog_source(_Stream(with_table_maps(events)), MARIADB,
+                 Checkpoint(MARIADB.identity, "0-1-41", "binlog.000003", 4)))
     return tailer, [e for _, e in publisher.sent]
 
 

@@ -41,8 +41,8 @@ def test_the_tailer_publishes_trimmed_images():
     publisher = _Publisher()
     tailer = Tailer(MySQLParams("h", 1, "u", "p"), publisher, _Checkpoints(), MAPPINGS,
                     TailerOptions("t", TailerSettings(checkpoint_interval_s=0, pack_rows=1)))
-    tailer._loop(_Stream(with_table_maps([mariadb_gtid(0, 1, 9), event, xid(1)])), MARIADB,
-                 Checkpoint(MARIADB.identity, "0-1-8", "b.1", 4))
+    tailer.pipeline.run(tailer.binlog_source(_Stream(with_table_maps([mariadb_gtid(0, 1, 9), event, xid(1)])), MARIADB,
+                 Checkpoint(MARIADB.identity, "0-1-8", "b.1", 4)))
     assert [e.after for _, e in publisher.sent] == [{"id": 1, "email": "a@x"}]
 
 
@@ -52,8 +52,8 @@ def test_an_oversized_row_goes_out_invalidate_only():
     tailer = Tailer(MySQLParams("h", 1, "u", "p"), publisher, _Checkpoints(), MAPPINGS,
                     TailerOptions("t", TailerSettings(checkpoint_interval_s=0, pack_rows=1),
                                  max_record_bytes=1000))
-    tailer._loop(_Stream(with_table_maps([mariadb_gtid(0, 1, 9), event, xid(1)])), MARIADB,
-                 Checkpoint(MARIADB.identity, "0-1-8", "b.1", 4))
+    tailer.pipeline.run(tailer.binlog_source(_Stream(with_table_maps([mariadb_gtid(0, 1, 9), event, xid(1)])), MARIADB,
+                 Checkpoint(MARIADB.identity, "0-1-8", "b.1", 4)))
     (_, sent), = publisher.sent
     assert sent.schema_version == 2 and sent.extra == {"invalidate_only": "over_record_limit"}
     assert tailer.oversized == 1
@@ -93,8 +93,8 @@ def test_permanent_kafka_errors_are_fatal_not_retried(publisher, expected):
     tailer = Tailer(MySQLParams("h", 1, "u", "p"), publisher, _Checkpoints(), MAPPINGS,
                     TailerOptions("t", TailerSettings(checkpoint_interval_s=0, pack_rows=1)))
     with pytest.raises(expected) as raised:
-        tailer._loop(_Stream(with_table_maps(events)), MARIADB,
-                     Checkpoint(MARIADB.identity, "0-1-8", "b.1", 4))
+        tailer.pipeline.run(tailer.binlog_source(_Stream(with_table_maps(events)), MARIADB,
+                     Checkpoint(MARIADB.identity, "0-1-8", "b.1", 4)))
     assert raised.type is expected
 
 

@@ -10,7 +10,7 @@ from cachesync.consumer.adapters.memory import MemoryCache
 from cachesync.consumer.audit import CONSISTENT, MISSING, STALE, UNVERIFIED, expected_entries, verdict
 from cachesync.consumer.core.offsets import Record
 from cachesync.consumer.replay import Bound, RateLimiter, ReplayApplier, invalidate_only, parse_bound
-from cachesync.consumer.spark.records import to_record
+from cachesync.consumer.spark.records import KAFKA_SELECT, to_record
 from cachesync.producer_outbox.rows import TxnContext, row_change
 from cachesync.schema.event import encode
 from cachesync.schema.mapping import parse_mappings
@@ -97,10 +97,13 @@ def test_audit_verdicts():
 
 
 def test_to_record_from_a_spark_row():
-    row = {"topic": "t", "partition": 2, "offset": 9, "key": bytearray(b"k"),
-           "value": bytearray(b"v"), "headers": [{"key": "id", "value": bytearray(b"m1")}],
-           "timestamp_ms": 1700000000123}
-    assert to_record(row) == Record("t", 2, 9, b"k", b"v", (("id", b"m1"),), 1700000000123)
+    from pyspark.sql import Row       # the Row class the workers get (pure Python)
+    row = Row(topic="t", partition=2, offset=9, key=bytearray(b"k"), value=bytearray(b"v"),
+              headers=[Row(key="id", value=bytearray(b"m1")), Row(key="x", value=None)],
+              timestamp_ms=1700000000123)
+    assert list(row.asDict()) == [c.split(" AS ")[-1] for c in KAFKA_SELECT]
+    assert to_record(row) == Record("t", 2, 9, b"k", b"v", (("id", b"m1"), ("x", b"")),
+                                    1700000000123)
 
 
 def test_pyspark_is_imported_only_inside_consumer_spark():

@@ -66,9 +66,9 @@ def tail(events):
     publisher, checkpoints = _Publisher(), _Checkpoints()
     tailer = Tailer(MySQLParams("h", 1, "u", "p"), publisher, checkpoints, MAPPINGS,
                     TailerOptions("t", TailerSettings(checkpoint_interval_s=0, pack_rows=1)))
-    tailer._loop(_Stream(with_table_maps(events)), MARIADB,
-                 Checkpoint(MARIADB.identity, "0-1-41", "b.1", 4))
-    tailer._save_checkpoint()
+    tailer.pipeline.run(tailer.binlog_source(_Stream(with_table_maps(events)), MARIADB,
+                 Checkpoint(MARIADB.identity, "0-1-41", "b.1", 4)))
+    tailer.pipeline.save_checkpoint()
     return [e for _, e in publisher.sent], [cp.gtid for cp in checkpoints.saved]
 
 
@@ -110,8 +110,8 @@ def test_a_commit_of_a_transaction_prepared_before_the_start_invalidates_every_t
     publisher = _Partitioned()
     tailer = Tailer(MySQLParams("h", 1, "u", "p"), publisher, _Checkpoints(), MAPPINGS,
                     TailerOptions("t", TailerSettings(checkpoint_interval_s=0, pack_rows=1)))
-    tailer._loop(_Stream([mariadb_gtid(0, 1, 44), query(f"XA COMMIT {XID}")]), MARIADB,
-                 Checkpoint(MARIADB.identity, "0-1-43", "b.1", 4))
+    tailer.pipeline.run(tailer.binlog_source(_Stream([mariadb_gtid(0, 1, 44), query(f"XA COMMIT {XID}")]), MARIADB,
+                 Checkpoint(MARIADB.identity, "0-1-43", "b.1", 4)))
     sent = [e for _, e in publisher.sent]
     assert [(e.qualified_table, e.op, e.extra["reason"]) for e in sent] == [
         ("app.users", "truncate", "xa_unknown")] * 2            # one copy per partition

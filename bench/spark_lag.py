@@ -1,0 +1,137 @@
+"""Commit -> invalidation latency with the real tailer in front: Spark consume vs the python engine.
+
+The pipeline of bench/lag.py (``cachesync tail`` as a child process, writer processes
+committing single-row transactions open loop at a fixed rate, Redis key-event
+notifications timing each key's removal), with two consumers in turn on the same topic,
+the same table and the same tailer:
+
+* contender: ``cachesync spark-submit --conf spark.cores.max=1 -- consume --engine spark``
+  on the devstack's standalone cluster: one executor core, the default trigger (500 ms),
+  MySQL dedup store, a fresh checkpoint;
+* baseline: ``cachesync consume`` (the python engine, one process, config defaults), started
+  after the Spark driver stopped (it first skips, as duplicates, what Spark applied).
+
+Each consumer is warmed up (keys invalidated end to end) before its clock starts; its
+start-up is not in the figures. Needs `devstack/stack.sh up spark` (started here if not).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bench import lag
+from bench.common import ROOT, Sandbox, log, ratio, summarize, wait_for
+from bench.spark_cluster import _cluster
+
+NAME = "spark_lag"
+# (commits/s, seconds) per figure
+SIZES = {"full": ((1000, 30.0), (5000, 30.0)), "quick": ((1000, 5.0), (5000, 5.0))}
+SPARK_CONF = {"spark.cores.max": "1", "spark.executor.memory": "512m",
+              "spark.ui.enabled": "false"}
+FIELDS = ["p50_ms", "p90_ms", "p99_ms", "max_ms", "achieved_rate", "missing"]
+WARM_TRIES = 4               # Harness.warm_up waits 90 s; a Spark application starts slowly
+
+
+def run(stack, quick: bool, runs: int) -> dict:
+    rates = SIZES["quick" if quick else "full"]
+    env = _cluster()
+    box = Sandbox(stack, NAME)
+    try:
+        box.create_schema(lag.DDL)
+        topic = box.new_topic(3)
+        cfg = box.write_config({f"{box.db}.lag": {"keys": [box.prefix + "lag:{id}",
+                                                           box.prefix + "lag:note:{note}"]}},
+                               topic=topic, consumer={"dedup_store": "mysql"},
+                               metrics={"listen": "127.0.0.1:0"})   # any free port
+        settings = box.settings(cfg)
+        tail = box.spawn("tail", cfg)
+        wait_for(lambda: lag._alive(box, tail) and lag._checkpoint_stored(stack, settings.tailer.name),
+                 60, "the tailer's start checkpoint")
+        harness = lag.Harness(box, notified=True)
+        figures: dict = {}
+        try:
+            for engine in ("spark", "python"):
+                consume = (_submit(box, cfg, env) if engine == "spark"
+                           else box.spawn("consume", cfg))
+                try:
+                    warm = _warm(harness, lambda: lag._alive(box, tail) and lag._alive(box, consume))
+                    log(f"{NAME}: {engine} consumer warm, first key gone after {warm:.2f}s")
+                    for rate, seconds in rates:
+                        results = [harness.measure_commits(rate, seconds, False)
+                                   for _ in range(runs)]
+                        for result in results:
+                            log(f"{NAME}: {engine} {rate}/s: p50 {result['p50_ms']} ms, p99 "
+                                f"{result['p99_ms']} ms at {result['achieved_rate']}/s")
+                        figures.setdefault(str(rate), {"rate_per_s": rate, "seconds": seconds})
+                        figures[str(rate)][engine] = summarize(results, FIELDS)
+                finally:
+                    _stop(box, consume)
+        finally:
+            harness.close()
+        lag._child_report(box, tail)
+        for figure in figures.values():
+            figure["p99_spark_vs_python"] = ratio(figure["spark"]["median"]["p99_ms"],
+                                                  figure["python"]["median"]["p99_ms"])
+        return {
+            "description": "commit -> key-gone latency, cachesync tail in front: Spark consume "
+                           "(standalone devstack cluster, one executor core, default trigger) "
+                           "vs the python engine, same topic, same tailer, same run",
+            "params": {"rates": [list(r) for r in rates], "runs": runs, "partitions": 3,
+                       "keys_per_row": lag.KEYS_PER_ROW, "dedup_store": "mysql",
+                       "spark_conf": SPARK_CONF, "order": "spark first, then python",
+                       "spark_master": env["DEVSTACK_SPARK_MASTER_URL"],
+                       "latency_from": "the writer's commit returning",
+                       "host": "shared, 2 cores"},
+            "rates": figures,
+        }
+    finally:
+        box.cleanup()
+
+
+def _submit(box: Sandbox, cfg: Path, env: dict) -> subprocess.Popen:
+    """`cachesync spark-submit ... -- consume --engine spark` in its own process group."""
+    out = open(box.tmp / "spark-consume.log", "w")
+    confs = [a for k, v in SPARK_CONF.items() for a in ("--conf", f"{k}={v}")]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cachesync", "spark-submit", "--master",
+         env["DEVSTACK_SPARK_MASTER_URL"], "--executor-python", env["DEVSTACK_SPARK_PYTHON"],
+         *confs, "--", "consume", "--engine", "spark",
+         "--config", str(cfg), "--checkpoint-location", str(box.tmp / "spark-checkpoint")],
+        cwd=ROOT, env={**box.stack.environ, "SPARK_LOCAL_IP": "127.0.0.1"}, stdout=out,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL, start_new_session=True)
+    proc.log_path = out.name
+    return proc
+
+
+def _warm(harness, alive) -> float:
+    """Harness.warm_up, tried again while the Spark application is still starting."""
+    t0 = time.perf_counter()
+    for attempt in range(WARM_TRIES):
+        try:
+            harness.warm_up(alive)
+            return time.perf_counter() - t0
+        except TimeoutError:
+            if attempt == WARM_TRIES - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _stop(box: Sandbox, proc) -> None:
+    """SIGTERM (a Spark driver lets its micro-batch finish), then the process group killed."""
+    if proc.poll() is not None:
+        return
+    if proc.args[3] != "spark-submit":
+        box.stop_proc(proc)
+        return
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(90)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)

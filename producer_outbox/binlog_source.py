@@ -1,0 +1,366 @@
+"""The MySQL/MariaDB binlog as a change source (``ports.ChangeSource``).
+
+Reads either binlog reader (python-mysql-replication through ``framing.LibraryStreamReader``,
+or our ``dumpstream.DumpStreamReader``: the same events) and yields committed transaction
+groups as ``ports`` items: ``Begin`` at a GTID (or, without GTIDs, at a group's first
+event), the records of its rows events (``rowevents.RowEncoder``), table-level events
+(TRUNCATE and the like, DML logged as a statement, ALTERs that can leave keys stale,
+events whose rows cannot be decoded), ``Commit`` with the checkpoint after the group; and
+the XA items of a prepared transaction (held at PREPARE, published at XA COMMIT).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Callable, Iterator
+
+import pymysql
+from pymysqlreplication.event import (GtidEvent, HeartbeatLogEvent, MariadbGtidEvent,
+                                      QueryEvent, RotateEvent, XAPrepareEvent, XidEvent)
+from pymysqlreplication.row_event import TableMapEvent
+
+from cachesync.producer_outbox.altercolumns import (ALTER_COLUMNS, altered_table,
+                                                    column_changes, concerns)
+from cachesync.producer_outbox.binlog_read import TableMaps, read_events
+from cachesync.producer_outbox.checkpoint import Checkpoint
+from cachesync.producer_outbox.dumpstream import DumpStreamReader, reader_kind
+from cachesync.producer_outbox.framing import LibraryStreamReader, UndecodedEvent
+from cachesync.producer_outbox.matched import MatchedTables
+from cachesync.producer_outbox.ports import (PULSE, Begin, Change, Commit, Decide, Hold,
+                                             Prepared, Release, TableEvent, Unhold)
+from cachesync.producer_outbox.preflight import ServerInfo
+from cachesync.producer_outbox.rowevents import ROW_EVENTS, RowEncoder
+from cachesync.producer_outbox.rows import TxnContext
+from cachesync.producer_outbox.statements import (STATEMENT, TableChange, statement_kind,
+                                                  table_changes)
+from cachesync.producer_outbox.xa import FL_PREPARED_XA, xa_statement
+from cachesync.schema.errors import FatalError, RetryableError
+from cachesync.schema.gtid import GtidState, parse_gtid
+from cachesync.schema.ids import file_pos_ordinal
+from cachesync.schema.mapping import MappingSet
+
+log = logging.getLogger("cachesync.producer_outbox.tailer")
+
+STREAM_HEARTBEAT_S = 1.0    # the binlog stream's heartbeat period (the server's, not our row's)
+_TXN_MARKERS = {"BEGIN", "COMMIT"}
+# passwords in account statements (CREATE/ALTER USER ... IDENTIFIED BY, SET PASSWORD) never
+# reach the log
+_SECRETS = re.compile(r"""((?:IDENTIFIED\s+(?:(?:WITH|VIA)\s+\S+\s+)?(?:BY|AS|USING)|PASSWORD\s*=)\s*"""
+                      r"""(?:PASSWORD\s*\(?\s*)?|PASSWORD\s*\(\s*)('(?:[^'\\]|\\.|'')*'|"(?:[^"\\]|\\.)*")""", re.I)
+# MySQL's GtidEvent ("uuid:gno") and MariaDB's ("domain-server-seq"); both open a transaction.
+_GTID_EVENTS = (GtidEvent, MariadbGtidEvent)
+
+
+class BinlogSource:
+    """Committed groups of one binlog stream from ``start``; ``changes()`` raises
+    RetryableError when the stream is cut inside a group, FatalError for an unreadable
+    start, and the decode error of ``binlog_read`` for bytes no reader can decode."""
+
+    def __init__(self, stream, info: ServerInfo, start: Checkpoint, mappings: MappingSet,
+                 matched: MatchedTables, encoder: RowEncoder, cluster: str = ""):
+        self._stream, self._info, self._start = stream, info, start
+        self._mappings, self._matched, self._encoder = mappings, matched, encoder
+        self._cluster = cluster
+        self.versions_not_newer = 0     # GTIDs that did not advance the history (versions)
+        self.undecoded_events = 0       # events with rows cachesync cannot decode: table level
+
+    # -- idleness (the fast reader says when it has nothing buffered) --------------------
+    @property
+    def signals_idle(self) -> bool:
+        return getattr(self._stream, "signals_idle", False)
+
+    @property
+    def on_idle(self):
+        return getattr(self._stream, "on_idle", None)
+
+    @on_idle.setter
+    def on_idle(self, callback) -> None:
+        self._stream.on_idle = callback
+
+    @property
+    def idle_wait_s(self) -> float:
+        return self._stream.idle_wait_s
+
+    @idle_wait_s.setter
+    def idle_wait_s(self, seconds: float) -> None:
+        self._stream.idle_wait_s = seconds
+
+    def close(self) -> None:
+        self._stream.close()
+
+    # -- the groups -----------------------------------------------------------------------
+    def changes(self) -> Iterator[Change]:
+        try:
+            self._gtids = GtidState.parse(self._start.gtid)
+        except ValueError as e:
+            raise FatalError(f"stored checkpoint has an unreadable GTID state: {e}") from e
+        self._ctx: TxnContext | None = None     # the open group, None between groups
+        self._index = 0                         # the next row index of the open group
+        self._xa: str | None = None             # the open group is XA (its xid, once known)
+        maps = TableMaps()
+        for event in read_events(self._stream, self._where):
+            if isinstance(event, TableMapEvent):
+                maps.add(event.table_id, event.schema, event.table)
+                continue
+            if isinstance(event, UndecodedEvent):   # its table map, if any, stays in force
+                yield from self._undecoded(event, maps)
+                continue
+            if type(event) not in ROW_EVENTS and not isinstance(event, HeartbeatLogEvent):
+                maps.reset()     # any other event ends or starts an event group
+            if isinstance(event, _GTID_EVENTS):
+                yield self._gtid(event)
+                if getattr(event, "flags", 0) & FL_PREPARED_XA \
+                        and isinstance(event, MariadbGtidEvent):
+                    yield from self._hold("")
+                continue          # a Begin: the Pulse comes with the group's next event
+            if isinstance(event, XidEvent):     # COMMIT: ends the open group
+                if self._ctx is not None:
+                    yield self._commit()        # (a Commit does what a Pulse does)
+                    continue
+            elif isinstance(event, XAPrepareEvent):
+                yield from self._xa_prepare(event)
+            elif type(event) in ROW_EVENTS:
+                if self._ctx is None:  # no GTID: the group starts at its first row event
+                    yield self._begin(self._file_pos_context(event))
+                schema, table = maps.table_of(event, self._where)
+                # the one per-rows-event call: records and table-level events, next index
+                items, self._index = self._encoder.rows_to_records(
+                    event, self._ctx, self._index, schema, table, self._where)
+                yield from items
+            elif isinstance(event, QueryEvent):
+                text = _query_text(event)
+                xa = xa_statement(text) if text.startswith(("XA", "xa")) else None
+                if xa is not None:
+                    yield from self._xa_statement(xa, text, event)
+                    continue
+                yield from self._statement(text, event)
+            yield PULSE
+
+    def _begin(self, ctx: TxnContext) -> Begin:
+        self._ctx, self._index = ctx, 0
+        return Begin(ctx)
+
+    def _commit(self) -> Commit:
+        """End the open group: the checkpoint after it."""
+        stream = self._stream
+        cp = Checkpoint(self._info.identity, str(self._gtids) or None, stream.log_file,
+                        stream.log_pos)
+        if cp.gtid is not None:
+            # python-mysql-replication reconnects on its own from auto_position;
+            # keep it at the last group boundary so a dropped connection
+            # resumes here instead of replaying everything since start.
+            stream.auto_position = cp.gtid
+        self._ctx = None
+        return Commit(cp)
+
+    def _where(self) -> str:
+        stream = self._stream
+        return f"{stream.log_file}:{stream.log_pos}" if stream.log_file else self._start.describe()
+
+    def _gtid(self, event) -> Begin:
+        if self._ctx is not None:
+            # Every event group ends in XID, COMMIT or DDL. A new GTID with one open
+            # means the stream was cut and replayed (the library reconnects silently):
+            # restart from the stored checkpoint rather than declare half a group done.
+            raise RetryableError(f"binlog stream broke inside transaction {self._ctx.position}")
+        gtid = getattr(event, "parsed", None) or parse_gtid(event.gtid)
+        before = self._gtids.ordinal
+        self._gtids.add(gtid)
+        if self._gtids.ordinal <= before:
+            self._version_not_newer(gtid, before, self._gtids.ordinal)
+        # the version orders by the stream's place in the history, not by the GTID's
+        # own number: that survives a failover (schema.gtid, GtidState.ordinal)
+        return self._begin(TxnContext(self._info.identity, str(gtid), self._gtids.ordinal,
+                                      float(event.timestamp), gtid=True, cluster=self._cluster))
+
+    def _statement(self, text: str, event) -> Iterator[Change]:
+        """A COMMIT (XID), BEGIN, DML logged as a statement, or DDL."""
+        schema = _schema_of(event)
+        changes = [] if text in _TXN_MARKERS else table_changes(
+            text, schema, self._matched.statement_tables(),
+            self._matched.matches) or self._altered_columns(text, schema)
+        if changes:
+            if self._ctx is None:   # no GTID: the event group starts at this statement
+                yield self._begin(self._file_pos_context(event))
+            for change in changes:
+                yield TableEvent(self._ctx, self._index, change, text)
+                self._index += 1
+        elif text not in _TXN_MARKERS:
+            # DDL: its own event group. Row decoding keeps working because
+            # binlog_row_metadata=FULL puts column names in every table map.
+            log.info("DDL in binlog: %s", _SECRETS.sub(r"\1'***'", text)[:200])
+        types = self._encoder.types
+        if types is not None and text not in _TXN_MARKERS and statement_kind(text) != STATEMENT:
+            types.after_ddl(text, schema)   # types follow ALTERs
+        # a DML statement is inside its group; anything else but BEGIN ends one
+        ends_group = text == "COMMIT" or (text != "BEGIN" and statement_kind(text) != STATEMENT)
+        if ends_group and self._ctx is not None:
+            yield self._commit()
+
+    # -- XA ---------------------------------------------------------------------------------
+    def _hold(self, xid: str) -> Iterator[Change]:
+        self._xa, self._encoder.xa_tables = xid, {}
+        yield Hold()
+
+    def _xa_done(self) -> tuple[tuple[str, str], ...]:
+        """The tables the XA group's rows touched; the group is no longer held."""
+        tables = tuple(self._encoder.xa_tables or ())
+        self._xa, self._encoder.xa_tables = None, None
+        return tables
+
+    def _xa_prepare(self, event) -> Iterator[Change]:
+        """XA_PREPARE_LOG_EVENT: the held group is prepared (or, one-phase, committed)."""
+        if self._ctx is None or self._xa is None:
+            return
+        if event.one_phase:            # MySQL's XA COMMIT ... ONE PHASE
+            yield Release(self._ctx, self._index, self._xa_done(), "XA COMMIT ONE PHASE")
+            yield self._commit()
+        else:
+            xid, commit = self._xa, self._commit()
+            yield Prepared(xid, commit.checkpoint, self._xa_done())
+
+    def _xa_statement(self, xa: tuple[str, str, bool], text: str, event) -> Iterator[Change]:
+        verb, xid, one_phase = xa
+        if self._ctx is None and verb in ("START", "COMMIT", "ROLLBACK"):
+            # no GTID event: the group starts at this statement
+            yield self._begin(self._file_pos_context(event))
+        if self._ctx is not None:
+            if verb == "START":                       # MySQL: the group is XA from here
+                yield from self._hold(xid)
+                return
+            if verb in ("END", "PREPARE"):            # the group goes on
+                if self._xa is not None:
+                    self._xa = xid
+                return
+            if verb == "COMMIT" and one_phase and self._xa is not None:
+                yield Release(self._ctx, self._index, self._xa_done(), text)
+            elif verb in ("COMMIT", "ROLLBACK"):
+                yield Decide(xid, verb == "COMMIT", self._ctx, self._index, text,
+                             tuple(self._matched.statement_tables()))
+            yield self._commit()
+        if self._xa is not None:
+            self._xa_done()
+            yield Unhold()
+
+    # -- table level ------------------------------------------------------------------------
+    def _undecoded(self, event: UndecodedEvent, maps: TableMaps) -> Iterator[Change]:
+        """An event that may carry rows cachesync cannot decode (eventtypes): the table its
+        table id names, or every mapped table, invalidated as a whole; counted."""
+        alone = self._ctx is None
+        if alone:    # between groups: a group of its own
+            yield self._begin(self._file_pos_context(event))
+        self.undecoded_events += 1
+        named = maps.named(event.table_id) if event.table_id is not None else None
+        if named is not None:
+            mapping = self._mappings.get(*named)
+            tables = [named] if mapping is not None and mapping.keys else []
+        else:
+            tables = self._matched.statement_tables()
+        where = self._where()
+        log.warning("binlog event %s (type %d) at %s may carry row changes cachesync cannot "
+                    "decode: invalidating %s", event.name, event.code, where,
+                    f"{named[0]}.{named[1]}" if named else "every mapped table")
+        for db, t in tables:
+            yield TableEvent(self._ctx, self._index, TableChange(db, t, "undecoded_event"),
+                             f"{event.name} at {where}")
+            self._index += 1
+        if alone:
+            yield self._commit()
+
+    def _altered_columns(self, text: str, default_db: str | None) -> list[TableChange]:
+        """The mapped table an ALTER TABLE redefines, adds or drops columns of, when that can
+        leave its keys or cached values stale (``altercolumns``)."""
+        target = altered_table(text, default_db)
+        changes = column_changes(text) if target is not None else None
+        if not changes:
+            return []
+        for db, table in self._matched.statement_tables():
+            if (db.lower(), table.lower()) == target:
+                mapping = self._mappings.get(db, table)
+                if mapping is not None and concerns(mapping, changes):
+                    return [TableChange(db, table, ALTER_COLUMNS)]
+        return []
+
+    def _file_pos_context(self, event) -> TxnContext:
+        stream = self._stream
+        return TxnContext(self._info.identity, f"{stream.log_file}:{stream.log_pos}",
+                          file_pos_ordinal(stream.log_file, stream.log_pos),
+                          float(event.timestamp), cluster=self._cluster)
+
+    def _version_not_newer(self, gtid, before: int, after: int) -> None:
+        """Counted and logged: the versions of this group's rows are not above the previous
+        one's, so update-mode fences may refuse its writes (delete mode is unaffected)."""
+        self.versions_not_newer += 1
+        log.warning("transaction %s does not advance the GTID history (%d after %d; MariaDB "
+                    "without gtid_strict_mode?): update-mode tables may keep older values for "
+                    "its rows until their TTL; check gtid_strict_mode=ON", gtid, after, before)
+
+
+def open_stream(client_options: dict, server_id: int, reader: str, info: ServerInfo,
+                start: Checkpoint, heartbeat_s: float = STREAM_HEARTBEAT_S):
+    """The binlog stream from ``start``: our fast reader or the library's (``reader``)."""
+    kwargs = {}
+    if start.gtid is not None:
+        # MariaDB: @slave_connect_state; MySQL: COM_BINLOG_DUMP_GTID with the GTID set.
+        kwargs.update(is_mariadb=info.flavor == "mariadb", auto_position=start.gtid)
+    else:
+        kwargs.update(log_file=start.log_file, log_pos=start.log_pos, resume_stream=True,
+                      is_mariadb=info.flavor == "mariadb")
+    fast = reader_kind(reader) == "fast"
+    return (DumpStreamReader if fast else LibraryStreamReader)(
+        connection_settings=client_options, server_id=server_id, blocking=True,
+        # No only_schemas/only_tables: the library would drop the table maps of the
+        # tables it filters and decode a reused table id with a stale map
+        # (see binlog_read). TableMapEvent is listed so the source sees each map.
+        only_events=[*_GTID_EVENTS, QueryEvent, XidEvent, RotateEvent, HeartbeatLogEvent,
+                     TableMapEvent, XAPrepareEvent, *ROW_EVENTS],
+        slave_heartbeat=heartbeat_s, **kwargs)
+
+
+_ER_PARSE_ERROR = 1064
+
+
+def current_position(connect: Callable, info: ServerInfo) -> Checkpoint:
+    """The server's current binlog position (a first start begins there); raises FatalError
+    when binary logging is off."""
+    conn = connect()
+    try:
+        with conn.cursor() as cur:
+            gtid = None
+            if info.flavor == "mariadb":
+                cur.execute("SELECT @@gtid_binlog_pos")
+                gtid = cur.fetchone()[0]
+            else:
+                cur.execute("SELECT @@GLOBAL.gtid_mode, @@GLOBAL.gtid_executed")
+                mode, executed = cur.fetchone()
+                if str(mode).upper() == "ON":
+                    gtid = str(GtidState.parse(executed)) or None
+            row = _binlog_status(cur)
+    finally:
+        conn.close()
+    if row is None:
+        raise FatalError("binary logging is off (SHOW BINARY LOG STATUS is empty): set log_bin")
+    return Checkpoint(info.identity, gtid, row[0], int(row[1]))
+
+
+def _binlog_status(cur):
+    """(file, position, ...) of the server's binlog: SHOW BINARY LOG STATUS (MySQL >= 8.2;
+    8.4 removed SHOW MASTER STATUS), else SHOW MASTER STATUS (MariaDB, older MySQL)."""
+    try:
+        cur.execute("SHOW BINARY LOG STATUS")
+    except pymysql.err.ProgrammingError as e:
+        if not e.args or e.args[0] != _ER_PARSE_ERROR:
+            raise
+        cur.execute("SHOW MASTER STATUS")
+    return cur.fetchone()
+
+
+def _schema_of(event) -> str | None:
+    schema = getattr(event, "schema", None)
+    return schema.decode("utf-8", "replace") if isinstance(schema, bytes) else schema
+
+
+def _query_text(event: QueryEvent) -> str:
+    return (event.query.decode("utf-8", "replace") if isinstance(event.query, bytes)
+            else event.query).strip()

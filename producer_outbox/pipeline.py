@@ -1,0 +1,310 @@
+"""The producer pipeline: pack -> send -> acknowledge -> in-flight tracking -> checkpoint.
+
+Any change source feeds it (``ports.ChangeSource``: the binlog source, a memory source in
+tests). The checkpoint only moves past groups whose every record Kafka acknowledged
+(``InflightTracker``), so a crash at any point resumes at a group boundary and re-publishes
+with the same deterministic ids; the consumer drops the duplicates. A send that fails
+after the publisher's retries stops the pipeline before the checkpoint passes it.
+
+XA: a group the source marks ``Hold`` keeps its records here (``xa.XaGroup``) instead of
+sending them; ``Prepared`` keeps it, still open in the tracker (which holds the checkpoint
+before it), until ``Decide`` sends it or drops it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from kafka.errors import KafkaError
+
+from cachesync.config import TailerSettings
+from cachesync.producer_outbox.checkpoint import Checkpoint
+from cachesync.producer_outbox.inflight import InflightTracker
+from cachesync.producer_outbox.packing import PACK_LINGER_S, Pack, Packer
+from cachesync.producer_outbox.ports import (Begin, ChangeSource, CheckpointStore, Commit,
+                                             Decide, Hold, Prepared, Publisher, Pulse, Record,
+                                             Release, TableEvent, Unhold)
+from cachesync.producer_outbox.publisher import is_permanent
+from cachesync.producer_outbox.rows import STATEMENT_EXCERPT, TxnContext, table_change
+from cachesync.producer_outbox.statements import TableChange
+from cachesync.producer_outbox.xa import Prepared as PreparedGroup, XaGroup
+from cachesync.schema.errors import FatalError, RetryableError
+from cachesync.schema.event import encode
+from cachesync.schema.keys import kafka_key
+
+log = logging.getLogger("cachesync.producer_outbox.tailer")
+
+DRAIN_TIMEOUT_S = 30        # a clean stop waits this long for the last acknowledgements
+
+
+class Pipeline:
+    """Publishes what a change source yields to ``topic`` and moves the checkpoint."""
+
+    def __init__(self, publisher: Publisher, checkpoints: CheckpointStore, topic: str,
+                 settings: TailerSettings = TailerSettings()):
+        self._publisher, self._checkpoints, self._topic = publisher, checkpoints, topic
+        self._settings = settings
+        self._tracker: InflightTracker[Checkpoint] = InflightTracker()
+        self._packer = (Packer(settings.pack_rows, settings.pack_bytes)
+                        if settings.pack_rows > 1 else None)
+        self._partitions = 0          # the topic's partition count, read once per group
+        self._partitions_read = -1.0  # when (monotonic), for packs spanning groups
+        self._span = False            # packs span groups (the source signals idleness)
+        self._lock = threading.Lock()  # acks arrive on the publisher's thread
+        self._failure: Exception | None = None
+        self._stop = threading.Event()
+        self._txn = None                            # the open group's tracker entry
+        self._xa: XaGroup | None = None             # the open group is XA: records held
+        self._prepared: dict[str, PreparedGroup] = {}    # xid -> group awaiting its decision
+        self.published = 0      # rows handed to the publisher
+        self.acked = 0          # rows Kafka acknowledged
+        self.table_events = 0   # table-level changes published (each to every partition)
+        self.committed: Checkpoint | None = None
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def start_at(self, checkpoint: Checkpoint) -> None:
+        """Store where the source starts (the first checkpoint of a run)."""
+        self._checkpoints.save(checkpoint)
+        self.committed = checkpoint
+
+    def attach(self, source) -> None:
+        """Packs span groups when the source says when it is idle (the fast reader)."""
+        if self._packer is not None and getattr(source, "signals_idle", False):
+            self._span = True
+            source.on_idle, source.idle_wait_s = self.flush_packs, PACK_LINGER_S
+
+    def run(self, source: ChangeSource) -> None:
+        """Publish the source's changes until it ends or stop(); raises RetryableError or
+        FatalError when publishing fails (the checkpoint stays before the failed record).
+        The checkpoint is saved (every checkpoint_interval_s) and a stop seen at a Commit or
+        a Pulse (ports.Pulse)."""
+        save_every, last_save = self._settings.checkpoint_interval_s, time.monotonic()
+        handlers = self._handlers()
+        for item in source.changes():
+            if self._failure is not None:
+                self._raise_if_failed()
+            handlers[type(item)](item)
+            if type(item) is Pulse or type(item) is Commit:   # after each event of the source
+                if time.monotonic() - last_save >= save_every:
+                    self.save_checkpoint()
+                    last_save = time.monotonic()
+                if self._stop.is_set():
+                    break
+
+    def _handlers(self) -> dict:
+        nothing = lambda _item: None      # noqa: E731  (a Pulse: only the checks after it)
+        return {Begin: self._begin, Record: self._record, TableEvent: self._table_event,
+                Commit: self._commit, Hold: self._hold, Release: self._release_one_phase,
+                Unhold: self._unhold, Prepared: self._prepare, Decide: self._decide,
+                Pulse: nothing}
+
+    # -- groups -------------------------------------------------------------------------
+    def _begin(self, _item: Begin) -> None:
+        if self._packer is not None and (not self._span or time.monotonic()
+                                         - self._partitions_read >= 1.0):
+            if self._span:      # spanning packs share one partition count: re-read each second
+                self.flush_packs()
+            self._partitions = len(self._publisher.partitions(self._topic))
+            self._partitions_read = time.monotonic()
+        with self._lock:
+            self._txn = self._tracker.open(None)
+
+    def _commit(self, item: Commit) -> None:
+        self._close(item.checkpoint)
+
+    def _close(self, checkpoint: Checkpoint, hold: bool = False) -> None:
+        """End the open group; ``hold``: a prepared XA group stays open in the tracker."""
+        if self._packer is not None and (not self._span or self._xa is not None or hold
+                                         or time.monotonic() - self._packer.opened_at
+                                         >= PACK_LINGER_S):
+            self.flush_packs(self._txn)
+        if not hold:
+            with self._lock:
+                self._tracker.close(self._txn, checkpoint)
+        self._txn = None
+
+    # -- records ------------------------------------------------------------------------
+    def _record(self, r: Record) -> None:
+        """Send one encoded event, alone or in the pack of its (db, table, partition)."""
+        txn = self._txn
+        if self._packer is None:
+            self._send(r.key, r.value, r.msg_id, txn, 1, None)
+        elif len(r.value) > self._settings.pack_bytes:   # alone, after every pack opened before
+            self.flush_packs(txn)
+            self._send(r.key, r.value, r.msg_id, txn, 1, None)
+        else:
+            counted = txn if self._span and self._xa is None else None
+            if counted is not None:     # a spanning pack: its rows are in flight from now on
+                with self._lock:
+                    self._tracker.sent(txn, 1)
+            full = self._packer.add(r.db, r.table, r.key, r.value, r.msg_id, self._partitions,
+                                    counted)
+            if full is not None:
+                self._send_pack(full, txn)
+
+    def _table_event(self, item: TableEvent) -> None:
+        self._table_events([item.change], item.statement, item.ctx, item.index)
+
+    def _table_events(self, changes: list[TableChange], statement: str, ctx: TxnContext,
+                      index: int) -> None:
+        """One table-level event per changed mapped table, a copy to every partition so that
+        it is ordered after the table's earlier rows wherever they went."""
+        self.flush_packs(self._txn)       # rows packed so far go first, in every partition
+        partitions = self._publisher.partitions(self._topic)
+        for change in changes:
+            log.warning("table-level change of %s.%s (%s): every cached key of the table will "
+                        "be invalidated; statement: %s", change.db, change.table, change.reason,
+                        statement[:STATEMENT_EXCERPT],
+                        extra={"table": f"{change.db}.{change.table}"})
+            for partition in partitions:
+                event = table_change(ctx, index, partition, change.db, change.table,
+                                     change.reason, statement)
+                self._send(kafka_key(event.db, event.table, ()), encode(event), event.id,
+                           self._txn, 1, partition, row=False)
+            self.table_events += 1
+            index += 1
+
+    def flush_packs(self, txn=None) -> None:
+        """Send every open pack (``txn``: the group of packs not counted yet)."""
+        if self._packer:
+            for pack in self._packer.drain():
+                self._send_pack(pack, txn)
+
+    def _send_pack(self, pack: Pack, txn) -> None:
+        if pack.txns:      # rows of groups counted when they entered the pack
+            self._send(pack.key, pack.record_value(), pack.msg_id, pack.txns, pack.rows,
+                       pack.partition, counted=True)
+        else:
+            self._send(pack.key, pack.record_value(), pack.msg_id, txn, pack.rows,
+                       pack.partition)
+
+    def _send(self, key: str, value: bytes, msg_id: str, txn, rows: int,
+              partition: int | None, row: bool = True, counted: bool = False) -> None:
+        """``counted``: ``txn`` is a pack's [group, rows] list, already counted."""
+        if self._xa is not None and not counted:    # an XA group: held until its XA COMMIT
+            self._xa.hold((key, value, msg_id, rows, partition, row), rows)
+            return
+        if counted:
+            on_ack = lambda: self._on_acks(txn)     # noqa: E731
+        else:
+            with self._lock:
+                self._tracker.sent(txn, rows)
+            on_ack = lambda: self._on_ack(txn, rows)    # noqa: E731
+        try:
+            self._publisher.send(self._topic, key, value, msg_id,
+                                 on_ack=on_ack, on_error=self._on_error, partition=partition)
+        except KafkaError as e:   # e.g. buffer full / metadata timeout, raised synchronously
+            if is_permanent(e):
+                raise FatalError(f"Kafka refused a record for good ({type(e).__name__}: {e}); "
+                                 "not retrying, the checkpoint stays before it") from e
+            raise RetryableError(f"Kafka send failed: {e}") from e
+        self.published += rows if row else 0
+        if self._tracker.pending >= self._settings.max_inflight:
+            self._publisher.flush()
+            self._raise_if_failed()
+
+    # -- XA -----------------------------------------------------------------------------
+    def _hold(self, _item: Hold) -> None:
+        self.flush_packs()              # earlier groups' rows are not held
+        self._xa = XaGroup(self._settings.xa_buffer_rows)
+
+    def _unhold(self, _item: Unhold) -> None:
+        self._xa = None
+
+    def _release_one_phase(self, item: Release) -> None:
+        """XA COMMIT ... ONE PHASE: what the group held goes out as part of it."""
+        held, self._xa = self._xa, None
+        if held is None:
+            return
+        if held.overflowed:
+            log.warning("XA COMMIT ONE PHASE at %s: %d rows, over tailer.xa_buffer_rows; "
+                        "invalidating its tables as a whole", item.ctx.position, held.rows)
+            self._table_events([TableChange(db, t, "xa_overflow") for db, t in item.tables],
+                               item.statement, item.ctx, item.index)
+        else:
+            self._release(held, self._txn)
+
+    def _prepare(self, item: Prepared) -> None:
+        held, txn = self._xa, self._txn
+        self._close(item.checkpoint, hold=True)     # open packs join the held records
+        held.xid, held.tables = item.xid, dict.fromkeys(item.tables)
+        self._prepared[item.xid] = PreparedGroup(held, txn, item.checkpoint)
+        self._xa = None
+
+    def _decide(self, item: Decide) -> None:
+        prepared = self._prepared.pop(item.xid, None)
+        if not item.commit:
+            if prepared is not None:               # nothing of it is published
+                with self._lock:
+                    self._tracker.close(prepared.txn, prepared.checkpoint)
+                log.info("XA ROLLBACK %s: %d held row(s) dropped", item.xid, prepared.group.rows)
+            return
+        if prepared is not None and not prepared.group.overflowed:
+            self._release(prepared.group, prepared.txn)
+        else:
+            if prepared is None:    # prepared before this source's start position: rows unknown
+                tables, reason = list(item.unknown_tables), "xa_unknown"
+            else:                   # too large to hold: its tables are known
+                tables, reason = list(prepared.group.tables), "xa_overflow"
+            log.warning("XA COMMIT %s: %s; invalidating its tables as a whole", item.xid,
+                        "prepared before the start position, rows unknown" if prepared is None
+                        else f"{prepared.group.rows} rows, over tailer.xa_buffer_rows")
+            self._table_events([TableChange(db, t, reason) for db, t in tables],
+                               item.statement, item.ctx, item.index)
+        if prepared is not None:
+            with self._lock:
+                self._tracker.close(prepared.txn, prepared.checkpoint)
+
+    def _release(self, group: XaGroup, txn) -> None:
+        """Send the records an XA group held, in their order, as part of ``txn``."""
+        for key, value, msg_id, rows, partition, row in group.records:
+            self._send(key, value, msg_id, txn, rows, partition, row)
+
+    # -- acknowledgements and the checkpoint --------------------------------------------
+    def _on_ack(self, txn, rows: int) -> None:
+        with self._lock:
+            self._tracker.acked(txn, rows)
+            self.acked += rows
+
+    def _on_acks(self, txns: list) -> None:
+        with self._lock:
+            for txn, rows in txns:
+                self._tracker.acked(txn, rows)
+                self.acked += rows
+
+    def _on_error(self, error: Exception) -> None:
+        # Called on the publisher's I/O thread: record it; run() stops the pipeline
+        # before the checkpoint can move past the failed send.
+        self._failure = error
+
+    def _raise_if_failed(self) -> None:
+        if self._failure is not None and is_permanent(self._failure):
+            raise FatalError(f"Kafka refused a record for good ({type(self._failure).__name__}: "
+                             f"{self._failure}); not retrying, the checkpoint stays before it. "
+                             "Check the topic name, its ACLs and its max.message.bytes"
+                             ) from self._failure
+        if self._failure is not None:
+            raise RetryableError(f"Kafka send failed after retries, stopping before the "
+                                 f"checkpoint moves: {self._failure}") from self._failure
+
+    def save_checkpoint(self) -> None:
+        """Store the newest checkpoint whose groups are all acknowledged, if it moved."""
+        with self._lock:
+            safe = self._tracker.advance()
+        if safe is not None:
+            self._checkpoints.save(safe)
+            self.committed = safe
+
+    def drain(self) -> None:
+        """On a clean stop: send the open packs, wait for acks, then store the last safe
+        checkpoint."""
+        if self._failure is None:
+            if self._span:      # counted rows; otherwise the open group's, not closed
+                self.flush_packs()
+            self._publisher.flush(timeout_s=DRAIN_TIMEOUT_S)
+        if self._failure is None:
+            self.save_checkpoint()

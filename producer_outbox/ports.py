@@ -1,0 +1,168 @@
+"""The producer's ports: a change source feeds the pipeline, which sends through a
+publisher and moves a checkpoint store (pure: no I/O import).
+
+A source (``producer_outbox.binlog_source``, or ``memory.MemorySource`` in tests) yields
+the items below in commit order; ``producer_outbox.pipeline.Pipeline`` packs and sends
+the records, tracks the acknowledgements and saves the checkpoint only past groups
+whose every record Kafka acknowledged. A group is ``Begin`` ... ``Commit``; the items
+between are its records and table-level events, and, for an XA transaction, what the
+source learnt about it (``Hold`` ... ``Prepared``, later ``Decide`` in another group).
+Items carry what the pipeline needs and nothing of the binlog: the source already
+turned rows into encoded events (message ids, keys, values).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Iterator, Protocol, Union
+
+from cachesync.producer_outbox.rows import TxnContext
+from cachesync.producer_outbox.statements import TableChange
+
+if TYPE_CHECKING:       # checkpoint.py holds the MySQL store too: no I/O import here
+    from cachesync.producer_outbox.checkpoint import Checkpoint
+
+
+@dataclass(frozen=True, slots=True)
+class Begin:
+    """A transaction group opens (rows, table events and XA items follow, then Commit)."""
+
+    ctx: TxnContext
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One encoded row event of the open group: sent alone or in its table's pack."""
+
+    db: str
+    table: str
+    key: str            # the Kafka key, db.table:pk
+    value: bytes        # the encoded ChangeEvent
+    msg_id: str         # the record's ``id`` header
+
+
+@dataclass(frozen=True, slots=True)
+class TableEvent:
+    """A table-level change of a mapped table: one copy goes to every partition."""
+
+    ctx: TxnContext
+    index: int          # the row index its message ids take
+    change: TableChange
+    statement: str      # what caused it (an excerpt goes into the event and the WARNING)
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """The open group ended; ``checkpoint`` is where to resume after it."""
+
+    checkpoint: Checkpoint
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """The open group is the prepare part of an XA transaction: its records are held,
+    not sent, until its decision (XA START, or MariaDB's GTID flagged prepared-XA)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """XA COMMIT ... ONE PHASE: the held records go out as part of the open group;
+    ``tables`` are invalidated at table level if there were too many to hold."""
+
+    ctx: TxnContext
+    index: int
+    tables: tuple[tuple[str, str], ...]
+    statement: str
+
+
+@dataclass(frozen=True, slots=True)
+class Unhold:
+    """The open XA group ended without a prepare (nothing held is kept)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """XA PREPARE ended the open group: its records wait for the decision on ``xid``;
+    ``checkpoint`` is where to resume after it, kept back until then."""
+
+    xid: str
+    checkpoint: Checkpoint
+    tables: tuple[tuple[str, str], ...]    # the mapped tables its rows touched
+
+
+@dataclass(frozen=True, slots=True)
+class Decide:
+    """XA COMMIT or XA ROLLBACK of ``xid``, inside the open group. A commit of a group
+    the pipeline does not hold (prepared before the start position, or too large)
+    invalidates ``unknown_tables`` (every mapped table) or its own tables at table level."""
+
+    xid: str
+    commit: bool
+    ctx: TxnContext
+    index: int
+    statement: str
+    unknown_tables: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Pulse:
+    """The source read an event (a heartbeat, a rotate, DDL, a rows event after its
+    records): the pipeline may save its checkpoint and see a stop request, as at a Commit.
+    A source yields one at least every few seconds while it waits, so a stop is seen."""
+
+
+PULSE = Pulse()
+
+Change = Union[Begin, Record, TableEvent, Commit, Hold, Release, Unhold, Prepared, Decide, Pulse]
+
+
+class ChangeSource(Protocol):
+    """Committed changes in commit order, as the items above.
+
+    ``changes`` raises RetryableError (connection lost, stream cut inside a group) or
+    FatalError (a position or a setting that cannot work); a data problem is an item
+    (a table-level event), never an exception.
+    """
+
+    def changes(self) -> Iterator[Change]: ...
+
+    def close(self) -> None: ...
+
+
+class IdleSignals(Protocol):
+    """A source that says when it has nothing buffered: the pipeline closes its packs then
+    (packs span transactions only with such a source)."""
+
+    signals_idle: bool
+    on_idle: Callable[[], None] | None
+    idle_wait_s: float
+
+
+class Publisher(Protocol):
+    """Sends keyed records with an ``id`` header; each ``send`` ends in exactly one of its
+    callbacks (``on_ack`` once the broker has it, ``on_error`` after retries), possibly on
+    another thread. ``send`` may raise KafkaError synchronously (buffer full)."""
+
+    def send(self, topic: str, key: str, value: bytes, msg_id: str,
+             on_ack: Callable[[], None], on_error: Callable[[Exception], None],
+             partition: int | None = None) -> None: ...
+
+    def partitions(self, topic: str) -> list[int]:
+        """The topic's partition ids, sorted; raises RetryableError without metadata."""
+        ...
+
+    def flush(self, timeout_s: float | None = None) -> None:
+        """Wait until every record sent before it was acknowledged or failed."""
+        ...
+
+    def close(self, timeout_s: float = 10) -> None: ...
+
+
+class CheckpointStore(Protocol):
+    """One named, durable resume position (raises RetryableError or FatalError)."""
+
+    def load(self) -> Checkpoint | None: ...
+
+    def save(self, checkpoint: Checkpoint) -> None: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,209 @@
+"""One rows event of the binlog -> the records (and table-level events) it publishes.
+
+The per-row turn of a row into an event lives here, in this order: decode the rows
+(``fastrows``, else the library's), apply partial JSON diffs (``jsoncolumns``), correct
+key text (``keycolumns.key_images``), mark columns a partial row image left out
+(``images``/``partial``), trim to the columns the mapping needs (``rows``), drop the rows
+of the row filter, build the ChangeEvent with its deterministic id (``rows.row_change``),
+its Kafka key, and encode it (invalidate-only over the record limit). Rows of the
+outbox tables read from the binlog go through ``outbox_binlog.OutboxRouter`` instead.
+
+``RowEncoder.rows_to_records`` is the one call the binlog source makes per rows event.
+A row that cannot be keyed, or whose images are partial, is a value (a table-level event
+in the returned list), never an exception: one session's setting never stops the tailer.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Mapping
+
+from pymysqlreplication.row_event import (DeleteRowsEvent, PartialUpdateRowsEvent,
+                                          UpdateRowsEvent, WriteRowsEvent)
+
+from cachesync.producer_outbox.binlog_read import DECODE_ERRORS, decode_error
+from cachesync.producer_outbox.dumpstream import FAST_ROW_EVENTS
+from cachesync.producer_outbox.fastrows import decode_rows
+from cachesync.producer_outbox import hotpath
+from cachesync.producer_outbox.images import event_absence, known_images
+from cachesync.producer_outbox.jsoncolumns import resolve_partial, unknown_after
+from cachesync.producer_outbox.keycolumns import key_images, kept_specs
+from cachesync.producer_outbox.matched import MatchedTables
+from cachesync.producer_outbox.outbox_binlog import OutboxRouter
+from cachesync.producer_outbox.partial import PartialRows
+from cachesync.producer_outbox.ports import Change, Record
+from cachesync.producer_outbox.publisher import MAX_RECORD_BYTES
+from cachesync.producer_outbox.rows import (TxnContext, invalidate_only, key_columns,
+                                            needed_columns, pk_columns, row_change, trim_image)
+from cachesync.producer_outbox.servertypes import ColumnTypes
+from cachesync.schema.event import encode
+from cachesync.schema.keys import kafka_key
+from cachesync.schema.mapping import MappingSet
+
+log = logging.getLogger("cachesync.producer_outbox.tailer")
+
+ROW_EVENTS = {WriteRowsEvent: "insert", UpdateRowsEvent: "update", DeleteRowsEvent: "delete",
+              PartialUpdateRowsEvent: "update"}   # MySQL binlog_row_value_options=PARTIAL_JSON
+ROW_EVENTS.update({fast: ROW_EVENTS[lib] for fast, lib in FAST_ROW_EVENTS.items()})
+
+RowFilter = Callable[[str, str, Mapping[str, Any]], bool]
+
+
+class RowEncoder:
+    """Turns rows events of mapped tables (and outbox tables) into records; counts what it
+    could not publish exactly."""
+
+    def __init__(self, mappings: MappingSet, matched: MatchedTables, *,
+                 row_filter: RowFilter | None = None, max_record_bytes: int = MAX_RECORD_BYTES,
+                 outbox: OutboxRouter | None = None, types: ColumnTypes | None = None):
+        self._mappings, self._matched = mappings, matched
+        self._row_filter, self._max_record_bytes = row_filter, max_record_bytes
+        self.outbox, self.types = outbox, types
+        self._keep: dict = {}   # (table, primary key) -> columns row images keep, None = all
+        # the tables an XA group's rows touched, while the source holds one (else None)
+        self.xa_tables: dict[tuple[str, str], None] | None = None
+        self.oversized = 0      # rows over the record limit, published invalidate-only
+        self.partial_rows = 0   # rows logged with a partial image (binlog_row_image per session)
+        self.unkeyable = 0      # rows whose Kafka key could not be rendered: table invalidated
+        self.json_unknown = 0   # updates whose partial JSON after value could not be computed
+        self.whole_tables: tuple = (None, set())   # (txn context, tables invalidated in it)
+
+    def rows_to_records(self, event, ctx: TxnContext, row_index: int, schema: str, table: str,
+                        where: Callable[[], str]) -> tuple[list[Change], int]:
+        """The records (and table-level events) of one rows event, and the next row index.
+        Raises the tailer's decode error (naming table and position) for undecodable bytes."""
+        out: list[Change] = []
+        op = ROW_EVENTS[type(event)]
+        if self.outbox is not None and self.outbox.covers(schema, table):
+            self._outbox_records(event, op, schema, table, where, out)
+            return out, row_index   # outbox rows take no row index: the ids of the others stay
+        mapping = self._mappings.get(schema, table)
+        if mapping is None:
+            return out, row_index   # decided here, by the names of this event group's map
+        if mapping.pattern is not None and self._matched.seen(mapping) \
+                and self.types is not None:
+            self.types.track(schema, table)     # a new table: its key columns' types
+        if self.xa_tables is not None:
+            self.xa_tables[(schema, table)] = None
+        keep = self._keep_columns(mapping, event.primary_key)
+        table_obj = event.table_map[event.table_id]
+        # key text corrected only where a kept column needs it (trimmed columns never count)
+        specs = kept_specs(table_obj, keep, self.types.of(schema, table) if self.types else ())
+        absent = event_absence(event, table_obj)
+        partial = PartialRows(self, mapping, ctx, schema, table) if absent[0] or absent[1] else None
+        diffs = type(event) is PartialUpdateRowsEvent    # JSON after values may be diffs
+        for row in self._decode(event, schema, table, where):
+            unknown = ()
+            if diffs:             # applied to the before image's documents (jsoncolumns)
+                row, unknown = self._resolve_json(row, schema, table, ctx)
+            row = key_images(row, specs)   # values whose text is the server's (key text)
+            if op == "update":
+                before, after = row["before_values"], row["after_values"]
+            elif op == "insert":
+                before, after = None, row["values"]
+            else:
+                before, after = row["values"], None
+            images = None
+            if partial is not None or unknown:     # left-out columns are not NULLs: drop them
+                partial = partial or PartialRows(self, mapping, ctx, schema, table)
+                images = unknown_after(known_images(op, before, after, absent), unknown)
+                before, after = images.before, images.after
+            if keep is not None:
+                before, after = trim_image(before, keep), trim_image(after, keep)
+            if self._row_filter is not None and not self._row_filter(
+                    event.schema, event.table, after if after is not None else before):
+                row_index += 1       # ids of the rows that follow do not depend on the filter
+                continue
+            row_index = self._row(event, op, ctx, row_index, mapping, before, after, images,
+                                  partial, out)
+        if partial is not None:
+            row_index = partial.finish(out, row_index)
+        return out, row_index
+
+    def _row(self, event, op: str, ctx: TxnContext, row_index: int, mapping, before, after,
+             images, partial, out: list) -> int:
+        """One row's record, or (a row that cannot be keyed) its table's table-level event."""
+        if images is None and hotpath.record is not None:    # compiled, else None: below
+            compiled = hotpath.record(ctx, row_index, event.schema, event.table, op,
+                                      event.primary_key, before, after, self._max_record_bytes)
+            if compiled is not None:
+                out.append(Record(event.schema, event.table, *compiled))
+                return row_index + 1
+        try:
+            if images is not None and partial.unkeyed(images, op, event.primary_key):
+                raise ValueError("the primary key is not in the logged image")
+            change = row_change(ctx, row_index, event.schema, event.table, op,
+                                event.primary_key, before, after)
+            if images is not None:
+                change = partial.marked(change, images)
+            key = kafka_key(change.db, change.table, change.pk)
+        except (ValueError, TypeError, KeyError) as e:    # a value: invalidate the table
+            self.unkeyable += 1
+            partial = partial or PartialRows(self, mapping, ctx, event.schema, event.table)
+            partial.unkeyable(e, out, row_index)    # the table event takes the row's index
+            return row_index + 1
+        out.append(Record(change.db, change.table, key, self._encode(change, mapping), change.id))
+        return row_index + 1
+
+    def _resolve_json(self, row: dict, schema: str, table: str,
+                      ctx: TxnContext) -> tuple[dict, tuple[str, ...]]:
+        """An update row of a partial JSON event with its diffs applied (jsoncolumns), and
+        the JSON columns whose after value stays unknown (counted; the row then goes out as
+        a partial image does). A before image without the document is the usual cause (the
+        partial image's WARNING says so); a diff its document rejects is reported here."""
+        row, unknown = resolve_partial(row)
+        if unknown:
+            self.json_unknown += 1
+            rejected = [c for c in unknown if c in (row.get("before_values") or {})
+                        and row["before_values"][c] is not None]
+            if rejected:
+                log.warning("row of %s.%s at %s: the partial JSON update of %s does not apply to "
+                            "the before image's document; its keys are invalidated, no value is "
+                            "written (partial_json)", schema, table, ctx.position,
+                            ", ".join(rejected))
+        return row, unknown
+
+    @staticmethod
+    def _decode(event, schema: str, table: str, where: Callable[[], str]) -> list[dict]:
+        """The event's rows; raises the tailer's decode error naming the table and position."""
+        try:
+            rows = decode_rows(event)      # the per-table fast decoder, or None: the library's
+            return rows if rows is not None else event.rows
+        except DECODE_ERRORS as e:
+            raise decode_error(e, where(), f"{schema}.{table}") from e
+
+    def _outbox_records(self, event, op: str, schema: str, table: str,
+                        where: Callable[[], str], out: list) -> None:
+        """An outbox table's rows: each insert goes out as the event it carries; deletes
+        (the purge) and updates (a relay's bookkeeping) carry none."""
+        if op != "insert":
+            return
+        rows = self._decode(event, schema, table, where)
+        for rec in self.outbox.records(schema, table, [r["values"] for r in rows]):
+            if self.xa_tables is not None:   # too large to hold: its aggregates' tables go
+                self.xa_tables[(schema, rec.aggregate_type)] = None
+            out.append(Record(schema, rec.aggregate_type, rec.key, rec.value, rec.msg_id))
+
+    def _keep_columns(self, mapping, primary_key) -> frozenset[str] | None:
+        """The columns a row image of ``mapping`` keeps (cached per table and key)."""
+        cache_key = (mapping.table, primary_key if isinstance(primary_key, (str, tuple)) else None)
+        keep = self._keep.get(cache_key, False)
+        if keep is False:
+            needed = needed_columns(mapping)
+            # without a primary key the pk (and the Kafka key) is the whole image: keep it
+            keep = None if needed is None or not primary_key else needed | set(
+                pk_columns(primary_key, {}))
+            self._keep[cache_key] = keep
+        return keep
+
+    def _encode(self, change, mapping) -> bytes:
+        """The event's record value: only the columns the mapping needs; over Kafka's record
+        limit, the keys-only form (counted, WARNING naming the table)."""
+        value = encode(change)
+        if len(value) <= self._max_record_bytes:
+            return value
+        self.oversized += 1
+        log.warning("row of %s at %s is %d bytes encoded, over the %d-byte Kafka record limit: "
+                    "published invalidate-only (keys, no values)", mapping.table,
+                    change.source.position, len(value), self._max_record_bytes)
+        return encode(invalidate_only(change, key_columns(mapping), "over_record_limit"))

@@ -1,0 +1,141 @@
+"""The ChangeSource contract, run against the binlog source on the devstack's MariaDB (both
+binlog readers: the library's and the fast one) and the in-memory twin.
+
+What every source keeps: groups are ``Begin`` ... ``Commit`` and never nest; records and
+table-level events come only inside a group; a group's message ids are the same when it
+is read again; the pipeline fed by the source publishes every record and stores the last
+group's checkpoint once Kafka (here the memory publisher) acknowledged them.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from cachesync import config
+from cachesync.config import TailerSettings
+from cachesync.producer_outbox.binlog_source import current_position, open_stream
+from cachesync.producer_outbox.checkpoint import Checkpoint
+from cachesync.producer_outbox.memory import MemoryCheckpointStore, MemoryPublisher, MemorySource
+from cachesync.producer_outbox.pipeline import Pipeline
+from cachesync.producer_outbox.ports import PULSE, Begin, Commit, Pulse, Record, TableEvent
+from cachesync.producer_outbox.rows import TxnContext
+from cachesync.producer_outbox.statements import TableChange
+from cachesync.schema.event import decode
+from tests.support.tables import USERS, USERS_DDL
+
+CTX = [TxnContext("srv", f"0-1-{n}", n, 1.7e9, gtid=True) for n in (42, 43, 44)]
+MEMORY_ITEMS = [
+    Begin(CTX[0]), Record("app", "users", "app.users:1", b"{}", "id-1"),
+    Record("app", "users", "app.users:2", b"{}", "id-2"), Commit(Checkpoint("srv", "0-1-42")),
+    PULSE,
+    Begin(CTX[1]), Record("app", "users", "app.users:3", b"{}", "id-3"),
+    Commit(Checkpoint("srv", "0-1-43")),
+    Begin(CTX[2]), TableEvent(CTX[2], 0, TableChange("app", "users", "truncate"), "TRUNCATE"),
+    Commit(Checkpoint("srv", "0-1-44"))]
+
+
+def _read_groups(changes) -> list:
+    """The items of the groups with content, up to the one with the table-level event (a
+    binlog source never ends by itself, and it yields a group for every transaction of the
+    server, most of them of other tests' tables: empty here)."""
+    out, group, content, last = [], [], False, False
+    for item in changes:
+        if type(item) is Pulse:
+            continue
+        group.append(item)
+        content |= type(item) in (Record, TableEvent)
+        last |= type(item) is TableEvent
+        if type(item) is Commit:
+            if content:
+                out.extend(group)
+            if last:
+                return out
+            group, content = [], False
+    return out
+
+
+@pytest.fixture(params=["memory", "library", "fast"])
+def source(request):
+    """read() -> a new source over the same committed groups (from the same start)."""
+    if request.param == "memory":
+        yield lambda: MemorySource(MEMORY_ITEMS)
+        return
+    lab = request.getfixturevalue("lab")
+    lab.sql(USERS_DDL)
+    cfg = lab.write_config(USERS, tailer={"reader": request.param})
+    settings = config.load(cfg, {**os.environ, **lab.stack.env})
+    from cachesync.wiring import build_tailer, source_params
+    tailer = build_tailer(settings, publisher=MemoryPublisher(3), topic="unused")
+    info = tailer.preflight()
+    params = source_params(settings)
+    start = current_position(params.connect, info)
+    lab.sql("INSERT INTO users VALUES (1, 'a@x', 'a'), (2, 'b@x', 'b')")
+    lab.sql("INSERT INTO users VALUES (3, 'c@x', 'c')")
+    lab.sql("TRUNCATE TABLE users")
+    opened = []
+
+    def read():
+        stream = open_stream(params.client_options(), settings.tailer.server_id,
+                             settings.tailer.reader, info, start, heartbeat_s=0.2)
+        opened.append(tailer.binlog_source(stream, info, start))
+        return opened[-1]
+    yield read
+    for made in opened:
+        made.close()
+
+
+def test_groups_are_begin_to_commit_and_never_nest(source):
+    items = _read_groups(source().changes())
+    open_group = False
+    for item in items:
+        if type(item) is Begin:
+            assert not open_group
+            open_group = True
+        elif type(item) is Commit:
+            assert open_group
+            open_group = False
+        elif type(item) in (Record, TableEvent):
+            assert open_group, f"{item} outside a group"
+    assert not open_group and sum(type(i) is Commit for i in items) == 3
+
+
+def test_rows_and_table_events_arrive_in_commit_order(source):
+    items = _read_groups(source().changes())
+    kinds = [(type(i).__name__, i.key.rsplit(".", 1)[1] if type(i) is Record else None)
+             for i in items
+             if type(i) in (Begin, Record, TableEvent, Commit)]
+    assert kinds == [("Begin", None), ("Record", "users:1"), ("Record", "users:2"),
+                     ("Commit", None), ("Begin", None), ("Record", "users:3"),
+                     ("Commit", None), ("Begin", None), ("TableEvent", None), ("Commit", None)]
+
+
+def test_a_second_read_gives_the_same_ids(source):
+    def ids(items):
+        return [i.msg_id if type(i) is Record else (i.ctx.position, i.index) for i in items
+                if type(i) in (Record, TableEvent)]
+    first, second = (_read_groups(source().changes()) for _ in range(2))
+    assert ids(first) == ids(second) and len(ids(first)) == 4
+
+
+def test_the_pipeline_publishes_every_record_and_stores_the_last_checkpoint(source):
+    publisher, checkpoints = MemoryPublisher(partitions=2, auto_ack=False), MemoryCheckpointStore()
+    pipeline = Pipeline(publisher, checkpoints, "t", TailerSettings(pack_rows=1))
+    made = source()
+    items = _read_groups(made.changes())
+    pipeline.run(MemorySource(items))
+    pipeline.save_checkpoint()
+    assert checkpoints.saved == []                      # nothing acknowledged yet
+    publisher.ack_all()
+    pipeline.save_checkpoint()
+    assert checkpoints.saved == [[i for i in items if type(i) is Commit][-1].checkpoint]
+    record_ids = [i.msg_id for i in items if type(i) is Record]
+    rows = [s for s in publisher.sent if s.msg_id in record_ids]
+    assert [s.msg_id for s in rows] == record_ids
+    # the table-level event: one copy to each partition
+    copies = [s for s in publisher.sent if s.msg_id not in record_ids]
+    assert sorted(s.partition for s in copies) == [0, 1]
+    assert [decode(s.value).op for s in copies] == ["truncate"] * 2
+    if not isinstance(made, MemorySource):
+        assert [decode(s.value).pk for s in rows] == [(("id", n),) for n in (1, 2, 3)]

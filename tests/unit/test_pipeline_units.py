@@ -1,0 +1,167 @@
+"""The producer pipeline driven through its ports: a memory source, the memory publisher and
+checkpoint store (no services)."""
+
+from __future__ import annotations
+
+import pytest
+from kafka.errors import KafkaTimeoutError, MessageSizeTooLargeError
+
+from cachesync.config import TailerSettings
+from cachesync.producer_outbox.checkpoint import Checkpoint
+from cachesync.producer_outbox.memory import MemoryCheckpointStore, MemoryPublisher, MemorySource
+from cachesync.producer_outbox.pipeline import Pipeline
+from cachesync.producer_outbox.ports import (PULSE, Begin, Commit, Decide, Hold, Prepared,
+                                             Record, Release, TableEvent)
+from cachesync.producer_outbox.rows import TxnContext
+from cachesync.producer_outbox.statements import TableChange
+from cachesync.schema.errors import FatalError, RetryableError
+from cachesync.schema.event import decode
+
+USERS = ("app", "users")
+
+
+def ctx(n: int) -> TxnContext:
+    return TxnContext("srv", f"0-1-{n}", n, 1.7e9, gtid=True)
+
+
+def cp(n: int) -> Checkpoint:
+    return Checkpoint("srv", f"0-1-{n}")
+
+
+def rec(n: int) -> Record:
+    return Record("app", "users", f"app.users:{n}", f"v{n}".encode(), f"id-{n}")
+
+
+def group(n: int, *rows: int) -> list:
+    return [Begin(ctx(n)), *map(rec, rows), Commit(cp(n)), PULSE]
+
+
+def pipeline(publisher, pack_rows: int = 1, **settings):
+    store = MemoryCheckpointStore()
+    return Pipeline(publisher, store, "t", TailerSettings(checkpoint_interval_s=3600,
+                                                          pack_rows=pack_rows, **settings)), store
+
+
+@pytest.mark.parametrize("acked, saved", [
+    (0, []),                    # nothing acknowledged: the checkpoint stays
+    (1, []),                    # half of the first group: still not past it
+    (2, [cp(42)]),              # the first group done, the second not
+    (3, [cp(43)]),
+])
+def test_the_checkpoint_moves_only_past_fully_acknowledged_groups(acked, saved):
+    publisher = MemoryPublisher(auto_ack=False)
+    acks = []
+    real_send = publisher.send
+
+    def send(*args, on_ack, **kw):     # keep each record's ack to give them one by one
+        acks.append(on_ack)
+        real_send(*args, on_ack=lambda: None, **kw)
+    publisher.send = send
+    p, store = pipeline(publisher)
+    p.run(MemorySource(group(42, 1, 2) + group(43, 3)))
+    for on_ack in acks[:acked]:
+        on_ack()
+    p.save_checkpoint()
+    assert store.saved == saved and p.published == 3 and p.acked == acked
+
+
+def test_a_failed_send_stops_the_pipeline_before_its_checkpoint():
+    publisher = MemoryPublisher(auto_ack=False)
+    p, store = pipeline(publisher)
+    source = group(42, 1) + group(43, 2)
+
+    def items():
+        yield from source[:4]           # group 42 and its pulse
+        publisher.fail_all(KafkaTimeoutError("broker gone"))
+        yield from source[4:]
+    with pytest.raises(RetryableError, match="stopping before the checkpoint moves"):
+        p.run(type("S", (), {"changes": staticmethod(items)})())
+    p.drain()
+    assert store.saved == []
+
+
+def test_a_permanent_error_is_fatal():
+    publisher = MemoryPublisher(auto_ack=False)
+    p, _ = pipeline(publisher)
+    p.run(MemorySource(group(42, 1)))
+    publisher.fail_all(MessageSizeTooLargeError("too large"))
+    with pytest.raises(FatalError, match="refused a record for good"):
+        p.run(MemorySource(group(43, 2)))
+
+
+def test_a_table_event_goes_to_every_partition_after_the_packed_rows():
+    publisher = MemoryPublisher(partitions=3)
+    p, store = pipeline(publisher, pack_rows=10)
+    change = TableChange("app", "users", "truncate")
+    p.run(MemorySource([Begin(ctx(42)), rec(1), rec(2), TableEvent(ctx(42), 2, change, "TRUNCATE"),
+                        Commit(cp(42))]))
+    p.save_checkpoint()
+    events = [s for s in publisher.sent if s.key == "app.users:"]
+    assert sorted(s.partition for s in events) == [0, 1, 2] and p.table_events == 1
+    assert publisher.sent.index(events[0]) >= 1       # the rows' packs went first
+    assert {decode(s.value).op for s in events} == {"truncate"} and store.saved == [cp(42)]
+
+
+XA = [Begin(ctx(42)), Hold(), rec(1), rec(2), Prepared("x1", cp(42), (USERS,)), PULSE,
+      *group(43, 3)]
+
+
+def decide(commit: bool) -> list:
+    return [Begin(ctx(44)), Decide("x1", commit, ctx(44), 0, "XA COMMIT x1", (USERS,)),
+            Commit(cp(44))]
+
+
+def test_a_prepared_group_is_held_and_holds_the_checkpoint():
+    publisher = MemoryPublisher()
+    p, store = pipeline(publisher)
+    p.run(MemorySource(XA))
+    p.save_checkpoint()
+    assert [s.msg_id for s in publisher.sent] == ["id-3"] and store.saved == []
+
+
+@pytest.mark.parametrize("commit, sent", [(True, ["id-3", "id-1", "id-2"]), (False, ["id-3"])])
+def test_the_decision_publishes_or_drops_the_held_rows_and_frees_the_checkpoint(commit, sent):
+    publisher = MemoryPublisher()
+    p, store = pipeline(publisher)
+    p.run(MemorySource(XA + decide(commit)))
+    p.save_checkpoint()
+    assert [s.msg_id for s in publisher.sent] == sent and store.saved == [cp(44)]
+
+
+def test_a_commit_of_an_unknown_or_too_large_group_invalidates_its_tables():
+    publisher = MemoryPublisher(partitions=2)
+    p, store = pipeline(publisher, xa_buffer_rows=1)      # two rows: over the buffer
+    p.run(MemorySource(XA + decide(True)))
+    reasons = [decode(s.value).extra["reason"] for s in publisher.sent if s.key == "app.users:"]
+    assert reasons == ["xa_overflow"] * 2
+    publisher, unknown = MemoryPublisher(partitions=2), decide(True)
+    p, _ = pipeline(publisher)
+    p.run(MemorySource(unknown))                          # prepared before the start
+    assert [decode(s.value).extra["reason"] for s in publisher.sent] == ["xa_unknown"] * 2
+
+
+def test_one_phase_commit_of_a_group_too_large_to_hold_invalidates_its_tables():
+    """Its rows were dropped from the buffer: they must not vanish silently."""
+    publisher = MemoryPublisher()
+    p, store = pipeline(publisher, xa_buffer_rows=1)
+    p.run(MemorySource([Begin(ctx(42)), Hold(), rec(1), rec(2),
+                        Release(ctx(42), 2, (USERS,), "XA COMMIT ONE PHASE"), Commit(cp(42))]))
+    p.save_checkpoint()
+    assert [(decode(s.value).op, decode(s.value).extra["reason"]) for s in publisher.sent] == [
+        ("truncate", "xa_overflow")]
+    assert store.saved == [cp(42)]
+
+
+def test_stop_ends_the_run_at_the_next_pulse_and_drain_stores_what_was_acked():
+    publisher = MemoryPublisher()
+    p, store = pipeline(publisher)
+    items = group(42, 1) + group(43, 2)
+
+    def changes():
+        for item in items:
+            yield item
+            if item is items[2]:         # group 42's Commit
+                p.stop()
+    p.run(type("S", (), {"changes": staticmethod(changes)})())
+    p.drain()
+    assert [s.msg_id for s in publisher.sent] == ["id-1"] and store.saved == [cp(42)]
