@@ -705,7 +705,7 @@ class MonitorSettings(_Validated):
                               "is checked again one window later", **POSITIVE)
     max_checks_per_s: float = setting(
         20.0, "new samples above this rate are dropped "
-        "(`cachesync_consistency_samples_dropped_total{reason=\"rate_limit\"}`); a sample costs "
+        "(`cachesync_monitor_samples_dropped_total{reason=\"rate_limit\"}`); a sample costs "
         "2 primary-key SELECTs and one Redis read per look", **POSITIVE)
     queue_size: int = setting(1000, "samples waiting for their check; more are dropped "
                               "(`reason=\"queue_full\"`), the consumer never waits",
