@@ -108,6 +108,13 @@ def redis_client(settings: Settings, timeout_s: float | None = None) -> redis.Re
                                 socket_connect_timeout=timeout_s, **options)
 
 
+def replica_wait(settings: Settings):
+    """``redis.wait_replicas`` as the Redis adapters take it (None: do not wait)."""
+    from cachesync.consumer.adapters.redis_cluster import ReplicaWait
+    r = settings.redis
+    return ReplicaWait(r.wait_replicas, r.wait_timeout_ms) if r.wait_replicas else None
+
+
 # the TLS options of redis.url's query that the sentinels' connections share with the master's
 _SENTINEL_TLS_OPTIONS = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs",
                          "ssl_check_hostname")
@@ -146,7 +153,8 @@ def build_heartbeat(settings: Settings) -> HeartbeatWriter:
 def build_cache(settings: Settings) -> RedisCache:
     from cachesync.consumer.adapters.redis_cache import RedisCache
     return RedisCache("", client=redis_client(settings, ADAPTER_TIMEOUT_S),
-                      legacy_companions=settings.redis.legacy_companion_keys)
+                      legacy_companions=settings.redis.legacy_companion_keys,
+                      wait=replica_wait(settings))
 
 
 def build_cache_reader(settings: Settings, timeout_s: float = ADAPTER_TIMEOUT_S):
@@ -197,7 +205,8 @@ def build_dedup(settings: Settings):
     if c.dedup_store == "redis":
         from cachesync.consumer.adapters.redis_dedup import RedisDedupStore
         return RedisDedupStore("", settings.dedup_namespace, c.dedup_retention_s,
-                               client=redis_client(settings, ADAPTER_TIMEOUT_S))
+                               client=redis_client(settings, ADAPTER_TIMEOUT_S),
+                               wait=replica_wait(settings))
     raise ConfigError(f"consumer.dedup_store: expected 'mysql' or 'redis', got {c.dedup_store!r}")
 
 
