@@ -15,6 +15,8 @@ the same binlog range twice, alternating which goes first:
   all N rows -> rows/s acked; then the topic is read back and must hold exactly the N
   row ids, once each;
 * the same Tailer with ``pack_rows: 1`` (one record per row), reported beside it;
+* the same Tailer with the default settings but every row written by the Python path
+  (the compiled row writer, producer_outbox/hotpath.py, switched off), beside it;
 * what users run: the ``cachesync tail --from-gtid`` process with the default settings
   (its metrics server on a free port), on a topic whose records carry the broker's append
   time; rows/s is N over first to last append (and over launch to last append), and CPU
@@ -43,6 +45,7 @@ from bench import peers
 from bench.common import Sandbox, Worker, log, ratio, summarize, topic_events
 from cachesync.config import TailerSettings
 from cachesync.wiring import build_tailer, mysql_params
+from cachesync.producer_outbox import hotpath
 from cachesync.producer_outbox.checkpoint import Checkpoint, MySQLCheckpointStore
 from cachesync.producer_outbox.preflight import read_server_info
 
@@ -100,7 +103,7 @@ def _table_figures(box: Sandbox, table: str, ddl: str, n: int, runs: int,
     data = write_changes(box, table, n, txn_rows=txn_rows)
     log(f"tailer: wrote {data['transactions']} transactions in {data['write_s']:.1f}s; "
         f"binlog {data['start_gtid']} -> {data['end_gtid']}")
-    sides = {"baseline": [], "packed": [], "unpacked": [], "process": [],
+    sides = {"baseline": [], "packed": [], "unpacked": [], "python_rows": [], "process": [],
              **{p: [] for p in peer_names}}
     for i in range(runs):
         # alternate the order so neither side always runs on a warmer machine
@@ -113,6 +116,8 @@ def _table_figures(box: Sandbox, table: str, ddl: str, n: int, runs: int,
                                           data=data, rows=n, server_id=box.new_server_id())
             elif what == "process":
                 result = process_run(box, table, data, n)
+            elif what == "python_rows":
+                result = python_rows_run(box, table, data, n)
             else:
                 result = tailer_run(box, table, data, n, None if what == "packed" else 1)
             sides[what].append(result)
@@ -122,6 +127,7 @@ def _table_figures(box: Sandbox, table: str, ddl: str, n: int, runs: int,
     baseline = summarize(sides["baseline"], ["rows_per_s", "elapsed_s", "startup_s"])
     contender = summarize(sides["packed"], fields)
     unpacked = summarize(sides["unpacked"], fields)
+    python_rows = summarize(sides["python_rows"], fields)
     process = summarize(sides["process"], ["rows_per_s", "rows_per_s_from_launch", "startup_s",
                                            "cpu_s", "cpu_s_per_100k_rows"])
     return {
@@ -138,6 +144,10 @@ def _table_figures(box: Sandbox, table: str, ddl: str, n: int, runs: int,
         "unpacked": {"name": "the same with pack_rows 1 (one record per row)", **unpacked,
                      "ratio_to_baseline": ratio(unpacked["median"]["rows_per_s"],
                                                 baseline["median"]["rows_per_s"])},
+        "python_rows": {"name": "the same, default settings, every row written by the Python "
+                                "path (compiled row writer off)", **python_rows,
+                        "ratio_contender_to_it": ratio(contender["median"]["rows_per_s"],
+                                                       python_rows["median"]["rows_per_s"])},
         "process": {"name": "cachesync tail --from-gtid as a process, default settings -> N "
                             "rows appended by the broker (LogAppendTime), rows/s first to "
                             "last append", **process,
@@ -353,6 +363,16 @@ def tailer_run(box: Sandbox, table_name: str, data: dict, n: int, pack_rows: int
             "startup_s": round(t_first - t0, 4), **_cpu_figures(n, cpu),
             "checkpoint": tailer.committed.describe() if tailer.committed else None}
 
+
+
+def python_rows_run(box: Sandbox, table_name: str, data: dict, n: int) -> dict:
+    """``tailer_run`` with the default settings and the compiled row writer switched off."""
+    compiled, hotpath.record = hotpath.record, None
+    try:
+        result = tailer_run(box, table_name, data, n, None)
+    finally:
+        hotpath.record = compiled
+    return {**result, "what": "tailer default, Python row path"}
 
 
 # -- the process users run ----------------------------------------------------------------

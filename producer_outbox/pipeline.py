@@ -81,7 +81,7 @@ class Pipeline:
         """Publish the source's changes until it ends or stop(); raises RetryableError or
         FatalError when publishing fails (the checkpoint stays before the failed record).
         The checkpoint is saved (every checkpoint_interval_s) and a stop seen at a Commit or
-        a Pulse: a source yields a Pulse after each event it read."""
+        a Pulse (ports.Pulse)."""
         save_every, last_save = self._settings.checkpoint_interval_s, time.monotonic()
         handlers = self._handlers()
         for item in source.changes():

@@ -106,8 +106,9 @@ class Decide:
 
 @dataclass(frozen=True, slots=True)
 class Pulse:
-    """Nothing to publish (a heartbeat, a rotate, DDL): the pipeline may save its
-    checkpoint and see a stop request."""
+    """The source read an event (a heartbeat, a rotate, DDL, a rows event after its
+    records): the pipeline may save its checkpoint and see a stop request, as at a Commit.
+    A source yields one at least every few seconds while it waits, so a stop is seen."""
 
 
 PULSE = Pulse()

@@ -3,9 +3,11 @@
 In one process the tailer's thread (binlog decode, events, packs) and kafka-python's
 sender thread (batches, requests, acks) take turns on one core; the sender was a fifth
 of the CPU and ``KafkaProducer.send`` another tenth of the tailer's thread. Here the
-parent writes each record to a pipe (one pickle and one write), a child process runs the
-``KafkaPublisher`` on the other core, and the acks come back on a second pipe to a reader
-thread that calls the callbacks, as the producer's own thread did.
+parent queues each record for a writer thread, which writes what gathered while it wrote
+the last batch to a pipe as one message (one pickle, one write: a write and a flush per
+record were a tenth of the tailer's thread on single-row transactions); a child process
+runs the ``KafkaPublisher`` on the other core, and the acks come back on a second pipe to a
+reader thread that calls the callbacks, as the producer's own thread did.
 
 Semantics are the in-process publisher's: a record is acknowledged only once Kafka
 acknowledged it (``acks=all``), ``flush`` returns once every record written before it was
@@ -44,6 +46,7 @@ _ENDED = object()            # what _load returns at the end of the child's outp
 START_TIMEOUT_S = 120.0      # the child's start: the interpreter, kafka-python, the bootstrap
 REPLY_MARGIN_S = 10.0        # a bounded request (flush, close) waits this much longer for its reply
 EXIT_STATUS_WAIT_S = 5.0     # after the child's output ends: how long to wait for its exit status
+MAX_QUEUED = 10_000          # messages waiting for the writer thread; send() waits beyond it
 
 
 class PublisherProcessError(RetryableError):
@@ -63,6 +66,10 @@ class ProcessPublisher:
         self._out, self._in = self._proc.stdin, self._proc.stdout
         self._write_lock = threading.Lock()
         self._state = threading.Lock()
+        self._queued: list[tuple] = []               # messages for the writer thread, in order
+        self._queue_ready = threading.Condition(threading.Lock())
+        self._writer_idle = False
+        self._stopping = False                       # _kill: the writer thread ends
         self._pending: dict[int, tuple[Callable[[], None], Callable[[Exception], None]]] = {}
         self._replies: dict[int, list] = {}          # request id -> [event, ok, value]
         self._seq = 0
@@ -80,6 +87,8 @@ class ProcessPublisher:
         self._reader = threading.Thread(target=self._read_loop, name="cachesync-publisher-acks",
                                         daemon=True)
         self._reader.start()
+        threading.Thread(target=self._write_loop, name="cachesync-publisher-writes",
+                         daemon=True).start()
 
     def __repr__(self) -> str:
         return f"ProcessPublisher(pid={self._proc.pid})"
@@ -89,7 +98,7 @@ class ProcessPublisher:
              on_ack: Callable[[], None], on_error: Callable[[Exception], None],
              partition: int | None = None) -> None:
         seq = self._register(self._pending, (on_ack, on_error))
-        self._write(("send", seq, topic, key, value, msg_id, partition))
+        self._enqueue(("send", seq, topic, key, value, msg_id, partition))
 
     def partitions(self, topic: str) -> list[int]:
         """The topic's partition ids, sorted; raises RetryableError without metadata."""
@@ -123,10 +132,38 @@ class ProcessPublisher:
             raise self._gone(f"cannot write to it ({e})",
                              ended=isinstance(e, BrokenPipeError)) from e
 
+    def _enqueue(self, message: tuple) -> None:
+        """Queue ``message`` for the writer thread (after every message queued before it);
+        waits while MAX_QUEUED are waiting."""
+        with self._queue_ready:
+            while len(self._queued) >= MAX_QUEUED and self._dead is None and not self._stopping:
+                self._queue_ready.wait(1.0)
+            self._queued.append(message)
+            if self._writer_idle:
+                self._queue_ready.notify_all()
+
+    def _write_loop(self) -> None:
+        """Write the queued messages, what gathered meanwhile as one ("batch", [...])."""
+        while True:
+            with self._queue_ready:
+                while not self._queued and self._dead is None and not self._stopping:
+                    self._writer_idle = True
+                    self._queue_ready.wait()
+                self._writer_idle = False
+                batch, self._queued = self._queued, []
+                self._queue_ready.notify_all()           # room for senders waiting
+            if not batch:
+                return                                   # closed or dead, nothing left
+            try:
+                self._write(batch[0] if len(batch) == 1 else ("batch", batch))
+            except PublisherProcessError as e:
+                self._fail_all(e)
+                return
+
     def _request(self, kind: str, arg, wait_s: float | None = None):
         done = threading.Event()
         slot = [done, None, None]
-        self._write((kind, self._register(self._replies, slot), arg))
+        self._enqueue((kind, self._register(self._replies, slot), arg))
         if not done.wait(wait_s):
             raise RetryableError(f"Kafka publisher process: no answer to {kind} in {wait_s}s")
         ok, value = slot[1], slot[2]
@@ -233,6 +270,9 @@ class ProcessPublisher:
         """End the child: its input closed, ``grace_s`` to exit, then SIGKILL. Its output is
         closed last: the reader thread may be blocked reading it (holding its lock) until
         the child is gone."""
+        with self._queue_ready:
+            self._stopping = True
+            self._queue_ready.notify_all()         # the writer thread ends
         _close_quietly(self._out)
         try:
             self._proc.wait(grace_s)
@@ -350,10 +390,11 @@ class _Child:
             except (EOFError, pickle.UnpicklingError):   # the parent is gone (maybe mid-write)
                 self._publisher.close(timeout_s=0)
                 return 0
-            if message[0] == "send":
-                self._send(*message[1:])
-            elif self._answer(*message):
-                return 0
+            for one in (message[1] if message[0] == "batch" else (message,)):
+                if one[0] == "send":
+                    self._send(*one[1:])
+                elif self._answer(*one):
+                    return 0
 
     def _send(self, seq, topic, key, value, msg_id, partition) -> None:
         try:

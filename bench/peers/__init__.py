@@ -133,6 +133,8 @@ READERS = (("baseline", "raw python-mysql-replication (touching every value)"),
            ("process", "cachesync tail --from-gtid, the process, default settings"),
            ("contender", "cachesync Tailer in process, default (pack_rows 500)"),
            ("unpacked", "cachesync tail, one record per row (pack_rows 1)"),
+           ("python_rows", "cachesync Tailer in process, default, rows written by the Python "
+                           "path (compiled row writer off)"),
            ("debezium", "Debezium 3.5.0.Final embedded, MariaDB connector, JSON records"),
            ("canal", "Alibaba Canal 1.1.7 parser (LogEventConvert, RowChange decoded)"))
 TARGETS = (("debezium", ">= 1.0x Debezium (must)"), ("canal", ">= 1.0x Canal (goal)"))

@@ -366,14 +366,14 @@ def test_spark_consume_serves_the_consumer_metrics_with_kafka_lag_from_its_check
         def caught_up():
             m = scrape(addr)
             lag = {k: v for (name, k), v in m.items()
-                   if name == "cachesync_kafka_consumer_lag_messages"}
-            done = m.get(("cachesync_events_applied_total", ())) == 40
+                   if name == "cachesync_consumer_kafka_lag_messages"}
+            done = m.get(("cachesync_consumer_events_applied_total", ())) == 40
             return (m, lag) if done and len(lag) == 3 and sum(lag.values()) == 0 else None
         m, lag = wait_for(caught_up, 300, interval=0.5, what="metrics showing 40 applied, no lag")
     finally:
         stop_gracefully(proc)
     assert m[("cachesync_events_consumed_total", ())] == 40
-    assert m[("cachesync_commit_to_apply_seconds_count", (("kind", "binlog"),))] == 40
+    assert m[("cachesync_consumer_commit_to_apply_seconds_count", (("kind", "binlog"),))] == 40
     assert set(lag) == {(("partition", str(p)),) for p in range(3)}
     assert proc.returncode == 0, lab.log(proc)
 
@@ -513,6 +513,7 @@ def test_audit_finds_exactly_the_planted_stale_keys_and_repair_removes_them(lab,
     result = runner.invoke(cli, ["audit", "--config", cfg, "--table", table, "--partitions", "3"],
                            env=lab.stack.env)
     assert result.exit_code == 4, result.output               # 5/399 cached entries are wrong
+    assert f"audit {table} (rows): done, 200 of 200 in" in result.stderr   # no terminal: lines
     report = json.loads(result.stdout)
     assert set(report["stale_keys"]) == stale
     assert report["extra_keys"] == [f"{lab.prefix}user:999"]

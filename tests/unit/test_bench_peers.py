@@ -8,12 +8,15 @@ import pytest
 from bench import peers
 
 
-def _shape(rows, baseline, unpacked, packed, debezium=None, canal=None, process=None):
+def _shape(rows, baseline, unpacked, packed, debezium=None, canal=None, process=None,
+           python_rows=None):
     """bench/tailer.py's figures of one shape; each reader one run of (elapsed_s, startup_s)."""
     def runs(elapsed, startup):
         return {"runs": [{"rows": rows, "elapsed_s": elapsed, "startup_s": startup}]}
     out = {"table": {"rows": rows, "txn_rows": [1, 1]}, "baseline": runs(*baseline),
            "unpacked": runs(*unpacked), "contender": runs(*packed)}
+    if python_rows is not None:
+        out["python_rows"] = runs(*python_rows)
     # the peers and the tail process report rows/s first row to last themselves
     for peer, rate in (("debezium", debezium), ("canal", canal), ("process", process)):
         if rate is not None:
@@ -39,11 +42,12 @@ def test_every_reader_is_measured_first_row_to_last_and_the_targets_follow():
     # 1,000 rows: baseline 1.0 s after its 0.5 s start; tailer 2.0 s after 0.5 s; packed 1.0 s;
     # the tail process 1.25 s from its first row's append to its last's
     out = peers.compare({"M": _shape(1000, (1.5, 0.5), (2.5, 0.5), (1.25, 0.25),
-                                     debezium=400.0, canal=2000.0, process=800.0)}, None)
+                                     debezium=400.0, canal=2000.0, process=800.0,
+                                     python_rows=(2.5, 0.5))}, None)
     m = out["M"]
     assert {k: v["rows_per_s"] for k, v in m["readers"].items()} == {
         "baseline": 1000.0, "unpacked": 500.0, "contender": 1000.0, "process": 800.0,
-        "debezium": 400.0, "canal": 2000.0}
+        "debezium": 400.0, "canal": 2000.0, "python_rows": 500.0}
     # the default packs (the contender); one record per row is reported beside it
     assert m["ratios"] == {"cachesync_default_to_debezium": 2.5,
                            "cachesync_default_to_canal": 0.5}
