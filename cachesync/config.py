@@ -212,7 +212,7 @@ class MySQLSettings(_Validated):
     password: Secret = setting(Secret(""), "the account's password", secret=True)
     state_db: str = setting("cachesync", "database holding `cachesync_dedup`, "
                             "`cachesync_dedup_done` and `cachesync_checkpoint`", **IDENTIFIER)
-    # TLS: on when ssl_ca is set, for every session, the binlog stream and audit's JDBC
+    # verified TLS when ssl_ca (or ssl) is set, for every session, the binlog stream and audit's JDBC
     ssl_ca: str = setting("", "PEM CA of the server's certificate; set, every MySQL connection "
                           "(sessions, the binlog stream, audit's JDBC) uses verified TLS. A "
                           "certificate that fails verification stops the process with exit code 3")
