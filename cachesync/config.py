@@ -341,10 +341,11 @@ class KafkaSettings(_Validated):
     sasl_oauth_token_file: str = setting(
         "", "`OAUTHBEARER`: a file holding the token (a JWT), read again whenever it changes "
         "(a Kubernetes projected token, a sidecar renewing it). The Spark engine reads it too")
-    sasl_oauth_token_command: str = setting(
-        "", "`OAUTHBEARER`: a command printing the token, or an OAuth token endpoint's JSON "
+    sasl_oauth_token_command: Secret = setting(
+        Secret(""), "`OAUTHBEARER`: a command printing the token, or an OAuth token endpoint's JSON "
         "(`access_token`, `expires_in`); run without a shell, again before the token expires. "
-        "Keep secrets out of its arguments (read them inside the command). Python engine only")
+        "Keep secrets out of its arguments (read them inside the command). Python engine only",
+        secret=True)
     sasl_oauth_token_max_age_s: float = setting(
         300.0, "a token from `kafka.sasl_oauth_token_command` is renewed after 80 % of its "
         "lifetime (its `exp` claim or `expires_in`), and at the latest after this",

@@ -160,22 +160,37 @@ class TokenCommand(_Provider):
             raise
         self._token = token
         self._expires_at = None if lifetime is None else now + lifetime
-        self._refresh_at = now + min(self.max_age_s, REFRESH_AT * lifetime if lifetime else
-                                     self.max_age_s)
+        self._refresh_at = now + min(self.max_age_s, self.max_age_s if lifetime is None
+                                     else REFRESH_AT * lifetime)
 
     def _run(self) -> tuple[str, float | None]:
-        """Run the command once: (token, lifetime in seconds or None)."""
+        """Run the command once: (token, lifetime in seconds or None). It runs in a session
+        of its own (a timeout kills everything it started) and without cachesync's own
+        CACHESYNC_* variables; its arguments and stderr stay out of every message (a client
+        secret, a ``curl -v`` trace): run it by hand to see them."""
         name = self.argv[0]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CACHESYNC_")}
         try:
-            done = subprocess.run(self.argv, capture_output=True, text=True, stdin=subprocess.DEVNULL,
-                                  timeout=COMMAND_TIMEOUT_S)
-        except (OSError, subprocess.TimeoutExpired) as e:
-            raise ConfigError(f"kafka.sasl_oauth_token_command: {name} did not run: {e}") from None
-        if done.returncode != 0:
-            tail = done.stderr.strip()[-300:]
+            child = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, text=True, env=env,
+                                     start_new_session=True)
+        except OSError as e:
+            raise ConfigError(f"kafka.sasl_oauth_token_command: {name} did not run: "
+                              f"{e.strerror or type(e).__name__}") from None
+        try:
+            out, _ = child.communicate(timeout=COMMAND_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(child.pid, 9)
+            except ProcessLookupError:
+                pass
+            child.communicate()
+            raise ConfigError(f"kafka.sasl_oauth_token_command: {name} did not finish within "
+                              f"{COMMAND_TIMEOUT_S:g} s") from None
+        if child.returncode != 0:
             raise ConfigError(f"kafka.sasl_oauth_token_command: {name} exited with status "
-                              f"{done.returncode}" + (f": {tail}" if tail else ""))
-        return self._parse(done.stdout.strip(), name)
+                              f"{child.returncode} (its stderr is not shown: run it by hand)")
+        return self._parse(out.strip(), name)
 
     def _parse(self, out: str, name: str) -> tuple[str, float | None]:
         token, expires_in = out, None

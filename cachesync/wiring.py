@@ -110,6 +110,16 @@ def redis_client(settings: Settings, timeout_s: float | None = None) -> redis.Re
                                 socket_connect_timeout=timeout_s, **options)
 
 
+def writer_timeout_s(settings: Settings) -> float:
+    """The socket timeout of the clients that write (cache, dedup store): longer than
+    ``redis.wait_timeout_ms``, so a WAIT that waits its full time is not cut off as a timeout
+    (redis-py would then re-send the batch's commands on other connections)."""
+    r = settings.redis
+    if not r.wait_replicas:
+        return ADAPTER_TIMEOUT_S
+    return max(ADAPTER_TIMEOUT_S, r.wait_timeout_ms / 1000 + 2)
+
+
 def replica_wait(settings: Settings):
     """``redis.wait_replicas`` as the Redis adapters take it (None: do not wait)."""
     from cachesync.consumer.adapters.redis_cluster import ReplicaWait
@@ -154,7 +164,7 @@ def build_heartbeat(settings: Settings) -> HeartbeatWriter:
 
 def build_cache(settings: Settings) -> RedisCache:
     from cachesync.consumer.adapters.redis_cache import RedisCache
-    return RedisCache("", client=redis_client(settings, ADAPTER_TIMEOUT_S),
+    return RedisCache("", client=redis_client(settings, writer_timeout_s(settings)),
                       legacy_companions=settings.redis.legacy_companion_keys,
                       wait=replica_wait(settings))
 
@@ -207,7 +217,7 @@ def build_dedup(settings: Settings):
     if c.dedup_store == "redis":
         from cachesync.consumer.adapters.redis_dedup import RedisDedupStore
         return RedisDedupStore("", settings.dedup_namespace, c.dedup_retention_s,
-                               client=redis_client(settings, ADAPTER_TIMEOUT_S),
+                               client=redis_client(settings, writer_timeout_s(settings)),
                                wait=replica_wait(settings))
     raise ConfigError(f"consumer.dedup_store: expected 'mysql' or 'redis', got {c.dedup_store!r}")
 

@@ -109,19 +109,27 @@ def run_pipeline(client, fill: Callable[[object], None], scripts: Sequence = (),
         queued = len(pipe)
         if wait is not None and queued:
             queue_wait(client, pipe, wait)
+        resent = getattr(pipe, "reinitialize_counter", 0)
         replies = pipe.execute()
         if wait is not None:
+            if getattr(pipe, "reinitialize_counter", 0) != resent:
+                # redis-py re-sent some commands one by one on other connections (MOVED,
+                # ASK, a timeout): a WAIT covers only its own connection's writes
+                raise ReplicaWaitError(
+                    "Redis Cluster re-sent part of the batch after a redirection or a connection "
+                    "error, so WAIT cannot vouch for it; the batch is applied again")
             check_wait(replies[queued:], wait)
         return replies[:queued]
     try:
-        return attempt()
+        try:
+            return attempt()
+        except redis.exceptions.NoScriptError:
+            for script in scripts:
+                script.sha = client.script_load(script.script)
+            return attempt()
     except (redis.ConnectionError, redis.TimeoutError):
         refresh(client)
         raise
-    except redis.exceptions.NoScriptError:
-        for script in scripts:
-            script.sha = client.script_load(script.script)
-        return attempt()
 
 
 class ReplicaWaitError(redis.ConnectionError):
@@ -131,15 +139,30 @@ class ReplicaWaitError(redis.ConnectionError):
 
 def queue_wait(client, pipe, wait: ReplicaWait) -> None:
     """Queue ``WAIT replicas timeout`` after what ``pipe`` holds: on a cluster once per
-    primary, each on the connection that carries that primary's commands (a WAIT covers
-    the writes its own connection sent; on a master this pipeline did not write to it
-    returns at once)."""
+    master the queued commands go to, each on the connection that carries that master's
+    commands (a WAIT covers the writes its own connection sent). A master this pipeline
+    does not write to is not asked: one without replicas (just promoted) then holds back
+    only the batches that write to it."""
     args = ("WAIT", wait.replicas, wait.timeout_ms)
     if not is_cluster(client):
         pipe.execute_command(*args)
         return
-    for node in client.get_primaries():
+    for node in _written_nodes(client, pipe):
         pipe.execute_command(*args, target_nodes=node)
+
+
+def _written_nodes(client, pipe) -> list:
+    """The masters of what a cluster pipeline holds: a command's ``target_nodes`` (scripts,
+    queue_script), else the master of its first key's slot."""
+    queue = getattr(getattr(pipe, "_execution_strategy", None), "command_queue", None)
+    if queue is None:       # a redis-py without the queue where 8.x keeps it: every master
+        return list(client.get_primaries())
+    nodes = {}
+    for command in queue:
+        target = command.options.get("target_nodes")
+        node = target if target is not None else client.get_node_from_key(command.args[1])
+        nodes[node.name] = node
+    return list(nodes.values())
 
 
 def check_wait(replies: list, wait: ReplicaWait) -> None:
