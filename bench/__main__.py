@@ -24,7 +24,8 @@ from bench.common import ROOT, Stack, log
 
 # what a plain `python -m bench` (and `make bench`) runs: every figure the README quotes,
 # the 10-minute memory soak included; replay_spark is reachable with --only
-BENCHMARKS = ("tailer", "consumer", "lag", "soak", "outbox", "consistency", "failover")
+BENCHMARKS = ("tailer", "consumer", "lag", "soak", "outbox", "consistency", "failover",
+              "failover_redis_cluster")
 _NOT_BENCHMARKS = {"__init__", "__main__", "common", "perf_table", "failover_promotion"}
 
 

@@ -14,10 +14,17 @@ application's own. Choices:
 * ``mysql``: ``consumer.dedup_store: mysql`` on the primary.
 * ``mysql_log_bin_off``: the same with ``consumer.dedup_mysql_log_bin: false`` (an account
   with BINLOG ADMIN, created for the run).
+* ``mysql_compact``: ``consumer.dedup_mysql_layout: compact`` on the primary (the run's
+  account, which also has the layout's ALTER, DROP).
+* ``mysql_host``: the MySQL store on a server of its own (``consumer.dedup_mysql_host``:
+  the ``mariadb-twin`` variant, which must be up: ``devstack/stack.sh up mariadb-twin``).
+
+``BENCH_DEDUP_BINLOG_CHOICES`` (comma-separated) runs some of them; ``none`` always runs.
 
 The MySQL store's periodic purge deletes every record again later (as many binlog bytes
 once more with the binlog on); it is not in these figures. A MySQL store on a server of
-its own (``consumer.dedup_mysql_host``) writes nothing to the primary by construction.
+its own (``consumer.dedup_mysql_host``) writes nothing to the primary's binlog: the
+``mysql_host`` run measures it.
 Heartbeats are off (``tailer.heartbeat_interval_s: 0``): at idle they add a row per
 interval whatever the store. ``python -m bench --only dedup_binlog [--quick]``.
 """
@@ -25,6 +32,7 @@ interval whatever the store. ``python -m bench --only dedup_binlog [--quick]``.
 from __future__ import annotations
 
 import dataclasses
+import os
 import secrets
 import time
 
@@ -40,9 +48,13 @@ from cachesync.wiring import (build_cache, build_dead_letters, build_dedup, kafk
 NAME = "dedup_binlog"
 SIZES = {"full": 20_000, "quick": 2_000}
 TABLE_ROWS = 1_000
-CHOICES = {"none": None, "redis": {"dedup_store": "redis"},
-           "mysql": {"dedup_store": "mysql"},
-           "mysql_log_bin_off": {"dedup_store": "mysql", "dedup_mysql_log_bin": False}}
+ALL_CHOICES = {"none": None, "redis": {"dedup_store": "redis"},
+               "mysql": {"dedup_store": "mysql"},
+               "mysql_log_bin_off": {"dedup_store": "mysql", "dedup_mysql_log_bin": False},
+               "mysql_compact": {"dedup_store": "mysql", "dedup_mysql_layout": "compact"},
+               "mysql_host": {"dedup_store": "mysql"}}     # + dedup_mysql_host, at run time
+CHOICES = {c: v for c, v in ALL_CHOICES.items() if c == "none" or c in os.environ.get(
+    "BENCH_DEDUP_BINLOG_CHOICES", ",".join(ALL_CHOICES)).split(",")}
 UPDATES_PER_COMMIT = 1      # single-row transactions: the dedup's share is at its largest
 FIELDS = ["app_bytes_per_change", "extra_bytes_per_change", "extra_over_app", "keys_per_s"]
 
@@ -90,7 +102,7 @@ def one_run(box: Sandbox, choice: str, n: int, account: tuple[str, str]) -> dict
     topic = box.new_topic()
     cfg = box.write_config({f"{box.db}.items": {"keys": [box.prefix + "item:{id}"]}},
                            topic=topic, tailer={"heartbeat_interval_s": 0},
-                           consumer=CHOICES[choice] or {})
+                           consumer=_consumer(box, choice))
     tailer = box.spawn("tail", cfg)
     try:
         wait_for(lambda: _checkpoint_of(box, cfg), 60, "the tailer's start checkpoint")
@@ -124,9 +136,10 @@ def one_run(box: Sandbox, choice: str, n: int, account: tuple[str, str]) -> dict
 
 def _engine(box: Sandbox, cfg, choice: str, account: tuple[str, str]) -> PythonEngine:
     """The python engine as ``build_engine`` makes it; ``none`` without a dedup store, the
-    log-bin-off choice as the account that may turn the binlog off."""
+    log-bin-off and compact choices as the run's account (it may turn the binlog off and
+    drop partitions)."""
     settings = box.settings(cfg)
-    if choice == "mysql_log_bin_off":
+    if choice in ("mysql_log_bin_off", "mysql_compact"):
         settings = dataclasses.replace(settings, mysql=dataclasses.replace(
             settings.mysql, user=account[0], password=Secret(account[1])))
     k = settings.kafka
@@ -135,6 +148,19 @@ def _engine(box: Sandbox, cfg, choice: str, account: tuple[str, str]) -> PythonE
     dedup = None if CHOICES[choice] is None else build_dedup(settings)
     return PythonEngine(source, dedup, build_cache(settings), build_dead_letters(settings),
                         mappings(settings), options=settings.consumer)
+
+
+def _consumer(box: Sandbox, choice: str) -> dict:
+    """The consumer settings of ``choice``; ``mysql_host`` names the twin (raises when the
+    variant is not up)."""
+    consumer = dict(CHOICES[choice] or {})
+    if choice == "mysql_host":
+        port = box.stack.env.get("DEVSTACK_MYSQL_TWIN_PORT")
+        if not port:
+            raise RuntimeError("mysql_host needs the mariadb-twin variant: "
+                               "`devstack/stack.sh up mariadb-twin`")
+        consumer["dedup_mysql_host"] = f"127.0.0.1:{port}"
+    return consumer
 
 
 def _drop_redis_dedup(box: Sandbox, namespace: str) -> None:
@@ -170,7 +196,7 @@ def _binlog_admin_account(stack, box: Sandbox) -> tuple[str, str]:
     """An account with the MySQL dedup store's grants plus BINLOG ADMIN, for this run."""
     user, password = f"bench_nolog_{box.suffix}", secrets.token_hex(12)
     stack.admin_sql(f"CREATE USER '{user}'@'127.0.0.1' IDENTIFIED BY %s", (password,))
-    stack.admin_sql(f"GRANT SELECT, INSERT, UPDATE, DELETE, CREATE ON cachesync.* "
+    stack.admin_sql(f"GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, ALTER, DROP ON cachesync.* "
                     f"TO '{user}'@'127.0.0.1'")
     stack.admin_sql(f"GRANT BINLOG ADMIN ON *.* TO '{user}'@'127.0.0.1'")
     return user, password

@@ -24,7 +24,7 @@ from cachesync.consumer.adapters.mysql_dedup_compact import CompactMySQLDedupSto
 from cachesync.producer_outbox.mysql import MySQLParams
 
 NAME = "dedup_layout"
-SIZES = {"full": 4_000_000, "quick": 100_000}     # records per layout
+SIZES = {"full": 3_200_000, "quick": 100_000}     # records per layout
 BATCH = 500                                       # consumer.batch_size's default
 SLICES = 8
 LEASE_S = 30.0
@@ -43,10 +43,12 @@ def run(stack, quick: bool, runs: int) -> dict:
     try:
         (_, pool), = stack.admin_sql("SHOW GLOBAL VARIABLES LIKE 'innodb_buffer_pool_size'")
         per_slice = max(BATCH, total // SLICES // BATCH * BATCH)
-        slices = [_slice(stores, per_slice, i) for i in range(SLICES)]
-        for i, s in enumerate(slices):
+        slices = []
+        for i in range(SLICES):
+            s = _slice(stores, per_slice, i)
             s["records_per_layout"] = per_slice * (i + 1)
             s.update(_sizes(stack, box.db, int(pool)))
+            slices.append(s)
             log(f"{NAME}: slice {i + 1}/{SLICES}: claim p50 rows {s['rows']['claim_ms_p50']} ms, "
                 f"compact {s['compact']['claim_ms_p50']} ms; tables "
                 f"{s['rows_table_mb']} / {s['compact_table_mb']} MB "

@@ -26,6 +26,7 @@ import pymysql
 
 from bench.common import Worker, log, wait_for
 from bench.lag import _alive, _checkpoint_stored
+from bench.start import start_steps
 from cachesync import config
 
 PHASE_MAX_S = 600.0
@@ -61,6 +62,7 @@ class PromotionFault:
         writer.start()
         try:
             self.box.stop_proc(tailer)
+            stopped_s = time.perf_counter() - t_promoted
             tailer = self.box.spawn("tail", tail_cfg, env=self._pointed_at(replica_port))
             wait_for(lambda: _alive(self.box, tailer) and _alive(self.box, consumer) and all(
                 self.bench.progress.first_gone(p, t_promoted, t_promoted)
@@ -82,7 +84,9 @@ class PromotionFault:
                         "primary (tailer restarted with the new primary as mysql.host)",
                 "missing": first["missing"] + out["missing"], "stale_keys_new_primary": stale,
                 "achieved_rate": out["achieved_rate"], "phase_p99_ms": out["p99_ms"],
-                "phase_max_ms": out["max_ms"], "before_promotion_max_ms": first["max_ms"]}
+                "phase_max_ms": out["max_ms"], "before_promotion_max_ms": first["max_ms"],
+                "old_tailer_stopped_after_s": round(stopped_s, 3),
+                "new_tailer_start_steps_s": start_steps(tailer)}
 
     def _replica_up(self) -> int:
         """Start (or rebuild, after the last run's promotion) the replica; its port."""

@@ -11,7 +11,7 @@ keys cached (seconds during which nothing is written: the pipeline may catch up 
 The MySQL choices start with PREFILL done records already in the consumer's namespace
 (written straight into the table with ``sql_log_bin = 0``), so the table is past the
 devstack's 256 MB buffer pool from the first segment: the rows layout's ~200 B per record
-x 4,000,000 is ~3 times the pool. Choices (``BENCH_DRIFT_CHOICES``, comma-separated;
+x 2,000,000 is about twice the pool. Choices (``BENCH_DRIFT_CHOICES``, comma-separated;
 default ``redis``): ``redis`` (the default store; its records are in Redis memory, not
 prefilled), ``mysql`` (rows layout), ``mysql_compact``; an entry may say its own length and
 repetitions as ``name:minutes:runs`` (``redis:30:1,mysql:3:3``), else ``--minutes`` and
@@ -31,7 +31,7 @@ NAME = "lag_drift"
 RATE = 10_000
 SEGMENTS = 6
 FLOOR_S = 10.0
-PREFILL = {"full": 4_000_000, "quick": 100_000}
+PREFILL = {"full": 2_000_000, "quick": 100_000}
 PREFILL_CHUNK = 250_000
 CHOICES = {"redis": {"dedup_store": "redis"},
            "mysql": {"dedup_store": "mysql"},

@@ -58,7 +58,7 @@ def run(stack, quick: bool, runs: int, minutes: float | None = None) -> dict:
         stack.admin_sql(f"INSERT INTO `{box.db}`.items VALUES {rows}")
         stack.admin_sql(f"INSERT INTO `{box.db}`.users (id, name) "
                         f"SELECT id, 'u' FROM `{box.db}`.items")
-        wait_for(lambda: _counts(addr).get("cachesync_events_applied_total", 0) >= 2 * p["rows"],
+        wait_for(lambda: _counts(addr).get("cachesync_consumer_events_applied_total", 0) >= 2 * p["rows"],
                  SETTLE_S, "the rows' inserts applied", interval=0.5)
         results = []
         for i in range(runs):
@@ -93,8 +93,8 @@ def _address(box: Sandbox, proc) -> str | None:
     return m and m.group(1)
 
 
-_UNLABELLED = ("cachesync_consistency_mysql_reads_total", "cachesync_events_applied_total",
-               "cachesync_consistency_pending", "cachesync_consistency_check_errors_total")
+_UNLABELLED = ("cachesync_monitor_mysql_reads_total", "cachesync_consumer_events_applied_total",
+               "cachesync_monitor_pending", "cachesync_monitor_check_errors_total")
 
 
 def _counts(addr: str) -> dict:
@@ -103,9 +103,9 @@ def _counts(addr: str) -> dict:
     out: dict = {}
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
-            if s.name == "cachesync_consistency_checks_total":
+            if s.name == "cachesync_monitor_checks_total":
                 out[s.labels["result"]] = out.get(s.labels["result"], 0) + s.value
-            elif s.name == "cachesync_consistency_samples_dropped_total":
+            elif s.name == "cachesync_monitor_samples_dropped_total":
                 out["dropped"] = out.get("dropped", 0) + s.value
             elif s.name in _UNLABELLED:
                 out[s.name] = s.value
@@ -121,22 +121,22 @@ def _measure(box: Sandbox, addr: str, p: dict) -> dict:
     work.run()
     elapsed = time.monotonic() - t0
     during = _counts(addr)          # the checks done while the workload ran: the rate
-    after = wait_for(lambda: (lambda c: c if c.get("cachesync_consistency_pending") == 0 and
-                              c.get("cachesync_events_applied_total", 0) - before.get(
-                                  "cachesync_events_applied_total", 0) >= work.events else None)(
+    after = wait_for(lambda: (lambda c: c if c.get("cachesync_monitor_pending") == 0 and
+                              c.get("cachesync_consumer_events_applied_total", 0) - before.get(
+                                  "cachesync_consumer_events_applied_total", 0) >= work.events else None)(
         _counts(addr)), SETTLE_S, "the consumer and the monitor to settle", interval=0.5)
     delta = {k: after.get(k, 0) - before.get(k, 0) for k in set(after) | set(before)}
     checked = sum(during.get(r, 0) - before.get(r, 0)
                   for r in ("consistent", "stale", "missing", "unverifiable", "unsettled"))
-    reads = during.get("cachesync_consistency_mysql_reads_total", 0) - before.get(
-        "cachesync_consistency_mysql_reads_total", 0)
+    reads = during.get("cachesync_monitor_mysql_reads_total", 0) - before.get(
+        "cachesync_monitor_mysql_reads_total", 0)
     return {"seconds": round(elapsed, 1), "events": work.events, "fills": work.fills,
             "events_per_s": round(work.events / elapsed, 1),
             "checks_per_s": round(checked / elapsed, 1),
             "mysql_reads_per_s": round(reads / elapsed, 1),
             **{r: int(delta.get(r, 0)) for r in ("consistent", "stale", "missing",
                                                    "unverifiable", "unsettled", "dropped")},
-            "check_errors": int(delta.get("cachesync_consistency_check_errors_total", 0))}
+            "check_errors": int(delta.get("cachesync_monitor_check_errors_total", 0))}
 
 
 class Workload:

@@ -46,7 +46,8 @@ def run(stack, quick: bool, runs: int) -> dict:
         topic = box.new_topic(3)
         cfg = box.write_config({f"{box.db}.lag": {"keys": [box.prefix + "lag:{id}",
                                                            box.prefix + "lag:note:{note}"]}},
-                               topic=topic, consumer={"dedup_store": "mysql"})
+                               topic=topic, consumer={"dedup_store": "mysql"},
+                               metrics={"listen": "127.0.0.1:0"})   # any free port
         settings = box.settings(cfg)
         tail = box.spawn("tail", cfg)
         wait_for(lambda: lag._alive(box, tail) and lag._checkpoint_stored(stack, settings.tailer.name),

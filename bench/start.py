@@ -176,15 +176,7 @@ class StartBench:
             return _import_self_s(text)
         out = {k: round(v, 3) for k, v in figures.items()}
         out["cpu_s"] = round(_children_cpu() - cpu0, 3)
-        found = START_LINE.search(text)
-        if found:              # a checkout that logs its start steps
-            out[found["step"]] = float(found["s"])
-            out[f"cpu_s_to_{found['step'].replace(' ', '_')}"] = float(found["cpu"])
-            for part in found["steps"].split(", "):
-                name, _, seconds = part.rpartition(" ")
-                out[name] = float(seconds)
-        for late in LATE_LINE.finditer(text):
-            out[late["step"]] = float(late["s"])
+        out.update(parse_start(text) or {})
         return out
 
     def _alive(self, proc) -> bool:
@@ -195,6 +187,26 @@ class StartBench:
     def _next_row(self) -> int:
         self._row += 1
         return self._row
+
+
+def start_steps(proc) -> dict[str, float] | None:
+    """The ``start:`` lines (cachesync.startup) in a spawned process's log."""
+    with open(proc.log_path) as f:
+        return parse_start(f.read())
+
+
+def parse_start(text: str) -> dict[str, float] | None:
+    """Each start step's seconds since launch and ``cpu_s`` (CPU seconds until the last
+    step); None for a checkout that does not log them."""
+    found = START_LINE.search(text)
+    if not found:
+        return None
+    steps = {found["step"]: float(found["s"]), "cpu_s_to_start": float(found["cpu"])}
+    for part in found["steps"].split(", "):
+        name, _, seconds = part.rpartition(" ")
+        steps[name] = float(seconds)
+    steps.update({late["step"]: float(late["s"]) for late in LATE_LINE.finditer(text)})
+    return steps
 
 
 def _children_cpu() -> float:

@@ -212,7 +212,7 @@ class MySQLSettings(_Validated):
     password: Secret = setting(Secret(""), "the account's password", secret=True)
     state_db: str = setting("cachesync", "database holding `cachesync_dedup`, "
                             "`cachesync_dedup_done` and `cachesync_checkpoint`", **IDENTIFIER)
-    # TLS: on when ssl_ca is set, for every session, the binlog stream and audit's JDBC
+    # verified TLS when ssl_ca (or ssl) is set, for every session, the binlog stream and audit's JDBC
     ssl_ca: str = setting("", "PEM CA of the server's certificate; set, every MySQL connection "
                           "(sessions, the binlog stream, audit's JDBC) uses verified TLS. A "
                           "certificate that fails verification stops the process with exit code 3")
@@ -448,6 +448,24 @@ class RedisSettings(_Validated):
                             "discovered) and gives the user, password and TLS; every Redis "
                             "client then groups keys per hash slot, follows MOVED/ASK and SCANs "
                             "every master")
+    # more nodes to start from: a process (re)started while redis.url's node is down
+    # still finds the cluster
+    cluster_nodes: str = setting(
+        "", "Redis Cluster: more nodes to discover the cluster from (comma-separated "
+        "`host:port`), tried when `redis.url`'s node does not answer, so that a process can "
+        "start while that node is down (the user, password and TLS are still `redis.url`'s)",
+        check=lambda v: _hostports_problem(v) if v else None)
+    # Redis replicates asynchronously: a master lost right after it answered can take the
+    # last invalidations with it, after the consumer confirmed them and committed offsets
+    wait_replicas: int = setting(
+        0, "after each pipeline of deletes, fenced writes or dedup records, wait until this "
+        "many replicas of every master it wrote to have it (Redis `WAIT`), so that a master "
+        "lost and replaced by its replica (Sentinel, Cluster) cannot take back an invalidation "
+        "cachesync already confirmed; fewer acknowledgements within `redis.wait_timeout_ms` "
+        "fail the batch as retryable (it is applied again). 0: do not wait", lo=0, hi=16)
+    wait_timeout_ms: int = setting(
+        1000, "how long `redis.wait_replicas` waits for the replicas' acknowledgements",
+        lo=1, hi=60000)
     # Also read the old untagged version keys and void the old untagged leases
     # (cachesync:ver:<key>, cachesync:lease:<key>): a single server upgraded from the layout
     # before hash-tagged companions; off once the longest TTL has passed (docs/upgrading.md)
@@ -468,6 +486,8 @@ class RedisSettings(_Validated):
         if self.sentinels and self.cluster:
             raise ConfigError("redis.cluster: a cluster has no sentinels; set redis.cluster or "
                               "redis.sentinels, not both")
+        if self.cluster_nodes and not self.cluster:
+            raise ConfigError("redis.cluster_nodes: only with redis.cluster")
         if self.cluster and str(self.url).startswith("unix://"):
             raise ConfigError("redis.cluster: the URL must be redis:// or rediss:// (a node's "
                               "host and port), not unix://")
@@ -476,7 +496,8 @@ class RedisSettings(_Validated):
         return (f"RedisSettings(url={mask_url(self.url)!r}, sentinels={self.sentinels!r}, "
                 f"master_name={self.master_name!r}, "
                 f"sentinel_username={self.sentinel_username!r}, sentinel_tls={self.sentinel_tls!r}, "
-                f"cluster={self.cluster!r}, "
+                f"cluster={self.cluster!r}, cluster_nodes={self.cluster_nodes!r}, wait_replicas={self.wait_replicas!r}, "
+                f"wait_timeout_ms={self.wait_timeout_ms!r}, "
                 f"legacy_companion_keys={self.legacy_companion_keys!r})")
 
 
@@ -684,7 +705,7 @@ class MonitorSettings(_Validated):
                               "is checked again one window later", **POSITIVE)
     max_checks_per_s: float = setting(
         20.0, "new samples above this rate are dropped "
-        "(`cachesync_consistency_samples_dropped_total{reason=\"rate_limit\"}`); a sample costs "
+        "(`cachesync_monitor_samples_dropped_total{reason=\"rate_limit\"}`); a sample costs "
         "2 primary-key SELECTs and one Redis read per look", **POSITIVE)
     queue_size: int = setting(1000, "samples waiting for their check; more are dropped "
                               "(`reason=\"queue_full\"`), the consumer never waits",

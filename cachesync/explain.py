@@ -89,7 +89,7 @@ def explain_event(event: ChangeEvent, mappings: MappingSet, planner: Planner = p
         lines.append(f"skipped {ep.null_skips} template rendering(s): a key column is NULL")
     if getattr(ep, "unwatched", False):
         lines.append("no Redis operation: no watched column changed (watch_columns / "
-                     "ignore_columns; counted in cachesync_unwatched_updates)")
+                     "ignore_columns; counted in cachesync_consumer_unwatched_updates)")
     if not lines:
         lines.append("no Redis operation")
     return lines, False

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from prometheus_client import CollectorRegistry, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from cachesync.producer_outbox.heartbeat import beat_time
 from cachesync.schema.event import HEARTBEAT_KIND
@@ -98,17 +98,66 @@ RELAY_COUNTERS = {
 # consumer counters that never had an old name
 _NEW_CONSUMER_COUNTERS = {"cachesync_consumer_dedup_purged", "cachesync_consumer_dedup_purge_failures",
                           "cachesync_consumer_table_scans", "cachesync_consumer_table_scans_reused"}
+# per-table counters of what was not applied exactly, table-level scans: consumer's
+_CONSUMER_PREFIXED = ("null_key_skips", "version_backwards", "unrenderable_templates",
+                      "invalidated_instead_of_written", "unwatched_updates", "untrusted_keys",
+                      "table_scan_keys", "table_scan_seconds", "table_scan_running",
+                      "commit_to_apply_seconds", "last_commit_to_apply_seconds")
+# the consistency monitor's (it runs in consume, run and monitor): cachesync_monitor_...
+_MONITOR_RENAMED = ("checks", "samples_dropped", "check_errors", "mysql_reads", "pending")
 DEPRECATED_ALIASES = {
     **{new: new.replace("cachesync_consumer_", "cachesync_", 1)
        for new in CONSUMER_COUNTERS if new not in _NEW_CONSUMER_COUNTERS},
+    **{f"cachesync_consumer_{n}": f"cachesync_{n}" for n in _CONSUMER_PREFIXED},
+    "cachesync_consumer_kafka_lag_messages": "cachesync_kafka_consumer_lag_messages",
+    **{f"cachesync_monitor_{n}": f"cachesync_consistency_{n}" for n in _MONITOR_RENAMED},
     "cachesync_tailer_heartbeats_written": "cachesync_heartbeats_written",
     "cachesync_tailer_heartbeat_failures": "cachesync_heartbeat_failures",
     "cachesync_tailer_checkpoint_age_seconds": "cachesync_checkpoint_age_seconds",
+    "cachesync_tailer_binlog_format_row": "cachesync_binlog_format_row",
 }
 
 
 def deprecated_help(new: str) -> str:
     return f"Deprecated: renamed to {new}; this name goes in the next version"
+
+
+def with_aliases(families):
+    """Each scrape-time family, followed by the same samples under its deprecated old name."""
+    for family in families:
+        yield family
+        old = DEPRECATED_ALIASES.get(family.name)
+        if old is not None:
+            alias = Metric(old, deprecated_help(family.name), family.type, family.unit)
+            alias.samples = [s._replace(name=old + s.name[len(family.name):])
+                             for s in family.samples]
+            yield alias
+
+
+class Aliased:
+    """A metric and its deprecated twin under the old name, fed the same values."""
+
+    def __init__(self, *metrics):
+        self._metrics = metrics
+
+    @classmethod
+    def of(cls, metric, registry: CollectorRegistry, **kwargs) -> "Aliased":
+        """``metric`` (a prometheus_client Gauge or Histogram) plus its old name's twin;
+        ``kwargs`` are the twin's other constructor arguments (buckets)."""
+        twin = type(metric)(DEPRECATED_ALIASES[metric._name], deprecated_help(metric._name),
+                            metric._labelnames, registry=registry, **kwargs)
+        return cls(metric, twin)
+
+    def labels(self, *values) -> "Aliased":
+        return Aliased(*(m.labels(*values) for m in self._metrics))
+
+    def observe(self, value: float) -> None:
+        for m in self._metrics:
+            m.observe(value)
+
+    def set(self, value: float) -> None:
+        for m in self._metrics:
+            m.set(value)
 
 
 class StatsCollector:
@@ -131,23 +180,23 @@ class StatsCollector:
         return []   # collected lazily; nothing to validate at registration
 
 
-# issue 13: per-table counts of what was not applied exactly (consumer.core.tally.TableTally)
+# per-table counts of what was not applied exactly (consumer.core.tally.TableTally)
 TABLE_COUNTERS = {
-    "null_key_skips": ("cachesync_null_key_skips",
+    "null_key_skips": ("cachesync_consumer_null_key_skips",
                        "Key templates skipped because a key column is NULL, per table"),
-    "version_backwards": ("cachesync_version_backwards",
+    "version_backwards": ("cachesync_consumer_version_backwards",
                           "Keys invalidated because the version column went backwards, per table"),
-    "unrenderable_templates": ("cachesync_unrenderable_templates",
+    "unrenderable_templates": ("cachesync_consumer_unrenderable_templates",
                                "Templates naming a column the row lacks (the event is "
                                "dead-lettered, its other keys invalidated), per table"),
-    "invalidated_instead_of_written": ("cachesync_invalidated_instead_of_written",
+    "invalidated_instead_of_written": ("cachesync_consumer_invalidated_instead_of_written",
                                        "Update-mode keys invalidated instead of written, per "
                                        "table and reason (ambiguous_key, oversized_value, "
                                        "null_version)"),
-    "unwatched_updates": ("cachesync_unwatched_updates",
+    "unwatched_updates": ("cachesync_consumer_unwatched_updates",
                           "Updates that changed no watched column (watch_columns / "
                           "ignore_columns): nothing invalidated or written, per table"),
-    "untrusted_keys": ("cachesync_untrusted_keys",
+    "untrusted_keys": ("cachesync_consumer_untrusted_keys",
                        "Events dead-lettered at the trust boundary, per table and reason "
                        "(reserved_key, key_not_allowed)"),
 }
@@ -164,6 +213,9 @@ class TableCollector:
         self._source = source
 
     def collect(self):
+        return with_aliases(self._families())
+
+    def _families(self):
         tally = self._source()
         counts = tally.snapshot() if tally is not None else {}
         for counter, (name, doc) in TABLE_COUNTERS.items():
@@ -187,14 +239,18 @@ class TableScanCollector:
         self._source = source
 
     def collect(self):
+        return with_aliases(self._families())
+
+    def _families(self):
         latest = {scan.table: scan for scan in (self._source() or ())}
-        keys = GaugeMetricFamily("cachesync_table_scan_keys", "Keys removed by the table's "
-                                 "running or last table-level scan", labels=["table"])
-        seconds = GaugeMetricFamily("cachesync_table_scan_seconds", "How long the table's "
-                                    "running or last table-level scan has taken",
+        keys = GaugeMetricFamily("cachesync_consumer_table_scan_keys", "Keys removed by the "
+                                 "table's running or last table-level scan", labels=["table"])
+        seconds = GaugeMetricFamily("cachesync_consumer_table_scan_seconds", "How long the "
+                                    "table's running or last table-level scan has taken",
                                     labels=["table"])
-        running = GaugeMetricFamily("cachesync_table_scan_running", "1 while a table-level "
-                                    "scan of the table is under way", labels=["table"])
+        running = GaugeMetricFamily("cachesync_consumer_table_scan_running", "1 while a "
+                                    "table-level scan of the table is under way",
+                                    labels=["table"])
         now = time.monotonic()
         for table, scan in sorted(latest.items()):
             keys.add_metric([table], scan.keys)
@@ -242,14 +298,16 @@ class ConsumerMetrics:
             registry.register(TableCollector(tables))
         if scans is not None:           # the engine's table-level scans (TableInvalidator.scans)
             registry.register(TableScanCollector(scans))
-        self.lag = Histogram("cachesync_commit_to_apply_seconds",
-                             "Source commit -> cache applied, per event (kind: binlog, outbox, "
-                             "heartbeat)", ["kind"], buckets=LAG_BUCKETS, registry=registry)
-        self.last_lag = Gauge("cachesync_last_commit_to_apply_seconds",
-                              "Commit->apply lag of the newest applied event", registry=registry)
-        self.kafka_lag = Gauge("cachesync_kafka_consumer_lag_messages",
-                               "End offset minus committed offset, per partition",
-                               ["partition"], registry=registry)
+        self.lag = Aliased.of(Histogram(
+            "cachesync_consumer_commit_to_apply_seconds", "Source commit -> cache applied, per "
+            "event (kind: binlog, outbox, heartbeat)", ["kind"], buckets=LAG_BUCKETS,
+            registry=registry), registry, buckets=LAG_BUCKETS)
+        self.last_lag = Aliased.of(Gauge(
+            "cachesync_consumer_last_commit_to_apply_seconds", "Commit->apply lag of the "
+            "newest applied event", registry=registry), registry)
+        self.kafka_lag = Aliased.of(Gauge(
+            "cachesync_consumer_kafka_lag_messages", "End offset minus committed offset, per "
+            "partition", ["partition"], registry=registry), registry)
         Gauge("cachesync_consumer_last_apply_timestamp_seconds", "Unix time of the newest "
               "applied batch (0 before the first)", registry=registry).set_function(
                   lambda: self.last_apply_at or 0.0)
@@ -354,6 +412,25 @@ def heartbeat_gauge(registry: CollectorRegistry, writer) -> None:
         "cachesync_tailer_heartbeats_written": ("Heartbeat rows written by this tailer",
                                                 "written"),
         "cachesync_tailer_heartbeat_failures": ("Heartbeat writes that failed", "failures")}))
+    Gauge("cachesync_tailer_last_heartbeat_timestamp_seconds", "Unix time of this tailer's "
+          "newest written heartbeat (0 before the first)", registry=registry).set_function(
+              lambda: writer.last_written_at or 0.0)
+
+
+def relay_published(registry: CollectorRegistry, relay: Callable[[], object]) -> None:
+    """``cachesync_relay_last_publish_timestamp_seconds``: when the relay last marked rows
+    published (alert on ``time() - ...`` while the outbox has unpublished rows)."""
+    Gauge("cachesync_relay_last_publish_timestamp_seconds", "Unix time the relay last marked "
+          "outbox rows published after Kafka's ack (0 before the first)",
+          registry=registry).set_function(
+              lambda: getattr(relay(), "last_published_at", None) or 0.0)
+
+
+def binlog_format_row(registry: CollectorRegistry) -> Aliased:
+    """``cachesync_tailer_binlog_format_row`` (and its old name), set by the tailer's probe."""
+    return Aliased.of(Gauge("cachesync_tailer_binlog_format_row", "1 when the server's global "
+                            "binlog_format is ROW, re-read every metrics.probe_interval_s",
+                            registry=registry), registry)
 
 
 def tailer_active(registry: CollectorRegistry, name: str, active: Callable[[], bool]) -> None:
@@ -378,7 +455,7 @@ def process_collectors(registry: CollectorRegistry) -> None:
     PlatformCollector(registry=registry)
 
 
-# issue 16: the consistency monitor (cachesync.monitor), in consume, run and monitor
+# the consistency monitor (cachesync.monitor), in consume, run and monitor
 class MonitorCollector:
     """A ConsistencyMonitor's counters (cachesync.monitor), read at scrape time."""
 
@@ -386,32 +463,38 @@ class MonitorCollector:
         self._monitor = monitor
 
     def collect(self):
+        return with_aliases(self._families())
+
+    def _families(self):
         counts, dropped, errors, reads = self._monitor.snapshot()
         checks = CounterMetricFamily(
-            "cachesync_consistency_checks", "Cache keys of sampled rows checked against MySQL, "
+            "cachesync_monitor_checks", "Cache keys of sampled rows checked against MySQL, "
             "per table and result (consistent, stale, missing, unverifiable, unsettled)",
             labels=["table", "result"])
         for (table, result), n in sorted(counts.items()):
             checks.add_metric([table, result], n)
         yield checks
-        drops = CounterMetricFamily("cachesync_consistency_samples_dropped", "Sampled events "
+        drops = CounterMetricFamily("cachesync_monitor_samples_dropped", "Sampled events "
                                     "not checked, per reason (rate_limit, queue_full)",
                                     labels=["reason"])
         for reason, n in sorted(dropped.items()):
             drops.add_metric([reason], n)
         yield drops
-        yield CounterMetricFamily("cachesync_consistency_check_errors", "Checks abandoned "
+        yield CounterMetricFamily("cachesync_monitor_check_errors", "Checks abandoned "
                                   "because MySQL or Redis failed", value=errors)
-        yield CounterMetricFamily("cachesync_consistency_mysql_reads", "SELECTs the monitor "
+        yield CounterMetricFamily("cachesync_monitor_mysql_reads", "SELECTs the monitor "
                                   "ran (the extra read load on MySQL)", value=reads)
-        yield GaugeMetricFamily("cachesync_consistency_pending", "Samples waiting for their "
+        yield GaugeMetricFamily("cachesync_monitor_pending", "Samples waiting for their "
                                 "check", value=self._monitor.pending)
+        yield GaugeMetricFamily("cachesync_monitor_last_check_timestamp_seconds", "Unix time "
+                                "of the newest finished check (0 before the first)",
+                                value=getattr(self._monitor, "last_check_at", None) or 0.0)
 
     def describe(self):
         return []
 
 
-MONITOR_METRICS = ("cachesync_consistency_checks_total",
-                   "cachesync_consistency_samples_dropped_total",
-                   "cachesync_consistency_check_errors_total",
-                   "cachesync_consistency_mysql_reads_total", "cachesync_consistency_pending")
+MONITOR_METRICS = ("cachesync_monitor_checks_total",
+                   "cachesync_monitor_samples_dropped_total",
+                   "cachesync_monitor_check_errors_total",
+                   "cachesync_monitor_mysql_reads_total", "cachesync_monitor_pending")

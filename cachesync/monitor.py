@@ -125,6 +125,7 @@ class ConsistencyMonitor(Hook):
         self.counts: Counter = Counter()          # (table, result) -> key checks
         self.dropped: Counter = Counter()         # reason -> samples
         self.errors = 0
+        self.last_check_at: float | None = None  # time.time() of the newest finished check
         self._warned: dict[str, float] = {}       # table -> when its last stale WARNING went out
         self._silenced: Counter = Counter()       # table -> stale keys not logged since
         self._failing = False
@@ -236,6 +237,7 @@ class ConsistencyMonitor(Hook):
         with self._lock:
             for result in verdicts.values():
                 self.counts[(table, result)] += 1
+            self.last_check_at = time.time()
         stale = [key for key, result in verdicts.items() if result == STALE]
         if stale:
             self._warn_stale(table, stale)
@@ -251,7 +253,7 @@ class ConsistencyMonitor(Hook):
         self._warned[table] = now
         log.warning("stale cache key %s of %s: Redis disagrees with the row, which has not "
                     "changed for %.1fs (%d more stale key(s) of %s since the last warning; "
-                    "cachesync_consistency_checks_total{result=\"stale\"})", keys[0], table,
+                    "cachesync_monitor_checks_total{result=\"stale\"})", keys[0], table,
                     self._settings.window_s, silenced + len(keys) - 1, table)
 
     def _failed(self, sample: Sample, error: Exception) -> None:

@@ -17,7 +17,8 @@ from cachesync import __version__
 from cachesync.config import Settings
 from cachesync.http import OpsServer, parse_listen
 from cachesync.metrics import (RELAY_COUNTERS, TAILER_COUNTERS, CheckpointAge, ConsumerMetrics,
-                               Cumulative, MonitorCollector, counters, heartbeat_gauge, info,
+                               Cumulative, MonitorCollector, binlog_format_row, counters,
+                               heartbeat_gauge, info, relay_published,
                                process_collectors)
 from cachesync import wiring
 from cachesync.probes import (BinlogFormatWatch, KafkaOffsets, Prober, checkpoint_info,
@@ -141,9 +142,7 @@ def tail_ops(settings: Settings, tailers: Cumulative) -> Ops:
     t, max_lag = settings.tailer, settings.metrics.ready_max_lag_s
     ops.heartbeat()
     age, session, kafka = CheckpointAge(ops.registry), ops.session(), ops.kafka()
-    binlog_format = BinlogFormatWatch(Gauge(
-        "cachesync_binlog_format_row", "1 when the server's global binlog_format is ROW, "
-        "re-read every metrics.probe_interval_s", registry=ops.registry))
+    binlog_format = BinlogFormatWatch(binlog_format_row(ops.registry))
 
     def probe():
         found = checkpoint_info(session, t.name)
@@ -164,6 +163,7 @@ def relay_ops(settings: Settings, relay) -> Ops:
     """Metrics for ``relay``; started."""
     ops = Ops(settings, "relay")
     counters(ops.registry, lambda: relay, RELAY_COUNTERS)
+    relay_published(ops.registry, lambda: relay)
     kafka = ops.kafka()
     return ops.start(lambda: kafka.depth(settings.kafka.topic), [])
 

@@ -79,6 +79,13 @@ def after_start(work: Callable[[], None], name: str, at_latest_s: float = 10.0) 
     threading.Thread(target=run, name=f"cachesync-{name}", daemon=True).start()
 
 
+def reset() -> None:
+    """Forget every step (a test process runs many commands; a real one runs one)."""
+    with _lock:
+        _marks.clear()
+    _started.clear()
+
+
 def since_launch() -> dict[str, float]:
     """Each recorded step's seconds since launch."""
     with _lock:

@@ -88,12 +88,14 @@ def redis_client(settings: Settings, timeout_s: float | None = None) -> redis.Re
     """A client of ``redis.url``, of the cluster it is a node of (``redis.cluster``), or of the
     master ``redis.sentinels`` name (every Redis user)."""
     import redis
-    from redis.cluster import RedisCluster
+    from redis.cluster import ClusterNode, RedisCluster
     from redis.connection import parse_url
     from redis.sentinel import Sentinel
     r = settings.redis
     if r.cluster:
-        return RedisCluster.from_url(str(r.url), socket_timeout=timeout_s,
+        more = [ClusterNode(h, p) for h, p in host_list(r.cluster_nodes, 6379)] \
+            if r.cluster_nodes else []
+        return RedisCluster.from_url(str(r.url), startup_nodes=more, socket_timeout=timeout_s,
                                      socket_connect_timeout=timeout_s)
     if not r.sentinels:
         return redis.Redis.from_url(str(r.url), socket_timeout=timeout_s,
@@ -106,6 +108,13 @@ def redis_client(settings: Settings, timeout_s: float | None = None) -> redis.Re
                          sentinel_kwargs=sentinel_options(r, options, timeout_s))
     return sentinels.master_for(r.master_name, socket_timeout=timeout_s,
                                 socket_connect_timeout=timeout_s, **options)
+
+
+def replica_wait(settings: Settings):
+    """``redis.wait_replicas`` as the Redis adapters take it (None: do not wait)."""
+    from cachesync.consumer.adapters.redis_cluster import ReplicaWait
+    r = settings.redis
+    return ReplicaWait(r.wait_replicas, r.wait_timeout_ms) if r.wait_replicas else None
 
 
 # the TLS options of redis.url's query that the sentinels' connections share with the master's
@@ -146,7 +155,8 @@ def build_heartbeat(settings: Settings) -> HeartbeatWriter:
 def build_cache(settings: Settings) -> RedisCache:
     from cachesync.consumer.adapters.redis_cache import RedisCache
     return RedisCache("", client=redis_client(settings, ADAPTER_TIMEOUT_S),
-                      legacy_companions=settings.redis.legacy_companion_keys)
+                      legacy_companions=settings.redis.legacy_companion_keys,
+                      wait=replica_wait(settings))
 
 
 def build_cache_reader(settings: Settings, timeout_s: float = ADAPTER_TIMEOUT_S):
@@ -197,7 +207,8 @@ def build_dedup(settings: Settings):
     if c.dedup_store == "redis":
         from cachesync.consumer.adapters.redis_dedup import RedisDedupStore
         return RedisDedupStore("", settings.dedup_namespace, c.dedup_retention_s,
-                               client=redis_client(settings, ADAPTER_TIMEOUT_S))
+                               client=redis_client(settings, ADAPTER_TIMEOUT_S),
+                               wait=replica_wait(settings))
     raise ConfigError(f"consumer.dedup_store: expected 'mysql' or 'redis', got {c.dedup_store!r}")
 
 

@@ -109,18 +109,27 @@ class BinlogSource:
             if type(event) not in ROW_EVENTS and not isinstance(event, HeartbeatLogEvent):
                 maps.reset()     # any other event ends or starts an event group
             if isinstance(event, _GTID_EVENTS):
-                yield from self._gtid(event)
+                yield self._gtid(event)
+                if getattr(event, "flags", 0) & FL_PREPARED_XA \
+                        and isinstance(event, MariadbGtidEvent):
+                    yield from self._hold("")
+                continue          # a Begin: the Pulse comes with the group's next event
+            if isinstance(event, XidEvent):     # COMMIT: ends the open group
+                if self._ctx is not None:
+                    yield self._commit()        # (a Commit does what a Pulse does)
+                    continue
             elif isinstance(event, XAPrepareEvent):
                 yield from self._xa_prepare(event)
             elif type(event) in ROW_EVENTS:
                 if self._ctx is None:  # no GTID: the group starts at its first row event
                     yield self._begin(self._file_pos_context(event))
                 schema, table = maps.table_of(event, self._where)
+                # the one per-rows-event call: records and table-level events, next index
                 items, self._index = self._encoder.rows_to_records(
                     event, self._ctx, self._index, schema, table, self._where)
                 yield from items
-            elif isinstance(event, (XidEvent, QueryEvent)):
-                text = _query_text(event) if isinstance(event, QueryEvent) else "COMMIT"
+            elif isinstance(event, QueryEvent):
+                text = _query_text(event)
                 xa = xa_statement(text) if text.startswith(("XA", "xa")) else None
                 if xa is not None:
                     yield from self._xa_statement(xa, text, event)
@@ -149,7 +158,7 @@ class BinlogSource:
         stream = self._stream
         return f"{stream.log_file}:{stream.log_pos}" if stream.log_file else self._start.describe()
 
-    def _gtid(self, event) -> Iterator[Change]:
+    def _gtid(self, event) -> Begin:
         if self._ctx is not None:
             # Every event group ends in XID, COMMIT or DDL. A new GTID with one open
             # means the stream was cut and replayed (the library reconnects silently):
@@ -162,10 +171,8 @@ class BinlogSource:
             self._version_not_newer(gtid, before, self._gtids.ordinal)
         # the version orders by the stream's place in the history, not by the GTID's
         # own number: that survives a failover (schema.gtid, GtidState.ordinal)
-        yield self._begin(TxnContext(self._info.identity, str(gtid), self._gtids.ordinal,
-                                     float(event.timestamp), gtid=True, cluster=self._cluster))
-        if getattr(event, "flags", 0) & FL_PREPARED_XA and isinstance(event, MariadbGtidEvent):
-            yield from self._hold("")
+        return self._begin(TxnContext(self._info.identity, str(gtid), self._gtids.ordinal,
+                                      float(event.timestamp), gtid=True, cluster=self._cluster))
 
     def _statement(self, text: str, event) -> Iterator[Change]:
         """A COMMIT (XID), BEGIN, DML logged as a statement, or DDL."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import replace
 from typing import Any, Mapping
 
@@ -52,6 +53,7 @@ class HeartbeatWriter:
         self._name, self._interval = name, interval_s
         self.written = 0
         self.failures = 0
+        self.last_written_at: float | None = None     # time.time() of the newest beat
 
     def beat(self) -> None:
         """Write one heartbeat; raises RetryableError or FatalError."""
@@ -61,6 +63,7 @@ class HeartbeatWriter:
             "VALUES (%s, CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS UNSIGNED)) "
             "ON DUPLICATE KEY UPDATE beat_us = VALUES(beat_us)", (self._name,)))
         self.written += 1
+        self.last_written_at = time.time()
 
     def run(self, stop: threading.Event) -> None:
         """Beat every interval; failures are logged (once per outage) and retried next time."""

@@ -103,6 +103,7 @@ class Relay:
         self._last_purge = float("-inf")
         self._waiting_since_log: float | None = None
         self.published = 0          # rows marked published by this process
+        self.last_published_at: float | None = None   # time.time() of the newest marking
         self.sent = 0
 
     def stop(self) -> None:
@@ -213,6 +214,7 @@ class Relay:
             return
         try:
             self.published += self._store.mark_published(acked)
+            self.last_published_at = time.time()
         except Exception:
             self._unconfirmed.restore_acked(acked)   # keep them; marked on the next round
             raise

@@ -10,6 +10,13 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(autouse=True)
+def _one_start_per_test():
+    """``cachesync.startup`` records one process's start; each test's commands start anew."""
+    from cachesync import startup
+    startup.reset()
+
+
 @pytest.fixture(scope="session")
 def stack():
     from cachesync.devstack import DevStack, default_env_file

@@ -11,6 +11,7 @@ import click
 from cachesync import logs
 from cachesync.commands.common import handle_errors, settings_options
 from cachesync.config import Settings
+from cachesync.progress import Progress
 from cachesync import wiring
 from cachesync.schema.sqlnames import quote
 
@@ -48,7 +49,8 @@ def command(settings: Settings, table, repair, sample, partitions, max_stale_rat
 
 
 def run_audit(settings: Settings, table: str, repair: bool = False, sample: int | None = None,
-              partitions: int = 4, spark_master: str | None = None, spark=None):
+              partitions: int = 4, spark_master: str | None = None, spark=None,
+              show_progress: bool = True):
     from cachesync.consumer.spark.audit import audit_table
     from cachesync.consumer.spark.session import spark_session
     mapping = settings.tables.get(*table.split(".", 1)) if "." in table else None
@@ -60,8 +62,11 @@ def run_audit(settings: Settings, table: str, repair: bool = False, sample: int 
     try:
         with spark_session("cachesync-audit", spark_master) if spark is None \
                 else nullcontext(spark) as session:
-            report, to_repair = audit_table(session, source, mapping, settings, partitions,
-                                            sample, scan=_scanner(settings, mapping))
+            total = min(sample, source.rows) if sample else source.rows
+            with Progress(f"audit {table} (rows)", total, show=show_progress) as bar:
+                report, to_repair = audit_table(session, source, mapping, settings, partitions,
+                                                sample, scan=_scanner(settings, mapping),
+                                                progress=bar.update)
         if repair and to_repair:
             cache.delete(to_repair)
             report.repaired = len(to_repair)

@@ -34,7 +34,7 @@ def command(settings, engine_kind, **spark) -> None:
 
     With monitor.enabled (the default; spark: on the driver), a sample of the applied events
     (monitor.sample_ratio) is checked monitor.window_s later against MySQL, read-only:
-    cachesync_consistency_checks_total{table,result} (see cachesync monitor).
+    cachesync_monitor_checks_total{table,result} (see cachesync monitor).
     """
     if engine_kind == "spark":
         with handle_errors():

@@ -51,16 +51,18 @@ def spark_options(fn):
 
 def build_spark_engine(settings: Settings, spark, checkpoint_location: str,
                        max_offsets_per_trigger: int = DEFAULT_MAX_OFFSETS, on_batch=None,
-                       trigger: float | str = 0.5, hooks=()):
+                       trigger: float | str = 0.5, hooks=(), per_slot: bool = True):
     """The engine with the driver's hooks: delayed second deletes (its own Redis client),
-    then ``hooks`` (the dedup purge, the consistency monitor)."""
+    then ``hooks`` (the dedup purge, the consistency monitor); ``per_slot``: see
+    StreamOptions."""
     from cachesync.consumer.spark.applier import ApplyConfig
     from cachesync.consumer.spark.stream import SparkEngine, StreamOptions
     stats = Stats()
     driver_hooks = Hooks([DelayedDeletes(build_cache(settings), stats), *hooks])
     return SparkEngine(spark, settings.kafka.bootstrap_servers, settings.kafka.topic,
                        ApplyConfig(settings),
-                       StreamOptions(checkpoint_location, max_offsets_per_trigger, trigger),
+                       StreamOptions(checkpoint_location, max_offsets_per_trigger, trigger,
+                                     per_slot=per_slot),
                        on_batch=on_batch, kafka_options=spark_kafka_options(settings.kafka),
                        hooks=driver_hooks, stats=stats)
 

@@ -9,6 +9,7 @@ import click
 from cachesync.commands.common import handle_errors, settings_options
 from cachesync.consumer.adapters.dlq_tools import read_dead_letters, replay_dead_letters
 from cachesync.kafka_security import client_security
+from cachesync.progress import Progress
 
 
 @click.group("dlq")
@@ -63,9 +64,10 @@ def replay_command(settings, reasons, dry_run) -> None:
     """
     k = settings.kafka
     accept = (lambda d: d.header("reason") in reasons) if reasons else (lambda d: True)
-    with handle_errors():
+    with handle_errors(), Progress(f"dlq replay {k.dead_letter_topic} (dead letters read)") as bar:
         replayed, skipped = replay_dead_letters(k.bootstrap_servers, k.dead_letter_topic, k.topic,
                                                 f"{k.group_id}.dlq-replay", accept=accept,
-                                                dry_run=dry_run, security=client_security(k))
+                                                dry_run=dry_run, security=client_security(k),
+                                                progress=bar.update, total=bar.set_total)
     verb = "would replay" if dry_run else "replayed"
     click.echo(f"{verb} {replayed} dead letter(s) to {k.topic}; skipped {skipped}")

@@ -40,8 +40,8 @@ def command(settings: Settings) -> None:
     monitor.warn_interval_s names a stale key. The same checks run inside consume
     (monitor.enabled); this command runs them beside any consumer, also Spark's.
 
-    Serves cachesync_consistency_checks_total{table,result} and the monitor's cost
-    (cachesync_consistency_mysql_reads_total) on metrics.listen (default 127.0.0.1:9467).
+    Serves cachesync_monitor_checks_total{table,result} and the monitor's cost
+    (cachesync_monitor_mysql_reads_total) on metrics.listen (default 127.0.0.1:9467).
     """
     with handle_errors():
         stop = threading.Event()

@@ -43,9 +43,12 @@ def settings_check(settings: Settings) -> Check:
     return Check("settings", PASS, "within the documented safe ranges")
 
 
-def run_checks(settings: Settings, role: str = "all") -> list[Check]:
+def run_checks(settings: Settings, role: str = "all", had_checkpoint: bool | None = None
+               ) -> list[Check]:
     """Every check for ``role`` (all, tail, consume; direct: tail's and Redis's, no Kafka);
-    a service that does not answer is a FAIL naming it, never an exception."""
+    a service that does not answer is a FAIL naming it, never an exception.
+    ``had_checkpoint``: whether the tailer had a checkpoint before this process started
+    (None: read it now)."""
     from cachesync import wiring
     from cachesync.topics import admin_client
     out: list[Check] = [settings_check(settings)]
@@ -70,8 +73,9 @@ def run_checks(settings: Settings, role: str = "all") -> list[Check]:
         try:
             found = redis_check(settings, client) if role != "tail" else []
             if role != "consume":
-                found.append(first_start_check(
-                    settings, has_checkpoint(params.connect, settings), client))
+                found.append(first_start_check(settings, has_checkpoint(
+                    params.connect, settings) if had_checkpoint is None else had_checkpoint,
+                    client))
             return found
         finally:
             client.close()
@@ -89,12 +93,25 @@ def start_checks(settings: Settings, role: str) -> None:
     if role != "direct":
         ensure_topics(settings)
     startup.mark("topics")
-    startup.after_start(lambda: log_checks(settings, role), "doctor-checks")
+    # read now: the tailer's first start stores a checkpoint before the checks run
+    had = _had_checkpoint(settings) if role != "consume" else None
+    startup.after_start(lambda: log_checks(settings, role, had), "doctor-checks")
 
 
-def log_checks(settings: Settings, role: str) -> None:
+def _had_checkpoint(settings: Settings) -> bool | None:
+    """Whether the tailer has a stored checkpoint; None when MySQL does not answer (the
+    preflight says so next)."""
+    from cachesync import wiring
+    from cachesync.schema.errors import CachesyncError
+    try:
+        return has_checkpoint(wiring.mysql_params(settings).connect, settings)
+    except CachesyncError:
+        return None
+
+
+def log_checks(settings: Settings, role: str, had_checkpoint: bool | None = None) -> None:
     """Log each of ``role``'s checks that is not PASS."""
-    for check in run_checks(settings, role):
+    for check in run_checks(settings, role, had_checkpoint):
         if check.level != PASS:
             log.warning("doctor: %s %s: %s%s", check.level, check.name, check.detail,
                         f" (fix: {check.fix})" if check.fix else "")

@@ -61,15 +61,18 @@ def read_dead_letters(bootstrap: str, topic: str, *, group: str | None = None,
 def replay_dead_letters(bootstrap: str, dlq_topic: str, target_topic: str, group: str, *,
                         accept: Callable[[DeadLetter], bool] = lambda _: True,
                         dry_run: bool = False, timeout_s: float = 60.0,
-                        security: Mapping | None = None) -> tuple[int, int]:
+                        security: Mapping | None = None,
+                        progress: Callable[[int], None] = lambda n: None,
+                        total: Callable[[int], None] = lambda n: None) -> tuple[int, int]:
     """Re-publish the dead letters ``group`` has not replayed yet; returns (replayed, skipped).
 
     Letters ``accept`` rejects are skipped and stay in the topic, but the group moves
     past them too: replay is "everything from here on that matches". ``dry_run`` only
-    counts. Raises RetryableError when Kafka does not acknowledge.
+    counts. ``total(n)`` hears how many letters there are to read, ``progress(1)`` each
+    one read. Raises RetryableError when Kafka does not acknowledge.
     """
     with _reader(bootstrap, dlq_topic, group, security) as (consumer, partitions):
-        letters = list(_read(consumer, partitions, None, timeout_s))
+        letters = list(_read(consumer, partitions, None, timeout_s, progress, total))
         chosen = [d for d in letters if accept(d)]
         if dry_run:
             return len(chosen), len(letters) - len(chosen)
@@ -127,8 +130,11 @@ def _reader(bootstrap: str, topic: str, group: str | None, security: Mapping | N
         consumer.close()
 
 
-def _read(consumer, partitions, limit: int | None, timeout_s: float) -> Iterator[DeadLetter]:
+def _read(consumer, partitions, limit: int | None, timeout_s: float,
+          progress: Callable[[int], None] = lambda n: None,
+          total: Callable[[int], None] = lambda n: None) -> Iterator[DeadLetter]:
     end = consumer.end_offsets(partitions)
+    total(sum(max(0, end[tp] - consumer.position(tp)) for tp in partitions))
     deadline, n = time.monotonic() + timeout_s, 0
     while any(consumer.position(tp) < end[tp] for tp in partitions):
         for batch in consumer.poll(timeout_ms=200).values():
@@ -137,6 +143,7 @@ def _read(consumer, partitions, limit: int | None, timeout_s: float) -> Iterator
                     continue
                 yield DeadLetter(r.partition, r.offset, r.timestamp, r.key, r.value or b"",
                                  tuple(r.headers or ()))
+                progress(1)
                 n += 1
                 if limit is not None and n >= limit:
                     return

@@ -12,8 +12,9 @@ from cachesync.consumer.core.writes import APPLIED, BACKWARDS, CacheWrite, fence
 from cachesync.consumer.ports import WriteResult, chunks
 from cachesync.schema import resource_text
 from cachesync.schema.errors import FatalError, RetryableError
-from cachesync.consumer.adapters.redis_cluster import (is_cluster, masters, per_slot, queue_script,
-                                                       queue_unlink, run_pipeline)
+from cachesync.consumer.adapters.redis_cluster import (ReplicaWait, is_cluster, masters, per_slot,
+                                                       queue_script, queue_unlink, refresh,
+                                                       run_pipeline)
 from cachesync.schema.keys import (INTERNAL_PREFIX, LEASE_PREFIX, companion_owner, lease_key,
                                    lease_keys, legacy_lease_key, legacy_version_key,
                                    table_fence_key, version_key)
@@ -34,8 +35,10 @@ VERSION_MARGIN_MS = 1000
 
 class RedisCache:
     def __init__(self, url: str, client: redis.Redis | None = None,
-                 rand: random.Random | None = None, legacy_companions: bool = False):
+                 rand: random.Random | None = None, legacy_companions: bool = False,
+                 wait: ReplicaWait | None = None):
         self._client = client or redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+        self._wait = wait           # redis.wait_replicas, after every pipeline that writes
         self._rand = rand or random.Random()
         self._cluster = is_cluster(self._client)
         # The old untagged companions exist only where cachesync ran before the tagged
@@ -63,7 +66,7 @@ class RedisCache:
             for group in per_slot(keys, self._cluster):
                 queue_unlink(pipe, group)
                 queue_unlink(pipe, self._leases(group))
-        return sum(run_pipeline(self._client, fill)[::2])
+        return sum(run_pipeline(self._client, fill, wait=self._wait)[::2])
 
     def _leases(self, keys: Sequence) -> list:
         leases = lease_keys(keys)
@@ -89,7 +92,7 @@ class RedisCache:
                     queue_script(pipe, self._fenced,
                                  [k for w in part for k in self._script_keys(w.key)],
                                  [a for w in part for a in self._script_args(w)])
-            results = run_pipeline(self._client, fill, [self._fenced])
+            results = run_pipeline(self._client, fill, [self._fenced], self._wait)
             outcomes = [(w.key, int(x)) for part, result in zip(parts, results)
                         for w, x in zip(part, result)]
             applied = sum(1 for _, x in outcomes if x == APPLIED)
@@ -135,14 +138,15 @@ class RedisCache:
                     for part in _batched(_leases_matching(node, template, self._legacy),
                                          PIPELINE_CHUNK):
                         run_pipeline(self._client, lambda pipe: [
-                            queue_unlink(pipe, group) for group in per_slot(part, self._cluster)])
+                            queue_unlink(pipe, group) for group in per_slot(part, self._cluster)],
+                            wait=self._wait)
                     for part in _batched(template_keys(node, template), PIPELINE_CHUNK // 2):
                         removed += (self._unlink(part) if keep_newer is None
                                     else self._unlink_older(part, keep_newer))
                         if progress is not None:
                             progress(len(part))
             return removed
-        return redis_call(run)
+        return redis_call(run, client=self._client)
 
     def _unlink_older(self, keys: Sequence, fence_version: str) -> int:
         """UNLINK ``keys`` whose stored version is not newer than ``fence_version`` (one
@@ -151,7 +155,7 @@ class RedisCache:
         return sum(run_pipeline(self._client, lambda pipe: [
             queue_script(pipe, self._table_unlink,
                          [k for key in group for k in (key, version_key(key))],
-                         [fence_version]) for group in groups], [self._table_unlink]))
+                         [fence_version]) for group in groups], [self._table_unlink], self._wait))
 
     def fence_table(self, mapping: TableMapping, fence_version: str) -> None:
         """Store a table-level event's version (update mode): writes of the table's older rows
@@ -215,15 +219,18 @@ _CLUSTER_TRANSIENT = (redis.exceptions.ClusterError, redis.exceptions.TryAgainEr
                       redis.exceptions.SlotNotCoveredError)
 
 
-def redis_call(fn, what: str = "Redis"):
+def redis_call(fn, what: str = "Redis", client=None):
     """Run ``fn()``; refused credentials raise FatalError, an unreachable or loading
     server or a cluster mid-resharding or failover RetryableError (the engines retry
-    those and never skip)."""
+    those and never skip). ``client``: a cluster whose slot map is read again when a
+    node was unreachable (calls that reach nodes directly, like the SCANs)."""
     try:
         return fn()
     except redis.AuthenticationError as e:
         raise FatalError(f"{what} refused the credentials: {e}") from e
     except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError) as e:
+        if client is not None and not isinstance(e, redis.BusyLoadingError):
+            refresh(client)
         raise RetryableError(f"{what} unavailable: {e}") from e
     except _CLUSTER_TRANSIENT as e:
         raise RetryableError(f"{what}: the cluster is resharding or failing over: {e}") from e

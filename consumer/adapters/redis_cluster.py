@@ -10,10 +10,16 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Sequence
 
+import logging
+from dataclasses import dataclass
+
 import redis
-from redis.cluster import RedisCluster
+from redis.cluster import ClusterPipeline, RedisCluster
+from redis.exceptions import RedisClusterException
 
 from cachesync.schema.slots import key_slot
+
+log = logging.getLogger(__name__)
 
 
 def is_cluster(client) -> bool:
@@ -57,8 +63,17 @@ def masters(client) -> list:
 
 def queue_script(pipe, script, keys: Sequence, args: Sequence) -> None:
     """Queue EVALSHA of a redis-py Script: a cluster pipeline refuses ``script(client=pipe)``
-    (its evalsha method is blocked); its execute_command routes by the keys' slot."""
-    pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+    (its evalsha method is blocked).
+
+    On a cluster the call names the master of its keys' slot. Left to itself, redis-py's
+    cluster pipeline asks its default node for a script's keys (COMMAND GETKEYS): one more
+    round trip per call, and once that node is dead (a master lost) every later pipeline
+    fails on it, as the pipeline never picks another default node. A slot that moved is
+    still followed (MOVED, ASK, then routed by slot).
+    """
+    options = {"target_nodes": pipe.get_node_from_key(keys[0])} if (
+        keys and isinstance(pipe, ClusterPipeline)) else {}
+    pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args, **options)
 
 
 def queue_unlink(pipe, keys: Sequence) -> None:
@@ -67,21 +82,81 @@ def queue_unlink(pipe, keys: Sequence) -> None:
     pipe.execute_command("UNLINK", *keys)
 
 
-def run_pipeline(client, fill: Callable[[object], None], scripts: Sequence = ()) -> list:
-    """Queue ``fill(pipe)`` on a non-transactional pipeline and execute it.
+@dataclass(frozen=True)
+class ReplicaWait:
+    """``redis.wait_replicas``: after a pipeline, WAIT until ``replicas`` replicas of each
+    master it wrote to acknowledged it, for at most ``timeout_ms``."""
+    replicas: int
+    timeout_ms: int
+
+
+def run_pipeline(client, fill: Callable[[object], None], scripts: Sequence = (),
+                 wait: ReplicaWait | None = None) -> list:
+    """Queue ``fill(pipe)`` on a non-transactional pipeline and execute it; returns the
+    replies of what ``fill`` queued.
 
     Scripts go as EVALSHA (queue_script), and a server forgets them when it restarts or
     fails over: on NOSCRIPT the ``scripts`` are loaded (on every primary of a cluster) and
-    the pipeline runs once more (every command the adapters queue is idempotent). Raises
-    redis errors.
+    the pipeline runs once more (every command the adapters queue is idempotent). A master
+    unreachable makes the cluster's slot map read again (refresh) before the error is
+    raised, so the caller's next attempt goes to the replica the cluster promoted. With
+    ``wait``, a WAIT follows on each master's connection (queue_wait). Raises redis errors,
+    and ReplicaWaitError when too few replicas acknowledged.
     """
-    pipe = client.pipeline(transaction=False)
-    fill(pipe)
+    def attempt():
+        pipe = client.pipeline(transaction=False)
+        fill(pipe)
+        queued = len(pipe)
+        if wait is not None and queued:
+            queue_wait(client, pipe, wait)
+        replies = pipe.execute()
+        if wait is not None:
+            check_wait(replies[queued:], wait)
+        return replies[:queued]
     try:
-        return pipe.execute()
+        return attempt()
+    except (redis.ConnectionError, redis.TimeoutError):
+        refresh(client)
+        raise
     except redis.exceptions.NoScriptError:
         for script in scripts:
             script.sha = client.script_load(script.script)
-        pipe = client.pipeline(transaction=False)
-        fill(pipe)
-        return pipe.execute()
+        return attempt()
+
+
+class ReplicaWaitError(redis.ConnectionError):
+    """Fewer replicas than ``redis.wait_replicas`` acknowledged a pipeline in time (a
+    ConnectionError: the callers retry it as they retry an unreachable server)."""
+
+
+def queue_wait(client, pipe, wait: ReplicaWait) -> None:
+    """Queue ``WAIT replicas timeout`` after what ``pipe`` holds: on a cluster once per
+    primary, each on the connection that carries that primary's commands (a WAIT covers
+    the writes its own connection sent; on a master this pipeline did not write to it
+    returns at once)."""
+    args = ("WAIT", wait.replicas, wait.timeout_ms)
+    if not is_cluster(client):
+        pipe.execute_command(*args)
+        return
+    for node in client.get_primaries():
+        pipe.execute_command(*args, target_nodes=node)
+
+
+def check_wait(replies: list, wait: ReplicaWait) -> None:
+    short = [n for n in replies if isinstance(n, int) and n < wait.replicas]
+    if short:
+        raise ReplicaWaitError(
+            f"only {min(short)} of the {wait.replicas} replica(s) redis.wait_replicas asks for "
+            f"acknowledged the writes within {wait.timeout_ms} ms (WAIT); the batch is applied again")
+
+
+def refresh(client) -> None:
+    """Read a cluster's slot map and nodes again (a failover moved slots to a promoted
+    replica; the default node may be the master that died). Nothing on a single server; a
+    refresh that fails is left to the caller's next attempt."""
+    if not is_cluster(client):
+        return
+    try:
+        client.nodes_manager.initialize()
+    except (redis.RedisError, RedisClusterException) as e:
+        log.info("Redis Cluster: reading the slot map failed (retried with the call): %s", e)

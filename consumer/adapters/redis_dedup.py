@@ -21,8 +21,8 @@ from typing import Mapping, Sequence
 import redis
 
 from cachesync.consumer.adapters.redis_cache import redis_call
-from cachesync.consumer.adapters.redis_cluster import (is_cluster, mget, per_slot, queue_script,
-                                                       queue_unlink, run_pipeline)
+from cachesync.consumer.adapters.redis_cluster import (ReplicaWait, is_cluster, mget, per_slot,
+                                                       queue_script, queue_unlink, run_pipeline)
 from cachesync.consumer.core.dedup import ClaimState
 from cachesync.consumer.ports import chunks
 from cachesync.schema import resource_text
@@ -36,8 +36,9 @@ _STATES = {b"owned": ClaimState.OWNED, b"done": ClaimState.DONE, b"busy": ClaimS
 
 class RedisDedupStore:
     def __init__(self, url: str, namespace: str, retention_s: float,
-                 client: redis.Redis | None = None):
+                 client: redis.Redis | None = None, wait: ReplicaWait | None = None):
         self._client = client or redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+        self._wait = wait           # redis.wait_replicas, after every pipeline that writes
         self._namespace = namespace
         self._prefix = f"{DEDUP_PREFIX}{namespace}:"
         self._cluster = is_cluster(self._client)
@@ -55,7 +56,7 @@ class RedisDedupStore:
         def run():
             answers = run_pipeline(self._client, lambda pipe: [
                 queue_script(pipe, self._claim, keys, args) for _, keys in parts],
-                [self._claim])
+                [self._claim], self._wait)
             return {i: _STATES[a] for (part, _), answer in zip(parts, answers)
                     for i, a in zip(part, answer)}
         return token, redis_call(run, WHAT)
@@ -64,7 +65,7 @@ class RedisDedupStore:
         parts = self._script_parts(list(ids))
         redis_call(lambda: run_pipeline(self._client, lambda pipe: [
             queue_script(pipe, self._confirm, keys, [token, self._retention_ms])
-            for _, keys in parts], [self._confirm]), WHAT)
+            for _, keys in parts], [self._confirm], self._wait), WHAT)
 
     def _script_parts(self, ids: list[str]) -> list[tuple[list[str], list[str]]]:
         """``(ids, their record keys)`` per script call: up to CLAIM_CHUNK ids of one slot."""
@@ -90,7 +91,7 @@ class RedisDedupStore:
             if batch:
                 deleted += self._purge_keys(batch, cutoff_ms, limit - deleted)
             return deleted
-        return redis_call(run, WHAT)
+        return redis_call(run, WHAT, self._client)
 
     def counts(self) -> dict[str, int]:
         """This namespace's records by status (a SCAN: for ``status``, not the hot path)."""
@@ -101,7 +102,7 @@ class RedisDedupStore:
                     if record:
                         found["done" if record.startswith(b"d ") else "claimed"] += 1
             return found
-        return redis_call(run, WHAT)
+        return redis_call(run, WHAT, self._client)
 
     def _scan(self):
         return self._client.scan_iter(match=_glob_escape(self._prefix) + "*", count=SCAN_COUNT)
@@ -114,7 +115,8 @@ class RedisDedupStore:
         old = old[:room]
         if old:     # done records never change back: no race
             run_pipeline(self._client, lambda pipe: [
-                queue_unlink(pipe, group) for group in per_slot(old, self._cluster)])
+                queue_unlink(pipe, group) for group in per_slot(old, self._cluster)],
+                wait=self._wait)
         return len(old)
 
     def close(self) -> None:

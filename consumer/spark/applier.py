@@ -1,8 +1,8 @@
 """Per-partition work of the Spark engine, run inside Spark's Python workers (no pyspark import).
 
-A Spark task gets one Kafka partition's slice of a micro-batch, in offset order. It
-runs the shared applier (``cachesync.consumer.applier``: decode -> plan -> claim ->
-apply -> confirm -> dead letters) on it, with adapters built by the same factories
+A Spark task gets one or more Kafka partitions' slices of a micro-batch, each in offset
+order. It runs the shared applier (``cachesync.consumer.applier``: decode -> plan ->
+claim -> apply -> confirm -> dead letters) on them, with adapters built by the same factories
 as every other engine (``cachesync.wiring``) from the pickled Settings. The side jobs
 run on the driver, never in a worker's thread (an executor may be lost at any time):
 each task returns what they need — the lag samples, and the plans of the events the
@@ -101,7 +101,8 @@ def _worker(config: ApplyConfig) -> _Worker:
 
 
 def consume_partition(rows: Iterable, config: ApplyConfig, batch_id: int) -> Iterator[dict]:
-    """Apply one partition's records of micro-batch ``batch_id``; yields one dict:
+    """Apply one task's records of micro-batch ``batch_id`` (one or more Kafka partitions,
+    each in offset order); yields one dict:
     ``stats`` (a Stats dict), ``tables`` (a TableTally snapshot), ``lag`` (LagSamples),
     ``offsets`` ({partition: next}), ``plans`` (for the driver's hooks, see
     :func:`driver_plans`) and ``applied_at`` (epoch seconds of the last chunk).

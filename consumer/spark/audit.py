@@ -4,10 +4,12 @@ the keys (and values) its rows map to with what Redis holds."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from cachesync.config import mask_url
 from cachesync.consumer.audit import STALE, AuditReport
 from cachesync.consumer.spark.applier import AuditConfig, audit_partition
+from cachesync.consumer.spark.replay import _Progress
 from cachesync.schema.keytext import server_text_sql
 from cachesync.schema.sqlnames import quote
 
@@ -66,12 +68,14 @@ def read_table(spark, source: TableSource, partitions: int):
 
 
 def audit_table(spark, source: TableSource, mapping, settings, partitions: int = 4,
-                sample: int | None = None, scan=None) -> tuple[AuditReport, list[str]]:
+                sample: int | None = None, scan=None,
+                progress: Callable[[int], None] = lambda n: None) -> tuple[AuditReport, list[str]]:
     """Returns the report and every key to repair (stale values and extra keys).
 
     ``scan(glob)`` iterates the Redis keys matching a glob (SCAN); extra keys are those
     matching one of the table's templates that no row renders. Not looked for when
-    sampling: a key of a row outside the sample would look extra.
+    sampling: a key of a row outside the sample would look extra. ``progress(n)`` hears
+    the rows checked, as the tasks report them.
     """
     frame = read_table(spark, source, partitions)
     if PARTITION_COLUMN in frame.columns:
@@ -85,7 +89,8 @@ def audit_table(spark, source: TableSource, mapping, settings, partitions: int =
         frame.rdd.mapPartitions(lambda rows: audit_partition(rows, config, rows_read)),
         "verdict STRING, key STRING").cache()
     try:
-        counts = {r["verdict"]: r["count"] for r in judged.groupBy("verdict").count().collect()}
+        with _Progress(rows_read, progress):
+            counts = {r["verdict"]: r["count"] for r in judged.groupBy("verdict").count().collect()}
         stale = sorted(r["key"] for r in judged.where(f"verdict = '{STALE}'").select("key").collect())
         report = AuditReport(mapping.table, rows_read.value, sampled=bool(sample), stale_keys=stale,
                              **{v: counts.get(v, 0) for v in ("consistent", "stale", "missing",

@@ -20,8 +20,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import logging
-import py_compile
-import tempfile
+import marshal
 import zipfile
 from pathlib import Path
 from typing import Iterator
@@ -85,15 +84,15 @@ def build_bundle(directory: Path, packages: tuple[str, ...] = PACKAGES) -> Path:
 
 
 def _write_bytecode(zf: zipfile.ZipFile, source: Path, arcname: str) -> None:
-    """``arcname``'s bytecode as ``<name>.pyc`` beside it: unchecked-hash, since the zip is
-    content-addressed (its name changes with any source). A module this Python cannot
+    """``arcname``'s bytecode as ``<name>.pyc`` beside it, in the unchecked-hash form of
+    PEP 552 (magic, flags 0b01, the source's hash, the marshalled code): the zip is
+    content-addressed, its name changes with any source. A module this Python cannot
     compile is shipped as source only."""
-    with tempfile.TemporaryDirectory() as tmp:
-        target = Path(tmp) / "module.pyc"
-        try:
-            py_compile.compile(str(source), cfile=str(target), dfile=arcname, doraise=True,
-                               invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
-        except py_compile.PyCompileError as e:
-            log.debug("no bytecode for %s in the Spark zip: %s", arcname, e)
-            return
-        zf.writestr(arcname[:-3] + ".pyc", target.read_bytes())
+    text = source.read_bytes()
+    try:
+        code = compile(text, arcname, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as e:
+        log.debug("no bytecode for %s in the Spark zip: %s", arcname, e)
+        return
+    header = importlib.util.MAGIC_NUMBER + (0b01).to_bytes(4, "little")
+    zf.writestr(arcname[:-3] + ".pyc", header + importlib.util.source_hash(text) + marshal.dumps(code))

@@ -1,8 +1,10 @@
 """The Spark engine: Structured Streaming from the change topic, foreachBatch per micro-batch.
 
-Per micro-batch (``batchId``), each Kafka partition's records go to one task that runs
-the shared applier (``applier.consume_partition``). Spark writes the batch's
-offsets to the checkpoint before running it and marks it committed only after
+Per micro-batch (``batchId``), each Kafka partition's records go to one task (several
+partitions to one task when there are more partitions than executor cores) that runs the
+shared applier (``applier.consume_partition``) on them, each partition in offset order.
+Spark writes the batch's offsets to the checkpoint before running it and marks it
+committed only after
 foreachBatch returned; a crash in between re-runs the same batchId with the same
 records on restart, and the dedup table turns every id already done into a skipped
 duplicate. Nothing is ever committed to the Kafka consumer group.
@@ -44,6 +46,8 @@ class StreamOptions:
     # batches of max_offsets_per_trigger), then stop (catch-up runs, e.g. from a scheduler)
     trigger: float | str = 0.5
     starting_offsets: str = "earliest"        # only for a new checkpoint
+    # at most one task per executor core (_per_slot); False: one task per Kafka partition
+    per_slot: bool = True
 
     def trigger_kwargs(self) -> dict:
         if self.trigger == AVAILABLE_NOW:
@@ -86,6 +90,16 @@ class BatchReport:
 
 class _StopRequested(Exception):
     """Raised by a micro-batch that starts after stop(): nothing applied, nothing committed."""
+
+
+def _per_slot(rdd, slots: int):
+    """At most ``slots`` tasks (the cluster's default parallelism: its executor cores): a
+    task costs a scheduling round trip and a Python worker hand-over whatever it holds, and
+    with more Kafka partitions than cores the extra tasks only queue. ``coalesce`` joins
+    whole partitions without a shuffle, each one's records still in offset order."""
+    if rdd.getNumPartitions() > slots:
+        return rdd.coalesce(slots)
+    return rdd
 
 
 class SparkEngine:
@@ -156,6 +170,11 @@ class SparkEngine:
     def stop(self) -> None:
         self._stop.set()
 
+    def progress(self) -> list[dict]:
+        """The query's recent progress reports (Spark's StreamingQueryProgress as dicts: the
+        ``durationMs`` of each micro-batch's phases among them); empty before start()."""
+        return list(self._query.recentProgress) if self._query is not None else []
+
     def committed_offsets(self) -> dict[int, int]:
         """Next offset per partition as far as the checkpoint has committed: the query's
         last progress (every partition, also idle ones) and the batches this run applied."""
@@ -174,7 +193,10 @@ class SparkEngine:
         with self._idle:
             apply = self._apply
             started = time.perf_counter()
-            parts = frame.rdd.mapPartitions(
+            rdd = frame.rdd
+            if self._opts.per_slot:
+                rdd = _per_slot(rdd, self._spark.sparkContext.defaultParallelism)
+            parts = rdd.mapPartitions(
                 lambda rows: consume_partition(rows, apply, batch_id)).collect()
             report = BatchReport(batch_id, wall_s=time.perf_counter() - started)
             applied_at = 0.0

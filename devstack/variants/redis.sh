@@ -27,7 +27,7 @@ REDIS_SENTINEL_MASTER_NAME=cachesync
 # keys are whatever the templates say (a deployment can narrow `~*` to its key prefixes plus
 # `~cachesync:*`). `lint`/`audit` also need +type +ttl; `info`, `config`, `flushall`, `keys`,
 # pub/sub and the admin commands stay refused.
-REDIS_ACL_CACHESYNC="~* resetchannels -@all +ping +get +mget +set +del +unlink +exists +scan +hgetall +hset +pexpire +time +evalsha +eval +script|load +script|exists +client|setname"
+REDIS_ACL_CACHESYNC="~* resetchannels -@all +ping +get +mget +set +del +unlink +exists +scan +hgetall +hset +pexpire +time +evalsha +eval +script|load +script|exists +client|setname +wait"
 
 redis_conf() { # LABEL PORT DIR: the lines every devstack redis-server config starts with
   cat <<EOF

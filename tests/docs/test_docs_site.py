@@ -82,7 +82,7 @@ def _png_size(path: Path) -> tuple[int, int]:
 @pytest.mark.parametrize("page, shot, expected", [
     ("index.html", "home.png", "Getting started"),
     ("reference/configuration.html", "configuration-reference.png", "mysql.ssl_verify_identity"),
-    ("reference/metrics.html", "metrics-reference.png", "cachesync_commit_to_apply_seconds"),
+    ("reference/metrics.html", "metrics-reference.png", "cachesync_consumer_commit_to_apply_seconds"),
 ])
 def test_pages_render_in_headless_chromium(site, page, shot, expected):
     dom = _render(site / page, "--dump-dom")

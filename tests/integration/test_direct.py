@@ -127,7 +127,7 @@ def test_sigterm_stops_direct_mode_cleanly_and_checkpoints(lab):
     scraped = http_get(url + "/metrics")
     assert "cachesync_tailer_rows_published_total 1.0" in scraped
     assert "cachesync_events_applied_total 1.0" in scraped
-    assert 'cachesync_commit_to_apply_seconds_count{kind="binlog"} 1.0' in scraped
+    assert 'cachesync_consumer_commit_to_apply_seconds_count{kind="binlog"} 1.0' in scraped
     wait_for(lambda: _ready(url), 30, what="/readyz to answer 200 (MySQL, Redis, lag)")
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(60) == 0, lab.log(proc)

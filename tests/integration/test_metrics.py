@@ -29,22 +29,22 @@ def test_counters_and_lag_histogram_count_a_known_number_of_events(lab):
 
     m = wait_for(lambda: (lambda s: s if s[("cachesync_events_consumed_total", ())] == 27 else None)(
         scrape(addr)), 60, interval=0.2, what="27 records consumed")
-    assert m[("cachesync_events_applied_total", ())] == 25
+    assert m[("cachesync_consumer_events_applied_total", ())] == 25
     assert m[("cachesync_duplicates_skipped_total", ())] == 1
     assert m[("cachesync_dead_letters_total", ())] == 1
     assert m[("cachesync_fenced_writes_refused_total", ())] == 0
     assert m[("cachesync_retries_total", ())] == 0
     binlog = (("kind", "binlog"),)
-    assert m[("cachesync_commit_to_apply_seconds_count", binlog)] == 25
-    assert m[("cachesync_commit_to_apply_seconds_bucket", (*binlog, ("le", "+Inf")))] == 25
+    assert m[("cachesync_consumer_commit_to_apply_seconds_count", binlog)] == 25
+    assert m[("cachesync_consumer_commit_to_apply_seconds_bucket", (*binlog, ("le", "+Inf")))] == 25
     # binlog commit times are whole seconds: each lag is under 1 s of rounding + real lag
-    assert m[("cachesync_commit_to_apply_seconds_bucket", (*binlog, ("le", "10.0")))] == 25
-    assert 0 < m[("cachesync_commit_to_apply_seconds_sum", binlog)] < 25 * 10
-    assert ("cachesync_commit_to_apply_seconds_count", (("kind", "heartbeat"),)) not in m
+    assert m[("cachesync_consumer_commit_to_apply_seconds_bucket", (*binlog, ("le", "10.0")))] == 25
+    assert 0 < m[("cachesync_consumer_commit_to_apply_seconds_sum", binlog)] < 25 * 10
+    assert ("cachesync_consumer_commit_to_apply_seconds_count", (("kind", "heartbeat"),)) not in m
 
     def caught_up():
         s = scrape(addr)
-        lags = [v for (name, _), v in s.items() if name == "cachesync_kafka_consumer_lag_messages"]
+        lags = [v for (name, _), v in s.items() if name == "cachesync_consumer_kafka_lag_messages"]
         return len(lags) == 3 and sum(lags) == 0
     wait_for(caught_up, 30, interval=0.2, what="Kafka consumer lag 0 on all 3 partitions")
     t = scrape(tail_addr)
@@ -58,8 +58,8 @@ def test_heartbeat_measures_lag_while_idle_without_touching_redis(lab):
     addr, tail_addr = address(lab, consume), address(lab, tail)
     unlinks = lab.redis.info("commandstats").get("cmdstat_unlink", {}).get("calls", 0)
     beats = (("kind", "heartbeat"),)
-    count, total = ("cachesync_commit_to_apply_seconds_count", beats), \
-        ("cachesync_commit_to_apply_seconds_sum", beats)
+    count, total = ("cachesync_consumer_commit_to_apply_seconds_count", beats), \
+        ("cachesync_consumer_commit_to_apply_seconds_sum", beats)
 
     def beats_applied(at_least: int):
         return lambda: (lambda s: s if s.get(count, 0) >= at_least else None)(scrape(addr))
@@ -93,5 +93,5 @@ def test_readyz_is_unready_while_kafka_is_down_and_ready_after(lab):
     wait_for(lambda: status_of(addr, "/readyz") == 200, 120, interval=0.5,
              what="/readyz 200 after Kafka is back")
     lab.sql("INSERT INTO users VALUES (1, 'after')")
-    wait_for(lambda: scrape(addr)[("cachesync_events_applied_total", ())] >= 1, 120, interval=0.5,
+    wait_for(lambda: scrape(addr)[("cachesync_consumer_events_applied_total", ())] >= 1, 120, interval=0.5,
              what="an event applied after the restart")

@@ -25,13 +25,13 @@ def start(lab, monitor=None):
 
 
 def checks(addr: str) -> dict:
-    """{(table suffix, result): count} of cachesync_consistency_checks_total, and the rest."""
+    """{(table suffix, result): count} of cachesync_monitor_checks_total, and the rest."""
     out = {}
     for (name, labels), value in scrape(addr).items():
-        if name == "cachesync_consistency_checks_total":
+        if name == "cachesync_monitor_checks_total":
             d = dict(labels)
             out[(d["table"].split(".", 1)[1], d["result"])] = value
-        elif name.startswith("cachesync_consistency_") or name == "cachesync_events_applied_total":
+        elif name.startswith("cachesync_monitor_") or name == "cachesync_consumer_events_applied_total":
             out[name] = value
     return out
 
@@ -40,7 +40,7 @@ def settled(addr: str, expect) -> dict:
     """The counts once nothing is pending and ``expect(counts)`` holds."""
     def done():
         c = checks(addr)
-        return c if c.get("cachesync_consistency_pending") == 0 and expect(c) else None
+        return c if c.get("cachesync_monitor_pending") == 0 and expect(c) else None
     return wait_for(done, 120, interval=0.5, what=f"the monitor at {addr} to settle")
 
 
@@ -66,7 +66,7 @@ def test_the_monitor_catches_keys_planted_stale(lab):
         cur.execute("SET SESSION sql_log_bin = 0")
         cur.execute("UPDATE items SET price = 11 WHERE id = 1")
     # delete mode: once the inserts were applied, an application fills one key wrong, one right
-    wait_for(lambda: checks(c_addr).get("cachesync_events_applied_total") == len(warmed) + 4, 30,
+    wait_for(lambda: checks(c_addr).get("cachesync_consumer_events_applied_total") == len(warmed) + 4, 30,
              interval=0.05, what="the consumer to apply every insert")
     lab.redis.set(lab.prefix + "user:1", json.dumps({"id": 1, "name": "eve"}), ex=600)
     lab.redis.set(lab.prefix + "user:2", json.dumps({"id": 2, "name": "bob"}), ex=600)
@@ -76,8 +76,8 @@ def test_the_monitor_catches_keys_planted_stale(lab):
         assert c[("items", "stale")] == 1 and c[("users", "stale")] == 1, c
         assert c[("items", "consistent")] == 1 and c[("users", "consistent")] == 1, c
         assert ("items", "unsettled") not in c and ("users", "unsettled") not in c, c
-        assert c["cachesync_consistency_check_errors_total"] == 0
-        assert c["cachesync_consistency_mysql_reads_total"] > 0
+        assert c["cachesync_monitor_check_errors_total"] == 0
+        assert c["cachesync_monitor_mysql_reads_total"] > 0
         warnings = re.findall(r"WARNING.*stale cache key (\S+) of (\S+):", lab.log(proc))
         assert sorted(warnings) == [(lab.prefix + "item:1", f"{lab.db}.items"),
                                     (lab.prefix + "user:1", f"{lab.db}.users")]
@@ -94,13 +94,13 @@ def test_no_stale_key_is_reported_under_a_racing_write_workload(lab):
     work = Workload(lab, rows=ROWS, write_rate=100, readers=2, seconds=40)
     work.run()
     applied = 2 * ROWS + work.events
-    c = settled(addr, lambda c: c.get("cachesync_events_applied_total") == applied)
+    c = settled(addr, lambda c: c.get("cachesync_consumer_events_applied_total") == applied)
     stale = {k: v for k, v in c.items() if isinstance(k, tuple) and k[1] == "stale"}
     assert stale == {}, c
     # the checks did compare values: cachesync's own (items) and the readers' fills (users)
     assert c[("items", "consistent")] >= 200, c
     assert c.get(("users", "consistent"), 0) >= 20, c
-    assert c["cachesync_consistency_check_errors_total"] == 0
+    assert c["cachesync_monitor_check_errors_total"] == 0
     assert "stale cache key" not in lab.log(consume)
 
 
@@ -111,8 +111,8 @@ def test_a_blocked_monitor_drops_samples_and_never_holds_up_the_consumer(lab):
     consume = lab.spawn("consume", cfg)
     addr = address(lab, consume)
     lab.sql("INSERT INTO items VALUES " + ",".join(f"({i}, 0, 'i')" for i in range(40)))
-    dropped_name = "cachesync_consistency_samples_dropped_total"
-    c0 = settled(addr, lambda c: c.get("cachesync_events_applied_total") == 40)
+    dropped_name = "cachesync_monitor_samples_dropped_total"
+    c0 = settled(addr, lambda c: c.get("cachesync_consumer_events_applied_total") == 40)
     checked0, dropped0 = c0.get(("items", "consistent"), 0), c0.get(dropped_name, 0)
     assert checked0 + dropped0 == 40            # one batch of 40 samples, a queue of 5
     with lab.stack.admin(lab.db) as conn, conn.cursor() as cur:
@@ -125,15 +125,15 @@ def test_a_blocked_monitor_drops_samples_and_never_holds_up_the_consumer(lab):
             c = checks(addr)
             done = all(v and json.loads(v)["price"] == 1 for v in values)
             # every sample is dropped, waiting, or the one check blocked on the lock
-            waiting = c.get(dropped_name, 0) - dropped0 + c["cachesync_consistency_pending"] + 1
-            return c if done and c["cachesync_events_applied_total"] == 80 and waiting == 40 \
+            waiting = c.get(dropped_name, 0) - dropped0 + c["cachesync_monitor_pending"] + 1
+            return c if done and c["cachesync_consumer_events_applied_total"] == 80 and waiting == 40 \
                 else None
         c = wait_for(applied, 60, interval=0.1, what="the 40 updates applied while the monitor waits")
         assert c[("items", "consistent")] == checked0            # nothing checked since the lock
         dropped = c[dropped_name] - dropped0
-        assert dropped > 0 and c["cachesync_consistency_pending"] <= 2 * 5, c
+        assert dropped > 0 and c["cachesync_monitor_pending"] <= 2 * 5, c
         cur.execute("UNLOCK TABLES")
     c = settled(addr, lambda c: c.get(("items", "consistent"), 0) == checked0 + 40 - dropped)
     assert ("items", "stale") not in c and ("items", "unsettled") not in c, c
-    assert c["cachesync_consistency_check_errors_total"] == 0
+    assert c["cachesync_monitor_check_errors_total"] == 0
     assert scrape(addr)[(dropped_name, (("reason", "queue_full"),))] == dropped0 + dropped

@@ -93,12 +93,18 @@ def test_dlq_list_then_replay_after_the_mapping_is_fixed_and_again_replays_nothi
     lab.cache("nope:9")
     dry = cli(lab, "dlq", "replay", "--config", fixed, "--reason", "unknown_table", "--dry-run")
     assert "would replay 1 dead letter(s)" in dry.stdout and "skipped 1" in dry.stdout
+    # no terminal: the progress is a log line at the end (every 5 s on a long run)
+    assert f"dlq replay {lab.dlq} (dead letters read): done, 2 of 2 in" in dry.stderr, dry.stderr
     assert lab.cached("nope:9") == ["nope:9"]                      # the dry run touched nothing
     replay = cli(lab, "dlq", "replay", "--config", fixed, "--reason", "unknown_table")
     assert replay.returncode == 0 and "replayed 1 dead letter(s)" in replay.stdout, replay.stderr
     wait_for(lambda: not lab.cached("nope:9"), 60, what="the replayed event applied")
-    again = cli(lab, "dlq", "replay", "--config", fixed)
+    again = cli(lab, "dlq", "replay", "--config", fixed, "--log-json")
     assert "replayed 0 dead letter(s)" in again.stdout, again.stdout + again.stderr
+    progress = [json.loads(line)["progress"] for line in again.stderr.splitlines()
+                if '"progress"' in line]
+    assert progress[-1] == {"label": f"dlq replay {lab.dlq} (dead letters read)", "done": 0,
+                            "total": 0, "elapsed_s": progress[-1]["elapsed_s"], "final": True}
     assert engine.stats.dead_lettered == 0
 
 

@@ -28,7 +28,7 @@ def test_a_fast_prober_beside_the_engine_keeps_readyz_green_and_the_log_clean(la
     consume = lab.spawn("consume", cfg)
     addr = address(lab, consume)
     wait_for(lambda: status_of(addr, "/readyz") == 200, 60, interval=0.2, what="consumer ready")
-    beats = ("cachesync_commit_to_apply_seconds_count", (("kind", "heartbeat"),))
+    beats = ("cachesync_consumer_commit_to_apply_seconds_count", (("kind", "heartbeat"),))
     before = scrape(addr).get(beats, 0)
     writer = UsersWriter(lab, rows_per_txn=1)
     writer.start()

@@ -80,23 +80,28 @@ class Recorder:
         self.ids: set[str] = set()
         self._txn = 0
 
-    def change(self, table: str, op: str, before, after, *, republish: bool = False) -> None:
+    def change(self, table: str, op: str, before, after, *, republish: bool = False,
+               partition: int | None = None) -> str:
+        """Publish one change (twice with ``republish``); returns its message id."""
         self._txn += 1
         ctx = TxnContext("mariadb:rec", f"0-1-{self._txn}", self._txn, time.time())
         event = row_change(ctx, 0, self.lab.db, table, op, "id", before, after)
         for _ in range(2 if republish else 1):
             self.send(kafka_key(self.lab.db, table, event.pk).encode(), encode(event),
-                      event.id.encode())
+                      event.id.encode(), partition)
         self.ids.add(event.id)
         spec = {"users": USERS, "orders": ORDERS}[table]
         for image in (before, after):
             if image is not None:
                 self.keys.setdefault(f"{self.lab.db}.{table}", set()).update(
                     t.format(**image) for t in spec["keys"])
+        return event.id
 
-    def send(self, key: bytes, value: bytes, msg_id: bytes | None = None) -> None:
+    def send(self, key: bytes, value: bytes, msg_id: bytes | None = None,
+             partition: int | None = None) -> None:
         headers = [("id", msg_id)] if msg_id else []
-        self.producer.send(self.lab.topic, key=key, value=value, headers=headers)
+        self.producer.send(self.lab.topic, key=key, value=value, headers=headers,
+                           partition=partition)
         self.count += 1
 
     def flush(self) -> None:
@@ -361,14 +366,14 @@ def test_spark_consume_serves_the_consumer_metrics_with_kafka_lag_from_its_check
         def caught_up():
             m = scrape(addr)
             lag = {k: v for (name, k), v in m.items()
-                   if name == "cachesync_kafka_consumer_lag_messages"}
-            done = m.get(("cachesync_events_applied_total", ())) == 40
+                   if name == "cachesync_consumer_kafka_lag_messages"}
+            done = m.get(("cachesync_consumer_events_applied_total", ())) == 40
             return (m, lag) if done and len(lag) == 3 and sum(lag.values()) == 0 else None
         m, lag = wait_for(caught_up, 300, interval=0.5, what="metrics showing 40 applied, no lag")
     finally:
         stop_gracefully(proc)
     assert m[("cachesync_events_consumed_total", ())] == 40
-    assert m[("cachesync_commit_to_apply_seconds_count", (("kind", "binlog"),))] == 40
+    assert m[("cachesync_consumer_commit_to_apply_seconds_count", (("kind", "binlog"),))] == 40
     assert set(lag) == {(("partition", str(p)),) for p in range(3)}
     assert proc.returncode == 0, lab.log(proc)
 
@@ -508,6 +513,7 @@ def test_audit_finds_exactly_the_planted_stale_keys_and_repair_removes_them(lab,
     result = runner.invoke(cli, ["audit", "--config", cfg, "--table", table, "--partitions", "3"],
                            env=lab.stack.env)
     assert result.exit_code == 4, result.output               # 5/399 cached entries are wrong
+    assert f"audit {table} (rows): done, 200 of 200 in" in result.stderr   # no terminal: lines
     report = json.loads(result.stdout)
     assert set(report["stale_keys"]) == stale
     assert report["extra_keys"] == [f"{lab.prefix}user:999"]
@@ -542,6 +548,40 @@ def test_spark_engine_runs_the_delayed_second_delete(lab, spark):
     engine = run_spark_engine(lab, spark, cfg, lab.tmp / "dd-ck", 1, on_batch=refill)
     assert engine.stats.applied == 1 and refilled == [["user:1"]]
     wait_for(lambda: lab.cached("user:1") == [], 15, what="the delayed second delete")
+
+
+def test_a_second_delete_survives_the_loss_of_the_executor_that_applied_the_first(lab, spark):
+    """The executor dies after its task applied and confirmed a double-delete event, before
+    the task returned: the retry finds the event done (a duplicate), still hands its plan to
+    the driver, and the driver's second delete removes what a reader wrote back meanwhile."""
+    rec = Recorder(lab)
+    first = rec.change("users", "update", {"id": 1, "email": "d@x.org"},
+                       {"id": 1, "email": "d2@x.org"}, partition=0)
+    for i in range(400):      # the same task's further work: one dedup round trip each
+        rec.change("orders", "insert", None, {"id": 5000 + i, "user_id": 1}, partition=0)
+    rec.flush()
+    lab.cache("user:1")
+    group = f"g-ddloss-{lab.suffix}"
+    cfg = config_for_group(lab, {"users": {**USERS, "double_delete": 1.0}, "orders": ORDERS},
+                           group, "ddloss.yaml", batch_size=1)
+    engine = build_spark_engine(lab.settings(cfg), spark, str(lab.tmp / "ddloss-ck"))
+    thread = threading.Thread(target=engine.run, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: (first, "done") in dedup_records(lab, group), 180, interval=0.05,
+                 what="the double-delete event applied and confirmed by its task")
+        assert not engine.batches, "the task returned before its executor could be killed"
+        app = spark.sparkContext.applicationId
+        for pid, _, _ in executors_of({app}):
+            os.kill(pid, signal.SIGKILL)
+        lab.cache("user:1")                 # a reader writes the old row back
+        wait_for(lambda: engine.stats.consumed >= rec.count or not thread.is_alive(), 240,
+                 interval=0.2, what="the batch retried on a new executor")
+        assert engine.stats.consumed == rec.count and engine.stats.duplicates >= 1
+        wait_for(lambda: lab.cached("user:1") == [], 30, what="the driver's second delete")
+    finally:
+        engine.stop()
+        thread.join(60)
 
 
 # -- snapshot ----------------------------------------------------------------------------------------

@@ -56,8 +56,34 @@ def use_redis_cluster(lab, monkeypatch) -> RedisCluster:
     monkeypatch.setattr(lab, "redis", client)
     monkeypatch.setattr(lab, "stack", dataclasses.replace(lab.stack, env={
         **lab.stack.env, "CACHESYNC_REDIS_URL": env["DEVSTACK_REDIS_CLUSTER_URL"],
-        "CACHESYNC_REDIS_CLUSTER": "true"}))
+        "CACHESYNC_REDIS_CLUSTER": "true",
+        "CACHESYNC_REDIS_CLUSTER_NODES": env["DEVSTACK_REDIS_CLUSTER_NODES"]}))
     return client
+
+
+def redis_cluster_tls_url(env: dict[str, str], user: str, password: str) -> str:
+    """A rediss:// URL of a node of the redis-cluster-tls variant as ``user``, the devstack CA
+    checked (the other nodes are discovered, over TLS too)."""
+    host = env["DEVSTACK_REDIS_CLUSTER_TLS_URL"].removeprefix("rediss://")
+    return (f"rediss://{quote(user, safe='')}:{quote(password, safe='')}@{host}"
+            f"?ssl_ca_certs={quote(env['DEVSTACK_REDIS_SSL_CA'])}")
+
+
+def use_redis_cluster_tls(lab, monkeypatch) -> RedisCluster:
+    """Point a Lab at the redis-cluster-tls variant: its admin's cluster client as
+    ``lab.redis``, and the least-privilege ACL user's URL with ``redis.cluster`` for every
+    process it starts; returns the admin client."""
+    env = start("redis-cluster-tls")
+    url = redis_cluster_tls_url(env, env["DEVSTACK_REDIS_CLUSTER_TLS_USER"],
+                                secret(env, "DEVSTACK_REDIS_CLUSTER_TLS_PASSWORD_FILE"))
+    admin = RedisCluster.from_url(redis_cluster_tls_url(
+        env, env["DEVSTACK_REDIS_CLUSTER_TLS_ADMIN_USER"],
+        secret(env, "DEVSTACK_REDIS_CLUSTER_TLS_ADMIN_PASSWORD_FILE")), socket_timeout=5)
+    monkeypatch.setattr(lab, "redis", admin)
+    monkeypatch.setattr(lab, "stack", dataclasses.replace(lab.stack, env={
+        **lab.stack.env, "CACHESYNC_REDIS_URL": url, "CACHESYNC_REDIS_CLUSTER": "true",
+        "CACHESYNC_REDIS_CLUSTER_NODES": env["DEVSTACK_REDIS_CLUSTER_TLS_NODES"]}))
+    return admin
 
 
 def use_redis_aof(lab, monkeypatch) -> redis.Redis:

@@ -31,6 +31,11 @@ tests:
         values: '0+60x20'
       - series: 'cachesync_info{{role="tail",instance="t2",version="1"}}'
         values: '1x20'
+      # tailer t1 stopped writing heartbeats at t=0; t2 writes them
+      - series: 'cachesync_tailer_last_heartbeat_timestamp_seconds{{instance="t1"}}'
+        values: '0x20'
+      - series: 'cachesync_tailer_last_heartbeat_timestamp_seconds{{instance="t2"}}'
+        values: '0+60x20'
       # one tailer name with a standby, one without
       - series: 'cachesync_tailer_active{{tailer="a",instance="t2"}}'
         values: '1x20'
@@ -39,9 +44,9 @@ tests:
       - series: 'cachesync_tailer_active{{tailer="b",instance="t4"}}'
         values: '1x20'
       # consumer c1: lag growing; c2: lag steady and applying
-      - series: 'cachesync_kafka_consumer_lag_messages{{instance="c1",partition="0"}}'
+      - series: 'cachesync_consumer_kafka_lag_messages{{instance="c1",partition="0"}}'
         values: '2000+100x20'
-      - series: 'cachesync_kafka_consumer_lag_messages{{instance="c2",partition="0"}}'
+      - series: 'cachesync_consumer_kafka_lag_messages{{instance="c2",partition="0"}}'
         values: '5000x20'
       - series: 'cachesync_consumer_last_apply_timestamp_seconds{{instance="c2"}}'
         values: '0+60x20'
@@ -51,9 +56,9 @@ tests:
         values: '0 0 0 0 0 3x15'
       - series: 'cachesync_consumer_dead_letters_total{{instance="c2"}}'
         values: '0x20'
-      - series: 'cachesync_consistency_checks_total{{instance="c1",table="shop.users",result="stale"}}'
+      - series: 'cachesync_monitor_checks_total{{instance="c1",table="shop.users",result="stale"}}'
         values: '0 0 0 0 0 1x15'
-      - series: 'cachesync_consistency_checks_total{{instance="c2",table="shop.users",result="consistent"}}'
+      - series: 'cachesync_monitor_checks_total{{instance="c2",table="shop.users",result="consistent"}}'
         values: '0+10x20'
       - series: 'cachesync_consumer_dedup_purge_failures_total{{instance="c1"}}'
         values: '0+1x20'
@@ -64,6 +69,10 @@ tests:
         alertname: CachesyncCheckpointNotMoving
         exp_alerts:
           - exp_labels: {{severity: critical, instance: t1}}
+      - eval_time: 10m
+        alertname: CachesyncHeartbeatsNotWritten
+        exp_alerts:
+          - exp_labels: {{severity: warning, instance: t1}}
       - eval_time: 10m
         alertname: CachesyncTailerNoStandby
         exp_alerts:

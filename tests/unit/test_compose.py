@@ -130,11 +130,11 @@ def test_the_dashboard_queries_only_metrics_cachesync_exports():
     dash = json.loads((ROOT / "docker" / "grafana" / "dashboards" / "cachesync.json").read_text())
     exported = {f"{n}_total" for n in (*metrics.CONSUMER_COUNTERS, *metrics.TAILER_COUNTERS,
                                        *metrics.RELAY_COUNTERS)} | set(metrics.MONITOR_METRICS)
-    gauges = {"cachesync_commit_to_apply_seconds", "cachesync_last_commit_to_apply_seconds",
-              "cachesync_tailer_checkpoint_age_seconds", "cachesync_kafka_consumer_lag_messages"}
+    gauges = {"cachesync_consumer_commit_to_apply_seconds", "cachesync_consumer_last_commit_to_apply_seconds",
+              "cachesync_tailer_checkpoint_age_seconds", "cachesync_consumer_kafka_lag_messages"}
     src = (ROOT / "cachesync" / "metrics.py").read_text()
     assert all(f'"{g}"' in src for g in gauges)
-    exported |= gauges | {"cachesync_commit_to_apply_seconds_bucket"}
+    exported |= gauges | {"cachesync_consumer_commit_to_apply_seconds_bucket"}
     used = {m for p in dash["panels"] for t in p["targets"]
             for m in re.findall(r"cachesync_[a-z_]+", t["expr"])}
     assert used and used <= exported, used - exported
@@ -149,8 +149,8 @@ def test_the_dashboard_shows_consistency_nines_from_the_monitors_checks():
              for t in p["targets"]]
     assert len(nines) == 1
     # stale over consistent + stale, from the counter the monitor exports with these labels
-    assert 'cachesync_consistency_checks_total{result="stale"}' in nines[0]
-    assert 'cachesync_consistency_checks_total{result=~"consistent|stale"}' in nines[0]
+    assert 'cachesync_monitor_checks_total{result="stale"}' in nines[0]
+    assert 'cachesync_monitor_checks_total{result=~"consistent|stale"}' in nines[0]
     assert "sum by (table)" in nines[0] and "-log10(" in nines[0]
 
     class Idle:
@@ -160,7 +160,7 @@ def test_the_dashboard_shows_consistency_nines_from_the_monitors_checks():
             return {("app.t", "stale"): 1, ("app.t", "consistent"): 9}, {}, 0, 0
     family = next(iter(MonitorCollector(Idle()).collect()))
     assert [(s.name, s.labels) for s in family.samples][0] == (
-        "cachesync_consistency_checks_total", {"table": "app.t", "result": "consistent"})
+        "cachesync_monitor_checks_total", {"table": "app.t", "result": "consistent"})
 
 
 def test_the_writer_script_speaks_to_both_servers():

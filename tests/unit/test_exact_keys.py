@@ -175,11 +175,11 @@ def test_metrics_export_the_per_table_counts_with_their_labels():
     ConsumerMetrics(reg, lambda: None, tables=lambda: tally)
     got = {(s.name, tuple(sorted(s.labels.items()))): s.value
            for fam in reg.collect() for s in fam.samples if not s.name.endswith("_created")}
-    assert got[("cachesync_null_key_skips_total", (("table", "d.t"),))] == 2
-    assert got[("cachesync_invalidated_instead_of_written_total",
+    assert got[("cachesync_consumer_null_key_skips_total", (("table", "d.t"),))] == 2
+    assert got[("cachesync_consumer_invalidated_instead_of_written_total",
                 (("reason", "ambiguous_key"), ("table", "d.t")))] == 1
     names = {fam.name for fam in reg.collect()}
-    assert {"cachesync_version_backwards", "cachesync_unrenderable_templates"} <= names
+    assert {"cachesync_consumer_version_backwards", "cachesync_consumer_unrenderable_templates"} <= names
 
 
 def test_a_merged_tally_adds_the_counts_of_another_without_warning_again(caplog):

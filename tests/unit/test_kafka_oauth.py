@@ -185,3 +185,18 @@ def test_msk_iam_without_credentials_or_region_is_a_config_error(monkeypatch, tm
     with pytest.raises(ConfigError, match="no AWS credentials found"):
         client_security(KafkaSettings(security_protocol="SASL_SSL", sasl_mechanism="AWS_MSK_IAM",
                                       aws_region="eu-west-1"))
+
+
+def test_kafka_pythons_debug_dumps_never_show_the_sasl_bytes(caplog):
+    """kafka-python logs each request and its raw bytes at DEBUG: the SASL login (password,
+    OAuth token) must not reach the log."""
+    import logging
+    import cachesync.kafka_login  # noqa: F401  (installs the filters)
+    caplog.set_level(logging.DEBUG, logger="kafka")
+    parser, conn = logging.getLogger("kafka.protocol.parser"), logging.getLogger("kafka.net.connection")
+    parser.debug("%s Send: %r", "node=1", b"\x01auth=Bearer eyJsecret.token.\x01\x01")
+    parser.debug("%s Sending request %d %s", "node=1", 3, "SaslAuthenticateRequest(auth_bytes=b'pw')")
+    conn.debug("%s Request %d: %s", "<conn>", 3, "SaslAuthenticateRequest(auth_bytes=b'pw')")
+    conn.debug("%s Request %d: %s", "<conn>", 4, "MetadataRequest(topics=[])")
+    assert "eyJsecret" not in caplog.text and "auth_bytes" not in caplog.text
+    assert "MetadataRequest" in caplog.text        # other requests stay visible

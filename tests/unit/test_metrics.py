@@ -62,9 +62,9 @@ def test_lag_uses_commit_time_and_the_heartbeats_microsecond_time():
                after={"name": "t1", "beat_us": 100_400_000})
     cm.on_batch(Batch([event(commit_ts=100.0), hb], applied_at=100.5))
     m = samples(reg)
-    assert m[("cachesync_commit_to_apply_seconds_sum", (("kind", "binlog"),))] == pytest.approx(0.5)
-    assert m[("cachesync_commit_to_apply_seconds_sum", (("kind", "heartbeat"),))] == pytest.approx(0.1)
-    assert m[("cachesync_commit_to_apply_seconds_bucket", (("kind", "binlog"), ("le", "0.5")))] == 1
+    assert m[("cachesync_consumer_commit_to_apply_seconds_sum", (("kind", "binlog"),))] == pytest.approx(0.5)
+    assert m[("cachesync_consumer_commit_to_apply_seconds_sum", (("kind", "heartbeat"),))] == pytest.approx(0.1)
+    assert m[("cachesync_consumer_commit_to_apply_seconds_bucket", (("kind", "binlog"), ("le", "0.5")))] == 1
     assert beats == [("t1", 100.4, 100.5)]
 
 
@@ -177,3 +177,62 @@ def test_heartbeat_rows_go_out_as_the_heartbeat_kind_and_the_name_is_reserved():
     with pytest.raises(ConfigError, match="app.cachesync_heartbeat"):
         with_heartbeat(parse_mappings({"app.cachesync_heartbeat": {"keys": ["x:{id}"]}}),
                        "cachesync")
+
+
+class Tally:
+    def snapshot(self):
+        return {("null_key_skips", "app.users", ""): 2,
+                ("untrusted_keys", "app.users", "reserved_key"): 1}
+
+
+class Monitor:
+    pending, last_check_at = 3, 1234.5
+
+    def snapshot(self):
+        return {("app.users", "stale"): 4}, {"rate_limit": 1}, 0, 9
+
+
+def test_renamed_metrics_keep_their_old_names_for_one_version():
+    """Every name in DEPRECATED_ALIASES that a registry exports under its new name is also
+    exported under the old one, with the same samples and a help text naming the new one."""
+    from cachesync.metrics import (DEPRECATED_ALIASES, CheckpointAge, MonitorCollector,
+                                   binlog_format_row)
+    reg = CollectorRegistry()
+    cm = ConsumerMetrics(reg, lambda: Stats(), tables=lambda: Tally(), scans=lambda: ())
+    cm.on_batch(Batch([event(commit_ts=100.0)], applied_at=100.25))
+    cm.set_kafka_lag({0: 7})
+    reg.register(MonitorCollector(Monitor()))
+    CheckpointAge(reg).set(3.0, now=1000.0)
+    binlog_format_row(reg).set(1)
+    families = {f.name: f for f in reg.collect()}
+    checked = 0
+    for new, old in DEPRECATED_ALIASES.items():
+        if new not in families:
+            continue
+        assert old in families, old
+        assert families[old].documentation == f"Deprecated: renamed to {new}; this name goes in the next version"
+        def values(name):       # _created: when each twin was made, microseconds apart
+            return [(s.name.replace(name, new, 1), s.labels, s.value)
+                    for s in families[name].samples if not s.name.endswith("_created")]
+        assert values(old) == values(new), new
+        checked += 1
+    assert checked >= 25, checked      # consumer, per-table, monitor, lag, checkpoint, binlog
+    m = samples(reg)
+    assert m[("cachesync_commit_to_apply_seconds_sum", (("kind", "binlog"),))] == pytest.approx(0.25)
+    assert m[("cachesync_kafka_consumer_lag_messages", (("partition", "0"),))] == 7
+    assert m[("cachesync_consistency_checks_total", (("result", "stale"), ("table", "app.users")))] == 4
+    assert m[("cachesync_monitor_last_check_timestamp_seconds", ())] == 1234.5
+    assert m[("cachesync_tailer_checkpoint_last_advance_timestamp_seconds", ())] == 997.0
+
+
+def test_every_exported_name_has_its_role_after_cachesync():
+    """cachesync_<role>_...: the consumer's, the tailer's, the relay's, the monitor's, or the
+    process-wide cachesync_info; old names only as deprecated aliases."""
+    from cachesync.metrics import DEPRECATED_ALIASES, MonitorCollector
+    reg = CollectorRegistry()
+    ConsumerMetrics(reg, lambda: Stats(), tables=lambda: Tally(), scans=lambda: ())
+    reg.register(MonitorCollector(Monitor()))
+    old = set(DEPRECATED_ALIASES.values())
+    names = {f.name for f in reg.collect() if f.name.startswith("cachesync_")} - old
+    assert names and all(n.split("_")[1] in ("consumer", "tailer", "relay", "monitor")
+                         for n in names), sorted(names)

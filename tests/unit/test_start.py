@@ -1,0 +1,127 @@
+"""The start path: each command imports only what it needs; the start steps and the publisher
+started in the background."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import threading
+
+import click
+import pytest
+
+from cachesync import startup
+from cachesync.cli import COMMANDS, cli
+from cachesync.producer_outbox.starting_publisher import StartingPublisher
+
+# what no consume or tail start may load: other engines, docs tools, other commands
+NEVER = ("pyspark", "py4j", "sphinx", "matplotlib", "cachesync.consumer.spark.stream",
+         "cachesync.devstack", "cachesync.commands.demo", "cachesync.commands.audit",
+         "cachesync.commands.snapshot", "cachesync.commands.replay")
+NOT_FOR = {"consume": ("pymysqlreplication", "cachesync.producer_outbox.tailer",
+                       "cachesync.commands.tail"),
+           "tail": ("cachesync.consumer.engine", "cachesync.commands.consume")}
+
+
+def test_every_listed_command_loads_under_its_name():
+    ctx = click.Context(cli)
+    for name in cli.list_commands(ctx):
+        command = cli.get_command(ctx, name)
+        assert isinstance(command, click.Command) and command.name == name
+
+
+def test_every_command_module_is_listed():
+    from pathlib import Path
+    import cachesync.commands
+    folder = Path(cachesync.commands.__file__).parent
+    modules = {p.stem for p in folder.glob("*.py")
+               if "\ncommand = " in p.read_text() or "\ndef command(" in p.read_text()}
+    assert modules == {m.rsplit(".", 1)[1] for m in COMMANDS.values()}
+
+
+@pytest.mark.parametrize("command", ["consume", "tail"])
+def test_the_start_path_imports_only_what_the_command_needs(command):
+    """Loading the command and building what its start builds before any I/O: no other
+    engine, command or tool is imported."""
+    code = (
+        "import sys, click\n"
+        "from cachesync.cli import cli\n"
+        f"cli.get_command(click.Context(cli), {command!r})\n"
+        "from cachesync import wiring, operate, doctor, topics\n"
+        "print('\\n'.join(sorted(sys.modules)))\n")
+    found = set(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                               text=True).stdout.split())
+    unwanted = [m for m in (*NEVER, *NOT_FOR[command])
+                if any(f == m or f.startswith(m + ".") for f in found)]
+    assert not unwanted, f"`cachesync {command}` imports {unwanted} at its start"
+
+
+def test_the_last_step_logs_every_step_since_launch_once(caplog):
+    caplog.set_level(logging.INFO, "cachesync.startup")
+    startup.mark("unit-a")
+    startup.mark("unit-a")              # the first time counts
+    startup.done("unit-done")
+    startup.done("unit-done")
+    lines = [r.getMessage() for r in caplog.records if "unit-done" in r.getMessage()]
+    assert len(lines) == 1 and "unit-a " in lines[0] and " s CPU (" in lines[0]
+    assert startup.since_launch()["unit-a"] <= startup.since_launch()["unit-done"]
+
+
+class _Publisher:
+    def __init__(self):
+        self.sent, self.closed = [], False
+
+    def send(self, *args, **kwargs):
+        self.sent.append(args)
+
+    def partitions(self, topic):
+        return [0, 1, 2]
+
+    def flush(self, timeout_s=None):
+        pass
+
+    def close(self, timeout_s=10):
+        self.closed = True
+
+
+def test_a_starting_publisher_waits_for_its_start_then_delegates():
+    release, real = threading.Event(), _Publisher()
+
+    def start():
+        release.wait(5)
+        return real
+    publisher = StartingPublisher(start)
+    assert "starting" in repr(publisher)
+    release.set()
+    assert publisher.partitions("t") == [0, 1, 2]
+    publisher.send("t", "k", b"v", "id", None, None)
+    publisher.flush()
+    publisher.close()
+    assert real.sent == [("t", "k", b"v", "id", None, None)] and real.closed
+
+
+def test_a_starting_publisher_raises_what_its_start_raised_at_first_use():
+    from cachesync.schema.errors import RetryableError
+
+    def start():
+        raise RetryableError("Kafka unavailable at x:9092")
+    publisher = StartingPublisher(start)
+    with pytest.raises(RetryableError, match="Kafka unavailable"):
+        publisher.send("t", "k", b"v", "id", None, None)
+    with pytest.raises(RetryableError):
+        publisher.flush()
+    publisher.close()                   # nothing started: nothing to close
+
+
+def test_connections_without_tls_options_share_one_tls_context():
+    """pymysql's PREFERRED mode (no TLS option) gets one context per process; a connection
+    with TLS options builds its own, verifying as configured."""
+    import ssl
+    from cachesync.producer_outbox.mysql import _Connection
+    conn = _Connection.__new__(_Connection)        # no server: only the context is built
+    first, second = conn._create_ssl_ctx({}), conn._create_ssl_ctx({})
+    assert first is second and first.verify_mode == ssl.CERT_NONE
+    verified = conn._create_ssl_ctx({"ca": ssl.get_default_verify_paths().cafile,
+                                     "check_hostname": True, "verify_mode": True})
+    assert verified is not first and verified.verify_mode == ssl.CERT_REQUIRED
