@@ -83,7 +83,8 @@ class ClusterFailover:
         self.next_id = 0
 
     def _redis_env(self) -> dict:
-        return {"CACHESYNC_REDIS_URL": self.url, "CACHESYNC_REDIS_CLUSTER": "true"}
+        return {"CACHESYNC_REDIS_URL": self.url, "CACHESYNC_REDIS_CLUSTER": "true",
+                "CACHESYNC_REDIS_CLUSTER_NODES": self.env["DEVSTACK_REDIS_CLUSTER_NODES"]}
 
     def one_run(self, i: int) -> dict:
         log(f"{NAME}: run {i + 1}")

@@ -60,6 +60,11 @@ def _tailer(t: dict) -> list:
             out.append(("  same, one record per row (pack_rows 1)",
                         f"{_n(unpacked['median']['rows_per_s'])} rows/s = "
                         f"{unpacked['ratio_to_baseline']}x", raw, "(reported)", "-"))
+        python_rows = fig.get("python_rows")
+        if python_rows:
+            out.append(("  same, every row written by the Python path (compiled row writer off)",
+                        f"{_n(python_rows['median']['rows_per_s'])} rows/s; default = "
+                        f"{python_rows['ratio_contender_to_it']}x it", raw, "(reported)", "-"))
     return out
 
 

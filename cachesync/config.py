@@ -212,7 +212,7 @@ class MySQLSettings(_Validated):
     password: Secret = setting(Secret(""), "the account's password", secret=True)
     state_db: str = setting("cachesync", "database holding `cachesync_dedup`, "
                             "`cachesync_dedup_done` and `cachesync_checkpoint`", **IDENTIFIER)
-    # TLS: on when ssl_ca is set, for every session, the binlog stream and audit's JDBC
+    # verified TLS when ssl_ca (or ssl) is set, for every session, the binlog stream and audit's JDBC
     ssl_ca: str = setting("", "PEM CA of the server's certificate; set, every MySQL connection "
                           "(sessions, the binlog stream, audit's JDBC) uses verified TLS. A "
                           "certificate that fails verification stops the process with exit code 3")
@@ -448,6 +448,13 @@ class RedisSettings(_Validated):
                             "discovered) and gives the user, password and TLS; every Redis "
                             "client then groups keys per hash slot, follows MOVED/ASK and SCANs "
                             "every master")
+    # more nodes to start from: a process (re)started while redis.url's node is down
+    # still finds the cluster
+    cluster_nodes: str = setting(
+        "", "Redis Cluster: more nodes to discover the cluster from (comma-separated "
+        "`host:port`), tried when `redis.url`'s node does not answer, so that a process can "
+        "start while that node is down (the user, password and TLS are still `redis.url`'s)",
+        check=lambda v: _hostports_problem(v) if v else None)
     # Redis replicates asynchronously: a master lost right after it answered can take the
     # last invalidations with it, after the consumer confirmed them and committed offsets
     wait_replicas: int = setting(
@@ -479,6 +486,8 @@ class RedisSettings(_Validated):
         if self.sentinels and self.cluster:
             raise ConfigError("redis.cluster: a cluster has no sentinels; set redis.cluster or "
                               "redis.sentinels, not both")
+        if self.cluster_nodes and not self.cluster:
+            raise ConfigError("redis.cluster_nodes: only with redis.cluster")
         if self.cluster and str(self.url).startswith("unix://"):
             raise ConfigError("redis.cluster: the URL must be redis:// or rediss:// (a node's "
                               "host and port), not unix://")
@@ -487,7 +496,7 @@ class RedisSettings(_Validated):
         return (f"RedisSettings(url={mask_url(self.url)!r}, sentinels={self.sentinels!r}, "
                 f"master_name={self.master_name!r}, "
                 f"sentinel_username={self.sentinel_username!r}, sentinel_tls={self.sentinel_tls!r}, "
-                f"cluster={self.cluster!r}, wait_replicas={self.wait_replicas!r}, "
+                f"cluster={self.cluster!r}, cluster_nodes={self.cluster_nodes!r}, wait_replicas={self.wait_replicas!r}, "
                 f"wait_timeout_ms={self.wait_timeout_ms!r}, "
                 f"legacy_companion_keys={self.legacy_companion_keys!r})")
 

@@ -34,8 +34,10 @@ class _Refusals(logging.Handler):
 def refused_login_is_fatal(bootstrap_servers: str) -> Iterator[None]:
     """Run the block; a Kafka error after a refused login raises FatalError instead."""
     refusals = _Refusals()
-    logger = logging.getLogger("kafka")
-    logger.addHandler(refusals)
+    # kafka-python's own lines, and cachesync.kafka_oauth's (a refused OAuth token)
+    loggers = [logging.getLogger("kafka"), logging.getLogger("cachesync.kafka_oauth")]
+    for logger in loggers:
+        logger.addHandler(refusals)
     try:
         yield
     except KafkaError as e:
@@ -46,7 +48,8 @@ def refused_login_is_fatal(bootstrap_servers: str) -> Iterator[None]:
                              f"credentials): {refusals.seen[-1]}") from e
         raise
     finally:
-        logger.removeHandler(refusals)
+        for logger in loggers:
+            logger.removeHandler(refusals)
 
 
 class _ConfigDumpHidden(logging.Filter):

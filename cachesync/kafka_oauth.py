@@ -200,19 +200,20 @@ class TokenCommand(_Provider):
 
 
 class _OAuthLogin(SaslMechanismOAuth):
-    """kafka-python's OAUTHBEARER login, except that a refused token fails the login at once.
+    """kafka-python's OAUTHBEARER login, which also says when the broker refused the token.
 
     A broker refusing a token answers with an error challenge (``{"status":
-    "invalid_token"}``, RFC 7628) and, once the client acknowledges it, closes the
-    connection without an error response: kafka-python then sees only a lost connection
-    and retries until its bootstrap timeout, as if the broker were down. Raising here makes
-    it the login refusal it is (cachesync.kafka_login turns that into a clear stop).
+    "invalid_token"}``, RFC 7628); the client acknowledges it (so the broker completes and
+    logs the failed login) and the broker closes the connection without an error response.
+    kafka-python then sees only a lost connection, as if the broker were down. The ERROR
+    line logged here carries the refusal, which cachesync.kafka_login watches to stop with
+    a clear message instead of waiting for a broker that will never accept.
     """
 
     def receive(self, auth_bytes):
         if auth_bytes:
-            raise SaslAuthenticationFailedError(
-                f"the broker refused the OAuth token: {auth_bytes.decode('utf-8', 'replace')}")
+            log.error("%s", SaslAuthenticationFailedError(
+                f"the broker refused the OAuth token: {auth_bytes.decode('utf-8', 'replace')}"))
         super().receive(auth_bytes)
 
 

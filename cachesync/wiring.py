@@ -88,12 +88,14 @@ def redis_client(settings: Settings, timeout_s: float | None = None) -> redis.Re
     """A client of ``redis.url``, of the cluster it is a node of (``redis.cluster``), or of the
     master ``redis.sentinels`` name (every Redis user)."""
     import redis
-    from redis.cluster import RedisCluster
+    from redis.cluster import ClusterNode, RedisCluster
     from redis.connection import parse_url
     from redis.sentinel import Sentinel
     r = settings.redis
     if r.cluster:
-        return RedisCluster.from_url(str(r.url), socket_timeout=timeout_s,
+        more = [ClusterNode(h, p) for h, p in host_list(r.cluster_nodes, 6379)] \
+            if r.cluster_nodes else []
+        return RedisCluster.from_url(str(r.url), startup_nodes=more, socket_timeout=timeout_s,
                                      socket_connect_timeout=timeout_s)
     if not r.sentinels:
         return redis.Redis.from_url(str(r.url), socket_timeout=timeout_s,

@@ -46,7 +46,8 @@ class MySQLParams:
     password: str = field(repr=False)
     database: str | None = None
     connect_timeout: float = 5.0
-    # pymysql's TLS arguments (tls_options); empty: plain text
+    # pymysql's TLS arguments (tls_options); empty: the driver's default, unverified TLS
+    # when the server offers it, else plain text
     tls: tuple[tuple[str, object], ...] = ()
 
     def client_options(self) -> dict:

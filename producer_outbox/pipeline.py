@@ -84,11 +84,16 @@ class Pipeline:
         a Pulse (ports.Pulse)."""
         save_every, last_save = self._settings.checkpoint_interval_s, time.monotonic()
         handlers = self._handlers()
+        record = self._record
         for item in source.changes():
             if self._failure is not None:
                 self._raise_if_failed()
-            handlers[type(item)](item)
-            if type(item) is Pulse or type(item) is Commit:   # after each event of the source
+            kind = type(item)
+            if kind is Record:          # most items: no lookup
+                record(item)
+                continue
+            handlers[kind](item)
+            if kind is Pulse or kind is Commit:     # after each event of the source
                 if time.monotonic() - last_save >= save_every:
                     self.save_checkpoint()
                     last_save = time.monotonic()
@@ -131,18 +136,18 @@ class Pipeline:
     def _record(self, r: Record) -> None:
         """Send one encoded event, alone or in the pack of its (db, table, partition)."""
         txn = self._txn
+        db, table, key, value, msg_id = r
         if self._packer is None:
-            self._send(r.key, r.value, r.msg_id, txn, 1, None)
-        elif len(r.value) > self._settings.pack_bytes:   # alone, after every pack opened before
+            self._send(key, value, msg_id, txn, 1, None)
+        elif len(value) > self._settings.pack_bytes:   # alone, after every pack opened before
             self.flush_packs(txn)
-            self._send(r.key, r.value, r.msg_id, txn, 1, None)
+            self._send(key, value, msg_id, txn, 1, None)
         else:
             counted = txn if self._span and self._xa is None else None
             if counted is not None:     # a spanning pack: its rows are in flight from now on
                 with self._lock:
                     self._tracker.sent(txn, 1)
-            full = self._packer.add(r.db, r.table, r.key, r.value, r.msg_id, self._partitions,
-                                    counted)
+            full = self._packer.add(db, table, key, value, msg_id, self._partitions, counted)
             if full is not None:
                 self._send_pack(full, txn)
 

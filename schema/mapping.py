@@ -54,7 +54,7 @@ FIELD_DOCS: dict[str, tuple[str, str]] = {
     "double_delete": ("off", "delete mode: seconds after which the keys are deleted a second "
                       "time (the \"delayed double delete\")"),
     "watch_columns": ("every column", "an UPDATE that changes none of these columns invalidates "
-                      "and writes nothing (counted in `cachesync_unwatched_updates`); key template "
+                      "and writes nothing (counted in `cachesync_consumer_unwatched_updates`); key template "
                       "columns and, in update mode, value and version columns are always watched"),
     "ignore_columns": ("none", "an UPDATE that changes only these columns invalidates and writes "
                        "nothing; not with `watch_columns`"),

@@ -27,7 +27,7 @@ from cachesync.consumer.adapters.redis_cache import RedisCache
 from cachesync.consumer.adapters.redis_dedup import RedisDedupStore
 from cachesync.consumer.core.writes import CacheWrite, padded
 from tests.support import stack_command, wait_for
-from tests.support.variants import addresses, secret, start, unsecured_jwt
+from tests.support.variants import addresses, redis_cluster_tls_url, secret, start, unsecured_jwt
 
 pytestmark = pytest.mark.integration
 
@@ -187,7 +187,30 @@ def test_redis_cluster_serves_keys_on_each_of_its_three_masters():
     for node, key in by_node.items():
         assert cluster.set(key, node, px=60000)
         assert cluster.get(key) == node.encode()
+    # and a replica each, in sync: a master lost is replaced by its replica
+    replicas = [n for n in cluster.get_nodes() if n.server_type == "replica"]
+    assert len(replicas) == 3
+    for node in cluster.get_primaries():
+        assert cluster.get_redis_connection(node).execute_command("WAIT", 1, 5000) == 1
     cluster.close()
+
+
+# ---------------------------------------------------------------- redis-cluster-tls
+def test_redis_cluster_tls_serves_its_acl_user_over_tls_only():
+    env = start("redis-cluster-tls")
+    url = redis_cluster_tls_url(env, env["DEVSTACK_REDIS_CLUSTER_TLS_USER"],
+                                secret(env, "DEVSTACK_REDIS_CLUSTER_TLS_PASSWORD_FILE"))
+    cluster = RedisCluster.from_url(url, socket_timeout=5)
+    assert len(cluster.get_primaries()) == 3 and len(cluster.get_nodes()) == 6
+    key = f"variant:{uuid.uuid4().hex[:8]}"
+    assert cluster.set(key, b"over tls", px=60000) and cluster.get(key) == b"over tls"
+    with pytest.raises(redis.exceptions.NoPermissionError):    # least privilege: no FLUSHALL
+        cluster.get_redis_connection(cluster.get_node_from_key(key)).flushall()
+    cluster.close()
+    host, port = addresses(env["DEVSTACK_REDIS_CLUSTER_TLS_NODES"])[0]
+    plain = redis.Redis(host=host, port=port, socket_timeout=2, retry=Retry(NoBackoff(), 0))
+    with pytest.raises(redis.exceptions.ConnectionError):       # TLS only: plain text is dropped
+        plain.ping()
 
 
 # ---------------------------------------------------------------- redis-sentinel

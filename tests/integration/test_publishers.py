@@ -202,7 +202,7 @@ def test_a_tailer_closes_the_publisher_process_it_made_when_it_ends(lab, ends):
         env.pop("CACHESYNC_MYSQL_PASSWORD_FILE", None)
         env["CACHESYNC_MYSQL_PASSWORD"] = "wrong"
     tailer = build_tailer(config.load(cfg, env))
-    child = tailer._publisher._proc
+    child = tailer._publisher.started()._proc      # started beside the tailer's own start
     errors = []
 
     def run():

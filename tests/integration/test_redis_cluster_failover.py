@@ -155,12 +155,12 @@ def cluster_pipeline(lab, monkeypatch):
 
 def test_a_master_killed_under_writes_and_fills_loses_nothing(cluster_pipeline):
     lab, cluster, cfg, engine = cluster_pipeline
+    env = start("redis-cluster")
+    roles = node_roles(env)
     victim = cluster.get_node_from_key(lab.prefix + "profile:0")
     on_victim = {kind: [r for r in range(ROWS) if cluster.get_node_from_key(
         lab.prefix + f"{kind}:{r}").name == victim.name] for kind in ("user", "profile")}
     assert on_victim["user"] and on_victim["profile"]
-    env = start("redis-cluster")
-    roles = node_roles(env)
     replica = next(addr for addr, (role, master, _) in roles.items()
                    if role == "replica" and master == roles[victim.name][2])
     pid_file = pathlib.Path(lab.stack.env["DEVSTACK_DIR"]) / "run" / f"redis-cluster-{victim.port}.pid"
@@ -198,7 +198,9 @@ def test_a_master_killed_under_writes_and_fills_loses_nothing(cluster_pipeline):
     assert stale_fill_refused(lab, cluster, on_victim["user"][0]) is None
 
     # the dedup store on the cluster: every consumed message done, none left claimed
-    report = status_json(lab, cfg)[1]
+    # counted by a process started now with redis.url naming the dead node: it finds the
+    # cluster through redis.cluster_nodes
+    code, report = status_json(lab, cfg, env={"CACHESYNC_REDIS_URL": f"redis://{victim.name}/0"})
     assert report["errors"] == {}
     assert report["dedup"]["claimed"] == 0
     assert report["dedup"]["done"] == engine.stats.consumed - engine.stats.table_invalidations

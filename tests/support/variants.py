@@ -56,7 +56,8 @@ def use_redis_cluster(lab, monkeypatch) -> RedisCluster:
     monkeypatch.setattr(lab, "redis", client)
     monkeypatch.setattr(lab, "stack", dataclasses.replace(lab.stack, env={
         **lab.stack.env, "CACHESYNC_REDIS_URL": env["DEVSTACK_REDIS_CLUSTER_URL"],
-        "CACHESYNC_REDIS_CLUSTER": "true"}))
+        "CACHESYNC_REDIS_CLUSTER": "true",
+        "CACHESYNC_REDIS_CLUSTER_NODES": env["DEVSTACK_REDIS_CLUSTER_NODES"]}))
     return client
 
 
@@ -80,7 +81,8 @@ def use_redis_cluster_tls(lab, monkeypatch) -> RedisCluster:
         secret(env, "DEVSTACK_REDIS_CLUSTER_TLS_ADMIN_PASSWORD_FILE")), socket_timeout=5)
     monkeypatch.setattr(lab, "redis", admin)
     monkeypatch.setattr(lab, "stack", dataclasses.replace(lab.stack, env={
-        **lab.stack.env, "CACHESYNC_REDIS_URL": url, "CACHESYNC_REDIS_CLUSTER": "true"}))
+        **lab.stack.env, "CACHESYNC_REDIS_URL": url, "CACHESYNC_REDIS_CLUSTER": "true",
+        "CACHESYNC_REDIS_CLUSTER_NODES": env["DEVSTACK_REDIS_CLUSTER_TLS_NODES"]}))
     return admin
 
 

@@ -47,5 +47,5 @@ def test_fault_medians_give_each_figure_its_target_and_whether_it_was_met():
         "survivor": {"figure_s": 1.5, "target_s": 1.0, "met": False}}
     assert out["consumer_dynamic_lost"] == {"figure_s": 7.0, "target_s": 10.0, "met": True}
     assert out["tailer_standby"]["met"] is False
-    assert out["mariadb_promotion"] == {"figure_s": None, "target_s": 15.0, "met": None,
+    assert out["mariadb_promotion"] == {"figure_s": None, "target_s": 8.0, "met": None,
                                         "reason": "needs devstack mariadb-replica"}

@@ -11,6 +11,7 @@ from redis.crc import key_slot as redis_py_slot
 
 from cachesync.config import RedisSettings, Secret, load
 from cachesync.consumer.adapters.redis_cache import redis_call
+from cachesync.consumer.adapters.redis_cluster import ReplicaWait, check_wait
 from cachesync.schema.errors import ConfigError, RetryableError
 from cachesync.schema.keys import (DEDUP_SLOTS, companion_owner, dedup_key, lease_key, lease_keys,
                                    legacy_lease_key, legacy_version_key, version_key)
@@ -105,6 +106,8 @@ def test_dedup_records_spread_over_evenly_spaced_slots_and_stay_put():
     ({"cluster": True, "sentinels": "s1:26379", "master_name": "m"},
      "redis.cluster: a cluster has no sentinels"),
     ({"cluster": True, "url": Secret("unix:///run/redis.sock")}, "redis.cluster: the URL must be"),
+    ({"cluster_nodes": "node-2:6379"}, "redis.cluster_nodes: only with redis.cluster"),
+    ({"cluster": True, "cluster_nodes": "node-2"}, "expected host:port"),
 ])
 def test_cluster_settings_that_cannot_work_are_refused(values, message):
     with pytest.raises(ConfigError, match=message):
@@ -116,10 +119,23 @@ def test_cluster_settings_load_from_the_environment_and_show_in_the_repr(tmp_pat
     path.write_text("redis:\n  url: redis://app:hunter2@node-1:6379/0\n"
                     "tables:\n  app.users:\n    keys: [\"user:{id}\"]\n")
     settings = load(str(path), {"CACHESYNC_REDIS_CLUSTER": "true",
+                                "CACHESYNC_REDIS_CLUSTER_NODES": "node-2:6379,node-3:6379",
+                                "CACHESYNC_REDIS_WAIT_REPLICAS": "1",
                                 "CACHESYNC_REDIS_LEGACY_COMPANION_KEYS": "false"})
     r = settings.redis
-    assert (r.cluster, r.legacy_companion_keys) == (True, False)
+    assert (r.cluster, r.cluster_nodes, r.wait_replicas, r.wait_timeout_ms,
+            r.legacy_companion_keys) == (True, "node-2:6379,node-3:6379", 1, 1000, False)
     assert "hunter2" not in repr(r) and "cluster=True" in repr(r)
+
+
+@pytest.mark.parametrize("replies, refused", [([1, 1, 1], False), ([1, 0, 1], True), ([], False)])
+def test_a_wait_short_of_replicas_fails_as_a_connection_error(replies, refused):
+    wait = ReplicaWait(1, 100)
+    if refused:
+        with pytest.raises(redis.ConnectionError, match="0 of the 1 replica"):
+            check_wait(replies, wait)
+    else:
+        check_wait(replies, wait)
 
 
 # -- errors of a cluster that reshards or fails over -----------------------------------------

@@ -121,3 +121,22 @@ def test_pyspark_is_imported_only_inside_consumer_spark():
                 offenders += [(str(path.relative_to(root)), n) for n in names
                               if n.split(".")[0] == "pyspark"]
     assert offenders == []
+
+
+class _Partitions:
+    """What _per_slot sees of an RDD: its partition count and coalesce."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def getNumPartitions(self) -> int:  # noqa: N802 (pyspark's name)
+        return self.n
+
+    def coalesce(self, n: int) -> "_Partitions":
+        return _Partitions(n)
+
+
+def test_a_micro_batch_takes_at_most_one_task_per_core_and_no_more_than_it_has_partitions():
+    from cachesync.consumer.spark.stream import _per_slot
+    assert [_per_slot(_Partitions(n), 2).n for n in (1, 2, 3, 12)] == [1, 2, 2, 2]
+    assert _per_slot(_Partitions(3), 8).n == 3
