@@ -161,6 +161,8 @@ class Pipeline:
         self.flush_packs(self._txn)       # rows packed so far go first, in every partition
         partitions = self._publisher.partitions(self._topic)
         for change in changes:
+            if self._xa is not None:        # held: an overflow or late decision still names it
+                self._xa.touch(change.db, change.table)
             log.warning("table-level change of %s.%s (%s): every cached key of the table will "
                         "be invalidated; statement: %s", change.db, change.table, change.reason,
                         statement[:STATEMENT_EXCERPT],
@@ -228,7 +230,8 @@ class Pipeline:
         if held.overflowed:
             log.warning("XA COMMIT ONE PHASE at %s: %d rows, over tailer.xa_buffer_rows; "
                         "invalidating its tables as a whole", item.ctx.position, held.rows)
-            self._table_events([TableChange(db, t, "xa_overflow") for db, t in item.tables],
+            tables = dict.fromkeys([*held.tables, *item.tables])
+            self._table_events([TableChange(db, t, "xa_overflow") for db, t in tables],
                                item.statement, item.ctx, item.index)
         else:
             self._release(held, self._txn)
@@ -236,7 +239,8 @@ class Pipeline:
     def _prepare(self, item: Prepared) -> None:
         held, txn = self._xa, self._txn
         self._close(item.checkpoint, hold=True)     # open packs join the held records
-        held.xid, held.tables = item.xid, dict.fromkeys(item.tables)
+        held.xid = item.xid
+        held.tables.update(dict.fromkeys(item.tables))   # beside the table-level events held
         self._prepared[item.xid] = PreparedGroup(held, txn, item.checkpoint)
         self._xa = None
 

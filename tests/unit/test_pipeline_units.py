@@ -140,6 +140,25 @@ def test_a_commit_of_an_unknown_or_too_large_group_invalidates_its_tables():
     assert [decode(s.value).extra["reason"] for s in publisher.sent] == ["xa_unknown"] * 2
 
 
+@pytest.mark.parametrize("decision", ["prepared", "one phase"])
+def test_a_table_event_held_in_a_group_too_large_to_hold_is_not_lost(decision):
+    """A statement-logged change inside an XA group is held with its rows; when the rows
+    overflow the buffer, the decision still invalidates that statement's table."""
+    orders = TableChange("app", "orders", "statement")
+    held = [Begin(ctx(42)), Hold(), rec(1), TableEvent(ctx(42), 1, orders, "DELETE FROM orders"),
+            rec(2)]
+    if decision == "prepared":
+        items = [*held, Prepared("x1", cp(42), (USERS,)), PULSE, *decide(True)]
+    else:
+        items = [*held, Release(ctx(42), 3, (USERS,), "XA COMMIT ONE PHASE"), Commit(cp(42))]
+    publisher = MemoryPublisher()
+    p, _ = pipeline(publisher, xa_buffer_rows=1)
+    p.run(MemorySource(items))
+    invalidated = {(decode(s.value).table, decode(s.value).extra["reason"])
+                   for s in publisher.sent}
+    assert invalidated == {("users", "xa_overflow"), ("orders", "xa_overflow")}
+
+
 def test_one_phase_commit_of_a_group_too_large_to_hold_invalidates_its_tables():
     """Its rows were dropped from the buffer: they must not vanish silently."""
     publisher = MemoryPublisher()
