@@ -773,7 +773,7 @@ put_key_text(Buf *b, PyObject *v, PyObject *canonical_text)
     }
     if (text == NULL)
         return WR_ERROR;
-    Py_ssize_t n;
+    Py_ssize_t n = 0;
     const char *s = PyUnicode_AsUTF8AndSize(text, &n);
     int r = WR_DONE;
     if (s == NULL) {
@@ -1048,10 +1048,11 @@ row_record(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     PyObject *out = NULL;
     int r = write_row(args, row_index, &key, &doc, &id);
     if (r == WR_DONE) {
-        long long max_bytes = PyLong_AsLongLong(args[A_MAX_BYTES]);
+        int over = 0;             /* a limit past long long: no record is over it */
+        long long max_bytes = PyLong_AsLongLongAndOverflow(args[A_MAX_BYTES], &over);
         if (max_bytes == -1 && PyErr_Occurred())
             r = WR_ERROR;
-        else if (doc.len > max_bytes)
+        else if (over < 0 || (over == 0 && doc.len > max_bytes))
             r = WR_PYTHON;               /* over the record limit: Python's invalidate-only form */
     }
     if (r == WR_DONE) {
