@@ -166,19 +166,20 @@ class TokenCommand(_Provider):
     def _run(self) -> tuple[str, float | None]:
         """Run the command once: (token, lifetime in seconds or None). It runs in a session
         of its own (a timeout kills everything it started) and without cachesync's own
-        CACHESYNC_* variables; its arguments and stderr stay out of every message (a client
-        secret, a ``curl -v`` trace): run it by hand to see them."""
+        CACHESYNC_* variables. Its arguments stay out of every message; the end of its stderr
+        is its failure's reason, shown as the AWS SDKs show a ``credential_process``'s (a
+        command that traces its requests there, ``curl -v``, shows them to the log)."""
         name = self.argv[0]
         env = {k: v for k, v in os.environ.items() if not k.startswith("CACHESYNC_")}
         try:
             child = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, text=True, env=env,
+                                     stderr=subprocess.PIPE, text=True, env=env,
                                      start_new_session=True)
         except OSError as e:
             raise ConfigError(f"kafka.sasl_oauth_token_command: {name} did not run: "
                               f"{e.strerror or type(e).__name__}") from None
         try:
-            out, _ = child.communicate(timeout=COMMAND_TIMEOUT_S)
+            out, err = child.communicate(timeout=COMMAND_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             try:
                 os.killpg(child.pid, 9)
@@ -188,8 +189,9 @@ class TokenCommand(_Provider):
             raise ConfigError(f"kafka.sasl_oauth_token_command: {name} did not finish within "
                               f"{COMMAND_TIMEOUT_S:g} s") from None
         if child.returncode != 0:
+            tail = err.strip()[-300:]
             raise ConfigError(f"kafka.sasl_oauth_token_command: {name} exited with status "
-                              f"{child.returncode} (its stderr is not shown: run it by hand)")
+                              f"{child.returncode}" + (f": {tail}" if tail else ""))
         return self._parse(out.strip(), name)
 
     def _parse(self, out: str, name: str) -> tuple[str, float | None]:

@@ -8,6 +8,7 @@ import json
 import os
 import pickle
 import sys
+import time
 
 import pytest
 
@@ -105,10 +106,9 @@ def test_a_failing_refresh_keeps_the_valid_token_and_then_fails_clearly(tmp_path
     assert provider.token() == token
     clock.now = 1090                     # due for refresh, the run fails, token still valid
     assert provider.token() == token
-    assert "exited with status 5" in caplog.text
-    assert "denied" not in caplog.text and token not in caplog.text    # stderr stays out
+    assert "exited with status 5: denied" in caplog.text and token not in caplog.text
     clock.now = 1101                     # expired and the command still fails
-    with pytest.raises(ConfigError, match="exited with status 5 "):
+    with pytest.raises(ConfigError, match="exited with status 5: denied"):
         provider.token()
 
 
@@ -201,3 +201,33 @@ def test_kafka_pythons_debug_dumps_never_show_the_sasl_bytes(caplog):
     conn.debug("%s Request %d: %s", "<conn>", 4, "MetadataRequest(topics=[])")
     assert "eyJsecret" not in caplog.text and "auth_bytes" not in caplog.text
     assert "MetadataRequest" in caplog.text        # other requests stay visible
+
+
+def test_a_token_command_that_hangs_is_killed_whole_and_its_arguments_stay_out(monkeypatch):
+    monkeypatch.setattr("cachesync.kafka_oauth.COMMAND_TIMEOUT_S", 0.5)
+    # the shell starts a child (sleep) that would outlive a kill of the shell alone
+    command = "sh -c 'sleep 31.4159; echo never' client-secret-xyz"
+    with pytest.raises(ConfigError) as raised:
+        TokenCommand(command, 300).token()
+    assert "did not finish within 0.5 s" in str(raised.value)
+    assert "client-secret-xyz" not in str(raised.value) and "sleep" not in str(raised.value)
+    assert "client-secret-xyz" not in repr(TokenCommand(command, 300))
+    deadline = time.monotonic() + 10
+    while sleepers("31.4159") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not sleepers("31.4159")
+
+
+def sleepers(seconds: str) -> list[str]:
+    """The pids of running ``sleep <seconds>`` processes."""
+    found = []
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if f.read().split(b"\0")[:2] == [b"sleep", seconds.encode()]:
+                    with open(f"/proc/{pid}/stat", "rb") as st:
+                        if st.read().rsplit(b")", 1)[1].split()[0] != b"Z":
+                            found.append(pid)
+        except (OSError, IndexError):
+            pass
+    return found
