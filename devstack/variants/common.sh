@@ -79,3 +79,21 @@ show_log_and_die() { # LOGFILE MESSAGE
   fi
   die "$2"
 }
+
+kafka_variant_format() { # LABEL DATA_DIR PROPS: format a variant broker's storage, once
+  [ -f "$2/meta.properties" ] && return 0
+  local cid
+  cid="$(kafka_tool kafka.tools.StorageTool random-uuid 2>>"$LOGS/kafka-tools.log" | tail -n 1)"
+  log "$1: formatting storage"
+  kafka_tool kafka.tools.StorageTool format -t "$cid" -c "$3" >>"$LOGS/kafka-tools.log" 2>&1 ||
+    show_log_and_die "$LOGS/kafka-tools.log" "$1: storage format failed"
+}
+
+kafka_variant_start() { # BASE_DIR PROPS STDOUT PIDFILE: start a variant broker's JVM; its pid in KAFKA_VARIANT_PID
+  : >"$3"
+  setsid nohup java -Xms128m -Xmx512m -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -Djava.awt.headless=true \
+    -Dkafka.logs.dir="$1" -Dlog4j2.configurationFile="$SCRIPT_DIR/kafka/log4j2.xml" \
+    -cp "$KAFKA_LIBS/*" kafka.Kafka "$2" </dev/null >>"$3" 2>&1 &
+  KAFKA_VARIANT_PID=$!
+  echo "$KAFKA_VARIANT_PID" >"$4"
+}

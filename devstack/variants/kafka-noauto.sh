@@ -35,12 +35,7 @@ kafka_noauto_render_config() {
 }
 
 kafka_noauto_format() { # once
-  [ -f "$KNOAUTO_DATA/meta.properties" ] && return 0
-  local cid
-  cid="$(kafka_tool kafka.tools.StorageTool random-uuid 2>>"$LOGS/kafka-tools.log" | tail -n 1)"
-  log "kafka-noauto: formatting storage"
-  kafka_tool kafka.tools.StorageTool format -t "$cid" -c "$KNOAUTO_PROPS" >>"$LOGS/kafka-tools.log" 2>&1 ||
-    show_log_and_die "$LOGS/kafka-tools.log" "kafka-noauto: storage format failed"
+  kafka_variant_format kafka-noauto "$KNOAUTO_DATA" "$KNOAUTO_PROPS"
 }
 
 kafka_noauto_up() {
@@ -56,12 +51,8 @@ kafka_noauto_up() {
     kafka_noauto_render_config
     kafka_noauto_format
     log "starting kafka-noauto on 127.0.0.1:$KNOAUTO_PORT (auto.create.topics.enable=false; controller $KNOAUTO_CONTROLLER_PORT)"
-    : >"$KNOAUTO_STDOUT"
-    setsid nohup java -Xms128m -Xmx512m -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -Djava.awt.headless=true \
-      -Dkafka.logs.dir="$KNOAUTO_BASE" -Dlog4j2.configurationFile="$SCRIPT_DIR/kafka/log4j2.xml" \
-      -cp "$KAFKA_LIBS/*" kafka.Kafka "$KNOAUTO_PROPS" </dev/null >>"$KNOAUTO_STDOUT" 2>&1 &
-    pid=$!
-    echo "$pid" >"$KNOAUTO_PID"
+    kafka_variant_start "$KNOAUTO_BASE" "$KNOAUTO_PROPS" "$KNOAUTO_STDOUT" "$KNOAUTO_PID"
+    pid=$KAFKA_VARIANT_PID
   fi
   local start=$SECONDS
   until port_open "$KNOAUTO_PORT" && kafka_describe "127.0.0.1:$KNOAUTO_PORT" >/dev/null; do

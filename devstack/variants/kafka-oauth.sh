@@ -59,12 +59,7 @@ EOT
 }
 
 kafka_oauth_format() { # once
-  [ -f "$KOAUTH_DATA/meta.properties" ] && return 0
-  local cid
-  cid="$(kafka_tool kafka.tools.StorageTool random-uuid 2>>"$LOGS/kafka-tools.log" | tail -n 1)"
-  log "kafka-oauth: formatting storage"
-  kafka_tool kafka.tools.StorageTool format -t "$cid" -c "$KOAUTH_PROPS" >>"$LOGS/kafka-tools.log" 2>&1 ||
-    show_log_and_die "$LOGS/kafka-tools.log" "kafka-oauth: storage format failed"
+  kafka_variant_format kafka-oauth "$KOAUTH_DATA" "$KOAUTH_PROPS"
 }
 
 kafka_oauth_up() {
@@ -80,12 +75,8 @@ kafka_oauth_up() {
     kafka_oauth_render_config
     kafka_oauth_format
     log "starting kafka-oauth on 127.0.0.1:$KOAUTH_PORT (SASL_PLAINTEXT, OAUTHBEARER; controller $KOAUTH_CONTROLLER_PORT)"
-    : >"$KOAUTH_STDOUT"
-    setsid nohup java -Xms128m -Xmx512m -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -Djava.awt.headless=true \
-      -Dkafka.logs.dir="$KOAUTH_BASE" -Dlog4j2.configurationFile="$SCRIPT_DIR/kafka/log4j2.xml" \
-      -cp "$KAFKA_LIBS/*" kafka.Kafka "$KOAUTH_PROPS" </dev/null >>"$KOAUTH_STDOUT" 2>&1 &
-    pid=$!
-    echo "$pid" >"$KOAUTH_PID"
+    kafka_variant_start "$KOAUTH_BASE" "$KOAUTH_PROPS" "$KOAUTH_STDOUT" "$KOAUTH_PID"
+    pid=$KAFKA_VARIANT_PID
   fi
   local start=$SECONDS
   until port_open "$KOAUTH_PORT" && kafka_describe "127.0.0.1:$KOAUTH_PORT" --command-config "$KOAUTH_ADMIN_PROPS" >/dev/null; do

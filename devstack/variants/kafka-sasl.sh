@@ -110,12 +110,8 @@ kafka_sasl_up() {
     kafka_sasl_render_config
     kafka_sasl_format
     log "starting kafka-sasl on 127.0.0.1:$KSASL_PORT (SASL_SSL; controller $KSASL_CONTROLLER_PORT)"
-    : >"$KSASL_STDOUT"
-    setsid nohup java -Xms128m -Xmx512m -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -Djava.awt.headless=true \
-      -Dkafka.logs.dir="$KSASL_BASE" -Dlog4j2.configurationFile="$SCRIPT_DIR/kafka/log4j2.xml" \
-      -cp "$KAFKA_LIBS/*" kafka.Kafka "$KSASL_PROPS" </dev/null >>"$KSASL_STDOUT" 2>&1 &
-    pid=$!
-    echo "$pid" >"$KSASL_PID"
+    kafka_variant_start "$KSASL_BASE" "$KSASL_PROPS" "$KSASL_STDOUT" "$KSASL_PID"
+    pid=$KAFKA_VARIANT_PID
   fi
   local start=$SECONDS
   until port_open "$KSASL_PORT"; do
