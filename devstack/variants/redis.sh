@@ -153,6 +153,10 @@ cluster_ready() { # VARIANT
       master) masters=$((masters + 1)) ;;
       slave) [ "$(cluster_field "$1" "$p" replication master_link_status)" = up ] && synced=$((synced + 1)) ;;
     esac
+    # and every node lists every other in CLUSTER SLOTS, which clients read: a replica is left
+    # out until the gossip has carried its replication offset
+    [ "$(cluster_cli "$1" "$p" cluster slots 2>/dev/null | tr -d '\r' |
+         grep -cxF -f <(cluster_ports "$1" | tr ' ' '\n'))" = "$REDIS_CLUSTER_NODES" ] || return 1
   done
   [ "$masters" = $((REDIS_CLUSTER_NODES / 2)) ] && [ "$synced" = $((REDIS_CLUSTER_NODES / 2)) ]
 }

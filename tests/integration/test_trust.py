@@ -9,6 +9,7 @@ import logging
 import pytest
 import yaml
 from kafka import KafkaProducer
+from pyspark.sql import Row
 
 from cachesync.consumer.spark.applier import ApplyConfig, consume_partition
 from cachesync.schema.event import ChangeEvent, Source, encode
@@ -112,8 +113,8 @@ def test_spark_partition_applier_dead_letters_each_untrusted_record(lab):
     cfg = trust_config(lab)
     records, targets = corpus(lab)
     seed(lab, targets)
-    rows = [{"topic": lab.topic, "partition": 0, "offset": i, "key": bytearray(b"k"),
-             "value": bytearray(value), "headers": [], "timestamp_ms": 0}
+    rows = [Row(topic=lab.topic, partition=0, offset=i, key=bytearray(b"k"),
+                value=bytearray(value), headers=[], timestamp_ms=0)    # KAFKA_SELECT's order
             for i, value in enumerate(records)]
     [out] = consume_partition(rows, ApplyConfig(lab.settings(cfg)), batch_id=0)
     assert out["stats"]["dead_lettered"] == 4 and out["stats"]["applied"] == 1
