@@ -53,6 +53,14 @@ redis_start() { # LABEL CONF [ARGS...]: unless its pid file names a live redis-s
 # ---------------------------------------------------------------- redis-tls
 redis_tls_procs() { echo "$RUN/redis-tls.pid redis-server $REDIS_TLS_PORT"; }
 
+redis_tls_client_env() { # the devstack CA and client certificate, shared by the TLS variants
+  cat <<EOF
+DEVSTACK_REDIS_SSL_CA=$TLS_DIR/ca.crt
+DEVSTACK_REDIS_SSL_CERT=$TLS_DIR/client.crt
+DEVSTACK_REDIS_SSL_KEY=$TLS_DIR/client.key
+EOF
+}
+
 redis_tls_env() {
   cat <<EOF
 DEVSTACK_REDIS_TLS_URL=rediss://127.0.0.1:$REDIS_TLS_PORT/0
@@ -60,10 +68,8 @@ DEVSTACK_REDIS_TLS_USER=cachesync
 DEVSTACK_REDIS_TLS_PASSWORD_FILE=$SECRETS/redis-cachesync.password
 DEVSTACK_REDIS_TLS_ADMIN_USER=devadmin
 DEVSTACK_REDIS_TLS_ADMIN_PASSWORD_FILE=$SECRETS/redis-admin.password
-DEVSTACK_REDIS_SSL_CA=$TLS_DIR/ca.crt
-DEVSTACK_REDIS_SSL_CERT=$TLS_DIR/client.crt
-DEVSTACK_REDIS_SSL_KEY=$TLS_DIR/client.key
 EOF
+  redis_tls_client_env
 }
 
 redis_tls_cli() { # redis-cli args...: as devadmin over TLS (password from the environment, not argv)
@@ -250,10 +256,8 @@ DEVSTACK_REDIS_CLUSTER_TLS_USER=cachesync
 DEVSTACK_REDIS_CLUSTER_TLS_PASSWORD_FILE=$SECRETS/redis-cachesync.password
 DEVSTACK_REDIS_CLUSTER_TLS_ADMIN_USER=devadmin
 DEVSTACK_REDIS_CLUSTER_TLS_ADMIN_PASSWORD_FILE=$SECRETS/redis-admin.password
-DEVSTACK_REDIS_SSL_CA=$TLS_DIR/ca.crt
-DEVSTACK_REDIS_SSL_CERT=$TLS_DIR/client.crt
-DEVSTACK_REDIS_SSL_KEY=$TLS_DIR/client.key
 EOF
+  redis_tls_client_env
 }
 
 # ---------------------------------------------------------------- redis-sentinel
