@@ -119,7 +119,8 @@ def _warm_executor(spark) -> None:
     """Start the executor's Python worker and import the engine's modules there, outside the
     timing (a long-running query pays it once): otherwise the first timed Spark run of the
     session, whichever side it is, pays it alone."""
-    def load(_):
+    def load(rows):
+        list(rows)    # a worker that left input unread is not reused (pyspark worker.py)
         import cachesync.consumer.spark.applier  # noqa: F401
         import cachesync.wiring  # noqa: F401
         return [0]

@@ -22,6 +22,7 @@ from typing import Iterable, Iterator
 
 from cachesync.consumer.applier import Applier, Stats
 from cachesync.consumer.core.offsets import commit_offsets
+from cachesync.consumer.spark.bundle import keep_zip_directories
 from cachesync.consumer.spark.records import to_record
 from cachesync.schema.mapping import MappingSet
 
@@ -112,6 +113,7 @@ def consume_partition(rows: Iterable, config: ApplyConfig, batch_id: int) -> Ite
     task, so Spark does not commit the batch and runs it again.
     """
     from cachesync.metrics import lag_samples
+    keep_zip_directories()
     clock = TaskClock()
     worker, stats, lag, offsets, plans = _worker(config), Stats(), [], {}, []
     clock.lap("setup")
@@ -128,7 +130,7 @@ def consume_partition(rows: Iterable, config: ApplyConfig, batch_id: int) -> Ite
     log.debug("batch %d: partition done: %s", batch_id, stats)
     yield {"stats": asdict(stats), "tables": applier.tables.snapshot(), "lag": lag,
            "offsets": offsets, "plans": plans, "applied_at": applied_at,
-           "timings": clock.laps}
+           "timings": clock.totals()}
 
 
 def _applied(applier: Applier, chunks: Iterator[list], overlap: bool, clock: "TaskClock",
@@ -179,11 +181,17 @@ class TaskClock:
     """Seconds a task spent per phase (``laps``), returned with its result so the driver can
     tell where a micro-batch's time goes: ``setup`` (the worker's adapters, once per Python
     worker), ``read`` (records from the JVM), ``prepare`` (decode, plan), ``apply`` (dedup and
-    Redis round trips; with overlapped chunks only what the task waited for them)."""
+    Redis round trips; with overlapped chunks only what the task waited for them).
+    ``totals()`` adds ``cpu``: the worker process's CPU seconds over the task (both threads);
+    on a crowded host a phase's wall time far above it is time spent waiting for a core."""
 
     def __init__(self):
         self.laps: dict[str, float] = {}
         self._last = time.perf_counter()
+        self._cpu = time.process_time()
+
+    def totals(self) -> dict[str, float]:
+        return {**self.laps, "cpu": time.process_time() - self._cpu}
 
     def lap(self, phase: str) -> None:
         now = time.perf_counter()
@@ -238,6 +246,7 @@ def replay_partition(rows: Iterable, config: ReplayConfig, progress) -> Iterator
     ``progress`` is a Spark accumulator of records read, for the driver's progress bar.
     """
     from cachesync.consumer.replay import RateLimiter, ReplayApplier
+    keep_zip_directories()
     cache = None if config.settings is None else _replay_cache(config)
     applier = ReplayApplier(config.mappings, cache, config.tables, config.batch_size)
     limiter = RateLimiter(config.rate_per_task)
@@ -280,6 +289,7 @@ def audit_partition(rows: Iterable, config: AuditConfig, rows_read) -> Iterator[
     from cachesync.consumer.audit import expected_entries, verdict
     from cachesync.schema.keytext import value_from_text
     from cachesync.wiring import build_cache_reader
+    keep_zip_directories()
     cache = build_cache_reader(config.settings, AUDIT_TIMEOUT_S)
     types = config.types
     seen = 0
@@ -329,6 +339,7 @@ def snapshot_partition(rows: Iterable, config: SnapshotConfig, progress) -> Iter
     from cachesync.consumer.replay import RateLimiter
     from cachesync.consumer.snapshot import TableSummary, check_tombstone_window, snapshot_writes
     from cachesync.monitor import row_value
+    keep_zip_directories()
     cache = None if config.settings is None else _replay_cache(config)
     limiter, total = RateLimiter(config.rate_per_task), TableSummary(config.mapping.table)
     values = (({c: row_value(v, config.types[c]) if c in config.types else v

@@ -13,6 +13,9 @@ without compiling): a Python worker that compiled cachesync and its libraries fr
 zip's sources spent seconds on it before its first record. The bytecode is the driver's
 Python version's; an executor on another version finds a foreign magic number and
 compiles the source, as before.
+
+On the executors, :func:`keep_zip_directories` stops every Spark task from re-reading the
+directories of the zips on the Python path (see there).
 """
 
 from __future__ import annotations
@@ -21,7 +24,9 @@ import hashlib
 import importlib.util
 import logging
 import marshal
+import sys
 import zipfile
+import zipimport
 from pathlib import Path
 from typing import Iterator
 
@@ -96,3 +101,38 @@ def _write_bytecode(zf: zipfile.ZipFile, source: Path, arcname: str) -> None:
         return
     header = importlib.util.MAGIC_NUMBER + (0b01).to_bytes(4, "little")
     zf.writestr(arcname[:-3] + ".pyc", header + importlib.util.source_hash(text) + marshal.dumps(code))
+
+
+class _UnchangingZip(zipimport.zipimporter):
+    """A zipimporter whose ``invalidate_caches`` keeps the directory it read: the archives
+    on an executor's path do not change while it runs (Spark never replaces a shipped file
+    with other content; the bundle's name is the digest of its content)."""
+
+    def invalidate_caches(self):
+        pass
+
+
+def _unchanging_zip_hook(path: str):
+    return _UnchangingZip(path)          # raises ZipImportError (an ImportError) if no zip
+
+
+def keep_zip_directories() -> None:
+    """In a Spark Python worker: read each zip archive's directory once, not once per task.
+
+    PySpark's worker calls ``importlib.invalidate_caches()`` at the start of every task (to
+    see py-files added since), and a zipimporter answers by re-reading its archive's whole
+    directory: one zipimporter per package imported from a zip, on PySpark's own
+    ``pyspark.zip``, the py4j zip and the spark-core jar (Spark puts them on the workers'
+    PYTHONPATH) and on this bundle. Measured on the devstack's executor: 16 archives
+    re-read, 0.15 s of CPU per task (over a second of wall time on a loaded 2-core host),
+    for a task whose own work took 50 ms. A py-file added later still gets its importer
+    from the path hook. Idempotent; call it at the start of a task (the worker's later
+    tasks gain).
+    """
+    if _unchanging_zip_hook not in sys.path_hooks:
+        hooks = sys.path_hooks
+        at = hooks.index(zipimport.zipimporter) if zipimport.zipimporter in hooks else 0
+        hooks.insert(at, _unchanging_zip_hook)
+    for path, finder in list(sys.path_importer_cache.items()):
+        if type(finder) is zipimport.zipimporter:
+            sys.path_importer_cache[path] = _UnchangingZip(path)

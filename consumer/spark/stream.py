@@ -92,9 +92,23 @@ class _StopRequested(Exception):
     """Raised by a micro-batch that starts after stop(): nothing applied, nothing committed."""
 
 
+def task_slots(spark) -> int:
+    """The tasks the cluster runs at once now: its executors' cores (over spark.task.cpus),
+    as barrier execution counts them. ``defaultParallelism`` is never below 2, so one
+    executor core got two tasks per micro-batch, run one after the other. Falls back to
+    ``defaultParallelism`` while no executor is registered, or on a Spark without this API."""
+    from py4j.protocol import Py4JError
+    sc = spark.sparkContext
+    try:
+        jsc = sc._jsc.sc()
+        slots = jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().defaultResourceProfile())
+    except Py4JError:
+        slots = 0
+    return slots if slots > 0 else sc.defaultParallelism
+
+
 def _per_slot(rdd, slots: int):
-    """At most ``slots`` tasks (the cluster's default parallelism: its executor cores): a
-    task costs a scheduling round trip and a Python worker hand-over whatever it holds, and
+    """At most ``slots`` tasks (task_slots: the executors' cores): a task costs a scheduling round trip and a Python worker hand-over whatever it holds, and
     with more Kafka partitions than cores the extra tasks only queue. ``coalesce`` joins
     whole partitions without a shuffle, each one's records still in offset order."""
     if rdd.getNumPartitions() > slots:
@@ -195,7 +209,7 @@ class SparkEngine:
             started = time.perf_counter()
             rdd = frame.rdd
             if self._opts.per_slot:
-                rdd = _per_slot(rdd, self._spark.sparkContext.defaultParallelism)
+                rdd = _per_slot(rdd, task_slots(self._spark))
             parts = rdd.mapPartitions(
                 lambda rows: consume_partition(rows, apply, batch_id)).collect()
             report = BatchReport(batch_id, wall_s=time.perf_counter() - started)

@@ -113,6 +113,38 @@ def test_the_bundle_ships_bytecode_that_zipimport_loads_without_the_source_check
     assert importer.get_code("wiring").co_filename == "cachesync/wiring.py"
 
 
+# Run in a fresh interpreter: what a Spark Python worker does with the bundle on sys.path
+# (import from it, then PySpark's importlib.invalidate_caches() before every task).
+_WORKER_SCRIPT = """
+import importlib, sys, zipimport
+sys.path.insert(1, sys.argv[1])
+import cachesync.wiring, redis.client, kafka.consumer
+read = []
+real = zipimport._read_directory
+zipimport._read_directory = lambda archive: read.append(archive) or real(archive)
+importlib.invalidate_caches()
+before = len(read)
+from cachesync.consumer.spark.bundle import keep_zip_directories
+keep_zip_directories(); keep_zip_directories()
+read.clear()
+importlib.invalidate_caches()
+import pymysql.connections          # a package first imported after: the hook's importer
+importlib.invalidate_caches()
+print(before, len(read), cachesync.wiring.__file__.startswith(sys.argv[1]))
+"""
+
+
+def test_a_worker_reads_each_zips_directory_once_not_once_per_task(tmp_path):
+    import subprocess
+    import sys
+    bundle = build_bundle(tmp_path)
+    out = subprocess.run([sys.executable, "-I", "-c", _WORKER_SCRIPT, str(bundle)],
+                         capture_output=True, text=True, check=True, cwd=tmp_path).stdout
+    before, after, from_zip = out.split()
+    # one re-read of the whole directory per package imported from the zip, then none
+    assert int(before) >= 5 and int(after) == 0 and from_zip == "True"
+
+
 MAPPINGS = parse_mappings({"app.users": {"keys": ["user:{id}", "user:email:{email}"],
                                          "double_delete": 1.0},
                            "app.items": {"keys": ["item:{id}"], "mode": "update"}})
