@@ -4,9 +4,11 @@ started in the background."""
 from __future__ import annotations
 
 import logging
+import re
 import subprocess
 import sys
 import threading
+import time
 
 import click
 import pytest
@@ -64,8 +66,22 @@ def test_the_last_step_logs_every_step_since_launch_once(caplog):
     startup.done("unit-done")
     startup.done("unit-done")
     lines = [r.getMessage() for r in caplog.records if "unit-done" in r.getMessage()]
-    assert len(lines) == 1 and "unit-a " in lines[0] and " s CPU (" in lines[0]
+    assert len(lines) == 1 and "unit-a " in lines[0]
+    assert re.search(r" [\d.]+ s CPU, [\d.]+ s waiting for a CPU \(", lines[0]), lines[0]
     assert startup.since_launch()["unit-a"] <= startup.since_launch()["unit-done"]
+
+
+def test_cpu_wait_counts_this_threads_time_in_the_run_queue():
+    """The figure grows with the thread's life and never past its wall time."""
+    begun = startup.cpu_wait_s()
+    assert begun is not None and begun >= 0
+    threads = [threading.Thread(target=lambda: sum(range(200_000))) for _ in range(4)]
+    for t in threads:
+        t.start()
+    sum(range(200_000))
+    for t in threads:
+        t.join()
+    assert begun <= startup.cpu_wait_s() <= time.time() - startup.launched_at()
 
 
 class _Publisher:
