@@ -13,7 +13,7 @@ import time
 import click
 import pytest
 
-from cachesync import startup
+from cachesync import prespawn, startup
 from cachesync.cli import COMMANDS, cli
 from cachesync.producer_outbox.starting_publisher import StartingPublisher
 
@@ -141,3 +141,36 @@ def test_connections_without_tls_options_share_one_tls_context():
     verified = conn._create_ssl_ctx({"ca": ssl.get_default_verify_paths().cafile,
                                      "check_hostname": True, "verify_mode": True})
     assert verified is not first and verified.verify_mode == ssl.CERT_REQUIRED
+
+
+# -- children started with the command (cachesync.prespawn) ---------------------------------
+def test_tail_starts_its_publisher_process_with_the_command_line(monkeypatch):
+    started = []
+    monkeypatch.setattr(prespawn, "start", lambda name, module: started.append((name, module)))
+    prespawn.for_command(["cachesync", "tail", "--config", "x.yaml"])
+    for argv in (["cachesync", "consume"], ["cachesync", "tail", "--help"], ["cachesync"],
+                 ["cachesync", "run", "tail"]):
+        prespawn.for_command(argv)
+    from cachesync.producer_outbox import procpublisher
+    assert started == [("publisher", procpublisher.__name__)]
+
+
+def test_an_early_child_is_taken_once_while_the_environment_is_the_one_it_got(monkeypatch):
+    monkeypatch.delenv("CACHESYNC_UNIT_EARLY", raising=False)
+    prespawn.start("unit", "base64")           # encodes its input until it ends
+    child = prespawn.take("unit")
+    try:
+        assert child is not None and child.poll() is None
+        assert prespawn.take("unit") is None
+    finally:
+        prespawn.discard(child)
+    assert child.returncode == 0               # its input ended: it exited by itself
+
+
+def test_an_early_child_started_before_the_environment_changed_is_ended(monkeypatch):
+    monkeypatch.delenv("CACHESYNC_UNIT_EARLY", raising=False)
+    prespawn.start("unit", "base64")
+    (child, _), = [prespawn._early["unit"]]
+    monkeypatch.setenv("CACHESYNC_UNIT_EARLY", "set by --env-file")
+    assert prespawn.take("unit") is None
+    assert child.poll() is not None            # ended, not left behind
