@@ -39,3 +39,23 @@ def test_ack_without_send_is_a_bug():
     tracker = InflightTracker()
     with pytest.raises(ValueError):
         tracker.acked(tracker.open("p"))
+
+
+@pytest.mark.parametrize("script, expected", [
+    # progress per transaction (the outbox): every closed, fully acked one, in commit order
+    ([("t1", "send"), ("t1", "close"), ("t2", "send"), ("t2", "close"), ("t2", "ack")], ["t2"]),
+    ([("t1", "send"), ("t1", "close"), ("t2", "send"), ("t2", "close"), ("t2", "ack"),
+      ("t1", "ack")], ["t1", "t2"]),
+    ([("t1", "send"), ("t1", "ack")], []),                          # not closed
+    ([("t1", "send"), ("t1", "send"), ("t1", "close"), ("t1", "ack")], []),
+    ([("t1", "close"), ("t2", "send"), ("t2", "close")], ["t1"]),
+])
+def test_take_acknowledged(script, expected):
+    tracker, txns = InflightTracker(), {}
+    for name, action in script:
+        if name not in txns:
+            txns[name] = tracker.open(name)
+        {"send": tracker.sent, "ack": tracker.acked, "close": tracker.close}[action](txns[name])
+    assert tracker.take_acknowledged() == expected
+    assert tracker.take_acknowledged() == []                     # each is taken once
+    assert tracker.open_transactions == len(txns) - len(expected)
