@@ -43,7 +43,8 @@ def run(stack, quick: bool, runs: int, minutes: float | None = None) -> dict:
     try:
         box.create_schema(DDL)
         topic = box.new_topic(3)
-        cfg = box.write_config({f"{box.db}.lag": {"keys": [box.prefix + "lag:{id}"]}}, topic=topic)
+        cfg = box.write_config({f"{box.db}.lag": {"keys": [box.prefix + "lag:{id}"]}}, topic=topic,
+                               metrics={"listen": "127.0.0.1:0"})   # a free port on a shared host
         settings = box.settings(cfg)
         tail = box.spawn("tail", cfg)
         wait_for(lambda: _alive(box, tail) and _checkpoint_stored(stack, settings.tailer.name),

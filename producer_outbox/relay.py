@@ -114,11 +114,12 @@ class Relay:
             pipeline.run(self.source)
         except (RetryableError, FatalError) as e:
             error = self._after_failure(pipeline, e)
-            if error is e and (self.published == marked or self._stop.is_set()):
-                raise
-            if self.published == marked or self._stop.is_set():
+            if (isinstance(error, FatalError) or self.published == marked
+                    or self._stop.is_set()):
+                if error is e:
+                    raise
                 raise error from e
-            log.warning("relay: %s; retrying", error)
+            log.warning("relay: %s; retrying at once (rows were published before it)", error)
 
     def _ensure_pipeline(self) -> Pipeline:
         if self._pipeline is None:

@@ -20,7 +20,7 @@ from cachesync.producer_outbox.ports import Begin, Commit
 from cachesync.producer_outbox.relay import Relay
 from cachesync.producer_outbox.relay_source import OutboxSource, _warn_due
 from cachesync.producer_outbox.relay_store import OutboxCheckpoints
-from cachesync.schema.errors import ConfigError, RetryableError
+from cachesync.schema.errors import ConfigError, FatalError, RetryableError
 from cachesync.schema.retry import RetryPolicy
 from tests.support import wait_for
 from cachesync.schema.event import decode, encode
@@ -181,9 +181,23 @@ def run_relay(store, auto_ack: bool):
         return made[-1]
     relay = Relay(store, factory, RelaySettings(poll_interval_s=0.01), "t", "app", "s",
                   retry=RetryPolicy(base_s=0.01, cap_s=0.01))
-    thread = threading.Thread(target=relay.run, daemon=True)
+    thread = Running(relay.run)
     thread.start()
     return relay, thread, made
+
+
+class Running(threading.Thread):
+    """A daemon thread that keeps what its target raised."""
+
+    def __init__(self, target):
+        super().__init__(daemon=True)
+        self._target_fn, self.error = target, None
+
+    def run(self):
+        try:
+            self._target_fn()
+        except Exception as e:      # the test asserts on it
+            self.error = e
 
 
 def test_a_failed_send_closes_the_producer_and_the_row_returns_after_its_lease():
@@ -204,7 +218,7 @@ def test_a_failed_send_closes_the_producer_and_the_row_returns_after_its_lease()
     finally:
         relay.stop()
         thread.join(10)
-    assert store.closed and made[1].closed and not thread.is_alive()
+    assert store.closed and made[1].closed and not thread.is_alive() and thread.error is None
 
 
 def test_a_mysql_error_while_marking_keeps_the_producer_and_marks_later_without_resending():
@@ -217,6 +231,7 @@ def test_a_mysql_error_while_marking_keeps_the_producer_and_marks_later_without_
     finally:
         relay.stop()
         thread.join(10)
+    assert not thread.is_alive() and thread.error is None
 
 
 def test_rows_leased_again_warn_once_per_round_naming_the_most_retried(caplog):
@@ -270,3 +285,16 @@ def test_ensure_outbox_table_refuses_a_bad_name_before_any_sql():
             raise AssertionError("no SQL may run")
     with pytest.raises(OutboxError, match="is not a table name"):
         ensure_outbox_table(NoSQL(), "x`; DROP TABLE t; --")
+
+
+def test_a_fatal_store_error_stops_the_relay_even_after_progress():
+    class LosesItsGrant(FakeStore):
+        def claim(self, limit, lease_s):
+            if self.marked:
+                raise FatalError("UPDATE command denied to user 'cachesync'")
+            return super().claim(limit, lease_s)
+    store = LosesItsGrant(rows(2))
+    relay, thread, made = run_relay(store, auto_ack=True)
+    thread.join(10)
+    assert not thread.is_alive() and isinstance(thread.error, FatalError)
+    assert len(store.marked) == 2 and store.closed
