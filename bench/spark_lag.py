@@ -34,7 +34,9 @@ SIZES = {"full": ((1000, 30.0), (5000, 30.0)), "quick": ((1000, 5.0), (5000, 5.0
 SPARK_CONF = {"spark.cores.max": "1", "spark.executor.memory": "512m",
               "spark.ui.enabled": "false"}
 FIELDS = ["p50_ms", "p90_ms", "p99_ms", "max_ms", "achieved_rate", "missing"]
-WARM_TRIES = 4               # Harness.warm_up waits 90 s; a Spark application starts slowly
+# Harness.warm_up waits 90 s a try; at load average 40 a Spark application's first
+# micro-batch came 6 minutes after its spark-submit
+WARM_TRIES = 10
 
 
 def run(stack, quick: bool, runs: int) -> dict:
@@ -59,7 +61,12 @@ def run(stack, quick: bool, runs: int) -> dict:
                 consume = (_submit(box, cfg, env) if engine == "spark"
                            else box.spawn("consume", cfg))
                 try:
-                    warm = _warm(harness, lambda: lag._alive(box, tail) and lag._alive(box, consume))
+                    try:
+                        warm = _warm(harness,
+                                     lambda: lag._alive(box, tail) and lag._alive(box, consume))
+                    except TimeoutError:      # the sandbox and its logs go with the failure
+                        log(f"{NAME}: {engine} consumer's log ends:\n{box.proc_log(consume)}")
+                        raise
                     log(f"{NAME}: {engine} consumer warm, first key gone after {warm:.2f}s")
                     for rate, seconds in rates:
                         results = [harness.measure_commits(rate, seconds, False)
