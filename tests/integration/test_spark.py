@@ -203,6 +203,14 @@ def test_python_and_spark_engines_leave_identical_redis_and_dedup_state(lab, spa
     assert len(sp.batches) >= rec.count // 200
 
 
+def test_a_micro_batch_gets_one_task_per_executor_core(spark):
+    """The module's session has one executor core; Spark's defaultParallelism never says
+    fewer than 2, which made two tasks of every micro-batch, one after the other."""
+    from cachesync.consumer.spark.stream import task_slots
+    wait_for(lambda: task_slots(spark) == 1, 120, what="the session's one executor core")
+    assert spark.sparkContext.defaultParallelism == 2
+
+
 def redis_dedup_records(lab, namespace: str) -> dict[str, bytes]:
     """message id -> record (the key is ``<prefix>{<slot tag>}<id>``)."""
     prefix = f"{REDIS_DEDUP_PREFIX}{namespace}:"
