@@ -326,8 +326,11 @@ def prepare_outbox(lab: Lab) -> None:
 def stack_command(*args: str) -> None:
     """Run devstack/stack.sh (e.g. ``"down", "kafka"``) with this process's environment."""
     script = os.path.join(REPO, "devstack", "stack.sh")
-    subprocess.run([script, *args], check=True, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.PIPE, timeout=180)
+    done = subprocess.run([script, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                          text=True, timeout=180)
+    if done.returncode != 0:    # say why: a restart that fails on a loaded host is the clue
+        raise AssertionError(f"devstack/stack.sh {' '.join(args)} exited {done.returncode}:\n"
+                             f"{done.stderr[-3000:]}")
 
 
 def status_json(lab: Lab, config_path: str, env: dict | None = None) -> tuple[int, dict]:
