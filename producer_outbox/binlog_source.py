@@ -24,7 +24,8 @@ from cachesync.producer_outbox.altercolumns import (ALTER_COLUMNS, altered_table
                                                     column_changes, concerns)
 from cachesync.producer_outbox.binlog_read import TableMaps, read_events
 from cachesync.producer_outbox.checkpoint import Checkpoint
-from cachesync.producer_outbox.dumpstream import DumpStreamReader, reader_kind
+from cachesync.producer_outbox.dumpstream import (DumpStreamReader, FastGroup,
+                                                  FastTableMapEvent, reader_kind)
 from cachesync.producer_outbox.framing import LibraryStreamReader, UndecodedEvent
 from cachesync.producer_outbox.matched import MatchedTables
 from cachesync.producer_outbox.ports import (PULSE, Begin, Change, Commit, Decide, Hold,
@@ -100,6 +101,9 @@ class BinlogSource:
         self._xa: str | None = None             # the open group is XA (its xid, once known)
         maps = TableMaps()
         for event in read_events(self._stream, self._where):
+            if type(event) is FastGroup:        # a whole transaction framed at once
+                yield from self._fast_group(event, maps)
+                continue
             if isinstance(event, TableMapEvent):
                 maps.add(event.table_id, event.schema, event.table)
                 continue
@@ -136,6 +140,26 @@ class BinlogSource:
                     continue
                 yield from self._statement(text, event)
             yield PULSE
+
+    def _fast_group(self, group: FastGroup, maps: TableMaps) -> Iterator[Change]:
+        """A transaction the fast reader framed at once (GTID, table maps, rows, XID): the
+        items the event-by-event turns of ``changes`` yield for the same events, but the
+        Pulse after each rows event (the group's Commit does what a Pulse does)."""
+        stream = self._stream
+        maps.reset()
+        yield self._gtid(group.gtid)
+        encode, where = self._encoder.rows_to_records, self._where
+        for log_pos, event in group.events:
+            stream.log_pos = log_pos        # where errors and file:pos contexts point
+            if type(event) is FastTableMapEvent:
+                maps.add(event.table_id, event.schema, event.table)
+                continue
+            schema, table = maps.table_of(event, where)
+            items, self._index = encode(event, self._ctx, self._index, schema, table, where)
+            yield from items
+        stream.log_pos = group.xid_pos
+        maps.reset()
+        yield self._commit()
 
     def _begin(self, ctx: TxnContext) -> Begin:
         self._ctx, self._index = ctx, 0
