@@ -63,6 +63,8 @@ class BinlogSource:
         self._stream, self._info, self._start = stream, info, start
         self._mappings, self._matched, self._encoder = mappings, matched, encoder
         self._cluster = cluster
+        if hasattr(stream, "groups"):       # the fast reader: whole transactions at once
+            stream.groups = True
         self.versions_not_newer = 0     # GTIDs that did not advance the history (versions)
         self.undecoded_events = 0       # events with rows cachesync cannot decode: table level
 
@@ -147,6 +149,7 @@ class BinlogSource:
         Pulse after each rows event (the group's Commit does what a Pulse does)."""
         stream = self._stream
         maps.reset()
+        stream.log_pos = group.gtid_pos
         yield self._gtid(group.gtid)
         encode, where = self._encoder.rows_to_records, self._where
         for log_pos, event in group.events:

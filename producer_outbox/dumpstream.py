@@ -269,12 +269,15 @@ _FAST_OF = {lib: fast for fast, lib in FAST_ROW_EVENTS.items()}
 
 class FastGroup:
     """One MariaDB transaction framed at once: its GTID event, its table-map and rows
-    events with the binlog position after each, and the position after its XID event."""
+    events, its XID event, each with the binlog position after it (``*_pos``, ``events``
+    holds (position, event) pairs)."""
 
-    __slots__ = ("gtid", "events", "xid_pos")
+    __slots__ = ("gtid", "gtid_pos", "events", "xid", "xid_pos")
 
-    def __init__(self, gtid: FastGtidEvent, events: list, xid_pos: int):
-        self.gtid, self.events, self.xid_pos = gtid, events, xid_pos
+    def __init__(self, gtid: FastGtidEvent, gtid_pos: int, events: list, xid: FastXidEvent,
+                 xid_pos: int):
+        self.gtid, self.gtid_pos, self.events = gtid, gtid_pos, events
+        self.xid, self.xid_pos = xid, xid_pos
 
 
 class DumpStreamReader(GtidPositioned, BinLogStreamReader):
@@ -282,7 +285,8 @@ class DumpStreamReader(GtidPositioned, BinLogStreamReader):
 
     ``on_idle`` (settable): called when every received byte was read and nothing more
     arrived within ``idle_wait_s``, before the reader waits for the server, e.g. to flush
-    what the caller batches.
+    what the caller batches. ``groups`` (settable, off by default): ``fetchone`` may return
+    a whole transaction as one FastGroup (the binlog source reads them).
     """
 
     signals_idle = True
@@ -303,6 +307,7 @@ class DumpStreamReader(GtidPositioned, BinLogStreamReader):
         self._tables: dict[bytes, object] = {}     # table-map body -> the library's Table
         self.on_idle: Callable[[], None] | None = None
         self.idle_wait_s = 0.0
+        self.groups = False
 
     def _connection(self, **settings) -> DumpConnection:
         conn = DumpConnection(**settings)
@@ -315,7 +320,7 @@ class DumpStreamReader(GtidPositioned, BinLogStreamReader):
 
     def fetchone(self):
         """The next event, or a FastGroup of a whole transaction (module doc)."""
-        if self._scan is not None:
+        if self.groups and self._scan is not None:
             group = self._group()
             if group is not None:
                 return group
@@ -365,17 +370,19 @@ class DumpStreamReader(GtidPositioned, BinLogStreamReader):
             return None
         end, seq, frames = found
         events = []
-        gtid = None
+        gtid = gtid_pos = None
         for etype, timestamp, server_id, log_pos, _flags, start, stop in frames:
             if etype == _MARIADB_ANNOTATE:
                 continue
             raw = buf[start:stop]
             if gtid is None:
-                gtid = self._gtid(raw, timestamp, server_id)
+                gtid, gtid_pos = self._gtid(raw, timestamp, server_id), log_pos
             elif etype == _XID:
+                xid = FastXidEvent()
+                xid.timestamp, xid.xid = timestamp, _U64.unpack_from(raw, _BODY)[0]
                 conn._pos, conn._next_seq_id = end, seq
                 self.log_pos = log_pos
-                return FastGroup(gtid, events, log_pos)
+                return FastGroup(gtid, gtid_pos, events, xid, log_pos)
             else:
                 event = (self._table_map(raw, timestamp) if etype == _TABLE_MAP
                          else self._rows(raw, etype, timestamp))
