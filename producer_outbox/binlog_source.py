@@ -63,6 +63,7 @@ class BinlogSource:
         self._stream, self._info, self._start = stream, info, start
         self._mappings, self._matched, self._encoder = mappings, matched, encoder
         self._cluster = cluster
+        self._identity = info.identity      # read twice per transaction
         if hasattr(stream, "groups"):       # the fast reader: whole transactions at once
             stream.groups = True
         self.versions_not_newer = 0     # GTIDs that did not advance the history (versions)
@@ -171,7 +172,7 @@ class BinlogSource:
     def _commit(self) -> Commit:
         """End the open group: the checkpoint after it."""
         stream = self._stream
-        cp = Checkpoint(self._info.identity, str(self._gtids) or None, stream.log_file,
+        cp = Checkpoint(self._identity, str(self._gtids) or None, stream.log_file,
                         stream.log_pos)
         if cp.gtid is not None:
             # python-mysql-replication reconnects on its own from auto_position;
@@ -198,7 +199,7 @@ class BinlogSource:
             self._version_not_newer(gtid, before, self._gtids.ordinal)
         # the version orders by the stream's place in the history, not by the GTID's
         # own number: that survives a failover (schema.gtid, GtidState.ordinal)
-        return self._begin(TxnContext(self._info.identity, str(gtid), self._gtids.ordinal,
+        return self._begin(TxnContext(self._identity, str(gtid), self._gtids.ordinal,
                                       float(event.timestamp), gtid=True, cluster=self._cluster))
 
     def _statement(self, text: str, event) -> Iterator[Change]:
@@ -311,7 +312,7 @@ class BinlogSource:
 
     def _file_pos_context(self, event) -> TxnContext:
         stream = self._stream
-        return TxnContext(self._info.identity, f"{stream.log_file}:{stream.log_pos}",
+        return TxnContext(self._identity, f"{stream.log_file}:{stream.log_pos}",
                           file_pos_ordinal(stream.log_file, stream.log_pos),
                           float(event.timestamp), cluster=self._cluster)
 
