@@ -25,7 +25,7 @@ from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from cachesync import config
 from cachesync.schema.event import decode_record
 from cachesync.schema.keys import (DEDUP_PREFIX, LEASE_PREFIX, TABLE_FENCE_PREFIX, TABLE_JOB_PREFIX,
-                                    VERSION_PREFIX)
+                                    VERSION_PREFIX, dedup_retention_key)
 from cachesync.devstack import DevStack, default_env_file, wait_for  # noqa: F401 (benchmarks import wait_for from here)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -385,12 +385,13 @@ class Sandbox:
 
     def _drop_redis(self) -> None:
         """The sandbox's cache keys and what cachesync keeps beside them: their lease and
-        version companions, the groups' dedup records and table-scan records (they carry
-        TTLs of days), the table fences of the sandbox's database."""
+        version companions, the groups' dedup records, retention and table-scan records
+        (they carry TTLs of days), the table fences of the sandbox's database."""
         globs = [self.prefix + "*", *(f"{p}{{*}}{self.prefix}*" for p in (LEASE_PREFIX,
                                                                           VERSION_PREFIX)),
                  *(f"{p}{group}:*" for group in self.groups
                    for p in (DEDUP_PREFIX, TABLE_JOB_PREFIX)),
+                 *(dedup_retention_key(group) for group in self.groups),
                  f"{TABLE_FENCE_PREFIX}{self.db}.*"]
         r = self.stack.redis()
         try:
