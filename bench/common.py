@@ -24,6 +24,8 @@ from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 
 from cachesync import config
 from cachesync.schema.event import decode_record
+from cachesync.schema.keys import (DEDUP_PREFIX, LEASE_PREFIX, TABLE_FENCE_PREFIX, TABLE_JOB_PREFIX,
+                                    VERSION_PREFIX, dedup_retention_key)
 from cachesync.devstack import DevStack, default_env_file, wait_for  # noqa: F401 (benchmarks import wait_for from here)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,6 +61,19 @@ def tree_commit(tree: Path | None) -> str:
     dirty = subprocess.run(["git", "-C", where, "status", "--porcelain", "--untracked-files=no"],
                            capture_output=True, text=True).stdout.strip()
     return head + ("+dirty" if dirty else "")
+
+
+SOURCE_DIRS = ("cachesync", "schema", "consumer", "producer_outbox")
+
+
+def compile_tree(tree: Path | None) -> None:
+    """Compile a checkout's sources to bytecode, as an install does (pip compiles what it
+    installs; an editable checkout run with PYTHONDONTWRITEBYTECODE compiles every module at
+    every launch), so that start figures measure a process as deployed."""
+    where = tree or ROOT
+    python = str(where / ".venv" / "bin" / "python") if tree else sys.executable
+    subprocess.run([python, "-m", "compileall", "-q", *SOURCE_DIRS], cwd=where, check=True,
+                   stdout=subprocess.DEVNULL)
 
 
 # -- statistics -------------------------------------------------------------------------
@@ -369,16 +384,28 @@ class Sandbox:
             admin.close()
 
     def _drop_redis(self) -> None:
+        """The sandbox's cache keys and what cachesync keeps beside them: their lease and
+        version companions, the groups' dedup records, retention and table-scan records
+        (they carry TTLs of days), the table fences of the sandbox's database."""
+        globs = [self.prefix + "*", *(f"{p}{{*}}{self.prefix}*" for p in (LEASE_PREFIX,
+                                                                          VERSION_PREFIX)),
+                 *(f"{p}{group}:*" for group in self.groups
+                   for p in (DEDUP_PREFIX, TABLE_JOB_PREFIX)),
+                 *(dedup_retention_key(group) for group in self.groups),
+                 f"{TABLE_FENCE_PREFIX}{self.db}.*"]
         r = self.stack.redis()
-        batch = []
-        for key in r.scan_iter(match=self.prefix + "*", count=5000):
-            batch.append(key)
-            if len(batch) >= 5000:
-                r.unlink(*batch)
+        try:
+            for glob in globs:
                 batch = []
-        if batch:
-            r.unlink(*batch)
-        r.close()
+                for key in r.scan_iter(match=glob, count=5000):
+                    batch.append(key)
+                    if len(batch) >= 5000:
+                        r.unlink(*batch)
+                        batch = []
+                if batch:
+                    r.unlink(*batch)
+        finally:
+            r.close()
 
 
 def _quietly(fn) -> None:

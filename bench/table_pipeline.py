@@ -8,15 +8,27 @@ commit time (``ts_us``), and the engine's batch hook records each one's commit -
 lag. After ``BASE_S`` seconds, ``TRUNCATE items``. Per mode, medians over the runs: the
 time from the TRUNCATE's commit until every ``items`` key is gone, the other table's lag
 p50/p99 before it and p99 from the TRUNCATE until its keys are gone, and that p99 over the
-one before. Modes: ``beside`` (the default: consumer.table_jobs, one scan per event beside
-the row stream) and ``inline`` (baseline, same run: the scan in the batch, once per copy).
-``python -m bench --only table_pipeline [--quick]``.
+one before; the scans the engine ran and the SCAN calls Redis served (INFO commandstats),
+and the ``items`` keys left, counted with one SCAN once the run is over. Modes (``BENCH_TABLE_
+PIPELINE_MODES``, comma-separated): ``beside`` (the default: consumer.table_jobs, one scan
+per event beside the row stream), ``inline`` (the scan in the batch, once per copy) and
+``none`` (baseline: the same writer and keys, no TRUNCATE, for as long as the ``beside`` run
+before it took).
+
+Keys are written by a Lua loop on the server (``SET ... PX``, the TTL the consumer's
+defaults give: 3600 s shortened by up to 10 %), the other keys once, the table's before each
+run. Sizes: ``--quick``, full, or ``BENCH_TABLE_PIPELINE_SIZE=scale`` (1,000,000 table keys
+among 50,000,000; about 5 GB of Redis memory: point ``CACHESYNC_REDIS_URL`` of the env file
+at a Redis of its own). ``python -m bench --only table_pipeline [--quick]``.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+
+import redis
 
 from bench.common import Sandbox, Worker, log, percentile, ratio, summarize, wait_for
 from cachesync.consumer.adapters.kafka_source import KafkaSource
@@ -27,50 +39,103 @@ from cachesync.wiring import (build_cache, build_dead_letters, build_dedup, buil
 
 NAME = "table_pipeline"
 # (items keys cached, other keys, others commits/s)
-SIZES = {"full": (200_000, 2_000_000, 200), "quick": (20_000, 200_000, 100)}
+SIZES = {"full": (200_000, 2_000_000, 200), "quick": (20_000, 200_000, 100),
+         "scale": (1_000_000, 49_000_000, 200)}
+DEFAULT_MODES = {"full": "beside,inline", "quick": "beside,inline", "scale": "beside,none"}
 BASE_S = 3.0            # lag measured before the TRUNCATE
-FILL_CHUNK = 10_000
-MODES = ("beside", "inline")
-FIELDS = ["gone_s", "base_p50_ms", "base_p99_ms", "during_p99_ms", "during_p99_over_base"]
+CAUGHT_UP_S = 1.0       # a warmed-up run's latest commit -> apply lag
+NONE_S = 30.0           # the ``none`` baseline's window when no ``beside`` run preceded it
+FILL_CHUNK = 10_000     # keys per server-side fill script (well under Redis's busy-script time)
+TTL_MS, TTL_JITTER = 3_600_000, 0.1     # the consumer's default ttl and ttl_jitter
+MODES = ("beside", "inline", "none")
+FIELDS = ["gone_s", "base_p50_ms", "base_p99_ms", "during_p50_ms", "during_p99_ms",
+          "during_p99_over_base", "table_scans", "scan_calls", "items_left"]
+# SET each key prefix..i for i in [lo, hi) with a TTL of ttl_ms shortened by up to jitter_ms
+# (spread by the index); keys are not declared: a standalone Redis
+FILL_LUA = """
+local prefix, lo, hi = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local ttl, jitter = tonumber(ARGV[4]), tonumber(ARGV[5])
+for i = lo, hi - 1 do
+  redis.call('SET', prefix .. i, 'v', 'PX', ttl - (i * 7919) % jitter)
+end
+return hi - lo
+"""
 
 
 def run(stack, quick: bool, runs: int) -> dict:
-    table_keys, other_keys, rate = SIZES["quick" if quick else "full"]
+    size = os.environ.get("BENCH_TABLE_PIPELINE_SIZE") or ("quick" if quick else "full")
+    table_keys, other_keys, rate = SIZES[size]
+    modes = _modes(os.environ.get("BENCH_TABLE_PIPELINE_MODES") or DEFAULT_MODES[size])
     box = Sandbox(stack, NAME)
     r = stack.redis()
+    if size == "scale" and r.dbsize():
+        r.close()
+        raise RuntimeError(f"BENCH_TABLE_PIPELINE_SIZE=scale needs a Redis of its own, empty "
+                           f"(it flushes it at the end): {stack.env['CACHESYNC_REDIS_URL']} "
+                           f"holds {r.dbsize():,} keys")
     try:
         box.create_schema("CREATE TABLE items (id INT PRIMARY KEY)",
                           "CREATE TABLE others (id INT AUTO_INCREMENT PRIMARY KEY, "
                           "ts_us BIGINT NOT NULL)")
-        _fill(r, box.prefix + "bulk:", other_keys)
-        sides: dict[str, list[dict]] = {m: [] for m in MODES}
+        t0 = time.perf_counter()
+        _populate(stack, r, box.prefix + "bulk", other_keys)
+        log(f"{NAME}: {other_keys:,} other keys written in {time.perf_counter() - t0:.0f}s; "
+            f"{r.dbsize():,} keys in Redis, {r.info('memory')['used_memory_human']}")
+        sides: dict[str, list[dict]] = {m: [] for m in modes}
         for i in range(runs):
-            for mode in (MODES if i % 2 == 0 else tuple(reversed(MODES))):
-                _fill(r, box.prefix + "item:", table_keys)
-                result = one_run(box, mode, table_keys, rate)
+            last_gone = None
+            for mode in (modes if i % 2 == 0 or "none" in modes else tuple(reversed(modes))):
+                _fill(r, box.prefix + "item:", table_keys if mode != "none" else 0)
+                window = last_gone or NONE_S
+                result = one_run(box, mode, table_keys, rate, window)
+                last_gone = result["gone_s"] if mode == "beside" else last_gone
                 sides[mode].append(result)
                 log(f"{NAME}: run {i + 1}/{runs} {mode}: keys gone {result['gone_s']:.2f}s after "
-                    f"the TRUNCATE; others' p99 {result['base_p99_ms']:.0f} ms before, "
-                    f"{result['during_p99_ms']:.0f} ms during")
-        out = {"params": {"table_keys": table_keys, "other_keys": other_keys,
-                          "others_commits_per_s": rate, "partitions": 3, "runs": runs}}
-        for mode in MODES:
+                    f"the TRUNCATE ({result['table_scans']} scan, {result['scan_calls']} SCAN "
+                    f"calls); others' p99 {result['base_p99_ms']:.0f} ms before, "
+                    f"{result['during_p99_ms']:.0f} ms during (load {result['loadavg']})")
+        out = {"params": {"size": size, "table_keys": table_keys, "other_keys": other_keys,
+                          "keys_in_redis": other_keys + table_keys, "others_commits_per_s": rate,
+                          "partitions": 3, "runs": runs, "modes": list(modes),
+                          "ttl_ms": TTL_MS, "ttl_jitter": TTL_JITTER}}
+        for mode in modes:
             out[mode] = summarize(sides[mode], FIELDS)
-        out["gone_s_beside_over_inline"] = ratio(out["beside"]["median"]["gone_s"],
-                                                 out["inline"]["median"]["gone_s"])
+        if "inline" in modes:
+            out["gone_s_beside_over_inline"] = ratio(out["beside"]["median"]["gone_s"],
+                                                     out["inline"]["median"]["gone_s"])
+        if "none" in modes:
+            out["during_p99_beside_over_none"] = ratio(
+                out["beside"]["median"]["during_p99_ms"], out["none"]["median"]["during_p99_ms"])
+        out["dedup_purge"] = _purge_s(box)
         return out
+    except Exception as e:
+        log(f"{NAME} failed ({type(e).__name__}: {e}); cleaning up")
+        raise
     finally:
+        if size == "scale":     # deleting 50,000,000 keys one by one takes many minutes
+            r.flushall(asynchronous=True)
         r.close()
         box.cleanup()
 
 
-def one_run(box: Sandbox, mode: str, table_keys: int, rate: float) -> dict:
+def _modes(spec: str) -> tuple[str, ...]:
+    modes = tuple(m.strip() for m in spec.split(",") if m.strip())
+    unknown = [m for m in modes if m not in MODES]
+    if unknown or not modes:
+        raise ValueError(f"BENCH_TABLE_PIPELINE_MODES: {spec!r}; known: {', '.join(MODES)}")
+    return modes
+
+
+def one_run(box: Sandbox, mode: str, table_keys: int, rate: float, window_s: float) -> dict:
+    """One run of ``mode``; ``window_s``: how long the ``none`` baseline measures after its
+    first BASE_S seconds (the ``beside`` run's time until the keys were gone)."""
     topic = box.new_topic(3)
     cfg = box.write_config({f"{box.db}.items": {"keys": [box.prefix + "item:{id}"]},
                             # ts_us in the key: the events carry only the key columns
                             f"{box.db}.others": {"keys": [box.prefix + "other:{id}:{ts_us}"]}},
                            topic=topic, tailer={"heartbeat_interval_s": 0},
-                           consumer={"dedup_store": "redis"})
+                           consumer={"dedup_store": "redis"},
+                           metrics={"listen": "127.0.0.1:0"})   # a free port on a shared host
     lags: list[tuple[float, float]] = []      # (commit time, lag s) of each others row
 
     def on_batch(result):
@@ -81,21 +146,34 @@ def one_run(box: Sandbox, mode: str, table_keys: int, rate: float) -> dict:
     tailer = box.spawn("tail", cfg)
     engine = _engine(box.settings(cfg), mode, on_batch)
     worker, writer = Worker(engine.run, "engine"), _Writer(box, rate)
+    r = box.stack.redis()
     try:
-        wait_for(lambda: box.stack.admin_sql(
-            "SELECT 1 FROM cachesync.cachesync_checkpoint WHERE name = %s",
-            (box.settings(cfg).tailer.name,)), 60, "the tailer's start checkpoint")
+        try:
+            wait_for(lambda: _running(tailer) and box.stack.admin_sql(
+                "SELECT 1 FROM cachesync.cachesync_checkpoint WHERE name = %s",
+                (box.settings(cfg).tailer.name,)), 120, "the tailer's start checkpoint")
+        except (TimeoutError, ChildProcessError) as e:
+            raise RuntimeError(f"{e}; the tailer said: {box.proc_log(tailer)}") from e
         worker.start()
         writer.start()
         # warmed up once the rows flow (the group joined, the first batches applied)
-        wait_for(lambda: worker.check() or len(lags) >= rate, 120, "the other table flowing")
+        wait_for(lambda: worker.check() or len(lags) >= rate, 300, "the other table flowing")
+        try:        # and the backlog of the start applied (the group's join took seconds)
+            wait_for(lambda: worker.check() or lags[-1][1] < CAUGHT_UP_S, 60, "caught up")
+        except TimeoutError:
+            log(f"{NAME}: {mode}: the lag stayed over {CAUGHT_UP_S}s for 60s; measuring anyway")
         started = time.time()
         time.sleep(BASE_S)          # the baseline window: lag under the steady writer alone
+        scans_before = _scan_calls(r)
         truncated = time.time()
-        box.stack.admin_sql(f"TRUNCATE TABLE `{box.db}`.items")
-        wait_for(lambda: worker.check() or engine.stats.table_keys_deleted >= table_keys, 600,
-                 "the items keys gone", interval=0.01)
+        if mode == "none":
+            time.sleep(window_s)    # the same writer, nothing truncated
+        else:
+            box.stack.admin_sql(f"TRUNCATE TABLE `{box.db}`.items")
+            wait_for(lambda: worker.check() or engine.stats.table_keys_deleted >= table_keys,
+                     3600, "the items keys gone", interval=0.01)
         gone = time.time()
+        scan_calls = _scan_calls(r) - scans_before
         # every row committed until then applied (an inline scan holds them up): a row still
         # waiting when the run stopped would be missing from the lag figures
         wait_for(lambda: worker.check() or sum(1 for c, _ in lags if c <= gone)
@@ -109,14 +187,53 @@ def one_run(box: Sandbox, mode: str, table_keys: int, rate: float) -> dict:
         engine.close()
         box.stop_proc(tailer)
     worker.check()
+    # counted once, with the run over: a SCAN of the whole keyspace
+    left = 0 if mode == "none" else sum(
+        1 for _ in r.scan_iter(match=box.prefix + "item:*", count=10_000))
+    r.close()
     base = [lag for c, lag in lags if started <= c < truncated]
     during = [lag for c, lag in lags if truncated <= c <= gone] or [gone - truncated]
     b99, d99 = percentile(base, 99), percentile(during, 99)
     return {"mode": mode, "gone_s": gone - truncated, "base_p50_ms": 1000 * percentile(base, 50),
-            "base_p99_ms": 1000 * b99, "during_p99_ms": 1000 * d99,
-            "during_p99_over_base": d99 / b99, "others_applied": len(lags),
-            "during_samples": len(during), "during_max_ms": 1000 * max(during),
-            "table_scans": engine.stats.table_scans}
+            "base_p99_ms": 1000 * b99, "during_p50_ms": 1000 * percentile(during, 50),
+            "during_p99_ms": 1000 * d99, "during_p99_over_base": d99 / b99,
+            "others_applied": len(lags), "during_samples": len(during),
+            "during_max_ms": 1000 * max(during), "table_scans": engine.stats.table_scans,
+            "table_scans_reused": engine.stats.table_scans_reused,
+            "copies": sum(s.copies for s in engine.table_scans.scans())
+            if engine.table_scans else None,
+            "scan_calls": scan_calls, "items_left": left,
+            "loadavg": [round(x, 2) for x in os.getloadavg()]}
+
+
+def _running(proc) -> bool:
+    """True while ``proc`` runs; raises ChildProcessError once it exited."""
+    if proc.poll() is not None:
+        raise ChildProcessError(f"exited with code {proc.returncode}")
+    return True
+
+
+def _scan_calls(r) -> int:
+    """SCAN calls Redis served so far (INFO commandstats)."""
+    return int(r.info("commandstats").get("cmdstat_scan", {}).get("calls", 0))
+
+
+def _purge_s(box: Sandbox) -> dict:
+    """How long one periodic purge of the Redis dedup store takes on this keyspace (between
+    two batches of the engine): with the retention every record was written with (nothing to
+    scan for), and with a shorter one (a SCAN of the whole keyspace)."""
+    from cachesync.consumer.adapters.redis_dedup import RedisDedupStore
+    store = RedisDedupStore(box.stack.env["CACHESYNC_REDIS_URL"], box.new_group(), 86400)
+    try:
+        store.claim(["bench"], lease_s=1)       # a writer's retention on record
+        out = {}
+        for what, retention in (("same_retention_s", 86400), ("shorter_retention_s", 3600)):
+            t0 = time.perf_counter()
+            store.purge(retention, 10_000)
+            out[what] = round(time.perf_counter() - t0, 3)
+        return out
+    finally:
+        store.close()
 
 
 def _engine(settings, mode: str, on_batch) -> PythonEngine:
@@ -161,7 +278,18 @@ class _Writer(threading.Thread):
 
 
 def _fill(r, prefix: str, n: int) -> None:
+    """Keys ``prefix``0 .. n-1 with the consumer's default TTL (as its writes and fills set)."""
+    script = r.register_script(FILL_LUA)
     for start in range(0, n, FILL_CHUNK):
-        pipe = r.pipeline(transaction=False)
-        pipe.mset({f"{prefix}{i}": b"v" for i in range(start, min(n, start + FILL_CHUNK))})
-        pipe.execute()
+        script(args=[prefix, start, min(n, start + FILL_CHUNK), TTL_MS, int(TTL_MS * TTL_JITTER)])
+
+
+def _populate(stack, r, prefix: str, n: int) -> None:
+    """Keys ``prefix``:0 .. n-1 of no table: DEBUG POPULATE where the server allows it
+    (``enable-debug-command local``: a C loop, ~10x the Lua one), else the Lua fill."""
+    try:
+        with redis.Redis.from_url(stack.env["CACHESYNC_REDIS_URL"], socket_timeout=None) as slow:
+            slow.execute_command("DEBUG", "POPULATE", n, prefix, 1)
+    except redis.ResponseError as e:
+        log(f"{NAME}: DEBUG POPULATE refused ({e}): filling with a Lua loop")
+        _fill(r, prefix + ":", n)

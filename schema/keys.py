@@ -88,6 +88,15 @@ def dedup_key(namespace: str, message_id: str) -> str:
     return f"{DEDUP_PREFIX}{namespace}:{{{slot_tags()[slot]}}}{message_id}"
 
 
+DEDUP_RETENTION_PREFIX = "cachesync:dedup-retention:"
+
+
+def dedup_retention_key(namespace: str) -> str:
+    """``cachesync:dedup-retention:<ns>``: the longest retention (ms) the namespace's Redis
+    dedup records may carry (schema/lua/dedup_retention.lua)."""
+    return DEDUP_RETENTION_PREFIX + namespace
+
+
 TABLE_FENCE_PREFIX = "cachesync:table:"
 
 

@@ -6,7 +6,11 @@ one of 64 hash slots per namespace), holding ``c <token>
 Lua scripts over a whole chunk (one pipelined round trip; on a Redis Cluster one script
 call per slot a batch uses), timed by Redis's clock.
 Every record carries the retention as its TTL, so done records expire on their
-own; ``purge`` removes those written under a longer retention than today's.
+own; ``purge`` removes those written under a longer retention than today's. It SCANs the
+whole keyspace for them, which on a large cache takes minutes: so the writers keep the
+longest retention in use at ``cachesync:dedup-retention:<ns>``, and the purge scans only
+while that is longer than its own (after the retention was shortened, until the records
+written under the longer one expired).
 
 Choose it when MySQL round trips dominate and the Redis holding it is durable
 (AOF): a Redis that loses its data forgets which messages were applied, and
@@ -15,6 +19,7 @@ replays them (harmless for deletes and fenced writes, but no longer deduplicated
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Mapping, Sequence
 
@@ -26,10 +31,12 @@ from cachesync.consumer.adapters.redis_cluster import (ReplicaWait, is_cluster, 
 from cachesync.consumer.core.dedup import ClaimState
 from cachesync.consumer.ports import chunks
 from cachesync.schema import resource_text
-from cachesync.schema.keys import DEDUP_PREFIX, dedup_key
+from cachesync.schema.keys import DEDUP_PREFIX, dedup_key, dedup_retention_key
 
 CLAIM_CHUNK = 1000
 SCAN_COUNT = 1000
+# how often a writer renews the namespace's longest retention (one script call, beside a claim)
+RETENTION_RENEW_S = 60.0
 WHAT = "Redis (dedup store)"
 _STATES = {b"owned": ClaimState.OWNED, b"done": ClaimState.DONE, b"busy": ClaimState.BUSY}
 
@@ -45,21 +52,34 @@ class RedisDedupStore:
         self._retention_ms = max(1, int(retention_s * 1000))
         self._claim = self._client.register_script(resource_text("lua/dedup_claim.lua"))
         self._confirm = self._client.register_script(resource_text("lua/dedup_confirm.lua"))
+        # (ids, token) of the last claim if it failed: its retry keeps the token, so the
+        # records its scripts did write (a WAIT short of replicas, a reply lost) are its own
+        # again instead of busy for a whole lease, as in the MySQL stores
+        self._failed: tuple[tuple[str, ...], str] | None = None
+        self._retention = self._client.register_script(resource_text("lua/dedup_retention.lua"))
+        self._renewed_at: float | None = None     # time.monotonic() of the last renewal
 
     def claim(self, ids: Sequence[str], lease_s: float,
               commit_ts: Mapping[str, float] | None = None) -> tuple[str, Mapping[str, ClaimState]]:
-        """Claim ``ids`` (``commit_ts`` is not needed here)."""
-        token = uuid.uuid4().hex
+        """Claim ``ids`` (``commit_ts`` is not needed here); raises RetryableError /
+        FatalError."""
+        failed, self._failed = self._failed, None
+        token = failed[1] if failed is not None and failed[0] == tuple(ids) else uuid.uuid4().hex
         parts = self._script_parts(list(dict.fromkeys(ids)))
         args = [token, max(1, int(lease_s * 1000)), self._retention_ms]
 
         def run():
+            self._renew_retention()
             answers = run_pipeline(self._client, lambda pipe: [
                 queue_script(pipe, self._claim, keys, args) for _, keys in parts],
                 [self._claim], self._wait)
             return {i: _STATES[a] for (part, _), answer in zip(parts, answers)
                     for i, a in zip(part, answer)}
-        return token, redis_call(run, WHAT)
+        try:
+            return token, redis_call(run, WHAT)
+        except Exception:
+            self._failed = (tuple(ids), token)
+            raise
 
     def confirm(self, token: str, ids: Sequence[str]) -> None:
         parts = self._script_parts(list(ids))
@@ -74,9 +94,24 @@ class RedisDedupStore:
                 for group in per_slot(keyed, self._cluster, key=lambda pair: pair[1])
                 for part in chunks(group, CLAIM_CHUNK)]
 
+    def _renew_retention(self) -> None:
+        """Record this writer's retention as the namespace's longest, at most once per
+        RETENTION_RENEW_S (before the records it speaks for are written)."""
+        now = time.monotonic()
+        if self._renewed_at is not None and now - self._renewed_at < RETENTION_RENEW_S:
+            return
+        lives_ms = self._retention_ms + int(2 * RETENTION_RENEW_S * 1000)
+        self._retention(keys=[dedup_retention_key(self._namespace)],
+                        args=[self._retention_ms, lives_ms])
+        self._renewed_at = now
+
     def purge(self, retention_s: float, limit: int) -> int:
-        """Delete up to ``limit`` done records older than ``retention_s`` (a SCAN of the namespace)."""
+        """Delete up to ``limit`` done records older than ``retention_s``: a SCAN of the
+        keyspace, only while some writer's records may outlive ``retention_s``."""
         def run():
+            longest = self._client.get(dedup_retention_key(self._namespace))
+            if longest is None or int(longest) <= retention_s * 1000:
+                return 0        # every record expires before it is that old
             seconds, micros = self._client.time()
             cutoff_ms = seconds * 1000 + micros // 1000 - int(retention_s * 1000)
             deleted = 0

@@ -8,15 +8,18 @@ import uuid
 from typing import Iterator
 
 import pytest
+import redis
 
 from cachesync.consumer.adapters.memory import MemoryDedupStore
 from cachesync.consumer.adapters.mysql_dedup import CLAIM_CHUNK, MySQLDedupStore, rows_sql
 from cachesync.consumer.adapters.mysql_dedup_compact import CompactMySQLDedupStore
+from cachesync.consumer.adapters import redis_dedup
 from cachesync.consumer.adapters.redis_dedup import RedisDedupStore
 from cachesync.consumer.hooks import purge_dedup
 from cachesync.consumer.core.dedup import ClaimState
 from cachesync.producer_outbox.mysql import MySQLParams
 from cachesync.schema.errors import FatalError, RetryableError
+from cachesync.schema.keys import dedup_key, dedup_retention_key
 from tests.support.variants import redis_cluster
 
 O, D, B = ClaimState.OWNED, ClaimState.DONE, ClaimState.BUSY
@@ -202,6 +205,53 @@ def test_purge_dedup_loops_batches_until_a_short_one(make_purging_store):
     assert purge_dedup(store, retention_s=0, batch=3) == 1
 
 
+# -- the Redis store scans for old records only while a longer retention is in use ---------
+class _CountingRedis(redis.Redis):
+    """A real client that counts the SCAN calls it makes (scan_iter calls scan)."""
+    scans = 0
+
+    def scan(self, *args, **kwargs):
+        self.scans += 1
+        return super().scan(*args, **kwargs)
+
+
+def test_redis_purge_scans_the_keyspace_only_while_a_longer_retention_is_in_use(stack):
+    """Records carry the retention as their TTL: a purge with a retention as long as every
+    writer's has nothing to do, and must not SCAN a cache of millions of keys for it."""
+    url, ns = stack.env["CACHESYNC_REDIS_URL"], f"contract-{uuid.uuid4().hex[:8]}"
+    client = _CountingRedis.from_url(url)
+    short = RedisDedupStore(url, ns, retention_s=600, client=client)
+    longer = RedisDedupStore(url, ns, retention_s=900)  # a consumer still on the old setting
+    try:
+        token, _ = short.claim(["a", "b"], lease_s=30)
+        short.confirm(token, ["a", "b"])
+        assert short.purge(retention_s=600, limit=10) == 0
+        assert client.scans == 0                            # no record outlives 600 s
+        token, _ = longer.claim(["c"], lease_s=30)
+        longer.confirm(token, ["c"])
+        short._renewed_at = None
+        short.claim(["d"], lease_s=30)                      # a shorter writer leaves it
+        assert int(client.get(dedup_retention_key(ns))) == 900_000
+        # it outlives every record written before the longer writer's next renewal
+        renew_ms = redis_dedup.RETENTION_RENEW_S * 1000
+        assert 900_000 + renew_ms < client.pttl(dedup_retention_key(ns)) <= 900_000 + 2 * renew_ms
+        time.sleep(0.01)
+        assert short.purge(retention_s=0, limit=10) == 3    # a, b, c: done, scanned for
+        assert client.scans > 0
+        # the longer writer stopped and its value expired with its records: the shorter
+        # writer's next renewal stores its own, and the purge has nothing to scan for again
+        client.delete(dedup_retention_key(ns))
+        short._renewed_at = None
+        short.claim(["e"], lease_s=30)
+        client.scans = 0
+        assert short.purge(retention_s=600, limit=10) == 0
+        assert client.scans == 0
+    finally:
+        longer.close()
+        client.delete(dedup_retention_key(ns), *(dedup_key(ns, i) for i in "abcde"))
+        short.close()
+
+
 # -- the MySQL store's own layout: a claim is confirmed by one row ------------------------
 
 @pytest.fixture
@@ -314,6 +364,38 @@ def test_a_claim_retried_after_failing_midway_owns_the_rows_it_committed(mysql_s
     assert store.counts() == {"claimed": 0, "done": len(ids)}
     # a claim of other ids, or of the same ones after a success, gets a new token
     assert store.claim(["other"], lease_s=30)[0] != token
+
+
+@pytest.fixture(params=["redis", "redis-cluster"])
+def make_redis_store(request):
+    yield from _factory(request)
+
+
+def test_a_redis_claim_retried_after_its_scripts_ran_owns_what_they_wrote(make_redis_store,
+                                                                          monkeypatch):
+    """The claim's scripts ran, then the call failed (a WAIT short of replicas, a reply lost):
+    the applier's retry of the same ids keeps the token, so those records are its own again,
+    not another claim's to wait out for the lease."""
+    from cachesync.consumer.adapters import redis_dedup
+    from cachesync.consumer.adapters.redis_cluster import ReplicaWaitError
+    store = make_redis_store()
+    real, calls = redis_dedup.run_pipeline, []
+
+    def short_of_replicas(*args, **kwargs):
+        replies = real(*args, **kwargs)
+        calls.append(1)
+        if len(calls) == 1:
+            raise ReplicaWaitError("only 0 of the 1 replica(s) acknowledged (injected)")
+        return replies
+    monkeypatch.setattr(redis_dedup, "run_pipeline", short_of_replicas)
+    ids = [f"w{i}" for i in range(50)]
+    with pytest.raises(RetryableError):
+        store.claim(ids, lease_s=30)
+    token, states = store.claim(ids, lease_s=30)
+    assert set(states.values()) == {O}
+    store.confirm(token, ids)
+    assert store.counts() == {"claimed": 0, "done": len(ids)}
+    assert store.claim(["other"], lease_s=30)[0] != token     # other ids: a new token
 
 
 # -- the compact layout: time-ordered 16-byte keys, windows dropped whole --------------------

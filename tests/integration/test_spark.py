@@ -564,7 +564,7 @@ def test_spark_engine_runs_the_delayed_second_delete(lab, spark):
         refilled.append(lab.cached("user:1"))
     engine = run_spark_engine(lab, spark, cfg, lab.tmp / "dd-ck", 1, on_batch=refill)
     assert engine.stats.applied == 1 and refilled == [["user:1"]]
-    wait_for(lambda: lab.cached("user:1") == [], 15, what="the delayed second delete")
+    wait_for(lambda: lab.cached("user:1") == [], 60, what="the delayed second delete")
 
 
 def test_a_second_delete_survives_the_loss_of_the_executor_that_applied_the_first(lab, spark):
