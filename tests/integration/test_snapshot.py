@@ -24,11 +24,20 @@ ROWS = 60
 
 
 
-def fill(lab) -> None:
+def fill(lab, rows: int = ROWS) -> None:
     lab.sql(USERS_DDL)
     with lab.stack.admin(lab.db) as conn, conn.cursor() as cur:
         cur.executemany("INSERT INTO users VALUES (%s, %s, %s)",
-                        [(i, f"u{i}@x", f"name {i}") for i in range(ROWS)])
+                        [(i, f"u{i}@x", f"name {i}") for i in range(rows)])
+
+
+def users_pipeline(lab, tables: dict, rows: int = ROWS):
+    """``rows`` users in MySQL before the tailer starts (not in the stream), then the tailer
+    and a consumer on ``tables``; returns (config path, engine)."""
+    fill(lab, rows)
+    cfg = lab.write_config(tables)
+    lab.start_tailer(cfg)
+    return cfg, lab.start_engine(cfg)
 
 
 def test_snapshot_never_overwrites_an_update_nor_resurrects_a_delete_made_while_it_reads(lab):
@@ -88,10 +97,7 @@ PREFILL = {"users": {"keys": ["user:{id}", "user:email:{email}"], "prefill": "js
 def test_prefill_of_a_delete_mode_table_never_leaves_a_stale_or_resurrected_key(lab):
     """Changes between the first read and the leases are in the second read; changes after
     the second read (applied by the consumer before the fills) void the leases."""
-    fill(lab)
-    cfg = lab.write_config(PREFILL)
-    lab.start_tailer(cfg)
-    engine = lab.start_engine(cfg)
+    cfg, engine = users_pipeline(lab, PREFILL)
 
     def before_leases(table, rows):
         if {5, 6} <= {r["id"] for r in rows}:

@@ -604,16 +604,10 @@ def test_a_second_delete_survives_the_loss_of_the_executor_that_applied_the_firs
 # -- snapshot ----------------------------------------------------------------------------------------
 def test_spark_snapshot_with_changes_while_it_reads_ends_with_exactly_the_rows_of_mysql(lab, spark):
     from cachesync.commands.snapshot import run_snapshot
-    from tests.integration.test_snapshot import USERS as UPDATE_USERS, USERS_DDL, db_state, \
-        redis_state
-    lab.sql(USERS_DDL)
+    from tests.integration.test_snapshot import USERS as UPDATE_USERS, db_state, redis_state, \
+        users_pipeline
     rows = 400
-    with lab.stack.admin(lab.db) as conn, conn.cursor() as cur:
-        cur.executemany("INSERT INTO users VALUES (%s, %s, %s)",
-                        [(i, f"s{i}@x", f"name {i}") for i in range(rows)])
-    cfg = lab.write_config(UPDATE_USERS)
-    lab.start_tailer(cfg)
-    engine = lab.start_engine(cfg)
+    cfg, engine = users_pipeline(lab, UPDATE_USERS, rows)
     settings = lab.settings(cfg)
 
     dry = run_snapshot(settings, engine_kind="spark", dry_run=True, partitions=3, spark=spark,
@@ -650,15 +644,9 @@ def test_spark_snapshot_with_changes_while_it_reads_ends_with_exactly_the_rows_o
 def test_spark_prefill_of_a_delete_mode_table_with_changes_while_it_reads_leaves_nothing_stale(
         lab, spark):
     from cachesync.commands.snapshot import run_snapshot
-    from tests.integration.test_snapshot import PREFILL, USERS_DDL, db_state, redis_state
-    lab.sql(USERS_DDL)
+    from tests.integration.test_snapshot import PREFILL, db_state, redis_state, users_pipeline
     rows = 400
-    with lab.stack.admin(lab.db) as conn, conn.cursor() as cur:
-        cur.executemany("INSERT INTO users VALUES (%s, %s, %s)",
-                        [(i, f"p{i}@x", f"name {i}") for i in range(rows)])
-    cfg = lab.write_config(PREFILL)
-    lab.start_tailer(cfg)
-    engine = lab.start_engine(cfg)
+    cfg, engine = users_pipeline(lab, PREFILL, rows)
     changes, stop = {"n": 0}, threading.Event()
 
     def churn():                      # updates, email moves and deletes while the splits fill
