@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Iterable, Iterator
 
 from cachesync.consumer.spark.applier import SnapshotConfig, _chunks, _replay_cache
+from cachesync.consumer.spark.bundle import keep_zip_directories
 
 
 def prefill_partition(rows: Iterable, config: SnapshotConfig, progress) -> Iterator[tuple]:
@@ -17,6 +18,7 @@ def prefill_partition(rows: Iterable, config: SnapshotConfig, progress) -> Itera
     from cachesync.consumer.snapshot import TableSummary
     from cachesync.monitor import row_value
     from cachesync.wiring import mysql_params
+    keep_zip_directories()
     m, dry_run = config.mapping, config.settings is None
     cache = None if dry_run else _replay_cache(config)
     conn = None if dry_run else mysql_params(config.settings, m.db).connect(autocommit=True)
