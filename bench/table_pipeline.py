@@ -24,6 +24,7 @@ at a Redis of its own). ``python -m bench --only table_pipeline [--quick]``.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -94,6 +95,8 @@ def run(stack, quick: bool, runs: int) -> dict:
                     f"the TRUNCATE ({result['table_scans']} scan, {result['scan_calls']} SCAN "
                     f"calls); others' p99 {result['base_p99_ms']:.0f} ms before, "
                     f"{result['during_p99_ms']:.0f} ms during (load {result['loadavg']})")
+                # the whole run, so that an interrupted benchmark (an hour at scale) keeps it
+                log(f"{NAME}: run {i + 1}/{runs} {mode}: {json.dumps(result)}")
         out = {"params": {"size": size, "table_keys": table_keys, "other_keys": other_keys,
                           "keys_in_redis": other_keys + table_keys, "others_commits_per_s": rate,
                           "partitions": 3, "runs": runs, "modes": list(modes),
