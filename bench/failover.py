@@ -14,6 +14,11 @@ the writer caches a row's key, commits the row, and the poller records when the 
   replica promoted; a tailer that read the replica restarted against it
   (bench/failover_promotion.py).
 
+BENCH_FAILOVER_FAULTS (comma-separated names, default all) runs only those faults, e.g.
+``kafka_restart``; BENCH_FAILOVER_LOG_LEVEL (e.g. DEBUG: kafka-python's coordinator, client
+and connection lines) runs every cachesync process at that level and keeps their logs in
+``bench/results/failover-logs-<time>/``, to see where a recovery's time goes.
+
 A partition's **stall** is the longest interval during which at least one committed key of
 it was outstanding and none of its keys was invalidated (a key's partition: murmur2 of
 ``db.lag:id``, as the tailer partitions). Over all phases of a run: p99 and max commit ->
@@ -24,15 +29,17 @@ cached; must be 0).
 from __future__ import annotations
 
 import datetime
+import functools
 import os
+import shutil
 import socket
 import subprocess
 import threading
 import time
 from pathlib import Path
 
-from bench.common import (ROOT, Sandbox, Worker, baseline_tree, log, median, percentile, ratio,
-                          tree_commit, wait_for)
+from bench.common import (ROOT, Sandbox, Worker, baseline_tree, compile_tree, log, median,
+                          percentile, ratio, tree_commit, wait_for)
 from bench.failover_promotion import PromotionFault
 from bench.lag import DDL, Harness, _alive, _checkpoint_stored, _child_report, lag_key
 from bench.start import start_steps
@@ -51,6 +58,9 @@ TARGETS_S = {"consumer_static_restart": {"killed": 5.0, "survivor": 1.0},
              "consumer_dynamic_lost": 10.0, "tailer_standby": 10.0, "kafka_restart": 5.0,
              "mariadb_promotion": 8.0}
 METRICS = {"listen": "127.0.0.1:0"}   # several consumers on one host: no fixed port
+FAULTS = [f.strip() for f in os.environ.get("BENCH_FAILOVER_FAULTS", "").split(",") if f.strip()] \
+    or list(TARGETS_S)
+LOG_LEVEL = os.environ.get("BENCH_FAILOVER_LOG_LEVEL", "")
 
 
 class Progress:
@@ -102,11 +112,18 @@ def longest_stall(events: list[tuple[float, float]]) -> float:
 
 def run(stack, quick: bool, runs: int) -> dict:
     before_s, after_s = SIZES["quick" if quick else "full"]
+    unknown = set(FAULTS) - set(TARGETS_S)
+    if unknown:
+        raise SystemExit(f"BENCH_FAILOVER_FAULTS: unknown {sorted(unknown)}; known: {list(TARGETS_S)}")
     box = Sandbox(stack, NAME)
+    if LOG_LEVEL:       # every cachesync process of the run logs at this level
+        box.spawn = functools.partial(box.spawn, args=("--log-level", LOG_LEVEL))
     bench = None
     trees = {"new": None}
     if baseline_tree() is not None:
         trees["baseline"] = baseline_tree()
+    for tree in trees.values():
+        compile_tree(tree)
     try:
         bench = FailoverBench(box, before_s, after_s)
         results = {label: [] for label in trees}
@@ -129,7 +146,19 @@ def run(stack, quick: bool, runs: int) -> dict:
         mysql = f"{stack.env['CACHESYNC_MYSQL_HOST']}:{stack.env['CACHESYNC_MYSQL_PORT']}"
         if not _port_open(mysql):               # a run that failed mid-promotion
             _stack_sh(stack, "up", "mariadb")
+        if LOG_LEVEL:
+            _keep_logs(box)
         box.cleanup()
+
+
+def _keep_logs(box: Sandbox) -> None:
+    """The run's process logs, copied to bench/results/failover-logs-<time>/."""
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    where = ROOT / "bench" / "results" / f"failover-logs-{stamp}"
+    where.mkdir(parents=True, exist_ok=True)
+    for path in box.tmp.glob("*.log"):
+        shutil.copy(path, where / path.name)
+    log(f"failover: process logs kept in {where}")
 
 
 class FailoverBench:
@@ -181,18 +210,25 @@ class FailoverBench:
             self.tail = self._start_tailer()
         self._start_consumers([f"{self.box.suffix}-r{i}-c{n}" for n in (1, 2)])
         self.harness.warm_up(self._pipeline_alive)
-        faults = {"consumer_static_restart": self._phase(self._kill_static_consumer)}
-        self._start_consumers([None, None])
-        faults["consumer_dynamic_lost"] = self._phase(self._kill_dynamic_consumer)
-        standby = self.box.spawn("tail", self.tail_cfg)
-        wait_for(lambda: "standby" in self.box.proc_log(standby), 60, "the standby tailer waiting")
-        faults["tailer_standby"] = self._phase(lambda: self._kill_active_tailer(standby))
-        faults["kafka_restart"] = self._phase(self._restart_kafka)
-        faults["mariadb_promotion"] = self._promotion()
+        faults = {}
+        if "consumer_static_restart" in FAULTS:
+            faults["consumer_static_restart"] = self._phase(self._kill_static_consumer)
+        if "consumer_dynamic_lost" in FAULTS:
+            self._start_consumers([None, None])
+            faults["consumer_dynamic_lost"] = self._phase(self._kill_dynamic_consumer)
+        if "tailer_standby" in FAULTS:
+            standby = self.box.spawn("tail", self.tail_cfg)
+            wait_for(lambda: "standby" in self.box.proc_log(standby), 60,
+                     "the standby tailer waiting")
+            faults["tailer_standby"] = self._phase(lambda: self._kill_active_tailer(standby))
+        if "kafka_restart" in FAULTS:
+            faults["kafka_restart"] = self._phase(self._restart_kafka)
+        if "mariadb_promotion" in FAULTS:
+            faults["mariadb_promotion"] = self._promotion()
         lat = self.progress.latencies_ms(since)
         # the old primary's rows, and the rows the promotion phase left on the new primary
         stale = (self.stale_keys(lambda: self.box.stack.admin(self.box.db))
-                 + faults["mariadb_promotion"]["stale_keys_new_primary"])
+                 + faults.get("mariadb_promotion", {}).get("stale_keys_new_primary", 0))
         run = {"faults": faults, "p99_ms": _r(percentile(lat, 99)), "max_ms": _r(max(lat, default=None)),
                "invalidations": len(lat), "stale_keys": stale,
                "missing_after_drain": sum(f.get("missing", 0) for f in faults.values())}
@@ -375,6 +411,8 @@ class FailoverBench:
 def _fault_medians(results: list[dict]) -> dict:
     out = {}
     for name, target in TARGETS_S.items():
+        if name not in results[0]["faults"]:
+            continue
         runs = [r["faults"][name] for r in results]
         if name == "consumer_static_restart":
             out[name] = {part: _met(median([f[f"{part}_stall_s"] for f in runs]), target[part])

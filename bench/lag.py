@@ -46,6 +46,9 @@ NAME = "lag"
 SIZES = {"full": (((1000, 60.0), (5000, 60.0), (10000, 60.0)), 10.0),
          "quick": (((1000, 5.0), (5000, 5.0), (10000, 5.0)), 2.0)}
 TARGET_P99_MS = 100.0
+# BENCH_LAG_RATES=10000 (or 5000,10000): measure only these rates, each as long as the size's
+# first rate
+RATES = os.environ.get("BENCH_LAG_RATES", "")
 KEYS_PER_ROW = 2             # cache keys per row (issue 17, target 3: 2 keys per row)
 # The consumer's dedup store (the config default: redis); BENCH_LAG_DEDUP_STORE=mysql compares.
 DEDUP_STORE = os.environ.get("BENCH_LAG_DEDUP_STORE", "redis")
@@ -80,6 +83,8 @@ BACKLOG_ROUND_S = 0.01       # a poll round this long means a backlog: rest as l
 
 def run(stack, quick: bool, runs: int) -> dict:
     rates, floor_seconds = SIZES["quick" if quick else "full"]
+    if RATES:
+        rates = tuple((int(rate), rates[0][1]) for rate in RATES.split(","))
     box = Sandbox(stack, NAME)
     settings = None
     try:
@@ -90,7 +95,8 @@ def run(stack, quick: bool, runs: int) -> dict:
                                                            box.prefix + "lag:note:{note}"]}},
                                topic=topic, consumer={"dedup_store": DEDUP_STORE,
                                                     "offset_commit": OFFSET_COMMIT,
-                                                    "overlap_batches": OVERLAP})
+                                                    "overlap_batches": OVERLAP},
+                               metrics={"listen": "127.0.0.1:0"})   # a free port on a shared host
         settings = box.settings(cfg)
         log("lag: starting `cachesync tail` and `cachesync consume`")
         tail = box.spawn("tail", cfg)

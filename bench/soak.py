@@ -5,8 +5,9 @@ Not part of a plain ``python -m bench`` (it is time-bounded but long): run it wi
 
 Both run as child processes, as deployed. After a warm-up, the lag harness writes
 WRITE_RATE row changes/s for M minutes (single window of keys, as bench/lag.py);
-every SAMPLE_S the children's VmRSS is read from /proc. Growth is measured from the
-RSS after the first minute (imports, connections and buffers are in place by then)
+every SAMPLE_S the children's VmRSS is read from /proc, and that of their own child
+processes (``tail``'s publisher process) as ``<name>.children``. Growth is measured from
+the RSS after the first minute (imports, connections and buffers are in place by then)
 to the RSS at the end; the target is <= 10 %.
 
 Then one transaction of BIG_TXN_ROWS inserts is committed and the harness waits
@@ -43,7 +44,8 @@ def run(stack, quick: bool, runs: int, minutes: float | None = None) -> dict:
     try:
         box.create_schema(DDL)
         topic = box.new_topic(3)
-        cfg = box.write_config({f"{box.db}.lag": {"keys": [box.prefix + "lag:{id}"]}}, topic=topic)
+        cfg = box.write_config({f"{box.db}.lag": {"keys": [box.prefix + "lag:{id}"]}}, topic=topic,
+                               metrics={"listen": "127.0.0.1:0"})   # a free port on a shared host
         settings = box.settings(cfg)
         tail = box.spawn("tail", cfg)
         wait_for(lambda: _alive(box, tail) and _checkpoint_stored(stack, settings.tailer.name),
@@ -63,8 +65,8 @@ def run(stack, quick: bool, runs: int, minutes: float | None = None) -> dict:
             sampler.stop()
             harness.close()
         children = {name: _child_report(box, proc) for name, proc in procs.items()}
-        growth = {name: _growth(sampler.series[name], sampler.t0, sustained_until)
-                  for name in procs}
+        growth = {name: _growth(series, sampler.t0, sustained_until)
+                  for name, series in sampler.series.items() if series}
         return {
             "description": "RSS of the tail and consume child processes over a sustained "
                            f"{WRITE_RATE} row changes/s, then one {big_rows}-row transaction",
@@ -153,7 +155,8 @@ class Sampler:
 
     def __init__(self, procs: dict):
         self._procs = procs
-        self.series: dict[str, list[tuple[float, float]]] = {name: [] for name in procs}
+        self.series: dict[str, list[tuple[float, float]]] = {
+            key: [] for name in procs for key in (name, f"{name}.children")}
         self._stop = threading.Event()
         self._worker = Worker(self._loop, "rss-sampler")
         self.t0 = time.monotonic()
@@ -173,9 +176,13 @@ class Sampler:
         for name, proc in self._procs.items():
             if proc.poll() is None:
                 self.series[name].append((now, _status(proc.pid)["VmRSS"]))
+                children = _descendants(proc.pid)
+                if children:
+                    rss = sum(_status(pid).get("VmRSS", 0.0) for pid in children)
+                    self.series[f"{name}.children"].append((now, round(rss, 1)))
 
     def snapshot(self) -> dict:
-        return {name: s[-1][1] if s else None for name, s in self.series.items()}
+        return {name: s[-1][1] for name, s in self.series.items() if s}
 
     def stop(self) -> None:
         self._stop.set()
@@ -197,10 +204,29 @@ def _growth(series: list[tuple[float, float]], t0: float, until: float) -> dict:
             "growth": round((end - start) / start, 4), "samples": len(settled)}
 
 
+def _descendants(pid: int) -> list[int]:
+    """Every live process below ``pid`` (Linux's /proc/<pid>/task/*/children)."""
+    out, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        for task in Path(f"/proc/{parent}/task").glob("*"):
+            try:
+                children = [int(c) for c in (task / "children").read_text().split()]
+            except (OSError, ValueError):      # exited meanwhile
+                continue
+            out.extend(children)
+            todo.extend(children)
+    return out
+
+
 def _status(pid: int) -> dict[str, float]:
-    """VmRSS and VmHWM of a process, in MB."""
+    """VmRSS and VmHWM of a process, in MB (none of a process that exited meanwhile)."""
     out = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return out
+    for line in text.splitlines():
         if line.startswith(("VmRSS:", "VmHWM:")):
             name, value = line.split(":", 1)
             out[name] = round(int(value.split()[0]) / 1024, 1)

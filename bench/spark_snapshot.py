@@ -15,6 +15,7 @@ Reported: rows/s and keys/s (2 keys per row), elapsed, from the command's own re
 
 from __future__ import annotations
 
+import os
 import time
 
 from bench.common import Sandbox, log, ratio, summarize
@@ -23,6 +24,9 @@ from cachesync.commands.snapshot import run_snapshot
 
 NAME = "spark_snapshot"
 SIZES = {"full": 1_000_000, "quick": 100_000}
+# rows of the table instead of the size above (a host that cannot snapshot 1,000,000 rows six
+# times in the time it has)
+ROWS_VAR = "BENCH_SPARK_SNAPSHOT_ROWS"
 PARTITIONS = 4
 DDL = ("CREATE TABLE items (id BIGINT PRIMARY KEY, sku VARCHAR(32) NOT NULL, "
        "name VARCHAR(64) NOT NULL, price DECIMAL(10,2) NOT NULL, stock INT NOT NULL, "
@@ -34,7 +38,7 @@ FILL = ("INSERT INTO `{db}`.items SELECT seq, CONCAT('SKU-', LPAD(seq, 9, '0')),
 def run(stack, quick: bool, runs: int) -> dict:
     from cachesync.consumer.spark.session import spark_session
     env = _cluster()
-    n = SIZES["quick" if quick else "full"]
+    n = int(os.environ.get(ROWS_VAR) or SIZES["quick" if quick else "full"])
     box = Sandbox(stack, NAME)
     r = stack.redis()
     try:

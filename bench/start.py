@@ -14,7 +14,10 @@ port: the host is shared):
   metrics, preflight, lock).
 
 ``cpu_s``: CPU seconds of the process and its children (the tail's publisher process) over
-the whole run. One more launch of each, under ``-X importtime``, gives the import self-time
+the whole run. ``<step> without CPU waits``: launch -> the step less the time the process's
+thread sat in the kernel's run queue waiting for a CPU (its own ``start:`` line): the start
+as it is where a CPU is free; a shared host stretches the wall time many times over. Both
+checkouts' sources are compiled to bytecode first, as an install does. One more launch of each, under ``-X importtime``, gives the import self-time
 per top-level package.
 
 With BENCH_BASELINE_TREE (another checkout with its own .venv, see bench.common.baseline_tree)
@@ -31,7 +34,8 @@ from collections import Counter
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from bench.common import Sandbox, baseline_tree, log, median, ratio, tree_commit, wait_for
+from bench.common import (Sandbox, baseline_tree, compile_tree, log, median, ratio, tree_commit,
+                          wait_for)
 from bench.tailer import _append_time
 from cachesync.producer_outbox.rows import TxnContext, row_change
 from cachesync.schema.event import decode_record, encode
@@ -44,8 +48,8 @@ DDL = f"CREATE TABLE {TABLE} (id INT PRIMARY KEY, v INT NOT NULL)"
 METRICS = {"listen": "127.0.0.1:0"}     # a free port: several processes on a shared host
 TIMEOUT_S = 120.0
 TARGETS_S = {"consume": ("first poll", 1.0), "tail": ("first binlog read", 1.0)}
-START_LINE = re.compile(r"start: (?P<step>.+?) after (?P<s>[\d.]+) s, (?P<cpu>[\d.]+) s CPU "
-                        r"\((?P<steps>.*)\)")
+START_LINE = re.compile(r"start: (?P<step>.+?) after (?P<s>[\d.]+) s, (?P<cpu>[\d.]+) s CPU"
+                        r"(?:, (?P<wait>[\d.]+) s waiting for a CPU)? \((?P<steps>.*)\)")
 LATE_LINE = re.compile(r"start: (?P<step>[^(]+?) after (?P<s>[\d.]+) s$", re.M)
 IMPORT_LINE = re.compile(r"import time:\s+(\d+) \|\s+\d+ \|\s*(\S+)")
 
@@ -69,6 +73,8 @@ class StartBench:
         baseline = baseline_tree()
         if baseline is not None:
             self.trees["baseline"] = baseline
+        for tree in self.trees.values():
+            compile_tree(tree)
         self._row = 0
 
     def report(self, runs: int) -> dict:
@@ -202,6 +208,10 @@ def parse_start(text: str) -> dict[str, float] | None:
     if not found:
         return None
     steps = {found["step"]: float(found["s"]), "cpu_s_to_start": float(found["cpu"])}
+    if found["wait"] is not None:       # the start as it would be with a CPU free
+        steps["cpu_wait_s_to_start"] = float(found["wait"])
+        steps[f"{found['step']} without CPU waits"] = round(
+            float(found["s"]) - float(found["wait"]), 3)
     for part in found["steps"].split(", "):
         name, _, seconds = part.rpartition(" ")
         steps[name] = float(seconds)
@@ -232,11 +242,16 @@ def _summary(runs: list[dict]) -> dict:
 
 
 def _targets(out: dict) -> dict:
+    """The target against the wall time, and against the wall time less the waits for a CPU
+    (what a host with a free CPU would show)."""
     found = {}
     for cmd, (step, target) in TARGETS_S.items():
-        figure = out[cmd]["new"]["median"].get(step)
+        median_of = out[cmd]["new"]["median"]
+        figure, free = median_of.get(step), median_of.get(f"{step} without CPU waits")
         found[cmd] = {"step": step, "figure_s": figure, "target_s": target,
-                      "met": figure is not None and figure <= target}
+                      "met": figure is not None and figure <= target,
+                      "without_cpu_waits_s": free,
+                      "met_without_cpu_waits": free is not None and free <= target}
     return found
 
 

@@ -23,8 +23,8 @@ the same binlog range twice, alternating which goes first:
   seconds are the process's and its children's (the child publisher's too). Its first
   append comes after its first pack left, so on a small range (--quick) the append window
   misses the reading of the first packs and flatters it: quote it from the full sizes;
-* the peers (bench/peers): Debezium embedded and Canal's parser, reading the same range
-  as Java programs, on the shapes S (single-row transactions) and M (20-80-row
+* the peers (bench/peers): Debezium embedded, Canal's parser (Java programs) and go-mysql
+  (a Go program), reading the same range with their CPU seconds, on the shapes S (single-row transactions) and M (20-80-row
   transactions) of the 5-column table. ``peers`` compares every reader first row to last.
 """
 
@@ -154,7 +154,8 @@ def _table_figures(box: Sandbox, table: str, ddl: str, n: int, runs: int,
                     # first row to last on every side (as peers.compare): the in-process
                     # sides' rows_per_s above include their start
                     **_first_to_last_ratios(process, contender, baseline)},
-        **{peer: summarize(sides[peer], ["rows_per_s", "seconds", "setup_s"])
+        **{peer: summarize(sides[peer], ["rows_per_s", "seconds", "setup_s", "cpu_s",
+                                         "cpu_s_per_100k_rows"])
            for peer in peer_names},
     }
 

@@ -1,3 +1,3 @@
-from cachesync.cli import main
+from cachesync.launch import main
 
 main()

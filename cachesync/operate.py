@@ -13,7 +13,7 @@ from typing import Callable
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from cachesync import __version__
+from cachesync import __version__, startup
 from cachesync.config import Settings
 from cachesync.http import OpsServer, parse_listen
 from cachesync.metrics import (RELAY_COUNTERS, TAILER_COUNTERS, CheckpointAge, ConsumerMetrics,
@@ -29,6 +29,10 @@ from cachesync.schema.errors import CachesyncError
 log = logging.getLogger(__name__)
 
 REDIS_PROBE_TIMEOUT_S = 2.0
+# consume and tail probe (and write heartbeats) from their first poll or binlog read on, or
+# this long after their metrics started, whichever comes first: the first probe bootstraps a
+# Kafka admin client and connects to MySQL and Redis, CPU the start needs on a small host
+DEFER_TO_START_MAX_S = 2.0
 
 
 class Ops:
@@ -55,16 +59,18 @@ class Ops:
         self._closers.append(k.close)
         return k
 
-    def heartbeat(self) -> None:
-        """Rewrite this tailer's heartbeat row every tailer.heartbeat_interval_s (0: never)."""
+    def heartbeat(self, defer: bool = False) -> None:
+        """Rewrite this tailer's heartbeat row every tailer.heartbeat_interval_s (0: never);
+        ``defer``: from the first binlog read on (see DEFER_TO_START_MAX_S)."""
         t = self.settings.tailer
         if t.heartbeat_interval_s <= 0:
             return
         writer = wiring.build_heartbeat(self.settings)
         heartbeat_gauge(self.registry, writer)
         stop = threading.Event()
-        threading.Thread(target=writer.run, args=(stop,), name="cachesync-heartbeat",
-                         daemon=True).start()
+        thread = threading.Thread(target=writer.run, args=(stop,), name="cachesync-heartbeat",
+                                  daemon=True)
+        self._after_start(thread.start, "heartbeat", defer)
         self._closers.extend([writer.close, stop.set])
 
     def redis_ping(self) -> Callable[[], None]:
@@ -74,17 +80,26 @@ class Ops:
         self._closers.append(cache.close)
         return cache.ping
 
-    def start(self, probe: Callable[[], None], checks: list[Callable[[], str | None]]) -> "Ops":
+    def start(self, probe: Callable[[], None], checks: list[Callable[[], str | None]],
+              defer: bool = False) -> "Ops":
         """Start probing and, unless ``metrics.listen`` is off, serving; raises ConfigError
-        when the address is taken."""
+        when the address is taken. ``defer``: probe from the process's first poll or binlog
+        read on (see DEFER_TO_START_MAX_S); until the first probe, /readyz says not ready."""
         prober = Prober(probe, self.settings.metrics.probe_interval_s)
         if self._address is not None:
             self.server = OpsServer(self._address, self.registry, [prober.problem, *checks])
             self._closers.append(self.server.close)
             self.server.start()
-        prober.start()
+        self._after_start(prober.start, "probe", defer)
         self._closers.append(prober.stop)
         return self
+
+    @staticmethod
+    def _after_start(start: Callable[[], object], name: str, defer: bool) -> None:
+        if defer:
+            startup.after_start(start, name, at_latest_s=DEFER_TO_START_MAX_S)
+        else:
+            start()
 
     def close(self) -> None:
         for close in reversed(self._closers):
@@ -119,7 +134,7 @@ def consumer_ops(settings: Settings, stats: Callable[[], object],
         probe_session.run(lambda cur: cur.execute("SELECT 1"))
         redis_ping()
 
-    ops.start(probe, [lambda: metrics.lag_problem(settings.metrics.ready_max_lag_s)])
+    ops.start(probe, [lambda: metrics.lag_problem(settings.metrics.ready_max_lag_s)], defer=True)
     return ops, metrics
 
 
@@ -140,7 +155,7 @@ def tail_ops(settings: Settings, tailers: Cumulative) -> Ops:
     ops = Ops(settings, "tail")
     counters(ops.registry, lambda: tailers, TAILER_COUNTERS)
     t, max_lag = settings.tailer, settings.metrics.ready_max_lag_s
-    ops.heartbeat()
+    ops.heartbeat(defer=True)
     age, session, kafka = CheckpointAge(ops.registry), ops.session(), ops.kafka()
     binlog_format = BinlogFormatWatch(binlog_format_row(ops.registry))
 
@@ -156,7 +171,7 @@ def tail_ops(settings: Settings, tailers: Cumulative) -> Ops:
         if t.heartbeat_interval_s > 0 and age.value is not None and age.value > max_lag:
             return f"checkpoint has not moved for {age.value:.1f}s (limit {max_lag:.1f}s)"
         return None
-    return ops.start(probe, [checkpoint_fresh])
+    return ops.start(probe, [checkpoint_fresh], defer=True)
 
 
 def relay_ops(settings: Settings, relay) -> Ops:

@@ -36,7 +36,9 @@ class ActiveStandby:
                  preflight: Callable[[], object] = lambda: None,
                  check_every_s: float = CHECK_EVERY_S):
         """``preflight`` runs before waiting for the lock: a standby that could never tail
-        (wrong password, missing grant) stops at once with its FatalError instead of waiting."""
+        (wrong password, missing grant) stops at once with its FatalError instead of waiting.
+        A process that gets the lock at once skips it: the tailer it runs checks the same
+        server before it reads (Tailer.preflight), and checking twice delays every start."""
         self._lock, self._build, self._check_every_s = lock, build, check_every_s
         self._preflight = preflight
         self._stopping = threading.Event()
@@ -51,8 +53,11 @@ class ActiveStandby:
         return self._current.last if self._current is not None else None
 
     def run(self) -> None:
-        self._preflight()
-        while self._lock.acquire(self._stopping):
+        held = self._lock.try_acquire()
+        if not held:
+            self._preflight()
+        while held or self._lock.acquire(self._stopping):
+            held = False
             if not self._one_term():
                 return
             log.error("tailer lock %s lost (its MySQL connection was killed or cut off): "

@@ -4,8 +4,8 @@ From the inside out: ``build()`` makes one tailer (publishing to Kafka, or apply
 process); ``while_held`` refuses to build it once this process lost the tailer lock;
 ``RestartingTailer`` rebuilds it from the checkpoint after a transient failure;
 ``ResyncingTailer`` handles a purged checkpoint position (``tailer.on_lost_position``);
-``ActiveStandby`` runs the preflight, waits for the lock as a hot standby and runs the rest
-while it holds it.
+``ActiveStandby`` takes the lock, or runs the preflight and waits for the lock as a hot
+standby, and runs the rest while it holds it.
 """
 
 from __future__ import annotations

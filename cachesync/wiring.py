@@ -263,13 +263,17 @@ def build_table_jobs(settings: Settings) -> RedisTableJobs:
 def start_publisher(settings: Settings):
     """The tailer's Kafka publisher (``tailer.publisher``: its own process, or a thread),
     started in a thread of its own (StartingPublisher): the first send waits for it."""
+    from cachesync import prespawn
     from cachesync.producer_outbox.starting_publisher import StartingPublisher
-    if settings.tailer.publisher == "process":
-        from cachesync.producer_outbox.procpublisher import ProcessPublisher as kind
-    else:
-        from cachesync.producer_outbox.publisher import KafkaPublisher as kind
     bootstrap, security = settings.kafka.bootstrap_servers, producer_options(settings.kafka)
-    return StartingPublisher(lambda: kind(bootstrap, security=security))
+    if settings.tailer.publisher == "process":
+        from cachesync.producer_outbox.procpublisher import ProcessPublisher
+        child = prespawn.take("publisher")      # started with the command, if it was
+        return StartingPublisher(lambda: ProcessPublisher(bootstrap, security=security,
+                                                          child=child))
+    from cachesync.producer_outbox.publisher import KafkaPublisher
+    prespawn.discard_all()
+    return StartingPublisher(lambda: KafkaPublisher(bootstrap, security=security))
 
 
 def build_tailer(settings: Settings, start: Checkpoint | None = None, publisher=None,

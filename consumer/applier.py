@@ -63,8 +63,8 @@ class Stats:
     def add(self, other: "Stats | dict") -> None:
         """Add another Stats (or its dict, as a Spark task returns it) into this one."""
         values = other if isinstance(other, dict) else vars(other)
-        for name, value in values.items():
-            setattr(self, name, getattr(self, name) + value)
+        for name in sorted(values, key=lambda n: n == "consumed"):   # consumed last (_count)
+            setattr(self, name, getattr(self, name) + values[name])
 
 
 @dataclass
@@ -248,13 +248,15 @@ class Applier:
         result.dead_lettered.append((record, reason))
 
     def _count(self, result: BatchResult, null_skips: int) -> None:
+        # ``consumed`` moves last: a reader in another thread (a scrape, a test) that sees a
+        # batch's records consumed then sees its other counts too
         s = self.stats
         s.batches += 1
-        s.consumed += result.consumed
         s.applied += len(result.applied)
         s.duplicates += len(result.duplicates)
         s.dead_lettered += len(result.dead_lettered)
         s.null_key_skips += null_skips
+        s.consumed += result.consumed
 
     def call(self, what: str, fn: Callable):
         """``fn()`` retried under this applier's policy and stop; retries are counted."""

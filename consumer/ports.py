@@ -38,6 +38,18 @@ class CacheWriter(Protocol):
     def write(self, writes: Sequence[CacheWrite]) -> WriteResult:
         """Fenced writes (update mode); a write older than the stored version is refused."""
 
+    def take_leases(self, keys: Sequence[str], token: str, lease_ms: int) -> list[str]:
+        """Take the fill lease of each key that holds no value (``read_through``'s SET NX on
+        a miss); returns the keys whose lease is now ``token``'s (a cached key, or one another
+        reader holds the lease of, is left alone)."""
+
+    def fill_leased(self, writes: Sequence[CacheWrite], token: str) -> WriteResult:
+        """Write each value whose key's lease is still ``token``'s and drop the lease
+        (``read_through``'s fill_if_lease); refused when an invalidation voided the lease."""
+
+    def release_leases(self, keys: Sequence[str], token: str) -> None:
+        """Give back those of ``token``'s leases that will not be filled."""
+
     def invalidate_table(self, mapping, fence_version: str | None = None,
                          progress=None) -> int:
         """Delete every key the table's templates can produce; ``fence_version`` (update

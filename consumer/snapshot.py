@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 from cachesync.consumer.core.plan import event_keys
 from cachesync.producer_outbox.rows import TxnContext, row_change
@@ -79,9 +79,12 @@ class TableSummary:
     written: int = 0
     refused: int = 0           # fenced: Redis held a newer version (the stream won)
     skipped: int = 0           # rows that render no key (a NULL in every template)
+    # pre-fill (delete mode): keys left as they were (cached, another reader's lease, the row
+    # gone or keyed otherwise when read again, a value over max_value_bytes)
+    kept: int = 0
 
     def add(self, other: "TableSummary") -> None:
-        for f in ("rows", "keys", "written", "refused", "skipped"):
+        for f in ("rows", "keys", "written", "refused", "skipped", "kept"):
             setattr(self, f, getattr(self, f) + getattr(other, f))
 
     def as_dict(self) -> dict[str, Any]:
@@ -93,19 +96,26 @@ def snapshot_writes(rows: Iterable[Mapping[str, Any]], mapping: TableMapping, pk
     """The fenced writes for ``rows`` (each as the tailer publishes its values; ``pk`` its
     primary-key columns) at the watermark's version; raises the planner's poison errors
     for a row it cannot key."""
+    summary, writes = TableSummary(mapping.table), []
+    for _, row_writes in rendered(rows, mapping, pk, watermark):
+        summary.rows += 1
+        if not row_writes:
+            summary.skipped += 1
+        writes += row_writes
+    summary.keys = len(writes)
+    return writes, summary
+
+
+def rendered(rows: Iterable[Mapping[str, Any]], mapping: TableMapping, pk: tuple[str, ...],
+             watermark: Watermark) -> Iterator[tuple[Mapping[str, Any], tuple]]:
+    """Each row with the writes the consumer would make for its insert (update mode), at
+    the watermark's version."""
     mappings = MappingSet({mapping.table: mapping})
     ctx = TxnContext(SNAPSHOT_SERVER, watermark.position, watermark.ordinal, watermark.taken_at)
-    summary, writes = TableSummary(mapping.table), []
     for row in rows:
         event = row_change(ctx, 0, mapping.db, mapping.name, "insert", pk, None, dict(row))
         event = dataclasses.replace(event, version=watermark.version)
-        plan = event_keys(event, mappings)
-        summary.rows += 1
-        if not plan.writes:
-            summary.skipped += 1
-        writes += plan.writes
-    summary.keys = len(writes)
-    return writes, summary
+        yield row, event_keys(event, mappings).writes
 
 
 def check_tombstone_window(mapping: TableMapping, watermark: Watermark,

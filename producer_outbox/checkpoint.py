@@ -26,6 +26,8 @@ class MySQLCheckpointStore:
     Both methods raise RetryableError or FatalError.
     """
 
+    in_order = True         # one resume position (ports.CheckpointStore)
+
     def __init__(self, connect, name: str):
         self._session = Session(connect, setup=ensure_state_tables)
         self._name = name

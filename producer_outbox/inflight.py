@@ -62,6 +62,15 @@ class InflightTracker(Generic[P]):
             safe = self._txns.popleft().position
         return safe
 
+    def take_acknowledged(self) -> list[P]:
+        """Pop every closed, fully acknowledged transaction wherever it stands, and return
+        their positions in commit order: for progress kept per transaction (the outbox's
+        rows), where an unacknowledged transaction holds back none after it."""
+        done = [t.position for t in self._txns if t.closed and t.pending == 0]
+        if done:
+            self._txns = deque(t for t in self._txns if not (t.closed and t.pending == 0))
+        return done
+
     @property
     def pending(self) -> int:
         """Events sent but not yet acknowledged (bounded by the tailer: back-pressure)."""

@@ -83,6 +83,18 @@ class TailerLock:
                 told = True
         return False
 
+    def try_acquire(self) -> bool:
+        """Take the lock if it is free now, without waiting (False: held elsewhere, or MySQL
+        unreachable, which ``acquire`` then waits out); FatalError raises."""
+        try:
+            taken = self._try_once(wait_s=0)
+        except RetryableError:
+            self._drop()
+            return False
+        if taken:
+            log.info("tailer %r is active here (%s); lock %s", self._tailer, self.holder, self.name)
+        return taken
+
     def held(self) -> bool:
         """True while the server confirms this connection holds the lock (it also keeps the
         connection from idling past its wait_timeout)."""
@@ -118,11 +130,11 @@ class TailerLock:
                 pass          # the connection is gone: so is the lock
         self._drop()
 
-    def _try_once(self) -> bool:
+    def _try_once(self, wait_s: float = WAIT_STEP_S) -> bool:
         conn = self._connection()
         try:
             with conn.cursor() as cur:
-                cur.execute("SELECT GET_LOCK(%s, %s)", (self.name, WAIT_STEP_S))
+                cur.execute("SELECT GET_LOCK(%s, %s)", (self.name, wait_s))
                 if cur.fetchone()[0] != 1:
                     return False
                 cur.execute("INSERT INTO cachesync_tailer_lock (name, holder, since) "

@@ -54,6 +54,8 @@ class Pipeline:
         self._span = False            # packs span groups (the source signals idleness)
         self._lock = threading.Lock()  # acks arrive on the publisher's thread
         self._failure: Exception | None = None
+        self._refused = False       # a send raised at once (buffer full, no metadata)
+        self._unsaved: list = []    # acknowledged groups a store not in_order failed to save
         self._stop = threading.Event()
         self._txn = None                            # the open group's tracker entry
         self._xa: XaGroup | None = None             # the open group is XA: records held
@@ -205,6 +207,7 @@ class Pipeline:
             self._publisher.send(self._topic, key, value, msg_id,
                                  on_ack=on_ack, on_error=self._on_error, partition=partition)
         except KafkaError as e:   # e.g. buffer full / metadata timeout, raised synchronously
+            self._refused = True
             if is_permanent(e):
                 raise FatalError(f"Kafka refused a record for good ({type(e).__name__}: {e}); "
                                  "not retrying, the checkpoint stays before it") from e
@@ -285,6 +288,12 @@ class Pipeline:
                 self._tracker.acked(txn, rows)
                 self.acked += rows
 
+    @property
+    def failed(self) -> bool:
+        """A send failed (at once, or after the publisher's retries): what this pipeline
+        sent since is in doubt, and its publisher is worth replacing."""
+        return self._refused or self._failure is not None
+
     def _on_error(self, error: Exception) -> None:
         # Called on the publisher's I/O thread: record it; run() stops the pipeline
         # before the checkpoint can move past the failed send.
@@ -301,19 +310,36 @@ class Pipeline:
                                  f"checkpoint moves: {self._failure}") from self._failure
 
     def save_checkpoint(self) -> None:
-        """Store the newest checkpoint whose groups are all acknowledged, if it moved."""
+        """Store the progress acknowledged since the last save, if any: the newest checkpoint
+        whose groups are all acknowledged (a store ``in_order``), else every acknowledged
+        group, whatever the order (ports.CheckpointStore)."""
+        if not self._checkpoints.in_order:
+            self._save_each()
+            return
         with self._lock:
             safe = self._tracker.advance()
         if safe is not None:
             self._checkpoints.save(safe)
             self.committed = safe
 
-    def drain(self) -> None:
-        """On a clean stop: send the open packs, wait for acks, then store the last safe
-        checkpoint."""
+    def _save_each(self) -> None:
+        with self._lock:
+            done = self._unsaved + self._tracker.take_acknowledged()
+        self._unsaved = []
+        if done:
+            try:
+                self._checkpoints.save_each(done)
+            except Exception:
+                self._unsaved = done        # not saved: handed again with the next save
+                raise
+            self.committed = done[-1]
+
+    def drain(self, timeout_s: float = DRAIN_TIMEOUT_S) -> None:
+        """On a clean stop: send the open packs, wait (up to ``timeout_s``) for acks, then
+        store the last safe checkpoint."""
         if self._failure is None:
             if self._span:      # counted rows; otherwise the open group's, not closed
                 self.flush_packs()
-            self._publisher.flush(timeout_s=DRAIN_TIMEOUT_S)
+            self._publisher.flush(timeout_s=timeout_s)
         if self._failure is None:
             self.save_checkpoint()

@@ -1,10 +1,11 @@
 """The producer's ports: a change source feeds the pipeline, which sends through a
 publisher and moves a checkpoint store (pure: no I/O import).
 
-A source (``producer_outbox.binlog_source``, or ``memory.MemorySource`` in tests) yields
-the items below in commit order; ``producer_outbox.pipeline.Pipeline`` packs and sends
-the records, tracks the acknowledgements and saves the checkpoint only past groups
-whose every record Kafka acknowledged. A group is ``Begin`` ... ``Commit``; the items
+A source (``producer_outbox.binlog_source``, the outbox relay's ``relay_source``, or
+``memory.MemorySource`` in tests) yields the items below in commit order;
+``producer_outbox.pipeline.Pipeline`` packs and sends the records, tracks the
+acknowledgements and saves progress only for groups whose every record Kafka
+acknowledged (a resume position only past them all: ``CheckpointStore``). A group is ``Begin`` ... ``Commit``; the items
 between are its records and table-level events, and, for an XA transaction, what the
 source learnt about it (``Hold`` ... ``Prepared``, later ``Decide`` in another group).
 Items carry what the pipeline needs and nothing of the binlog: the source already
@@ -14,7 +15,7 @@ turned rows into encoded events (message ids, keys, values).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterator, NamedTuple, Protocol, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple, Protocol, Sequence, Union
 
 from cachesync.producer_outbox.rows import TxnContext
 from cachesync.producer_outbox.statements import TableChange
@@ -53,7 +54,9 @@ class TableEvent:
 
 
 class Commit(NamedTuple):
-    """The open group ended; ``checkpoint`` is where to resume after it."""
+    """The open group ended; ``checkpoint`` is where to resume after it (a binlog
+    ``Checkpoint``), or the group's own progress for a store that is not in order (an
+    outbox row's ``OutboxMark``)."""
 
     checkpoint: Checkpoint
 
@@ -159,10 +162,25 @@ class Publisher(Protocol):
 
 
 class CheckpointStore(Protocol):
-    """One named, durable resume position (raises RetryableError or FatalError)."""
+    """A source's durable progress, of one of two kinds (raises RetryableError or FatalError).
+
+    ``in_order`` (the binlog's ``MySQLCheckpointStore``): one resume position. The pipeline
+    ``save``s the newest checkpoint before which every group was acknowledged; ``load``
+    gives it back after a restart.
+
+    Not ``in_order`` (the outbox's ``OutboxCheckpoints``): each group is progress by itself,
+    since a row is published once Kafka acknowledged it, whatever became of the rows before
+    it. The pipeline hands ``save_each`` every group acknowledged since its last call (their
+    ``Commit`` checkpoints, in commit order); ``load`` gives None, the source finding what is
+    left by itself. A store implements the save of its kind.
+    """
+
+    in_order: bool
 
     def load(self) -> Checkpoint | None: ...
 
     def save(self, checkpoint: Checkpoint) -> None: ...
+
+    def save_each(self, checkpoints: Sequence[Any]) -> None: ...
 
     def close(self) -> None: ...

@@ -57,10 +57,11 @@ class ProcessPublisher:
     """``KafkaPublisher``'s interface (send, partitions, flush, close) over a child process."""
 
     def __init__(self, bootstrap_servers: str, *, security: Mapping | None = None,
-                 **options: Any):
+                 child: subprocess.Popen | None = None, **options: Any):
         """Raises what ``KafkaPublisher`` raises (RetryableError: Kafka unreachable,
-        FatalError: login refused), or PublisherProcessError if the child cannot start."""
-        self._proc = subprocess.Popen(
+        FatalError: login refused), or PublisherProcessError if the child cannot start.
+        ``child``: this module's process, started earlier with pipes (cachesync.prespawn)."""
+        self._proc = child or subprocess.Popen(
             [sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             close_fds=True)
         self._out, self._in = self._proc.stdin, self._proc.stdout

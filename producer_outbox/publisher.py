@@ -50,7 +50,9 @@ class KafkaPublisher:
     def _connect(bootstrap_servers, client_id, linger_ms, batch_size, security) -> KafkaProducer:
         tunable = dict(linger_ms=linger_ms, batch_size=batch_size, compression_type=None,
                        delivery_timeout_ms=120_000,
-                       reconnect_backoff_max_ms=2000)   # default 30 s: slow to see a broker back
+                       # default 30 s: slow to see a broker back (see the consumer's
+                       # RECONNECT_BACKOFF_MAX_MS, consumer/adapters/kafka_source.py)
+                       reconnect_backoff_max_ms=1000)
         return KafkaProducer(
             bootstrap_servers=bootstrap_servers.split(","), client_id=client_id,
             acks="all", enable_idempotence=True, max_in_flight_requests_per_connection=5,

@@ -1,4 +1,6 @@
-"""The relay's SQL on the outbox table: claim due rows, mark them published, purge.
+"""The relay's SQL on the outbox table: claim due rows, mark them published, purge; and
+``OutboxCheckpoints``, the pipeline's checkpoint store for the outbox (ports.CheckpointStore,
+progress per row: an acknowledged row is marked published).
 
 Claims select rows by state (``published_at IS NULL`` and the lease is over), never
 by an id watermark, so a row whose auto-increment id committed after a higher id was
@@ -8,7 +10,8 @@ published is simply found on the next round.
 from __future__ import annotations
 
 import logging
-from typing import Callable, Sequence
+import time
+from typing import Callable, NamedTuple, Sequence
 
 import pymysql
 
@@ -95,6 +98,42 @@ class OutboxStore:
         finally:
             cur.execute("SELECT RELEASE_LOCK(%s)", (self._lock_name,))
         return rows
+
+
+class OutboxMark(NamedTuple):
+    """An outbox row's progress: the ``Commit`` checkpoint of its group."""
+
+    seq: int
+    event_id: str
+
+
+class OutboxCheckpoints:
+    """The outbox's checkpoint store: each row Kafka acknowledged is marked published,
+    whatever became of the rows before it (a store not ``in_order``, ports.CheckpointStore).
+
+    ``on_marked(event_ids)`` hears the rows marked (the source stops counting them as
+    unconfirmed). Raises RetryableError or FatalError (OutboxStore's).
+    """
+
+    in_order = False
+
+    def __init__(self, store: OutboxStore, on_marked: Callable[[list[str]], None]):
+        self._store, self._on_marked = store, on_marked
+        self.marked = 0                           # rows marked published by this process
+        self.last_marked_at: float | None = None  # time.time() of the newest marking
+
+    def load(self) -> None:
+        """None: unpublished rows are found by their state, not from a position."""
+        return None
+
+    def save_each(self, marks: Sequence[OutboxMark]) -> None:
+        event_ids = [m.event_id for m in marks]
+        self.marked += self._store.mark_published(event_ids)
+        self.last_marked_at = time.time()
+        self._on_marked(event_ids)
+
+    def close(self) -> None:
+        self._store.close()
 
 
 def _read_committed(conn: pymysql.connections.Connection) -> None:

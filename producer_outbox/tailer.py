@@ -146,6 +146,7 @@ class Tailer:
 
     def _run(self) -> None:
         info = self.preflight()
+        startup.mark("preflight")
         for report in info.binlog_settings():
             log.info("binlog setting %s", report.line())
         self.match_existing()

@@ -289,6 +289,12 @@ def server_text_sql(column: str, data_type: str) -> str:
     return f"{expr} AS {quoted}"
 
 
+def server_text_param_sql(data_type: str) -> str:
+    """A placeholder for a value of a column of ``data_type`` given as its key text (as
+    server_text_sql reads it), compared with the column itself so its index serves."""
+    return "UNHEX(SUBSTRING(%s, 3))" if data_type.lower() in _HEX_TYPES else "%s"
+
+
 def value_from_text(text: str | None, data_type: str) -> Any:
     """The value the tailer publishes for a column whose server text is ``text``: numbers as
     numbers (update-mode JSON keeps them), everything else its text. Raises ValueError on a

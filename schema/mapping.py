@@ -53,6 +53,11 @@ FIELD_DOCS: dict[str, tuple[str, str]] = {
                         "written; the key is invalidated (and fenced) instead"),
     "double_delete": ("off", "delete mode: seconds after which the keys are deleted a second "
                       "time (the \"delayed double delete\")"),
+    "prefill": ("off", "delete mode: `json` or `hash`, the value `cachesync snapshot` may fill "
+                "the table's missing keys with, rendered as update mode renders it (it must be "
+                "what your readers cache); each fill is lease-guarded like `read_through`'s. "
+                "Off: snapshot leaves the table to your readers"),
+    "prefill_columns": ("every column", "delete mode, with `prefill`: the columns of the value"),
     "watch_columns": ("every column", "an UPDATE that changes none of these columns invalidates "
                       "and writes nothing (counted in `cachesync_consumer_unwatched_updates`); key template "
                       "columns and, in update mode, value and version columns are always watched"),
@@ -168,6 +173,8 @@ class TableMapping:
     version_column: str | None = None               # update mode; None = source position
     tombstone_ttl_s: int | None = None              # update mode; None = ttl_s
     double_delete_s: float | None = None            # delete mode: delayed second delete
+    prefill: str | None = None                      # delete mode: snapshot's value format
+    prefill_columns: tuple[str, ...] | None = None  # delete mode, with prefill; None = every one
     max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES
     # outbox events' explicit keys must match one of these (cachesync.schema.trust); none = refused
     explicit_keys: tuple[KeyPattern, ...] = ()
@@ -218,6 +225,16 @@ class TableMapping:
         single column (the usual mapping), else None."""
         singles = tuple(t._single for t in self.keys)
         return None if any(s is None for s in singles) else singles
+
+    @cached_property
+    def prefill_mapping(self) -> "TableMapping | None":
+        """A delete-mode table with ``prefill``: the update-mode twin that renders the values
+        ``snapshot`` fills its keys with (never applied to changes); else None."""
+        if self.prefill is None:
+            return None
+        return dataclasses.replace(self, mode="update", value_format=self.prefill,
+                                   value_columns=self.prefill_columns, prefill=None,
+                                   prefill_columns=None, double_delete_s=None)
 
     @property
     def tombstone_s(self) -> int:
@@ -391,6 +408,7 @@ def _parse_table(name: str, spec: Any, source: str, pattern: bool = False) -> Ta
         raise ConfigError(f"{where}.double_delete: expected a delay in seconds in (0, 60], "
                           f"got {double_delete!r}")
     watch, ignore = _column_filter(spec, where)
+    prefill, prefill_columns = _prefill(spec, mode, templates, where)
     return TableMapping(
         table=name, keys=templates, mode=mode, ttl_s=ttl, ttl_jitter=float(jitter),
         watch_columns=watch, ignore_columns=ignore,
@@ -400,8 +418,31 @@ def _parse_table(name: str, spec: Any, source: str, pattern: bool = False) -> Ta
         tombstone_ttl_s=_positive_int(spec, "tombstone_ttl", None, where),
         double_delete_s=float(double_delete) if double_delete is not None else None,
         max_value_bytes=_positive_int(spec, "max_value_bytes", DEFAULT_MAX_VALUE_BYTES, where),
-        explicit_keys=explicit,
+        explicit_keys=explicit, prefill=prefill, prefill_columns=prefill_columns,
     )
+
+
+def _prefill(spec: Mapping, mode: str, templates, where: str
+             ) -> tuple[str | None, tuple[str, ...] | None]:
+    """(prefill, prefill_columns): refused in update mode (snapshot writes ``value`` there)
+    and without a key template (nothing to fill)."""
+    prefill, columns = spec.get("prefill"), spec.get("prefill_columns")
+    if prefill is None:
+        if columns is not None:
+            raise ConfigError(f"{where}.prefill_columns: only applies with prefill")
+        return None, None
+    if mode == "update":
+        raise ConfigError(f"{where}.prefill: only applies to mode: delete (snapshot fills an "
+                          "update-mode table with its `value`, through the version fence)")
+    if prefill not in VALUE_FORMATS:
+        raise ConfigError(f"{where}.prefill: expected one of {list(VALUE_FORMATS)}, "
+                          f"got {prefill!r}")
+    if not templates:
+        raise ConfigError(f"{where}.prefill: no key template to fill")
+    if columns is not None and (not isinstance(columns, list) or not columns
+                                or not all(isinstance(c, str) and c for c in columns)):
+        raise ConfigError(f"{where}.prefill_columns: expected a non-empty list of column names")
+    return prefill, tuple(columns) if columns else None
 
 
 def _column_filter(spec: Mapping, where: str) -> tuple[frozenset[str] | None, frozenset[str]]:

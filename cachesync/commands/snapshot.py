@@ -6,6 +6,7 @@ import json
 import sys
 import time
 from contextlib import nullcontext
+from functools import partial
 
 import click
 
@@ -13,6 +14,7 @@ from cachesync import wiring
 from cachesync.commands.audit import table_source
 from cachesync.commands.common import handle_errors, log, settings_options
 from cachesync.config import Settings
+from cachesync.consumer.prefill import RowReader, prefill_chunk
 from cachesync.consumer.replay import RateLimiter
 from cachesync.consumer.snapshot import (SnapshotReport, TableSummary, check_tombstone_window,
                                          read_watermark, snapshot_writes)
@@ -54,27 +56,45 @@ def command(settings: Settings, tables, engine_kind, dry_run, rate, partitions, 
     click.echo(json.dumps(report.as_dict(), indent=2))
 
 
-def update_tables(settings: Settings, tables) -> list:
-    """The mappings to snapshot; raises UsageError for an unknown or delete-mode table."""
+def snapshot_tables(settings: Settings, tables) -> list:
+    """The mappings to snapshot: update-mode tables and delete-mode ones with ``prefill``;
+    raises UsageError for an unknown table or a delete-mode one without ``prefill``."""
     mapped = settings.tables.tables
-    chosen = list(tables) or [t for t, m in sorted(mapped.items()) if m.updates]
+    chosen = list(tables) or [t for t, m in sorted(mapped.items()) if _fills(m)]
     for table in chosen:
         if table not in mapped:
             raise click.UsageError(f"--table {table}: not a mapped table")
-        if not mapped[table].updates:
-            raise click.UsageError(f"--table {table}: a delete-mode table (mode: delete): "
-                                   "readers fill it; snapshot fills update-mode tables")
+        if not _fills(mapped[table]):
+            raise click.UsageError(
+                f"--table {table}: a delete-mode table without prefill: readers fill it. "
+                f"Set tables.{table}.prefill (the value your readers cache, json or hash) to "
+                "let snapshot fill its missing keys")
     if not chosen:
-        raise click.UsageError("no update-mode table is mapped: nothing to snapshot")
+        raise click.UsageError("no update-mode table, nor delete-mode table with prefill, is "
+                               "mapped: nothing to snapshot")
     return [mapped[t] for t in chosen]
+
+
+def _fills(mapping) -> bool:
+    return mapping.updates or mapping.prefill is not None
+
+
+def _check_columns(mapping, source) -> None:
+    """A prefill's value columns must be columns of the table (UsageError)."""
+    missing = sorted(set(mapping.prefill_columns or ()) - {c for c, _ in source.columns})
+    if missing:
+        raise click.UsageError(f"tables.{mapping.table}.prefill_columns: {', '.join(missing)} "
+                               "not in the table: no value can be rendered")
 
 
 def run_snapshot(settings: Settings, tables=(), engine_kind: str = "python", dry_run=False,
                  rate: float | None = None, partitions: int = 4, chunk: int = 1000,
                  spark_master: str | None = None, spark=None, on_chunk=None,
-                 show_progress: bool = True) -> SnapshotReport:
-    """``on_chunk(table, rows)``: called (python engine) between a chunk's read and its write."""
-    mappings = update_tables(settings, tables)
+                 show_progress: bool = True, on_reread=None) -> SnapshotReport:
+    """``on_chunk(table, rows)``: called (python engine) between a chunk's read and its write
+    (a prefill: its leases); ``on_reread(table, rows)``: a prefill's second read, before
+    its fills."""
+    mappings = snapshot_tables(settings, tables)
     conn = wiring.mysql_params(settings).connect()
     try:
         with conn.cursor() as cur:
@@ -85,6 +105,7 @@ def run_snapshot(settings: Settings, tables=(), engine_kind: str = "python", dry
     report, t0 = SnapshotReport(watermark.position, dry_run), time.monotonic()
     for mapping in mappings:
         source = table_source(settings, mapping.table)
+        _check_columns(mapping, source)
         with click.progressbar(length=source.rows, label=mapping.table, file=sys.stderr,
                                hidden=not show_progress) as bar:
             if engine_kind == "spark":
@@ -92,7 +113,7 @@ def run_snapshot(settings: Settings, tables=(), engine_kind: str = "python", dry
                                  spark_master, spark, bar.update)
             else:
                 summary = _python(settings, source, mapping, watermark, dry_run, rate, chunk,
-                                  on_chunk, bar.update)
+                                  (on_chunk, on_reread), bar.update)
         report.tables[mapping.table] = summary
         log.info("snapshot of %s: %s", mapping.table, summary.as_dict())
     report.elapsed_s = time.monotonic() - t0
@@ -108,31 +129,57 @@ def _spark(settings, source, mapping, watermark, dry_run, rate, partitions, mast
                               partitions, rate, progress)
 
 
-def _python(settings, source, mapping, watermark, dry_run, rate, chunk, on_chunk,
+def _python(settings, source, mapping, watermark, dry_run, rate, chunk, hooks,
             progress) -> TableSummary:
     from cachesync.monitor import row_value
     types = dict(source.columns)
     total, limiter = TableSummary(mapping.table), RateLimiter(rate)
     cache = None if dry_run else wiring.build_cache(settings)
-    conn = wiring.mysql_params(settings, mapping.db).connect()
+    params = wiring.mysql_params(settings, mapping.db)
+    conn, again = params.connect(), None
     try:
+        if not mapping.updates:     # a prefill: the second reads, each a fresh one
+            again = params.connect(autocommit=True)
+            write = _prefill(cache, again, source, mapping, watermark, hooks[1])
+        else:
+            write = partial(_fenced, cache, source, mapping, watermark)
         for page in _pages(conn, source, chunk):
             limiter.acquire(len(page))
             rows = [{c: row_value(v, types[c]) for c, v in row.items()} for row in page]
-            if on_chunk is not None:
-                on_chunk(mapping.table, rows)
-            writes, summary = snapshot_writes(rows, mapping, source.pk, watermark)
-            if cache is not None and writes:
-                check_tombstone_window(mapping, watermark)
-                done = cache.write(writes)
-                summary.written, summary.refused = done.applied, done.refused
-            total.add(summary)
+            if hooks[0] is not None:
+                hooks[0](mapping.table, rows)
+            total.add(write(rows))
             progress(len(page))
     finally:
-        conn.close()
+        for c in (conn, again):
+            if c is not None:
+                c.close()
         if cache is not None:
             cache.close()
     return total
+
+
+def _fenced(cache, source, mapping, watermark, rows) -> TableSummary:
+    """Update mode: the rows written through the fence at the watermark's version."""
+    writes, summary = snapshot_writes(rows, mapping, source.pk, watermark)
+    if cache is not None and writes:
+        check_tombstone_window(mapping, watermark)
+        done = cache.write(writes)
+        summary.written, summary.refused = done.applied, done.refused
+    return summary
+
+
+def _prefill(cache, conn, source, mapping, watermark, on_reread):
+    """Delete mode with prefill: ``write(rows)`` fills their missing keys (consumer.prefill)."""
+    reader = RowReader(conn, source.table, source.pk, source.columns)
+
+    def reread(keys):
+        rows = reader(keys)
+        if on_reread is not None:
+            on_reread(mapping.table, rows)
+        return rows
+    return lambda rows: prefill_chunk(cache, reread, rows, mapping, source.pk, watermark,
+                                      dry_run=cache is None)
 
 
 ROW = "cachesync_row"

@@ -28,8 +28,12 @@ _REBALANCING = (CommitFailedError, RebalanceInProgressError, IllegalGenerationEr
                 UnknownMemberIdError)
 
 # kafka-python backs off reconnects up to 30 s by default, so a broker back from an
-# outage sat idle for most of that; 2 s keeps recovery prompt without a reconnect storm.
-RECONNECT_BACKOFF_MAX_MS = 2000
+# outage sat idle for most of that. A client notices the broker back up to one backoff after
+# it opened its port (the failover bench's DEBUG logs of a broker restart: the consumers and
+# the tailer's producer reconnected 1.0-1.5 s after the port opened with 2 s); 1 s (the Java
+# client's default) halves that, and one attempt a second per client is no reconnect storm.
+# The tailer's publisher uses the same (producer_outbox/publisher.py).
+RECONNECT_BACKOFF_MAX_MS = 1000
 
 # Asynchronous offset commits (consumer.offset_commit: async) not yet answered at most; one
 # more waits for its reply, so a slow or failing coordinator slows the consumer down.

@@ -68,6 +68,7 @@ class MemoryCache:
         self.deleted: list[str] = []
         self.table_fences: dict[str, str] = {}
         self.table_scans = 0           # invalidate_table calls (one scan of the keyspace each)
+        self.leases: dict[str, str] = {}     # key -> the token holding its fill lease
 
     def fence_table(self, mapping, fence_version: str) -> None:
         self.table_fences[mapping.table] = max(fence_version,
@@ -84,6 +85,8 @@ class MemoryCache:
                 and not (keep_newer is not None and k in self.versions
                          and self.versions[k].rsplit("/", 1)[-1] > keep_newer)]
         self.table_scans += 1
+        for key in [k for k in self.leases if any(t.regex.fullmatch(k) for t in mapping.keys)]:
+            del self.leases[key]       # also of keys not cached: a fill in flight is refused
         removed = self.delete(keys)
         if progress is not None:
             progress(len(keys))
@@ -93,7 +96,32 @@ class MemoryCache:
         self.deleted.extend(keys)
         for k in keys:
             self.ttls.pop(k, None)
+            self.leases.pop(k, None)
         return sum(1 for k in keys if self.data.pop(k, None) is not None)
+
+    def take_leases(self, keys: Sequence[str], token: str, lease_ms: int) -> list[str]:
+        """As lease_take.lua: the lease of each key holding no value and no other lease."""
+        taken = []
+        for k in dict.fromkeys(keys):
+            if k not in self.data and k not in self.leases:
+                self.leases[k] = token
+                taken.append(k)
+        return taken
+
+    def fill_leased(self, writes: Sequence[CacheWrite], token: str) -> WriteResult:
+        """As lease_fill.lua: each value whose lease is still ``token``'s, the lease dropped."""
+        applied = 0
+        for w in writes:
+            if self.leases.get(w.key) == token:
+                self.data[w.key], self.ttls[w.key] = w.value, w.ttl_s
+                del self.leases[w.key]
+                applied += 1
+        return WriteResult(applied, len(writes) - applied)
+
+    def release_leases(self, keys: Sequence[str], token: str) -> None:
+        for k in keys:
+            if self.leases.get(k) == token:
+                del self.leases[k]
 
     def write(self, writes: Sequence[CacheWrite]) -> WriteResult:
         applied, backwards = 0, []
@@ -110,6 +138,7 @@ class MemoryCache:
             else:
                 self.data[w.key] = w.value
                 self.ttls[w.key] = w.ttl_s
+            self.leases.pop(w.key, None)      # as fenced_write.lua: a fill in flight is refused
             self.versions[w.key] = w.version
             applied += 1
         return WriteResult(applied, len(writes) - applied - len(backwards), tuple(backwards))

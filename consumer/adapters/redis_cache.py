@@ -47,6 +47,9 @@ class RedisCache:
         self._fenced = self._client.register_script(resource_text("lua/fenced_write.lua"))
         self._table_fence = self._client.register_script(resource_text("lua/table_fence.lua"))
         self._table_unlink = self._client.register_script(resource_text("lua/table_unlink.lua"))
+        self._lease_take = self._client.register_script(resource_text("lua/lease_take.lua"))
+        self._lease_fill = self._client.register_script(resource_text("lua/lease_fill.lua"))
+        self._lease_release = self._client.register_script(resource_text("lua/release_lease.lua"))
 
     def delete(self, keys: Sequence[str]) -> int:
         """UNLINK keys and their fill leases; raises RetryableError when Redis is unreachable.
@@ -109,8 +112,53 @@ class RedisCache:
         return keys
 
     def _script_args(self, w: CacheWrite) -> list:
-        ttl_ms = max(1, int(w.ttl_s * 1000 * (1 - w.ttl_jitter * self._rand.random())))
+        ttl_ms = self._ttl_ms(w)
         return [w.kind, w.version, w.value, ttl_ms, ttl_ms + VERSION_MARGIN_MS]
+
+    def _ttl_ms(self, w: CacheWrite) -> int:
+        return max(1, int(w.ttl_s * 1000 * (1 - w.ttl_jitter * self._rand.random())))
+
+    def take_leases(self, keys: Sequence[str], token: str, lease_ms: int) -> list[str]:
+        """Take the fill lease of each key that holds no value (SET NX, as ``read_through``
+        does on a miss; lease_take.lua, one call per slot); returns the keys whose lease is
+        now ``token``'s. A cached key, or one another reader holds the lease of, is left alone."""
+        def run():
+            parts = [part for group in per_slot(list(dict.fromkeys(keys)), self._cluster)
+                     for part in chunks(group, WRITE_CHUNK)]
+            results = run_pipeline(self._client, lambda pipe: [
+                queue_script(pipe, self._lease_take, [k for key in part for k in (key, lease_key(key))],
+                             [token, lease_ms]) for part in parts], [self._lease_take], self._wait)
+            return [key for part, result in zip(parts, results)
+                    for key, x in zip(part, result) if int(x) == 1]
+        return redis_call(run) if keys else []
+
+    def fill_leased(self, writes: Sequence[CacheWrite], token: str) -> WriteResult:
+        """Write each value (``json`` or ``hash``) whose key's lease is still ``token``'s, and
+        drop the lease (``read_through``'s fill_if_lease; lease_fill.lua, one call per slot).
+        Refused: an invalidation voided the lease since it was taken, or another reader took
+        it over. TTLs get their jitter as in ``write``."""
+        def run():
+            parts = [part for group in per_slot(list(writes), self._cluster, key=lambda w: w.key)
+                     for part in chunks(group, WRITE_CHUNK)]
+            results = run_pipeline(self._client, lambda pipe: [
+                queue_script(pipe, self._lease_fill,
+                             [k for w in part for k in (w.key, lease_key(w.key))],
+                             [token, *(a for w in part for a in (w.kind, w.value, self._ttl_ms(w)))])
+                for part in parts],
+                [self._lease_fill], self._wait)
+            applied = sum(int(x) for result in results for x in result)
+            return WriteResult(applied, len(writes) - applied)
+        return redis_call(run) if writes else WriteResult(0, 0)
+
+    def release_leases(self, keys: Sequence[str], token: str) -> None:
+        """Give back those of ``token``'s leases that will not be filled (another reader's
+        lease is left alone), so readers fill those keys again at once."""
+        def run():
+            run_pipeline(self._client, lambda pipe: [
+                queue_script(pipe, self._lease_release, [lease_key(key)], [token]) for key in keys],
+                [self._lease_release], self._wait)
+        if keys:
+            redis_call(run)
 
     def invalidate_table(self, mapping: TableMapping, fence_version: str | None = None,
                          progress: Callable[[int], None] | None = None,

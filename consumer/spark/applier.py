@@ -23,6 +23,7 @@ from typing import Iterable, Iterator
 from cachesync.consumer.applier import Applier, Stats
 from cachesync.consumer.core.offsets import commit_offsets
 from cachesync.consumer.spark.records import to_record
+from cachesync.consumer.spark.table_events import finish_scans, task_table_scans
 from cachesync.schema.mapping import MappingSet
 
 log = logging.getLogger(__name__)
@@ -85,6 +86,7 @@ class _Worker:
         from cachesync import wiring
         self.settings, self.mappings = settings, wiring.mappings(settings)
         self.cache, self.dedup = wiring.build_cache(settings), wiring.build_dedup(settings)
+        self.table_jobs = wiring.build_table_jobs(settings)     # one scan per table event
         self.dead_letters = _LazyDeadLetters(settings)
 
 
@@ -116,15 +118,20 @@ def consume_partition(rows: Iterable, config: ApplyConfig, batch_id: int) -> Ite
     worker, stats, lag, offsets, plans = _worker(config), Stats(), [], {}, []
     clock.lap("setup")
     c, stop = config.settings.consumer, threading.Event()
+    scans = task_table_scans(worker.cache, worker.table_jobs, stats, stop, c.claim_lease_s)
     applier = Applier(worker.cache, worker.mappings, c, worker.dedup, worker.dead_letters,
-                      stats=stats, stop=stop)
+                      stats=stats, stop=stop, table_jobs=scans)
     applied_at = 0.0
     chunks = _chunks(map(to_record, rows), c.batch_size)
-    for part, prepared, result in _applied(applier, chunks, c.overlap_batches, clock, stop):
-        plans += driver_plans(prepared.plan.events, config.settings.monitor)
-        lag += lag_samples(result)
-        applied_at = result.applied_at
-        offsets.update({p: o for (_, p), o in commit_offsets(part).items()})
+    try:
+        for part, prepared, result in _applied(applier, chunks, c.overlap_batches, clock, stop):
+            plans += driver_plans(prepared.plan.events, config.settings.monitor)
+            lag += lag_samples(result)
+            applied_at = result.applied_at
+            offsets.update({p: o for (_, p), o in commit_offsets(part).items()})
+        finish_scans(scans, batch_id)
+    finally:
+        scans.close()
     log.debug("batch %d: partition done: %s", batch_id, stats)
     yield {"stats": asdict(stats), "tables": applier.tables.snapshot(), "lag": lag,
            "offsets": offsets, "plans": plans, "applied_at": applied_at,

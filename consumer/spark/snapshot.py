@@ -1,5 +1,7 @@
 """Snapshot on Spark: read the table over JDBC split by primary key (as the audit does) and
-write every split's rows through the version fence at the watermark's version, per task."""
+write every split's rows through the version fence at the watermark's version, per task; a
+delete-mode table with ``prefill`` fills its missing keys by read_through's protocol
+(``consumer.spark.prefill``)."""
 
 from __future__ import annotations
 
@@ -8,10 +10,8 @@ from typing import Callable
 from cachesync.consumer.snapshot import TableSummary, Watermark
 from cachesync.consumer.spark.applier import SnapshotConfig, snapshot_partition
 from cachesync.consumer.spark.audit import PARTITION_COLUMN, TableSource, read_table
+from cachesync.consumer.spark.prefill import prefill_partition
 from cachesync.consumer.spark.replay import _Progress
-
-ROW_SCHEMA = "rows LONG, keys LONG, written LONG, refused LONG, skipped LONG"
-
 
 def snapshot_spark(spark, source: TableSource, mapping, watermark: Watermark, settings,
                    partitions: int, rate: float | None = None,
@@ -25,10 +25,11 @@ def snapshot_spark(spark, source: TableSource, mapping, watermark: Watermark, se
     config = SnapshotConfig(mapping, source.pk, watermark, settings, dict(source.columns),
                             rate_per_task=per_task)
     read = spark.sparkContext.accumulator(0)
-    tasks = frame.rdd.mapPartitions(lambda rows: snapshot_partition(rows, config, read))
+    task = snapshot_partition if mapping.updates else prefill_partition
+    tasks = frame.rdd.mapPartitions(lambda rows: task(rows, config, read))
     with _Progress(read, progress):
         parts = tasks.collect()
     total = TableSummary(mapping.table)
-    for rows, keys, written, refused, skipped in parts:
-        total.add(TableSummary(mapping.table, rows, keys, written, refused, skipped))
+    for part in parts:              # (rows, keys, written, refused, skipped[, kept])
+        total.add(TableSummary(mapping.table, *part))
     return total

@@ -366,6 +366,38 @@ def test_a_claim_retried_after_failing_midway_owns_the_rows_it_committed(mysql_s
     assert store.claim(["other"], lease_s=30)[0] != token
 
 
+@pytest.fixture(params=["redis", "redis-cluster"])
+def make_redis_store(request):
+    yield from _factory(request)
+
+
+def test_a_redis_claim_retried_after_its_scripts_ran_owns_what_they_wrote(make_redis_store,
+                                                                          monkeypatch):
+    """The claim's scripts ran, then the call failed (a WAIT short of replicas, a reply lost):
+    the applier's retry of the same ids keeps the token, so those records are its own again,
+    not another claim's to wait out for the lease."""
+    from cachesync.consumer.adapters import redis_dedup
+    from cachesync.consumer.adapters.redis_cluster import ReplicaWaitError
+    store = make_redis_store()
+    real, calls = redis_dedup.run_pipeline, []
+
+    def short_of_replicas(*args, **kwargs):
+        replies = real(*args, **kwargs)
+        calls.append(1)
+        if len(calls) == 1:
+            raise ReplicaWaitError("only 0 of the 1 replica(s) acknowledged (injected)")
+        return replies
+    monkeypatch.setattr(redis_dedup, "run_pipeline", short_of_replicas)
+    ids = [f"w{i}" for i in range(50)]
+    with pytest.raises(RetryableError):
+        store.claim(ids, lease_s=30)
+    token, states = store.claim(ids, lease_s=30)
+    assert set(states.values()) == {O}
+    store.confirm(token, ids)
+    assert store.counts() == {"claimed": 0, "done": len(ids)}
+    assert store.claim(["other"], lease_s=30)[0] != token     # other ids: a new token
+
+
 # -- the compact layout: time-ordered 16-byte keys, windows dropped whole --------------------
 
 @pytest.fixture

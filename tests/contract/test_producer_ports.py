@@ -1,6 +1,7 @@
 """The producer's Publisher and CheckpointStore contracts, each run against the in-memory
 twin and the real adapters: KafkaPublisher (in the tailer's process) and ProcessPublisher
-(a child process) on the devstack's broker, MySQLCheckpointStore on its MariaDB.
+(a child process) on the devstack's broker; MySQLCheckpointStore (a resume position, in
+order) and the outbox's OutboxCheckpoints (progress per group) on its MariaDB.
 
 The change source's contract (the binlog source against the memory source) is in
 test_change_source.py.
@@ -16,10 +17,12 @@ import pytest
 from cachesync.producer_outbox.checkpoint import Checkpoint, MySQLCheckpointStore
 from cachesync.producer_outbox.memory import MemoryCheckpointStore, MemoryPublisher
 from cachesync.producer_outbox.mysql import MySQLParams
+from cachesync.producer_outbox.outbox import emit
 from cachesync.producer_outbox.procpublisher import ProcessPublisher
 from cachesync.producer_outbox.publisher import KafkaPublisher
+from cachesync.producer_outbox.relay_store import OutboxCheckpoints, OutboxMark, OutboxStore
 from cachesync.schema.partition import partition_for
-from tests.support import create_topics, wait_for
+from tests.support import create_topics, prepare_outbox, wait_for
 
 PARTITIONS = 3
 
@@ -114,6 +117,13 @@ def test_one_partitions_records_keep_their_send_order(publisher):
     assert [r[3] for r in records(topic) if r[0] == 1] == [f"id-{n}" for n in range(20)]
 
 
+def _params(env: dict, database: str) -> MySQLParams:
+    """The cachesync user's connection (least privilege, as the commands connect)."""
+    with open(env["CACHESYNC_MYSQL_PASSWORD_FILE"]) as f:
+        return MySQLParams(env["CACHESYNC_MYSQL_HOST"], int(env["CACHESYNC_MYSQL_PORT"]),
+                           env["CACHESYNC_MYSQL_USER"], f.read().strip(), database=database)
+
+
 @pytest.fixture(params=["memory", "mysql"])
 def checkpoints(request):
     """A factory: stores made by one call share one checkpoint name (a restarted tailer)."""
@@ -121,10 +131,7 @@ def checkpoints(request):
         shared = MemoryCheckpointStore()
         yield lambda: shared
         return
-    env = request.getfixturevalue("stack").env
-    with open(env["CACHESYNC_MYSQL_PASSWORD_FILE"]) as f:
-        params = MySQLParams(env["CACHESYNC_MYSQL_HOST"], int(env["CACHESYNC_MYSQL_PORT"]),
-                             env["CACHESYNC_MYSQL_USER"], f.read().strip(), database="cachesync")
+    params = _params(request.getfixturevalue("stack").env, "cachesync")
     name, made = f"contract-{uuid.uuid4().hex[:8]}", []
 
     def make():
@@ -150,3 +157,52 @@ def test_a_file_position_without_a_gtid_round_trips(checkpoints):
     store = checkpoints()
     store.save(Checkpoint("srv-2", None, "mysql-bin.000120", 2**40))
     assert checkpoints().load() == Checkpoint("srv-2", None, "mysql-bin.000120", 2**40)
+
+
+def test_a_resume_position_store_is_in_order(checkpoints):
+    assert checkpoints().in_order is True
+
+
+@pytest.fixture(params=["memory", "outbox"])
+def per_group(request):
+    """(a store of progress per group, the marks of 4 groups, done() -> the event ids it
+    holds as done)."""
+    if request.param == "memory":
+        store = MemoryCheckpointStore(in_order=False)
+        yield (store, [OutboxMark(n, f"id-{n}") for n in range(4)],
+               lambda: {m.event_id for m in store.done})
+        return
+    lab = request.getfixturevalue("lab")
+    prepare_outbox(lab)
+    with lab.stack.admin(lab.db, autocommit=False) as conn:
+        for n in range(4):
+            emit(conn, "board", n, "bumped", {"n": n})
+        conn.commit()
+    marks = [OutboxMark(int(seq), event_id) for seq, event_id in
+             lab.sql("SELECT seq, event_id FROM cachesync_outbox ORDER BY seq")]
+    store = OutboxCheckpoints(OutboxStore(_params(lab.stack.env, lab.db).connect, lab.db,
+                                          "cachesync_outbox"), on_marked=lambda _ids: None)
+    yield store, marks, lambda: {r[0] for r in lab.sql(
+        "SELECT event_id FROM cachesync_outbox WHERE published_at IS NOT NULL")}
+    store.close()
+
+
+def test_a_store_of_progress_per_group_is_not_in_order_and_loads_nothing(per_group):
+    store, _, done = per_group
+    assert store.in_order is False and store.load() is None and done() == set()
+
+
+def test_every_group_saved_is_done_whatever_came_before_it(per_group):
+    store, marks, done = per_group
+    store.save_each([marks[1], marks[3]])       # the first group is not acknowledged yet
+    assert done() == {marks[1].event_id, marks[3].event_id}
+    store.save_each([marks[0]])
+    assert done() == {m.event_id for m in marks[:2] + marks[3:]}
+
+
+def test_a_group_saved_again_stays_done(per_group):
+    """A redelivered row that Kafka acknowledged twice."""
+    store, marks, done = per_group
+    store.save_each(marks[:2])
+    store.save_each(marks[1:3])
+    assert done() == {m.event_id for m in marks[:3]}

@@ -1,5 +1,6 @@
-"""The benchmark's peer readers (bench/peers): Debezium and Canal built, run on one binlog
-range of the real MariaDB, and counting exactly that range's row changes per operation.
+"""The benchmark's peer readers (bench/peers): Debezium, Canal and go-mysql built, run on one
+binlog range of the real MariaDB, and counting exactly that range's row changes per operation,
+with their CPU seconds over it.
 
 The first run in a clean clone downloads the readers' jars from Maven Central (with an empty
 Maven repository 281 s for Debezium and 154 s for Canal on the loaded 2-core host, 35-40 s each
@@ -52,6 +53,8 @@ def test_each_peer_reads_exactly_the_range(box, table, txn_rows):
         assert result["ops"] == data["ops"], (peer, result)
         assert result["seconds"] > 0 and result["rows_per_s"] == pytest.approx(
             ROWS / result["seconds"], rel=0.01), (peer, result)
+        assert result["cpu_s"] >= 0 and result["cpu_s_per_100k_rows"] == pytest.approx(
+            result["cpu_s"] / ROWS * 100_000, abs=1e-3), (peer, result)
 
 
 def test_a_range_shorter_than_asked_is_an_error_not_a_figure(box):

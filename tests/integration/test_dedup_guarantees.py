@@ -66,9 +66,9 @@ def _kill9_redis_aof(lab) -> None:
     pidfile = default_env_file(ROOT).parent / "run" / "redis-aof.pid"
     with open(pidfile) as f:
         os.kill(int(f.read().strip()), signal.SIGKILL)
-    wait_for(lambda: not _answers(lab), 10, what="the killed redis-aof to stop answering")
+    wait_for(lambda: not _answers(lab), 30, what="the killed redis-aof to stop answering")
     stack_command("up", "redis-aof")
-    wait_for(lambda: _answers(lab), 20, what="redis-aof back")
+    wait_for(lambda: _answers(lab), 60, what="redis-aof back")
 
 
 def _answers(lab) -> bool:

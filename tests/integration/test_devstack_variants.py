@@ -73,7 +73,7 @@ def test_kafka_sasl_ssl_carries_records_for_every_mechanism_and_refuses_a_wrong_
     before = _failed_logins(env)
     with pytest.raises(KafkaTimeoutError, match="Unable to bootstrap"):
         KafkaProducer(bootstrap_timeout_ms=3000, **_kafka_sasl(env, "SCRAM-SHA-512", "wrong"))
-    wait_for(lambda: _failed_logins(env) > before, 10, what="the broker logging the refused login")
+    wait_for(lambda: _failed_logins(env) > before, 60, what="the broker logging the refused login")
 
 
 # ---------------------------------------------------------------- kafka-oauth
@@ -107,7 +107,7 @@ def test_kafka_oauth_accepts_a_token_with_the_scope_and_refuses_others():
         before = log.read_text(errors="replace").count(why)
         with pytest.raises(KafkaTimeoutError, match="Unable to bootstrap"):
             KafkaProducer(bootstrap_timeout_ms=3000, **_kafka_oauth(env, token))
-        wait_for(lambda: log.read_text(errors="replace").count(why) > before, 10,
+        wait_for(lambda: log.read_text(errors="replace").count(why) > before, 60,
                  what=f"the broker logging the refused token ({why})")
 
 
@@ -191,7 +191,11 @@ def test_redis_cluster_serves_keys_on_each_of_its_three_masters():
     replicas = [n for n in cluster.get_nodes() if n.server_type == "replica"]
     assert len(replicas) == 3
     for node in cluster.get_primaries():
-        assert cluster.get_redis_connection(node).execute_command("WAIT", 1, 5000) == 1
+        # WAITs shorter than the 5 s socket timeout: one cut by it would be re-sent by the
+        # client's retry on a connection that wrote nothing, and return at once
+        client = cluster.get_redis_connection(node)
+        wait_for(lambda c=client: c.execute_command("WAIT", 1, 1000) == 1, 60,
+                 what=f"{node.name}'s replica to acknowledge its write")
     cluster.close()
 
 
@@ -226,7 +230,10 @@ def test_redis_sentinel_client_keeps_working_through_a_failover():
     before = sentinel.discover_master(name)
     key = f"variant:{uuid.uuid4().hex[:8]}"
     master.set(key, "written before", px=600000)
-    assert master.execute_command("WAIT", 1, 5000) == 1   # the replica has it
+    # the replica has it, read there (a WAIT past the 2 s socket timeout would be re-sent by
+    # the retry on a connection that wrote nothing, and return at once)
+    replica = sentinel.slave_for(name, socket_timeout=2)
+    wait_for(lambda: replica.get(key) == b"written before", 30, what="the write on the replica")
 
     host, port = sentinels[0]
     out = subprocess.run(["redis-cli", "-h", host, "-p", str(port), "SENTINEL", "FAILOVER", name],
@@ -252,7 +259,7 @@ def test_redis_aof_keeps_what_it_acknowledged_through_a_kill_9():
     pid = int(client.info("server")["process_id"])
     subprocess.run(["kill", "-9", str(pid)], check=True)
     wait_for(lambda: subprocess.run(["kill", "-0", str(pid)], capture_output=True).returncode,
-             10, what="the killed redis-aof to be gone")
+             30, what="the killed redis-aof to be gone")
     start("redis-aof")
     assert client.get(key) == b"acknowledged"
     client.delete(key)

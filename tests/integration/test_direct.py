@@ -11,7 +11,7 @@ import pytest
 
 from cachesync.consumer.adapters.mysql_dedup import rows_sql
 from cachesync.schema.gtid import GtidState, parse_gtid
-from tests.support import endpoints, http_get, stack_command, start, wait_for
+from tests.support import endpoints, http_get, metrics_showing, stack_command, start, wait_for
 from tests.support.tables import USERS, USERS_DDL
 
 pytestmark = pytest.mark.integration
@@ -124,10 +124,9 @@ def test_sigterm_stops_direct_mode_cleanly_and_checkpoints(lab):
     insert_gtid = insert_returning_gtid(lab, "INSERT INTO users VALUES (5, 'e@x', 'Eve')")
     wait_for(lambda: done_ids(lab) == 1, what="the insert to be applied")
     [url] = endpoints(lab, proc, 1)
-    scraped = http_get(url + "/metrics")
-    assert "cachesync_tailer_rows_published_total 1.0" in scraped
-    assert "cachesync_events_applied_total 1.0" in scraped
-    assert 'cachesync_consumer_commit_to_apply_seconds_count{kind="binlog"} 1.0' in scraped
+    metrics_showing([url], ["cachesync_tailer_rows_published_total 1.0",
+                            "cachesync_events_applied_total 1.0",
+                            'cachesync_consumer_commit_to_apply_seconds_count{kind="binlog"} 1.0'])
     wait_for(lambda: _ready(url), 30, what="/readyz to answer 200 (MySQL, Redis, lag)")
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(60) == 0, lab.log(proc)

@@ -100,7 +100,10 @@ def test_consume_exports_the_per_table_counters_on_metrics(lab):
     lab.sql("INSERT INTO t VALUES (1, NULL, 5)")                 # a NULL key column
     lab.sql("UPDATE t SET v = 3 WHERE id = 1")                  # the version goes backwards
     table = (("table", f"{lab.db}.t"),)
-    m = wait_for(lambda: (lambda s: s if s.get(("cachesync_consumer_version_backwards_total", table))
-                          else None)(scrape(addr)), 60, interval=0.2, what="the backwards count")
+    # the backwards count moves before the batch's null-key skips: await the batch's end
+    # (both events consumed), then check both
+    m = wait_for(lambda: (lambda s: s if s.get(("cachesync_consumer_events_consumed_total", ()))
+                          == 2 else None)(scrape(addr)), 60, interval=0.2,
+                 what="the insert and the update consumed")
     assert m[("cachesync_consumer_version_backwards_total", table)] == 1
     assert m[("cachesync_consumer_null_key_skips_total", table)] == 3     # per image: 1 + 2

@@ -27,15 +27,22 @@ def test_counters_and_lag_histogram_count_a_known_number_of_events(lab):
     lab.produce_raw(first.value, first.key)     # the same message id again: a duplicate
     lab.produce_raw(b"not an event")            # undecodable: a dead letter
 
-    m = wait_for(lambda: (lambda s: s if s[("cachesync_events_consumed_total", ())] == 27 else None)(
-        scrape(addr)), 60, interval=0.2, what="27 records consumed")
+    binlog = (("kind", "binlog"),)
+    lag_count = ("cachesync_consumer_commit_to_apply_seconds_count", binlog)
+
+    def consumed_and_sampled(s):
+        # the lag is sampled after a batch's offsets are committed, so after it was counted
+        # as consumed: await both, then check every count exactly
+        return s if s[("cachesync_events_consumed_total", ())] == 27 and \
+            s.get(lag_count, 0) >= 25 else None
+    m = wait_for(lambda: consumed_and_sampled(scrape(addr)), 60, interval=0.2,
+                 what="27 records consumed and the last batch's lag sampled")
     assert m[("cachesync_consumer_events_applied_total", ())] == 25
     assert m[("cachesync_duplicates_skipped_total", ())] == 1
     assert m[("cachesync_dead_letters_total", ())] == 1
     assert m[("cachesync_fenced_writes_refused_total", ())] == 0
     assert m[("cachesync_retries_total", ())] == 0
-    binlog = (("kind", "binlog"),)
-    assert m[("cachesync_consumer_commit_to_apply_seconds_count", binlog)] == 25
+    assert m[lag_count] == 25
     assert m[("cachesync_consumer_commit_to_apply_seconds_bucket", (*binlog, ("le", "+Inf")))] == 25
     # binlog commit times are whole seconds: each lag is under 1 s of rounding + real lag
     assert m[("cachesync_consumer_commit_to_apply_seconds_bucket", (*binlog, ("le", "10.0")))] == 25

@@ -5,6 +5,7 @@ and reports no stale key while a racing write workload runs."""
 from __future__ import annotations
 
 import json
+import pathlib
 import re
 
 from bench.monitor import Workload
@@ -78,7 +79,12 @@ def test_the_monitor_catches_keys_planted_stale(lab):
         assert ("items", "unsettled") not in c and ("users", "unsettled") not in c, c
         assert c["cachesync_monitor_check_errors_total"] == 0
         assert c["cachesync_monitor_mysql_reads_total"] > 0
-        warnings = re.findall(r"WARNING.*stale cache key (\S+) of (\S+):", lab.log(proc))
+        # a check is counted before its WARNING is written: await the lines (in the whole log)
+        def warned():
+            found = re.findall(r"WARNING.*stale cache key (\S+) of (\S+):",
+                               pathlib.Path(proc.log_path).read_text())
+            return found if len(found) >= 2 else None
+        warnings = wait_for(warned, 30, interval=0.2, what=f"two stale-key WARNINGs at {addr}")
         assert sorted(warnings) == [(lab.prefix + "item:1", f"{lab.db}.items"),
                                     (lab.prefix + "user:1", f"{lab.db}.users")]
 

@@ -136,6 +136,8 @@ def test_update_mode_writes_the_server_text_then_applies_a_partial_update(replay
     after = '{"a": 7, "c": "d", "ab": "abc", "bc": ["x", "y"]}'
     wait_for(lambda: cached_value(lab, "d:1") == {"id": 1, "doc": after}, 60, interval=0.2,
              what="the partially updated document cached")
+    # the value is written before its batch is counted: await the count, then check it
+    wait_for(lambda: engine.stats.consumed >= 2, 30, what="the update's batch counted")
     assert engine.stats.consumed == 2
 
 

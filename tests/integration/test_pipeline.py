@@ -8,9 +8,10 @@ import time
 import pytest
 
 from cachesync.consumer.adapters.mysql_dedup import rows_sql
-from tests.support import UsersWriter, wait_for
+from tests.support import UsersWriter, add_config_sections, wait_for
 
 USERS = {"users": {"keys": ["user:{id}", "user:email:{email}"]}}
+SESSION_MS = 45_000      # kafka.session_timeout_ms of the clean-leave test
 USERS_DDL = ("CREATE TABLE users (id BIGINT PRIMARY KEY, email VARCHAR(190) NOT NULL, "
              "name VARCHAR(100) NOT NULL)")
 
@@ -136,18 +137,24 @@ def test_a_cleanly_stopped_consumer_leaves_the_group_at_once(lab):
     """SIGTERM -> the consumer leaves its group; the replacement gets the partitions well
     before the 45 s session timeout a silently vanished member would hold them for."""
     lab.sql(USERS_DDL)
-    cfg = lab.write_config(USERS)
+    # a session timeout far above what a replacement needs to start, join and apply, so
+    # that only a member that left the group can explain a quick handover
+    cfg = add_config_sections(lab.write_config(USERS), kafka={"session_timeout_ms": SESSION_MS})
     lab.start_tailer(cfg)
     first = lab.spawn("consume", cfg)
     lab.cache("user:1")
     lab.sql("INSERT INTO users VALUES (1, 'a@x', 'A')")
     wait_for(lambda: not lab.cached("user:1"), 60, what="the first consumer to work")
+    stopped = time.monotonic()          # the vanished member's session would run from here
     first.terminate()
     assert first.wait(30) == 0, lab.log(first)
     lab.spawn("consume", cfg)
     lab.cache("user:2")
     lab.sql("INSERT INTO users VALUES (2, 'b@x', 'B')")
-    wait_for(lambda: not lab.cached("user:2"), 20, what="the replacement consumer (session timeout is 45 s)")
+    left = SESSION_MS / 1000 - 5 - (time.monotonic() - stopped)
+    assert left > 10, "the first consumer took too long to stop for the bound to mean anything"
+    wait_for(lambda: not lab.cached("user:2"), left,
+             what=f"the replacement consumer, before the {SESSION_MS / 1000:.0f} s session timeout")
 
 
 def test_a_dropped_binlog_connection_resumes_without_replaying_history(pipeline):

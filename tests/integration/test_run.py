@@ -6,7 +6,7 @@ import signal
 
 import pytest
 
-from tests.support import endpoints, http_get, spawn, start, wait_for
+from tests.support import endpoints, metrics_showing, spawn, start, wait_for
 from tests.support.tables import USERS, USERS_DDL
 
 pytestmark = pytest.mark.integration
@@ -21,9 +21,8 @@ def test_run_invalidates_through_kafka_and_stops_on_sigterm(lab):
     wait_for(lambda: not lab.cached("user:1", "user:email:a@x"), 60, what="insert invalidation")
     assert len(lab.topic_records()) == 1               # it went through the topic
     wait_for(lambda: lab.dedup_rows("done") == 1, what="the consumer to confirm the id")
-    scraped = "\n".join(http_get(url + "/metrics") for url in endpoints(lab, proc, 2))
-    assert "cachesync_tailer_rows_published_total 1.0" in scraped
-    assert "cachesync_events_applied_total 1.0" in scraped
+    metrics_showing(endpoints(lab, proc, 2), ["cachesync_tailer_rows_published_total 1.0",
+                                              "cachesync_events_applied_total 1.0"])
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(60) == 0, lab.log(proc)
     out = lab.log(proc)

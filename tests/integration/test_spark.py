@@ -535,6 +535,23 @@ def test_audit_finds_exactly_the_planted_stale_keys_and_repair_removes_them(lab,
     assert sampled["stale"] == 0 and sampled["extra"] is None and sampled["rows"] == 50
 
 
+def test_one_scan_for_every_partition_copy_of_a_truncate_each_in_its_own_task(lab, spark):
+    """The tailer publishes a TRUNCATE to each of the 3 partitions; with one task per
+    partition, the first task's copy scans and the other two reuse its scan (the job store)."""
+    lab.sql("CREATE TABLE users (id BIGINT PRIMARY KEY, email VARCHAR(64) NOT NULL)")
+    cfg = lab.write_config({"users": USERS}, consumer={"dedup_store": "redis"})
+    lab.start_tailer(cfg)
+    cache_everything(lab, [*(f"user:{i}" for i in range(200)),
+                           *(f"user:email:u{i}@x.org" for i in range(100))], extra=("order:1",))
+    lab.sql("TRUNCATE TABLE users")
+    wait_for(lambda: len(lab.topic_records()) == 3, 60, what="the TRUNCATE on every partition")
+    engine = run_spark_engine(lab, spark, cfg, lab.tmp / "ts-ck", 3, per_slot=False)
+    s = engine.stats
+    assert (s.consumed, s.table_invalidations) == (3, 3)
+    assert (s.table_scans, s.table_scans_reused, s.table_keys_deleted) == (1, 2, 300)
+    assert set(redis_state(lab)) == {f"{lab.prefix}order:1".encode()}
+
+
 def test_spark_engine_runs_the_delayed_second_delete(lab, spark):
     rec = Recorder(lab)
     rec.change("users", "update", {"id": 1, "email": "d@x.org"}, {"id": 1, "email": "d2@x.org"})
@@ -547,7 +564,7 @@ def test_spark_engine_runs_the_delayed_second_delete(lab, spark):
         refilled.append(lab.cached("user:1"))
     engine = run_spark_engine(lab, spark, cfg, lab.tmp / "dd-ck", 1, on_batch=refill)
     assert engine.stats.applied == 1 and refilled == [["user:1"]]
-    wait_for(lambda: lab.cached("user:1") == [], 15, what="the delayed second delete")
+    wait_for(lambda: lab.cached("user:1") == [], 60, what="the delayed second delete")
 
 
 def test_a_second_delete_survives_the_loss_of_the_executor_that_applied_the_first(lab, spark):

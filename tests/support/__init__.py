@@ -402,6 +402,25 @@ def http_get(url: str) -> str:
         return response.read().decode()
 
 
+def metrics_showing(urls: list[str], lines: list[str], timeout_s: float = 30) -> str:
+    """The endpoints' /metrics text (joined) once it holds every one of ``lines``.
+
+    Counters move after what a test can see elsewhere (a dedup record is confirmed before
+    its batch is counted; the lag sample is taken after the offsets' commit; a tailer counts
+    a row after its send returns, which may be after the consumer applied it), so a test
+    awaits the counts themselves. On a timeout, names the lines still missing."""
+    last = [""]
+
+    def showing():
+        last[0] = "\n".join(http_get(url + "/metrics") for url in urls)
+        return last[0] if all(line in last[0] for line in lines) else None
+    try:
+        return wait_for(showing, timeout_s, interval=0.2, what=f"/metrics showing {lines}")
+    except TimeoutError as e:
+        missing = [line for line in lines if line not in last[0]]
+        raise AssertionError(f"{e}; missing {missing} in:\n{last[0][-3000:]}") from None
+
+
 @dataclass(frozen=True)
 class Delivered:
     """One event of a topic as if it had been sent alone (packs unpacked): the record's

@@ -8,7 +8,7 @@ import pytest
 
 from cachesync.config import ConsumerSettings
 from cachesync.consumer.adapters.memory import MemoryCache, MemoryDeadLetters, MemoryDedupStore
-from cachesync.consumer.applier import Applier
+from cachesync.consumer.applier import Applier, Stats
 from cachesync.consumer.core.delivery import decode_records
 from cachesync.consumer.core.offsets import Record
 from cachesync.schema.errors import DecodeError, FatalError, RetryableError
@@ -61,6 +61,33 @@ def test_a_plain_record_is_dead_lettered_as_it_came():
     dlq = MemoryDeadLetters()
     Applier(MemoryCache(), MAPPINGS, dead_letters=dlq).apply([rec])
     assert dlq.sent == [(rec, "unknown_table", "no mapping for table 'shop.ghosts'")]
+
+
+class _Recording(Stats):
+    """Stats that remember the order their counters moved in."""
+
+    def __setattr__(self, name, value):
+        self.__dict__.setdefault("moved", []).append(name)
+        super().__setattr__(name, value)
+
+
+@pytest.mark.parametrize("via", ["apply", "add"])
+def test_consumed_is_the_last_count_a_batch_moves(via):
+    """A reader in another thread that sees the records consumed sees the batch's other
+    counts too (a scrape, a test awaiting ``consumed``)."""
+    stats = _Recording()
+    stats.moved = []
+    batch = [record(0, change("a", 1)), record(1, change("a", 1)), record(2, GHOST)]
+    if via == "apply":
+        Applier(cached(1), MAPPINGS, dedup=MemoryDedupStore(), dead_letters=MemoryDeadLetters(),
+                stats=stats).apply(batch)
+    else:
+        stats.add({"consumed": 3, "applied": 1, "duplicates": 1, "dead_lettered": 1})
+    counted = [n for n in stats.moved if n in ("consumed", "applied", "duplicates",
+                                                "dead_lettered")]
+    assert counted[-1] == "consumed" and set(counted) == {"consumed", "applied", "duplicates",
+                                                           "dead_lettered"}
+    assert (stats.consumed, stats.applied, stats.duplicates, stats.dead_lettered) == (3, 1, 1, 1)
 
 
 def test_claimed_ids_are_confirmed_and_skipped_as_duplicates_next_time():

@@ -24,15 +24,22 @@ def _shape(rows, baseline, unpacked, packed, debezium=None, canal=None, process=
     return out
 
 
-def test_without_java_or_maven_the_peers_are_skipped_with_the_reason(monkeypatch):
-    monkeypatch.setattr(peers.shutil, "which", lambda tool: None if tool == "mvn" else "/usr/bin/" + tool)
-    assert peers.unavailable_reason() == "not on PATH: mvn"
-    assert peers.prepare() == ((), "not on PATH: mvn")
+def test_without_their_tools_the_peers_are_skipped_with_the_reason(monkeypatch):
+    monkeypatch.setattr(peers.shutil, "which",
+                        lambda tool: None if tool in ("mvn", "go") else "/usr/bin/" + tool)
+    assert peers.unavailable_reason("canal") == "not on PATH: mvn"
+    assert peers.unavailable_reason("gomysql") == "not on PATH: go"
+    missing = ("debezium: not on PATH: mvn; canal: not on PATH: mvn; "
+               "gomysql: not on PATH: go")
+    assert peers.prepare() == ((), missing)
     with pytest.raises(peers.PeerUnavailable, match="mvn"):
         peers.build("canal")
-    out = peers.compare({"S": _shape(1000, (1.1, 0.1), (2.1, 0.1), (1.1, 0.1))}, "not on PATH: mvn")
-    assert out["peers_missing"] == "not on PATH: mvn"
+    with pytest.raises(peers.PeerUnavailable, match="go"):
+        peers.build("gomysql")
+    out = peers.compare({"S": _shape(1000, (1.1, 0.1), (2.1, 0.1), (1.1, 0.1))}, missing)
+    assert out["peers_missing"] == missing
     assert out["S"]["readers"]["debezium"]["rows_per_s"] is None
+    assert out["S"]["readers"]["gomysql"]["rows_per_s"] is None
     assert out["S"]["targets"] == [
         {"target": ">= 1.0x Debezium (must)", "value": None, "met": None},
         {"target": ">= 1.0x Canal (goal)", "value": None, "met": None}]
@@ -47,7 +54,7 @@ def test_every_reader_is_measured_first_row_to_last_and_the_targets_follow():
     m = out["M"]
     assert {k: v["rows_per_s"] for k, v in m["readers"].items()} == {
         "baseline": 1000.0, "unpacked": 500.0, "contender": 1000.0, "process": 800.0,
-        "debezium": 400.0, "canal": 2000.0, "python_rows": 500.0}
+        "debezium": 400.0, "canal": 2000.0, "python_rows": 500.0, "gomysql": None}
     # the default packs (the contender); one record per row is reported beside it
     assert m["ratios"] == {"cachesync_default_to_debezium": 2.5,
                            "cachesync_default_to_canal": 0.5}
@@ -84,3 +91,15 @@ def test_shape_s_draws_one_operation_per_transaction_with_the_mix_weights():
     # shape M keeps its fixed shares (and its 1-row tail transaction stays an insert)
     assert _split(rng, 40, 100, single_row=False) == (20, 12, 8)
     assert _split(rng, 1, 100, single_row=False) == (1, 0, 0)
+
+
+def test_each_readers_cpu_per_100k_rows_is_its_median_where_measured():
+    shape = _shape(1000, (1.0, 0.0), (1.0, 0.0), (1.0, 0.0), canal=1000.0)
+    shape["canal"]["median"] = {"cpu_s_per_100k_rows": 3.5}
+    shape["gomysql"] = {"runs": [{"seconds": 0.1, "rows_per_s": 10000.0}],
+                        "median": {"cpu_s_per_100k_rows": 0.9}}
+    readers = peers.compare({"S": shape}, None)["S"]["readers"]
+    assert readers["canal"]["cpu_s_per_100k_rows"] == 3.5
+    assert readers["gomysql"] == {"name": dict(peers.READERS)["gomysql"], "rows_per_s": 10000.0,
+                                  "cpu_s_per_100k_rows": 0.9}
+    assert readers["baseline"]["cpu_s_per_100k_rows"] is None      # not measured

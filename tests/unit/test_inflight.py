@@ -16,12 +16,18 @@ from cachesync.producer_outbox.inflight import InflightTracker
     ([("t1", "close"), ("t2", "send"), ("t2", "close")], "t1"),      # empty txn is safe at once
 ])
 def test_advance(script, expected):
+    tracker, _ = _play(script)
+    assert tracker.advance() == expected
+
+
+def _play(script) -> tuple[InflightTracker, dict]:
+    """A tracker after the (txn, action) steps; the txns by name."""
     tracker, txns = InflightTracker(), {}
     for name, action in script:
         if name not in txns:
             txns[name] = tracker.open(name)
         {"send": tracker.sent, "ack": tracker.acked, "close": tracker.close}[action](txns[name])
-    assert tracker.advance() == expected
+    return tracker, txns
 
 
 def test_advance_pops_what_it_returned_and_counts_pending():
@@ -39,3 +45,19 @@ def test_ack_without_send_is_a_bug():
     tracker = InflightTracker()
     with pytest.raises(ValueError):
         tracker.acked(tracker.open("p"))
+
+
+@pytest.mark.parametrize("script, expected", [
+    # progress per transaction (the outbox): every closed, fully acked one, in commit order
+    ([("t1", "send"), ("t1", "close"), ("t2", "send"), ("t2", "close"), ("t2", "ack")], ["t2"]),
+    ([("t1", "send"), ("t1", "close"), ("t2", "send"), ("t2", "close"), ("t2", "ack"),
+      ("t1", "ack")], ["t1", "t2"]),
+    ([("t1", "send"), ("t1", "ack")], []),                          # not closed
+    ([("t1", "send"), ("t1", "send"), ("t1", "close"), ("t1", "ack")], []),
+    ([("t1", "close"), ("t2", "send"), ("t2", "close")], ["t1"]),
+])
+def test_take_acknowledged(script, expected):
+    tracker, txns = _play(script)
+    assert tracker.take_acknowledged() == expected
+    assert tracker.take_acknowledged() == []                     # each is taken once
+    assert tracker.open_transactions == len(txns) - len(expected)

@@ -120,12 +120,36 @@ def test_the_image_gets_the_compiled_hot_paths_and_no_compiler():
     build, image = re.split(r"^FROM python:3\.11-slim", (ROOT / "Dockerfile").read_text(),
                             flags=re.M)[1:]
     assert build.startswith(" AS build") and re.search(r"apt-get install .*\bgcc\b", build)
-    assert 'pip wheel --no-cache-dir --wheel-dir /wheels ".[sidecar]"' in build
+    assert 'pip wheel --no-cache-dir --wheel-dir /wheels ".[sidecar,aws]"' in build
     assert "ls /wheels/cachesync-*-cp311-*.whl" in build
     assert "--mount=type=bind,from=build,source=/wheels,target=/wheels" in image
-    assert '--no-index --find-links /wheels "cachesync[sidecar]"' in image
+    assert '--no-index --find-links /wheels "cachesync[sidecar,aws]"' in image
     assert "event.ACCELERATED and partition.ACCELERATED" in image
     assert "gcc" not in image and "apt-get" not in image
+
+
+# extras the image leaves out: pyspark is the Spark cluster's runtime (spark-submit ships
+# cachesync to it), not the sidecar's
+NOT_IN_THE_IMAGE = {"spark"}
+
+
+def test_the_image_installs_every_extra_the_sidecar_asks_for():
+    """Every extra that a message of the code tells the operator to install (``pip install
+    'cachesync[sidecar,aws]'``: botocore for Amazon MSK with IAM) is in both stages' install
+    lines, which name the same extras, and the image imports what the aws extra brings."""
+    sources = [p for d in ("cachesync", "consumer", "producer_outbox", "schema")
+               for p in (ROOT / d).rglob("*.py")]
+    asked = {extra for p in sources
+             for group in re.findall(r"cachesync\[([a-z_,{}]+)\]", p.read_text())
+             for extra in group.split(",") if "{" not in extra}
+    assert {"sidecar", "aws"} <= asked
+    text = (ROOT / "Dockerfile").read_text()
+    build = re.search(r'pip wheel [^\n]*"\.\[([a-z,]+)\]"', text)
+    image = re.search(r'pip install [^\n]*"cachesync\[([a-z,]+)\]"', text)
+    assert build and image
+    assert set(build.group(1).split(",")) == set(image.group(1).split(",")) \
+        == asked - NOT_IN_THE_IMAGE
+    assert 'python -c "import botocore.session"' in text
 
 
 def test_the_example_secret_holds_no_real_value():

@@ -206,16 +206,18 @@ def test_kafka_pythons_debug_dumps_never_show_the_sasl_bytes(caplog):
 def test_a_token_command_that_hangs_is_killed_whole_and_its_arguments_stay_out(monkeypatch):
     monkeypatch.setattr("cachesync.kafka_oauth.COMMAND_TIMEOUT_S", 0.5)
     # the shell starts a child (sleep) that would outlive a kill of the shell alone
-    command = "sh -c 'sleep 31.4159; echo never' client-secret-xyz"
+    # a duration of this run's own: another run of this test on the host has its sleep too
+    seconds = f"31.{os.getpid()}"
+    command = f"sh -c 'sleep {seconds}; echo never' client-secret-xyz"
     with pytest.raises(ConfigError) as raised:
         TokenCommand(command, 300).token()
     assert "did not finish within 0.5 s" in str(raised.value)
     assert "client-secret-xyz" not in str(raised.value) and "sleep" not in str(raised.value)
     assert "client-secret-xyz" not in repr(TokenCommand(command, 300))
     deadline = time.monotonic() + 10
-    while sleepers("31.4159") and time.monotonic() < deadline:
+    while sleepers(seconds) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not sleepers("31.4159")
+    assert not sleepers(seconds)
 
 
 def sleepers(seconds: str) -> list[str]:

@@ -25,6 +25,9 @@ class FakeLock:
         self.holding = True
         return True
 
+    def try_acquire(self) -> bool:
+        return self.acquire(threading.Event())
+
     def held(self) -> bool:
         return self.holding
 
@@ -134,3 +137,29 @@ def test_a_lost_position_stops_the_tailer_with_on_lost_position_fail(monkeypatch
         ActiveStandby(lock, lambda: tail.ResyncingTailer(_Settings("fail"),
                                                          _LosesPositionOnce())).run()
     assert resyncs == [] and lock.released == 1
+
+
+def test_a_process_that_gets_the_lock_at_once_leaves_the_check_to_its_tailer():
+    """The tailer checks the server before it reads: no second check before it."""
+    checked, ran = [], []
+    lock = FakeLock(grants=1)
+
+    def make():
+        ran.append(len(checked))
+        return Tailer(on_run=lambda: lock.release())
+    ActiveStandby(lock, lambda: RestartingTailer(while_held(lock, make)),
+                  preflight=lambda: checked.append(1), check_every_s=0.01).run()
+    assert ran == [0] and checked == []
+
+
+class HeldElsewhere(FakeLock):
+    def try_acquire(self) -> bool:
+        return False
+
+
+def test_a_standby_checks_the_server_before_it_waits_and_stops_at_once_if_it_never_could():
+    lock = HeldElsewhere(grants=0)
+    with pytest.raises(FatalError, match="lacks REPLICATION SLAVE"):
+        ActiveStandby(lock, lambda: pytest.fail("never built"),
+                      preflight=lambda: (_ for _ in ()).throw(
+                          FatalError("the cachesync user lacks REPLICATION SLAVE"))).run()

@@ -4,14 +4,16 @@ started in the background."""
 from __future__ import annotations
 
 import logging
+import re
 import subprocess
 import sys
 import threading
+import time
 
 import click
 import pytest
 
-from cachesync import startup
+from cachesync import prespawn, startup
 from cachesync.cli import COMMANDS, cli
 from cachesync.producer_outbox.starting_publisher import StartingPublisher
 
@@ -64,8 +66,22 @@ def test_the_last_step_logs_every_step_since_launch_once(caplog):
     startup.done("unit-done")
     startup.done("unit-done")
     lines = [r.getMessage() for r in caplog.records if "unit-done" in r.getMessage()]
-    assert len(lines) == 1 and "unit-a " in lines[0] and " s CPU (" in lines[0]
+    assert len(lines) == 1 and "unit-a " in lines[0]
+    assert re.search(r" [\d.]+ s CPU, [\d.]+ s waiting for a CPU \(", lines[0]), lines[0]
     assert startup.since_launch()["unit-a"] <= startup.since_launch()["unit-done"]
+
+
+def test_cpu_wait_counts_this_threads_time_in_the_run_queue():
+    """The figure grows with the thread's life and never past its wall time."""
+    begun = startup.cpu_wait_s()
+    assert begun is not None and begun >= 0
+    threads = [threading.Thread(target=lambda: sum(range(200_000))) for _ in range(4)]
+    for t in threads:
+        t.start()
+    sum(range(200_000))
+    for t in threads:
+        t.join()
+    assert begun <= startup.cpu_wait_s() <= time.time() - startup.launched_at()
 
 
 class _Publisher:
@@ -125,3 +141,36 @@ def test_connections_without_tls_options_share_one_tls_context():
     verified = conn._create_ssl_ctx({"ca": ssl.get_default_verify_paths().cafile,
                                      "check_hostname": True, "verify_mode": True})
     assert verified is not first and verified.verify_mode == ssl.CERT_REQUIRED
+
+
+# -- children started with the command (cachesync.prespawn) ---------------------------------
+def test_tail_starts_its_publisher_process_with_the_command_line(monkeypatch):
+    started = []
+    monkeypatch.setattr(prespawn, "start", lambda name, module: started.append((name, module)))
+    prespawn.for_command(["cachesync", "tail", "--config", "x.yaml"])
+    for argv in (["cachesync", "consume"], ["cachesync", "tail", "--help"], ["cachesync"],
+                 ["cachesync", "run", "tail"]):
+        prespawn.for_command(argv)
+    from cachesync.producer_outbox import procpublisher
+    assert started == [("publisher", procpublisher.__name__)]
+
+
+def test_an_early_child_is_taken_once_while_the_environment_is_the_one_it_got(monkeypatch):
+    monkeypatch.delenv("CACHESYNC_UNIT_EARLY", raising=False)
+    prespawn.start("unit", "base64")           # encodes its input until it ends
+    child = prespawn.take("unit")
+    try:
+        assert child is not None and child.poll() is None
+        assert prespawn.take("unit") is None
+    finally:
+        prespawn.discard(child)
+    assert child.returncode == 0               # its input ended: it exited by itself
+
+
+def test_an_early_child_started_before_the_environment_changed_is_ended(monkeypatch):
+    monkeypatch.delenv("CACHESYNC_UNIT_EARLY", raising=False)
+    prespawn.start("unit", "base64")
+    (child, _), = [prespawn._early["unit"]]
+    monkeypatch.setenv("CACHESYNC_UNIT_EARLY", "set by --env-file")
+    assert prespawn.take("unit") is None
+    assert child.poll() is not None            # ended, not left behind

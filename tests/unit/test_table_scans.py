@@ -150,3 +150,45 @@ def test_a_replay_scans_once_for_every_partition_copy_of_a_table_event():
     stats = replay._applier.stats
     assert (stats.table_invalidations, stats.table_scans, stats.table_scans_reused) == (4, 2, 2)
     assert replay.counts.events == {"app.users": 4}
+
+
+def test_spark_tasks_each_meeting_a_copy_scan_once_and_return_only_after_the_scan():
+    """consumer.spark.table_events: what each Spark task of a micro-batch does with its
+    copies (an Applier with the task's scans, then finish_scans before the task returns)."""
+    from cachesync.consumer.applier import Applier, Stats
+    from cachesync.consumer.spark.table_events import finish_scans, task_table_scans
+    cache, jobs, dedup = GatedCache(), MemoryTableJobs(), MemoryDedupStore()
+    cache.data.update({f"user:{i}": b"v" for i in range(4)} | {"order:1": b"o"})
+    copies = [table_change(CTX, 0, p, "app", "users", "truncate", "TRUNCATE users")
+              for p in range(3)]
+    totals = []
+    for p in range(3):              # one task per partition, one after the other (one core)
+        stats, stop = Stats(), threading.Event()
+        scans = task_table_scans(cache, jobs, stats, stop, lease_s=30)
+        applier = Applier(cache, MAPPINGS, OPTIONS, dedup, MemoryDeadLetters(), stats=stats,
+                          stop=stop, table_jobs=scans)
+        applier.apply([rec(p, 10, copies[p]), rec(p, 11, row(p, "orders", 1))])
+        assert "order:1" not in cache.data          # the row applied while the scan waits
+        cache.gate.set()
+        finish_scans(scans, batch_id=0)
+        scans.close()
+        totals.append((stats.table_invalidations, stats.table_scans, stats.table_scans_reused))
+    assert totals == [(1, 1, 0), (1, 0, 1), (1, 0, 1)]
+    assert cache.table_scans == 1 and not any(k.startswith("user:") for k in cache.data)
+
+
+def test_a_spark_task_whose_scan_failed_fails():
+    from cachesync.consumer.applier import Applier, Stats
+    from cachesync.consumer.spark.table_events import finish_scans, task_table_scans
+
+    class Broken(MemoryCache):
+        def invalidate_table(self, *a, **k):
+            raise RuntimeError("no such command")
+    stats, stop = Stats(), threading.Event()
+    scans = task_table_scans(Broken(), MemoryTableJobs(), stats, stop, lease_s=30)
+    Applier(Broken(), MAPPINGS, OPTIONS, MemoryDedupStore(), MemoryDeadLetters(), stats=stats,
+            stop=stop, table_jobs=scans).apply(
+        [rec(0, 1, table_change(CTX, 0, 0, "app", "users", "truncate", "TRUNCATE users"))])
+    with pytest.raises(RuntimeError, match="no such command"):
+        finish_scans(scans, batch_id=0)
+    scans.close()

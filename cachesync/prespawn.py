@@ -1,0 +1,85 @@
+"""Child processes started at the very beginning of a command, before its own imports.
+
+``cachesync tail`` publishes through a child process (``tailer.publisher: process``) whose
+interpreter and kafka-python take about as long to start as the tail itself. Started when
+the command line is read, before click, the settings and the tail's own imports, the child
+imports kafka-python on the other core while the parent does the rest; the publisher then
+adopts it (:func:`take`) and sends it its settings over the pipe as it would a child of its
+own. A child that nobody adopts sees its input end when this process exits, and exits.
+
+A child inherits the environment it was started with: if the command changed the
+environment since (``--env-file``, ``kafka.aws_region`` sets ``AWS_DEFAULT_REGION``), the
+early child is not the one the settings describe, so :func:`take` ends it and returns None
+(the publisher then starts its own, as without this module).
+
+Only this module's names are imported here: anything heavier would delay the very thing it
+is for.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+
+PUBLISHER_MODULE = "cachesync.producer_outbox.procpublisher"
+
+log = logging.getLogger(__name__)
+
+# name -> (the child, the environment it was started with); one per process at most
+_early: dict[str, tuple[subprocess.Popen, dict[str, str]]] = {}
+
+
+def for_command(argv: list[str]) -> None:
+    """Start the children ``argv``'s command will need (``tail``: its publisher process)."""
+    if argv[1:2] == ["tail"] and not {"-h", "--help"} & set(argv[2:]):
+        start("publisher", PUBLISHER_MODULE)
+
+
+def start(name: str, module: str) -> None:
+    """Start ``python -m module`` with pipes on its stdin and stdout, kept under ``name``."""
+    if name in _early:
+        return
+    try:
+        child = subprocess.Popen([sys.executable, "-m", module], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, close_fds=True)
+    except OSError:             # the command starts its own child later, and says why then
+        return
+    _early[name] = (child, dict(os.environ))
+
+
+def take(name: str) -> subprocess.Popen | None:
+    """The child started early under ``name``, once, if it still runs with the environment
+    this process has now; else None (a child that does not fit is ended)."""
+    found = _early.pop(name, None)
+    if found is None:
+        return None
+    child, environ = found
+    changed = sorted(k for k in set(environ) | set(os.environ) if environ.get(k) != os.environ.get(k))
+    if child.poll() is None and not changed:
+        return child
+    log.debug("%s process started early not used (%s)", name,
+              f"environment changed since: {', '.join(changed)}" if changed else "it exited")
+    discard(child)
+    return None
+
+
+def discard_all() -> None:
+    """End every child nobody adopted (a command that will not use them)."""
+    for name in list(_early):
+        discard(_early.pop(name)[0])
+
+
+def discard(child: subprocess.Popen) -> None:
+    """End ``child``: its input ends, so it exits; killed if it does not."""
+    for pipe in (child.stdin, child.stdout):
+        try:
+            pipe.close()
+        except (OSError, ValueError):
+            pass
+    try:
+        child.wait(5)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
