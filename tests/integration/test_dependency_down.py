@@ -56,7 +56,10 @@ class Run:
                                          stderr=err, stdin=subprocess.DEVNULL)
 
     def lines(self) -> list[dict]:
+        running = self.proc.poll() is None
         text = self.err_path.read_text()
+        if running:                         # a line still being written is not read yet
+            text = text[:text.rfind("\n") + 1]
         assert "Traceback" not in text, f"{self}: a traceback:\n{text}"
         out = []
         for line in text.splitlines():

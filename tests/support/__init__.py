@@ -326,8 +326,12 @@ def prepare_outbox(lab: Lab) -> None:
 def stack_command(*args: str) -> None:
     """Run devstack/stack.sh (e.g. ``"down", "kafka"``) with this process's environment."""
     script = os.path.join(REPO, "devstack", "stack.sh")
-    subprocess.run([script, *args], check=True, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.PIPE, timeout=180)
+    done = subprocess.run([script, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                          text=True, timeout=600)      # above devstack's own waits (a JVM's start)
+    if done.returncode != 0:    # say why: its own lines (the reason), then the log it showed
+        said = [line for line in done.stderr.splitlines() if line.startswith("devstack:")]
+        raise AssertionError(f"devstack/stack.sh {' '.join(args)} exited {done.returncode}: "
+                             + "\n".join(said[-10:]) + f"\n-----\n{done.stderr[-2000:]}")
 
 
 def status_json(lab: Lab, config_path: str, env: dict | None = None) -> tuple[int, dict]:

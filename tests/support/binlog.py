@@ -127,6 +127,8 @@ class _Publisher:
 
 
 class _Checkpoints:
+    in_order = True         # one resume position, as MySQLCheckpointStore (ports.CheckpointStore)
+
     def __init__(self):
         self.saved = []
 
