@@ -67,13 +67,13 @@ def run(stack, quick: bool, runs: int) -> dict:
     size = os.environ.get("BENCH_TABLE_PIPELINE_SIZE") or ("quick" if quick else "full")
     table_keys, other_keys, rate = SIZES[size]
     modes = _modes(os.environ.get("BENCH_TABLE_PIPELINE_MODES") or DEFAULT_MODES[size])
-    box = Sandbox(stack, NAME)
     r = stack.redis()
     if size == "scale" and r.dbsize():
         r.close()
         raise RuntimeError(f"BENCH_TABLE_PIPELINE_SIZE=scale needs a Redis of its own, empty "
                            f"(it flushes it at the end): {stack.env['CACHESYNC_REDIS_URL']} "
                            f"holds {r.dbsize():,} keys")
+    box = Sandbox(stack, NAME)
     try:
         box.create_schema("CREATE TABLE items (id INT PRIMARY KEY)",
                           "CREATE TABLE others (id INT AUTO_INCREMENT PRIMARY KEY, "
