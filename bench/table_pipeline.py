@@ -24,6 +24,7 @@ at a Redis of its own). ``python -m bench --only table_pipeline [--quick]``.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -66,13 +67,13 @@ def run(stack, quick: bool, runs: int) -> dict:
     size = os.environ.get("BENCH_TABLE_PIPELINE_SIZE") or ("quick" if quick else "full")
     table_keys, other_keys, rate = SIZES[size]
     modes = _modes(os.environ.get("BENCH_TABLE_PIPELINE_MODES") or DEFAULT_MODES[size])
-    box = Sandbox(stack, NAME)
     r = stack.redis()
     if size == "scale" and r.dbsize():
         r.close()
         raise RuntimeError(f"BENCH_TABLE_PIPELINE_SIZE=scale needs a Redis of its own, empty "
                            f"(it flushes it at the end): {stack.env['CACHESYNC_REDIS_URL']} "
                            f"holds {r.dbsize():,} keys")
+    box = Sandbox(stack, NAME)
     try:
         box.create_schema("CREATE TABLE items (id INT PRIMARY KEY)",
                           "CREATE TABLE others (id INT AUTO_INCREMENT PRIMARY KEY, "
@@ -94,6 +95,8 @@ def run(stack, quick: bool, runs: int) -> dict:
                     f"the TRUNCATE ({result['table_scans']} scan, {result['scan_calls']} SCAN "
                     f"calls); others' p99 {result['base_p99_ms']:.0f} ms before, "
                     f"{result['during_p99_ms']:.0f} ms during (load {result['loadavg']})")
+                # the whole run, so that an interrupted benchmark (an hour at scale) keeps it
+                log(f"{NAME}: run {i + 1}/{runs} {mode}: {json.dumps(result)}")
         out = {"params": {"size": size, "table_keys": table_keys, "other_keys": other_keys,
                           "keys_in_redis": other_keys + table_keys, "others_commits_per_s": rate,
                           "partitions": 3, "runs": runs, "modes": list(modes),

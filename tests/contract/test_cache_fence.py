@@ -9,6 +9,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
+import redis
 
 from cachesync.consumer.adapters.memory import MemoryCache
 from cachesync.consumer.adapters.redis_cache import RedisCache
@@ -116,6 +117,34 @@ def test_without_the_legacy_setting_an_untagged_version_is_not_seen(upgraded):
     client, key = upgraded
     client.set(legacy_version_key(key), v(6, 20), px=60000)
     assert RedisCache("", client=client).write([write(key, v(5, 10))]).applied == 1
+
+
+class _CountingRedis(redis.Redis):
+    """A real client that counts the SCAN passes it starts (cursor 0)."""
+    passes = 0
+
+    def scan(self, cursor=0, *args, **kwargs):
+        self.passes += str(cursor) == "0"      # scan_iter starts with "0"
+        return super().scan(cursor, *args, **kwargs)
+
+
+def test_a_table_invalidation_reads_the_keyspace_once_for_leases_and_once_for_keys(upgraded,
+                                                                                   stack):
+    """Each pass reads every key in Redis: the untagged leases are found in the tagged ones'
+    pass, not in a third one."""
+    _, key = upgraded
+    client = _CountingRedis.from_url(stack.env["CACHESYNC_REDIS_URL"])
+    try:
+        cache = RedisCache("", client=client, legacy_companions=True)
+        table = parse_mappings({"app.items": {"keys": [key.rsplit(":", 1)[0] + ":{id}"]}})
+        client.set(legacy_lease_key(key), "old-client-token", px=60000)
+        client.set(lease_key(key), "new-client-token", px=60000)
+        client.set(key, "cached", px=60000)
+        assert cache.invalidate_table(table.tables["app.items"]) == 1
+        assert client.exists(key, legacy_lease_key(key), lease_key(key)) == 0
+        assert client.passes == 2
+    finally:
+        client.close()
 
 
 def test_invalidations_void_untagged_leases_too(upgraded):
