@@ -256,3 +256,29 @@ def test_a_flush_that_fails_otherwise_keeps_its_own_error():
     p, _ = pipeline_with(Clock(), Broken(auto_ack=False), max_inflight=1)
     with pytest.raises(RetryableError, match="process died"):
         p.run(MemorySource(group(42, 1)))
+
+
+def test_closing_a_producer_with_unsettled_sends_force_closes_its_sender():
+    """kafka-python's close() flushes first and raises on its timeout before it force-closes
+    the I/O thread; KafkaPublisher.close then force-closes it (its batches fail) itself."""
+    from cachesync.producer_outbox.publisher import KafkaPublisher
+    calls = []
+
+    class Sender:
+        def force_close(self):
+            calls.append("force_close")
+
+        def join(self, timeout):
+            calls.append(("join", timeout))
+
+    class Producer:
+        _sender = Sender()
+
+        def close(self, timeout):
+            calls.append(("close", timeout))
+            if "force_close" not in calls:
+                raise KafkaTimeoutError("Timeout waiting for future")
+    publisher = KafkaPublisher.__new__(KafkaPublisher)     # no broker: the client is faked
+    publisher._producer = Producer()
+    publisher.close(0)
+    assert calls == [("close", 0), "force_close", ("join", 1), ("close", 0)]
