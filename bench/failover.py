@@ -210,7 +210,7 @@ class FailoverBench:
             self.tail = self._start_tailer()
         self._start_consumers([f"{self.box.suffix}-r{i}-c{n}" for n in (1, 2)])
         self.harness.warm_up(self._pipeline_alive)
-        faults = {}
+        faults = _Logged(f"failover: run {i + 1}")   # each fault's figures logged as it ends
         if "consumer_static_restart" in FAULTS:
             faults["consumer_static_restart"] = self._phase(self._kill_static_consumer)
         if "consumer_dynamic_lost" in FAULTS:
@@ -229,7 +229,7 @@ class FailoverBench:
         # the old primary's rows, and the rows the promotion phase left on the new primary
         stale = (self.stale_keys(lambda: self.box.stack.admin(self.box.db))
                  + faults.get("mariadb_promotion", {}).get("stale_keys_new_primary", 0))
-        run = {"faults": faults, "p99_ms": _r(percentile(lat, 99)), "max_ms": _r(max(lat, default=None)),
+        run = {"faults": dict(faults), "p99_ms": _r(percentile(lat, 99)), "max_ms": _r(max(lat, default=None)),
                "invalidations": len(lat), "stale_keys": stale,
                "missing_after_drain": sum(f.get("missing", 0) for f in faults.values())}
         log(f"failover: run {i + 1}: " + ", ".join(
@@ -360,8 +360,10 @@ class FailoverBench:
         down_s = time.perf_counter() - t_down
         up = subprocess.Popen(_stack_sh_args("up", "kafka"), env=_stack_sh_env(self.box.stack),
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        # a broker's start is stack.sh's to bound (DEVSTACK_KAFKA_WAIT: a loaded host needs more)
         t_back = wait_for(lambda: _port_open(self.box.stack.bootstrap) and time.perf_counter(),
-                          RECOVERY_TIMEOUT_S, "the Kafka port open again", interval=0.05)
+                          max(RECOVERY_TIMEOUT_S, float(os.environ.get("DEVSTACK_KAFKA_WAIT", 0))),
+                          "the Kafka port open again", interval=0.05)
         self._await_progress(list(range(PARTITIONS)), t_back)
         firsts = [self.progress.first_gone(p, t_back) - t_back for p in range(PARTITIONS)]
         _, err = up.communicate(timeout=180)
@@ -406,6 +408,20 @@ class FailoverBench:
                                     "outstanding and none of its keys invalidated"},
                 "faults": _fault_medians(results), "whole_run": _whole_run(results),
                 "runs": results, "children": children}
+
+
+class _Logged(dict):
+    """The faults' figures; each logged as it is stored, so that a run that fails later still
+    shows those of the faults before."""
+
+    def __init__(self, prefix: str):
+        super().__init__()
+        self._prefix = prefix
+
+    def __setitem__(self, name: str, figures: dict) -> None:
+        super().__setitem__(name, figures)
+        log(f"{self._prefix}: {name}: " + ", ".join(
+            f"{k} {v}" for k, v in figures.items() if k.endswith("_s") and v is not None))
 
 
 def _fault_medians(results: list[dict]) -> dict:

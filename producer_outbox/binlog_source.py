@@ -24,7 +24,8 @@ from cachesync.producer_outbox.altercolumns import (ALTER_COLUMNS, altered_table
                                                     column_changes, concerns)
 from cachesync.producer_outbox.binlog_read import TableMaps, read_events
 from cachesync.producer_outbox.checkpoint import Checkpoint
-from cachesync.producer_outbox.dumpstream import DumpStreamReader, reader_kind
+from cachesync.producer_outbox.dumpstream import (DumpStreamReader, FastGroup,
+                                                  FastTableMapEvent, reader_kind)
 from cachesync.producer_outbox.framing import LibraryStreamReader, UndecodedEvent
 from cachesync.producer_outbox.matched import MatchedTables
 from cachesync.producer_outbox.ports import (PULSE, Begin, Change, Commit, Decide, Hold,
@@ -62,6 +63,9 @@ class BinlogSource:
         self._stream, self._info, self._start = stream, info, start
         self._mappings, self._matched, self._encoder = mappings, matched, encoder
         self._cluster = cluster
+        self._identity = info.identity      # read twice per transaction
+        if hasattr(stream, "groups"):       # the fast reader: whole transactions at once
+            stream.groups = True
         self.versions_not_newer = 0     # GTIDs that did not advance the history (versions)
         self.undecoded_events = 0       # events with rows cachesync cannot decode: table level
 
@@ -100,6 +104,9 @@ class BinlogSource:
         self._xa: str | None = None             # the open group is XA (its xid, once known)
         maps = TableMaps()
         for event in read_events(self._stream, self._where):
+            if type(event) is FastGroup:        # a whole transaction framed at once
+                yield from self._fast_group(event, maps)
+                continue
             if isinstance(event, TableMapEvent):
                 maps.add(event.table_id, event.schema, event.table)
                 continue
@@ -137,6 +144,27 @@ class BinlogSource:
                 yield from self._statement(text, event)
             yield PULSE
 
+    def _fast_group(self, group: FastGroup, maps: TableMaps) -> Iterator[Change]:
+        """A transaction the fast reader framed at once (GTID, table maps, rows, XID): the
+        items the event-by-event turns of ``changes`` yield for the same events, but the
+        Pulse after each rows event (the group's Commit does what a Pulse does)."""
+        stream = self._stream
+        maps.reset()
+        stream.log_pos = group.gtid_pos
+        yield self._gtid(group.gtid)
+        encode, where = self._encoder.rows_to_records, self._where
+        for log_pos, event in group.events:
+            stream.log_pos = log_pos        # where errors and file:pos contexts point
+            if type(event) is FastTableMapEvent:
+                maps.add(event.table_id, event.schema, event.table)
+                continue
+            schema, table = maps.table_of(event, where)
+            items, self._index = encode(event, self._ctx, self._index, schema, table, where)
+            yield from items
+        stream.log_pos = group.xid_pos
+        maps.reset()
+        yield self._commit()
+
     def _begin(self, ctx: TxnContext) -> Begin:
         self._ctx, self._index = ctx, 0
         return Begin(ctx)
@@ -144,7 +172,7 @@ class BinlogSource:
     def _commit(self) -> Commit:
         """End the open group: the checkpoint after it."""
         stream = self._stream
-        cp = Checkpoint(self._info.identity, str(self._gtids) or None, stream.log_file,
+        cp = Checkpoint(self._identity, str(self._gtids) or None, stream.log_file,
                         stream.log_pos)
         if cp.gtid is not None:
             # python-mysql-replication reconnects on its own from auto_position;
@@ -171,7 +199,7 @@ class BinlogSource:
             self._version_not_newer(gtid, before, self._gtids.ordinal)
         # the version orders by the stream's place in the history, not by the GTID's
         # own number: that survives a failover (schema.gtid, GtidState.ordinal)
-        return self._begin(TxnContext(self._info.identity, str(gtid), self._gtids.ordinal,
+        return self._begin(TxnContext(self._identity, str(gtid), self._gtids.ordinal,
                                       float(event.timestamp), gtid=True, cluster=self._cluster))
 
     def _statement(self, text: str, event) -> Iterator[Change]:
@@ -284,7 +312,7 @@ class BinlogSource:
 
     def _file_pos_context(self, event) -> TxnContext:
         stream = self._stream
-        return TxnContext(self._info.identity, f"{stream.log_file}:{stream.log_pos}",
+        return TxnContext(self._identity, f"{stream.log_file}:{stream.log_pos}",
                           file_pos_ordinal(stream.log_file, stream.log_pos),
                           float(event.timestamp), cluster=self._cluster)
 

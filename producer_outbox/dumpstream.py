@@ -14,7 +14,13 @@ events with ``struct`` on the raw packet:
 * a table map whose bytes were seen before (same table id, same columns and metadata) reuses
   the library's ``Table`` parsed from the first one; a new one goes through the library;
 * row events (v1, and v2 without extra data) decode their rows lazily with the table's
-  generated decoder (``fastrows.table_decoder``).
+  generated decoder (``fastrows.table_decoder``);
+* a whole MariaDB transaction of these events (GTID, table maps, rows, XID) that the read
+  buffer holds is framed by one compiled call (``cachesync._speedups.scan_group``) and
+  returned as one ``FastGroup`` holding the same event objects; where the compiled scan
+  does not apply (another event inside, a group cut by the buffer's end, a table map not
+  seen before, a table the generated decoders do not cover, ``CACHESYNC_NO_SPEEDUPS``),
+  the events come one by one as before.
 
 Everything else (QUERY, ROTATE, FORMAT_DESCRIPTION, heartbeats, XA_PREPARE, MySQL GTIDs, rows
 of tables the generated decoders do not cover, unknown types) is handed back, raw packet and
@@ -29,6 +35,7 @@ one): the same tests run on both.
 from __future__ import annotations
 
 import errno
+import os
 import select
 import struct
 from typing import Callable
@@ -44,8 +51,14 @@ from pymysqlreplication.row_event import (DeleteRowsEvent, TableMapEvent, Update
 
 from cachesync.producer_outbox.eventtypes import is_own, length_encoded
 from cachesync.producer_outbox.fastrows import GIVE_UP, table_decoder
+from cachesync.producer_outbox.hotpath import NO_SPEEDUPS
 from cachesync.producer_outbox.framing import FramedConnection, GtidPositioned, own_event
 from cachesync.schema.gtid import MARIADB, Gtid
+
+try:
+    from cachesync._speedups import scan_group as _scan_group
+except ImportError:          # no C compiler at install: every event takes the per-event path
+    _scan_group = None
 
 READERS = ("auto", "fast", "library")
 
@@ -254,12 +267,26 @@ FAST_ROW_EVENTS = {FastWriteRowsEvent: WriteRowsEvent, FastUpdateRowsEvent: Upda
 _FAST_OF = {lib: fast for fast, lib in FAST_ROW_EVENTS.items()}
 
 
+class FastGroup:
+    """One MariaDB transaction framed at once: its GTID event, its table-map and rows
+    events, its XID event, each with the binlog position after it (``*_pos``, ``events``
+    holds (position, event) pairs)."""
+
+    __slots__ = ("gtid", "gtid_pos", "events", "xid", "xid_pos")
+
+    def __init__(self, gtid: FastGtidEvent, gtid_pos: int, events: list, xid: FastXidEvent,
+                 xid_pos: int):
+        self.gtid, self.gtid_pos, self.events = gtid, gtid_pos, events
+        self.xid, self.xid_pos = xid, xid_pos
+
+
 class DumpStreamReader(GtidPositioned, BinLogStreamReader):
     """``BinLogStreamReader`` with the hot events parsed from the raw packets (module doc).
 
     ``on_idle`` (settable): called when every received byte was read and nothing more
     arrived within ``idle_wait_s``, before the reader waits for the server, e.g. to flush
-    what the caller batches.
+    what the caller batches. ``groups`` (settable, off by default): ``fetchone`` may return
+    a whole transaction as one FastGroup (the binlog source reads them).
     """
 
     signals_idle = True
@@ -273,9 +300,14 @@ class DumpStreamReader(GtidPositioned, BinLogStreamReader):
         super().__init__(*args, **kwargs)
         allowed = frozenset(kwargs.get("only_events") or ())
         self._fast_allowed = frozenset(f for f, lib in _LIBRARY_CLASS.items() if lib in allowed)
+        # whole groups at once: compiled, switched on, every one of their event types asked
+        # for (the tailer asks for all)
+        self._scan = (_scan_group if _scan_group is not None and not os.environ.get(NO_SPEEDUPS)
+                      and self._fast_allowed >= _GROUP_CLASSES else None)
         self._tables: dict[bytes, object] = {}     # table-map body -> the library's Table
         self.on_idle: Callable[[], None] | None = None
         self.idle_wait_s = 0.0
+        self.groups = False
 
     def _connection(self, **settings) -> DumpConnection:
         conn = DumpConnection(**settings)
@@ -287,6 +319,11 @@ class DumpStreamReader(GtidPositioned, BinLogStreamReader):
             self.on_idle()
 
     def fetchone(self):
+        """The next event, or a FastGroup of a whole transaction (module doc)."""
+        if self.groups and self._scan is not None:
+            group = self._group()
+            if group is not None:
+                return group
         raw = None
         while True:
             if raw is None:
@@ -319,6 +356,40 @@ class DumpStreamReader(GtidPositioned, BinLogStreamReader):
         except pymysql.err.MySQLError as e:
             conn.handoff_error = e      # raised where the library reads: it reconnects or raises
             return None
+
+    def _group(self) -> FastGroup | None:
+        """The next transaction as a FastGroup if the buffer holds all of it in the common
+        shape (``scan_group``), its packets consumed; else None, nothing consumed."""
+        conn = self._stream_connection if self._BinLogStreamReader__connected_stream else None
+        if (conn is None or not conn.dumping or conn.handoff is not None
+                or conn.handoff_error is not None or conn._expanded):
+            return None
+        buf = conn._buf
+        found = self._scan(buf, conn._pos, conn._next_seq_id)
+        if found is None:
+            return None
+        end, seq, frames = found
+        events = []
+        gtid = gtid_pos = None
+        for etype, timestamp, server_id, log_pos, _flags, start, stop in frames:
+            if etype == _MARIADB_ANNOTATE:
+                continue
+            raw = buf[start:stop]
+            if gtid is None:
+                gtid, gtid_pos = self._gtid(raw, timestamp, server_id), log_pos
+            elif etype == _XID:
+                xid = FastXidEvent()
+                xid.timestamp, xid.xid = timestamp, _U64.unpack_from(raw, _BODY)[0]
+                conn._pos, conn._next_seq_id = end, seq
+                self.log_pos = log_pos
+                return FastGroup(gtid, gtid_pos, events, xid, log_pos)
+            else:
+                event = (self._table_map(raw, timestamp) if etype == _TABLE_MAP
+                         else self._rows(raw, etype, timestamp))
+                if event is None or type(event) not in self._fast_allowed:
+                    return None     # a table map not seen yet, a table without decoders
+                events.append((log_pos, event))
+        return None
 
     def _remember(self, event: TableMapEvent) -> None:
         """Keep the Table the library parsed, under the bytes of its map."""
@@ -441,6 +512,7 @@ class DumpStreamReader(GtidPositioned, BinLogStreamReader):
 
 
 _SKIP = object()
+_GROUP_CLASSES = frozenset((FastGtidEvent, FastXidEvent, FastTableMapEvent, *FAST_ROW_EVENTS))
 _LIBRARY_CLASS = {FastGtidEvent: MariadbGtidEvent, FastXidEvent: XidEvent,
                   FastTableMapEvent: TableMapEvent, **FAST_ROW_EVENTS}
 _ROWS_POST_HEADER = {**dict.fromkeys(_ROWS_V1, 8), **dict.fromkeys(_ROWS_V2, 10)}
