@@ -63,7 +63,10 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     doc = {"name": "cachesync-bench", "started_at": started.isoformat(timespec="seconds"),
            "mode": "quick" if args.quick else "full", "runs": args.runs,
-           "command": " ".join(["python -m bench", *(sys.argv[1:] if argv is None else argv)]),
+           # BENCH_* variables change what a benchmark measures (BENCH_LAG_RATES, ...)
+           "command": " ".join([*(f"{k}={v}" for k, v in sorted(os.environ.items())
+                                  if k.startswith("BENCH_")),
+                                "python -m bench", *(sys.argv[1:] if argv is None else argv)]),
            "host": _host(), "loadavg_start": _loadavg(), "versions": {**_versions(), **stack.versions()},
            "benchmarks": {}, "errors": {}}
     for name in selected:

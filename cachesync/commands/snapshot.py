@@ -1,4 +1,5 @@
-"""``cachesync snapshot``: warm update-mode tables' keys from MySQL, fenced at a low watermark."""
+"""``cachesync snapshot``: warm update-mode tables' keys from MySQL, fenced at a low watermark,
+and fill the missing keys of delete-mode tables with ``prefill`` by read_through's protocol."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ from cachesync.schema.sqlnames import quote
 @click.command("snapshot")
 @settings_options
 @click.option("--table", "tables", multiple=True, metavar="DB.TABLE",
-              help="a mapped update-mode table (repeatable); default: every one.")
+              help="a mapped update-mode table, or delete-mode table with prefill "
+              "(repeatable); default: every one.")
 @click.option("--engine", "engine_kind", type=click.Choice(["python", "spark"]), default="python",
               show_default=True, help="python: pages read one after the other; spark: JDBC "
               "splits by primary key, one task each.")
@@ -35,7 +37,7 @@ from cachesync.schema.sqlnames import quote
 @click.option("--partitions", type=click.IntRange(min=1), default=4, show_default=True,
               help="[spark] JDBC splits per table.")
 @click.option("--chunk", type=click.IntRange(min=1), default=1000, show_default=True,
-              help="rows per read (python) and per fenced write.")
+              help="rows per read (python) and per fenced write or prefill round.")
 @click.option("--spark-master", envvar="CACHESYNC_SPARK_MASTER", help="[spark] master URL.")
 def command(settings: Settings, tables, engine_kind, dry_run, rate, partitions, chunk,
             spark_master) -> None:
@@ -46,9 +48,11 @@ def command(settings: Settings, tables, engine_kind, dry_run, rate, partitions, 
     by the running consumer before or after the snapshot's write, wins: an updated row is
     never overwritten with its older value, a deleted one never brought back (its
     tombstone refuses the write; the snapshot stops if it runs longer than a table's
-    tombstone_ttl). Run it with the tailer and the consumer running. JSON report on
-    stdout (per table: rows, keys, written, refused by the fence, skipped), progress on
-    stderr.
+    tombstone_ttl). Delete-mode tables with tables.<t>.prefill get their missing keys
+    filled as read_through fills them: leases taken, the rows read again after them, and a
+    fill refused when a change voided its lease. Run it with the tailer and the consumer
+    running. JSON report on stdout (per table: rows, keys, written, refused, skipped, kept),
+    progress on stderr.
     """
     with handle_errors():
         report = run_snapshot(settings, tables, engine_kind, dry_run, rate, partitions, chunk,

@@ -24,11 +24,20 @@ ROWS = 60
 
 
 
-def fill(lab) -> None:
+def fill(lab, rows: int = ROWS) -> None:
     lab.sql(USERS_DDL)
     with lab.stack.admin(lab.db) as conn, conn.cursor() as cur:
         cur.executemany("INSERT INTO users VALUES (%s, %s, %s)",
-                        [(i, f"u{i}@x", f"name {i}") for i in range(ROWS)])
+                        [(i, f"u{i}@x", f"name {i}") for i in range(rows)])
+
+
+def users_pipeline(lab, tables: dict, rows: int = ROWS):
+    """``rows`` users in MySQL before the tailer starts (not in the stream), then the tailer
+    and a consumer on ``tables``; returns (config path, engine)."""
+    fill(lab, rows)
+    cfg = lab.write_config(tables)
+    lab.start_tailer(cfg)
+    return cfg, lab.start_engine(cfg)
 
 
 def test_snapshot_never_overwrites_an_update_nor_resurrects_a_delete_made_while_it_reads(lab):
@@ -80,3 +89,55 @@ def test_snapshot_dry_run_renders_every_key_and_writes_nothing_and_refuses_delet
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["tables"][f"{lab.db}.users"]["written"] == 2 * ROWS
     assert redis_state(lab) == db_state(lab)
+
+
+PREFILL = {"users": {"keys": ["user:{id}", "user:email:{email}"], "prefill": "json"}}
+
+
+def test_prefill_of_a_delete_mode_table_never_leaves_a_stale_or_resurrected_key(lab):
+    """Changes between the first read and the leases are in the second read; changes after
+    the second read (applied by the consumer before the fills) void the leases."""
+    cfg, engine = users_pipeline(lab, PREFILL)
+
+    def before_leases(table, rows):
+        if {5, 6} <= {r["id"] for r in rows}:
+            lab.sql("UPDATE users SET name = 'changed before the leases' WHERE id = 5")
+            lab.sql("DELETE FROM users WHERE id = 6")
+            wait_for(lambda: engine.stats.applied >= 2, 60, what="the consumer applying them")
+
+    def after_second_read(table, rows):
+        if 8 in {r["id"] for r in rows}:
+            assert {r["id"]: r["name"] for r in rows}[5] == "changed before the leases"
+            assert 6 not in {r["id"] for r in rows}
+            lab.sql("UPDATE users SET name = 'changed after the second read' WHERE id = 7")
+            lab.sql("DELETE FROM users WHERE id = 8")
+            lab.sql("UPDATE users SET email = 'moved@x' WHERE id = 9")
+            wait_for(lambda: engine.stats.applied >= 5, 60, what="the consumer applying them")
+
+    report = run_snapshot(lab.settings(cfg), chunk=20, on_chunk=before_leases,
+                          on_reread=after_second_read, show_progress=False)
+    summary = report.tables[f"{lab.db}.users"]
+    cached, rows = redis_state(lab), db_state(lab)
+    assert all(rows.get(key) == value for key, value in cached.items())   # nothing stale
+    assert set(rows) - set(cached) == {f"{lab.prefix}{k}" for k in (
+        "user:7", "user:email:u7@x", "user:9", "user:email:moved@x")}     # left to readers
+    assert cached[f"{lab.prefix}user:5"]["name"] == "changed before the leases"
+    leases = list(lab.redis.scan_iter(match=f"cachesync:lease:*{lab.prefix}*"))
+    assert leases == []                                 # every lease filled or given back
+    assert (summary.rows, summary.keys, summary.written, summary.refused, summary.kept) == \
+        (ROWS, 2 * ROWS, 2 * ROWS - 8, 6, 2)
+    assert engine.stats.applied == 5
+
+
+def test_a_delete_mode_table_without_prefill_or_with_an_unknown_column_is_refused(lab):
+    fill(lab)
+    cfg = lab.write_config({"users": {"keys": ["user:{id}"], "prefill": "json",
+                                      "prefill_columns": ["id", "nickname"]},
+                            "orders": {"keys": ["order:{id}"]}})
+    runner = CliRunner()
+    result = runner.invoke(cli, ["snapshot", "--config", cfg, "--table", f"{lab.db}.orders"],
+                           env=lab.stack.env)
+    assert result.exit_code == 2 and "without prefill" in result.output
+    result = runner.invoke(cli, ["snapshot", "--config", cfg], env=lab.stack.env)
+    assert result.exit_code == 2 and "nickname not in the table" in result.output
+    assert redis_state(lab) == {}

@@ -604,16 +604,10 @@ def test_a_second_delete_survives_the_loss_of_the_executor_that_applied_the_firs
 # -- snapshot ----------------------------------------------------------------------------------------
 def test_spark_snapshot_with_changes_while_it_reads_ends_with_exactly_the_rows_of_mysql(lab, spark):
     from cachesync.commands.snapshot import run_snapshot
-    from tests.integration.test_snapshot import USERS as UPDATE_USERS, USERS_DDL, db_state, \
-        redis_state
-    lab.sql(USERS_DDL)
+    from tests.integration.test_snapshot import USERS as UPDATE_USERS, db_state, redis_state, \
+        users_pipeline
     rows = 400
-    with lab.stack.admin(lab.db) as conn, conn.cursor() as cur:
-        cur.executemany("INSERT INTO users VALUES (%s, %s, %s)",
-                        [(i, f"s{i}@x", f"name {i}") for i in range(rows)])
-    cfg = lab.write_config(UPDATE_USERS)
-    lab.start_tailer(cfg)
-    engine = lab.start_engine(cfg)
+    cfg, engine = users_pipeline(lab, UPDATE_USERS, rows)
     settings = lab.settings(cfg)
 
     dry = run_snapshot(settings, engine_kind="spark", dry_run=True, partitions=3, spark=spark,
@@ -645,3 +639,35 @@ def test_spark_snapshot_with_changes_while_it_reads_ends_with_exactly_the_rows_o
     wait_for(lambda: engine.stats.applied >= changes["n"], 120, what="the consumer applying the churn")
     wait_for(lambda: redis_state(lab) == db_state(lab), 60, interval=0.5,
              what="Redis holding exactly MySQL's rows")
+
+
+def test_spark_prefill_of_a_delete_mode_table_with_changes_while_it_reads_leaves_nothing_stale(
+        lab, spark):
+    from cachesync.commands.snapshot import run_snapshot
+    from tests.integration.test_snapshot import PREFILL, db_state, redis_state, users_pipeline
+    rows = 400
+    cfg, engine = users_pipeline(lab, PREFILL, rows)
+    changes, stop = {"n": 0}, threading.Event()
+
+    def churn():                      # updates, email moves and deletes while the splits fill
+        while not stop.is_set() and changes["n"] < 120:
+            i = changes["n"]
+            statement = ("DELETE FROM users WHERE id = %s" if i % 3 == 0 else
+                         "UPDATE users SET email = CONCAT('moved', id, '@x') WHERE id = %s"
+                         if i % 3 == 1 else "UPDATE users SET name = 'changed' WHERE id = %s")
+            lab.sql(statement, (i * 3,))
+            changes["n"] += 1
+    writer = threading.Thread(target=churn, daemon=True)
+    writer.start()
+    try:
+        report = run_snapshot(lab.settings(cfg), engine_kind="spark", partitions=3, rate=300,
+                              chunk=50, spark=spark, show_progress=False)
+    finally:
+        stop.set()
+        writer.join(30)
+    summary = report.tables[f"{lab.db}.users"]
+    assert changes["n"] > 0 and 0 < summary.rows <= rows and summary.written > 0   # deletes
+    assert summary.written + summary.refused + summary.kept == summary.keys == 2 * summary.rows
+    wait_for(lambda: engine.stats.applied >= changes["n"], 120, what="the consumer applying the churn")
+    cached, expected = redis_state(lab), db_state(lab)
+    assert cached and all(expected.get(key) == value for key, value in cached.items())
