@@ -73,9 +73,9 @@ TAILER_COUNTERS = {
                                             "(binlog_row_image other than FULL in the writing "
                                             "session), published with the columns they know",
                                             "partial_rows"),
-    "cachesync_tailer_rows_unkeyable": ("Rows whose Kafka key could not be rendered (e.g. the "
-                                        "primary key not logged): their table was invalidated "
-                                        "as a whole", "unkeyable"),
+    "cachesync_tailer_rows_unkeyable": ("Rows whose Kafka key or value could not be rendered "
+                                        "(e.g. the primary key not logged): their table was "
+                                        "invalidated as a whole", "unkeyable"),
     "cachesync_tailer_versions_not_newer": ("Transactions whose GTID did not advance the "
                                             "history, so their update-mode versions are not "
                                             "newer (MariaDB without gtid_strict_mode)",
@@ -90,6 +90,10 @@ RELAY_COUNTERS = {
     "cachesync_relay_rows_sent": ("Outbox rows sent to Kafka", "sent"),
     "cachesync_relay_rows_published": ("Outbox rows marked published after Kafka's ack",
                                        "published"),
+    "cachesync_relay_kafka_producers_wedged": ("Kafka producers the relay closed and replaced "
+                                               "because sends stayed neither acknowledged nor "
+                                               "failed past their delivery timeout (their "
+                                               "rows are sent again)", "producers_wedged"),
 }
 
 

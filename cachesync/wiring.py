@@ -264,16 +264,18 @@ def start_publisher(settings: Settings):
     """The tailer's Kafka publisher (``tailer.publisher``: its own process, or a thread),
     started in a thread of its own (StartingPublisher): the first send waits for it."""
     from cachesync import prespawn
+    from cachesync.producer_outbox.publisher import KafkaPublisher, delivery_timeout_s
     from cachesync.producer_outbox.starting_publisher import StartingPublisher
     bootstrap, security = settings.kafka.bootstrap_servers, producer_options(settings.kafka)
     if settings.tailer.publisher == "process":
         from cachesync.producer_outbox.procpublisher import ProcessPublisher
         child = prespawn.take("publisher")      # started with the command, if it was
         return StartingPublisher(lambda: ProcessPublisher(bootstrap, security=security,
-                                                          child=child))
-    from cachesync.producer_outbox.publisher import KafkaPublisher
+                                                          child=child),
+                                 delivery_timeout_s(security))
     prespawn.discard_all()
-    return StartingPublisher(lambda: KafkaPublisher(bootstrap, security=security))
+    return StartingPublisher(lambda: KafkaPublisher(bootstrap, security=security),
+                             delivery_timeout_s(security))
 
 
 def build_tailer(settings: Settings, start: Checkpoint | None = None, publisher=None,

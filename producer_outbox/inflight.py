@@ -18,6 +18,7 @@ class _Txn(Generic[P]):
     position: P          # the checkpoint that is safe once this txn is fully acked
     pending: int = 0
     closed: bool = False
+    since: float | None = None   # when its oldest unacknowledged send went out
 
 
 class InflightTracker(Generic[P]):
@@ -38,8 +39,11 @@ class InflightTracker(Generic[P]):
         self._txns.append(txn)
         return txn
 
-    def sent(self, txn: _Txn[P], events: int = 1) -> None:
-        """``events`` rows went out in one record (more than one when packed)."""
+    def sent(self, txn: _Txn[P], events: int = 1, at: float | None = None) -> None:
+        """``events`` rows went out in one record (more than one when packed); ``at``:
+        when (any clock), for ``oldest_unsettled``."""
+        if txn.pending == 0:
+            txn.since = at
         txn.pending += events
         self._pending_total += events
 
@@ -70,6 +74,12 @@ class InflightTracker(Generic[P]):
         if done:
             self._txns = deque(t for t in self._txns if not (t.closed and t.pending == 0))
         return done
+
+    def oldest_unsettled(self) -> float | None:
+        """The earliest ``at`` of a send still unacknowledged (None: none, or unstamped).
+        Scans every transaction: call it now and then, not per record."""
+        stamps = [t.since for t in self._txns if t.pending and t.since is not None]
+        return min(stamps, default=None)
 
     @property
     def pending(self) -> int:

@@ -145,7 +145,11 @@ class Session:
         if self._conn is None or not self._conn.open:
             conn = self._connect(autocommit=True) if self._autocommit else self._connect()
             if self._setup is not None:
-                self._setup(conn)
+                try:
+                    self._setup(conn)
+                except BaseException:
+                    close_quietly(conn)     # e.g. a failed grant check: not kept, not leaked
+                    raise
             self._conn = conn
         return self._conn
 

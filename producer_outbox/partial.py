@@ -75,8 +75,9 @@ class PartialRows:
         return index
 
     def unkeyable(self, error: Exception, out: list, index: int) -> int:
-        """A row whose Kafka key cannot be rendered: its table is invalidated as a whole."""
-        what = f"a row whose key cannot be rendered ({type(error).__name__}: {error})"
+        """A row whose Kafka key (or value) cannot be rendered: its table is invalidated as a
+        whole."""
+        what = f"a row whose key or value cannot be rendered ({type(error).__name__}: {error})"
         return self._whole_table(UNKEYABLE, what, out, index)
 
     def _whole_table(self, reason: str, what: str, out: list, index: int) -> int:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import Callable
 
 from kafka.errors import KafkaError
 
@@ -26,7 +27,7 @@ from cachesync.producer_outbox.packing import PACK_LINGER_S, Pack, Packer
 from cachesync.producer_outbox.ports import (Begin, ChangeSource, CheckpointStore, Commit,
                                              Decide, Hold, Prepared, Publisher, Pulse, Record,
                                              Release, TableEvent, Unhold)
-from cachesync.producer_outbox.publisher import is_permanent
+from cachesync.producer_outbox.publisher import DELIVERY_TIMEOUT_MS, is_permanent
 from cachesync.producer_outbox.rows import STATEMENT_EXCERPT, TxnContext, table_change
 from cachesync.producer_outbox.statements import TableChange
 from cachesync.producer_outbox.xa import Prepared as PreparedGroup, XaGroup
@@ -37,14 +38,27 @@ from cachesync.schema.keys import kafka_key
 log = logging.getLogger("cachesync.producer_outbox.tailer")
 
 DRAIN_TIMEOUT_S = 30        # a clean stop waits this long for the last acknowledgements
+# A healthy Kafka client settles (acks or fails) every send within its delivery timeout;
+# one that has not, this long after it, is wedged (kafka-python has been seen to keep
+# batches forever after a broker restart): the pipeline gives it up.
+DELIVERY_TIMEOUT_S = DELIVERY_TIMEOUT_MS / 1000
+WEDGED_MARGIN_S = 30.0
+
+
+class PublisherWedged(RetryableError):
+    """Sends stayed unsettled past the publisher's delivery timeout plus a margin: the
+    client is stuck; replace it and send again from the checkpoint (or the leases)."""
 
 
 class Pipeline:
     """Publishes what a change source yields to ``topic`` and moves the checkpoint."""
 
     def __init__(self, publisher: Publisher, checkpoints: CheckpointStore, topic: str,
-                 settings: TailerSettings = TailerSettings()):
+                 settings: TailerSettings = TailerSettings(),
+                 clock: Callable[[], float] = time.monotonic):
+        """``clock``: the wedged-publisher check's (PublisherWedged)."""
         self._publisher, self._checkpoints, self._topic = publisher, checkpoints, topic
+        self._clock = clock
         self._settings = settings
         self._tracker: InflightTracker[Checkpoint] = InflightTracker()
         self._packer = (Packer(settings.pack_rows, settings.pack_bytes)
@@ -57,6 +71,11 @@ class Pipeline:
         self._refused = False       # a send raised at once (buffer full, no metadata)
         self._unsaved: list = []    # acknowledged groups a store not in_order failed to save
         self._stop = threading.Event()
+        # sends unsettled this long mean a wedged client (the publisher may say its timeout)
+        self._settle_s = (getattr(publisher, "delivery_timeout_s", None)
+                          or DELIVERY_TIMEOUT_S) + WEDGED_MARGIN_S
+        self._now = clock()             # sends are stamped with their group's start
+        self._wedged = False
         self._txn = None                            # the open group's tracker entry
         self._xa: XaGroup | None = None             # the open group is XA: records held
         self._prepared: dict[str, PreparedGroup] = {}    # xid -> group awaiting its decision
@@ -99,6 +118,7 @@ class Pipeline:
                 if time.monotonic() - last_save >= save_every:
                     self.save_checkpoint()
                     last_save = time.monotonic()
+                    self._raise_if_wedged()
                 if self._stop.is_set():
                     break
 
@@ -111,6 +131,7 @@ class Pipeline:
 
     # -- groups -------------------------------------------------------------------------
     def _begin(self, _item: Begin) -> None:
+        self._now = self._clock()
         if self._packer is not None and (not self._span or time.monotonic()
                                          - self._partitions_read >= 1.0):
             if self._span:      # spanning packs share one partition count: re-read each second
@@ -148,7 +169,7 @@ class Pipeline:
             counted = txn if self._span and self._xa is None else None
             if counted is not None:     # a spanning pack: its rows are in flight from now on
                 with self._lock:
-                    self._tracker.sent(txn, 1)
+                    self._tracker.sent(txn, 1, self._now)
             full = self._packer.add(db, table, key, value, msg_id, self._partitions, counted)
             if full is not None:
                 self._send_pack(full, txn)
@@ -201,7 +222,7 @@ class Pipeline:
             on_ack = lambda: self._on_acks(txn)     # noqa: E731
         else:
             with self._lock:
-                self._tracker.sent(txn, rows)
+                self._tracker.sent(txn, rows, self._now)
             on_ack = lambda: self._on_ack(txn, rows)    # noqa: E731
         try:
             self._publisher.send(self._topic, key, value, msg_id,
@@ -214,8 +235,17 @@ class Pipeline:
             raise RetryableError(f"Kafka send failed: {e}") from e
         self.published += rows if row else 0
         if self._tracker.pending >= self._settings.max_inflight:
-            self._publisher.flush()
+            self._flush_bounded()
             self._raise_if_failed()
+
+    def _flush_bounded(self) -> None:
+        """Back-pressure: wait for the sends in flight, no longer than a healthy client
+        needs to settle them all."""
+        try:
+            self._publisher.flush(timeout_s=self._settle_s)
+        except (KafkaError, RetryableError):
+            self._raise_if_wedged()     # else the client failed otherwise
+            raise
 
     # -- XA -----------------------------------------------------------------------------
     def _hold(self, _item: Hold) -> None:
@@ -292,7 +322,7 @@ class Pipeline:
     def failed(self) -> bool:
         """A send failed (at once, or after the publisher's retries): what this pipeline
         sent since is in doubt, and its publisher is worth replacing."""
-        return self._refused or self._failure is not None
+        return self._refused or self._wedged or self._failure is not None
 
     def _on_error(self, error: Exception) -> None:
         # Called on the publisher's I/O thread: record it; run() stops the pipeline
@@ -308,6 +338,22 @@ class Pipeline:
         if self._failure is not None:
             raise RetryableError(f"Kafka send failed after retries, stopping before the "
                                  f"checkpoint moves: {self._failure}") from self._failure
+
+    def _raise_if_wedged(self) -> None:
+        """Raises PublisherWedged when a send is unsettled past the delivery timeout plus
+        WEDGED_MARGIN_S (logged as a WARNING: nothing else would say why output stopped)."""
+        now = self._clock()
+        with self._lock:
+            oldest, pending = self._tracker.oldest_unsettled(), self._tracker.pending
+        if oldest is None or now - oldest < self._settle_s:
+            return
+        self._wedged = True
+        message = (f"the Kafka producer is wedged: {pending} send(s) neither acknowledged nor "
+                   f"failed, the oldest for {now - oldest:.0f}s (past its delivery timeout "
+                   f"plus {WEDGED_MARGIN_S:.0f}s); closing it and sending them again with a "
+                   "new producer")
+        log.warning(message)
+        raise PublisherWedged(message)
 
     def save_checkpoint(self) -> None:
         """Store the progress acknowledged since the last save, if any: the newest checkpoint

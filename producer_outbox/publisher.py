@@ -6,7 +6,7 @@ import logging
 from typing import Callable, Mapping
 
 from kafka import KafkaProducer
-from kafka.errors import (AuthorizationError, InvalidTopicError, KafkaError,
+from kafka.errors import (AuthorizationError, InvalidTopicError, KafkaError, KafkaTimeoutError,
                           MessageSizeTooLargeError)
 
 from cachesync.kafka_login import refused_login_is_fatal
@@ -18,8 +18,15 @@ log = logging.getLogger(__name__)
 # message.max.bytes (1 MB + 12 by default) server-side; the key, headers and batch
 # framing need the rest.
 MAX_RECORD_BYTES = 1_000_000
+DELIVERY_TIMEOUT_MS = 120_000   # the producer's (kafka-python's default too)
 # Errors retrying cannot fix: the same record or topic fails the same way again.
 PERMANENT_ERRORS = (MessageSizeTooLargeError, InvalidTopicError, AuthorizationError)
+
+
+def delivery_timeout_s(options: Mapping | None) -> float:
+    """The producer's delivery timeout under these options (kafka.producer_properties may
+    set it): a send is settled, acknowledged or failed, within it."""
+    return (options or {}).get("delivery_timeout_ms", DELIVERY_TIMEOUT_MS) / 1000
 
 
 def is_permanent(error: BaseException) -> bool:
@@ -45,11 +52,13 @@ class KafkaPublisher:
                                                batch_size, security)
         except KafkaError as e:
             raise RetryableError(f"Kafka unavailable at {bootstrap_servers}: {e}") from e
+        # kafka.producer_properties may change it: the pipeline's wedge check reads it
+        self.delivery_timeout_s = self._producer.config["delivery_timeout_ms"] / 1000
 
     @staticmethod
     def _connect(bootstrap_servers, client_id, linger_ms, batch_size, security) -> KafkaProducer:
         tunable = dict(linger_ms=linger_ms, batch_size=batch_size, compression_type=None,
-                       delivery_timeout_ms=120_000,
+                       delivery_timeout_ms=DELIVERY_TIMEOUT_MS,
                        # default 30 s: slow to see a broker back (see the consumer's
                        # RECONNECT_BACKOFF_MAX_MS, consumer/adapters/kafka_source.py)
                        reconnect_backoff_max_ms=1000)
@@ -79,4 +88,16 @@ class KafkaPublisher:
         self._producer.flush(timeout=timeout_s)
 
     def close(self, timeout_s: float = 10) -> None:
-        self._producer.close(timeout=timeout_s)
+        """Close, failing whatever is still unsettled after ``timeout_s`` (its callbacks run
+        with an error). Raises KafkaTimeoutError only if the client's I/O thread is stuck."""
+        try:
+            self._producer.close(timeout=timeout_s)
+        except KafkaTimeoutError:
+            # kafka-python's close() flushes first and raises on the timeout before it
+            # force-closes its I/O thread, which then keeps the batches (and its sockets)
+            # for good. No public call aborts them: force-close the sender (it fails every
+            # incomplete batch on its way out), then close what is left.
+            sender = self._producer._sender
+            sender.force_close()
+            sender.join(timeout_s + 1)
+            self._producer.close(timeout=0)

@@ -7,10 +7,11 @@ marked only after Kafka acknowledged it; a relay that dies leaves leased rows th
 relay redelivers once the lease ends, with the same event id, so the consumer drops the
 duplicate. Unconfirmed sends are bounded.
 
-Failures: a send Kafka did not acknowledge (after the client's retries, or at once)
-closes the Kafka producer and the pipeline that used it; its unacknowledged rows are
-redelivered when their lease ends. A MySQL error keeps both. Either way the relay backs
-off and goes on.
+Failures: a send Kafka did not acknowledge (after the client's retries, or at once), or
+one the client neither acknowledged nor failed within its delivery timeout plus a margin
+(a wedged client, pipeline.PublisherWedged), closes the Kafka producer and the pipeline
+that used it; its unacknowledged rows are redelivered when their lease ends. A MySQL
+error keeps both. Either way the relay backs off and goes on.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Callable
 from kafka.errors import KafkaError
 
 from cachesync.config import RelaySettings, TailerSettings
-from cachesync.producer_outbox.pipeline import Pipeline
+from cachesync.producer_outbox.pipeline import Pipeline, PublisherWedged
 from cachesync.producer_outbox.relay_source import OutboxSource
 from cachesync.producer_outbox.relay_store import OutboxCheckpoints, OutboxStore
 from cachesync.schema.errors import FatalError, RetryableError
@@ -44,6 +45,7 @@ class Relay:
         """``from_binlog``: the tailer publishes this table too (tailer.outbox_tables); the
         purge then goes by creation time, since no row is ever marked published."""
         self._store, self._factory, self._opts = store, publisher_factory, settings
+        self._clock = clock
         self._topic, self._db, self._retry, self._from_binlog = topic, db, retry, from_binlog
         self._stop = threading.Event()
         self.source = OutboxSource(store, settings, db, server, self._stop, clock, from_binlog)
@@ -58,6 +60,7 @@ class Relay:
         self._publisher = None
         self._pipeline: Pipeline | None = None
         self._sent_before = 0       # rows sent by pipelines closed after a failure
+        self.producers_wedged = 0   # producers given up: sends unsettled past their timeout
 
     def stop(self) -> None:
         self._stop.set()
@@ -129,7 +132,7 @@ class Relay:
                 self._publisher = self._factory()   # raises RetryableError if Kafka is down
                 log.info("relay connected to Kafka")
             self._pipeline = Pipeline(self._publisher, self._checkpoints, self._topic,
-                                      self._pipeline_settings)
+                                      self._pipeline_settings, self._clock)
         return self._pipeline
 
     def _after_failure(self, pipeline: Pipeline, error: Exception) -> Exception:
@@ -144,6 +147,8 @@ class Relay:
                         e)
         if not pipeline.failed:
             return error            # MySQL: the pipeline and the producer are fine
+        if isinstance(error, PublisherWedged):      # the pipeline logged the WARNING
+            self.producers_wedged += 1
         self._sent_before += pipeline.published
         self._pipeline = None
         self.source.forget_all()

@@ -137,12 +137,13 @@ class RowEncoder:
             if images is not None:
                 change = partial.marked(change, images)
             key = kafka_key(change.db, change.table, change.pk)
+            value = self._encode(change, mapping)   # a column type it cannot write: below
         except (ValueError, TypeError, KeyError) as e:    # a value: invalidate the table
             self.unkeyable += 1
             partial = partial or PartialRows(self, mapping, ctx, event.schema, event.table)
             partial.unkeyable(e, out, row_index)    # the table event takes the row's index
             return row_index + 1
-        out.append(Record(change.db, change.table, key, self._encode(change, mapping), change.id))
+        out.append(Record(change.db, change.table, key, value, change.id))
         return row_index + 1
 
     def _resolve_json(self, row: dict, schema: str, table: str,

@@ -19,7 +19,9 @@ from cachesync import startup
 class StartingPublisher:
     """The publisher ``start()`` returns, started in a daemon thread at construction."""
 
-    def __init__(self, start: Callable[[], object]):
+    def __init__(self, start: Callable[[], object], delivery_timeout_s: float | None = None):
+        """``delivery_timeout_s``: the started publisher's (the pipeline's wedge check)."""
+        self.delivery_timeout_s = delivery_timeout_s
         self._ready = threading.Event()
         self._publisher: object | None = None
         self._error: BaseException | None = None

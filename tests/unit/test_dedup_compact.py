@@ -7,8 +7,10 @@ import math
 import pytest
 
 from cachesync.consumer.adapters.mysql_dedup_compact import (
-    WINDOWS_AHEAD, boundary, commit_ms, namespace_bytes, new_token, record_id, window_end,
+    WINDOWS_AHEAD, CompactMySQLDedupStore, boundary, commit_ms, namespace_bytes, new_token, record_id, window_end,
     windows_to_add, windows_to_drop)
+from cachesync.producer_outbox.mysql import MySQLParams
+from cachesync.schema.errors import FatalError
 
 
 @pytest.mark.parametrize("ts, ms", [
@@ -56,3 +58,46 @@ def test_long_namespaces_are_hashed_to_fit():
     assert namespace_bytes("group") == b"group"
     long = namespace_bytes("g" * 100)
     assert len(long) <= 64 and long != namespace_bytes("g" * 101)
+
+
+class _Conn:
+    """A connection an account lacking the compact layout's grants opens (no server)."""
+    open, closed = True, False
+
+    def cursor(self):
+        return self
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def execute(self, sql, args=None):
+        self.last = sql
+
+    def fetchone(self):
+        return ("app",)
+
+    def fetchall(self):
+        return [("GRANT SELECT, INSERT, UPDATE, DELETE ON `app`.* TO `c`@`%`",)]
+
+    def commit(self):
+        pass
+
+    def close(self):
+        self.closed = True
+
+
+def test_a_failed_grant_check_closes_the_connection_it_ran_on():
+    opened = []
+
+    class Params(MySQLParams):
+        def connect(self, **overrides):
+            opened.append(_Conn())
+            return opened[-1]
+    store = CompactMySQLDedupStore(Params("h", 1, "c", "pw"), "ns")
+    for _attempt in range(2):       # each start-up attempt opens and closes its own
+        with pytest.raises(FatalError, match="compact: the account needs"):
+            store.claim(["m1"], 5.0)
+    assert len(opened) == 2 and all(c.closed for c in opened)

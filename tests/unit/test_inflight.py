@@ -61,3 +61,20 @@ def test_take_acknowledged(script, expected):
     assert tracker.take_acknowledged() == expected
     assert tracker.take_acknowledged() == []                     # each is taken once
     assert tracker.open_transactions == len(txns) - len(expected)
+
+
+def test_the_oldest_unsettled_send_is_the_earliest_still_unacknowledged():
+    t = InflightTracker()
+    a, b, c = t.open(1), t.open(2), t.open(3)
+    assert t.oldest_unsettled() is None
+    t.sent(b, 1, at=20.0)
+    t.sent(a, 2, at=30.0)          # an earlier group sending later (an XA group released)
+    t.sent(c, 1)                   # unstamped: not judged
+    assert t.oldest_unsettled() == 20.0
+    t.acked(b)
+    assert t.oldest_unsettled() == 30.0
+    t.sent(a, 1, at=40.0)          # still unsettled since 30
+    t.acked(a, 3)
+    assert t.oldest_unsettled() is None
+    t.sent(a, 1, at=50.0)          # settled, then sending again: a new start
+    assert t.oldest_unsettled() == 50.0

@@ -15,7 +15,7 @@ from cachesync.producer_outbox.outbox import (MAX_PAYLOAD_BYTES, OutboxError, Ou
                                     outbox_values, to_event)
 from cachesync.config import RelaySettings, TailerSettings
 from cachesync.producer_outbox.memory import MemoryPublisher, MemorySource
-from cachesync.producer_outbox.pipeline import Pipeline
+from cachesync.producer_outbox.pipeline import DELIVERY_TIMEOUT_S, WEDGED_MARGIN_S, Pipeline
 from cachesync.producer_outbox.ports import Begin, Commit
 from cachesync.producer_outbox.relay import Relay
 from cachesync.producer_outbox.relay_source import OutboxSource, _warn_due
@@ -219,6 +219,37 @@ def test_a_failed_send_closes_the_producer_and_the_row_returns_after_its_lease()
         relay.stop()
         thread.join(10)
     assert store.closed and made[1].closed and not thread.is_alive() and thread.error is None
+
+
+def test_a_wedged_producer_is_replaced_and_its_rows_return_after_their_lease(caplog):
+    """A producer that neither acknowledges nor fails its sends (seen with kafka-python after
+    a broker restart) is closed once they are older than its delivery timeout plus a margin;
+    a fresh one sends the rows again when their lease ends."""
+    now = [0.0]
+    store, made = FakeStore(rows(3)), []
+
+    def factory():
+        made.append(MemoryPublisher(auto_ack=False))
+        return made[-1]
+    relay = Relay(store, factory, RelaySettings(poll_interval_s=0.01), "t", "app", "s",
+                  retry=RetryPolicy(base_s=0.01, cap_s=0.01), clock=lambda: now[0])
+    thread = Running(relay.run)
+    thread.start()
+    try:
+        wait_for(lambda: made and len(made[0].sent) == 3, 10, what="3 sends")
+        now[0] += DELIVERY_TIMEOUT_S + WEDGED_MARGIN_S
+        wait_for(lambda: len(made) == 2, 10, what="a fresh producer")
+        assert made[0].closed and relay.producers_wedged == 1 and store.marked == []
+        assert "wedged: 3 send(s) neither acknowledged nor failed, the oldest for 150s" in (
+            caplog.text)
+        store.rows = rows(3)                    # their leases ended: due again
+        wait_for(lambda: len(made[1].sent) == 3, 10, what="the resends")
+        made[1].ack_all()
+        wait_for(lambda: sorted(store.marked) == ids(3), 10, what="the resent rows marked")
+    finally:
+        relay.stop()
+        thread.join(10)
+    assert not thread.is_alive() and thread.error is None and relay.producers_wedged == 1
 
 
 def test_a_mysql_error_while_marking_keeps_the_producer_and_marks_later_without_resending():

@@ -9,7 +9,8 @@ from kafka.errors import KafkaTimeoutError, MessageSizeTooLargeError
 from cachesync.config import TailerSettings
 from cachesync.producer_outbox.checkpoint import Checkpoint
 from cachesync.producer_outbox.memory import MemoryCheckpointStore, MemoryPublisher, MemorySource
-from cachesync.producer_outbox.pipeline import Pipeline
+from cachesync.producer_outbox.pipeline import (DELIVERY_TIMEOUT_S, WEDGED_MARGIN_S, Pipeline,
+                                               PublisherWedged)
 from cachesync.producer_outbox.ports import (PULSE, Begin, Commit, Decide, Hold, Prepared,
                                              Record, Release, TableEvent)
 from cachesync.producer_outbox.rows import TxnContext
@@ -184,3 +185,100 @@ def test_stop_ends_the_run_at_the_next_pulse_and_drain_stores_what_was_acked():
     p.run(type("S", (), {"changes": staticmethod(changes)})())
     p.drain()
     assert [s.msg_id for s in publisher.sent] == ["id-1"] and store.saved == [cp(42)]
+
+
+# -- a publisher that stops settling its sends (a wedged Kafka client) -------------------
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+LIMIT_S = DELIVERY_TIMEOUT_S + WEDGED_MARGIN_S
+
+
+@pytest.mark.parametrize("waited, acked, wedged", [
+    (LIMIT_S - 1, False, False),     # slow, within the delivery timeout plus the margin
+    (LIMIT_S, False, True),          # neither acked nor failed past it: the client is stuck
+    (LIMIT_S * 10, True, False),     # acknowledged long ago: nothing pending to judge
+])
+def test_sends_unsettled_past_the_delivery_timeout_stop_the_pipeline(waited, acked, wedged,
+                                                                      caplog):
+    clock, publisher = Clock(), MemoryPublisher(auto_ack=False)
+    p, store = pipeline_with(clock, publisher)
+
+    def items():
+        yield from group(42, 1, 2)
+        if acked:
+            publisher.ack_all()
+        clock.now += waited
+        yield PULSE
+        yield from group(43, 3)
+    if wedged:
+        with pytest.raises(PublisherWedged, match=r"wedged: 2 send\(s\) .* the oldest for 150s"):
+            p.run(type("S", (), {"changes": staticmethod(items)})())
+        assert isinstance(PublisherWedged("x"), RetryableError) and p.failed
+        assert store.saved == [] and len(publisher.sent) == 2
+        assert "the Kafka producer is wedged" in caplog.text
+    else:
+        p.run(type("S", (), {"changes": staticmethod(items)})())
+        assert not p.failed and len(publisher.sent) == 3
+
+
+def pipeline_with(clock, publisher, **settings):
+    store = MemoryCheckpointStore()
+    return Pipeline(publisher, store, "t", TailerSettings(
+        checkpoint_interval_s=0, **{"pack_rows": 1, **settings}), clock), store
+
+
+def test_back_pressure_waits_no_longer_than_the_publishers_own_delivery_timeout():
+    clock, flushes = Clock(), []
+
+    class Stuck(MemoryPublisher):
+        delivery_timeout_s = 300.0      # e.g. set through kafka.producer_properties
+
+        def flush(self, timeout_s=None):
+            flushes.append(timeout_s)
+            clock.now += timeout_s
+            raise KafkaTimeoutError("Timeout waiting for future")
+    p, store = pipeline_with(clock, Stuck(auto_ack=False), max_inflight=2)
+    with pytest.raises(PublisherWedged, match="the oldest for 330s"):
+        p.run(MemorySource(group(42, 1, 2)))
+    assert flushes == [300.0 + WEDGED_MARGIN_S] and store.saved == [] and p.failed
+
+
+def test_a_flush_that_fails_otherwise_keeps_its_own_error():
+    class Broken(MemoryPublisher):
+        def flush(self, timeout_s=None):
+            raise RetryableError("the publisher process died")
+    p, _ = pipeline_with(Clock(), Broken(auto_ack=False), max_inflight=1)
+    with pytest.raises(RetryableError, match="process died"):
+        p.run(MemorySource(group(42, 1)))
+
+
+def test_closing_a_producer_with_unsettled_sends_force_closes_its_sender():
+    """kafka-python's close() flushes first and raises on its timeout before it force-closes
+    the I/O thread; KafkaPublisher.close then force-closes it (its batches fail) itself."""
+    from cachesync.producer_outbox.publisher import KafkaPublisher
+    calls = []
+
+    class Sender:
+        def force_close(self):
+            calls.append("force_close")
+
+        def join(self, timeout):
+            calls.append(("join", timeout))
+
+    class Producer:
+        _sender = Sender()
+
+        def close(self, timeout):
+            calls.append(("close", timeout))
+            if "force_close" not in calls:
+                raise KafkaTimeoutError("Timeout waiting for future")
+    publisher = KafkaPublisher.__new__(KafkaPublisher)     # no broker: the client is faked
+    publisher._producer = Producer()
+    publisher.close(0)
+    assert calls == [("close", 0), "force_close", ("join", 1), ("close", 0)]
