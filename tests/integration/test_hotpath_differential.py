@@ -129,12 +129,18 @@ def tail(lab, settings, server: str, start: str, rows: int) -> list:
     return capture.sent
 
 
-def test_compiled_and_python_rows_publish_the_same_records(lab, monkeypatch):
-    start, end, rows = write_range(lab)
-    cfg = lab.write_config(MAPPINGS, tailer={"pack_rows": 1})
-    settings = lab.settings(cfg)
+def _range_and_settings(lab):
+    """The written range (its start and row count), the settings to tail it one row per pack,
+    and the server's identity."""
+    start, _, rows = write_range(lab)
+    settings = lab.settings(lab.write_config(MAPPINGS, tailer={"pack_rows": 1}))
     with lab.stack.admin(lab.db) as conn:
         server = read_server_info(conn).identity
+    return start, rows, settings, server
+
+
+def test_compiled_and_python_rows_publish_the_same_records(lab, monkeypatch):
+    start, rows, settings, server = _range_and_settings(lab)
     compiled, calls = hotpath.record, []
 
     def counting(ctx, row_index, db, table, *rest):
@@ -159,11 +165,7 @@ def test_compiled_and_python_rows_publish_the_same_records(lab, monkeypatch):
 def test_transactions_framed_at_once_publish_what_event_by_event_reading_does(lab, monkeypatch):
     """The fast reader's compiled framing of whole transactions (``scan_group``) against
     its event-by-event path, on the same range: the same records, in order."""
-    start, end, rows = write_range(lab)
-    cfg = lab.write_config(MAPPINGS, tailer={"pack_rows": 1})
-    settings = lab.settings(cfg)
-    with lab.stack.admin(lab.db) as conn:
-        server = read_server_info(conn).identity
+    start, rows, settings, server = _range_and_settings(lab)
     scan, framed = dumpstream._scan_group, []
 
     def counting(buf, pos, seq):
