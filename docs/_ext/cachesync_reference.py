@@ -242,7 +242,9 @@ PERFORMANCE_INTRO = """\
 Generated from the committed results in `bench/results/`: for each benchmark, the newest full
 run that measured it, with the command that made it and the host it ran on. Every figure
 stands beside a baseline measured in the same run (medians of the runs given). The
-benchmarks run on a shared 2-core host; read ratios, not absolute numbers.
+benchmarks run on a 2-core host, often shared with other work: the load average each run
+ended with is in the table, and a figure measured at a high load says more about the host
+than about cachesync. Read ratios, not absolute numbers.
 How to run and read them: [Performance and the consistency lab](../performance.md).
 """
 
@@ -264,13 +266,17 @@ def performance_markdown(root: Path | None = None) -> str:
         for name in doc.get("benchmarks", {}):
             if not newest.get(name) or doc["started_at"] >= newest[name][1]["started_at"]:
                 newest[name] = (path.name, doc)
-    out = [PERFORMANCE_INTRO, "| benchmark | results file | command | started | host |",
-           "|---|---|---|---|---|"]
+    out = [PERFORMANCE_INTRO,
+           "| benchmark | results file | command | started | host | load average after |",
+           "|---|---|---|---|---|---|"]
     for name, (file, doc) in sorted(newest.items()):
         host = doc.get("host", {})
+        load = doc["benchmarks"][name].get("loadavg_after") if isinstance(
+            doc["benchmarks"][name], dict) else None
+        load_text = f"{load[0]:.1f}" if load else "not recorded"
         out.append(f"| `{name}` | `bench/results/{file}` | `{doc.get('command', '')}` | "
                    f"{doc.get('started_at', '')[:16]} | {host.get('cpus', '?')} CPUs, "
-                   f"Python {host.get('python', '?')} |")
+                   f"Python {host.get('python', '?')} | {load_text} |")
     out.append("\n## Throughput and lag\n")
     for name in ("tailer", "consumer", "lag", "soak"):
         if name in newest:
