@@ -90,6 +90,10 @@ RELAY_COUNTERS = {
     "cachesync_relay_rows_sent": ("Outbox rows sent to Kafka", "sent"),
     "cachesync_relay_rows_published": ("Outbox rows marked published after Kafka's ack",
                                        "published"),
+    "cachesync_relay_rows_unencodable": ("Leases of outbox rows that could not be encoded "
+                                         "(payload or cache_keys not JSON): each stays "
+                                         "unpublished and its keys uninvalidated, with a "
+                                         "WARNING naming it", "unencodable"),
     "cachesync_relay_kafka_producers_wedged": ("Kafka producers the relay closed and replaced "
                                                "because sends stayed neither acknowledged nor "
                                                "failed past their delivery timeout (their "

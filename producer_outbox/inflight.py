@@ -18,7 +18,6 @@ class _Txn(Generic[P]):
     position: P          # the checkpoint that is safe once this txn is fully acked
     pending: int = 0
     closed: bool = False
-    since: float | None = None   # when its oldest unacknowledged send went out
 
 
 class InflightTracker(Generic[P]):
@@ -32,6 +31,7 @@ class InflightTracker(Generic[P]):
     def __init__(self) -> None:
         self._txns: deque[_Txn[P]] = deque()
         self._pending_total = 0
+        self._progress_at: float | None = None   # see stalled_since
 
     def open(self, position: P) -> _Txn[P]:
         """Start tracking a transaction; ``position`` is where to resume after it."""
@@ -41,17 +41,21 @@ class InflightTracker(Generic[P]):
 
     def sent(self, txn: _Txn[P], events: int = 1, at: float | None = None) -> None:
         """``events`` rows went out in one record (more than one when packed); ``at``:
-        when (any clock), for ``oldest_unsettled``."""
-        if txn.pending == 0:
-            txn.since = at
+        when (any clock), for ``stalled_since``; only a send that finds nothing in flight
+        needs it."""
+        if self._pending_total == 0 and at is not None:
+            self._progress_at = at
         txn.pending += events
         self._pending_total += events
 
-    def acked(self, txn: _Txn[P], events: int = 1) -> None:
+    def acked(self, txn: _Txn[P], events: int = 1, at: float | None = None) -> None:
+        """``at``: when (the clock of ``sent``)."""
         if txn.pending < events:
             raise ValueError("ack without a matching send")
         txn.pending -= events
         self._pending_total -= events
+        if at is not None:
+            self._progress_at = at
 
     def close(self, txn: _Txn[P], position: P | None = None) -> None:
         """All events of ``txn`` were sent; optionally correct its resume position."""
@@ -75,11 +79,12 @@ class InflightTracker(Generic[P]):
             self._txns = deque(t for t in self._txns if not (t.closed and t.pending == 0))
         return done
 
-    def oldest_unsettled(self) -> float | None:
-        """The earliest ``at`` of a send still unacknowledged (None: none, or unstamped).
-        Scans every transaction: call it now and then, not per record."""
-        stamps = [t.since for t in self._txns if t.pending and t.since is not None]
-        return min(stamps, default=None)
+    def stalled_since(self) -> float | None:
+        """Since when sends have been in flight without any acknowledgement: the later of
+        the last acknowledgement and the send that found nothing in flight (None: nothing in
+        flight, or never stamped). A long transaction whose sends keep being acknowledged
+        is never stalled, however long it takes."""
+        return self._progress_at if self._pending_total else None
 
     @property
     def pending(self) -> int:

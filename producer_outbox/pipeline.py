@@ -74,7 +74,6 @@ class Pipeline:
         # sends unsettled this long mean a wedged client (the publisher may say its timeout)
         self._settle_s = (getattr(publisher, "delivery_timeout_s", None)
                           or DELIVERY_TIMEOUT_S) + WEDGED_MARGIN_S
-        self._now = clock()             # sends are stamped with their group's start
         self._wedged = False
         self._txn = None                            # the open group's tracker entry
         self._xa: XaGroup | None = None             # the open group is XA: records held
@@ -131,7 +130,6 @@ class Pipeline:
 
     # -- groups -------------------------------------------------------------------------
     def _begin(self, _item: Begin) -> None:
-        self._now = self._clock()
         if self._packer is not None and (not self._span or time.monotonic()
                                          - self._partitions_read >= 1.0):
             if self._span:      # spanning packs share one partition count: re-read each second
@@ -169,7 +167,7 @@ class Pipeline:
             counted = txn if self._span and self._xa is None else None
             if counted is not None:     # a spanning pack: its rows are in flight from now on
                 with self._lock:
-                    self._tracker.sent(txn, 1, self._now)
+                    self._tracker.sent(txn, 1, self._idle_stamp())
             full = self._packer.add(db, table, key, value, msg_id, self._partitions, counted)
             if full is not None:
                 self._send_pack(full, txn)
@@ -222,7 +220,7 @@ class Pipeline:
             on_ack = lambda: self._on_acks(txn)     # noqa: E731
         else:
             with self._lock:
-                self._tracker.sent(txn, rows, self._now)
+                self._tracker.sent(txn, rows, self._idle_stamp())
             on_ack = lambda: self._on_ack(txn, rows)    # noqa: E731
         try:
             self._publisher.send(self._topic, key, value, msg_id,
@@ -307,15 +305,22 @@ class Pipeline:
             self._send(key, value, msg_id, txn, rows, partition, row)
 
     # -- acknowledgements and the checkpoint --------------------------------------------
+    def _idle_stamp(self) -> float | None:
+        """The time for a send that finds nothing in flight (the wedge check's start);
+        None otherwise, so the hot path reads no clock. Called under the lock."""
+        return None if self._tracker.pending else self._clock()
+
     def _on_ack(self, txn, rows: int) -> None:
+        now = self._clock()
         with self._lock:
-            self._tracker.acked(txn, rows)
+            self._tracker.acked(txn, rows, now)
             self.acked += rows
 
     def _on_acks(self, txns: list) -> None:
+        now = self._clock()
         with self._lock:
             for txn, rows in txns:
-                self._tracker.acked(txn, rows)
+                self._tracker.acked(txn, rows, now)
                 self.acked += rows
 
     @property
@@ -340,16 +345,18 @@ class Pipeline:
                                  f"checkpoint moves: {self._failure}") from self._failure
 
     def _raise_if_wedged(self) -> None:
-        """Raises PublisherWedged when a send is unsettled past the delivery timeout plus
-        WEDGED_MARGIN_S (logged as a WARNING: nothing else would say why output stopped)."""
+        """Raises PublisherWedged when sends have been in flight with none acknowledged or
+        failed for the delivery timeout plus WEDGED_MARGIN_S (logged as a WARNING: nothing
+        else would say why output stopped). A slow transaction whose sends keep being
+        acknowledged is progress, not a wedge."""
         now = self._clock()
         with self._lock:
-            oldest, pending = self._tracker.oldest_unsettled(), self._tracker.pending
-        if oldest is None or now - oldest < self._settle_s:
+            stalled, pending = self._tracker.stalled_since(), self._tracker.pending
+        if stalled is None or now - stalled < self._settle_s:
             return
         self._wedged = True
         message = (f"the Kafka producer is wedged: {pending} send(s) neither acknowledged nor "
-                   f"failed, the oldest for {now - oldest:.0f}s (past its delivery timeout "
+                   f"failed, none settled for {now - stalled:.0f}s (past its delivery timeout "
                    f"plus {WEDGED_MARGIN_S:.0f}s); closing it and sending them again with a "
                    "new producer")
         log.warning(message)
@@ -381,11 +388,17 @@ class Pipeline:
             self.committed = done[-1]
 
     def drain(self, timeout_s: float = DRAIN_TIMEOUT_S) -> None:
-        """On a clean stop: send the open packs, wait (up to ``timeout_s``) for acks, then
-        store the last safe checkpoint."""
-        if self._failure is None:
+        """On a stop: send the open packs, wait (up to ``timeout_s``) for acks, then store
+        the last safe checkpoint. Nothing to wait for after a failed send or from a wedged
+        client; a flush that times out is retryable (the next start sends from the
+        checkpoint), so it never turns a restart into an exit."""
+        if self._failure is None and not self._wedged:
             if self._span:      # counted rows; otherwise the open group's, not closed
                 self.flush_packs()
-            self._publisher.flush(timeout_s=timeout_s)
+            try:
+                self._publisher.flush(timeout_s=timeout_s)
+            except KafkaError as e:
+                raise RetryableError(f"Kafka did not acknowledge the last sends within "
+                                     f"{timeout_s:.0f}s of the stop: {e}") from e
         if self._failure is None:
             self.save_checkpoint()

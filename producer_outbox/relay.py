@@ -80,6 +80,11 @@ class Relay:
         return self._checkpoints.marked
 
     @property
+    def unencodable(self) -> int:
+        """Leases of rows that could not be encoded (each stays unpublished)."""
+        return self.source.unencodable
+
+    @property
     def last_published_at(self) -> float | None:
         """time.time() of the newest marking."""
         return self._checkpoints.last_marked_at

@@ -47,6 +47,7 @@ class OutboxSource:
         self._unconfirmed: dict[str, float] = {}   # event id -> when yielded, until marked
         self._last_purge = float("-inf")
         self._waiting_since_log: float | None = None
+        self.unencodable = 0        # leases of rows that could not be encoded (metrics)
 
     @property
     def unconfirmed(self) -> int:
@@ -100,10 +101,13 @@ class OutboxSource:
 
     def _group(self, row: OutboxRow) -> tuple[Change, ...]:
         """The row's group; none for a row that cannot be encoded (a payload that is not
-        JSON, written around ``emit``): it stays unpublished, warned at every lease."""
+        JSON, written around ``emit``): it stays unpublished, warned and counted at every
+        lease. Its keys are in the unreadable text, so nothing can be invalidated for it:
+        the metric and the WARNING are what an operator alerts on."""
         try:
             value = encode(to_event(row, self._db, self._server))
         except (ValueError, TypeError) as e:
+            self.unencodable += 1
             log.warning("outbox event %s (seq %d, %s %s) cannot be encoded; it stays "
                         "unpublished and is leased again after relay.redeliver_interval_s: "
                         "%s", row.event_id, row.seq, row.aggregate_type, row.aggregate_id, e,

@@ -63,18 +63,16 @@ def test_take_acknowledged(script, expected):
     assert tracker.open_transactions == len(txns) - len(expected)
 
 
-def test_the_oldest_unsettled_send_is_the_earliest_still_unacknowledged():
+def test_sends_are_stalled_since_the_last_acknowledgement_or_the_send_that_found_none_in_flight():
     t = InflightTracker()
-    a, b, c = t.open(1), t.open(2), t.open(3)
-    assert t.oldest_unsettled() is None
-    t.sent(b, 1, at=20.0)
-    t.sent(a, 2, at=30.0)          # an earlier group sending later (an XA group released)
-    t.sent(c, 1)                   # unstamped: not judged
-    assert t.oldest_unsettled() == 20.0
-    t.acked(b)
-    assert t.oldest_unsettled() == 30.0
-    t.sent(a, 1, at=40.0)          # still unsettled since 30
-    t.acked(a, 3)
-    assert t.oldest_unsettled() is None
-    t.sent(a, 1, at=50.0)          # settled, then sending again: a new start
-    assert t.oldest_unsettled() == 50.0
+    a, b = t.open(1), t.open(2)
+    assert t.stalled_since() is None
+    t.sent(b, 1, at=20.0)          # nothing in flight: the wait starts here
+    t.sent(a, 2, at=None)          # more in flight: no clock needed
+    assert t.stalled_since() == 20.0
+    t.acked(b, 1, at=35.0)         # progress, whatever group it belongs to
+    assert t.stalled_since() == 35.0
+    t.acked(a, 2, at=40.0)
+    assert t.stalled_since() is None            # nothing in flight: nothing to judge
+    t.sent(a, 1, at=50.0)          # sending again after all settled: a new start
+    assert t.stalled_since() == 50.0

@@ -240,7 +240,7 @@ def test_a_wedged_producer_is_replaced_and_its_rows_return_after_their_lease(cap
         now[0] += DELIVERY_TIMEOUT_S + WEDGED_MARGIN_S
         wait_for(lambda: len(made) == 2, 10, what="a fresh producer")
         assert made[0].closed and relay.producers_wedged == 1 and store.marked == []
-        assert "wedged: 3 send(s) neither acknowledged nor failed, the oldest for 150s" in (
+        assert "wedged: 3 send(s) neither acknowledged nor failed, none settled for 150s" in (
             caplog.text)
         store.rows = rows(3)                    # their leases ended: due again
         wait_for(lambda: len(made[1].sent) == 3, 10, what="the resends")
@@ -277,7 +277,7 @@ def test_rows_leased_again_warn_once_per_round_naming_the_most_retried(caplog):
                         f"at attempt 6"]
 
 
-def test_a_row_that_cannot_be_encoded_stays_unpublished_with_a_warning(caplog):
+def test_a_row_that_cannot_be_encoded_stays_unpublished_with_a_warning_and_a_count(caplog):
     bad = OutboxRow(**{**ROW.__dict__, "payload": "{not json"})
     store = FakeStore([bad, *rows(1)])
     source, _ = outbox_ports(store, poll_interval_s=0.01)
@@ -285,8 +285,10 @@ def test_a_row_that_cannot_be_encoded_stays_unpublished_with_a_warning(caplog):
         items = list(islice(source.changes(), 4))
     assert [type(i).__name__ for i in items] == ["Begin", "Record", "Commit", "Pulse"]
     assert items[1].msg_id == ids(1)[0] and source.unconfirmed == 1
+    assert source.unencodable == 1      # cachesync_relay_rows_unencodable
     assert any("cannot be encoded; it stays unpublished" in r.getMessage() and
                r.table == "app.board" for r in caplog.records)
+
 
 @pytest.mark.parametrize("name, quoted", [
     ("cachesync_outbox", "`cachesync_outbox`"),
