@@ -139,19 +139,29 @@ def _range_and_settings(lab):
     return start, rows, settings, server
 
 
-def test_compiled_and_python_rows_publish_the_same_records(lab, monkeypatch):
+def _tail_with_and_without(lab, monkeypatch, module, name: str, observe):
+    """Tails the written range twice: with ``module.<name>`` wrapped so that ``observe``
+    sees each call's arguments and result, then with it set to None (the Python path).
+    Returns (row changes, the first run's records, the second's)."""
     start, rows, settings, server = _range_and_settings(lab)
-    compiled, calls = hotpath.record, []
+    real = getattr(module, name)
 
-    def counting(ctx, row_index, db, table, *rest):
-        out = compiled(ctx, row_index, db, table, *rest)
-        calls.append((table, out is not None))
+    def wrapped(*args):
+        out = real(*args)
+        observe(args, out)
         return out
 
-    monkeypatch.setattr(hotpath, "record", counting)
-    fast = tail(lab, settings, server, start, rows)
-    monkeypatch.setattr(hotpath, "record", None)
-    python = tail(lab, settings, server, start, rows)
+    monkeypatch.setattr(module, name, wrapped)
+    first = tail(lab, settings, server, start, rows)
+    monkeypatch.setattr(module, name, None)
+    return rows, first, tail(lab, settings, server, start, rows)
+
+
+def test_compiled_and_python_rows_publish_the_same_records(lab, monkeypatch):
+    calls = []          # (table, ran compiled) per row: args are (ctx, row_index, db, table, ...)
+    rows, fast, python = _tail_with_and_without(
+        lab, monkeypatch, hotpath, "record",
+        lambda args, out: calls.append((args[3], out is not None)))
     assert fast == python
     # every row ran compiled but those with a double Python writes with an exponent
     # (1e16, 1e300, 1e-07: zoo.d and dkey.k), which the Python path wrote
@@ -165,19 +175,10 @@ def test_compiled_and_python_rows_publish_the_same_records(lab, monkeypatch):
 def test_transactions_framed_at_once_publish_what_event_by_event_reading_does(lab, monkeypatch):
     """The fast reader's compiled framing of whole transactions (``scan_group``) against
     its event-by-event path, on the same range: the same records, in order."""
-    start, rows, settings, server = _range_and_settings(lab)
-    scan, framed = dumpstream._scan_group, []
-
-    def counting(buf, pos, seq):
-        found = scan(buf, pos, seq)
-        if found is not None:
-            framed.append(len(found[2]))
-        return found
-
-    monkeypatch.setattr(dumpstream, "_scan_group", counting)
-    grouped = tail(lab, settings, server, start, rows)
-    monkeypatch.setattr(dumpstream, "_scan_group", None)
-    one_by_one = tail(lab, settings, server, start, rows)
+    framed = []         # events per transaction framed at once
+    _, grouped, one_by_one = _tail_with_and_without(
+        lab, monkeypatch, dumpstream, "_scan_group",
+        lambda args, found: found is not None and framed.append(len(found[2])))
     assert grouped == one_by_one
     # transactions with rows went as whole groups (how many the read buffer holds whole
     # depends on how the socket hands out the bytes)
