@@ -13,7 +13,7 @@ import threading
 from typing import Callable
 
 from cachesync.producer_outbox.leader import CHECK_EVERY_S, TailerLock
-from cachesync.schema.errors import RetryableError
+from cachesync.schema.errors import FatalError, RetryableError
 from cachesync.supervisor import RestartingTailer
 
 log = logging.getLogger("cachesync")
@@ -53,7 +53,13 @@ class ActiveStandby:
         return self._current.last if self._current is not None else None
 
     def run(self) -> None:
-        held = self._lock.try_acquire()
+        try:
+            held = self._lock.try_acquire()
+        except FatalError:
+            # the lock's table is refused (a grant missing): the preflight names every
+            # missing grant at once, and its message is the clearer one
+            self._preflight()
+            raise
         if not held:
             self._preflight()
         while held or self._lock.acquire(self._stopping):

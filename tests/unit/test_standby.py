@@ -163,3 +163,21 @@ def test_a_standby_checks_the_server_before_it_waits_and_stops_at_once_if_it_nev
         ActiveStandby(lock, lambda: pytest.fail("never built"),
                       preflight=lambda: (_ for _ in ()).throw(
                           FatalError("the cachesync user lacks REPLICATION SLAVE"))).run()
+
+
+class Refused(FakeLock):
+    def try_acquire(self) -> bool:
+        raise FatalError("MySQL refused: Access denied for user 'weak' to database 'cachesync'")
+
+
+@pytest.mark.parametrize("grants_missing, message", [
+    (True, "lacks REPLICATION SLAVE"),      # the check names what is missing
+    (False, "Access denied"),               # else the lock's own refusal
+])
+def test_a_lock_the_server_refuses_is_explained_by_the_check(grants_missing, message):
+    def preflight():
+        if grants_missing:
+            raise FatalError("the cachesync user lacks REPLICATION SLAVE")
+    with pytest.raises(FatalError, match=message):
+        ActiveStandby(Refused(grants=0), lambda: pytest.fail("never built"),
+                      preflight=preflight).run()
