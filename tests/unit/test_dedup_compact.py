@@ -11,6 +11,7 @@ from cachesync.consumer.adapters.mysql_dedup_compact import (
     windows_to_add, windows_to_drop)
 from cachesync.producer_outbox.mysql import MySQLParams
 from cachesync.schema.errors import FatalError
+from tests.support.fakedb import FakeConnection
 
 
 @pytest.mark.parametrize("ts, ms", [
@@ -60,18 +61,9 @@ def test_long_namespaces_are_hashed_to_fit():
     assert len(long) <= 64 and long != namespace_bytes("g" * 101)
 
 
-class _Conn:
+class _Conn(FakeConnection):
     """A connection an account lacking the compact layout's grants opens (no server)."""
     open, closed = True, False
-
-    def cursor(self):
-        return self
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
     def execute(self, sql, args=None):
         self.last = sql

@@ -10,6 +10,7 @@ import pytest
 from cachesync.producer_outbox.images import RowImages, absent_columns, known_images
 from cachesync.producer_outbox.keycolumns import time2_delta
 from cachesync.schema.keytext import inet4_text, inet6_text, time_text, uuid_text
+from tests.support.fakedb import FakeConnection
 
 NAMES = ["id", "email", "name", "bio"]
 
@@ -200,20 +201,11 @@ def test_a_table_without_primary_key_is_keyed_with_its_nulls():
     assert kafka_key("d", "t", (("a", None), ("b", "\\N"), ("c", 1))) == "d.t:\\N,\\\\N,1"
 
 
-class _Conn:
+class _Conn(FakeConnection):
     """A connection answering information_schema with ``rows``; counts the queries."""
 
     def __init__(self, rows, queries):
         self.rows, self.queries = rows, queries
-
-    def cursor(self):
-        return self
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
     def execute(self, sql, args):
         self.queries.append(args)
