@@ -5,6 +5,7 @@ and ``kafka.create_topics`` for tail and consume)."""
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 
 from kafka import KafkaAdminClient
@@ -18,6 +19,7 @@ from cachesync.schema.errors import FatalError, RetryableError
 log = logging.getLogger("cachesync.topics")
 
 ADMIN_TIMEOUT_MS = 10_000
+VISIBLE_POLL_S = 0.1     # how often a created topic's metadata is asked for until it shows
 
 
 @dataclass(frozen=True)
@@ -102,13 +104,31 @@ def create_topics(settings: Settings) -> list[TopicState]:
                 log.info("created Kafka topic %s (%d partitions, replication factor %s, "
                          "retention %g s)", name, k.topic_partitions,
                          k.topic_replication_factor, k.topic_retention_s)
-        after = describe_topics(admin, topic_names(settings))
+        after = _described_once_visible(admin, topic_names(settings), missing)
         return [TopicState(t.name, t.exists, t.partitions, t.retention_ms,
                            created=t.name in missing and t.exists) for t in after]
     except KafkaError as e:
         raise RetryableError(f"Kafka admin request failed: {type(e).__name__}: {e}") from e
     finally:
         admin.close()
+
+
+def _described_once_visible(admin: KafkaAdminClient, names, created) -> list[TopicState]:
+    """The topics described once every one just ``created`` shows in the broker's metadata.
+
+    A broker acknowledges CreateTopics when the controller has committed it; the broker
+    answering metadata may apply it a moment later (KRaft), and would describe the topic as
+    missing. Waits at most ADMIN_TIMEOUT_MS, then describes what the broker shows."""
+    deadline = time.monotonic() + ADMIN_TIMEOUT_MS / 1000
+    while True:
+        states = describe_topics(admin, names)
+        unseen = [t.name for t in states if t.name in created and not t.exists]
+        if not unseen or time.monotonic() >= deadline:
+            if unseen:
+                log.warning("Kafka acknowledged creating %s but its metadata does not show it "
+                            "after %d s", ", ".join(unseen), ADMIN_TIMEOUT_MS // 1000)
+            return states
+        time.sleep(VISIBLE_POLL_S)
 
 
 def ensure_topics(settings: Settings) -> None:
