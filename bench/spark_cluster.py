@@ -124,12 +124,23 @@ def _warm_executor(spark) -> None:
     """Start the executor's Python worker and import the engine's modules there, outside the
     timing (a long-running query pays it once): otherwise the first timed Spark run of the
     session, whichever side it is, pays it alone."""
+    from cachesync.consumer.spark.stream import arrow_transfer
+
     def load(rows):
         list(rows)    # a worker that left input unread is not reused (pyspark worker.py)
         import cachesync.consumer.spark.applier  # noqa: F401
         import cachesync.wiring  # noqa: F401
         return [0]
     spark.sparkContext.parallelize([0], 1).mapPartitions(load).collect()
+
+    def load_arrow(batches):
+        # Arrow tasks get their Python workers from a daemon of their own: warm it too
+        import pyarrow as pa
+        list(batches)
+        load([])
+        yield pa.RecordBatch.from_pylist([{"x": 0}])
+    if arrow_transfer(spark)[0]:
+        spark.range(1, numPartitions=1).mapInArrow(load_arrow, "x long").collect()
 
 
 def _cluster() -> dict[str, str]:

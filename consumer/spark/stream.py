@@ -298,7 +298,9 @@ class SparkEngine:
             s = report.stats
             if s.consumed:
                 log.info("spark batch %d: %d consumed, %d applied, %d duplicates, "
-                         "%d dead-lettered, %d keys deleted", batch_id, s.consumed, s.applied,
-                         s.duplicates, s.dead_lettered, s.keys_deleted)
+                         "%d dead-lettered, %d keys deleted; its job %.2fs (tasks: %s)",
+                         batch_id, s.consumed, s.applied, s.duplicates, s.dead_lettered,
+                         s.keys_deleted, report.wall_s,
+                         ", ".join(f"{k} {v:.2f}s" for k, v in report.timings.items()))
             if self._on_batch is not None:
                 self._on_batch(report)
