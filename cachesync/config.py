@@ -599,8 +599,9 @@ class ConsumerSettings(_Validated):
     offset_commit: str = setting(
         "async", "how a batch's offsets are committed, always after its cache writes and dedup "
         "confirm: `async` sends the commit and goes on to the next poll without waiting for the "
-        "broker's reply (at most 5 unanswered; after a failed one, and at shutdown, the consumer "
-        "waits again), so a crash can leave the last few batches to be delivered again, which "
+        "broker's reply (at most 5 unanswered; after one failed with an error that is not "
+        "retriable, after 30 s of retriable failures such as a group coordinator still loading "
+        "after a broker restart, and at shutdown, the consumer waits again), so a crash can leave the last few batches to be delivered again, which "
         "the dedup store skips as duplicates; `sync` waits for every reply",
         choices=("async", "sync"))
     overlap_batches: bool = setting(
