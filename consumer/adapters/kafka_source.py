@@ -30,10 +30,12 @@ _REBALANCING = (CommitFailedError, RebalanceInProgressError, IllegalGenerationEr
 # kafka-python backs off reconnects up to 30 s by default, so a broker back from an
 # outage sat idle for most of that. A client notices the broker back up to one backoff after
 # it opened its port (the failover bench's DEBUG logs of a broker restart: the consumers and
-# the tailer's producer reconnected 1.0-1.5 s after the port opened with 2 s); 1 s (the Java
-# client's default) halves that, and one attempt a second per client is no reconnect storm.
-# The tailer's publisher uses the same (producer_outbox/publisher.py).
-RECONNECT_BACKOFF_MAX_MS = 1000
+# the tailer's producer reconnected 1.0-1.5 s after the port opened with 2 s), and its
+# metadata refresh, which brings the partitions' new leader epoch the fetches wait for,
+# keeps the same backoff even once a connection is up again (a consumer fetched 1.1 s after
+# it had reconnected, with 1 s). 500 ms: two refused connects a second per client are
+# no reconnect storm. The tailer's publisher uses the same (producer_outbox/publisher.py).
+RECONNECT_BACKOFF_MAX_MS = 500
 
 # Asynchronous offset commits (consumer.offset_commit: async) not yet answered at most; one
 # more waits for its reply, so a slow or failing coordinator slows the consumer down.
