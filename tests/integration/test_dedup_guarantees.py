@@ -66,7 +66,7 @@ def _kill9_redis_aof(lab) -> None:
     pidfile = default_env_file(ROOT).parent / "run" / "redis-aof.pid"
     with open(pidfile) as f:
         os.kill(int(f.read().strip()), signal.SIGKILL)
-    wait_for(lambda: not _answers(lab), 30, what="the killed redis-aof to stop answering")
+    wait_for(lambda: not _answers(lab), 60, what="the killed redis-aof to stop answering")
     stack_command("up", "redis-aof")
     wait_for(lambda: _answers(lab), 60, what="redis-aof back")
 
@@ -155,7 +155,7 @@ def test_after_a_primary_promotion_a_change_published_again_is_skipped(lab, prom
         twin = start("mariadb-twin")
         consumer["dedup_mysql_host"] = f"127.0.0.1:{twin['DEVSTACK_MYSQL_TWIN_PORT']}"
     lab.sql(USERS_DDL)
-    wait_for(lambda: replica.query("SHOW TABLES FROM " + lab.db), 30,
+    wait_for(lambda: replica.query("SHOW TABLES FROM " + lab.db), 60,
              what="the table on the replica")
     cfg = lab.write_config(USERS, tailer={"source_hosts": f"127.0.0.1:{replica.port}"},
                            consumer=consumer)

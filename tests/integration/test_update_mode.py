@@ -128,7 +128,7 @@ def test_redis_down_20s_under_load_retries_then_applies_everything(lab):
     thread = threading.Thread(target=writer)
     thread.start()
     try:
-        wait_for(lambda: engine.stats.keys_written >= 20, 30, what="writes before the outage")
+        wait_for(lambda: engine.stats.keys_written >= 20, 60, what="writes before the outage")
         stack_command("down", "redis")
         try:
             during = writes["n"]

@@ -25,10 +25,23 @@ from cachesync import config
 from cachesync.consumer.adapters.mysql_dedup import rows_sql
 from cachesync.schema.event import ChangeEvent, decode_record, pack_elements
 from cachesync.schema.keys import kafka_key
-from cachesync.devstack import DevStack, wait_for  # noqa: F401 (tests import wait_for from here)
+from cachesync.devstack import DevStack
+from cachesync.devstack import wait_for as _wait_for
 from cachesync.wiring import build_dedup, build_engine
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# A wait without its own bound: what a test awaits on the real services (a process start, a
+# consumer group join, a pipeline's first batch) takes several times longer on a loaded CI
+# host than on a dev box; a wait returns as soon as its condition holds, so a green run
+# costs nothing more.
+WAIT_S = 60.0
+
+
+def wait_for(condition, timeout: float = WAIT_S, what: str = "condition",
+             interval: float = 0.02):
+    """Poll ``condition`` until truthy and return its value; raises TimeoutError naming
+    ``what`` (cachesync.devstack.wait_for with the tests' default bound)."""
+    return _wait_for(condition, timeout, what, interval)
 
 
 class Lab:
@@ -106,13 +119,15 @@ class Lab:
 
     def _alive(self, proc) -> bool:
         if proc.poll() is not None:
-            raise AssertionError(f"process exited {proc.returncode}:\n{self.log(proc)}")
+            raise AssertionError(f"process exited {proc.returncode}:\n{self.log(proc)[-5000:]}")
         return True
 
     @staticmethod
     def log(proc) -> str:
+        """The child's whole output: a line logged at its start must not have scrolled out
+        of what a test searches because a loaded host made it log more (retries, waits)."""
         with open(proc.log_path) as f:
-            return f.read()[-5000:]
+            return f.read()
 
     @staticmethod
     def kill9(proc) -> None:
@@ -389,7 +404,7 @@ def endpoints(lab, proc, count: int) -> list[str]:
     def found():
         urls = re.findall(r"metrics and health on (http://\S+) ", lab.log(proc))
         return urls if len(urls) == count else None
-    return wait_for(found, 30, what=f"{count} metrics endpoint(s) in the log")
+    return wait_for(found, 60, what=f"{count} metrics endpoint(s) in the log")
 
 
 def status_of(addr: str, path: str) -> int:
