@@ -18,7 +18,7 @@ import pytest
 from cachesync.devstack import default_env_file
 from cachesync.wiring import build_engine
 from tests.integration.test_replica_promotion import Server
-from tests.support import stack_command, wait_for
+from tests.support import group_lag, stack_command, wait_for
 from tests.support.variants import ROOT, start, use_redis_aof
 
 pytestmark = pytest.mark.integration
@@ -113,6 +113,9 @@ def test_after_a_rebalance_the_new_owner_skips_what_the_old_one_applied(lab, ded
     _write_rows(lab)
     first = lab.start_engine(cfg)
     wait_for(_applied_all(first, ROWS), 60, what="every insert applied by the first consumer")
+    # its offsets committed (asynchronously, after each batch): else the rebalance may
+    # legitimately hand the new owner records it applied, and the counts below would differ
+    wait_for(lambda: group_lag(lab) == 0, 60, interval=0.2, what="the first consumer's commits")
     second = lab.start_engine(cfg)                 # joins the group: partitions move to it
 
     def split():

@@ -14,21 +14,12 @@ import threading
 
 import pytest
 
-from cachesync.probes import KafkaOffsets
 from cachesync.wiring import build_engine
-from tests.support import wait_for
+from tests.support import group_lag, wait_for
 
 pytestmark = pytest.mark.integration
 
 ROWS = 60
-
-
-def group_lag(lab) -> int:
-    offsets = KafkaOffsets(lab.stack.bootstrap)
-    try:
-        return sum(offsets.consumer_lag(f"g-{lab.suffix}", lab.topic).values())
-    finally:
-        offsets.close()
 
 
 def applied_rows(lab, mode: str):

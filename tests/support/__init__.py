@@ -266,9 +266,13 @@ def create_topics(bootstrap: str, partitions: dict[str, int], **client) -> None:
     KafkaAdminClient options (security)."""
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, **client)
     try:
-        admin.create_topics([NewTopic(t, n, 1) for t, n in partitions.items()])
-    except TopicAlreadyExistsError:
-        pass
+        try:
+            admin.create_topics([NewTopic(t, n, 1) for t, n in partitions.items()])
+        except TopicAlreadyExistsError:
+            pass
+        # the broker acknowledges the creation before its metadata shows the topic with a
+        # leader per partition (KRaft): a test reading the topic at once would find none
+        admin.wait_for_topics(list(partitions), timeout_ms=60_000)
     finally:
         admin.close()
 
@@ -347,6 +351,16 @@ def stack_command(*args: str) -> None:
         said = [line for line in done.stderr.splitlines() if line.startswith("devstack:")]
         raise AssertionError(f"devstack/stack.sh {' '.join(args)} exited {done.returncode}: "
                              + "\n".join(said[-10:]) + f"\n-----\n{done.stderr[-2000:]}")
+
+
+def group_lag(lab: Lab) -> int:
+    """Records of the change topic past the lab's group's committed offsets."""
+    from cachesync.probes import KafkaOffsets
+    offsets = KafkaOffsets(lab.stack.bootstrap)
+    try:
+        return sum(offsets.consumer_lag(f"g-{lab.suffix}", lab.topic).values())
+    finally:
+        offsets.close()
 
 
 def status_json(lab: Lab, config_path: str, env: dict | None = None) -> tuple[int, dict]:
