@@ -71,7 +71,7 @@ def test_one_scan_for_every_partition_copy_and_both_consumers(tables):
     lab.sql("TRUNCATE TABLE users")
     wait_for(lambda: user_keys(lab) == 0, 60, what="every users key gone")
     engines = (first, second)
-    wait_for(lambda: sum(e.stats.table_invalidations for e in engines) == 3, 30,
+    wait_for(lambda: sum(e.stats.table_invalidations for e in engines) == 3, 60,
              what="the three partition copies applied")
     assert all(e.table_scans.wait_idle(30) for e in engines)
     assert sum(e.stats.table_scans for e in engines) == 1          # one scan, not three
@@ -93,7 +93,7 @@ def test_other_tables_flow_while_a_scan_runs_and_its_offsets_wait(tables, monkey
     assert engine.table_scans.holds()                # and its copies' offsets are held
     gate.open()
     wait_for(lambda: user_keys(lab) == 0, 60, what="the users keys gone once the scan goes on")
-    wait_for(lambda: not engine.table_scans.holds(), 30, what="the holds released")
+    wait_for(lambda: not engine.table_scans.holds(), 60, what="the holds released")
 
 
 def test_a_consumer_stopped_mid_scan_leaves_it_to_the_next_one(tables, monkeypatch):
