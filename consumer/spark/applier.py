@@ -147,7 +147,7 @@ def consume_records(records: Iterable, config: ApplyConfig, batch_id: int) -> It
     worker, stats, lag, offsets, plans = _worker(config), Stats(), [], {}, []
     clock.lap("setup")
     c, stop = config.settings.consumer, threading.Event()
-    scans = task_table_scans(worker.cache, worker.table_jobs, stats, stop, c.claim_lease_s)
+    scans = task_table_scans(worker.cache, worker.table_jobs, stats, stop, c.claim_lease_s, c)
     applier = Applier(worker.cache, worker.mappings, c, worker.dedup, worker.dead_letters,
                       stats=stats, stop=stop, table_jobs=scans)
     applied_at = 0.0

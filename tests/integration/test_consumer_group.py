@@ -60,7 +60,7 @@ def test_a_static_member_killed_and_restarted_gets_its_own_partitions_back(lab):
     writer = UsersWriter(lab, rows_per_txn=1)
     writer.start()
     try:
-        wait_for(lambda: len(writer.committed) > 200, 30, what="writes before the kill")
+        wait_for(lambda: len(writer.committed) > 200, 60, what="writes before the kill")
         lab.kill9(procs[0])
         procs[0] = lab.spawn("consume", configs[0])          # same group_instance_id
         wait_for(lambda: len(writer.committed) > 1000, 60, what="writes after the restart")
@@ -77,7 +77,7 @@ def test_a_dynamic_member_killed_for_good_hands_its_partitions_to_the_survivor(l
     writer = UsersWriter(lab, rows_per_txn=1)
     writer.start()
     try:
-        wait_for(lambda: len(writer.committed) > 200, 30, what="writes before the kill")
+        wait_for(lambda: len(writer.committed) > 200, 60, what="writes before the kill")
         lab.kill9(procs[0])
         wait_for(lambda: [sorted(ps) for ps in assignment(lab).values()] == [[0, 1, 2]], 60,
                  interval=0.5, what="the survivor owning every partition")

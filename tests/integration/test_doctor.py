@@ -216,7 +216,7 @@ def test_acl_denying_the_tailer_write_warns(lab, cfg):
         admin.create_acls([ACL(f"User:{user}", "*", ACLOperation.WRITE, ACLPermissionType.DENY,
                                ResourcePattern(ResourceType.TOPIC, topic,
                                                ACLResourcePatternType.LITERAL))])
-        _, after = wait_for(lambda: _denied(lab, cfg, env), 30, what="the ACL to be visible")
+        _, after = wait_for(lambda: _denied(lab, cfg, env), 60, what="the ACL to be visible")
     finally:
         admin.close()
     [check] = after["kafka-acls"]

@@ -249,7 +249,7 @@ def test_spark_with_the_redis_dedup_store_claims_confirms_and_purges_in_redis(la
                                                    "purge_interval_s": 0.05})
     stats = Stats()
     with dedup_purge(lab.settings(purge_cfg), stats):          # what the Spark driver runs
-        wait_for(lambda: not redis_dedup_records(lab, ns), 30, what="the driver's purge in Redis")
+        wait_for(lambda: not redis_dedup_records(lab, ns), 60, what="the driver's purge in Redis")
     assert stats.purged == len(rec.ids)
 
 
@@ -309,7 +309,7 @@ def executors_of(app_ids=None) -> list[tuple[int, str, str]]:
 def running_apps(env: dict[str, str]) -> set[str]:
     """Ids of the applications the standalone master runs now."""
     import urllib.request
-    doc = json.load(urllib.request.urlopen(env["DEVSTACK_SPARK_MASTER_UI"] + "/json/", timeout=5))
+    doc = json.load(urllib.request.urlopen(env["DEVSTACK_SPARK_MASTER_UI"] + "/json/", timeout=30))
     return {a["id"] for a in doc["activeapps"]}
 
 
@@ -427,7 +427,7 @@ def test_spark_consumer_killed_mid_stream_resumes_from_its_checkpoint(lab, spark
     # kill: count only once no statement of the cachesync account is running any more.
     wait_for(lambda: lab.sql("SELECT COUNT(*) FROM information_schema.processlist WHERE "
                              "user = 'cachesync' AND command NOT IN ('Sleep', 'Binlog Dump', "
-                             "'Binlog Dump GTID')")[0][0] == 0, 30,
+                             "'Binlog Dump GTID')")[0][0] == 0, 60,
              what="the killed consumer's in-flight statements to finish", interval=0.1)
     at_kill = done_count(lab, ns)
     assert 300 <= at_kill < 1500, "the kill was not mid-stream"
@@ -438,7 +438,7 @@ def test_spark_consumer_killed_mid_stream_resumes_from_its_checkpoint(lab, spark
         wait_for(lambda: done_count(lab, ns) == 1500 or second.poll() is not None, 300,
                  what="the restarted spark consumer to finish", interval=0.2)
         assert second.poll() is None, Path(second.log_path).read_text()[-3000:]
-        wait_for(lambda: len(BATCH_LINE.findall(Path(second.log_path).read_text())) > 0, 30,
+        wait_for(lambda: len(BATCH_LINE.findall(Path(second.log_path).read_text())) > 0, 60,
                  what="a batch line in the restarted consumer's log")
         assert stop_gracefully(second) == 0, Path(second.log_path).read_text()[-3000:]
     finally:
@@ -614,7 +614,7 @@ def test_a_second_delete_survives_the_loss_of_the_executor_that_applied_the_firs
         wait_for(lambda: engine.stats.consumed >= rec.count or not thread.is_alive(), 240,
                  interval=0.2, what="the batch retried on a new executor")
         assert engine.stats.consumed == rec.count and engine.stats.duplicates >= 1
-        wait_for(lambda: lab.cached("user:1") == [], 30, what="the driver's second delete")
+        wait_for(lambda: lab.cached("user:1") == [], 60, what="the driver's second delete")
     finally:
         engine.stop()
         thread.join(60)
