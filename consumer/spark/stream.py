@@ -61,6 +61,10 @@ class StreamOptions:
     # ROWS (pickled Rows, any executor Python) or AUTO (arrow_transfer decides, once)
     transfer: str = AUTO
 
+    def __post_init__(self):
+        if self.transfer not in (AUTO, ARROW, ROWS):
+            raise ValueError(f"transfer {self.transfer!r}: expected {AUTO}, {ARROW} or {ROWS}")
+
     def trigger_kwargs(self) -> dict:
         if self.trigger == AVAILABLE_NOW:
             return {"availableNow": True}

@@ -139,6 +139,13 @@ def test_an_executor_without_pyarrow_says_so(monkeypatch):
     assert _executor_pyarrow(iter([0]))[0][1]                  # the venv has it
 
 
+def test_stream_options_refuse_an_unknown_transfer():
+    from cachesync.consumer.spark.stream import StreamOptions
+    assert StreamOptions("ck").transfer == "auto"
+    with pytest.raises(ValueError, match="expected auto, arrow or rows"):
+        StreamOptions("ck", transfer="arow")
+
+
 def test_pyspark_is_imported_only_inside_consumer_spark():
     import ast
     import pathlib
