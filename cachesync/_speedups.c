@@ -503,8 +503,8 @@ fail:
 
 /* -- row_record ---------------------------------------------------------------------- */
 
-/* The tailer's per-row work in one call (producer_outbox/hotpath.py): from a decoded,
- * trimmed row to its Kafka key, its record bytes and its message id, exactly as
+/* The tailer's per-row work in one call (producer_outbox/hotpath.py): from a decoded row,
+ * trimmed here to the columns the mapping keeps, to its Kafka key, its record bytes and its message id, exactly as
  * rows.row_change + keys.kafka_key + event.encode + ids.binlog_message_id produce them.
  * Whatever it does not render exactly as Python does (a float Python writes with an
  * exponent, NaN or infinity, text UTF-8 cannot hold, a key column whose value another
@@ -720,9 +720,18 @@ convert:;
     return r;
 }
 
-/* an image's JSON object; a dict's values that are not plain go through to_json */
+/* whether column ``name`` is kept (``keep``: a set of names, or None: every column);
+ * -1 with an exception set */
 static int
-put_image(Buf *b, PyObject *image, PyObject *to_json)
+kept(PyObject *keep, PyObject *name)
+{
+    return keep == Py_None ? 1 : PySet_Contains(keep, name);
+}
+
+/* an image's JSON object, only the columns in ``keep`` (None: all), as rows.trim_image
+ * leaves them; a dict's values that are not plain go through to_json */
+static int
+put_image(Buf *b, PyObject *image, PyObject *to_json, PyObject *keep)
 {
     if (image == Py_None)
         return PUT_LIT(b, "null") < 0 ? WR_ERROR : WR_DONE;
@@ -736,6 +745,11 @@ put_image(Buf *b, PyObject *image, PyObject *to_json)
     while (PyDict_Next(image, &pos, &k, &v)) {
         if (!PyUnicode_CheckExact(k))
             return WR_PYTHON;
+        int in = kept(keep, k);
+        if (in < 0)
+            return WR_ERROR;
+        if (!in)
+            continue;
         if (!first && PUT_LIT(b, ",") < 0)
             return WR_ERROR;
         first = 0;
@@ -916,7 +930,7 @@ pk_names(PyObject *primary_key, PyObject *image)
 /* key text (into key) and the JSON "pk" array (into doc) of the row's primary key */
 static int
 put_pk(Buf *key, Buf *doc, PyObject *names, PyObject *image, PyObject *to_json,
-       PyObject *canonical_text)
+       PyObject *canonical_text, PyObject *keep)
 {
     PyObject *seq = PySequence_Fast(names, "");
     if (seq == NULL)
@@ -924,6 +938,11 @@ put_pk(Buf *key, Buf *doc, PyObject *names, PyObject *image, PyObject *to_json,
     int r = PUT_LIT(doc, "[") < 0 ? WR_ERROR : WR_DONE;
     for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq) && r == WR_DONE; i++) {
         PyObject *name = PySequence_Fast_GET_ITEM(seq, i);
+        int in = kept(keep, name);
+        if (in <= 0) {              /* trimmed away: Python's trimmed image lacks it */
+            r = in < 0 ? WR_ERROR : WR_PYTHON;
+            break;
+        }
         PyObject *v = PyDict_GetItemWithError(image, name);
         if (v == NULL) {
             r = PyErr_Occurred() ? WR_ERROR : WR_PYTHON;    /* not in the image: Python raises */
@@ -964,7 +983,8 @@ put_utf8(Buf *b, PyObject *s)          /* raw UTF-8 of a str (key text, id mater
 
 enum {
     A_SCOPE, A_SERVER, A_POSITION, A_COMMIT_TS, A_ORDINAL, A_ROW_INDEX, A_KIND, A_DB, A_TABLE,
-    A_OP, A_PRIMARY_KEY, A_BEFORE, A_AFTER, A_MAX_BYTES, A_TO_JSON, A_CANONICAL_TEXT, A_COUNT
+    A_OP, A_PRIMARY_KEY, A_BEFORE, A_AFTER, A_MAX_BYTES, A_TO_JSON, A_CANONICAL_TEXT, A_KEEP,
+    A_COUNT
 };
 
 /* the record of one row, written into the three buffers; WR_PYTHON: Python decides */
@@ -995,13 +1015,22 @@ write_row(PyObject *const *a, long long row_index, Buf *key, Buf *doc, Buf *id)
     if ((r = put_utf8(key, a[A_DB])) || PUT_LIT(key, ".") < 0
         || (r = put_utf8(key, a[A_TABLE])) || PUT_LIT(key, ":") < 0)
         return r ? r : WR_ERROR;
+    PyObject *keep = a[A_KEEP];
+    if (keep != Py_None && !PyFrozenSet_CheckExact(keep) && !PySet_CheckExact(keep))
+        return WR_PYTHON;
     PyObject *names = pk_names(a[A_PRIMARY_KEY], image);
     if (names == NULL)
         return PyErr_Occurred() ? WR_ERROR : WR_PYTHON;
-    r = put_pk(key, doc, names, image, a[A_TO_JSON], a[A_CANONICAL_TEXT]);
+    if (keep != Py_None && PyList_CheckExact(names)) {   /* no primary key: the trimmed image */
+        Py_DECREF(names);
+        return WR_PYTHON;
+    }
+    r = put_pk(key, doc, names, image, a[A_TO_JSON], a[A_CANONICAL_TEXT], keep);
     Py_DECREF(names);
-    if (r || PUT_LIT(doc, ",\"b\":") < 0 || (r = put_image(doc, a[A_BEFORE], a[A_TO_JSON]))
-        || PUT_LIT(doc, ",\"a\":") < 0 || (r = put_image(doc, a[A_AFTER], a[A_TO_JSON]))
+    if (r || PUT_LIT(doc, ",\"b\":") < 0
+        || (r = put_image(doc, a[A_BEFORE], a[A_TO_JSON], keep))
+        || PUT_LIT(doc, ",\"a\":") < 0
+        || (r = put_image(doc, a[A_AFTER], a[A_TO_JSON], keep))
         || PUT_LIT(doc, ",\"ver\":") < 0)
         return r ? r : WR_ERROR;
     /* the version: the transaction's ordinal, then the row index (schema/ids binlog_version) */
@@ -1189,9 +1218,10 @@ static PyMethodDef methods[] = {
      "blake2b_16(data, /) -> str: hashlib.blake2b(data, digest_size=16).hexdigest()."},
     {"row_record", (PyCFunction)(void (*)(void))row_record, METH_FASTCALL,
      "row_record(scope, server, position, commit_ts, ordinal, row_index, kind, db, table, op, "
-     "primary_key, before, after, max_bytes, to_json, canonical_text, /) -> (key, value, id) | "
-     "None: one binlog row's Kafka key, encoded event and message id, as the tailer's Python "
-     "path makes them; None where that path must decide."},
+     "primary_key, before, after, max_bytes, to_json, canonical_text, keep, /) -> "
+     "(key, value, id) | None: one binlog row's Kafka key, encoded event and message id, as the "
+     "tailer's Python path makes them from the images trimmed to the columns in keep (a set; "
+     "None: every column); None where that path must decide."},
     {"scan_group", (PyCFunction)(void (*)(void))scan_group, METH_FASTCALL,
      "scan_group(buf, pos, seq, /) -> (end, next_seq, frames) | None: the packets of one "
      "buffered MariaDB event group of the common shape (GTID, table maps, rows, XID), each "

@@ -28,8 +28,9 @@ from cachesync.producer_outbox.dumpstream import (DumpStreamReader, FastGroup,
                                                   FastTableMapEvent, reader_kind)
 from cachesync.producer_outbox.framing import LibraryStreamReader, UndecodedEvent
 from cachesync.producer_outbox.matched import MatchedTables
-from cachesync.producer_outbox.ports import (PULSE, Begin, Change, Commit, Decide, Hold,
-                                             Prepared, Release, TableEvent, Unhold)
+from cachesync.producer_outbox.ports import (PULSE, Begin, Change, Commit, Decide, Group,
+                                             Hold, Prepared, Record, Release, TableEvent,
+                                             Unhold)
 from cachesync.producer_outbox.preflight import ServerInfo
 from cachesync.producer_outbox.rowevents import ROW_EVENTS, RowEncoder
 from cachesync.producer_outbox.rows import TxnContext
@@ -145,25 +146,34 @@ class BinlogSource:
             yield PULSE
 
     def _fast_group(self, group: FastGroup, maps: TableMaps) -> Iterator[Change]:
-        """A transaction the fast reader framed at once (GTID, table maps, rows, XID): the
-        items the event-by-event turns of ``changes`` yield for the same events, but the
-        Pulse after each rows event (the group's Commit does what a Pulse does)."""
+        """A transaction the fast reader framed at once (GTID, table maps, rows, XID): one
+        ``Group`` when its rows make records only, else the items the event-by-event turns
+        of ``changes`` yield for the same events; never the Pulse after each rows event
+        (the group's end does what a Pulse does)."""
         stream = self._stream
         maps.reset()
         stream.log_pos = group.gtid_pos
-        yield self._gtid(group.gtid)
-        encode, where = self._encoder.rows_to_records, self._where
+        begin = self._gtid(group.gtid)
+        encode, where, ctx = self._encoder.rows_to_records, self._where, self._ctx
+        out: list = []
         for log_pos, event in group.events:
             stream.log_pos = log_pos        # where errors and file:pos contexts point
             if type(event) is FastTableMapEvent:
                 maps.add(event.table_id, event.schema, event.table)
                 continue
             schema, table = maps.table_of(event, where)
-            items, self._index = encode(event, self._ctx, self._index, schema, table, where)
-            yield from items
+            items, self._index = encode(event, ctx, self._index, schema, table, where)
+            out += items
         stream.log_pos = group.xid_pos
         maps.reset()
-        yield self._commit()
+        commit = self._commit()
+        for item in out:
+            if type(item) is not Record:    # a table-level event among them: one by one
+                yield begin
+                yield from out
+                yield commit
+                return
+        yield Group(ctx, out, commit.checkpoint)
 
     def _begin(self, ctx: TxnContext) -> Begin:
         self._ctx, self._index = ctx, 0
@@ -192,14 +202,19 @@ class BinlogSource:
             # means the stream was cut and replayed (the library reconnects silently):
             # restart from the stored checkpoint rather than declare half a group done.
             raise RetryableError(f"binlog stream broke inside transaction {self._ctx.position}")
-        gtid = getattr(event, "parsed", None) or parse_gtid(event.gtid)
+        gtid = getattr(event, "parsed", None)
+        if gtid is not None:            # the fast reader's: its text is the canonical one
+            text = event.gtid
+        else:
+            gtid = parse_gtid(event.gtid)
+            text = str(gtid)
         before = self._gtids.ordinal
         self._gtids.add(gtid)
         if self._gtids.ordinal <= before:
             self._version_not_newer(gtid, before, self._gtids.ordinal)
         # the version orders by the stream's place in the history, not by the GTID's
         # own number: that survives a failover (schema.gtid, GtidState.ordinal)
-        return self._begin(TxnContext(self._identity, str(gtid), self._gtids.ordinal,
+        return self._begin(TxnContext(self._identity, text, self._gtids.ordinal,
                                       float(event.timestamp), gtid=True, cluster=self._cluster))
 
     def _statement(self, text: str, event) -> Iterator[Change]:

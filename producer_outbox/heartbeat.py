@@ -90,4 +90,5 @@ def own_rows_only(state_db: str, name: str):
     only the one it writes, so N tailers do not multiply each other's heartbeats."""
     def keep(db: str, table: str, row) -> bool:
         return not (db == state_db and table == HEARTBEAT_TABLE) or row.get("name") == name
+    keep.tables = frozenset({(state_db, HEARTBEAT_TABLE)})    # rows of others: always kept
     return keep

@@ -4,7 +4,8 @@ For every row of a mapped table the tailer builds a ChangeEvent (``rows.row_chan
 Kafka key (``keys.kafka_key``), its message id (``ids.binlog_message_id``) and its JSON
 (``event.encode``); on 20-80-row transactions that was over half of the tailer thread.
 ``cachesync._speedups.row_record`` writes the same three values straight from the row's
-images, in C, without the intermediate objects.
+images, in C, without the intermediate objects, leaving out the columns the mapping does
+not keep as it writes (``rows.trim_image`` is then not needed for the row).
 
 It returns None, and the tailer takes its Python path for that row, wherever it would not
 produce exactly the Python path's bytes or where the Python path decides something: a
@@ -35,12 +36,13 @@ NO_SPEEDUPS = "CACHESYNC_NO_SPEEDUPS"    # set (non-empty): every row takes the 
 
 
 def _compiled(ctx, row_index: int, db: str, table: str, op: str, primary_key, before,
-              after, max_bytes: int):
-    """(key, value, msg_id) of one row, or None: the Python path decides (see the module)."""
+              after, max_bytes: int, keep=None):
+    """(key, value, msg_id) of one row, or None: the Python path decides (see the module).
+    ``keep``: the columns the images keep (``rows.trim_image``; None: every column)."""
     kind = HEARTBEAT_KIND if table == HEARTBEAT_TABLE else "binlog"
     return _row_record(ctx.id_scope, ctx.server, ctx.position, ctx.commit_ts, ctx.ordinal,
                        row_index, kind, db, table, op, primary_key, before, after, max_bytes,
-                       to_json, canonical_text)
+                       to_json, canonical_text, keep)
 
 
 def compiled_record():

@@ -25,8 +25,8 @@ from cachesync.producer_outbox.checkpoint import Checkpoint
 from cachesync.producer_outbox.inflight import InflightTracker
 from cachesync.producer_outbox.packing import PACK_LINGER_S, Pack, Packer
 from cachesync.producer_outbox.ports import (Begin, ChangeSource, CheckpointStore, Commit,
-                                             Decide, Hold, Prepared, Publisher, Pulse, Record,
-                                             Release, TableEvent, Unhold)
+                                             Decide, Group, Hold, Prepared, Publisher, Pulse,
+                                             Record, Release, TableEvent, Unhold)
 from cachesync.producer_outbox.publisher import DELIVERY_TIMEOUT_MS, is_permanent
 from cachesync.producer_outbox.rows import STATEMENT_EXCERPT, TxnContext, table_change
 from cachesync.producer_outbox.statements import TableChange
@@ -113,7 +113,7 @@ class Pipeline:
                 record(item)
                 continue
             handlers[kind](item)
-            if kind is Pulse or kind is Commit:     # after each event of the source
+            if kind is Pulse or kind is Commit or kind is Group:  # after each source event
                 if time.monotonic() - last_save >= save_every:
                     self.save_checkpoint()
                     last_save = time.monotonic()
@@ -124,7 +124,7 @@ class Pipeline:
     def _handlers(self) -> dict:
         nothing = lambda _item: None      # noqa: E731  (a Pulse: only the checks after it)
         return {Begin: self._begin, Record: self._record, TableEvent: self._table_event,
-                Commit: self._commit, Hold: self._hold, Release: self._release_one_phase,
+                Commit: self._commit, Group: self._group, Hold: self._hold, Release: self._release_one_phase,
                 Unhold: self._unhold, Prepared: self._prepare, Decide: self._decide,
                 Pulse: nothing}
 
@@ -141,6 +141,40 @@ class Pipeline:
 
     def _commit(self, item: Commit) -> None:
         self._close(item.checkpoint)
+
+    def _group(self, item: Group) -> None:
+        """A whole group of records. With packs spanning groups (the fast reader) its rows
+        count as in flight before any enters a pack, and the group is opened and closed in
+        one step; the checkpoint still waits for every one of them (the tracker). Otherwise
+        as its Begin, Records and Commit."""
+        if not self._span or self._xa is not None:
+            self._begin(None)
+            for record in item.records:
+                self._record(record)
+            self._close(item.checkpoint)
+            return
+        now = time.monotonic()
+        if now - self._partitions_read >= 1.0:    # as _begin: re-read the partition count
+            self.flush_packs()
+            self._partitions = len(self._publisher.partitions(self._topic))
+            self._partitions_read = now
+        records = item.records
+        with self._lock:
+            txn = self._tracker.open(item.checkpoint)
+            if records:
+                self._tracker.sent(txn, len(records), self._idle_stamp())
+            self._tracker.close(txn)
+        add, limit, partitions = self._packer.add, self._settings.pack_bytes, self._partitions
+        for db, table, key, value, msg_id in records:
+            if len(value) > limit:      # alone, after every pack opened before
+                self.flush_packs()
+                self._send(key, value, msg_id, [(txn, 1)], 1, None, counted=True)
+                continue
+            full = add(db, table, key, value, msg_id, partitions, txn)
+            if full is not None:
+                self._send_pack(full, txn)
+        if now - self._packer.opened_at >= PACK_LINGER_S:
+            self.flush_packs()
 
     def _close(self, checkpoint: Checkpoint, hold: bool = False) -> None:
         """End the open group; ``hold``: a prepared XA group stays open in the tracker."""

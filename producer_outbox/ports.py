@@ -8,6 +8,8 @@ acknowledgements and saves progress only for groups whose every record Kafka
 acknowledged (a resume position only past them all: ``CheckpointStore``). A group is ``Begin`` ... ``Commit``; the items
 between are its records and table-level events, and, for an XA transaction, what the
 source learnt about it (``Hold`` ... ``Prepared``, later ``Decide`` in another group).
+A group of records only may come as one ``Group`` item, which says exactly what its
+``Begin``, ``Record`` items and ``Commit`` say (``Group.items``).
 Items carry what the pipeline needs and nothing of the binlog: the source already
 turned rows into encoded events (message ids, keys, values).
 """
@@ -59,6 +61,20 @@ class Commit(NamedTuple):
     outbox row's ``OutboxMark``)."""
 
     checkpoint: Checkpoint
+
+
+class Group(NamedTuple):
+    """A whole group of records (no table-level or XA item): ``Begin(ctx)``, ``records``,
+    ``Commit(checkpoint)`` in one item, so the pipeline opens, counts and closes it at once
+    (a single-row transaction costs per item what a row costs)."""
+
+    ctx: TxnContext
+    records: list[Record]
+    checkpoint: Checkpoint
+
+    def items(self) -> list:
+        """The same group as separate items."""
+        return [Begin(self.ctx), *self.records, Commit(self.checkpoint)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +132,8 @@ class Pulse:
 
 PULSE = Pulse()
 
-Change = Union[Begin, Record, TableEvent, Commit, Hold, Release, Unhold, Prepared, Decide, Pulse]
+Change = Union[Begin, Record, TableEvent, Commit, Group, Hold, Release, Unhold, Prepared, Decide,
+               Pulse]
 
 
 class ChangeSource(Protocol):

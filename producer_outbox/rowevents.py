@@ -46,6 +46,8 @@ ROW_EVENTS = {WriteRowsEvent: "insert", UpdateRowsEvent: "update", DeleteRowsEve
               PartialUpdateRowsEvent: "update"}   # MySQL binlog_row_value_options=PARTIAL_JSON
 ROW_EVENTS.update({fast: ROW_EVENTS[lib] for fast, lib in FAST_ROW_EVENTS.items()})
 
+# (db, table, the row's image trimmed to the kept columns) -> publish it; a filter with a
+# ``tables`` attribute (a set of (db, table)) keeps every row of the other tables unseen
 RowFilter = Callable[[str, str, Mapping[str, Any]], bool]
 
 
@@ -92,6 +94,9 @@ class RowEncoder:
         absent = event_absence(event, table_obj)
         partial = PartialRows(self, mapping, ctx, schema, table) if absent[0] or absent[1] else None
         diffs = type(event) is PartialUpdateRowsEvent    # JSON after values may be diffs
+        row_filter = self._filter_of(event.schema, event.table)
+        # the compiled writer trims as it writes, unless the row filter reads trimmed images
+        late_trim = keep is not None and row_filter is None and hotpath.record is not None
         for row in self._decode(event, schema, table, where):
             unknown = ()
             if diffs:             # applied to the before image's documents (jsoncolumns)
@@ -108,27 +113,37 @@ class RowEncoder:
                 partial = partial or PartialRows(self, mapping, ctx, schema, table)
                 images = unknown_after(known_images(op, before, after, absent), unknown)
                 before, after = images.before, images.after
-            if keep is not None:
+            trim = keep if late_trim and images is None else None    # trimmed in _row
+            if keep is not None and trim is None:
                 before, after = trim_image(before, keep), trim_image(after, keep)
-            if self._row_filter is not None and not self._row_filter(
+            if row_filter is not None and not row_filter(
                     event.schema, event.table, after if after is not None else before):
                 row_index += 1       # ids of the rows that follow do not depend on the filter
                 continue
             row_index = self._row(event, op, ctx, row_index, mapping, before, after, images,
-                                  partial, out)
+                                  partial, out, trim)
         if partial is not None:
             row_index = partial.finish(out, row_index)
         return out, row_index
 
+    def _filter_of(self, db: str, table: str) -> RowFilter | None:
+        """The row filter if it may drop rows of this table (RowFilter), else None."""
+        tables = getattr(self._row_filter, "tables", None)
+        return self._row_filter if tables is None or (db, table) in tables else None
+
     def _row(self, event, op: str, ctx: TxnContext, row_index: int, mapping, before, after,
-             images, partial, out: list) -> int:
-        """One row's record, or (a row that cannot be keyed) its table's table-level event."""
+             images, partial, out: list, trim: frozenset[str] | None = None) -> int:
+        """One row's record, or (a row that cannot be keyed) its table's table-level event.
+        ``trim``: the columns the images keep, not trimmed yet (the compiled writer trims)."""
         if images is None and hotpath.record is not None:    # compiled, else None: below
             compiled = hotpath.record(ctx, row_index, event.schema, event.table, op,
-                                      event.primary_key, before, after, self._max_record_bytes)
+                                      event.primary_key, before, after, self._max_record_bytes,
+                                      trim)
             if compiled is not None:
                 out.append(Record(event.schema, event.table, *compiled))
                 return row_index + 1
+        if trim is not None:
+            before, after = trim_image(before, trim), trim_image(after, trim)
         try:
             if images is not None and partial.unkeyed(images, op, event.primary_key):
                 raise ValueError("the primary key is not in the logged image")

@@ -25,7 +25,8 @@ from cachesync.producer_outbox.checkpoint import Checkpoint
 from cachesync.producer_outbox.memory import MemoryCheckpointStore, MemoryPublisher, MemorySource
 from cachesync.producer_outbox.outbox import emit
 from cachesync.producer_outbox.pipeline import Pipeline
-from cachesync.producer_outbox.ports import PULSE, Begin, Commit, Pulse, Record, TableEvent
+from cachesync.producer_outbox.ports import (PULSE, Begin, Commit, Group, Pulse, Record,
+                                             TableEvent)
 from cachesync.producer_outbox.relay_source import OutboxSource
 from cachesync.producer_outbox.relay_store import OutboxStore
 from cachesync.producer_outbox.rows import TxnContext
@@ -51,12 +52,21 @@ ONE_ROW_GROUPS = [kind for n in (1, 2, 3)
                   for kind in (("Begin", None), ("Record", f"users:{n}"), ("Commit", None))]
 
 
+def _items(changes):
+    """The source's items, a ``Group`` as the Begin, Records and Commit it stands for."""
+    for item in changes:
+        if type(item) is Group:
+            yield from item.items()
+        else:
+            yield item
+
+
 def _read_groups(changes) -> list:
     """The items of the first 3 groups with content (a source never ends by itself, and a
     binlog source yields a group for every transaction of the server, most of them of other
     tests' tables: empty here)."""
     out, group, content, groups = [], [], False, 0
-    for item in changes:
+    for item in _items(changes):
         if type(item) is Pulse:
             continue
         group.append(item)

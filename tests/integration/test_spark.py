@@ -173,7 +173,9 @@ def run_spark_engine(lab, spark, config_path: str, checkpoint: Path, expected: i
 
 
 # -- consume: python engine vs spark engine --------------------------------------------------
-def test_python_and_spark_engines_leave_identical_redis_and_dedup_state(lab, spark):
+@pytest.mark.parametrize("transfer", ["arrow", "rows"])
+def test_python_and_spark_engines_leave_identical_redis_and_dedup_state(lab, spark, transfer):
+    """Both ways records reach the executors' Python (Arrow batches, pickled Rows)."""
     rec = record_history(lab)
     tables = {"users": USERS, "orders": ORDERS}
 
@@ -189,8 +191,9 @@ def test_python_and_spark_engines_leave_identical_redis_and_dedup_state(lab, spa
     cache_everything(lab, rec.all_keys())
     sp_cfg = config_for_group(lab, tables, f"sp-{lab.suffix}", "sp.yaml", batch_size=100)
     sp = run_spark_engine(lab, spark, sp_cfg, lab.tmp / "ck", rec.count,
-                          max_offsets_per_trigger=200)
+                          max_offsets_per_trigger=200, transfer=transfer)
     sp_redis, sp_dedup = redis_state(lab), dedup_records(lab, f"sp-{lab.suffix}")
+    assert sp.transfer == transfer
 
     assert sp.stats.consumed == py_stats.consumed == rec.count
     assert (sp.stats.applied, sp.stats.duplicates, sp.stats.dead_lettered) == \
@@ -201,6 +204,14 @@ def test_python_and_spark_engines_leave_identical_redis_and_dedup_state(lab, spa
     assert {msg_id for msg_id, _ in sp_dedup} == rec.ids
     assert dlq_count(lab) == 4
     assert len(sp.batches) >= rec.count // 200
+
+
+def test_the_devstack_executors_take_micro_batches_as_arrow_batches(spark):
+    """The devstack's executor Python has pyarrow (devstack/spark/executor-python.sh), so
+    the engine's default (auto) hands records over as Arrow batches."""
+    from cachesync.consumer.spark.stream import arrow_transfer
+    arrow, why = arrow_transfer(spark)
+    assert arrow, why
 
 
 def test_a_micro_batch_gets_one_task_per_executor_core(spark):

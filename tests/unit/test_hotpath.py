@@ -14,7 +14,7 @@ import random
 import pytest
 
 from cachesync.producer_outbox import hotpath
-from cachesync.producer_outbox.rows import TxnContext, row_change
+from cachesync.producer_outbox.rows import TxnContext, row_change, trim_image
 from cachesync.schema import jsonfast
 from cachesync.schema.event import encode
 from cachesync.schema.ids import MAX_ROWS_PER_TXN
@@ -164,6 +164,43 @@ def test_random_rows_match_the_python_path():
                                         ("update", image, image2)])
         answered += same(CTX, n % 100, "app", "t", op, pk, before, after) is not None
     assert answered > 1000
+
+
+def trimmed_same(ctx, row_index, op, primary_key, before, after, keep):
+    """The compiled writer given untrimmed images and ``keep`` answers what the Python path
+    answers for the images trimmed to ``keep`` (rows.trim_image), whenever it answers."""
+    got = hotpath._compiled(ctx, row_index, "app", "t", op, primary_key, before, after,
+                            MAX_BYTES, keep)
+    if got is not None:
+        assert got == python_record(ctx, row_index, "app", "t", op, primary_key,
+                                    trim_image(before, keep), trim_image(after, keep))
+    return got
+
+
+def test_the_compiled_writer_trims_the_images_to_the_kept_columns():
+    before = {"id": 1, "a": "x", "dropped": 2.5, "c": None}
+    after = {"id": 1, "a": "y", "dropped": 3, "c": 4}
+    for keep in (frozenset({"id", "a"}), {"id", "c"}, frozenset({"id"}), frozenset({"id", "zz"})):
+        got = trimmed_same(CTX, 0, "update", "id", before, after, keep)
+        assert got is not None and b'"dropped"' not in got[1]
+    # a primary key the trim drops, or none at all (the key is the trimmed image): Python's
+    assert trimmed_same(CTX, 0, "insert", "id", None, after, frozenset({"a"})) is None
+    assert trimmed_same(CTX, 0, "insert", "", None, after, frozenset({"id", "a"})) is None
+    assert trimmed_same(CTX, 0, "insert", "id", None, after, ["id", "a"]) is None   # not a set
+
+
+def test_random_trimmed_rows_match_the_python_path():
+    rng = random.Random(28)
+    answered = 0
+    for n in range(2000):
+        names = ["id", *rng.sample(["a", "b", "c", "d", "e"], rng.randint(0, 5))]
+        image = {c: rng.choice(PLAIN_VALUES + TAGGED_VALUES) for c in names}
+        image2 = {c: rng.choice(PLAIN_VALUES + TAGGED_VALUES) for c in names}
+        keep = frozenset(rng.sample(["id", "a", "b", "c", "d", "e", "f"], rng.randint(1, 7)))
+        op, before, after = rng.choice([("insert", None, image), ("delete", image, None),
+                                        ("update", image, image2)])
+        answered += trimmed_same(CTX, n % 50, op, "id", before, after, keep) is not None
+    assert answered > 500
 
 
 def test_the_compiled_blake2b_is_hashlib_s():

@@ -11,12 +11,12 @@ from cachesync.producer_outbox.checkpoint import Checkpoint
 from cachesync.producer_outbox.memory import MemoryCheckpointStore, MemoryPublisher, MemorySource
 from cachesync.producer_outbox.pipeline import (DELIVERY_TIMEOUT_S, WEDGED_MARGIN_S, Pipeline,
                                                PublisherWedged)
-from cachesync.producer_outbox.ports import (PULSE, Begin, Commit, Decide, Hold, Prepared,
-                                             Record, Release, TableEvent)
+from cachesync.producer_outbox.ports import (PULSE, Begin, Commit, Decide, Group, Hold,
+                                             Prepared, Record, Release, TableEvent)
 from cachesync.producer_outbox.rows import TxnContext
 from cachesync.producer_outbox.statements import TableChange
 from cachesync.schema.errors import FatalError, RetryableError
-from cachesync.schema.event import decode
+from cachesync.schema.event import PACK_PREFIX, decode
 
 USERS = ("app", "users")
 
@@ -64,6 +64,64 @@ def test_the_checkpoint_moves_only_past_fully_acknowledged_groups(acked, saved):
         on_ack()
     p.save_checkpoint()
     assert store.saved == saved and p.published == 3 and p.acked == acked
+
+
+class SpanningSource(MemorySource):
+    """A source that says when it is idle (as the fast reader does): packs span groups."""
+
+    signals_idle = True
+    on_idle, idle_wait_s = None, 0.0
+
+
+def big(n: int) -> Record:
+    return Record("app", "users", f"app.users:{n}", b"x" * 2000, f"id-{n}")
+
+
+# three groups: two rows, one row and one over pack_bytes (sent alone), no rows
+SPANNING = [(42, [rec(1), rec(2)]), (43, [rec(3), big(4)]), (44, [])]
+
+
+def _as_items(whole: bool) -> list:
+    if whole:
+        return [Group(ctx(n), records, cp(n)) for n, records in SPANNING]
+    return [item for n, records in SPANNING for item in (Begin(ctx(n)), *records, Commit(cp(n)))]
+
+
+@pytest.mark.parametrize("acked, saved", [
+    ((), None),                 # nothing acknowledged
+    (("id-1",), None),          # half of the first group's rows
+    (("id-1", "id-2"), cp(42)),
+    (("id-4",), None),          # the second group's big row, the first group not
+    (("id-1", "id-2", "id-4"), cp(42)),     # id-3 still in flight
+    (("id-1", "id-2", "id-3", "id-4"), cp(44)),
+])
+def test_a_whole_group_item_publishes_and_checkpoints_as_its_begin_records_and_commit(
+        acked, saved):
+    results = []
+    for whole in (False, True):
+        publisher = MemoryPublisher(partitions=3, auto_ack=False)
+        p, store = pipeline(publisher, pack_rows=100, pack_bytes=1024)
+        source = SpanningSource(_as_items(whole))
+        p.attach(source)
+        p.run(source)
+        p.flush_packs()
+        sent = list(publisher.sent)
+        rows_of = {s.msg_id: pack_ids(s) for s in sent}
+        for s in sent:          # a record is acknowledged once all its rows are in ``acked``
+            if all(i in acked for i in rows_of[s.msg_id]):
+                publisher.ack_all([s.msg_id])
+        p.save_checkpoint()
+        results.append((sent, store.saved[-1] if store.saved else None, p.published, p.acked))
+    assert results[0] == results[1]
+    assert results[1][1] == saved and results[1][2] == 4
+
+
+def pack_ids(sent) -> list[str]:
+    """The row ids a record of the test's rows carries (values ``v<n>``: ids ``id-<n>``)."""
+    if not sent.value.startswith(PACK_PREFIX):
+        return [sent.msg_id]
+    values = sent.value[len(PACK_PREFIX) + 1:-2].split(b",")
+    return [f"id-{v.decode()[1:]}" for v in values]
 
 
 def test_a_failed_send_stops_the_pipeline_before_its_checkpoint():
