@@ -168,6 +168,7 @@ class FailoverBench:
         self.box, self.before_s, self.after_s = box, before_s, after_s
         box.create_schema(DDL)
         self.topic = box.new_topic(PARTITIONS)
+        self.probe_topic = box.new_topic(1)     # the broker-readiness probe's (kafka_restart)
         self.group = box.new_group()
         self.tailer_name = box.new_tailer_name()
         self.tables = {f"{box.db}.lag": {"keys": [box.prefix + "lag:{id}"]}}
@@ -364,13 +365,24 @@ class FailoverBench:
         t_back = wait_for(lambda: _port_open(self.box.stack.bootstrap) and time.perf_counter(),
                           max(RECOVERY_TIMEOUT_S, float(os.environ.get("DEVSTACK_KAFKA_WAIT", 0))),
                           "the Kafka port open again", interval=0.05)
+        back_at = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(
+            seconds=time.perf_counter() - t_back)
+        log(f"failover: Kafka port open again at {back_at:%H:%M:%S.%f} UTC")  # for the logs
+        ready = {}
+        probe = Worker(lambda: ready.update(produced=_first_produce(self.box.stack.bootstrap,
+                                                                    self.probe_topic)),
+                       "failover-broker-probe")
+        probe.start()
         self._await_progress(list(range(PARTITIONS)), t_back)
         firsts = [self.progress.first_gone(p, t_back) - t_back for p in range(PARTITIONS)]
+        probe.join(RECOVERY_TIMEOUT_S)
+        probe.check()
         _, err = up.communicate(timeout=180)
         if up.returncode != 0:
             raise RuntimeError(f"stack.sh up kafka failed: {err[-2000:]}")
         return {"figure_s": _r(max(firsts)), "first_partition_s": _r(min(firsts)),
                 "what": "broker port open again -> every partition's first key gone after it",
+                "broker_answers_produce_s": _r(ready["produced"] - t_back),
                 "broker_down_for_s": _r(t_back - t_down), "stack_sh_down_s": _r(down_s)}
 
     # -- shared ------------------------------------------------------------------------------
@@ -438,6 +450,10 @@ def _fault_medians(results: list[dict]) -> dict:
                          "reason": runs[0]["reason"]}
         else:
             out[name] = _met(median([f["figure_s"] for f in runs]), target)
+            if name == "kafka_restart" and "broker_answers_produce_s" in runs[0]:
+                # the broker's own part, measured by a fresh client in the same runs
+                out[name]["broker_answers_produce_s"] = _r(median(
+                    [f["broker_answers_produce_s"] for f in runs]))
     return out
 
 
@@ -489,6 +505,33 @@ def _stack_sh(stack, *args: str) -> None:
                           text=True, timeout=180)
     if done.returncode != 0:
         raise RuntimeError(f"stack.sh {' '.join(args)} failed: {done.stderr[-2000:]}")
+
+
+def _first_produce(bootstrap: str, topic: str) -> float:
+    """When a client that starts now, retrying every 20 ms, first has a record acknowledged
+    (acks=all) by the broker: how long the restarted broker itself takes to serve produce
+    requests, the floor of every client's recovery."""
+    from kafka import KafkaProducer
+    from kafka.errors import KafkaError
+
+    deadline = time.perf_counter() + RECOVERY_TIMEOUT_S
+    while True:
+        producer = None
+        try:
+            producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all",
+                                     reconnect_backoff_ms=20, reconnect_backoff_max_ms=20,
+                                     retry_backoff_ms=20, max_block_ms=2000)
+            producer.send(topic, b"probe").get(timeout=2)
+            return time.perf_counter()
+        except KafkaError:
+            if time.perf_counter() > deadline:
+                raise
+        finally:
+            if producer is not None:
+                try:
+                    producer.close(timeout=0)     # a record not acknowledged is dropped
+                except KafkaError:
+                    pass
 
 
 def _port_open(bootstrap: str) -> bool:

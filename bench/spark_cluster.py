@@ -11,9 +11,10 @@ A fresh topic (3 partitions) is pre-filled once with M ChangeEvents (bench.consu
   warmed once, outside the timing;
   besides the whole run's keys/s, both engines' steady keys/s after their first batch (the
   Spark task's time per phase is logged per micro-batch);
-* consume, before: the same Spark engine with one task per Kafka partition and each task's
-  chunks applied one after the other (consumer.overlap_batches false), as it ran before
-  tasks were fitted to the executor cores and chunks overlapped;
+  the records reach the executor's Python worker as Arrow batches (its Python has pyarrow:
+  the devstack's executor Python, devstack/spark/executor-python.sh);
+* consume, rows: the same Spark engine with the records handed over as pickled Rows (what
+  it does when the executors' Python has no pyarrow);
 * replay, baseline / contender: `replay --engine python` / `--engine spark` (the session
   above, so one executor core) of the whole topic;
 * executor loss (once, contender only): a consume run whose executor is killed with SIGKILL
@@ -65,13 +66,14 @@ def run(stack, quick: bool, runs: int) -> dict:
                            conf=APP_CONF) as spark:
             _warm_executor(spark)
             startup_s = time.perf_counter() - t0
-            sides = {k: [] for k in ("consume_python", "consume_spark", "consume_spark_before",
+            sides = {k: [] for k in ("consume_python", "consume_spark", "consume_spark_rows",
                                      "replay_python", "replay_spark")}
             for i in range(runs):
                 order = list(sides) if i % 2 == 0 else list(sides)[::-1]
                 for what in order:
                     populate(r, keys)
                     result = _one(what, box, spark, topic, tables, m, len(keys))
+                    result["loadavg_1m"] = round(os.getloadavg()[0], 1)   # at its end
                     sides[what].append(result)
                     log(f"{NAME}: run {i + 1}/{runs} {what}: {result['keys_per_s']:.0f} keys/s")
             populate(r, keys)
@@ -85,7 +87,9 @@ def run(stack, quick: bool, runs: int) -> dict:
             "params": {"events": m, "keys": len(keys), "keys_per_event": 2,
                        "partitions": PARTITIONS, "runs": runs, "prefill_s": round(prefill_s, 2),
                        "spark_master": env["DEVSTACK_SPARK_MASTER_URL"], "spark_conf": APP_CONF,
-                       "spark_startup_s": round(startup_s, 2), "host": "shared, 2 cores"},
+                       "spark_startup_s": round(startup_s, 2),
+                       "executor_python": os.environ["CACHESYNC_SPARK_EXECUTOR_PYTHON"],
+                       "host": "shared, 2 cores"},
             "consume": {"baseline": {"name": "consume --engine python", **s["consume_python"]},
                         "contender": {"name": "consume --engine spark, 1 executor core, "
                                               "trigger availableNow", **s["consume_spark"]},
@@ -96,13 +100,14 @@ def run(stack, quick: bool, runs: int) -> dict:
                         "steady_spark_vs_python": ratio(
                             s["consume_spark"]["median"]["steady_keys_per_s"],
                             s["consume_python"]["median"]["steady_keys_per_s"]),
-                        # the same engine as it ran before: one task per Kafka partition,
-                        # each task's chunks applied one after the other
-                        "before": {"name": "consume --engine spark, one task per Kafka "
-                                           "partition, consumer.overlap_batches false",
-                                   **s["consume_spark_before"]},
-                        "spark_vs_before": ratio(s["consume_spark"]["median"]["keys_per_s"],
-                                                 s["consume_spark_before"]["median"]["keys_per_s"])},
+                        # the same engine, the records handed to the Python worker as
+                        # pickled Rows (executors without pyarrow)
+                        "rows": {"name": "consume --engine spark, 1 executor core, records "
+                                         "as pickled Rows", **s["consume_spark_rows"]},
+                        "arrow_vs_rows": ratio(s["consume_spark"]["median"]["keys_per_s"],
+                                               s["consume_spark_rows"]["median"]["keys_per_s"]),
+                        "rows_vs_python": ratio(s["consume_spark_rows"]["median"]["keys_per_s"],
+                                                s["consume_python"]["median"]["keys_per_s"])},
             "replay": {"baseline": {"name": "replay --engine python", **s["replay_python"]},
                        "contender": {"name": "replay --engine spark, 1 executor core",
                                      **s["replay_spark"]},
@@ -119,12 +124,23 @@ def _warm_executor(spark) -> None:
     """Start the executor's Python worker and import the engine's modules there, outside the
     timing (a long-running query pays it once): otherwise the first timed Spark run of the
     session, whichever side it is, pays it alone."""
+    from cachesync.consumer.spark.stream import arrow_transfer
+
     def load(rows):
         list(rows)    # a worker that left input unread is not reused (pyspark worker.py)
         import cachesync.consumer.spark.applier  # noqa: F401
         import cachesync.wiring  # noqa: F401
         return [0]
     spark.sparkContext.parallelize([0], 1).mapPartitions(load).collect()
+
+    def load_arrow(batches):
+        # Arrow tasks get their Python workers from a daemon of their own: warm it too
+        import pyarrow as pa
+        list(batches)
+        load([])
+        yield pa.RecordBatch.from_pylist([{"x": 0}])
+    if arrow_transfer(spark)[0]:
+        spark.range(1, numPartitions=1).mapInArrow(load_arrow, "x long").collect()
 
 
 def _cluster() -> dict[str, str]:
@@ -144,9 +160,8 @@ def _one(what: str, box, spark, topic, tables, m: int, n_keys: int) -> dict:
         return engine_run(box, topic, tables, m, n_keys, "mysql")
     if what == "consume_spark":
         return _spark_consume(box, spark, topic, tables, m)[0]
-    if what == "consume_spark_before":
-        return _spark_consume(box, spark, topic, tables, m, per_slot=False,
-                              consumer={"overlap_batches": False})[0]
+    if what == "consume_spark_rows":
+        return _spark_consume(box, spark, topic, tables, m, transfer="rows")[0]
     engine = what.split("_")[1]
     settings = box.settings(box.write_config(tables, topic=topic))
     report = run_replay(settings, settings.tables, engine, parse_bound("earliest"),
@@ -159,10 +174,9 @@ def _one(what: str, box, spark, topic, tables, m: int, n_keys: int) -> dict:
 
 
 def _spark_consume(box, spark, topic, tables, m: int, trigger="availableNow", on_batch=None,
-                   max_offsets: int = MAX_OFFSETS, per_slot: bool = True,
-                   consumer: dict | None = None):
+                   max_offsets: int = MAX_OFFSETS, transfer: str = "auto"):
     cfg = box.write_config(tables, topic=topic, group=box.new_group(),
-                           consumer={"dedup_store": "mysql", **(consumer or {})})
+                           consumer={"dedup_store": "mysql"})
     checkpoint = Path(box.tmp) / f"ck-{time.monotonic_ns()}"
     batches: list[dict] = []
 
@@ -173,7 +187,7 @@ def _spark_consume(box, spark, topic, tables, m: int, trigger="availableNow", on
         if on_batch is not None:
             on_batch(report)
     engine = build_spark_engine(box.settings(cfg), spark, str(checkpoint), max_offsets,
-                                on_batch=record, trigger=trigger, per_slot=per_slot)
+                                on_batch=record, trigger=trigger, transfer=transfer)
     engine.start()                     # the query's start is not timed, as the python side's
     t0 = time.perf_counter()
     engine.run()
@@ -189,7 +203,7 @@ def _spark_consume(box, spark, topic, tables, m: int, trigger="availableNow", on
     for b in batches:
         b.pop("at")
     log(f"{NAME}: spark batches (driver wall time, the tasks' phases summed): {batches}")
-    return {"what": "consume_spark", "events": m, "keys": keys, "elapsed_s": round(elapsed, 4),
+    return {"what": "consume_spark", "transfer": engine.transfer, "events": m, "keys": keys, "elapsed_s": round(elapsed, 4),
             "events_per_s": round(m / elapsed, 1), "keys_per_s": round(keys / elapsed, 1),
             "startup_s": round(first["wall_s"], 4),
             "steady_keys_per_s": round((keys - first["keys"]) / steady, 1) if steady else None,

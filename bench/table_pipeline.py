@@ -12,14 +12,17 @@ one before; the scans the engine ran and the SCAN calls Redis served (INFO comma
 and the ``items`` keys left, counted with one SCAN once the run is over. Modes (``BENCH_TABLE_
 PIPELINE_MODES``, comma-separated): ``beside`` (the default: consumer.table_jobs, one scan
 per event beside the row stream), ``inline`` (the scan in the batch, once per copy) and
-``none`` (baseline: the same writer and keys, no TRUNCATE, for as long as the ``beside`` run
-before it took).
+``none`` (baseline: the same writer and keys, no TRUNCATE, for as long as the longest
+``beside`` run before it took; 30 s before any). ``beside:<busy share>:<SCAN COUNT>`` runs
+``beside`` with ``consumer.table_scan_busy_share`` and ``consumer.table_scan_count`` set, so
+several paces are measured against one baseline in one run.
 
 Keys are written by a Lua loop on the server (``SET ... PX``, the TTL the consumer's
 defaults give: 3600 s shortened by up to 10 %), the other keys once, the table's before each
-run. Sizes: ``--quick``, full, or ``BENCH_TABLE_PIPELINE_SIZE=scale`` (1,000,000 table keys
-among 50,000,000; about 5 GB of Redis memory: point ``CACHESYNC_REDIS_URL`` of the env file
-at a Redis of its own). ``python -m bench --only table_pipeline [--quick]``.
+run. Sizes: ``--quick``, full, or ``BENCH_TABLE_PIPELINE_SIZE=medium`` (1,000,000 table keys
+among 5,000,000; 0.5 GB) or ``scale`` (among 50,000,000; about 5 GB of Redis memory): these two
+need an empty Redis of their own, which they flush at the end (point ``CACHESYNC_REDIS_URL``
+of the env file at it). ``python -m bench --only table_pipeline [--quick]``.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import os
 import threading
 import time
 
+import pymysql
 import redis
 
 from bench.common import Sandbox, Worker, log, percentile, ratio, summarize, wait_for
@@ -41,16 +45,19 @@ from cachesync.wiring import (build_cache, build_dead_letters, build_dedup, buil
 NAME = "table_pipeline"
 # (items keys cached, other keys, others commits/s)
 SIZES = {"full": (200_000, 2_000_000, 200), "quick": (20_000, 200_000, 100),
-         "scale": (1_000_000, 49_000_000, 200)}
-DEFAULT_MODES = {"full": "beside,inline", "quick": "beside,inline", "scale": "beside,none"}
+         "medium": (1_000_000, 4_000_000, 200), "scale": (1_000_000, 49_000_000, 200)}
+DEFAULT_MODES = {"full": "beside,inline", "quick": "beside,inline", "medium": "beside,none",
+                 "scale": "beside,none"}
+OWN_REDIS = ("medium", "scale")     # sizes that need an empty Redis of their own (flushed)
 BASE_S = 3.0            # lag measured before the TRUNCATE
 CAUGHT_UP_S = 1.0       # a warmed-up run's latest commit -> apply lag
 NONE_S = 30.0           # the ``none`` baseline's window when no ``beside`` run preceded it
 FILL_CHUNK = 10_000     # keys per server-side fill script (well under Redis's busy-script time)
 TTL_MS, TTL_JITTER = 3_600_000, 0.1     # the consumer's default ttl and ttl_jitter
 MODES = ("beside", "inline", "none")
+NO_SUCH_TABLE = 1146    # MySQL's ER_NO_SUCH_TABLE
 FIELDS = ["gone_s", "base_p50_ms", "base_p99_ms", "during_p50_ms", "during_p99_ms",
-          "during_p99_over_base", "table_scans", "scan_calls", "items_left"]
+          "during_p99_over_base", "table_scans", "scan_calls", "scan_ms_per_call", "items_left"]
 # SET each key prefix..i for i in [lo, hi) with a TTL of ttl_ms shortened by up to jitter_ms
 # (spread by the index); keys are not declared: a standalone Redis
 FILL_LUA = """
@@ -68,9 +75,9 @@ def run(stack, quick: bool, runs: int) -> dict:
     table_keys, other_keys, rate = SIZES[size]
     modes = _modes(os.environ.get("BENCH_TABLE_PIPELINE_MODES") or DEFAULT_MODES[size])
     r = stack.redis()
-    if size == "scale" and r.dbsize():
+    if size in OWN_REDIS and r.dbsize():
         r.close()
-        raise RuntimeError(f"BENCH_TABLE_PIPELINE_SIZE=scale needs a Redis of its own, empty "
+        raise RuntimeError(f"BENCH_TABLE_PIPELINE_SIZE={size} needs a Redis of its own, empty "
                            f"(it flushes it at the end): {stack.env['CACHESYNC_REDIS_URL']} "
                            f"holds {r.dbsize():,} keys")
     box = Sandbox(stack, NAME)
@@ -83,13 +90,14 @@ def run(stack, quick: bool, runs: int) -> dict:
         log(f"{NAME}: {other_keys:,} other keys written in {time.perf_counter() - t0:.0f}s; "
             f"{r.dbsize():,} keys in Redis, {r.info('memory')['used_memory_human']}")
         sides: dict[str, list[dict]] = {m: [] for m in modes}
-        for i in range(runs):
-            last_gone = None
+        last_gone = None    # kept across runs: a ``none`` listed first measures as long as
+        for i in range(runs):   # the longest scan of the runs before
             for mode in (modes if i % 2 == 0 or "none" in modes else tuple(reversed(modes))):
-                _fill(r, box.prefix + "item:", table_keys if mode != "none" else 0)
+                _fill(r, box.prefix + "item:", table_keys if _kind(mode) != "none" else 0)
                 window = last_gone or NONE_S
                 result = one_run(box, mode, table_keys, rate, window)
-                last_gone = result["gone_s"] if mode == "beside" else last_gone
+                if _kind(mode) == "beside":     # the none baseline as long as the longest
+                    last_gone = max(last_gone or 0, result["gone_s"])
                 sides[mode].append(result)
                 log(f"{NAME}: run {i + 1}/{runs} {mode}: keys gone {result['gone_s']:.2f}s after "
                     f"the TRUNCATE ({result['table_scans']} scan, {result['scan_calls']} SCAN "
@@ -107,15 +115,16 @@ def run(stack, quick: bool, runs: int) -> dict:
             out["gone_s_beside_over_inline"] = ratio(out["beside"]["median"]["gone_s"],
                                                      out["inline"]["median"]["gone_s"])
         if "none" in modes:
-            out["during_p99_beside_over_none"] = ratio(
-                out["beside"]["median"]["during_p99_ms"], out["none"]["median"]["during_p99_ms"])
+            for mode in (m for m in modes if _kind(m) == "beside"):
+                out[f"during_p99_{mode}_over_none"] = ratio(
+                    out[mode]["median"]["during_p99_ms"], out["none"]["median"]["during_p99_ms"])
         out["dedup_purge"] = _purge_s(box)
         return out
     except Exception as e:
         log(f"{NAME} failed ({type(e).__name__}: {e}); cleaning up")
         raise
     finally:
-        if size == "scale":     # deleting 50,000,000 keys one by one takes many minutes
+        if size in OWN_REDIS:   # deleting millions of keys one by one takes minutes
             r.flushall(asynchronous=True)
         r.close()
         box.cleanup()
@@ -123,10 +132,24 @@ def run(stack, quick: bool, runs: int) -> dict:
 
 def _modes(spec: str) -> tuple[str, ...]:
     modes = tuple(m.strip() for m in spec.split(",") if m.strip())
-    unknown = [m for m in modes if m not in MODES]
+    unknown = [m for m in modes if _kind(m) not in MODES
+               or (":" in m and (_kind(m) != "beside" or len(m.split(":")) != 3))]
     if unknown or not modes:
         raise ValueError(f"BENCH_TABLE_PIPELINE_MODES: {spec!r}; known: {', '.join(MODES)}")
     return modes
+
+
+def _kind(mode: str) -> str:
+    """``beside``, ``inline`` or ``none``: a mode without its pace."""
+    return mode.split(":")[0]
+
+
+def _pace(mode: str) -> dict:
+    """The consumer settings of ``beside:<busy share>:<SCAN COUNT>`` (none: the defaults)."""
+    if ":" not in mode:
+        return {}
+    _, share, count = mode.split(":")
+    return {"table_scan_busy_share": float(share), "table_scan_count": int(count)}
 
 
 def one_run(box: Sandbox, mode: str, table_keys: int, rate: float, window_s: float) -> dict:
@@ -137,7 +160,7 @@ def one_run(box: Sandbox, mode: str, table_keys: int, rate: float, window_s: flo
                             # ts_us in the key: the events carry only the key columns
                             f"{box.db}.others": {"keys": [box.prefix + "other:{id}:{ts_us}"]}},
                            topic=topic, tailer={"heartbeat_interval_s": 0},
-                           consumer={"dedup_store": "redis"},
+                           consumer={"dedup_store": "redis", **_pace(mode)},
                            metrics={"listen": "127.0.0.1:0"})   # a free port on a shared host
     lags: list[tuple[float, float]] = []      # (commit time, lag s) of each others row
 
@@ -152,9 +175,8 @@ def one_run(box: Sandbox, mode: str, table_keys: int, rate: float, window_s: flo
     r = box.stack.redis()
     try:
         try:
-            wait_for(lambda: _running(tailer) and box.stack.admin_sql(
-                "SELECT 1 FROM cachesync.cachesync_checkpoint WHERE name = %s",
-                (box.settings(cfg).tailer.name,)), 120, "the tailer's start checkpoint")
+            wait_for(lambda: _running(tailer) and _checkpointed(box, box.settings(cfg).tailer.name),
+                     120, "the tailer's start checkpoint")
         except (TimeoutError, ChildProcessError) as e:
             raise RuntimeError(f"{e}; the tailer said: {box.proc_log(tailer)}") from e
         worker.start()
@@ -169,14 +191,14 @@ def one_run(box: Sandbox, mode: str, table_keys: int, rate: float, window_s: flo
         time.sleep(BASE_S)          # the baseline window: lag under the steady writer alone
         scans_before = _scan_calls(r)
         truncated = time.time()
-        if mode == "none":
+        if _kind(mode) == "none":
             time.sleep(window_s)    # the same writer, nothing truncated
         else:
             box.stack.admin_sql(f"TRUNCATE TABLE `{box.db}`.items")
             wait_for(lambda: worker.check() or engine.stats.table_keys_deleted >= table_keys,
                      3600, "the items keys gone", interval=0.01)
         gone = time.time()
-        scan_calls = _scan_calls(r) - scans_before
+        scan_calls, scan_us = (a - b for a, b in zip(_scan_calls(r), scans_before))
         # every row committed until then applied (an inline scan holds them up): a row still
         # waiting when the run stopped would be missing from the lag figures
         wait_for(lambda: worker.check() or sum(1 for c, _ in lags if c <= gone)
@@ -191,7 +213,7 @@ def one_run(box: Sandbox, mode: str, table_keys: int, rate: float, window_s: flo
         box.stop_proc(tailer)
     worker.check()
     # counted once, with the run over: a SCAN of the whole keyspace
-    left = 0 if mode == "none" else sum(
+    left = 0 if _kind(mode) == "none" else sum(
         1 for _ in r.scan_iter(match=box.prefix + "item:*", count=10_000))
     r.close()
     base = [lag for c, lag in lags if started <= c < truncated]
@@ -206,7 +228,22 @@ def one_run(box: Sandbox, mode: str, table_keys: int, rate: float, window_s: flo
             "copies": sum(s.copies for s in engine.table_scans.scans())
             if engine.table_scans else None,
             "scan_calls": scan_calls, "items_left": left,
+            "scan_ms_per_call": scan_us / 1000 / max(1, scan_calls),
+            "paused_s": sum(s.paused for s in engine.table_scans.scans())
+            if engine.table_scans else None,
             "loadavg": [round(x, 2) for x in os.getloadavg()]}
+
+
+def _checkpointed(box: Sandbox, name: str) -> bool:
+    """Whether the tailer ``name`` stored its start checkpoint (the table itself appears with
+    the first tailer that runs on a fresh server)."""
+    try:
+        return bool(box.stack.admin_sql(
+            "SELECT 1 FROM cachesync.cachesync_checkpoint WHERE name = %s", (name,)))
+    except pymysql.err.ProgrammingError as e:
+        if e.args[0] == NO_SUCH_TABLE:
+            return False
+        raise
 
 
 def _running(proc) -> bool:
@@ -216,9 +253,11 @@ def _running(proc) -> bool:
     return True
 
 
-def _scan_calls(r) -> int:
-    """SCAN calls Redis served so far (INFO commandstats)."""
-    return int(r.info("commandstats").get("cmdstat_scan", {}).get("calls", 0))
+def _scan_calls(r) -> tuple[int, int]:
+    """SCAN calls Redis served so far and the microseconds it spent in them (INFO
+    commandstats)."""
+    stat = r.info("commandstats").get("cmdstat_scan", {})
+    return int(stat.get("calls", 0)), int(stat.get("usec", 0))
 
 
 def _purge_s(box: Sandbox) -> dict:
@@ -248,7 +287,7 @@ def _engine(settings, mode: str, on_batch) -> PythonEngine:
     return PythonEngine(source, build_dedup(settings), build_cache(settings),
                         build_dead_letters(settings), mappings(settings),
                         options=settings.consumer, on_batch=on_batch,
-                        table_jobs=build_table_jobs(settings) if mode == "beside" else None)
+                        table_jobs=build_table_jobs(settings) if _kind(mode) == "beside" else None)
 
 
 class _Writer(threading.Thread):

@@ -599,8 +599,9 @@ class ConsumerSettings(_Validated):
     offset_commit: str = setting(
         "async", "how a batch's offsets are committed, always after its cache writes and dedup "
         "confirm: `async` sends the commit and goes on to the next poll without waiting for the "
-        "broker's reply (at most 5 unanswered; after a failed one, and at shutdown, the consumer "
-        "waits again), so a crash can leave the last few batches to be delivered again, which "
+        "broker's reply (at most 5 unanswered; after one failed with an error that is not "
+        "retriable, after 30 s of retriable failures such as a group coordinator still loading "
+        "after a broker restart, and at shutdown, the consumer waits again), so a crash can leave the last few batches to be delivered again, which "
         "the dedup store skips as duplicates; `sync` waits for every reply",
         choices=("async", "sync"))
     overlap_batches: bool = setting(
@@ -615,6 +616,20 @@ class ConsumerSettings(_Validated):
         5.0, "how long a claim protects a message from other consumers; a consumer that takes "
         "over a dead one's partitions waits this long (from the dead one's last claim) before "
         "applying what it had claimed. Keep it below `kafka.session_timeout_ms`", **POSITIVE)
+    # A table-level invalidation (TRUNCATE, DDL, statement-logged writes) SCANs the whole
+    # keyspace beside the row stream; Redis serves one command at a time, so its calls are
+    # paced to leave Redis to the other tables' changes (consumer.core.scan_pace)
+    table_scan_busy_share: float = setting(
+        0.5, "the share of time a table-level invalidation's scan may keep Redis busy: after "
+        "each SCAN call or UNLINK pipeline it pauses so that its calls take at most this share "
+        "(a slower Redis, longer pauses); `1` = back to back, fastest, while other tables' "
+        "changes wait behind it", lo=0, lo_open=True, hi=1)
+    table_scan_count: int = setting(
+        1000, "keys each SCAN call of a table-level invalidation examines (`COUNT`): smaller "
+        "calls hold Redis for less time each", lo=10, hi=1_000_000)
+    table_scan_keys_per_s: float = setting(
+        0.0, "at most this many keys examined per second by a table-level invalidation's "
+        "scan, on top of `consumer.table_scan_busy_share`; `0` = no bound", **NOT_NEGATIVE)
     namespace: str = setting("", "dedup namespace", shown="the Kafka group id")
     dedup_store: str = setting(
         "redis", "`redis` (`cachesync:dedup:<ns>:{<tag>}<id>`, spread over 64 hash slots; nothing "

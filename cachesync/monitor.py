@@ -122,6 +122,7 @@ class ConsistencyMonitor(Hook):
         self._due: list[tuple[float, int, Sample]] = []
         self._seq = 0
         self._lock = threading.Lock()
+        self._unfinished = 0     # samples accepted and not yet counted, dropped or abandoned
         self.counts: Counter = Counter()          # (table, result) -> key checks
         self.dropped: Counter = Counter()         # reason -> samples
         self.errors = 0
@@ -154,10 +155,13 @@ class ConsistencyMonitor(Hook):
                 self._drop(DROP_RATE)
                 continue
             when = due(ep) if callable(due) else due
+            with self._lock:        # counted before it is queued: never pending uncounted
+                self._unfinished += 1
             try:
                 self._queue.put_nowait(Sample(mapping.table, event.pk, when))
             except queue.Full:
                 self._drop(DROP_QUEUE)
+                self._finished()
 
     def _drop(self, reason: str) -> None:
         with self._lock:
@@ -173,7 +177,13 @@ class ConsistencyMonitor(Hook):
 
     @property
     def pending(self) -> int:
-        return self._queue.qsize() + len(self._due)
+        """Samples waiting for their check: queued, due later, or being checked (the one in
+        hand counts until its result does, so 0 means every result is in the counts)."""
+        return self._unfinished
+
+    def _finished(self) -> None:
+        with self._lock:
+            self._unfinished -= 1
 
     # -- the checking thread -------------------------------------------------------------
     def _run(self) -> None:
@@ -203,6 +213,7 @@ class ConsistencyMonitor(Hook):
     def _push(self, sample: Sample) -> None:
         if len(self._due) >= self._settings.queue_size:
             self._drop(DROP_QUEUE)
+            self._finished()
             return
         self._seq += 1
         heapq.heappush(self._due, (sample.due, self._seq, sample))
@@ -222,6 +233,7 @@ class ConsistencyMonitor(Hook):
             after = self._reader.read(mapping, sample.pk)
         except CachesyncError as e:
             self._failed(sample, e)
+            self._finished()
             return False
         self._recovered()
         step = next_step(sample, row_identity(before), row_identity(after),
@@ -231,6 +243,7 @@ class ConsistencyMonitor(Hook):
             self._push(step.recheck)
         else:
             self._count(sample.table, step.verdicts)
+            self._finished()
         return True
 
     def _count(self, table: str, verdicts: Mapping[str, str]) -> None:

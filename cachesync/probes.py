@@ -18,6 +18,7 @@ from kafka import KafkaAdminClient, TopicPartition
 from kafka.admin import OffsetSpec
 from kafka.errors import KafkaError
 
+from cachesync.consumer.adapters.kafka_source import RECONNECT_BACKOFF_MAX_MS
 from cachesync.producer_outbox.leader import lock_name
 from cachesync.schema.errors import RetryableError
 
@@ -79,6 +80,10 @@ class KafkaOffsets:
                 self._admin = KafkaAdminClient(bootstrap_servers=self._bootstrap,
                                                client_id="cachesync-probe",
                                                **{"request_timeout_ms": self._timeout_ms,
+                                                  # the lag probe sees a broker back as
+                                                  # soon as the consumers do
+                                                  "reconnect_backoff_max_ms":
+                                                      RECONNECT_BACKOFF_MAX_MS,
                                                   **self._security})
             return work(self._admin)
         except (KafkaError, OSError) as e:

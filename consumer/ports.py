@@ -51,10 +51,12 @@ class CacheWriter(Protocol):
         """Give back those of ``token``'s leases that will not be filled."""
 
     def invalidate_table(self, mapping, fence_version: str | None = None,
-                         progress=None) -> int:
+                         progress=None, keep_newer: str | None = None, pace=None,
+                         scan_count: int = ...) -> int:
         """Delete every key the table's templates can produce; ``fence_version`` (update
         mode) turns later writes of older rows of the table into deletes. Returns how many
-        keys existed."""
+        keys existed. ``pace(seconds, examined)`` after each round trip of the scan may
+        sleep (``consumer.core.scan_pace``); ``scan_count``: keys examined per SCAN call."""
 
 
 class CacheReader(Protocol):

@@ -13,6 +13,10 @@ commits no offset past it, so a crash mid-scan delivers the event again and the 
 again (its owner's lease in the job store runs out). Fill leases of the table are removed
 before its keys (``RedisCache.invalidate_table``), so a ``read_through`` fill that read the
 row before the change is refused.
+
+A scan shares Redis with the row stream: after each of its round trips it pauses as
+``consumer.core.scan_pace.ScanPace`` says (``consumer.table_scan_busy_share``), so the
+other tables' claims, deletes and confirms find Redis free most of the time.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from cachesync.consumer.core.plan import EventPlan
+from cachesync.consumer.core.scan_pace import ScanPace
 from cachesync.consumer.core.tablejobs import JobState, TopicPartition, job_id
 from cachesync.consumer.core.writes import padded
 from cachesync.schema.retry import RetryPolicy, Stopped, call
@@ -55,7 +60,13 @@ class TableScan:
     failure: BaseException | None = None    # what stopped it (not Stopped): raised by check()
     fence: str | None = None        # update mode: the event's padded version (newer keys stay)
     copies: int = 1                 # partition copies of the event that waited for it here
+    paused: float = 0.0             # seconds the scan paused to leave Redis to the row stream
     done: threading.Event = field(default_factory=threading.Event)
+
+
+def scan_pace(options) -> ScanPace:
+    """The pace of table-level scans from the consumer's settings."""
+    return ScanPace(options.table_scan_busy_share, options.table_scan_keys_per_s)
 
 
 class TableInvalidator:
@@ -63,8 +74,12 @@ class TableInvalidator:
 
     def __init__(self, cache, jobs, stats, retry: RetryPolicy = RetryPolicy(),
                  stop: threading.Event | None = None, lease_s: float = JOB_LEASE_S,
-                 clock: Callable[[], float] = time.monotonic, workers: int = SCAN_WORKERS):
+                 clock: Callable[[], float] = time.monotonic, workers: int = SCAN_WORKERS,
+                 pace: ScanPace = ScanPace(), scan_count: int | None = None):
         self._cache, self._jobs, self._stats, self._retry = cache, jobs, stats, retry
+        self._pace = pace
+        # SCAN COUNT per call; None: the cache's own default
+        self._scan_count = {} if scan_count is None else {"scan_count": scan_count}
         self._stop = stop or threading.Event()
         self._lease_s, self._clock = lease_s, clock
         self._owner = uuid.uuid4().hex
@@ -166,18 +181,30 @@ class TableInvalidator:
     def _scan(self, scan: TableScan, mapping) -> int:
         renewed = [self._clock()]
 
-        def progress(n: int) -> None:
-            scan.keys += n
+        def alive() -> None:
+            """Stop when asked; keep the job's lease while the scan runs (both passes)."""
             if self._stop.is_set():
                 raise Stopped("stop requested during a table-level scan")
             if self._clock() - renewed[0] > self._lease_s / 3:
                 self._jobs.renew(scan.job, self._owner, self._lease_s)
                 renewed[0] = self._clock()
+
+        def progress(n: int) -> None:
+            scan.keys += n
+            alive()
+
+        def pace(call_s: float, examined: int) -> None:
+            pause = self._pace.pause_after(call_s, examined)
+            if pause > 0:
+                scan.paused += pause
+                self._stop.wait(pause)
+            alive()
         log.info("table-level change of %s (%s): scanning for its keys", scan.table, scan.reason)
 
         def attempt() -> int:
             scan.keys = 0
-            return self._cache.invalidate_table(mapping, None, progress, keep_newer=scan.fence)
+            return self._cache.invalidate_table(mapping, None, progress, keep_newer=scan.fence,
+                                                pace=pace, **self._scan_count)
         return self._call("redis table invalidation", attempt)
 
     def _finished(self, scan: TableScan, removed: int) -> None:
@@ -192,8 +219,9 @@ class TableInvalidator:
             self._stats.table_scans += 1
             self._stats.table_keys_deleted += removed
             log.warning("table-level change of %s (%s): invalidated every key of its templates, "
-                        "%d removed in %.1fs (%d partition copies)", scan.table, scan.reason,
-                        removed, took, scan.copies)
+                        "%d removed in %.1fs (%.1fs of it paused to leave Redis to the row "
+                        "stream; %d partition copies)", scan.table, scan.reason, removed, took,
+                        scan.paused, scan.copies)
 
     def _call(self, what: str, fn):
         return call(fn, what, self._stop, self._retry)

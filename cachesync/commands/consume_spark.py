@@ -51,10 +51,11 @@ def spark_options(fn):
 
 def build_spark_engine(settings: Settings, spark, checkpoint_location: str,
                        max_offsets_per_trigger: int = DEFAULT_MAX_OFFSETS, on_batch=None,
-                       trigger: float | str = 0.5, hooks=(), per_slot: bool = True):
+                       trigger: float | str = 0.5, hooks=(), per_slot: bool = True,
+                       transfer: str = "auto"):
     """The engine with the driver's hooks: delayed second deletes (its own Redis client),
-    then ``hooks`` (the dedup purge, the consistency monitor); ``per_slot``: see
-    StreamOptions."""
+    then ``hooks`` (the dedup purge, the consistency monitor); ``per_slot``, ``transfer``:
+    see StreamOptions."""
     from cachesync.consumer.spark.applier import ApplyConfig
     from cachesync.consumer.spark.stream import SparkEngine, StreamOptions
     stats = Stats()
@@ -62,7 +63,7 @@ def build_spark_engine(settings: Settings, spark, checkpoint_location: str,
     return SparkEngine(spark, settings.kafka.bootstrap_servers, settings.kafka.topic,
                        ApplyConfig(settings),
                        StreamOptions(checkpoint_location, max_offsets_per_trigger, trigger,
-                                     per_slot=per_slot),
+                                     per_slot=per_slot, transfer=transfer),
                        on_batch=on_batch, kafka_options=spark_kafka_options(settings.kafka),
                        hooks=driver_hooks, stats=stats)
 

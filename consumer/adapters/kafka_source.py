@@ -30,14 +30,25 @@ _REBALANCING = (CommitFailedError, RebalanceInProgressError, IllegalGenerationEr
 # kafka-python backs off reconnects up to 30 s by default, so a broker back from an
 # outage sat idle for most of that. A client notices the broker back up to one backoff after
 # it opened its port (the failover bench's DEBUG logs of a broker restart: the consumers and
-# the tailer's producer reconnected 1.0-1.5 s after the port opened with 2 s); 1 s (the Java
-# client's default) halves that, and one attempt a second per client is no reconnect storm.
-# The tailer's publisher uses the same (producer_outbox/publisher.py).
-RECONNECT_BACKOFF_MAX_MS = 1000
+# the tailer's producer reconnected 1.0-1.5 s after the port opened with 2 s), and its
+# metadata refresh, which brings the partitions' new leader epoch the fetches wait for,
+# keeps the same backoff even once a connection is up again (a consumer fetched 1.1 s after
+# it had reconnected, with 1 s). 500 ms: two refused connects a second per client are
+# no reconnect storm. The tailer's publisher uses the same (producer_outbox/publisher.py).
+RECONNECT_BACKOFF_MAX_MS = 500
 
 # Asynchronous offset commits (consumer.offset_commit: async) not yet answered at most; one
 # more waits for its reply, so a slow or failing coordinator slows the consumer down.
 MAX_COMMITS_IN_FLIGHT = 5
+# Asynchronous commits refused with a retriable error (the group coordinator moving or still
+# loading, e.g. for seconds after a broker restart) leave the consumer applying, each batch's
+# commit superseding the last; once they have failed this long without one confirmed, a commit
+# waits for its reply (and a failure stops the batch), so an outage is never hidden for long.
+# Only time spent committing counts: between two failed answers at most
+# COMMIT_FAILURE_GAP_S, so the minutes a broker was down (nothing polled, nothing to commit)
+# do not make the first commits after its return wait.
+RETRIABLE_COMMIT_FAILURES_S = 30.0
+COMMIT_FAILURE_GAP_S = 5.0
 # close() waits this long at most for the offsets not yet confirmed to be committed
 CLOSE_COMMIT_TIMEOUT_MS = 5000
 
@@ -112,8 +123,10 @@ class KafkaSource:
     can leave: the offsets of the last few batches not yet committed, which are delivered
     again and skipped as duplicates by the dedup store (as after any crash before a commit).
     A commit goes synchronous again, and raises on failure, after an asynchronous one
-    failed or while ``MAX_COMMITS_IN_FLIGHT`` are unanswered; ``close`` commits what is not
-    confirmed yet for the partitions still assigned.
+    failed with an error that is not retriable, once retriable failures (a coordinator that
+    moved or is still loading) went on for ``RETRIABLE_COMMIT_FAILURES_S`` without a
+    confirmed commit, or while ``MAX_COMMITS_IN_FLIGHT`` are unanswered; ``close`` commits
+    what is not confirmed yet for the partitions still assigned.
     """
 
     def __init__(self, bootstrap_servers: str, topic: str, group_id: str,
@@ -253,8 +266,13 @@ class _CommitTracker:
     listener), while the consumer's thread waits in the poll or close that drives the
     rebalance, so the two never touch the tracker at once and it needs no lock."""
 
-    def __init__(self, async_commit: bool):
+    def __init__(self, async_commit: bool, clock=time.monotonic):
         self.async_commit = async_commit
+        self._clock = clock
+        # how long asynchronous commits have been failing with retriable errors, none
+        # confirmed (None: the last one answered was confirmed), and the last failure's time
+        self.failing_for: float | None = None
+        self._last_failure = 0.0
         self.asked: dict[TopicPartition, int] = {}       # newest offset sent, per partition
         self.done: dict[TopicPartition, int] = {}        # newest offset confirmed
         self.in_flight = 0
@@ -265,7 +283,9 @@ class _CommitTracker:
         self.refused: dict[TopicPartition, int] = {}
 
     def may_go_async(self) -> bool:
-        return self.async_commit and self.failed is None and self.in_flight < MAX_COMMITS_IN_FLIGHT
+        return (self.async_commit and self.failed is None
+                and self.in_flight < MAX_COMMITS_IN_FLIGHT
+                and (self.failing_for is None or self.failing_for < RETRIABLE_COMMIT_FAILURES_S))
 
     def sent(self, tps: dict) -> None:
         self.in_flight += 1
@@ -274,6 +294,7 @@ class _CommitTracker:
 
     def confirmed(self, tps: dict) -> None:
         self.failed = None
+        self._recovered()
         for tp, meta in tps.items():
             self.asked[tp] = max(self.asked.get(tp, -1), meta.offset)
             self._done(tp, meta.offset)
@@ -287,6 +308,7 @@ class _CommitTracker:
         """kafka-python's callback: ``response`` is the reply or the commit's exception."""
         self.in_flight = max(0, self.in_flight - 1)
         if not isinstance(response, BaseException):
+            self._recovered()
             for tp, meta in tps.items():
                 self._done(tp, meta.offset)
         elif isinstance(response, FencedInstanceIdError):
@@ -300,10 +322,28 @@ class _CommitTracker:
                     self.refused[tp] = max(self.refused.get(tp, -1), meta.offset)
             log.info("an asynchronous offset commit was refused during a rebalance (%s); the "
                      "next commit of the partitions covers it", response)
+        elif getattr(response, "retriable", False):
+            now = self._clock()
+            if self.failing_for is not None:
+                self.failing_for += min(now - self._last_failure, COMMIT_FAILURE_GAP_S)
+                log.debug("asynchronous offset commit failed again: %s", response)
+            else:
+                self.failing_for = 0.0
+                log.warning("asynchronous offset commit failed (%s); applying goes on and the "
+                            "next batch's commit covers it (a commit waits for its reply once "
+                            "they have failed for %g s)", response, RETRIABLE_COMMIT_FAILURES_S)
+            self._last_failure = now
         else:
             self.failed = response
             log.warning("asynchronous offset commit failed (%s); the next commit waits for its "
                         "reply", response)
+
+    def _recovered(self) -> None:
+        if self.failing_for is not None:
+            log.info("offset commits confirmed again after %.1f s of retriable failures",
+                     self.failing_for + min(self._clock() - self._last_failure,
+                                            COMMIT_FAILURE_GAP_S))
+            self.failing_for = None
 
     def unconfirmed(self, assigned) -> dict:
         """The offsets sent but not confirmed, of the ``assigned`` partitions."""

@@ -75,7 +75,7 @@ class MemoryCache:
                                                self.table_fences.get(mapping.table, ""))
 
     def invalidate_table(self, mapping, fence_version: str | None = None, progress=None,
-                         keep_newer: str | None = None) -> int:
+                         keep_newer: str | None = None, pace=None, scan_count: int = 0) -> int:
         """Every key a template of ``mapping`` renders (the same match as the Redis adapter),
         but those whose version is newer than ``keep_newer``."""
         if fence_version is not None:
@@ -85,6 +85,8 @@ class MemoryCache:
                 and not (keep_newer is not None and k in self.versions
                          and self.versions[k].rsplit("/", 1)[-1] > keep_newer)]
         self.table_scans += 1
+        if pace is not None:        # one "call" that examined every key
+            pace(0.0, len(self.data))
         for key in [k for k in self.leases if any(t.regex.fullmatch(k) for t in mapping.keys)]:
             del self.leases[key]       # also of keys not cached: a fill in flight is refused
         removed = self.delete(keys)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import time
 from typing import Callable, Sequence
 
 import redis
@@ -162,7 +163,9 @@ class RedisCache:
 
     def invalidate_table(self, mapping: TableMapping, fence_version: str | None = None,
                          progress: Callable[[int], None] | None = None,
-                         keep_newer: str | None = None) -> int:
+                         keep_newer: str | None = None,
+                         pace: Callable[[float, int], None] | None = None,
+                         scan_count: int = SCAN_COUNT) -> int:
         """Delete every key the table's templates can produce, and their fill leases; returns
         how many existed. Raises RetryableError when Redis is unreachable (safe to repeat).
 
@@ -174,7 +177,12 @@ class RedisCache:
         yet, so a ``read_through`` fill that loaded a row before the change is refused.
         ``keep_newer`` (update mode, a scan running beside the rows): a key whose stored
         version is newer than this one was written after the change, and stays.
+        ``pace(seconds, examined)`` is called after each of the scan's round trips (SCAN
+        calls examining ``scan_count`` keys, UNLINK pipelines examining none) and may sleep,
+        so the scan leaves Redis to the row stream part of the time (``ScanPace``).
         """
+        paced = _Paced(pace)
+
         def run():
             if fence_version is not None:
                 self.fence_table(mapping, fence_version)
@@ -183,14 +191,15 @@ class RedisCache:
                 for template in mapping.keys:
                     # leases first: a fill whose lease predates the change is refused, and
                     # a lease taken after this pass read the row after the change
-                    for part in _batched(_leases_matching(node, template, self._legacy),
-                                         PIPELINE_CHUNK):
-                        run_pipeline(self._client, lambda pipe: [
+                    leases = _leases_matching(node, template, self._legacy, scan_count, paced)
+                    for part in _batched(leases, PIPELINE_CHUNK):
+                        paced(lambda: run_pipeline(self._client, lambda pipe: [
                             queue_unlink(pipe, group) for group in per_slot(part, self._cluster)],
-                            wait=self._wait)
-                    for part in _batched(template_keys(node, template), PIPELINE_CHUNK // 2):
-                        removed += (self._unlink(part) if keep_newer is None
-                                    else self._unlink_older(part, keep_newer))
+                            wait=self._wait))
+                    for part in _batched(template_keys(node, template, scan_count, paced),
+                                         PIPELINE_CHUNK // 2):
+                        removed += paced(lambda: self._unlink(part) if keep_newer is None
+                                         else self._unlink_older(part, keep_newer))
                         if progress is not None:
                             progress(len(part))
             return removed
@@ -236,19 +245,42 @@ def _batched(items, size: int):
         yield part
 
 
-def template_keys(node, template):
+class _Paced:
+    """Runs a table scan's round trips, timed, and hands each one's time to ``pace``."""
+
+    def __init__(self, pace: Callable[[float, int], None] | None):
+        self._pace = pace
+
+    def __call__(self, fn, examined: int = 0):
+        started = time.monotonic()
+        result = fn()
+        if self._pace is not None:
+            self._pace(time.monotonic() - started, examined)
+        return result
+
+    def scan(self, node, glob: str, count: int):
+        """SCAN ``node`` for ``glob``, ``count`` keys examined per call, paced between calls."""
+        cursor = 0
+        while True:
+            cursor, keys = self(lambda: node.scan(cursor, match=glob, count=count), count)
+            yield from keys
+            if not cursor:
+                return
+
+
+def template_keys(node, template, count: int = SCAN_COUNT, paced: _Paced = _Paced(None)):
     """Keys on ``node`` the template renders (not cachesync's own), as bytes."""
-    for key in node.scan_iter(match=template.glob, count=SCAN_COUNT):
+    for key in paced.scan(node, template.glob, count):
         if not key.startswith(_INTERNAL_B) and _renders(template, key):
             yield key
 
 
-def _leases_matching(node, template, legacy: bool):
+def _leases_matching(node, template, legacy: bool, count: int, paced: _Paced):
     """Lease keys on ``node`` of keys the template renders, as bytes (with the old untagged
     ones while ``legacy``): one SCAN, whose pattern takes both forms while ``legacy``, since
     every SCAN reads the whole keyspace (on 50,000,000 keys, minutes)."""
     glob = LEASE_PREFIX + ("*" if legacy else "{*}") + template.glob
-    for name in node.scan_iter(match=glob, count=SCAN_COUNT):
+    for name in paced.scan(node, glob, count):
         owner = companion_owner(name, LEASE_PREFIX)
         if owner is not None and _renders(template, owner):
             yield name

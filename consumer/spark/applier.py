@@ -23,7 +23,7 @@ from typing import Iterable, Iterator
 from cachesync.consumer.applier import Applier, Stats
 from cachesync.consumer.core.offsets import commit_offsets
 from cachesync.consumer.spark.bundle import keep_zip_directories
-from cachesync.consumer.spark.records import to_record
+from cachesync.consumer.spark.records import arrow_records, to_record
 from cachesync.consumer.spark.table_events import finish_scans, task_table_scans
 from cachesync.schema.mapping import MappingSet
 
@@ -104,6 +104,33 @@ def _worker(config: ApplyConfig) -> _Worker:
 
 
 def consume_partition(rows: Iterable, config: ApplyConfig, batch_id: int) -> Iterator[dict]:
+    """:func:`consume_records` of a task's pickled Rows (``RDD.mapPartitions``)."""
+    return consume_records(map(to_record, rows), config, batch_id)
+
+
+# the one column each consume_arrow task returns: its result dict, pickled
+ARROW_RESULT_SCHEMA = "result BINARY"
+
+
+def consume_arrow(batches: Iterable, config: ApplyConfig, batch_id: int) -> Iterator:
+    """:func:`consume_records` of a task's Arrow record batches (``DataFrame.mapInArrow``,
+    needs pyarrow in the executors' Python); yields one pyarrow RecordBatch of
+    ARROW_RESULT_SCHEMA holding the pickled result (:func:`arrow_result` reads it)."""
+    import pickle
+
+    import pyarrow as pa
+    for result in consume_records(arrow_records(batches), config, batch_id):
+        yield pa.RecordBatch.from_arrays([pa.array([pickle.dumps(result)], pa.binary())],
+                                         ["result"])
+
+
+def arrow_result(row) -> dict:
+    """A consume_arrow task's result from the row the driver collected."""
+    import pickle
+    return pickle.loads(row[0])
+
+
+def consume_records(records: Iterable, config: ApplyConfig, batch_id: int) -> Iterator[dict]:
     """Apply one task's records of micro-batch ``batch_id`` (one or more Kafka partitions,
     each in offset order); yields one dict:
     ``stats`` (a Stats dict), ``tables`` (a TableTally snapshot), ``lag`` (LagSamples),
@@ -120,11 +147,11 @@ def consume_partition(rows: Iterable, config: ApplyConfig, batch_id: int) -> Ite
     worker, stats, lag, offsets, plans = _worker(config), Stats(), [], {}, []
     clock.lap("setup")
     c, stop = config.settings.consumer, threading.Event()
-    scans = task_table_scans(worker.cache, worker.table_jobs, stats, stop, c.claim_lease_s)
+    scans = task_table_scans(worker.cache, worker.table_jobs, stats, stop, c.claim_lease_s, c)
     applier = Applier(worker.cache, worker.mappings, c, worker.dedup, worker.dead_letters,
                       stats=stats, stop=stop, table_jobs=scans)
     applied_at = 0.0
-    chunks = _chunks(map(to_record, rows), c.batch_size)
+    chunks = _chunks(iter(records), c.batch_size)
     try:
         for part, prepared, result in _applied(applier, chunks, c.overlap_batches, clock, stop):
             plans += driver_plans(prepared.plan.events, config.settings.monitor)

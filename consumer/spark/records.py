@@ -1,8 +1,13 @@
-"""Spark rows of the Kafka source -> the engines' transport-neutral Record (no pyspark import)."""
+"""Spark rows of the Kafka source -> the engines' transport-neutral Record (no pyspark import).
+
+Two ways in: pickled Rows (``to_record``, any executor Python) and Arrow record batches
+(``arrow_records``, executors with pyarrow: ``DataFrame.mapInArrow``), which spare the
+executor's JVM pickling every row and the Python worker unpickling it into a Row.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable, Iterator
 
 from cachesync.consumer.core.offsets import Record
 
@@ -26,3 +31,14 @@ def to_record(row: Any) -> Record:
 def _bytes(value) -> bytes | None:
     return None if value is None else bytes(value)
 
+
+def arrow_records(batches: Iterable) -> Iterator[Record]:
+    """The Records of pyarrow RecordBatches whose columns are KAFKA_SELECT's, in that order
+    (each batch's rows in order). Columns are converted whole (``to_pylist``: binary
+    columns become bytes, a header struct a dict) and zipped, nothing per field by name."""
+    for batch in batches:
+        columns = [column.to_pylist() for column in batch.columns]
+        for topic, partition, offset, key, value, headers, timestamp_ms in zip(*columns):
+            headers = tuple((h["key"], h["value"] if h["value"] is not None else b"")
+                            for h in (headers or ()))
+            yield Record(topic, partition, offset, key, value, headers, timestamp_ms or 0)

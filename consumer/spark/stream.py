@@ -2,7 +2,9 @@
 
 Per micro-batch (``batchId``), each Kafka partition's records go to one task (several
 partitions to one task when there are more partitions than executor cores) that runs the
-shared applier (``applier.consume_partition``) on them, each partition in offset order.
+shared applier (``applier.consume_records``) on them, each partition in offset order.
+The records reach the task's Python worker as Arrow record batches (``mapInArrow``)
+when the executors' Python has pyarrow, else as pickled Rows (``arrow_transfer``).
 Spark writes the batch's offsets to the checkpoint before running it and marks it
 committed only after
 foreachBatch returned; a crash in between re-runs the same batchId with the same
@@ -27,15 +29,22 @@ from typing import Mapping
 from cachesync.consumer.applier import BatchResult, Stats
 from cachesync.consumer.hooks import Hook, Ticker
 from cachesync.consumer.core.tally import TableTally
-from cachesync.consumer.spark.applier import ApplyConfig, consume_partition
+from cachesync.consumer.spark.applier import (ARROW_RESULT_SCHEMA, ApplyConfig, arrow_result,
+                                              consume_arrow, consume_partition)
 from cachesync.consumer.spark.records import KAFKA_SELECT
 
 log = logging.getLogger(__name__)
 
 AWAIT_S = 0.5          # how often run() looks at the stop flag
+# The executors' Kafka consumers read a micro-batch's known offset range; a fetch that finds
+# nothing new yet (a pre-fetch past the range's end) held the task for the broker's default
+# fetch.max.wait.ms (500 ms) in every small micro-batch.
+FETCH_MAX_WAIT_MS = 50
 
 
 AVAILABLE_NOW = "availableNow"
+# StreamOptions.transfer
+AUTO, ARROW, ROWS = "auto", "arrow", "rows"
 
 
 @dataclass(frozen=True)
@@ -48,6 +57,9 @@ class StreamOptions:
     starting_offsets: str = "earliest"        # only for a new checkpoint
     # at most one task per executor core (_per_slot); False: one task per Kafka partition
     per_slot: bool = True
+    # how the executors hand records to the Python workers: ARROW (Arrow record batches),
+    # ROWS (pickled Rows, any executor Python) or AUTO (arrow_transfer decides, once)
+    transfer: str = AUTO
 
     def trigger_kwargs(self) -> dict:
         if self.trigger == AVAILABLE_NOW:
@@ -74,6 +86,38 @@ def parse_trigger(text: str) -> float | str:
         raise ValueError(f"trigger {text!r}: expected availableNow or an interval such as "
                          "500ms, 2s or 0 (as fast as possible), at most 3600s")
     return seconds
+
+
+def arrow_transfer(spark) -> tuple[bool, str]:
+    """Whether micro-batches can reach the Python workers as Arrow record batches, and why
+    not: PySpark's Arrow path needs pyarrow and pandas (its minimum versions) on the driver
+    and pyarrow in the executors' Python. The executors are asked with one small task per
+    task slot; a cluster is expected to run one Python everywhere."""
+    from pyspark.sql.pandas.utils import (require_minimum_pandas_version,
+                                          require_minimum_pyarrow_version)
+    try:
+        require_minimum_pandas_version()
+        require_minimum_pyarrow_version()
+    except Exception as e:  # noqa: BLE001 (PySpark raises its own error classes)
+        return False, f"the driver's Python lacks it: {e}"
+    slots = task_slots(spark)
+    found = (spark.sparkContext.parallelize(range(slots), slots)
+             .mapPartitions(_executor_pyarrow).collect())
+    missing = [python for python, version in found if version is None]
+    if missing:
+        return False, f"pyarrow is not installed in the executors' Python ({missing[0]})"
+    return True, f"pyarrow {found[0][1]} on the executors"
+
+
+def _executor_pyarrow(rows):
+    """In an executor: (its Python, its pyarrow version or None)."""
+    import sys
+    list(rows)        # a worker that left input unread is not reused (pyspark worker.py)
+    try:
+        import pyarrow
+    except ImportError:
+        return [(sys.executable, None)]
+    return [(sys.executable, pyarrow.__version__)]
 
 
 @dataclass
@@ -136,6 +180,7 @@ class SparkEngine:
         self.tables = TableTally()         # the tasks' per-table counts (metrics)
         self.offsets: dict[int, int] = {}
         self.batches: list[BatchReport] = []
+        self.transfer: str | None = None   # ARROW or ROWS, chosen at the first micro-batch
 
     def start(self):
         """Start the streaming query (returns it); raises on a bad option or a missing jar."""
@@ -146,6 +191,7 @@ class SparkEngine:
                   .option("maxOffsetsPerTrigger", str(self._opts.max_offsets_per_trigger))
                   .option("includeHeaders", "true")
                   .option("kafka.isolation.level", "read_committed")
+                  .option("kafka.fetch.max.wait.ms", str(FETCH_MAX_WAIT_MS))
                   .options(**self._kafka_options))
         frame = reader.load().selectExpr(*KAFKA_SELECT)
         self._query = (frame.writeStream.queryName(f"cachesync-{self._topic}")
@@ -201,17 +247,44 @@ class SparkEngine:
                 found[int(partition)] = max(found.get(int(partition), 0), int(offset))
         return found
 
+    def _transfer(self) -> str:
+        """ARROW or ROWS: the option, or with AUTO what arrow_transfer finds (asked once,
+        said once in the log)."""
+        if self.transfer is None:
+            if self._opts.transfer == AUTO:
+                arrow, why = arrow_transfer(self._spark)
+                self.transfer = ARROW if arrow else ROWS
+                log.info("spark consume: records reach the Python workers as %s (%s)%s",
+                         "Arrow record batches" if arrow else "pickled rows", why,
+                         "" if arrow else "; pyarrow in the executors' Python makes it faster")
+            else:
+                self.transfer = self._opts.transfer
+        return self.transfer
+
+    def _arrow_parts(self, frame, apply: ApplyConfig, batch_id: int) -> list[dict]:
+        """The tasks' results, the records handed over as Arrow batches (mapInArrow). The
+        same tasks as the Rows path: DataFrame.coalesce joins whole partitions, each in
+        offset order, and never raises their number."""
+        if self._opts.per_slot:
+            frame = frame.coalesce(task_slots(self._spark))
+        rows = frame.mapInArrow(lambda batches: consume_arrow(batches, apply, batch_id),
+                                ARROW_RESULT_SCHEMA).collect()
+        return [arrow_result(row) for row in rows]
+
     def _apply_batch(self, frame, batch_id: int) -> None:
         if self._stop.is_set():
             raise _StopRequested(f"stop requested before batch {batch_id}")
         with self._idle:
             apply = self._apply
             started = time.perf_counter()
-            rdd = frame.rdd
-            if self._opts.per_slot:
-                rdd = _per_slot(rdd, task_slots(self._spark))
-            parts = rdd.mapPartitions(
-                lambda rows: consume_partition(rows, apply, batch_id)).collect()
+            if self._transfer() == ARROW:
+                parts = self._arrow_parts(frame, apply, batch_id)
+            else:
+                rdd = frame.rdd
+                if self._opts.per_slot:
+                    rdd = _per_slot(rdd, task_slots(self._spark))
+                parts = rdd.mapPartitions(
+                    lambda rows: consume_partition(rows, apply, batch_id)).collect()
             report = BatchReport(batch_id, wall_s=time.perf_counter() - started)
             applied_at = 0.0
             for part in parts:
@@ -230,7 +303,9 @@ class SparkEngine:
             s = report.stats
             if s.consumed:
                 log.info("spark batch %d: %d consumed, %d applied, %d duplicates, "
-                         "%d dead-lettered, %d keys deleted", batch_id, s.consumed, s.applied,
-                         s.duplicates, s.dead_lettered, s.keys_deleted)
+                         "%d dead-lettered, %d keys deleted; its job %.2fs (tasks: %s)",
+                         batch_id, s.consumed, s.applied, s.duplicates, s.dead_lettered,
+                         s.keys_deleted, report.wall_s,
+                         ", ".join(f"{k} {v:.2f}s" for k, v in report.timings.items()))
             if self._on_batch is not None:
                 self._on_batch(report)

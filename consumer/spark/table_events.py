@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from cachesync.consumer.table_jobs import TableInvalidator
+from cachesync.consumer.table_jobs import TableInvalidator, scan_pace
 
 log = logging.getLogger(__name__)
 
@@ -28,9 +28,14 @@ log = logging.getLogger(__name__)
 WAIT_LOG_S = 30.0
 
 
-def task_table_scans(cache, jobs, stats, stop: threading.Event, lease_s: float) -> TableInvalidator:
-    """The table-level scans of one task, counted in its ``stats``; ``stop`` gives them up."""
-    return TableInvalidator(cache, jobs, stats, stop=stop, lease_s=lease_s)
+def task_table_scans(cache, jobs, stats, stop: threading.Event, lease_s: float,
+                     options=None) -> TableInvalidator:
+    """The table-level scans of one task, counted in its ``stats``; ``stop`` gives them up;
+    paced as ``options`` (the consumer settings) say, as in the python engine."""
+    if options is None:
+        return TableInvalidator(cache, jobs, stats, stop=stop, lease_s=lease_s)
+    return TableInvalidator(cache, jobs, stats, stop=stop, lease_s=lease_s,
+                            pace=scan_pace(options), scan_count=options.table_scan_count)
 
 
 def finish_scans(scans: TableInvalidator, batch_id: int) -> None:

@@ -32,9 +32,20 @@ spark_procs() {
 
 # The interpreter the venv was made from: the same Python version as the drivers (PySpark
 # requires it), without cachesync installed, so the executors run what the driver ships.
-spark_python() {
+spark_base_python() {
   "${DEVSTACK_PYTHON:-$REPO_ROOT/.venv/bin/python}" -c \
     'import os, sys; print(os.path.join(sys.base_prefix, "bin", "python%d.%d" % sys.version_info[:2]))'
+}
+
+# The executors' Python: a venv of that interpreter with pyarrow, orjson and hiredis
+# (devstack/spark/executor-python.sh, made by spark_up), else the interpreter itself.
+SPARK_EXECUTOR_VENV="$DIR/spark/executor-python"
+spark_python() {
+  if [ -x "$SPARK_EXECUTOR_VENV/bin/python" ] && [ -f "$SPARK_EXECUTOR_VENV/.stamp" ]; then
+    echo "$SPARK_EXECUTOR_VENV/bin/python"
+  else
+    spark_base_python
+  fi
 }
 
 spark_env() {
@@ -74,6 +85,7 @@ spark_up() {
   local n port
   command -v java >/dev/null || die "java not found (need Java 17+)"
   mkdir -p "$SPARK_BASE"
+  "$REPO_ROOT/devstack/spark/executor-python.sh" "$(spark_base_python)" "$SPARK_EXECUTOR_VENV" >/dev/null
   spark_start spark-master "$SPARK_PORT_BASE" "$SPARK_MASTER_CLASS" \
     --host 127.0.0.1 --port "$SPARK_PORT_BASE" --webui-port $((SPARK_PORT_BASE + 1))
   wait_until "$SPARK_WAIT" "spark master" port_open "$SPARK_PORT_BASE" ||

@@ -147,6 +147,39 @@ def test_a_table_invalidation_reads_the_keyspace_once_for_leases_and_once_for_ke
         client.close()
 
 
+class _CountRecordingRedis(redis.Redis):
+    """A real client that records the COUNT of every SCAN call."""
+    counts: list
+
+    def scan(self, cursor=0, *args, **kwargs):
+        self.counts.append(kwargs.get("count"))
+        return super().scan(cursor, *args, **kwargs)
+
+
+def test_a_table_invalidation_hands_each_round_trip_to_its_pace(stack):
+    """Every SCAN call (with the COUNT asked) and every UNLINK pipeline of the scan is timed
+    and reported to ``pace``, which may sleep between them."""
+    client = _CountRecordingRedis.from_url(stack.env["CACHESYNC_REDIS_URL"])
+    client.counts = []
+    prefix = f"paced-{uuid.uuid4().hex[:8]}:"
+    try:
+        client.mset({f"{prefix}{i}": "cached" for i in range(30)})
+        table = parse_mappings({"app.items": {"keys": [prefix + "{id}"]}})
+        reported = []
+        removed = RedisCache("", client=client).invalidate_table(
+            table.tables["app.items"], pace=lambda s, n: reported.append((s, n)), scan_count=20)
+        assert removed == 30 and not client.exists(*(f"{prefix}{i}" for i in range(30)))
+        assert client.counts and set(client.counts) == {20}
+        scans = [n for _, n in reported if n]
+        unlinks = [n for _, n in reported if not n]
+        assert scans == [20] * len(client.counts)   # one report per SCAN call
+        assert len(unlinks) >= 1                     # and per UNLINK pipeline
+        assert all(s >= 0 for s, _ in reported)
+    finally:
+        client.delete(*(f"{prefix}{i}" for i in range(30)))
+        client.close()
+
+
 def test_invalidations_void_untagged_leases_too(upgraded):
     """An application still on the old client takes ``cachesync:lease:<key>``: an upgraded
     consumer's delete, fenced write and table invalidation void it."""

@@ -89,7 +89,7 @@ def test_every_send_is_acknowledged_once_by_flush(publisher):
     if isinstance(made, MemoryPublisher):
         assert made.auto_ack          # the twin acknowledges at send; the others by flush
     made.flush(timeout_s=30)
-    wait_for(lambda: len(acks.acked) == 50, what="50 acknowledgements", timeout=30)
+    wait_for(lambda: len(acks.acked) == 50, what="50 acknowledgements", timeout=60)
     assert sorted(acks.acked) == list(range(50)) and acks.failed == []
 
 

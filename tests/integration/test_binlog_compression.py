@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from cachesync.devstack import wait_for
+from tests.support import wait_for
 
 pytestmark = pytest.mark.integration
 

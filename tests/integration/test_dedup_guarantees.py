@@ -18,7 +18,7 @@ import pytest
 from cachesync.devstack import default_env_file
 from cachesync.wiring import build_engine
 from tests.integration.test_replica_promotion import Server
-from tests.support import stack_command, wait_for
+from tests.support import group_lag, stack_command, wait_for
 from tests.support.variants import ROOT, start, use_redis_aof
 
 pytestmark = pytest.mark.integration
@@ -66,7 +66,7 @@ def _kill9_redis_aof(lab) -> None:
     pidfile = default_env_file(ROOT).parent / "run" / "redis-aof.pid"
     with open(pidfile) as f:
         os.kill(int(f.read().strip()), signal.SIGKILL)
-    wait_for(lambda: not _answers(lab), 30, what="the killed redis-aof to stop answering")
+    wait_for(lambda: not _answers(lab), 60, what="the killed redis-aof to stop answering")
     stack_command("up", "redis-aof")
     wait_for(lambda: _answers(lab), 60, what="redis-aof back")
 
@@ -113,6 +113,9 @@ def test_after_a_rebalance_the_new_owner_skips_what_the_old_one_applied(lab, ded
     _write_rows(lab)
     first = lab.start_engine(cfg)
     wait_for(_applied_all(first, ROWS), 60, what="every insert applied by the first consumer")
+    # its offsets committed (asynchronously, after each batch): else the rebalance may
+    # legitimately hand the new owner records it applied, and the counts below would differ
+    wait_for(lambda: group_lag(lab) == 0, 60, interval=0.2, what="the first consumer's commits")
     second = lab.start_engine(cfg)                 # joins the group: partitions move to it
 
     def split():
@@ -155,7 +158,7 @@ def test_after_a_primary_promotion_a_change_published_again_is_skipped(lab, prom
         twin = start("mariadb-twin")
         consumer["dedup_mysql_host"] = f"127.0.0.1:{twin['DEVSTACK_MYSQL_TWIN_PORT']}"
     lab.sql(USERS_DDL)
-    wait_for(lambda: replica.query("SHOW TABLES FROM " + lab.db), 30,
+    wait_for(lambda: replica.query("SHOW TABLES FROM " + lab.db), 60,
              what="the table on the replica")
     cfg = lab.write_config(USERS, tailer={"source_hosts": f"127.0.0.1:{replica.port}"},
                            consumer=consumer)

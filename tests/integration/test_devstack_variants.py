@@ -158,7 +158,7 @@ def test_redis_tls_acl_user_can_do_what_the_consumer_and_read_through_do_and_not
     dedup = RedisDedupStore("", namespace=key, retention_s=60, client=client)
     token, _ = dedup.claim(["m1", "m2"], lease_s=30)
     dedup.confirm(token, ["m1", "m2"])
-    wait_for(lambda: dedup.purge(0.001, 10) == 2, 10, what="the purge of two done records")
+    wait_for(lambda: dedup.purge(0.001, 10) == 2, 60, what="the purge of two done records")
 
     for refused in (client.flushall, lambda: client.config_get("maxmemory"), lambda: client.keys("*")):
         with pytest.raises(redis.exceptions.NoPermissionError):
@@ -233,13 +233,13 @@ def test_redis_sentinel_client_keeps_working_through_a_failover():
     # the replica has it, read there (a WAIT past the 2 s socket timeout would be re-sent by
     # the retry on a connection that wrote nothing, and return at once)
     replica = sentinel.slave_for(name, socket_timeout=2)
-    wait_for(lambda: replica.get(key) == b"written before", 30, what="the write on the replica")
+    wait_for(lambda: replica.get(key) == b"written before", 60, what="the write on the replica")
 
     host, port = sentinels[0]
     out = subprocess.run(["redis-cli", "-h", host, "-p", str(port), "SENTINEL", "FAILOVER", name],
                          capture_output=True, text=True, timeout=10, check=True).stdout
     assert out.strip() == "OK"
-    after = wait_for(lambda: (a := sentinel.discover_master(name)) != before and a, 30,
+    after = wait_for(lambda: (a := sentinel.discover_master(name)) != before and a, 60,
                      what="the sentinels to promote the replica")
 
     master.set(f"{key}:after", "written after", px=600000)
@@ -259,7 +259,7 @@ def test_redis_aof_keeps_what_it_acknowledged_through_a_kill_9():
     pid = int(client.info("server")["process_id"])
     subprocess.run(["kill", "-9", str(pid)], check=True)
     wait_for(lambda: subprocess.run(["kill", "-0", str(pid)], capture_output=True).returncode,
-             30, what="the killed redis-aof to be gone")
+             60, what="the killed redis-aof to be gone")
     start("redis-aof")
     assert client.get(key) == b"acknowledged"
     client.delete(key)
@@ -303,7 +303,7 @@ def test_mariadb_replica_follows_the_primary_and_promote_makes_it_writable(stack
                 return None
             cur.execute(f"SELECT v FROM {table} WHERE id = 1")
             return cur.fetchone()
-    assert wait_for(replicated_row, 30, what="the primary's row on the replica") == ("from primary",)
+    assert wait_for(replicated_row, 60, what="the primary's row on the replica") == ("from primary",)
 
     with replica_as_cachesync() as conn, conn.cursor() as cur:
         cur.execute("SELECT @@server_id, @@read_only, @@log_slave_updates, @@binlog_format, "

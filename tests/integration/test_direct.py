@@ -83,7 +83,7 @@ def test_direct_mode_kill9_mid_stream_loses_nothing(lab):
     start(lab, cfg, "run", "--direct")
     left = lambda: [k for i in range(ROWS) for k in lab.cached(*keys_of(i))]  # noqa: E731
     wait_for(lambda: not left(), 60, interval=0.2, what="every written row's keys to be gone")
-    wait_for(lambda: done_ids(lab) == 2 * ROWS, 30, what="one done id per row change")
+    wait_for(lambda: done_ids(lab) == 2 * ROWS, 60, what="one done id per row change")
 
 
 def stored_gtid(lab) -> GtidState:
@@ -113,7 +113,7 @@ def test_direct_mode_holds_the_checkpoint_while_redis_is_down(lab):
     finally:
         stack_command("up", "redis")
     wait_for(lambda: done_ids(lab) == 1, 60, what="the delete to be applied once Redis is back")
-    wait_for(lambda: gtid in stored_gtid(lab), 30, what="the checkpoint to pass the insert")
+    wait_for(lambda: gtid in stored_gtid(lab), 60, what="the checkpoint to pass the insert")
     assert proc.poll() is None, lab.log(proc)
 
 
@@ -127,7 +127,7 @@ def test_sigterm_stops_direct_mode_cleanly_and_checkpoints(lab):
     metrics_showing([url], ["cachesync_tailer_rows_published_total 1.0",
                             "cachesync_events_applied_total 1.0",
                             'cachesync_consumer_commit_to_apply_seconds_count{kind="binlog"} 1.0'])
-    wait_for(lambda: _ready(url), 30, what="/readyz to answer 200 (MySQL, Redis, lag)")
+    wait_for(lambda: _ready(url), 60, what="/readyz to answer 200 (MySQL, Redis, lag)")
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(60) == 0, lab.log(proc)
     assert insert_gtid in stored_gtid(lab)

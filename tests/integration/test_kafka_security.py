@@ -99,7 +99,7 @@ def test_both_replay_engines_read_the_topic_over_sasl_ssl(lab, sasl):
     event = row_change(ctx, 0, lab.db, "users", "insert", "id", None, {"id": 5, "name": "Eve"})
     publisher.send(settings.kafka.topic, kafka_key(lab.db, "users", event.pk), encode(event),
                    event.id, acked.set, lambda e: None)
-    wait_for(acked.is_set, 30, what="the event acknowledged over SASL_SSL")
+    wait_for(acked.is_set, 60, what="the event acknowledged over SASL_SSL")
     publisher.close()
     everything = (parse_bound("earliest"), parse_bound("latest"))
     mappings = with_heartbeat(settings.tables, settings.mysql.state_db)
@@ -131,7 +131,7 @@ def test_relay_publishes_over_sasl_ssl_and_never_logs_the_password(lab, sasl):
     # The relay marks the row published once the broker acknowledges it, which may come
     # after the consumer has already applied the event.
     wait_for(lambda: lab.sql("SELECT COUNT(*) FROM cachesync_outbox "
-                             "WHERE published_at IS NULL")[0][0] == 0, 30,
+                             "WHERE published_at IS NULL")[0][0] == 0, 60,
              what="the relay marking the outbox row published")
     assert lab.cached("board:2") == ["board:2"]
     assert lab.topic_records() == []   # the plain broker's copy of the topic saw nothing
@@ -157,7 +157,7 @@ def test_spark_stream_consumes_and_dead_letters_over_sasl_ssl(lab, sasl, tmp_pat
     for event in (row, refused):
         publisher.send(k.topic, kafka_key(lab.db, event.table, event.pk), encode(event),
                        event.id, lambda: acks.append(1), lambda e: None)
-    wait_for(lambda: len(acks) == 2, 30, what="both events acknowledged over SASL_SSL")
+    wait_for(lambda: len(acks) == 2, 60, what="both events acknowledged over SASL_SSL")
     publisher.close()
     lab.cache("user:6", "session:1")
     with spark_session("cachesync-sasl-stream", "local[1]") as spark:

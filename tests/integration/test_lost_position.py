@@ -40,7 +40,7 @@ def purge_all_but_a_new_binlog(lab) -> None:
     def purged():
         lab.sql(f"PURGE BINARY LOGS TO '{current}'")
         return [row[0] for row in lab.sql("SHOW BINARY LOGS")] == [current]
-    wait_for(purged, 30, interval=0.2, what="the older binlogs purged")
+    wait_for(purged, 60, interval=0.2, what="the older binlogs purged")
 
 
 def records_of(lab, pk: int) -> int:

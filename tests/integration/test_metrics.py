@@ -23,7 +23,7 @@ def test_counters_and_lag_histogram_count_a_known_number_of_events(lab):
     for i in range(4):   # 4 transactions x 5 rows, then 5 updates: 25 row events
         lab.sql("INSERT INTO users VALUES " + ",".join(f"({i * 5 + j}, 'u')" for j in range(5)))
     lab.sql("UPDATE users SET name = 'v' WHERE id < 5")
-    first = wait_for(lambda: lab.topic_events(), 30, interval=0.2, what="a published event")[0]
+    first = wait_for(lambda: lab.topic_events(), 60, interval=0.2, what="a published event")[0]
     lab.produce_raw(first.value, first.key)     # the same message id again: a duplicate
     lab.produce_raw(b"not an event")            # undecodable: a dead letter
 
@@ -53,7 +53,7 @@ def test_counters_and_lag_histogram_count_a_known_number_of_events(lab):
         s = scrape(addr)
         lags = [v for (name, _), v in s.items() if name == "cachesync_consumer_kafka_lag_messages"]
         return len(lags) == 3 and sum(lags) == 0
-    wait_for(caught_up, 30, interval=0.2, what="Kafka consumer lag 0 on all 3 partitions")
+    wait_for(caught_up, 60, interval=0.2, what="Kafka consumer lag 0 on all 3 partitions")
     t = scrape(tail_addr)
     assert t[("cachesync_tailer_rows_published_total", ())] == 25
     assert t[("cachesync_checkpoint_age_seconds", ())] >= 0

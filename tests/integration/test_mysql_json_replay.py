@@ -16,7 +16,7 @@ import struct
 
 import pytest
 
-from cachesync.devstack import wait_for
+from tests.support import wait_for
 from tests.support import mysqlbinlog as mb
 from tests.support.mysql_json import RECORDED_DOCS
 from tests.support.replay_primary import ReplayPrimary
@@ -137,7 +137,7 @@ def test_update_mode_writes_the_server_text_then_applies_a_partial_update(replay
     wait_for(lambda: cached_value(lab, "d:1") == {"id": 1, "doc": after}, 60, interval=0.2,
              what="the partially updated document cached")
     # the value is written before its batch is counted: await the count, then check it
-    wait_for(lambda: engine.stats.consumed >= 2, 30, what="the update's batch counted")
+    wait_for(lambda: engine.stats.consumed >= 2, 60, what="the update's batch counted")
     assert engine.stats.consumed == 2
 
 

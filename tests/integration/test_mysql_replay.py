@@ -14,7 +14,7 @@ import struct
 
 import pytest
 
-from cachesync.devstack import wait_for
+from tests.support import wait_for
 from tests.support import mysqlbinlog as mb
 from tests.support.replay_primary import ReplayPrimary
 
@@ -89,7 +89,7 @@ def test_row_changes_of_a_mysql_binlog_invalidate_their_keys(replay, lab, reader
     replay.write(mb.WRITE_ROWS, [(2, "c@x")])
     replay.write(mb.UPDATE_ROWS, [((1, "a@x"), (1, "b@x"))])
     wait_gone(lab, "user:1", "user:email:a@x", "user:email:b@x", "user:2")
-    wait_for(lambda: replay.checkpoint() == f"{UUID}:1-2", 30, what="the checkpoint at 1-2")
+    wait_for(lambda: replay.checkpoint() == f"{UUID}:1-2", 60, what="the checkpoint at 1-2")
 
 
 @pytest.mark.parametrize("reader", ["fast", "library"])
@@ -105,7 +105,7 @@ def test_compressed_transactions_are_decoded(replay, lab, reader):
     replay.write(mb.WRITE_ROWS, [(2, "c@x"), (3, "d@x")], compressed=True)
     replay.write(mb.UPDATE_ROWS, [((1, "a@x"), (1, "b@x"))], compressed=True)
     wait_gone(lab, "user:1", "user:email:a@x", "user:email:b@x", "user:2", "user:3")
-    wait_for(lambda: replay.checkpoint() == f"{UUID}:1-2", 30, what="the checkpoint at 1-2")
+    wait_for(lambda: replay.checkpoint() == f"{UUID}:1-2", 60, what="the checkpoint at 1-2")
     assert "binlog setting binlog_transaction_compression=ON: each transaction is one zstd" \
         in lab.log(tailer)
 
@@ -124,7 +124,7 @@ def test_tagged_gtids_are_kept_and_resumed_from(replay, lab, reader):
     lab.cache("user:1", "user:email:a@x")
     replay.write(mb.DELETE_ROWS, [(1, "a@x")], tag="batch")
     wait_gone(lab, "user:1", "user:email:a@x")
-    wait_for(lambda: replay.checkpoint() == f"{UUID}:1:batch:3:init:2", 30,
+    wait_for(lambda: replay.checkpoint() == f"{UUID}:1:batch:3:init:2", 60,
              what="the tagged checkpoint")
     tailer.terminate()
     tailer.wait(30)
@@ -134,7 +134,7 @@ def test_tagged_gtids_are_kept_and_resumed_from(replay, lab, reader):
     wait_gone(lab, "user:4")
     assert replay.primary.dumps[-1] == ("gtid", sorted(
         [(UUID, "", 1), (UUID, "init", 2), (UUID, "batch", 3)])), replay.primary.dumps
-    wait_for(lambda: replay.checkpoint() == f"{UUID}:1:batch:3-4:init:2", 30,
+    wait_for(lambda: replay.checkpoint() == f"{UUID}:1:batch:3-4:init:2", 60,
              what="the checkpoint past the resumed transaction")
 
 
@@ -159,7 +159,7 @@ def test_events_that_cannot_be_decoded_invalidate_their_tables(replay, lab, read
     lab.cache("user:5")
     replay.write_events([(99, b"\x00" * 12)])     # between transactions, no GTID
     wait_gone(lab, "user:5")
-    wait_for(lambda: replay.checkpoint() == f"{UUID}:1", 30, what="the checkpoint past both")
+    wait_for(lambda: replay.checkpoint() == f"{UUID}:1", 60, what="the checkpoint past both")
     log = lab.log(tailer)
     assert "PRE_GA_WRITE_ROWS_EVENT (type 20)" in log and f"invalidating {lab.db}.users" in log
     assert "unknown event type 99 (type 99)" in log and "every mapped table" in log
@@ -185,7 +185,7 @@ def test_compressed_transactions_resume_from_a_file_position(replay, lab, reader
         rows = lab.sql("SELECT gtid, log_file, log_pos FROM cachesync.cachesync_checkpoint "
                        "WHERE name = %s", (f"tailer-{lab.suffix}",))
         return rows[0] if rows else None
-    wait_for(lambda: position() == (None, "binlog.000001", end), 30,
+    wait_for(lambda: position() == (None, "binlog.000001", end), 60,
              what="the checkpoint at the payload's end")
     tailer.terminate()
     tailer.wait(30)
@@ -194,7 +194,7 @@ def test_compressed_transactions_resume_from_a_file_position(replay, lab, reader
     lab.start_tailer(cfg)
     wait_gone(lab, "user:2")
     assert replay.primary.dumps[-1] == ("file", "binlog.000001", end), replay.primary.dumps
-    wait_for(lambda: position() == (None, "binlog.000001", replay.file.end), 30,
+    wait_for(lambda: position() == (None, "binlog.000001", replay.file.end), 60,
              what="the checkpoint past the second payload")
 
 
@@ -224,4 +224,4 @@ def test_a_compressed_xa_transaction_is_published_at_its_commit(replay, lab, rea
                             gno=replay.gno, compressed=True)
     replay.primary.appended()
     wait_gone(lab, "user:1", "user:email:a@x")
-    wait_for(lambda: replay.checkpoint() == f"{UUID}:1-3", 30, what="the checkpoint at 1-3")
+    wait_for(lambda: replay.checkpoint() == f"{UUID}:1-3", 60, what="the checkpoint at 1-3")

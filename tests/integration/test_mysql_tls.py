@@ -40,7 +40,7 @@ def test_tail_and_consume_as_a_require_ssl_account(tls_lab):
     assert lab.cached("user:2") == ["user:2"]
     sessions = lab.sql("SELECT COUNT(*) FROM information_schema.processlist WHERE user = 'cachesync_tls'")
     assert sessions[0][0] >= 2         # the binlog dump and the state sessions, all REQUIRE SSL
-    wait_for(lambda: lab.dedup_rows("done") >= 1, 30, what="the dedup record on the TLS server")
+    wait_for(lambda: lab.dedup_rows("done") >= 1, 60, what="the dedup record on the TLS server")
     lab.stop_engine(engine)
 
 

@@ -130,7 +130,7 @@ def test_a_dead_child_fails_every_record_it_had_not_acknowledged(lab):
     os.kill(pid, signal.SIGSTOP)      # it reads nothing more: what follows stays unacknowledged
     send(publisher, lab.topic, seen, range(3, 20))
     os.kill(pid, signal.SIGKILL)
-    wait_for(lambda: len(seen.failed) == 17, 30, what="the unacknowledged records' errors")
+    wait_for(lambda: len(seen.failed) == 17, 60, what="the unacknowledged records' errors")
     assert sorted(seen.acked) == [0, 1, 2]
     assert set(seen.failed) == set(range(3, 20))
     assert all(isinstance(e, PublisherProcessError) for e in seen.failed.values())
@@ -171,7 +171,7 @@ def test_cachesync_tail_publishes_through_either_and_leaves_no_process_behind(la
     tail.send_signal(getattr(signal, stop))
     assert tail.wait(60) == (0 if stop == "SIGTERM" else -9), lab.log(tail)
     # a clean stop closes the child; a killed tailer's child sees its pipe end and exits
-    wait_for(lambda: all(gone(p) for p in publishers), 30, what="the publisher process to exit")
+    wait_for(lambda: all(gone(p) for p in publishers), 60, what="the publisher process to exit")
 
 
 def test_the_child_is_told_the_parents_log_level_format_and_role():

@@ -129,7 +129,7 @@ def lagging_replica(replica_env, race):
                                user=env["DEVSTACK_MYSQL_ADMIN_USER"],
                                password=variants.secret(env, "DEVSTACK_MYSQL_ADMIN_PASSWORD_FILE"),
                                database=lab.db, autocommit=True)
-    replica = wait_for(lambda: _connect_when_replicated(connect), 30, what="the lab's database "
+    replica = wait_for(lambda: _connect_when_replicated(connect), 60, what="the lab's database "
                        "on the replica")
     primary = connect("CACHESYNC_MYSQL_PORT")
     _replica_sql(replica, "STOP SLAVE SQL_THREAD")

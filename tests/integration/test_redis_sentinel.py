@@ -59,7 +59,7 @@ def test_failover_during_consumption_loses_no_invalidation(lab, monkeypatch):
     host, port = addresses(sentinels)[0]
     subprocess.run(["redis-cli", "-h", host, "-p", str(port), "SENTINEL", "FAILOVER", name],
                    check=True, capture_output=True, timeout=10)
-    wait_for(lambda: sentinel.discover_master(name) != before, 30,
+    wait_for(lambda: sentinel.discover_master(name) != before, 60,
              what="the sentinels to promote the replica")
 
     lab.sql("INSERT INTO users VALUES " + ",".join(f"({i}, 'n')" for i in range(11, 21)))

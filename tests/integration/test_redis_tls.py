@@ -26,7 +26,7 @@ def test_pipeline_invalidates_in_tls_redis_as_its_acl_user(lab, monkeypatch, ded
     lab.sql("INSERT INTO users VALUES (1, 'Ada')")
     wait_for(lambda: not lab.cached("user:1"), 60, what="invalidation in the TLS Redis")
     assert lab.cached("user:2") == ["user:2"]
-    wait_for(lambda: engine.stats.applied >= 1, 30, what="the event counted as applied")
+    wait_for(lambda: engine.stats.applied >= 1, 60, what="the event counted as applied")
     assert engine.stats.keys_deleted == 1
     lab.stop_engine(engine)
     lab.redis.delete(lab.prefix + "user:2")

@@ -113,7 +113,7 @@ def pair(lab):
 def test_the_tailer_reads_the_replica_and_resumes_on_the_promoted_replica(pair):
     lab, primary, replica = pair
     lab.sql("CREATE TABLE users (id BIGINT PRIMARY KEY, name VARCHAR(32))")
-    wait_for(lambda: replica.query("SHOW TABLES FROM " + lab.db), 30,
+    wait_for(lambda: replica.query("SHOW TABLES FROM " + lab.db), 60,
              what="the table on the replica")
     cfg = lab.write_config(USERS, tailer={"source_hosts": f"127.0.0.1:{replica.port}"},
                            consumer={"dedup_store": "redis"})      # the consumer outlives the primary

@@ -173,7 +173,9 @@ def run_spark_engine(lab, spark, config_path: str, checkpoint: Path, expected: i
 
 
 # -- consume: python engine vs spark engine --------------------------------------------------
-def test_python_and_spark_engines_leave_identical_redis_and_dedup_state(lab, spark):
+@pytest.mark.parametrize("transfer", ["arrow", "rows"])
+def test_python_and_spark_engines_leave_identical_redis_and_dedup_state(lab, spark, transfer):
+    """Both ways records reach the executors' Python (Arrow batches, pickled Rows)."""
     rec = record_history(lab)
     tables = {"users": USERS, "orders": ORDERS}
 
@@ -189,8 +191,9 @@ def test_python_and_spark_engines_leave_identical_redis_and_dedup_state(lab, spa
     cache_everything(lab, rec.all_keys())
     sp_cfg = config_for_group(lab, tables, f"sp-{lab.suffix}", "sp.yaml", batch_size=100)
     sp = run_spark_engine(lab, spark, sp_cfg, lab.tmp / "ck", rec.count,
-                          max_offsets_per_trigger=200)
+                          max_offsets_per_trigger=200, transfer=transfer)
     sp_redis, sp_dedup = redis_state(lab), dedup_records(lab, f"sp-{lab.suffix}")
+    assert sp.transfer == transfer
 
     assert sp.stats.consumed == py_stats.consumed == rec.count
     assert (sp.stats.applied, sp.stats.duplicates, sp.stats.dead_lettered) == \
@@ -201,6 +204,14 @@ def test_python_and_spark_engines_leave_identical_redis_and_dedup_state(lab, spa
     assert {msg_id for msg_id, _ in sp_dedup} == rec.ids
     assert dlq_count(lab) == 4
     assert len(sp.batches) >= rec.count // 200
+
+
+def test_the_devstack_executors_take_micro_batches_as_arrow_batches(spark):
+    """The devstack's executor Python has pyarrow (devstack/spark/executor-python.sh), so
+    the engine's default (auto) hands records over as Arrow batches."""
+    from cachesync.consumer.spark.stream import arrow_transfer
+    arrow, why = arrow_transfer(spark)
+    assert arrow, why
 
 
 def test_a_micro_batch_gets_one_task_per_executor_core(spark):
@@ -238,7 +249,7 @@ def test_spark_with_the_redis_dedup_store_claims_confirms_and_purges_in_redis(la
                                                    "purge_interval_s": 0.05})
     stats = Stats()
     with dedup_purge(lab.settings(purge_cfg), stats):          # what the Spark driver runs
-        wait_for(lambda: not redis_dedup_records(lab, ns), 30, what="the driver's purge in Redis")
+        wait_for(lambda: not redis_dedup_records(lab, ns), 60, what="the driver's purge in Redis")
     assert stats.purged == len(rec.ids)
 
 
@@ -298,7 +309,7 @@ def executors_of(app_ids=None) -> list[tuple[int, str, str]]:
 def running_apps(env: dict[str, str]) -> set[str]:
     """Ids of the applications the standalone master runs now."""
     import urllib.request
-    doc = json.load(urllib.request.urlopen(env["DEVSTACK_SPARK_MASTER_UI"] + "/json/", timeout=5))
+    doc = json.load(urllib.request.urlopen(env["DEVSTACK_SPARK_MASTER_UI"] + "/json/", timeout=30))
     return {a["id"] for a in doc["activeapps"]}
 
 
@@ -375,7 +386,12 @@ def test_spark_consume_serves_the_consumer_metrics_with_kafka_lag_from_its_check
             m = scrape(addr)
             lag = {k: v for (name, k), v in m.items()
                    if name == "cachesync_consumer_kafka_lag_messages"}
-            done = m.get(("cachesync_consumer_events_applied_total", ())) == 40
+            # a batch's counts move one by one (consumed last) and its lag samples after
+            # them: await each count asserted below
+            done = (m.get(("cachesync_consumer_events_applied_total", ())) == 40
+                    and m.get(("cachesync_events_consumed_total", ())) == 40
+                    and m.get(("cachesync_consumer_commit_to_apply_seconds_count",
+                               (("kind", "binlog"),))) == 40)
             return (m, lag) if done and len(lag) == 3 and sum(lag.values()) == 0 else None
         m, lag = wait_for(caught_up, 300, interval=0.5, what="metrics showing 40 applied, no lag")
     finally:
@@ -416,7 +432,7 @@ def test_spark_consumer_killed_mid_stream_resumes_from_its_checkpoint(lab, spark
     # kill: count only once no statement of the cachesync account is running any more.
     wait_for(lambda: lab.sql("SELECT COUNT(*) FROM information_schema.processlist WHERE "
                              "user = 'cachesync' AND command NOT IN ('Sleep', 'Binlog Dump', "
-                             "'Binlog Dump GTID')")[0][0] == 0, 30,
+                             "'Binlog Dump GTID')")[0][0] == 0, 60,
              what="the killed consumer's in-flight statements to finish", interval=0.1)
     at_kill = done_count(lab, ns)
     assert 300 <= at_kill < 1500, "the kill was not mid-stream"
@@ -427,7 +443,7 @@ def test_spark_consumer_killed_mid_stream_resumes_from_its_checkpoint(lab, spark
         wait_for(lambda: done_count(lab, ns) == 1500 or second.poll() is not None, 300,
                  what="the restarted spark consumer to finish", interval=0.2)
         assert second.poll() is None, Path(second.log_path).read_text()[-3000:]
-        wait_for(lambda: len(BATCH_LINE.findall(Path(second.log_path).read_text())) > 0, 30,
+        wait_for(lambda: len(BATCH_LINE.findall(Path(second.log_path).read_text())) > 0, 60,
                  what="a batch line in the restarted consumer's log")
         assert stop_gracefully(second) == 0, Path(second.log_path).read_text()[-3000:]
     finally:
@@ -603,7 +619,7 @@ def test_a_second_delete_survives_the_loss_of_the_executor_that_applied_the_firs
         wait_for(lambda: engine.stats.consumed >= rec.count or not thread.is_alive(), 240,
                  interval=0.2, what="the batch retried on a new executor")
         assert engine.stats.consumed == rec.count and engine.stats.duplicates >= 1
-        wait_for(lambda: lab.cached("user:1") == [], 30, what="the driver's second delete")
+        wait_for(lambda: lab.cached("user:1") == [], 60, what="the driver's second delete")
     finally:
         engine.stop()
         thread.join(60)

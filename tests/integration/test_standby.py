@@ -31,11 +31,14 @@ def pid_of(holder: str) -> int:
 @pytest.fixture
 def pair(lab):
     lab.sql("CREATE TABLE users (id BIGINT PRIMARY KEY, email VARCHAR(64), name VARCHAR(32))")
-    cfg = lab.write_config({"users": {"keys": ["user:{id}"]}}, tailer={"lock_lease_s": 3})
+    # the faults here release the lock at once (a killed process or connection); the lease
+    # only bounds a lost host's hold, and a 3 s one could let the server drop the lock of an
+    # active tailer that a loaded host left waiting for a CPU that long, before any fault
+    cfg = lab.write_config({"users": {"keys": ["user:{id}"]}}, tailer={"lock_lease_s": 10})
     first = lab.start_tailer(cfg)
-    wait_for(lambda: lock_holder(lab), 30, what="the first tailer holding the lock")
+    wait_for(lambda: lock_holder(lab), 60, what="the first tailer holding the lock")
     second = lab.spawn("tail", cfg)
-    wait_for(lambda: "standby" in lab.log(second), 30, what="the second tailer waiting as standby")
+    wait_for(lambda: "standby" in lab.log(second), 60, what="the second tailer waiting as standby")
     assert pid_of(lock_holder(lab)[0]) == first.pid
     engine = lab.start_engine(cfg)
     pipe = lab.redis.pipeline(transaction=False)
@@ -51,9 +54,9 @@ def takeover_under_writes(lab, second, fault) -> UsersWriter:
     writer = UsersWriter(lab, rows_per_txn=1)
     writer.start()
     try:
-        wait_for(lambda: len(writer.committed) > 200, 30, what="writes before the fault")
+        wait_for(lambda: len(writer.committed) > 200, 60, what="writes before the fault")
         fault()
-        wait_for(lambda: (lock_holder(lab) or ("x:0",))[0].endswith(f":{second.pid}"), 30,
+        wait_for(lambda: (lock_holder(lab) or ("x:0",))[0].endswith(f":{second.pid}"), 60,
                  interval=0.2, what="the standby holding the lock")
         mark = len(writer.committed)
         wait_for(lambda: len(writer.committed) > mark + 500, 60, what="writes after the takeover")
@@ -75,6 +78,6 @@ def test_an_active_tailer_whose_lock_connection_is_cut_stands_down(pair):
     def cut():                                          # as the server sees a lost network
         lab.sql(f"KILL CONNECTION {int(lock_holder(lab)[1])}")
     takeover_under_writes(lab, second, cut)
-    wait_for(lambda: "lock cachesync:tailer:" in lab.log(first) and "lost" in lab.log(first), 30,
+    wait_for(lambda: "lock cachesync:tailer:" in lab.log(first) and "lost" in lab.log(first), 60,
              what="the first tailer standing down")
     assert first.poll() is None, "the old active tailer waits as a standby, it does not exit"

@@ -37,7 +37,7 @@ def test_tail_publishes_through_the_process_it_started_with_its_command_line(lab
     lab.sql("INSERT INTO users VALUES (1, 'x')")
     wait_for(lambda: not lab.redis.exists(key), 60, what="the row published and applied")
     line = wait_for(lambda: re.search(r"start: first binlog read after .* \(command ([\d.]+),",
-                                      lab.log(tail)), 30, what="the start line")
+                                      lab.log(tail)), 60, what="the start line")
     [child] = children(tail.pid)        # the publisher, and no other
     cmdline = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
     assert b"cachesync.producer_outbox.procpublisher" in cmdline

@@ -71,7 +71,7 @@ def test_one_scan_for_every_partition_copy_and_both_consumers(tables):
     lab.sql("TRUNCATE TABLE users")
     wait_for(lambda: user_keys(lab) == 0, 60, what="every users key gone")
     engines = (first, second)
-    wait_for(lambda: sum(e.stats.table_invalidations for e in engines) == 3, 30,
+    wait_for(lambda: sum(e.stats.table_invalidations for e in engines) == 3, 60,
              what="the three partition copies applied")
     assert all(e.table_scans.wait_idle(30) for e in engines)
     assert sum(e.stats.table_scans for e in engines) == 1          # one scan, not three
@@ -93,7 +93,7 @@ def test_other_tables_flow_while_a_scan_runs_and_its_offsets_wait(tables, monkey
     assert engine.table_scans.holds()                # and its copies' offsets are held
     gate.open()
     wait_for(lambda: user_keys(lab) == 0, 60, what="the users keys gone once the scan goes on")
-    wait_for(lambda: not engine.table_scans.holds(), 30, what="the holds released")
+    wait_for(lambda: not engine.table_scans.holds(), 60, what="the holds released")
 
 
 def test_a_consumer_stopped_mid_scan_leaves_it_to_the_next_one(tables, monkeypatch):
@@ -114,3 +114,41 @@ def test_a_consumer_stopped_mid_scan_leaves_it_to_the_next_one(tables, monkeypat
     assert second.stats.table_invalidations >= 1     # the event was delivered again
     assert second.stats.table_scans == 1
     assert second.stats.table_keys_deleted == USERS - 100
+
+
+def test_a_paced_scan_pauses_between_its_calls_and_still_removes_every_key(tables):
+    """consumer.table_scan_busy_share < 1: the scan pauses after its calls (SCAN COUNT 50:
+    many calls over this keyspace), once for all three copies, and every key goes."""
+    lab, _ = tables
+    cfg = lab.write_config(TABLES, consumer={"dedup_store": "redis", "claim_lease_s": 2,
+                                             "table_scan_busy_share": 0.5,
+                                             "table_scan_count": 50}, name="paced.yaml")
+    engine = lab.start_engine(cfg)
+    lab.sql("TRUNCATE TABLE users")
+    wait_for(lambda: user_keys(lab) == 0, 60, what="every users key gone")
+    assert engine.table_scans.wait_idle(30)
+    scan, = engine.table_scans.scans()
+    assert scan.paused > 0 and scan.finished is not None and scan.keys == USERS
+    assert engine.stats.table_scans == 1 and engine.stats.table_keys_deleted == USERS
+
+
+def test_a_consumer_stopped_while_its_scan_pauses_leaves_it_to_the_next_one(tables):
+    """A pause is cut short by a stop; the event's offsets stay held, so the next consumer
+    of the group runs the scan again to its end."""
+    lab, _ = tables
+    slow = lab.write_config(TABLES, consumer={"dedup_store": "redis", "claim_lease_s": 2,
+                                              "table_scan_busy_share": 0.001,
+                                              "table_scan_count": 10}, name="slow.yaml")
+    first = lab.start_engine(slow)
+    lab.sql("TRUNCATE TABLE users")
+    wait_for(lambda: any(s.paused > 0 for s in first.table_scans.scans()), 60,
+             what="the paced scan under way")
+    lab.stop_engine(first)                           # within a pause of up to a second
+    assert first.stats.table_scans == 0 and first.table_scans.holds()
+    assert user_keys(lab) > 0                        # the scan had not got through
+
+    second = lab.start_engine(lab.write_config(TABLES, consumer={
+        "dedup_store": "redis", "claim_lease_s": 2}, name="next.yaml"))
+    wait_for(lambda: user_keys(lab) == 0, 60, what="the scan run again to its end")
+    assert second.table_scans.wait_idle(30)
+    assert second.stats.table_scans == 1

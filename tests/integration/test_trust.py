@@ -97,7 +97,7 @@ def test_python_engine_dead_letters_each_untrusted_record(lab, caplog):
             producer.send(lab.topic, key=b"k", value=value).get(timeout=30)
         producer.close()
         wait_for(lambda: engine.stats.consumed == len(records), 60, what="the corpus consumed")
-        wait_for(lambda: len(lab.topic_records(lab.dlq)) == 4, 30, what="four dead letters")
+        wait_for(lambda: len(lab.topic_records(lab.dlq)) == 4, 60, what="four dead letters")
     assert dead_reasons(lab) == EXPECTED_REASONS
     assert {r.value for r in lab.topic_records(lab.dlq)} == set(records[:4])   # original bytes
     assert engine.stats.applied == 1 and engine.stats.dead_lettered == 4
@@ -118,6 +118,6 @@ def test_spark_partition_applier_dead_letters_each_untrusted_record(lab):
             for i, value in enumerate(records)]
     [out] = consume_partition(rows, ApplyConfig(lab.settings(cfg)), batch_id=0)
     assert out["stats"]["dead_lettered"] == 4 and out["stats"]["applied"] == 1
-    wait_for(lambda: len(lab.topic_records(lab.dlq)) == 4, 30, what="four dead letters")
+    wait_for(lambda: len(lab.topic_records(lab.dlq)) == 4, 60, what="four dead letters")
     assert dead_reasons(lab) == EXPECTED_REASONS
     assert_refused(lab, targets, out["tables"])

@@ -11,13 +11,12 @@ import uuid
 import pytest
 from hypothesis import HealthCheck, given, settings
 from kafka import KafkaProducer
-from kafka.admin import KafkaAdminClient, NewTopic
 
 from cachesync.consumer.adapters.redis_cache import RedisCache
 from cachesync.consumer.core.plan import plan_batch
 from cachesync.schema.keys import version_key
 from tests.histories import all_keys, decode_values, deliveries, expected_state, mappings
-from tests.support import add_config_sections, stack_command, wait_for
+from tests.support import add_config_sections, create_topics, stack_command, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -88,9 +87,7 @@ def test_update_mode_end_to_end_then_a_shuffled_duplicated_replay_changes_nothin
     # topic and consumer group (a fresh dedup namespace: nothing is skipped as a
     # duplicate, so only the fencing stands between the replay and stale values).
     replay_topic = f"cs.{lab.suffix}.replay"
-    admin = KafkaAdminClient(bootstrap_servers=lab.stack.bootstrap)
-    admin.create_topics([NewTopic(replay_topic, 3, 1)])
-    admin.close()
+    create_topics(lab.stack.bootstrap, {replay_topic: 3})     # and waits until it shows
     rng = random.Random(2)
     shuffled = records + rng.sample(records, len(records) // 3)
     rng.shuffle(shuffled)
@@ -128,7 +125,7 @@ def test_redis_down_20s_under_load_retries_then_applies_everything(lab):
     thread = threading.Thread(target=writer)
     thread.start()
     try:
-        wait_for(lambda: engine.stats.keys_written >= 20, 30, what="writes before the outage")
+        wait_for(lambda: engine.stats.keys_written >= 20, 60, what="writes before the outage")
         stack_command("down", "redis")
         try:
             during = writes["n"]

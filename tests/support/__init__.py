@@ -25,10 +25,23 @@ from cachesync import config
 from cachesync.consumer.adapters.mysql_dedup import rows_sql
 from cachesync.schema.event import ChangeEvent, decode_record, pack_elements
 from cachesync.schema.keys import kafka_key
-from cachesync.devstack import DevStack, wait_for  # noqa: F401 (tests import wait_for from here)
+from cachesync.devstack import DevStack
+from cachesync.devstack import wait_for as _wait_for
 from cachesync.wiring import build_dedup, build_engine
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# A wait without its own bound: what a test awaits on the real services (a process start, a
+# consumer group join, a pipeline's first batch) takes several times longer on a loaded CI
+# host than on a dev box; a wait returns as soon as its condition holds, so a green run
+# costs nothing more.
+WAIT_S = 60.0
+
+
+def wait_for(condition, timeout: float = WAIT_S, what: str = "condition",
+             interval: float = 0.02):
+    """Poll ``condition`` until truthy and return its value; raises TimeoutError naming
+    ``what`` (cachesync.devstack.wait_for with the tests' default bound)."""
+    return _wait_for(condition, timeout, what, interval)
 
 
 class Lab:
@@ -106,13 +119,15 @@ class Lab:
 
     def _alive(self, proc) -> bool:
         if proc.poll() is not None:
-            raise AssertionError(f"process exited {proc.returncode}:\n{self.log(proc)}")
+            raise AssertionError(f"process exited {proc.returncode}:\n{self.log(proc)[-5000:]}")
         return True
 
     @staticmethod
     def log(proc) -> str:
+        """The child's whole output: a line logged at its start must not have scrolled out
+        of what a test searches because a loaded host made it log more (retries, waits)."""
         with open(proc.log_path) as f:
-            return f.read()[-5000:]
+            return f.read()
 
     @staticmethod
     def kill9(proc) -> None:
@@ -251,9 +266,13 @@ def create_topics(bootstrap: str, partitions: dict[str, int], **client) -> None:
     KafkaAdminClient options (security)."""
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, **client)
     try:
-        admin.create_topics([NewTopic(t, n, 1) for t, n in partitions.items()])
-    except TopicAlreadyExistsError:
-        pass
+        try:
+            admin.create_topics([NewTopic(t, n, 1) for t, n in partitions.items()])
+        except TopicAlreadyExistsError:
+            pass
+        # the broker acknowledges the creation before its metadata shows the topic with a
+        # leader per partition (KRaft): a test reading the topic at once would find none
+        admin.wait_for_topics(list(partitions), timeout_ms=60_000)
     finally:
         admin.close()
 
@@ -334,6 +353,16 @@ def stack_command(*args: str) -> None:
                              + "\n".join(said[-10:]) + f"\n-----\n{done.stderr[-2000:]}")
 
 
+def group_lag(lab: Lab) -> int:
+    """Records of the change topic past the lab's group's committed offsets."""
+    from cachesync.probes import KafkaOffsets
+    offsets = KafkaOffsets(lab.stack.bootstrap)
+    try:
+        return sum(offsets.consumer_lag(f"g-{lab.suffix}", lab.topic).values())
+    finally:
+        offsets.close()
+
+
 def status_json(lab: Lab, config_path: str, env: dict | None = None) -> tuple[int, dict]:
     """``cachesync status --json`` as a child process: (exit code, document)."""
     out = subprocess.run([sys.executable, "-m", "cachesync", "status", "--json", "--config",
@@ -389,7 +418,7 @@ def endpoints(lab, proc, count: int) -> list[str]:
     def found():
         urls = re.findall(r"metrics and health on (http://\S+) ", lab.log(proc))
         return urls if len(urls) == count else None
-    return wait_for(found, 30, what=f"{count} metrics endpoint(s) in the log")
+    return wait_for(found, 60, what=f"{count} metrics endpoint(s) in the log")
 
 
 def status_of(addr: str, path: str) -> int:

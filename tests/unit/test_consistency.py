@@ -119,3 +119,51 @@ def test_a_monitor_that_checks_nothing_is_not_built(monitor, tmp_path):
                                 "monitor": monitor}))
     settings = load(path, {})
     assert monitor_hook(settings, ops=None) == []
+
+
+class _HeldReader:
+    """A row reader whose first read waits until ``release`` is set (a check in progress)."""
+
+    def __init__(self):
+        import threading
+        self.reading, self.release = threading.Event(), threading.Event()
+        self.reads = 0
+
+    def read(self, mapping, pk):
+        self.reads += 1
+        self.reading.set()
+        assert self.release.wait(10)
+        return dict(pk)
+
+    def forget(self):
+        pass
+
+    def close(self):
+        pass
+
+
+def test_a_sample_being_checked_stays_pending_until_its_result_is_counted():
+    """A scrape that reads ``pending`` 0 must find every result in the counts: the sample in
+    hand (taken off the queue, its rows being read) is still pending."""
+    from cachesync.config import MonitorSettings
+    from cachesync.consumer.adapters.memory import MemoryCache
+    from cachesync.consumer.core.plan import EventPlan
+    from cachesync.devstack import wait_for
+    from cachesync.monitor import ConsistencyMonitor
+    from tests.support.events import event
+
+    maps = parse_mappings({"shop.users": {"keys": ["user:{id}"]}})
+    reader = _HeldReader()
+    monitor = ConsistencyMonitor(MonitorSettings(sample_ratio=1.0, window_s=0.01), maps, reader,
+                                 MemoryCache(), clock=lambda: 1e12)   # every sample is due
+    monitor.offer([EventPlan(event("m1", 7), ("user:7",))], due=0.0)
+    assert monitor.pending == 1
+    monitor.start()
+    try:
+        assert reader.reading.wait(10)              # taken off the queue, being checked
+        assert monitor.pending == 1 and dict(monitor.counts) == {}
+        reader.release.set()
+        wait_for(lambda: monitor.pending == 0, 10, what="the check to finish")
+        assert dict(monitor.counts) == {("shop.users", MISSING): 1}   # user:7 not cached
+    finally:
+        monitor.close()

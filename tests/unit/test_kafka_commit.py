@@ -6,13 +6,16 @@ import logging
 import threading
 
 import pytest
-from kafka.errors import (CommitFailedError, IllegalGenerationError, NodeNotReadyError,
-                          RebalanceInProgressError, UnknownMemberIdError)
+from kafka.errors import (CommitFailedError, CoordinatorLoadInProgressError,
+                          GroupAuthorizationFailedError, IllegalGenerationError,
+                          NodeNotReadyError, NotCoordinatorError, RebalanceInProgressError,
+                          UnknownMemberIdError)
 
 from kafka import TopicPartition
 from kafka.errors import FencedInstanceIdError, KafkaTimeoutError
 
-from cachesync.consumer.adapters.kafka_source import (MAX_COMMITS_IN_FLIGHT, KafkaSource,
+from cachesync.consumer.adapters.kafka_source import (MAX_COMMITS_IN_FLIGHT,
+                                                      RETRIABLE_COMMIT_FAILURES_S, KafkaSource,
                                                       _CommitTracker, _Forget, heartbeat_fenced,
                                                       resume_dropped_join)
 from cachesync.schema.errors import FatalError, RetryableError
@@ -64,10 +67,10 @@ def source_with(error, async_commit=False):
     return source_on(Refusing(error), async_commit)
 
 
-def source_on(consumer, async_commit=True):
+def source_on(consumer, async_commit=True, clock=None):
     source = KafkaSource.__new__(KafkaSource)      # no broker: only the commits are exercised
     source._consumer = consumer
-    source._commits = _CommitTracker(async_commit)
+    source._commits = _CommitTracker(async_commit, **({"clock": clock} if clock else {}))
     source._instance = None
     return source
 
@@ -130,13 +133,15 @@ def test_close_logs_a_commit_it_cannot_make_and_still_closes(caplog):
 
 
 @pytest.mark.parametrize("error, logged, waits", [
-    (NodeNotReadyError(), "asynchronous offset commit failed", True),
+    (GroupAuthorizationFailedError(), "the next commit waits for its reply", True),
+    (NotCoordinatorError(), "the next batch's commit covers it", False),
     (RebalanceInProgressError(), "refused during a rebalance", False),
 ])
 def test_a_failed_async_commit_is_logged_and_a_real_failure_makes_the_next_one_wait(
         error, logged, waits, caplog):
-    """A broker error makes the next commit wait for its reply (and succeed here); a commit
-    refused by a rebalance does not (the next commit covers it)."""
+    """An error that is not retriable makes the next commit wait for its reply (and succeed
+    here); a retriable one (a coordinator moving) or a commit refused by a rebalance does
+    not (the next commit covers it)."""
     caplog.set_level(logging.INFO)
     consumer = Recording()
     source = source_on(consumer)
@@ -153,10 +158,68 @@ def test_a_failing_commit_after_a_failed_async_one_is_retryable():
     consumer = Recording()
     source = source_on(consumer)
     source.commit({("t", 0): 5})
-    consumer.answer(NodeNotReadyError())
+    consumer.answer(GroupAuthorizationFailedError())
     consumer.commit = Refusing(NodeNotReadyError()).commit
     with pytest.raises(RetryableError, match="offset commit failed"):
         source.commit({("t", 0): 6})
+
+
+def test_retriable_commit_failures_keep_the_consumer_going_for_a_while_only(caplog):
+    """After a broker restart the group coordinator answers NOT_COORDINATOR, then
+    COORDINATOR_LOAD_IN_PROGRESS, for seconds: the batches go on being applied and each
+    commit covers the last. Failing for RETRIABLE_COMMIT_FAILURES_S of commits without one
+    confirmed, a commit waits for its reply; one confirmed ends the streak."""
+    now = [100.0]
+    consumer = Recording()
+    source = source_on(consumer, clock=lambda: now[0])
+    source.commit({("t", 0): 0})
+    consumer.answer(NotCoordinatorError())
+    for offset in range(1, int(RETRIABLE_COMMIT_FAILURES_S)):   # a failed commit a second
+        now[0] += 1
+        source.commit({("t", 0): offset})
+        consumer.answer(CoordinatorLoadInProgressError())
+    assert caplog.text.count("asynchronous offset commit failed") == 1   # one warning a streak
+    assert consumer.sync == [] and len(consumer.async_) == RETRIABLE_COMMIT_FAILURES_S
+    now[0] += 1
+    source.commit({("t", 0): 99})            # still within the bound: not answered yet
+    consumer.answer(NotCoordinatorError())   # failing for the whole bound now
+    source.commit({("t", 0): 100})
+    assert consumer.sync == [({T0: 100}, None)]
+    source.commit({("t", 0): 101})           # confirmed: asynchronous again
+    assert consumer.async_[-1] == {T0: 101}
+
+
+def test_the_time_a_broker_was_down_does_not_count_as_failing_commits():
+    """Nothing is polled, so nothing committed, while the broker is down: the first commits
+    after its return go on asynchronously even after a long outage."""
+    now = [0.0]
+    consumer = Recording()
+    source = source_on(consumer, clock=lambda: now[0])
+    source.commit({("t", 0): 5})
+    consumer.answer(NotCoordinatorError())          # the broker going down
+    now[0] += 10 * RETRIABLE_COMMIT_FAILURES_S      # down for minutes
+    source.commit({("t", 0): 6})
+    consumer.answer(NotCoordinatorError())          # back, its coordinator still loading
+    source.commit({("t", 0): 7})
+    assert consumer.sync == [] and consumer.async_[-1] == {T0: 7}
+
+
+def test_a_confirmed_async_commit_ends_a_streak_of_retriable_failures(caplog):
+    caplog.set_level(logging.INFO)
+    now = [0.0]
+    consumer = Recording()
+    source = source_on(consumer, clock=lambda: now[0])
+    source.commit({("t", 0): 5})
+    source.commit({("t", 0): 6})
+    consumer.answer(NotCoordinatorError())
+    now[0] = 2.5
+    consumer.answer()
+    assert "offset commits confirmed again after 2.5 s" in caplog.text
+    for offset in range(7, 7 + int(RETRIABLE_COMMIT_FAILURES_S) + 2):   # a new streak starts
+        now[0] += 1                                                     # from zero
+        source.commit({("t", 0): offset})
+        consumer.answer(NotCoordinatorError() if offset == 7 else object())
+    assert consumer.sync == []
 
 
 def test_unanswered_async_commits_are_bounded():

@@ -10,7 +10,7 @@ from cachesync.consumer.adapters.memory import MemoryCache
 from cachesync.consumer.audit import CONSISTENT, MISSING, STALE, UNVERIFIED, expected_entries, verdict
 from cachesync.consumer.core.offsets import Record
 from cachesync.consumer.replay import Bound, RateLimiter, ReplayApplier, invalidate_only, parse_bound
-from cachesync.consumer.spark.records import KAFKA_SELECT, to_record
+from cachesync.consumer.spark.records import KAFKA_SELECT, arrow_records, to_record
 from cachesync.producer_outbox.rows import TxnContext, row_change
 from cachesync.schema.event import encode
 from cachesync.schema.mapping import parse_mappings
@@ -104,6 +104,39 @@ def test_to_record_from_a_spark_row():
     assert list(row.asDict()) == [c.split(" AS ")[-1] for c in KAFKA_SELECT]
     assert to_record(row) == Record("t", 2, 9, b"k", b"v", (("id", b"m1"), ("x", b"")),
                                     1700000000123)
+
+
+def test_arrow_records_are_the_records_of_the_same_rows():
+    """What mapInArrow hands a task (the Kafka source's Arrow types, KAFKA_SELECT's order)
+    gives the same Records, in the same order, as the pickled Rows of those rows."""
+    import pyarrow as pa
+    from pyspark.sql import Row
+    header = pa.struct([("key", pa.string()), ("value", pa.binary())])
+    schema = pa.schema([("topic", pa.string()), ("partition", pa.int32()),
+                        ("offset", pa.int64()), ("key", pa.binary()), ("value", pa.binary()),
+                        ("headers", pa.list_(header)), ("timestamp_ms", pa.int64())])
+    rows = [("t", 2, 9, b"k", b"v", [{"key": "id", "value": b"m1"}, {"key": "x", "value": None}],
+             1700000000123),
+            ("t", 2, 10, None, None, None, None),            # a tombstone, no headers
+            ("t", 0, 4, b"k2", b"{}", [], 5)]
+    batches = [pa.RecordBatch.from_pylist([dict(zip(schema.names, r)) for r in part], schema)
+               for part in (rows[:2], rows[2:])]
+    assert schema.names == [c.split(" AS ")[-1] for c in KAFKA_SELECT]
+    as_rows = [Row(topic, partition, offset, key, value,
+                   [Row(**h) for h in headers] if headers is not None else None, ts)
+               for topic, partition, offset, key, value, headers, ts in rows]
+    assert list(arrow_records(batches)) == [to_record(r) for r in as_rows]
+    assert list(arrow_records(batches))[1] == Record("t", 2, 10, None, None, (), 0)
+
+
+def test_an_executor_without_pyarrow_says_so(monkeypatch):
+    import sys
+
+    from cachesync.consumer.spark.stream import _executor_pyarrow
+    monkeypatch.setitem(sys.modules, "pyarrow", None)          # import pyarrow fails
+    assert _executor_pyarrow(iter([0])) == [(sys.executable, None)]
+    monkeypatch.undo()
+    assert _executor_pyarrow(iter([0]))[0][1]                  # the venv has it
 
 
 def test_pyspark_is_imported_only_inside_consumer_spark():
