@@ -128,6 +128,7 @@ def test_topics_create_on_a_broker_without_auto_creation(lab, cfg):
     producer = KafkaProducer(bootstrap_servers=bootstrap, max_block_ms=3000)
     with pytest.raises(KafkaError):           # the broker does not create it on first use
         producer.send(topic, b"x").get(10)
+    producer.close()
     code, checks = doctor(lab, cfg, env)
     missing = [c for c in checks["topic"] if topic in c["detail"]]
     assert missing[0]["level"] == FAIL and "topics create" in missing[0]["fix"] and code == 6
@@ -137,6 +138,9 @@ def test_topics_create_on_a_broker_without_auto_creation(lab, cfg):
     assert made.returncode == 0, made.stderr
     assert made.stdout.splitlines() == [f"{topic}: created, 4 partition(s), retention 1 d",
                                         f"{dlq}: created, 4 partition(s), retention 1 d"]
+    # a producer's default wait for the topic's metadata (the 3 s above, meant to fail fast,
+    # is short for a loaded host)
+    producer = KafkaProducer(bootstrap_servers=bootstrap)
     producer.send(topic, b"x").get(30)
     producer.close()
     _, checks = doctor(lab, cfg, env)

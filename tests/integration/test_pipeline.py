@@ -11,7 +11,9 @@ from cachesync.consumer.adapters.mysql_dedup import rows_sql
 from tests.support import UsersWriter, add_config_sections, wait_for
 
 USERS = {"users": {"keys": ["user:{id}", "user:email:{email}"]}}
-SESSION_MS = 45_000      # kafka.session_timeout_ms of the clean-leave test
+# kafka.session_timeout_ms of the clean-leave test: a replacement's start on a loaded host
+# (13 s to its first poll seen in a CI-like run) plus its join must fit well inside it
+SESSION_MS = 90_000
 USERS_DDL = ("CREATE TABLE users (id BIGINT PRIMARY KEY, email VARCHAR(190) NOT NULL, "
              "name VARCHAR(100) NOT NULL)")
 
@@ -116,7 +118,9 @@ def test_consumer_kill_9_between_claim_and_confirm_reapplies_after_lease(lab):
     lab.start_tailer(cfg)
     lab.cache("user:5", "user:email:e@x")
     pauser = lab.stack.redis()
-    pauser.execute_command("CLIENT", "PAUSE", 60000, "WRITE")
+    # until the UNPAUSE below; long enough for a consumer's start, join and claim on a loaded
+    # host (a pause that ended first would let the consumer apply before its kill)
+    pauser.execute_command("CLIENT", "PAUSE", 180_000, "WRITE")
     try:
         consumer = lab.spawn("consume", cfg)
         lab.sql("INSERT INTO users VALUES (5, 'e@x', 'Eve')")
@@ -140,7 +144,7 @@ def test_consumer_kill_9_between_claim_and_confirm_reapplies_after_lease(lab):
 
 def test_a_cleanly_stopped_consumer_leaves_the_group_at_once(lab):
     """SIGTERM -> the consumer leaves its group; the replacement gets the partitions well
-    before the 45 s session timeout a silently vanished member would hold them for."""
+    before the 90 s session timeout a silently vanished member would hold them for."""
     lab.sql(USERS_DDL)
     # a session timeout far above what a replacement needs to start, join and apply, so
     # that only a member that left the group can explain a quick handover

@@ -386,7 +386,12 @@ def test_spark_consume_serves_the_consumer_metrics_with_kafka_lag_from_its_check
             m = scrape(addr)
             lag = {k: v for (name, k), v in m.items()
                    if name == "cachesync_consumer_kafka_lag_messages"}
-            done = m.get(("cachesync_consumer_events_applied_total", ())) == 40
+            # a batch's counts move one by one (consumed last) and its lag samples after
+            # them: await each count asserted below
+            done = (m.get(("cachesync_consumer_events_applied_total", ())) == 40
+                    and m.get(("cachesync_events_consumed_total", ())) == 40
+                    and m.get(("cachesync_consumer_commit_to_apply_seconds_count",
+                               (("kind", "binlog"),))) == 40)
             return (m, lag) if done and len(lag) == 3 and sum(lag.values()) == 0 else None
         m, lag = wait_for(caught_up, 300, interval=0.5, what="metrics showing 40 applied, no lag")
     finally:

@@ -31,7 +31,10 @@ def pid_of(holder: str) -> int:
 @pytest.fixture
 def pair(lab):
     lab.sql("CREATE TABLE users (id BIGINT PRIMARY KEY, email VARCHAR(64), name VARCHAR(32))")
-    cfg = lab.write_config({"users": {"keys": ["user:{id}"]}}, tailer={"lock_lease_s": 3})
+    # the faults here release the lock at once (a killed process or connection); the lease
+    # only bounds a lost host's hold, and a 3 s one could let the server drop the lock of an
+    # active tailer that a loaded host left waiting for a CPU that long, before any fault
+    cfg = lab.write_config({"users": {"keys": ["user:{id}"]}}, tailer={"lock_lease_s": 10})
     first = lab.start_tailer(cfg)
     wait_for(lambda: lock_holder(lab), 60, what="the first tailer holding the lock")
     second = lab.spawn("tail", cfg)
