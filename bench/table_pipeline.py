@@ -12,14 +12,17 @@ one before; the scans the engine ran and the SCAN calls Redis served (INFO comma
 and the ``items`` keys left, counted with one SCAN once the run is over. Modes (``BENCH_TABLE_
 PIPELINE_MODES``, comma-separated): ``beside`` (the default: consumer.table_jobs, one scan
 per event beside the row stream), ``inline`` (the scan in the batch, once per copy) and
-``none`` (baseline: the same writer and keys, no TRUNCATE, for as long as the ``beside`` run
-before it took).
+``none`` (baseline: the same writer and keys, no TRUNCATE, for as long as the longest
+``beside`` run before it took; 30 s before any). ``beside:<busy share>:<SCAN COUNT>`` runs
+``beside`` with ``consumer.table_scan_busy_share`` and ``consumer.table_scan_count`` set, so
+several paces are measured against one baseline in one run.
 
 Keys are written by a Lua loop on the server (``SET ... PX``, the TTL the consumer's
 defaults give: 3600 s shortened by up to 10 %), the other keys once, the table's before each
-run. Sizes: ``--quick``, full, or ``BENCH_TABLE_PIPELINE_SIZE=scale`` (1,000,000 table keys
-among 50,000,000; about 5 GB of Redis memory: point ``CACHESYNC_REDIS_URL`` of the env file
-at a Redis of its own). ``python -m bench --only table_pipeline [--quick]``.
+run. Sizes: ``--quick``, full, or ``BENCH_TABLE_PIPELINE_SIZE=medium`` (1,000,000 table keys
+among 5,000,000; 0.5 GB) or ``scale`` (among 50,000,000; about 5 GB of Redis memory): these two
+need an empty Redis of their own, which they flush at the end (point ``CACHESYNC_REDIS_URL``
+of the env file at it). ``python -m bench --only table_pipeline [--quick]``.
 """
 
 from __future__ import annotations
@@ -87,8 +90,8 @@ def run(stack, quick: bool, runs: int) -> dict:
         log(f"{NAME}: {other_keys:,} other keys written in {time.perf_counter() - t0:.0f}s; "
             f"{r.dbsize():,} keys in Redis, {r.info('memory')['used_memory_human']}")
         sides: dict[str, list[dict]] = {m: [] for m in modes}
-        for i in range(runs):
-            last_gone = None
+        last_gone = None    # kept across runs: a ``none`` listed first measures as long as
+        for i in range(runs):   # the longest scan of the runs before
             for mode in (modes if i % 2 == 0 or "none" in modes else tuple(reversed(modes))):
                 _fill(r, box.prefix + "item:", table_keys if _kind(mode) != "none" else 0)
                 window = last_gone or NONE_S

@@ -259,12 +259,16 @@ class TableScanCollector:
         running = GaugeMetricFamily("cachesync_consumer_table_scan_running", "1 while a "
                                     "table-level scan of the table is under way",
                                     labels=["table"])
+        paused = GaugeMetricFamily("cachesync_consumer_table_scan_paused_seconds", "How much "
+                                   "of the table's running or last table-level scan it paused to "
+                                   "leave Redis to the row stream", labels=["table"])
         now = time.monotonic()
         for table, scan in sorted(latest.items()):
             keys.add_metric([table], scan.keys)
             seconds.add_metric([table], (scan.finished or now) - scan.started)
             running.add_metric([table], 0 if scan.done.is_set() else 1)
-        yield from (keys, seconds, running)
+            paused.add_metric([table], scan.paused)
+        yield from (keys, seconds, running, paused)
 
     def describe(self):
         return []

@@ -36,6 +36,10 @@ from cachesync.consumer.spark.records import KAFKA_SELECT
 log = logging.getLogger(__name__)
 
 AWAIT_S = 0.5          # how often run() looks at the stop flag
+# The executors' Kafka consumers read a micro-batch's known offset range; a fetch that finds
+# nothing new yet (a pre-fetch past the range's end) held the task for the broker's default
+# fetch.max.wait.ms (500 ms) in every small micro-batch.
+FETCH_MAX_WAIT_MS = 50
 
 
 AVAILABLE_NOW = "availableNow"
@@ -187,6 +191,7 @@ class SparkEngine:
                   .option("maxOffsetsPerTrigger", str(self._opts.max_offsets_per_trigger))
                   .option("includeHeaders", "true")
                   .option("kafka.isolation.level", "read_committed")
+                  .option("kafka.fetch.max.wait.ms", str(FETCH_MAX_WAIT_MS))
                   .options(**self._kafka_options))
         frame = reader.load().selectExpr(*KAFKA_SELECT)
         self._query = (frame.writeStream.queryName(f"cachesync-{self._topic}")

@@ -133,7 +133,7 @@ def _partial(event, bitmap: bytes, bitmap2: bytes | None = None):
     return event
 
 
-def _tail(events):
+def _tail(events, row_filter=None):
     from cachesync.config import TailerSettings
     from cachesync.producer_outbox.checkpoint import Checkpoint
     from cachesync.producer_outbox.mysql import MySQLParams
@@ -145,10 +145,50 @@ def _tail(events):
             return [0, 1]
     publisher = Publisher()
     tailer = Tailer(MySQLParams("h", 1, "u", "p"), publisher, _Checkpoints(), MAPPINGS,
-                    TailerOptions("t", TailerSettings(checkpoint_interval_s=0, pack_rows=1)))
+                    TailerOptions("t", TailerSettings(checkpoint_interval_s=0, pack_rows=1),
+                                  row_filter=row_filter))
     tailer.pipeline.run(tailer.binlog_source(_Stream(with_table_maps(events)), MARIADB,
                  Checkpoint(MARIADB.identity, "0-1-41", "binlog.000003", 4)))
     return tailer, [e for _, e in publisher.sent]
+
+
+def _refuse_all(tables=None):
+    def refuse(db, table, row):
+        seen.append((db, table, dict(row)))
+        return False
+    seen: list = []
+    if tables is not None:
+        refuse.tables = tables
+    return refuse, seen
+
+
+@pytest.mark.parametrize("tables, published", [
+    (None, 0),                                  # a filter of every table sees every row
+    (frozenset({("app", "users")}), 0),         # one that names the table too
+    (frozenset({("cachesync", "cachesync_heartbeat")}), 2),    # not this one: never asked
+])
+def test_a_row_filter_sees_the_trimmed_rows_of_the_tables_it_names(tables, published):
+    from pymysqlreplication.row_event import WriteRowsEvent
+
+    from tests.support.binlog import mariadb_gtid, rows, xid
+    row_filter, seen = _refuse_all(tables)
+    image = {"id": 1, "email": "a@x", "unmapped": "z"}
+    _, sent = _tail([mariadb_gtid(0, 1, 42), rows(WriteRowsEvent, image, {**image, "id": 2}),
+                     xid(1)], row_filter)
+    assert len(sent) == published
+    assert seen == ([] if published else [("app", "users", {"id": 1, "email": "a@x"}),
+                                           ("app", "users", {"id": 2, "email": "a@x"})])
+    assert [e.after for e in sent] == ([] if not published else
+                                       [{"id": 1, "email": "a@x"}, {"id": 2, "email": "a@x"}])
+
+
+def test_the_heartbeat_filter_names_its_table():
+    from cachesync.producer_outbox.heartbeat import own_rows_only
+    from cachesync.schema.event import HEARTBEAT_TABLE
+    keep = own_rows_only("state", "me")
+    assert keep.tables == {("state", HEARTBEAT_TABLE)}
+    assert keep("state", HEARTBEAT_TABLE, {"name": "me"}) and not keep(
+        "state", HEARTBEAT_TABLE, {"name": "other"})
 
 
 def test_minimal_update_publishes_what_it_knows_and_invalidates_the_table():

@@ -83,3 +83,14 @@ def test_the_invalidator_pauses_as_its_pace_says_and_counts_it():
     assert scan.paused == pytest.approx(0.24) and scan.keys == 2
     assert "order:1" in cache.data and "user:1" not in cache.data
     scans.close()
+
+
+def test_the_pauses_are_a_metric_per_table():
+    from cachesync.metrics import TableScanCollector
+    from cachesync.consumer.table_jobs import TableScan
+    scan = TableScan("job", "app.users", "truncate", started=0.0, keys=5, finished=3.0,
+                     paused=1.5)
+    scan.done.set()
+    families = {f.name: f for f in TableScanCollector(lambda: [scan]).collect()}
+    sample, = families["cachesync_consumer_table_scan_paused_seconds"].samples
+    assert sample.labels == {"table": "app.users"} and sample.value == 1.5
