@@ -116,14 +116,18 @@ def test_a_consumer_stopped_mid_scan_leaves_it_to_the_next_one(tables, monkeypat
     assert second.stats.table_keys_deleted == USERS - 100
 
 
+def paced_config(lab, busy_share: float, scan_count: int):
+    return lab.write_config(TABLES, consumer={"dedup_store": "redis", "claim_lease_s": 2,
+                                              "table_scan_busy_share": busy_share,
+                                              "table_scan_count": scan_count},
+                            name=f"paced-{busy_share}-{scan_count}.yaml")
+
+
 def test_a_paced_scan_pauses_between_its_calls_and_still_removes_every_key(tables):
     """consumer.table_scan_busy_share < 1: the scan pauses after its calls (SCAN COUNT 50:
     many calls over this keyspace), once for all three copies, and every key goes."""
     lab, _ = tables
-    cfg = lab.write_config(TABLES, consumer={"dedup_store": "redis", "claim_lease_s": 2,
-                                             "table_scan_busy_share": 0.5,
-                                             "table_scan_count": 50}, name="paced.yaml")
-    engine = lab.start_engine(cfg)
+    engine = lab.start_engine(paced_config(lab, 0.5, 50))
     lab.sql("TRUNCATE TABLE users")
     wait_for(lambda: user_keys(lab) == 0, 60, what="every users key gone")
     assert engine.table_scans.wait_idle(30)
@@ -136,10 +140,7 @@ def test_a_consumer_stopped_while_its_scan_pauses_leaves_it_to_the_next_one(tabl
     """A pause is cut short by a stop; the event's offsets stay held, so the next consumer
     of the group runs the scan again to its end."""
     lab, _ = tables
-    slow = lab.write_config(TABLES, consumer={"dedup_store": "redis", "claim_lease_s": 2,
-                                              "table_scan_busy_share": 0.001,
-                                              "table_scan_count": 10}, name="slow.yaml")
-    first = lab.start_engine(slow)
+    first = lab.start_engine(paced_config(lab, 0.001, 10))
     lab.sql("TRUNCATE TABLE users")
     wait_for(lambda: any(s.paused > 0 for s in first.table_scans.scans()), 60,
              what="the paced scan under way")
