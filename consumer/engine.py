@@ -26,7 +26,7 @@ from cachesync.consumer.core.offsets import commit_offsets
 from cachesync.consumer.core.tablejobs import held_back
 from cachesync.consumer.hooks import Hook, Hooks, consumer_hooks
 from cachesync.consumer.ports import CacheWriter, DeadLetters, DedupStore, Source
-from cachesync.consumer.table_jobs import TableInvalidator, scan_pace
+from cachesync.consumer.table_jobs import TableInvalidator, paced_by
 from cachesync.schema.mapping import MappingSet
 from cachesync.schema.retry import RetryPolicy, Stopped
 
@@ -51,7 +51,7 @@ class PythonEngine:
         # once per event, each copy's offset held until its scan completes
         self.table_scans = None if table_jobs is None else TableInvalidator(
             cache, table_jobs, self.stats, retry, self._stop, lease_s=options.claim_lease_s,
-            pace=scan_pace(options), scan_count=options.table_scan_count)
+            **paced_by(options))
         self._wanted: dict = {}        # partition -> the offset its applied batches reached
         self._short: dict = {}         # partition -> offset committed short of it (a scan held it)
         self.applier = Applier(cache, mappings, options, dedup, dead_letters, retry, self._stop,

@@ -64,9 +64,10 @@ class TableScan:
     done: threading.Event = field(default_factory=threading.Event)
 
 
-def scan_pace(options) -> ScanPace:
-    """The pace of table-level scans from the consumer's settings."""
-    return ScanPace(options.table_scan_busy_share, options.table_scan_keys_per_s)
+def paced_by(options) -> dict:
+    """TableInvalidator's pace and SCAN COUNT from the consumer's settings."""
+    return {"pace": ScanPace(options.table_scan_busy_share, options.table_scan_keys_per_s),
+            "scan_count": options.table_scan_count}
 
 
 class TableInvalidator:

@@ -124,20 +124,27 @@ class Pipeline:
     def _handlers(self) -> dict:
         nothing = lambda _item: None      # noqa: E731  (a Pulse: only the checks after it)
         return {Begin: self._begin, Record: self._record, TableEvent: self._table_event,
-                Commit: self._commit, Group: self._group, Hold: self._hold, Release: self._release_one_phase,
-                Unhold: self._unhold, Prepared: self._prepare, Decide: self._decide,
-                Pulse: nothing}
+                Commit: self._commit, Group: self._group, Hold: self._hold,
+                Release: self._release_one_phase, Unhold: self._unhold,
+                Prepared: self._prepare, Decide: self._decide, Pulse: nothing}
 
     # -- groups -------------------------------------------------------------------------
     def _begin(self, _item: Begin) -> None:
-        if self._packer is not None and (not self._span or time.monotonic()
-                                         - self._partitions_read >= 1.0):
-            if self._span:      # spanning packs share one partition count: re-read each second
-                self.flush_packs()
-            self._partitions = len(self._publisher.partitions(self._topic))
-            self._partitions_read = time.monotonic()
+        self._read_partitions()
         with self._lock:
             self._txn = self._tracker.open(None)
+
+    def _read_partitions(self) -> None:
+        """The topic's partition count for the packs of the group starting: read at each
+        group, or each second when packs span groups (they share one count: flushed first)."""
+        if self._packer is None:
+            return
+        if self._span:
+            if time.monotonic() - self._partitions_read < 1.0:
+                return
+            self.flush_packs()
+        self._partitions = len(self._publisher.partitions(self._topic))
+        self._partitions_read = time.monotonic()
 
     def _commit(self, item: Commit) -> None:
         self._close(item.checkpoint)
@@ -153,11 +160,7 @@ class Pipeline:
                 self._record(record)
             self._close(item.checkpoint)
             return
-        now = time.monotonic()
-        if now - self._partitions_read >= 1.0:    # as _begin: re-read the partition count
-            self.flush_packs()
-            self._partitions = len(self._publisher.partitions(self._topic))
-            self._partitions_read = now
+        self._read_partitions()
         records = item.records
         with self._lock:
             txn = self._tracker.open(item.checkpoint)
@@ -173,7 +176,7 @@ class Pipeline:
             full = add(db, table, key, value, msg_id, partitions, txn)
             if full is not None:
                 self._send_pack(full, txn)
-        if now - self._packer.opened_at >= PACK_LINGER_S:
+        if time.monotonic() - self._packer.opened_at >= PACK_LINGER_S:
             self.flush_packs()
 
     def _close(self, checkpoint: Checkpoint, hold: bool = False) -> None:

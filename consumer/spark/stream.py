@@ -275,20 +275,21 @@ class SparkEngine:
                                 ARROW_RESULT_SCHEMA).collect()
         return [arrow_result(row) for row in rows]
 
+    def _rows_parts(self, frame, apply: ApplyConfig, batch_id: int) -> list[dict]:
+        """The tasks' results, the records handed over as pickled Rows (any executor Python)."""
+        rdd = frame.rdd
+        if self._opts.per_slot:
+            rdd = _per_slot(rdd, task_slots(self._spark))
+        return rdd.mapPartitions(lambda rows: consume_partition(rows, apply, batch_id)).collect()
+
     def _apply_batch(self, frame, batch_id: int) -> None:
         if self._stop.is_set():
             raise _StopRequested(f"stop requested before batch {batch_id}")
         with self._idle:
             apply = self._apply
             started = time.perf_counter()
-            if self._transfer() == ARROW:
-                parts = self._arrow_parts(frame, apply, batch_id)
-            else:
-                rdd = frame.rdd
-                if self._opts.per_slot:
-                    rdd = _per_slot(rdd, task_slots(self._spark))
-                parts = rdd.mapPartitions(
-                    lambda rows: consume_partition(rows, apply, batch_id)).collect()
+            parts = (self._arrow_parts if self._transfer() == ARROW
+                     else self._rows_parts)(frame, apply, batch_id)
             report = BatchReport(batch_id, wall_s=time.perf_counter() - started)
             applied_at = 0.0
             for part in parts:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from cachesync.consumer.table_jobs import TableInvalidator, scan_pace
+from cachesync.consumer.table_jobs import TableInvalidator, paced_by
 
 log = logging.getLogger(__name__)
 
@@ -32,10 +32,8 @@ def task_table_scans(cache, jobs, stats, stop: threading.Event, lease_s: float,
                      options=None) -> TableInvalidator:
     """The table-level scans of one task, counted in its ``stats``; ``stop`` gives them up;
     paced as ``options`` (the consumer settings) say, as in the python engine."""
-    if options is None:
-        return TableInvalidator(cache, jobs, stats, stop=stop, lease_s=lease_s)
     return TableInvalidator(cache, jobs, stats, stop=stop, lease_s=lease_s,
-                            pace=scan_pace(options), scan_count=options.table_scan_count)
+                            **(paced_by(options) if options is not None else {}))
 
 
 def finish_scans(scans: TableInvalidator, batch_id: int) -> None:
