@@ -179,11 +179,14 @@ def _spark_consume(box, spark, topic, tables, m: int, trigger="availableNow", on
                            consumer={"dedup_store": "mysql"})
     checkpoint = Path(box.tmp) / f"ck-{time.monotonic_ns()}"
     batches: list[dict] = []
+    jvm = [_executor_cpu()]
 
     def record(report):
+        jvm.append(_executor_cpu())
         batches.append({"at": time.perf_counter(), "events": report.stats.consumed,
                         "keys": report.stats.keys_deleted, "wall_s": round(report.wall_s, 3),
-                        **{f"{k}_s": round(v, 3) for k, v in report.timings.items()}})
+                        **{f"{k}_s": round(v, 3) for k, v in report.timings.items()},
+                        "executor_jvm_cpu_s": _delta(jvm[-2], jvm[-1])})
         if on_batch is not None:
             on_batch(report)
     engine = build_spark_engine(box.settings(cfg), spark, str(checkpoint), max_offsets,
@@ -231,6 +234,26 @@ def _executor_loss(box, spark, topic, tables, m: int, keys: list[str], r) -> dic
     stale = sum(r.exists(*keys[i:i + 1000]) for i in range(0, len(keys), 1000))
     return {"recovery_s": round(after[0] - killed[0], 2) if after else None,
             "batches_after_kill": len(after), "stale_keys": stale}
+
+
+def _executor_cpu() -> tuple[int, float] | None:
+    """(pid, CPU seconds so far, user + system) of the executor JVM, None without one: per
+    micro-batch, the work Spark does outside the Python worker (Kafka fetch, row and Arrow
+    conversion) -- the Python worker's own CPU is the tasks' ``cpu``."""
+    try:
+        pid = _executor_pid()
+        fields = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1]
+    except (RuntimeError, OSError):
+        return None
+    utime, stime = fields.split()[11:13]
+    return pid, (int(utime) + int(stime)) / os.sysconf("SC_CLK_TCK")
+
+
+def _delta(before, after) -> float | None:
+    """CPU seconds between two _executor_cpu readings of the same executor."""
+    if before is None or after is None or before[0] != after[0]:
+        return None
+    return round(after[1] - before[1], 3)
 
 
 def _executor_pid() -> int:

@@ -25,6 +25,7 @@ from cachesync.consumer.core.offsets import commit_offsets
 from cachesync.consumer.spark.bundle import keep_zip_directories
 from cachesync.consumer.spark.records import arrow_records, to_record
 from cachesync.consumer.spark.table_events import finish_scans, task_table_scans
+from cachesync.zipnative import accelerator
 from cachesync.schema.mapping import MappingSet
 
 log = logging.getLogger(__name__)
@@ -135,7 +136,8 @@ def consume_records(records: Iterable, config: ApplyConfig, batch_id: int) -> It
     each in offset order); yields one dict:
     ``stats`` (a Stats dict), ``tables`` (a TableTally snapshot), ``lag`` (LagSamples),
     ``offsets`` ({partition: next}), ``plans`` (for the driver's hooks, see
-    :func:`driver_plans`) and ``applied_at`` (epoch seconds of the last chunk).
+    :func:`driver_plans`), ``applied_at`` (epoch seconds of the last chunk), ``timings``
+    (TaskClock) and ``accelerator`` (zipnative.accelerator: compiled or pure Python, why).
 
     Records are applied in chunks of ``consumer.batch_size`` (one dedup round trip
     each). Transient errors are retried and never skipped; anything else fails the
@@ -164,7 +166,7 @@ def consume_records(records: Iterable, config: ApplyConfig, batch_id: int) -> It
     log.debug("batch %d: partition done: %s", batch_id, stats)
     yield {"stats": asdict(stats), "tables": applier.tables.snapshot(), "lag": lag,
            "offsets": offsets, "plans": plans, "applied_at": applied_at,
-           "timings": clock.totals()}
+           "timings": clock.totals(), "accelerator": accelerator()}
 
 
 def _applied(applier: Applier, chunks: Iterator[list], overlap: bool, clock: "TaskClock",

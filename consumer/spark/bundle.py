@@ -4,7 +4,10 @@ Executors on a cluster do not have cachesync installed, so the driver ships it: 
 ``cachesync`` package (its subpackages come from the repository's top-level folders, as
 the wheel installs them) plus the pure-Python part of every library the tasks import.
 Compiled modules cannot be imported from a zip; they are left out, and the optional ones
-(hiredis, orjson, crc32c, the C accelerator) fall back to pure Python on the executors.
+(hiredis, orjson, crc32c) fall back to pure Python on executors that lack them. The one
+exception is cachesync's own C accelerator: the driver's build goes in as data
+(``cachesync.native/``), and an executor whose Python can load it uses it
+(``cachesync/zipnative.py``), so driver and executors run the same compiled code.
 The zip is built from the driver's own installation, so driver and executors always run
 the same code; it is cached by content under ``directory``.
 
@@ -66,10 +69,23 @@ def package_files(name: str) -> Iterator[tuple[Path, str]]:
         yield path, f"{prefix}/{relative.as_posix()}"
 
 
+def native_files() -> list[tuple[Path, str]]:
+    """The driver's build of ``cachesync._speedups`` as ``(file, name in the zip)``, for
+    cachesync.zipnative to load on the executors; none when the driver runs without it."""
+    from cachesync.zipnative import MODULE, NATIVE_DIR
+    try:
+        spec = importlib.util.find_spec(f"cachesync.{MODULE}")
+    except ImportError:
+        spec = None
+    if spec is None or not spec.origin or not spec.origin.endswith(COMPILED):
+        return []
+    return [(Path(spec.origin), f"{NATIVE_DIR}/{Path(spec.origin).name}")]
+
+
 def build_bundle(directory: Path, packages: tuple[str, ...] = PACKAGES) -> Path:
     """Write (or reuse) ``cachesync-<digest>.zip`` in ``directory``; returns its path."""
     wanted = [*packages, *(n for n in OPTIONAL if importlib.util.find_spec(n) is not None)]
-    files = [pair for name in wanted for pair in package_files(name)]
+    files = [pair for name in wanted for pair in package_files(name)] + native_files()
     digest = hashlib.sha256(importlib.util.MAGIC_NUMBER)
     for path, arcname in files:
         digest.update(arcname.encode() + b"\0" + path.read_bytes())

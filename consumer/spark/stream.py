@@ -185,6 +185,7 @@ class SparkEngine:
         self.offsets: dict[int, int] = {}
         self.batches: list[BatchReport] = []
         self.transfer: str | None = None   # ARROW or ROWS, chosen at the first micro-batch
+        self.accelerator: str | None = None  # what the first task said (zipnative.accelerator)
 
     def start(self):
         """Start the streaming query (returns it); raises on a bad option or a missing jar."""
@@ -265,6 +266,12 @@ class SparkEngine:
                 self.transfer = self._opts.transfer
         return self.transfer
 
+    def _note_accelerator(self, found: str | None) -> None:
+        """Say once which code the executors decode with (the C accelerator or pure Python)."""
+        if found and self.accelerator is None:
+            self.accelerator = found
+            log.info("spark consume: the executors' cachesync runs %s", found)
+
     def _arrow_parts(self, frame, apply: ApplyConfig, batch_id: int) -> list[dict]:
         """The tasks' results, the records handed over as Arrow batches (mapInArrow). The
         same tasks as the Rows path: DataFrame.coalesce joins whole partitions, each in
@@ -301,6 +308,7 @@ class SparkEngine:
                 report.plans += part["plans"]
                 applied_at = max(applied_at, part["applied_at"])
                 self.offsets.update(part["offsets"])
+                self._note_accelerator(part.get("accelerator"))
             if self._hooks is not None and report.plans:
                 self._hooks.after_batch(BatchResult(applied=report.plans, applied_at=applied_at))
             self.stats.add(report.stats)

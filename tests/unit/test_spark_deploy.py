@@ -13,7 +13,7 @@ from cachesync.config import MonitorSettings
 from cachesync.consumer.core.plan import plan_batch
 from cachesync.consumer.snapshot import Watermark, check_tombstone_window, snapshot_writes
 from cachesync.consumer.spark.applier import driver_plans
-from cachesync.consumer.spark.bundle import build_bundle
+from cachesync.consumer.spark.bundle import build_bundle, native_files
 from cachesync.consumer.spark.stream import AVAILABLE_NOW, StreamOptions, parse_trigger
 from cachesync.consumer.spark.submit import SubmitPlan, ship_config, submit_argv
 from cachesync.producer_outbox.rows import TxnContext, row_change
@@ -92,8 +92,54 @@ def test_the_bundle_holds_cachesync_and_its_pure_libraries_and_is_reused(tmp_pat
                    "cachesync/consumer/spark/applier.py", "cachesync/producer_outbox/tailer.py",
                    "redis/__init__.py", "kafka/__init__.py", "pymysql/__init__.py"):
         assert module in names, module
-    assert not [n for n in names if n.endswith(".so")]
+    # compiled modules only as the C accelerator's data (cachesync.zipnative), never importable
+    assert [n for n in names if n.endswith(".so")] == [n for name, n in native_files()]
     assert not [n for n in names if n.startswith("cachesync/schema/") and "/schema/schema" in n]
+
+
+# What a Spark executor's Python worker does: import cachesync from the bundle alone
+# (-S: without this environment's installed cachesync, as on an executor).
+_NATIVE_SCRIPT = """
+import sys
+sys.path.insert(1, sys.argv[1])
+import cachesync, cachesync.zipnative as native
+from cachesync.schema import event, partition
+from cachesync.consumer.core import plan
+print(cachesync.__file__.startswith(sys.argv[1]), event.ACCELERATED, partition.ACCELERATED,
+      plan._compiled_keys is not None)
+print(native.accelerator())
+"""
+
+
+def _in_worker(bundle) -> list[str]:
+    import subprocess
+    import sys
+    return subprocess.run([sys.executable, "-I", "-S", "-c", _NATIVE_SCRIPT, str(bundle)],
+                          capture_output=True, text=True, check=True,
+                          cwd=bundle.parent).stdout.splitlines()
+
+
+def test_an_executor_loads_the_drivers_compiled_build_from_the_bundle(tmp_path):
+    native = native_files()
+    if not native:
+        pytest.fail("this test needs cachesync built with its C accelerator (make install)")
+    flags, status = _in_worker(build_bundle(tmp_path))
+    assert flags == "True True True True"
+    assert status == f"compiled: {native[0][0].name}"
+    assert (tmp_path / f"{build_bundle(tmp_path).name}.native" / native[0][0].name).is_file()
+
+
+def test_an_executor_without_a_loadable_build_runs_pure_python(tmp_path, monkeypatch):
+    import cachesync.consumer.spark.bundle as bundle
+    from cachesync.zipnative import NATIVE_DIR
+    # a build for another Python (its suffix is not one this Python loads)
+    other = tmp_path / "_speedups.cpython-39-other.so"
+    other.write_bytes(b"not loadable here")
+    monkeypatch.setattr(bundle, "native_files", lambda: [(other, f"{NATIVE_DIR}/{other.name}")])
+    (tmp_path / "zip").mkdir()
+    flags, status = _in_worker(build_bundle(tmp_path / "zip"))
+    assert flags == "True False False False"
+    assert status.startswith("pure Python: the zip carries no compiled build this Python can load")
 
 
 def test_the_bundle_ships_bytecode_that_zipimport_loads_without_the_source_check(tmp_path):
