@@ -35,10 +35,27 @@ def _bytes(value) -> bytes | None:
 def arrow_records(batches: Iterable) -> Iterator[Record]:
     """The Records of pyarrow RecordBatches whose columns are KAFKA_SELECT's, in that order
     (each batch's rows in order). Columns are converted whole (``to_pylist``: binary
-    columns become bytes, a header struct a dict) and zipped, nothing per field by name."""
+    columns become bytes) and zipped, nothing per field by name; the headers from their
+    flattened key and value columns, not one dict per header."""
     for batch in batches:
-        columns = [column.to_pylist() for column in batch.columns]
-        for topic, partition, offset, key, value, headers, timestamp_ms in zip(*columns):
-            headers = tuple((h["key"], h["value"] if h["value"] is not None else b"")
-                            for h in (headers or ()))
-            yield Record(topic, partition, offset, key, value, headers, timestamp_ms or 0)
+        topic, partition, offset, key, value, headers, timestamp_ms = batch.columns
+        for row in zip(topic.to_pylist(), partition.to_pylist(), offset.to_pylist(),
+                       key.to_pylist(), value.to_pylist(), _headers(headers),
+                       timestamp_ms.fill_null(0).to_pylist()):
+            yield Record(*row)
+
+
+def _headers(column) -> list[tuple]:
+    """Each row's headers as Record holds them, ``((key, value), ...)`` with a null value
+    read as b"" (as to_record does), from a list<struct<key, value>> column."""
+    flat = column.flatten()           # every row's headers in row order (a null row has none)
+    pairs = [(k, b"" if v is None else v)
+             for k, v in zip(flat.field("key").to_pylist(), flat.field("value").to_pylist())]
+    lengths = column.value_lengths().to_pylist()          # None for a null list
+    if len(pairs) == len(lengths) and None not in lengths and all(n == 1 for n in lengths):
+        return [(pair,) for pair in pairs]                # the usual: the id header alone
+    out, at = [], 0
+    for n in lengths:
+        out.append(tuple(pairs[at:at + (n or 0)]))
+        at += n or 0
+    return out
