@@ -18,6 +18,7 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
+from itertools import islice
 from typing import Iterable, Iterator
 
 from cachesync.consumer.applier import Applier, Stats
@@ -247,14 +248,10 @@ def driver_plans(events: Iterable, monitor) -> list:
             or (ratio > 0 and not ep.event.table_level and sampled(ep.event.id, ratio))]
 
 
-def _chunks(records: Iterator, size: int) -> Iterator[list]:
-    chunk = []
-    for record in records:
-        chunk.append(record)
-        if len(chunk) >= size:
-            yield chunk
-            chunk = []
-    if chunk:
+def _chunks(records: Iterable, size: int) -> Iterator[list]:
+    """``records`` in lists of ``size`` (the last one shorter), taken by islice."""
+    it = iter(records)
+    while chunk := list(islice(it, size)):
         yield chunk
 
 
