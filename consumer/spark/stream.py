@@ -42,6 +42,17 @@ AWAIT_S = 0.5          # how often run() looks at the stop flag
 FETCH_MAX_WAIT_MS = 50
 
 
+# Spark writes two checkpoint files per micro-batch (offsets/N before it, commits/N after).
+# For a path on the local file system its default manager (Hadoop's FileContext) forks a
+# `chmod` or `readlink` process for nearly every file it creates or renames when Hadoop's
+# native library is absent, as in the pyspark distribution: about 12 processes per
+# micro-batch, in the query's own thread. The FileSystem-based manager writes the same files
+# the same way (a temporary file, then a rename, atomic on a local file system) with one.
+CHECKPOINT_MANAGER_CONF = "spark.sql.streaming.checkpointFileManagerClass"
+LOCAL_CHECKPOINT_MANAGER = ("org.apache.spark.sql.execution.streaming."
+                            "FileSystemBasedCheckpointFileManager")
+
+
 AVAILABLE_NOW = "availableNow"
 # StreamOptions.transfer
 AUTO, ARROW, ROWS = "auto", "arrow", "rows"
@@ -140,6 +151,27 @@ class _StopRequested(Exception):
     """Raised by a micro-batch that starts after stop(): nothing applied, nothing committed."""
 
 
+def checkpoint_on_local_disk(spark, location: str) -> bool:
+    """Whether ``location`` resolves to Hadoop's local file system (``file:``, or a path
+    without a scheme while fs.defaultFS is local); False when Hadoop cannot tell."""
+    from py4j.protocol import Py4JError
+    sc = spark.sparkContext
+    try:
+        path = sc._jvm.org.apache.hadoop.fs.Path(location)
+        return path.getFileSystem(sc._jsc.hadoopConfiguration()).getScheme() == "file"
+    except Py4JError:
+        return False
+
+
+def use_local_checkpoint_manager(spark, location: str) -> bool:
+    """Give a checkpoint on the local disk Spark's FileSystem-based checkpoint manager
+    (LOCAL_CHECKPOINT_MANAGER), unless the session names a manager itself; True if set."""
+    if spark.conf.get(CHECKPOINT_MANAGER_CONF, None) or not checkpoint_on_local_disk(spark, location):
+        return False
+    spark.conf.set(CHECKPOINT_MANAGER_CONF, LOCAL_CHECKPOINT_MANAGER)
+    return True
+
+
 def task_slots(spark) -> int:
     """The tasks the cluster runs at once now: its executors' cores (over spark.task.cpus),
     as barrier execution counts them. ``defaultParallelism`` is never below 2, so one
@@ -199,6 +231,7 @@ class SparkEngine:
                   .option("kafka.fetch.max.wait.ms", str(FETCH_MAX_WAIT_MS))
                   .options(**self._kafka_options))
         frame = reader.load().selectExpr(*KAFKA_SELECT)
+        use_local_checkpoint_manager(self._spark, self._opts.checkpoint_location)
         self._query = (frame.writeStream.queryName(f"cachesync-{self._topic}")
                        .foreachBatch(self._apply_batch)
                        .option("checkpointLocation", self._opts.checkpoint_location)

@@ -222,6 +222,33 @@ def test_a_micro_batch_gets_one_task_per_executor_core(spark):
     assert spark.sparkContext.defaultParallelism == 2
 
 
+def test_a_checkpoint_on_local_disk_gets_the_file_system_checkpoint_manager(spark, tmp_path):
+    """Spark's default manager forks chmod/readlink processes per checkpoint file on a local
+    disk; the engine sets the FileSystem-based one there, and leaves a manager the session
+    names, or another file system, alone."""
+    from cachesync.consumer.spark.stream import (CHECKPOINT_MANAGER_CONF, LOCAL_CHECKPOINT_MANAGER,
+                                                 checkpoint_on_local_disk,
+                                                 use_local_checkpoint_manager)
+    assert checkpoint_on_local_disk(spark, str(tmp_path))
+    assert checkpoint_on_local_disk(spark, f"file://{tmp_path}")
+    assert not checkpoint_on_local_disk(spark, "hdfs://127.0.0.1:1/cachesync/checkpoint")
+    assert not checkpoint_on_local_disk(spark, "s3a://bucket/cachesync/checkpoint")
+    before = spark.conf.get(CHECKPOINT_MANAGER_CONF, None)
+    try:
+        spark.conf.unset(CHECKPOINT_MANAGER_CONF)
+        assert not use_local_checkpoint_manager(spark, "hdfs://127.0.0.1:1/ck")
+        assert spark.conf.get(CHECKPOINT_MANAGER_CONF, None) is None
+        assert use_local_checkpoint_manager(spark, str(tmp_path))
+        assert spark.conf.get(CHECKPOINT_MANAGER_CONF) == LOCAL_CHECKPOINT_MANAGER
+        spark.conf.set(CHECKPOINT_MANAGER_CONF, "com.example.Manager")
+        assert not use_local_checkpoint_manager(spark, str(tmp_path))
+        assert spark.conf.get(CHECKPOINT_MANAGER_CONF) == "com.example.Manager"
+    finally:
+        spark.conf.unset(CHECKPOINT_MANAGER_CONF)
+        if before is not None:
+            spark.conf.set(CHECKPOINT_MANAGER_CONF, before)
+
+
 def redis_dedup_records(lab, namespace: str) -> dict[str, bytes]:
     """message id -> record (the key is ``<prefix>{<slot tag>}<id>``)."""
     prefix = f"{REDIS_DEDUP_PREFIX}{namespace}:"
