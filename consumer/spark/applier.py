@@ -26,8 +26,8 @@ from cachesync.consumer.core.offsets import commit_offsets
 from cachesync.consumer.spark.bundle import keep_zip_directories
 from cachesync.consumer.spark.records import arrow_records, to_record
 from cachesync.consumer.spark.table_events import finish_scans, task_table_scans
-from cachesync.zipnative import accelerator
 from cachesync.schema.mapping import MappingSet
+from cachesync.zipnative import accelerator
 
 log = logging.getLogger(__name__)
 

@@ -47,7 +47,8 @@ FETCH_MAX_WAIT_MS = 50
 # `chmod` or `readlink` process for nearly every file it creates or renames when Hadoop's
 # native library is absent, as in the pyspark distribution: about 12 processes per
 # micro-batch, in the query's own thread. The FileSystem-based manager writes the same files
-# the same way (a temporary file, then a rename, atomic on a local file system) with one.
+# the same way (a temporary file, then a rename, atomic on a local file system) and started
+# none (strace of the driver's JVM over several micro-batches).
 CHECKPOINT_MANAGER_CONF = "spark.sql.streaming.checkpointFileManagerClass"
 LOCAL_CHECKPOINT_MANAGER = ("org.apache.spark.sql.execution.streaming."
                             "FileSystemBasedCheckpointFileManager")
