@@ -357,6 +357,14 @@ class DumpStreamReader(GtidPositioned, BinLogStreamReader):
             conn.handoff_error = e      # raised where the library reads: it reconnects or raises
             return None
 
+    def buffered_group(self) -> FastGroup | None:
+        """The next transaction as ``fetchone`` returns it with ``groups`` on, if the read
+        buffer already holds all of it in the common shape; else None, nothing consumed.
+        Never waits for the server (the binlog source takes what is buffered at once)."""
+        if not self.groups or self._scan is None:
+            return None
+        return self._group()
+
     def _group(self) -> FastGroup | None:
         """The next transaction as a FastGroup if the buffer holds all of it in the common
         shape (``scan_group``), its packets consumed; else None, nothing consumed."""
