@@ -182,7 +182,8 @@ class BinlogSource:
         stream = self._stream
         maps.reset()
         stream.log_pos = group.gtid_pos
-        ctx = self._gtid(group.gtid).ctx
+        ctx = self._ctx = self._gtid_context(group.gtid)
+        self._index = 0
         encode, where = self._encoder.rows_to_records, self._where
         plain = True
         for log_pos, event in group.events:
@@ -223,6 +224,11 @@ class BinlogSource:
         return f"{stream.log_file}:{stream.log_pos}" if stream.log_file else self._start.describe()
 
     def _gtid(self, event) -> Begin:
+        return self._begin(self._gtid_context(event))
+
+    def _gtid_context(self, event) -> TxnContext:
+        """The context of the group a GTID event opens; raises RetryableError when one is
+        still open."""
         if self._ctx is not None:
             # Every event group ends in XID, COMMIT or DDL. A new GTID with one open
             # means the stream was cut and replayed (the library reconnects silently):
@@ -240,8 +246,8 @@ class BinlogSource:
             self._version_not_newer(gtid, before, self._gtids.ordinal)
         # the version orders by the stream's place in the history, not by the GTID's
         # own number: that survives a failover (schema.gtid, GtidState.ordinal)
-        return self._begin(TxnContext(self._identity, text, self._gtids.ordinal,
-                                      float(event.timestamp), gtid=True, cluster=self._cluster))
+        return TxnContext(self._identity, text, self._gtids.ordinal, float(event.timestamp),
+                          gtid=True, cluster=self._cluster)
 
     def _statement(self, text: str, event) -> Iterator[Change]:
         """A COMMIT (XID), BEGIN, DML logged as a statement, or DDL."""
