@@ -38,6 +38,8 @@ CHOICES = {"redis": {"dedup_store": "redis"},
            "mysql_compact": {"dedup_store": "mysql", "dedup_mysql_layout": "compact"}}
 COMPACT_TABLES = ("cachesync_dedup_compact", "cachesync_dedup_compact_done")
 FIELDS = ("p50_ms", "p99_ms", "achieved_rate", "missing")
+# any free port for the children's /metrics: runs of several choices at once do not collide
+METRICS_LISTEN = "127.0.0.1:0"
 
 
 def run(stack, quick: bool, runs: int, minutes: float | None = None) -> dict:
@@ -87,7 +89,8 @@ def one_run(stack, choice: str, segment_s: float, prefill: int) -> dict:
         topic = box.new_topic(3)
         cfg = box.write_config({f"{box.db}.lag": {"keys": [box.prefix + "lag:{id}",
                                                            box.prefix + "lag:note:{note}"]}},
-                               topic=topic, consumer=CHOICES[choice])
+                               topic=topic, consumer=CHOICES[choice],
+                               metrics={"listen": METRICS_LISTEN})
         settings = box.settings(cfg)
         ns = settings.dedup_namespace
         prefilled = _prefill(stack, choice, ns, prefill) if choice != "redis" else 0

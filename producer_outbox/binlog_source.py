@@ -45,6 +45,9 @@ from cachesync.schema.mapping import MappingSet
 log = logging.getLogger("cachesync.producer_outbox.tailer")
 
 STREAM_HEARTBEAT_S = 1.0    # the binlog stream's heartbeat period (the server's, not our row's)
+# transactions the fast reader already buffered that go out as one Group (one tracker entry,
+# one checkpoint): bounded so a stop or a checkpoint save is never far
+FAST_BATCH = 256
 _TXN_MARKERS = {"BEGIN", "COMMIT"}
 # passwords in account statements (CREATE/ALTER USER ... IDENTIFIED BY, SET PASSWORD) never
 # reach the log
@@ -146,34 +149,58 @@ class BinlogSource:
             yield PULSE
 
     def _fast_group(self, group: FastGroup, maps: TableMaps) -> Iterator[Change]:
-        """A transaction the fast reader framed at once (GTID, table maps, rows, XID): one
-        ``Group`` when its rows make records only, else the items the event-by-event turns
-        of ``changes`` yield for the same events; never the Pulse after each rows event
-        (the group's end does what a Pulse does)."""
+        """Transactions the fast reader framed at once (GTID, table maps, rows, XID): this
+        one and each next one its buffer already holds (``buffered_group``, up to
+        FAST_BATCH), as one ``Group`` with the checkpoint after the last, when their rows
+        make records only; else the same transactions as one group of separate items
+        (Begin, records and table-level events, Commit). Never the Pulse after each rows
+        event (the group's end does what a Pulse does). One group for several
+        transactions keeps at-least-once: the checkpoint moves past all of them or none."""
+        buffered = getattr(self._stream, "buffered_group", None)
+        out: list = []
+        first, plain = None, True
+        for taken in range(1, FAST_BATCH + 1):
+            ctx, only_records = self._fast_txn(group, maps, out)
+            first, plain = first or ctx, plain and only_records
+            if not plain or taken == FAST_BATCH or buffered is None:
+                break
+            group = buffered()
+            if group is None:
+                break
+        commit = self._commit()
+        if plain:
+            yield Group(first, out, commit.checkpoint)
+            return
+        yield Begin(first)      # a table-level event among them: one by one
+        yield from out
+        yield commit
+
+    def _fast_txn(self, group: FastGroup, maps: TableMaps, out: list) -> tuple[TxnContext, bool]:
+        """One framed transaction's items appended to ``out``: its context, and whether
+        they are records only. The stream's log_pos is set per event (where errors and
+        file:pos contexts point) and left after its XID."""
         stream = self._stream
         maps.reset()
         stream.log_pos = group.gtid_pos
-        begin = self._gtid(group.gtid)
-        encode, where, ctx = self._encoder.rows_to_records, self._where, self._ctx
-        out: list = []
+        ctx = self._ctx = self._gtid_context(group.gtid)
+        self._index = 0
+        encode, where = self._encoder.rows_to_records, self._where
+        plain = True
         for log_pos, event in group.events:
-            stream.log_pos = log_pos        # where errors and file:pos contexts point
+            stream.log_pos = log_pos
             if type(event) is FastTableMapEvent:
                 maps.add(event.table_id, event.schema, event.table)
                 continue
             schema, table = maps.table_of(event, where)
             items, self._index = encode(event, ctx, self._index, schema, table, where)
+            for item in items:
+                if type(item) is not Record:
+                    plain = False
             out += items
         stream.log_pos = group.xid_pos
         maps.reset()
-        commit = self._commit()
-        for item in out:
-            if type(item) is not Record:    # a table-level event among them: one by one
-                yield begin
-                yield from out
-                yield commit
-                return
-        yield Group(ctx, out, commit.checkpoint)
+        self._ctx = None        # closed; the Commit after the last one carries the checkpoint
+        return ctx, plain
 
     def _begin(self, ctx: TxnContext) -> Begin:
         self._ctx, self._index = ctx, 0
@@ -197,6 +224,11 @@ class BinlogSource:
         return f"{stream.log_file}:{stream.log_pos}" if stream.log_file else self._start.describe()
 
     def _gtid(self, event) -> Begin:
+        return self._begin(self._gtid_context(event))
+
+    def _gtid_context(self, event) -> TxnContext:
+        """The context of the group a GTID event opens; raises RetryableError when one is
+        still open."""
         if self._ctx is not None:
             # Every event group ends in XID, COMMIT or DDL. A new GTID with one open
             # means the stream was cut and replayed (the library reconnects silently):
@@ -214,8 +246,8 @@ class BinlogSource:
             self._version_not_newer(gtid, before, self._gtids.ordinal)
         # the version orders by the stream's place in the history, not by the GTID's
         # own number: that survives a failover (schema.gtid, GtidState.ordinal)
-        return self._begin(TxnContext(self._identity, text, self._gtids.ordinal,
-                                      float(event.timestamp), gtid=True, cluster=self._cluster))
+        return TxnContext(self._identity, text, self._gtids.ordinal, float(event.timestamp),
+                          gtid=True, cluster=self._cluster)
 
     def _statement(self, text: str, event) -> Iterator[Change]:
         """A COMMIT (XID), BEGIN, DML logged as a statement, or DDL."""

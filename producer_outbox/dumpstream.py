@@ -304,7 +304,12 @@ class DumpStreamReader(GtidPositioned, BinLogStreamReader):
         # for (the tailer asks for all)
         self._scan = (_scan_group if _scan_group is not None and not os.environ.get(NO_SPEEDUPS)
                       and self._fast_allowed >= _GROUP_CLASSES else None)
-        self._tables: dict[bytes, object] = {}     # table-map body -> the library's Table
+        # table-map body -> the fields of its FastTableMapEvent (the library's Table parsed
+        # from the first map of these bytes among them)
+        self._tables: dict[bytes, dict] = {}
+        # (table id, class, bitmaps, columns) -> (the Table, the fields and the decoder
+        # every rows event of that shape shares)
+        self._row_shapes: dict[tuple, tuple] = {}
         self.on_idle: Callable[[], None] | None = None
         self.idle_wait_s = 0.0
         self.groups = False
@@ -357,6 +362,14 @@ class DumpStreamReader(GtidPositioned, BinLogStreamReader):
             conn.handoff_error = e      # raised where the library reads: it reconnects or raises
             return None
 
+    def buffered_group(self) -> FastGroup | None:
+        """The next transaction as ``fetchone`` returns it with ``groups`` on, if the read
+        buffer already holds all of it in the common shape; else None, nothing consumed.
+        Never waits for the server (the binlog source takes what is buffered at once)."""
+        if not self.groups or self._scan is None:
+            return None
+        return self._group()
+
     def _group(self) -> FastGroup | None:
         """The next transaction as a FastGroup if the buffer holds all of it in the common
         shape (``scan_group``), its packets consumed; else None, nothing consumed."""
@@ -374,16 +387,16 @@ class DumpStreamReader(GtidPositioned, BinLogStreamReader):
         for etype, timestamp, server_id, log_pos, _flags, start, stop in frames:
             if etype == _MARIADB_ANNOTATE:
                 continue
-            raw = buf[start:stop]
             if gtid is None:
-                gtid, gtid_pos = self._gtid(raw, timestamp, server_id), log_pos
+                gtid, gtid_pos = self._gtid(buf, timestamp, server_id, start + _BODY), log_pos
             elif etype == _XID:
                 xid = FastXidEvent()
-                xid.timestamp, xid.xid = timestamp, _U64.unpack_from(raw, _BODY)[0]
+                xid.timestamp, xid.xid = timestamp, _U64.unpack_from(buf, start + _BODY)[0]
                 conn._pos, conn._next_seq_id = end, seq
                 self.log_pos = log_pos
                 return FastGroup(gtid, gtid_pos, events, xid, log_pos)
             else:
+                raw = buf[start:stop]
                 event = (self._table_map(raw, timestamp) if etype == _TABLE_MAP
                          else self._rows(raw, etype, timestamp))
                 if event is None or type(event) not in self._fast_allowed:
@@ -396,7 +409,11 @@ class DumpStreamReader(GtidPositioned, BinLogStreamReader):
         raw = event.packet.packet._data
         if len(self._tables) >= _TABLE_CACHE:
             self._tables.clear()
-        self._tables[raw[_BODY:self._body_end(raw)]] = self.table_map[event.table_id]
+        table = self.table_map[event.table_id]
+        # the fields of every FastTableMapEvent of these bytes (their timestamps differ)
+        self._tables[raw[_BODY:self._body_end(raw)]] = {
+            "table_id": event.table_id, "schema": table.schema, "table": table.table,
+            "table_obj": table, "columns": table.columns, "primary_key": table.primary_key}
 
     def _body_end(self, raw: bytes) -> int:
         return len(raw) - 4 if self._BinLogStreamReader__use_checksum else len(raw)
@@ -434,9 +451,10 @@ class DumpStreamReader(GtidPositioned, BinLogStreamReader):
         return event
 
     @staticmethod
-    def _gtid(raw: bytes, timestamp: int, server_id: int) -> FastGtidEvent:
+    def _gtid(raw: bytes, timestamp: int, server_id: int, at: int = _BODY) -> FastGtidEvent:
+        """The GTID event whose body starts at ``raw[at]``."""
         event = FastGtidEvent()
-        seq, domain, flags = _GTID_BODY.unpack_from(raw, _BODY)
+        seq, domain, flags = _GTID_BODY.unpack_from(raw, at)
         event.timestamp, event.server_id, event.gtid_seq_no = timestamp, server_id, seq
         event.domain_id, event.flags = domain, flags
         event.gtid = f"{domain}-{server_id}-{seq}"
@@ -444,15 +462,13 @@ class DumpStreamReader(GtidPositioned, BinLogStreamReader):
         return event
 
     def _table_map(self, raw: bytes, timestamp: int) -> FastTableMapEvent | None:
-        table = self._tables.get(raw[_BODY:self._body_end(raw)])
-        if table is None:
+        fields = self._tables.get(raw[_BODY:self._body_end(raw)])
+        if fields is None:
             return None
-        table_id = int.from_bytes(raw[_BODY:_BODY + 6], "little")
-        self.table_map[table_id] = table
+        self.table_map[fields["table_id"]] = fields["table_obj"]
         event = FastTableMapEvent()
-        event.timestamp, event.table_id = timestamp, table_id
-        event.schema, event.table, event.table_obj = table.schema, table.table, table
-        event.columns, event.primary_key = table.columns, table.primary_key
+        event.__dict__.update(fields)
+        event.timestamp = timestamp
         return event
 
     def _rows(self, raw: bytes, etype: int, timestamp: int) -> _FastRows | None:
@@ -479,17 +495,35 @@ class DumpStreamReader(GtidPositioned, BinLogStreamReader):
         bitmap2 = None
         if kind is UpdateRowsEvent:
             bitmap2, pos = raw[pos:pos + width], pos + width
+        shape = self._row_shapes.get((table_id, kind, bitmap, bitmap2, columns))
+        if shape is None or shape[0] is not table:
+            shape = self._row_shape(table_id, table, kind, bitmap, bitmap2, columns)
+            if shape is None:
+                return None
+        event = _FAST_OF[kind]()
+        event.__dict__.update(shape[1])
+        event.timestamp, event.table_map = timestamp, self.table_map
+        event._decode = (shape[2], raw, pos, self._body_end(raw))
+        return event
+
+    def _row_shape(self, table_id: int, table, kind, bitmap: bytes, bitmap2: bytes | None,
+                   columns: int) -> tuple | None:
+        """(table, the fields every rows event of this shape has, its generated decoder),
+        remembered; None where the generated decoders do not cover it."""
         decoder = table_decoder(table, kind, bitmap, bitmap2, False, columns)
         if decoder is None:
             return None
-        event = _FAST_OF[kind]()
-        event.timestamp, event.table_id, event._table, event._kind = timestamp, table_id, table, kind
-        event.schema, event.table, event.primary_key = table.schema, table.table, table.primary_key
-        event.table_map, event.columns, event.number_of_columns = self.table_map, table.columns, columns
-        event.columns_present_bitmap, event._reader = bitmap, self
-        event.columns_present_bitmap2 = bitmap2     # an update's after image (partial images)
-        event._decode = (decoder, raw, pos, self._body_end(raw))
-        return event
+        fields = {"table_id": table_id, "_table": table, "_kind": kind, "schema": table.schema,
+                  "table": table.table, "primary_key": table.primary_key,
+                  "columns": table.columns, "number_of_columns": columns,
+                  "columns_present_bitmap": bitmap, "_reader": self,
+                  # an update's after image (partial images)
+                  "columns_present_bitmap2": bitmap2}
+        if len(self._row_shapes) >= _TABLE_CACHE:
+            self._row_shapes.clear()
+        shape = self._row_shapes[(table_id, kind, bitmap, bitmap2, columns)] = (
+            table, fields, decoder)
+        return shape
 
     def _post_header_len(self, etype: int) -> int | None:
         """The post-header length the server declared for ``etype`` (None: not declared)."""

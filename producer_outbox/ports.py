@@ -66,7 +66,9 @@ class Commit(NamedTuple):
 class Group(NamedTuple):
     """A whole group of records (no table-level or XA item): ``Begin(ctx)``, ``records``,
     ``Commit(checkpoint)`` in one item, so the pipeline opens, counts and closes it at once
-    (a single-row transaction costs per item what a row costs)."""
+    (a single-row transaction costs per item what a row costs). It may hold several
+    consecutive transactions (the binlog source's buffered ones): ``ctx`` is the first's,
+    ``checkpoint`` the one after the last, so the checkpoint passes all of them or none."""
 
     ctx: TxnContext
     records: list[Record]

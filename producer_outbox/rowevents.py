@@ -46,6 +46,8 @@ ROW_EVENTS = {WriteRowsEvent: "insert", UpdateRowsEvent: "update", DeleteRowsEve
               PartialUpdateRowsEvent: "update"}   # MySQL binlog_row_value_options=PARTIAL_JSON
 ROW_EVENTS.update({fast: ROW_EVENTS[lib] for fast, lib in FAST_ROW_EVENTS.items()})
 
+_PLAN_CACHE = 1024      # rows-event plans remembered (cleared when full)
+
 # (db, table, the row's image trimmed to the kept columns) -> publish it; a filter with a
 # ``tables`` attribute (a set of (db, table)) keeps every row of the other tables unseen
 RowFilter = Callable[[str, str, Mapping[str, Any]], bool]
@@ -62,6 +64,7 @@ class RowEncoder:
         self._row_filter, self._max_record_bytes = row_filter, max_record_bytes
         self.outbox, self.types = outbox, types
         self._keep: dict = {}   # (table, primary key) -> columns row images keep, None = all
+        self._plans: dict = {}  # per table map and bitmaps: see _plan
         # the tables an XA group's rows touched, while the source holds one (else None)
         self.xa_tables: dict[tuple[str, str], None] | None = None
         self.oversized = 0      # rows over the record limit, published invalidate-only
@@ -79,25 +82,20 @@ class RowEncoder:
         if self.outbox is not None and self.outbox.covers(schema, table):
             self._outbox_records(event, op, schema, table, where, out)
             return out, row_index   # outbox rows take no row index: the ids of the others stay
-        mapping = self._mappings.get(schema, table)
-        if mapping is None:
+        plan = self._plan(event, schema, table)
+        if plan is None:
             return out, row_index   # decided here, by the names of this event group's map
-        if mapping.pattern is not None and self._matched.seen(mapping) \
-                and self.types is not None:
-            self.types.track(schema, table)     # a new table: its key columns' types
-        if self.xa_tables is not None:
-            self.xa_tables[(schema, table)] = None
-        keep = self._keep_columns(mapping, event.primary_key)
-        table_obj = event.table_map[event.table_id]
-        # key text corrected only where a kept column needs it (trimmed columns never count)
-        specs = kept_specs(table_obj, keep, self.types.of(schema, table) if self.types else ())
-        absent = event_absence(event, table_obj)
-        partial = PartialRows(self, mapping, ctx, schema, table) if absent[0] or absent[1] else None
-        diffs = type(event) is PartialUpdateRowsEvent    # JSON after values may be diffs
-        row_filter = self._filter_of(event.schema, event.table)
+        mapping, keep, specs, absent, row_filter = plan
         # the compiled writer trims as it writes, unless the row filter reads trimmed images
         late_trim = keep is not None and row_filter is None and hotpath.record is not None
-        for row in self._decode(event, schema, table, where):
+        if self.xa_tables is not None:
+            self.xa_tables[(schema, table)] = None
+        partial = PartialRows(self, mapping, ctx, schema, table) if absent[0] or absent[1] else None
+        diffs = type(event) is PartialUpdateRowsEvent    # JSON after values may be diffs
+        rows = self._decode(event, schema, table, where)
+        if partial is None and not diffs and not specs and row_filter is None and late_trim:
+            return out, self._plain_rows(event, op, ctx, row_index, mapping, keep, rows, out)
+        for row in rows:
             unknown = ()
             if diffs:             # applied to the before image's documents (jsoncolumns)
                 row, unknown = self._resolve_json(row, schema, table, ctx)
@@ -126,6 +124,66 @@ class RowEncoder:
             row_index = partial.finish(out, row_index)
         return out, row_index
 
+    def _plan(self, event, schema: str, table: str) -> tuple | None:
+        """What every rows event of this table map and columns-present bitmaps shares: (the
+        mapping, the columns its images keep, the kept columns' key-text specs, the columns
+        each image leaves out, the row filter), or None for a table no mapping names.
+        Cached per table map and bitmaps, and made again once the column types were
+        reloaded (a DDL)."""
+        table_obj = event.table_map.get(event.table_id)
+        if table_obj is None:       # no table to cache on: decided by the names alone
+            if self._mappings.get(schema, table) is None:
+                return None
+            table_obj = event.table_map[event.table_id]     # the library's KeyError
+        types = self.types
+        version = types.version if types is not None else 0
+        key = (id(table_obj), type(event), getattr(event, "columns_present_bitmap", None),
+               getattr(event, "columns_present_bitmap2", None))
+        found = self._plans.get(key)
+        if found is not None and found[0] is table_obj and found[1] == version:
+            return found[2]
+        mapping = self._mappings.get(schema, table)
+        plan = None
+        if mapping is not None:
+            if mapping.pattern is not None and self._matched.seen(mapping) \
+                    and types is not None:
+                types.track(schema, table)     # a new table: its key columns' types
+                version = types.version
+            keep = self._keep_columns(mapping, event.primary_key)
+            # key text corrected only where a kept column needs it (trimmed columns never count)
+            specs = kept_specs(table_obj, keep, types.of(schema, table) if types else ())
+            plan = (mapping, keep, specs, event_absence(event, table_obj),
+                    self._filter_of(event.schema, event.table))
+        if len(self._plans) >= _PLAN_CACHE:
+            self._plans.clear()
+        self._plans[key] = (table_obj, types.version if types is not None else 0, plan)
+        return plan
+
+    def _plain_rows(self, event, op: str, ctx: TxnContext, row_index: int, mapping,
+                    keep: frozenset[str], rows: list[dict], out: list) -> int:
+        """The rows of an event every row of which the compiled writer may write as it is
+        (full images, no key-text correction, no row filter): ``rows_to_records``' loop
+        without its per-row decisions. Returns the next row index."""
+        record, db, table, pk = hotpath.record, event.schema, event.table, event.primary_key
+        limit = self._max_record_bytes
+        for row in rows:
+            if op == "update":
+                before, after = row["before_values"], row["after_values"]
+            elif op == "insert":
+                before, after = None, row["values"]
+            else:
+                before, after = row["values"], None
+            compiled = None if record is None else record(ctx, row_index, db, table, op, pk,
+                                                          before, after, limit, keep)
+            if compiled is None:
+                row_index = self._python_row(event, op, ctx, row_index, mapping,
+                                             trim_image(before, keep), trim_image(after, keep),
+                                             None, None, out)
+            else:
+                out.append(Record(db, table, *compiled))
+                row_index += 1
+        return row_index
+
     def _filter_of(self, db: str, table: str) -> RowFilter | None:
         """The row filter if it may drop rows of this table (RowFilter), else None."""
         tables = getattr(self._row_filter, "tables", None)
@@ -144,6 +202,12 @@ class RowEncoder:
                 return row_index + 1
         if trim is not None:
             before, after = trim_image(before, trim), trim_image(after, trim)
+        return self._python_row(event, op, ctx, row_index, mapping, before, after, images,
+                                partial, out)
+
+    def _python_row(self, event, op: str, ctx: TxnContext, row_index: int, mapping, before,
+                    after, images, partial, out: list) -> int:
+        """``_row`` by the Python path (images already trimmed)."""
         try:
             if images is not None and partial.unkeyed(images, op, event.primary_key):
                 raise ValueError("the primary key is not in the logged image")

@@ -30,6 +30,7 @@ class ColumnTypes:
         self._connect = connect
         self._tables = [(db, t) for db, t in tables]
         self._types: dict[tuple[str, str], ServerTypes] = {}
+        self.version = 0        # counts loads: what was derived from older types is stale
 
     def of(self, db: str, table: str) -> ServerTypes:
         """The table's types; read on first use for a table the settings do not name (one
@@ -47,6 +48,7 @@ class ColumnTypes:
         pairs = list(self._tables if tables is None else tables)
         if not pairs:
             return
+        self.version += 1
         try:
             found = _query(self._connect, pairs)
         except pymysql.err.MySQLError as e:

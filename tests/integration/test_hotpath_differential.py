@@ -174,8 +174,18 @@ def test_compiled_and_python_rows_publish_the_same_records(lab, monkeypatch):
 
 def test_transactions_framed_at_once_publish_what_event_by_event_reading_does(lab, monkeypatch):
     """The fast reader's compiled framing of whole transactions (``scan_group``) against
-    its event-by-event path, on the same range: the same records, in order."""
+    its event-by-event path, on the same range: the same records, in order; transactions
+    the read buffer held after a framed one went out with it as one group."""
     framed = []         # events per transaction framed at once
+    batched = []        # transactions the source took from the buffer after a framed one
+    real = dumpstream.DumpStreamReader.buffered_group
+
+    def buffered_group(self):
+        found = real(self)
+        if found is not None:
+            batched.append(found)
+        return found
+    monkeypatch.setattr(dumpstream.DumpStreamReader, "buffered_group", buffered_group)
     _, grouped, one_by_one = _tail_with_and_without(
         lab, monkeypatch, dumpstream, "_scan_group",
         lambda args, found: found is not None and framed.append(len(found[2])))
@@ -183,3 +193,4 @@ def test_transactions_framed_at_once_publish_what_event_by_event_reading_does(la
     # transactions with rows went as whole groups (how many the read buffer holds whole
     # depends on how the socket hands out the bytes)
     assert framed and max(framed) >= 4, framed
+    assert batched, "no transaction went out in a group with the one before it"

@@ -282,3 +282,36 @@ def test_column_types_unreadable_keep_what_is_known_and_are_not_asked_per_event(
     types = ColumnTypes(down, [("d", "t")])
     types.load()
     assert types.of("d", "t") == () and types.of("d", "t") == () and len(attempts) == 1
+
+
+def test_a_rows_event_plan_is_reused_per_table_map_and_made_again_after_a_types_reload(
+        monkeypatch):
+    """What every rows event of one table map shares (mapping, kept columns, key-text specs)
+    is worked out once, and again once the column types were reloaded (a DDL naming the
+    table): the key text then follows the new types."""
+    from pymysqlreplication.row_event import WriteRowsEvent
+
+    from cachesync.producer_outbox import rowevents
+    from cachesync.producer_outbox.matched import MatchedTables
+    from cachesync.producer_outbox.rowevents import RowEncoder
+    from cachesync.producer_outbox.rows import TxnContext
+    from cachesync.producer_outbox.servertypes import ColumnTypes
+    from tests.support.binlog import MAPPINGS, rows, u
+
+    asked = []
+    real = rowevents.kept_specs
+    monkeypatch.setattr(rowevents, "kept_specs",
+                        lambda table, keep, types=(): asked.append(types) or real(table, keep, types))
+    answer = [[]]
+    types = ColumnTypes(lambda: _Conn(answer[0], []), [("app", "users")])
+    types.load()
+    encoder = RowEncoder(MAPPINGS, MatchedTables(MAPPINGS), types=types)
+    event = rows(WriteRowsEvent, u(1, "a@x"))
+    ctx = TxnContext("mariadb:1", "0-1-42", 42, 0.0, gtid=True)
+    for _ in range(3):
+        encoder.rows_to_records(event, ctx, 0, "app", "users", lambda: "here")
+    assert asked == [()]                        # once for three events of one table map
+    answer[0] = [("app", "users", "email", "inet6")]
+    types.after_ddl("ALTER TABLE users MODIFY email INET6", "app")
+    encoder.rows_to_records(event, ctx, 0, "app", "users", lambda: "here")
+    assert asked == [(), (("email", "inet6"),)]
