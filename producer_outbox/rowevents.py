@@ -53,6 +53,15 @@ _PLAN_CACHE = 1024      # rows-event plans remembered (cleared when full)
 RowFilter = Callable[[str, str, Mapping[str, Any]], bool]
 
 
+def row_images(op: str, row: dict) -> tuple[dict | None, dict | None]:
+    """The (before, after) images of a decoded row of an ``op`` rows event."""
+    if op == "update":
+        return row["before_values"], row["after_values"]
+    if op == "insert":
+        return None, row["values"]
+    return row["values"], None
+
+
 class RowEncoder:
     """Turns rows events of mapped tables (and outbox tables) into records; counts what it
     could not publish exactly."""
@@ -100,12 +109,7 @@ class RowEncoder:
             if diffs:             # applied to the before image's documents (jsoncolumns)
                 row, unknown = self._resolve_json(row, schema, table, ctx)
             row = key_images(row, specs)   # values whose text is the server's (key text)
-            if op == "update":
-                before, after = row["before_values"], row["after_values"]
-            elif op == "insert":
-                before, after = None, row["values"]
-            else:
-                before, after = row["values"], None
+            before, after = row_images(op, row)
             images = None
             if partial is not None or unknown:     # left-out columns are not NULLs: drop them
                 partial = partial or PartialRows(self, mapping, ctx, schema, table)
@@ -167,12 +171,7 @@ class RowEncoder:
         record, db, table, pk = hotpath.record, event.schema, event.table, event.primary_key
         limit = self._max_record_bytes
         for row in rows:
-            if op == "update":
-                before, after = row["before_values"], row["after_values"]
-            elif op == "insert":
-                before, after = None, row["values"]
-            else:
-                before, after = row["values"], None
+            before, after = row_images(op, row)
             compiled = None if record is None else record(ctx, row_index, db, table, op, pk,
                                                           before, after, limit, keep)
             if compiled is None:
