@@ -104,6 +104,13 @@ def summarize(runs: list[dict], fields: list[str]) -> dict:
             "runs": runs}
 
 
+def stat_cpu_s(stat_path) -> float:
+    """User + system CPU seconds of the process or thread whose /proc ``stat`` file this is;
+    raises OSError when it is gone."""
+    fields = Path(stat_path).read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def ratio(a, b):
     return _round(a / b) if a is not None and b else None
 

@@ -32,7 +32,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from bench.common import ROOT, Sandbox, Worker, log, ratio, summarize
+from bench.common import ROOT, Sandbox, Worker, log, ratio, stat_cpu_s, summarize
 from bench.consumer import engine_run, populate, prefill
 from cachesync.commands.consume_spark import build_spark_engine
 from cachesync.commands.replay import run_replay
@@ -242,11 +242,9 @@ def _executor_cpu() -> tuple[int, float] | None:
     conversion) -- the Python worker's own CPU is the tasks' ``cpu``."""
     try:
         pid = _executor_pid()
-        fields = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1]
+        return pid, stat_cpu_s(Path("/proc") / str(pid) / "stat")
     except (RuntimeError, OSError):
         return None
-    utime, stime = fields.split()[11:13]
-    return pid, (int(utime) + int(stime)) / os.sysconf("SC_CLK_TCK")
 
 
 def _delta(before, after) -> float | None:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from kafka import KafkaProducer
 
-from bench.common import Sandbox, Stack
+from bench.common import Sandbox, Stack, stat_cpu_s
 from bench.spark_cluster import _cluster, _warm_executor
 from cachesync.commands.consume_spark import build_spark_engine
 from cachesync.consumer.spark.session import spark_session
@@ -71,8 +71,7 @@ try:
         from bench.spark_cluster import _executor_cpu
         import os
         def proc_cpu(pid):
-            f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-            return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+            return stat_cpu_s(f"/proc/{pid}/stat")
         def driver_jvm():
             for p in os.listdir("/proc"):
                 if p.isdigit():
@@ -89,11 +88,10 @@ try:
             out = collections.Counter()
             for t in _P(f"/proc/{pid}/task").iterdir():
                 try:
-                    st = (t / "stat").read_text(); name = (t / "comm").read_text().strip()
+                    cpu, name = stat_cpu_s(t / "stat"), (t / "comm").read_text().strip()
                 except OSError:
                     continue
-                f = st.rsplit(")", 1)[1].split()
-                out[re.sub(r"[\d#-]+$", "", name)] += (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+                out[re.sub(r"[\d#-]+$", "", name)] += cpu
             return out
         th0 = threads(djvm)
         from bench.spark_cluster import _executor_pid
