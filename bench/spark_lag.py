@@ -11,6 +11,11 @@ the same table and the same tailer:
 * baseline: ``cachesync consume`` (the python engine, one process, config defaults), started
   after the Spark driver stopped (it first skips, as duplicates, what Spark applied).
 
+``BENCH_SPARK_TRIGGERS`` (comma-separated, default ``default``): one Spark consumer per
+value, in that order, before the python engine: ``default`` (no ``--trigger``: the setting's
+default) or any ``--trigger`` value (``200ms``, ``0``); figures under ``spark`` for the
+default and ``spark_trigger_<value>`` for the others.
+
 Each consumer is warmed up (keys invalidated end to end), then runs WARM_LOAD_S seconds at
 the first asked rate, unmeasured, before its clock starts: a long-running Spark query's JVMs
 (driver and executor) have compiled their hot code, which in the first minute costs them
@@ -31,6 +36,7 @@ from pathlib import Path
 from bench import lag
 from bench.common import ROOT, Sandbox, log, ratio, summarize, wait_for
 from bench.spark_cluster import _cluster
+from cachesync.consumer.spark.stream import parse_trigger
 
 NAME = "spark_lag"
 # (commits/s, seconds) per figure
@@ -43,11 +49,13 @@ FIELDS = ["p50_ms", "p90_ms", "p99_ms", "max_ms", "achieved_rate", "missing"]
 # Harness.warm_up waits 90 s a try; at load average 40 a Spark application's first
 # micro-batch came 6 minutes after its spark-submit
 WARM_TRIES = 10
+DEFAULT = "default"     # BENCH_SPARK_TRIGGERS: the consumer's own default trigger
 
 
 def run(stack, quick: bool, runs: int) -> dict:
     rates = SIZES["quick" if quick else "full"]
     warm_load_s = WARM_LOAD_S["quick" if quick else "full"]
+    triggers = _triggers(os.environ.get("BENCH_SPARK_TRIGGERS", DEFAULT))
     env = _cluster()
     box = Sandbox(stack, NAME)
     try:
@@ -64,9 +72,11 @@ def run(stack, quick: bool, runs: int) -> dict:
         harness = lag.Harness(box, notified=True)
         figures: dict = {}
         try:
-            for engine in ("spark", "python"):
-                consume = (_submit(box, cfg, env) if engine == "spark"
+            for engine, trigger in [*(("spark", t) for t in triggers), ("python", None)]:
+                consume = (_submit(box, cfg, env, trigger) if engine == "spark"
                            else box.spawn("consume", cfg))
+                if trigger not in (None, DEFAULT):
+                    engine = f"spark_trigger_{trigger}"
                 try:
                     try:
                         warm = _warm(harness,
@@ -90,8 +100,10 @@ def run(stack, quick: bool, runs: int) -> dict:
             harness.close()
         lag._child_report(box, tail)
         for figure in figures.values():
-            figure["p99_spark_vs_python"] = ratio(figure["spark"]["median"]["p99_ms"],
-                                                  figure["python"]["median"]["p99_ms"])
+            python_p99 = figure["python"]["median"]["p99_ms"]
+            for engine in [e for e in figure if e.startswith("spark")]:
+                figure[f"p99_{engine}_vs_python"] = ratio(figure[engine]["median"]["p99_ms"],
+                                                          python_p99)
         return {
             "description": "commit -> key-gone latency, cachesync tail in front: Spark consume "
                            "(standalone devstack cluster, one executor core, default trigger) "
@@ -99,7 +111,8 @@ def run(stack, quick: bool, runs: int) -> dict:
             "params": {"rates": [list(r) for r in rates], "runs": runs, "partitions": 3,
                        "warm_load_s": warm_load_s, "warm_load_rate": rates[0][0],
                        "keys_per_row": lag.KEYS_PER_ROW, "dedup_store": "mysql",
-                       "spark_conf": SPARK_CONF, "order": "spark first, then python",
+                       "spark_conf": SPARK_CONF, "spark_triggers": triggers,
+                       "order": "spark (each trigger in turn), then python",
                        "spark_master": env["DEVSTACK_SPARK_MASTER_URL"],
                        "latency_from": "the writer's commit returning",
                        "host": "shared, 2 cores"},
@@ -109,15 +122,27 @@ def run(stack, quick: bool, runs: int) -> dict:
         box.cleanup()
 
 
-def _submit(box: Sandbox, cfg: Path, env: dict) -> subprocess.Popen:
-    """`cachesync spark-submit ... -- consume --engine spark` in its own process group."""
-    out = open(box.tmp / "spark-consume.log", "w")
+def _triggers(spec: str) -> list[str]:
+    """``BENCH_SPARK_TRIGGERS``' values, each checked as ``--trigger`` checks it."""
+    triggers = [t.strip() for t in spec.split(",") if t.strip()] or [DEFAULT]
+    for trigger in triggers:
+        if trigger != DEFAULT:
+            parse_trigger(trigger)      # ValueError naming the accepted forms
+    return triggers
+
+
+def _submit(box: Sandbox, cfg: Path, env: dict, trigger: str = DEFAULT) -> subprocess.Popen:
+    """`cachesync spark-submit ... -- consume --engine spark` in its own process group, a
+    fresh checkpoint per submission."""
+    out = open(box.tmp / f"spark-consume-{trigger}.log", "w")
     confs = [a for k, v in SPARK_CONF.items() for a in ("--conf", f"{k}={v}")]
+    chosen = [] if trigger == DEFAULT else ["--trigger", trigger]
     proc = subprocess.Popen(
         [sys.executable, "-m", "cachesync", "spark-submit", "--master",
          env["DEVSTACK_SPARK_MASTER_URL"], "--executor-python", env["DEVSTACK_SPARK_PYTHON"],
          *confs, "--", "consume", "--engine", "spark",
-         "--config", str(cfg), "--checkpoint-location", str(box.tmp / "spark-checkpoint")],
+         "--config", str(cfg), "--checkpoint-location",
+         str(box.tmp / f"spark-checkpoint-{trigger}"), *chosen],
         cwd=ROOT, env={**box.stack.environ, "SPARK_LOCAL_IP": "127.0.0.1"}, stdout=out,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL, start_new_session=True)
