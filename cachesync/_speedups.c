@@ -28,6 +28,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <math.h>
+#include <limits.h>
 
 /* the positional argument count a METH_FASTCALL function takes; TypeError otherwise */
 static int
@@ -1136,6 +1137,47 @@ sg_u32(const unsigned char *p)
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
+/* the packets of one common-shape group from buf[pos]: its frames' payload bounds in starts/
+ * ends (n of them), the position and sequence number after it; 0 when the buffer does not hold
+ * one (nothing consumed) */
+static int
+sg_scan(const unsigned char *buf, Py_ssize_t size, Py_ssize_t pos, long seq,
+        Py_ssize_t *starts, Py_ssize_t *ends, int *count, Py_ssize_t *end, long *next_seq)
+{
+    int n = 0;
+    for (;;) {
+        if (pos < 0 || size - pos < 4 || n == SG_MAX_EVENTS)
+            return 0;
+        Py_ssize_t length = buf[pos] | buf[pos + 1] << 8 | buf[pos + 2] << 16;
+        if (buf[pos + 3] != (unsigned char)(seq & 0xFF) || length >= SG_MAX_PACKET
+                || length < SG_BODY || size - pos - 4 < length)
+            return 0;
+        const unsigned char *raw = buf + pos + 4;
+        unsigned type = raw[5];
+        if (raw[0] != SG_OK_BYTE)
+            return 0;
+        if (n == 0) {
+            if (type != SG_MARIADB_GTID || length < SG_BODY + 13 || raw[SG_BODY + 12] & SG_GTID_REFUSED)
+                return 0;
+        } else if (type != SG_XID && !sg_member(type)) {
+            return 0;
+        }
+        starts[n] = pos + 4;
+        ends[n] = pos + 4 + length;
+        n++;
+        pos += 4 + length;
+        seq = (seq + 1) % 256;
+        if (type == SG_XID) {
+            if (length < SG_BODY + 8)
+                return 0;
+            *count = n;
+            *end = pos;
+            *next_seq = seq;
+            return 1;
+        }
+    }
+}
+
 static PyObject *
 scan_group(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -1151,35 +1193,9 @@ scan_group(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(args[0]);
     Py_ssize_t starts[SG_MAX_EVENTS], ends[SG_MAX_EVENTS];
-    int n = 0;
-    for (;;) {
-        if (pos < 0 || size - pos < 4 || n == SG_MAX_EVENTS)
-            Py_RETURN_NONE;
-        Py_ssize_t length = buf[pos] | buf[pos + 1] << 8 | buf[pos + 2] << 16;
-        if (buf[pos + 3] != (unsigned char)(seq & 0xFF) || length >= SG_MAX_PACKET
-                || length < SG_BODY || size - pos - 4 < length)
-            Py_RETURN_NONE;
-        const unsigned char *raw = buf + pos + 4;
-        unsigned type = raw[5];
-        if (raw[0] != SG_OK_BYTE)
-            Py_RETURN_NONE;
-        if (n == 0) {
-            if (type != SG_MARIADB_GTID || length < SG_BODY + 13 || raw[SG_BODY + 12] & SG_GTID_REFUSED)
-                Py_RETURN_NONE;
-        } else if (type != SG_XID && !sg_member(type)) {
-            Py_RETURN_NONE;
-        }
-        starts[n] = pos + 4;
-        ends[n] = pos + 4 + length;
-        n++;
-        pos += 4 + length;
-        seq = (seq + 1) % 256;
-        if (type == SG_XID) {
-            if (length < SG_BODY + 8)
-                Py_RETURN_NONE;
-            break;
-        }
-    }
+    int n;
+    if (!sg_scan(buf, size, pos, seq, starts, ends, &n, &pos, &seq))
+        Py_RETURN_NONE;
     PyObject *frames = PyTuple_New(n);
     if (frames == NULL)
         return NULL;
@@ -1196,6 +1212,700 @@ scan_group(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyTuple_SET_ITEM(frames, i, frame);
     }
     return Py_BuildValue("(nlN)", pos, seq, frames);
+}
+
+/* ---- plain_run: buffered transactions of the common shape straight to their records -------
+ *
+ * The binlog source (producer_outbox/binlog_source.py, compiled_run) calls this with the fast
+ * reader's read buffer: for each whole transaction of the common shape there (sg_scan) whose
+ * every table map has a plan, it reads the GTID, decodes the rows of the mapped tables from
+ * their bytes and writes each row's record as row_record does, so that Python makes no
+ * object per event and no call per row. A plan (compile_plan, made by Python from the
+ * RowEncoder's decisions for one table map) says, per column, how to step over its value
+ * and, for the columns the mapping keeps, how to decode it: exactly the values the generated
+ * Python decoder (fastrows) gives, and wherever that decoder gives up (a fraction or a
+ * decimal group out of range, an ENUM index past its values, text its codec rejects) this
+ * stops too. It stops before the first transaction it cannot take whole -- another shape, a
+ * table map without a plan, a partial row image, a row the row writer hands to Python, a
+ * GTID that does not advance its domain -- and returns what it took: the reader then frames
+ * that transaction as before, and the Python path decides. */
+
+#define PR_MAX_MAPS 64                /* table maps in one transaction (more: Python) */
+#define PR_MAX_DOMAINS 16             /* GTID domains in one run (more: Python) */
+
+enum { PC_INT = 1, PC_REAL, PC_YEAR, PC_STRING, PC_FIXED, PC_ENUM, PC_DATETIME2,
+       PC_TIMESTAMP2, PC_TIME2, PC_DECIMAL };
+
+typedef struct {
+    int type, a, b;       /* see compile_plan */
+    PyObject *name;       /* kept: the image's key; NULL: stepped over, checked only */
+    PyObject *codec;      /* PC_STRING: the Python codec (str), or NULL: the bytes */
+    const char *codec_text;
+} PlanColumn;
+
+typedef struct {
+    PyObject *db, *table, *kind, *primary_key;
+    Py_ssize_t ncols;
+    PlanColumn cols[1];   /* ncols of them */
+} Plan;
+
+static const int FSP_BYTES[7] = {0, 1, 1, 2, 2, 3, 3};
+static const int DIG2BYTES[10] = {0, 1, 1, 2, 2, 3, 3, 4, 4, 4};
+static const uint32_t POW10[10] = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000,
+                                   100000000, 1000000000};
+static PyObject *OP_TEXT[3];          /* "insert", "update", "delete" */
+static PyObject *EMPTY_TEXT;          /* "" */
+
+static void
+plan_free(PyObject *capsule)
+{
+    Plan *plan = PyCapsule_GetPointer(capsule, "cachesync.plan");
+    if (plan == NULL)
+        return;
+    Py_XDECREF(plan->db);
+    Py_XDECREF(plan->table);
+    Py_XDECREF(plan->kind);
+    Py_XDECREF(plan->primary_key);
+    for (Py_ssize_t i = 0; i < plan->ncols; i++) {
+        Py_XDECREF(plan->cols[i].name);
+        Py_XDECREF(plan->cols[i].codec);
+    }
+    PyMem_Free(plan);
+}
+
+static int
+decimal_width(int precision, int decimals)
+{
+    int whole = precision - decimals;
+    return (whole / 9) * 4 + DIG2BYTES[whole % 9] + (decimals / 9) * 4 + DIG2BYTES[decimals % 9];
+}
+
+/* compile_plan(db, table, kind, primary_key, columns) -> capsule; columns: a tuple of
+ * (type, a, b, name or None, codec or None) per column of the table, in order:
+ *   PC_INT a = bytes (1, 2, 3, 4, 8), b = unsigned;  PC_REAL a = 4 (FLOAT) or 8 (DOUBLE);
+ *   PC_YEAR;  PC_STRING a = length bytes (1-4), codec: decoded (strict), None: the bytes;
+ *   PC_FIXED a = bytes;  PC_ENUM a = bytes, b = how many values;  PC_DATETIME2,
+ *   PC_TIMESTAMP2, PC_TIME2 a = fsp;  PC_DECIMAL a = precision, b = decimals.
+ * Only PC_INT, PC_REAL, PC_YEAR and PC_STRING columns may be kept (a name). */
+static PyObject *
+compile_plan(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (!arity("compile_plan", nargs, 5))
+        return NULL;
+    PyObject *columns = args[4];
+    if (!PyUnicode_CheckExact(args[0]) || !PyUnicode_CheckExact(args[1])
+            || !PyUnicode_CheckExact(args[2]) || !PyTuple_CheckExact(columns)) {
+        PyErr_SetString(PyExc_TypeError, "compile_plan(db: str, table: str, kind: str, primary_key, columns: tuple)");
+        return NULL;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(columns);
+    Plan *plan = PyMem_Calloc(1, sizeof(Plan) + (size_t)(n > 0 ? n - 1 : 0) * sizeof(PlanColumn));
+    if (plan == NULL)
+        return PyErr_NoMemory();
+    PyObject *capsule = PyCapsule_New(plan, "cachesync.plan", plan_free);
+    if (capsule == NULL) {
+        PyMem_Free(plan);
+        return NULL;
+    }
+    plan->db = Py_NewRef(args[0]);
+    plan->table = Py_NewRef(args[1]);
+    plan->kind = Py_NewRef(args[2]);
+    plan->primary_key = Py_NewRef(args[3]);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *spec = PyTuple_GET_ITEM(columns, i);
+        PlanColumn *c = &plan->cols[i];
+        PyObject *name, *codec;
+        if (!PyTuple_CheckExact(spec) || !PyArg_ParseTuple(spec, "iiiOO", &c->type, &c->a, &c->b, &name, &codec))
+            goto bad;
+        plan->ncols = i + 1;
+        if (name != Py_None) {
+            if (!PyUnicode_CheckExact(name) || c->type > PC_STRING)
+                goto bad;
+            c->name = Py_NewRef(name);
+        }
+        if (codec != Py_None) {
+            if (!PyUnicode_CheckExact(codec) || c->type != PC_STRING)
+                goto bad;
+            c->codec = Py_NewRef(codec);
+            if ((c->codec_text = PyUnicode_AsUTF8(codec)) == NULL)
+                goto fail;
+        }
+        int ok;
+        switch (c->type) {
+        case PC_INT: ok = c->a == 1 || c->a == 2 || c->a == 3 || c->a == 4 || c->a == 8; break;
+        case PC_REAL: ok = c->a == 4 || c->a == 8; break;
+        case PC_YEAR: ok = 1; break;
+        case PC_STRING: ok = c->a >= 1 && c->a <= 4; break;
+        case PC_FIXED: ok = c->a >= 0 && c->a <= 8; break;
+        case PC_ENUM: ok = (c->a == 1 || c->a == 2) && c->b >= 0; break;
+        case PC_DATETIME2: case PC_TIMESTAMP2: case PC_TIME2: ok = c->a >= 0 && c->a <= 6; break;
+        case PC_DECIMAL: ok = c->a > 0 && c->a <= 65 && c->b >= 0 && c->b <= c->a; break;
+        default: ok = 0;
+        }
+        if (!ok)
+            goto bad;
+    }
+    plan->ncols = n;
+    return capsule;
+bad:
+    if (!PyErr_Occurred())
+        PyErr_Format(PyExc_ValueError, "compile_plan: column spec %zd is not one it knows", plan->ncols);
+fail:
+    Py_DECREF(capsule);
+    return NULL;
+}
+
+/* what reading a value gives: its object, "Python decides" (stop), or an error */
+enum { RD_OK = 0, RD_STOP = 1, RD_ERROR = -1 };
+
+static uint64_t
+le_uint(const unsigned char *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+static uint64_t
+be_uint(const unsigned char *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++)
+        v = v << 8 | p[i];
+    return v;
+}
+
+/* a fraction's microseconds as fastrows._fraction computes them from its stored value */
+static long long
+fraction_micro(int fsp, long long value)
+{
+    if (fsp % 2)
+        value = value / 10;           /* int(value / 10): truncates toward zero */
+    static const long long scale[7] = {1, 100000, 10000, 1000, 100, 10, 1};
+    return value * scale[fsp];
+}
+
+/* one column's value at p[*pos] (end: where the rows end): *out set (new reference) when
+ * the column is kept; a value Python's decoder would not give returns RD_STOP */
+static int
+read_value(const PlanColumn *c, const unsigned char *p, Py_ssize_t *pos, Py_ssize_t end,
+           PyObject **out)
+{
+    Py_ssize_t at = *pos, left = end - at;
+    const unsigned char *v = p + at;
+    Py_ssize_t width;
+    *out = NULL;
+    switch (c->type) {
+    case PC_INT:
+        width = c->a;
+        if (left < width)
+            return RD_STOP;
+        if (c->name != NULL) {
+            uint64_t u = le_uint(v, c->a);
+            if (c->b)
+                *out = PyLong_FromUnsignedLongLong(u);
+            else {
+                int bits = 8 * c->a;
+                int64_t s = bits == 64 ? (int64_t)u : (int64_t)(u ^ (1ULL << (bits - 1))) - (int64_t)(1LL << (bits - 1));
+                *out = PyLong_FromLongLong(s);
+            }
+        }
+        break;
+    case PC_REAL:
+        width = c->a;
+        if (left < width)
+            return RD_STOP;
+        if (c->name != NULL) {
+            uint64_t u = le_uint(v, c->a);       /* IEEE, little-endian in the binlog */
+            if (c->a == 4) {
+                uint32_t u32 = (uint32_t)u;
+                float f;
+                memcpy(&f, &u32, 4);
+                *out = PyFloat_FromDouble((double)f);
+            } else {
+                double d;
+                memcpy(&d, &u, 8);
+                *out = PyFloat_FromDouble(d);
+            }
+        }
+        break;
+    case PC_YEAR:
+        width = 1;
+        if (left < 1)
+            return RD_STOP;
+        if (c->name != NULL)
+            *out = PyLong_FromLong(v[0] + 1900L);
+        break;
+    case PC_STRING: {
+        if (left < c->a)
+            return RD_STOP;
+        uint64_t n = le_uint(v, c->a);
+        if ((uint64_t)(left - c->a) < n)
+            return RD_STOP;
+        width = c->a + (Py_ssize_t)n;
+        const char *text = (const char *)v + c->a;
+        if (c->codec != NULL) {       /* checked even when not kept: the decoder decodes it */
+            PyObject *s = PyUnicode_Decode(text, (Py_ssize_t)n, c->codec_text, "strict");
+            if (s == NULL) {
+                if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
+                    return RD_ERROR;
+                PyErr_Clear();
+                return RD_STOP;
+            }
+            if (c->name != NULL)
+                *out = s;
+            else
+                Py_DECREF(s);
+        } else if (c->name != NULL) {
+            *out = n ? PyBytes_FromStringAndSize(text, (Py_ssize_t)n) : Py_NewRef(EMPTY_TEXT);
+        }
+        break;
+    }
+    case PC_FIXED:
+        width = c->a;
+        if (left < width)
+            return RD_STOP;
+        break;
+    case PC_ENUM:
+        width = c->a;
+        if (left < width)
+            return RD_STOP;
+        if (le_uint(v, c->a) >= (uint64_t)c->b)
+            return RD_STOP;           /* the decoder's IndexError */
+        break;
+    case PC_DATETIME2: {
+        int fb = FSP_BYTES[c->a];
+        width = 5 + fb;
+        if (left < width)
+            return RD_STOP;
+        if (c->a && fraction_micro(c->a, (long long)be_uint(v + 5, fb)) > 999999)
+            return RD_STOP;
+        break;
+    }
+    case PC_TIMESTAMP2: {
+        int fb = FSP_BYTES[c->a];
+        width = 4 + fb;
+        if (left < width)
+            return RD_STOP;
+        if (c->a) {                   /* the fraction read signed, as the library does */
+            long long f = (long long)be_uint(v + 4, fb);
+            if (f & (1LL << (8 * fb - 1)))
+                f -= 1LL << (8 * fb);
+            long long micro = fraction_micro(c->a, f);
+            if (micro < 0 || micro >= 1000000)
+                return RD_STOP;
+        }
+        break;
+    }
+    case PC_TIME2:
+        width = 3 + FSP_BYTES[c->a];
+        if (left < width)
+            return RD_STOP;
+        break;
+    case PC_DECIMAL: {
+        int precision = c->a, decimals = c->b;
+        int whole = precision - decimals;
+        int sizes[16], digits[16], parts = 0;
+        if (DIG2BYTES[whole % 9]) { sizes[parts] = DIG2BYTES[whole % 9]; digits[parts++] = whole % 9; }
+        for (int g = 0; g < whole / 9 + decimals / 9; g++) { sizes[parts] = 4; digits[parts++] = 9; }
+        if (DIG2BYTES[decimals % 9]) { sizes[parts] = DIG2BYTES[decimals % 9]; digits[parts++] = decimals % 9; }
+        width = decimal_width(precision, decimals);
+        if (left < width)
+            return RD_STOP;
+        const unsigned char *q = v;
+        uint32_t sign_bit = 1u << (8 * sizes[0] - 1);
+        int negative = !(q[0] & 0x80);
+        for (int k = 0; k < parts; k++) {
+            uint32_t g = (uint32_t)be_uint(q, sizes[k]);
+            q += sizes[k];
+            if (k == 0)
+                g ^= negative ? sign_bit - 1 : sign_bit;
+            else if (negative)
+                g ^= (uint32_t)((1ULL << (8 * sizes[k])) - 1);
+            if (g >= POW10[digits[k]])
+                return RD_STOP;       /* the decoder's "digit group out of range" */
+        }
+        break;
+    }
+    default:
+        return RD_STOP;
+    }
+    if (c->name != NULL && *out == NULL)
+        return RD_ERROR;
+    *pos = at + width;
+    return RD_OK;
+}
+
+/* one row image at p[*pos]: the kept columns' values as a new dict (column order) */
+static int
+read_image(const Plan *plan, const unsigned char *p, Py_ssize_t *pos, Py_ssize_t end,
+           Py_ssize_t null_bytes, PyObject **image)
+{
+    *image = NULL;
+    if (end - *pos < null_bytes)
+        return RD_STOP;
+    const unsigned char *nulls = p + *pos;
+    Py_ssize_t at = *pos + null_bytes;
+    PyObject *dict = PyDict_New();
+    if (dict == NULL)
+        return RD_ERROR;
+    for (Py_ssize_t i = 0; i < plan->ncols; i++) {
+        const PlanColumn *c = &plan->cols[i];
+        PyObject *value;
+        if (nulls[i >> 3] & (1 << (i & 7))) {
+            if (c->name != NULL && PyDict_SetItem(dict, c->name, Py_None) < 0)
+                goto error;
+            continue;
+        }
+        int r = read_value(c, p, &at, end, &value);
+        if (r != RD_OK) {
+            Py_DECREF(dict);
+            return r;
+        }
+        if (value != NULL) {
+            int set = PyDict_SetItem(dict, c->name, value);
+            Py_DECREF(value);
+            if (set < 0)
+                goto error;
+        }
+    }
+    *pos = at;
+    *image = dict;
+    return RD_OK;
+error:
+    Py_DECREF(dict);
+    return RD_ERROR;
+}
+
+static PyObject *row_record(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+
+/* a Record (a NamedTuple of db, table, key, value, msg_id), new reference */
+static PyObject *
+new_record(PyObject *record_type, PyObject *db, PyObject *table, PyObject *written)
+{
+    PyObject *items[5] = {db, table, PyTuple_GET_ITEM(written, 0), PyTuple_GET_ITEM(written, 1),
+                          PyTuple_GET_ITEM(written, 2)};
+    PyTypeObject *type = (PyTypeObject *)record_type;
+    if (type->tp_basicsize == PyTuple_Type.tp_basicsize && type->tp_itemsize == PyTuple_Type.tp_itemsize) {
+        PyObject *rec = type->tp_alloc(type, 5);   /* a tuple subclass without fields of its own */
+        if (rec == NULL)
+            return NULL;
+        for (int i = 0; i < 5; i++)
+            PyTuple_SET_ITEM(rec, i, Py_NewRef(items[i]));
+        return rec;
+    }
+    return PyObject_Vectorcall(record_type, items, 5, NULL);
+}
+
+typedef struct {
+    uint32_t table_id;        /* low 32 bits; the map's own 6 bytes are compared in full */
+    uint64_t full_id;
+    const Plan *plan;         /* NULL: an unmapped table, its rows stepped over */
+} TxnMap;
+
+/* the records of one rows event into out; RD_STOP: Python decides the transaction */
+static int
+rows_records(const unsigned char *raw, Py_ssize_t length, int checksum, uint64_t post_ok,
+             TxnMap *maps, int nmaps, PyObject *const *base, long long *row_index,
+             PyObject *record_type, PyObject *out)
+{
+    unsigned type = raw[5];
+    Py_ssize_t end = length - (checksum ? 4 : 0), pos = SG_BODY + 8;
+    if (type >= 64 || !(post_ok >> type & 1) || end < pos)
+        return RD_STOP;
+    int v2 = type >= 30;
+    int op = v2 ? type - 30 : type - 23;            /* 0 write, 1 update, 2 delete */
+    if (v2) {
+        if (end - pos < 2 || (raw[pos] | raw[pos + 1] << 8) != 2)
+            return RD_STOP;                         /* extra row info: the library reads it */
+        pos += 2;
+    }
+    uint64_t table_id = le_uint(raw + SG_BODY, 6);
+    const TxnMap *map = NULL;
+    for (int i = 0; i < nmaps; i++)
+        if (maps[i].full_id == table_id)
+            map = &maps[i];
+    if (map == NULL)
+        return RD_STOP;                             /* no map in the group: Python refuses it */
+    if (map->plan == NULL)
+        return RD_OK;                               /* a table no mapping names */
+    const Plan *plan = map->plan;
+    if (end - pos < 1)
+        return RD_STOP;
+    uint64_t ncols = raw[pos++];
+    if (ncols >= 251)
+        return RD_STOP;                             /* (a table this wide: Python) */
+    if (ncols != (uint64_t)plan->ncols)
+        return RD_STOP;
+    Py_ssize_t width = (Py_ssize_t)(ncols + 7) / 8;
+    Py_ssize_t null_bytes[2];
+    for (int image = 0; image < (op == 1 ? 2 : 1); image++) {
+        if (end - pos < width)
+            return RD_STOP;
+        int bits = 0;
+        for (Py_ssize_t i = 0; i < width; i++) {
+            unsigned char b = raw[pos + i];
+            unsigned char need = (i == width - 1 && ncols % 8) ? (unsigned char)((1 << (ncols % 8)) - 1) : 0xFF;
+            if ((b & need) != need)
+                return RD_STOP;                     /* a partial row image: Python */
+            for (; b; b &= b - 1)
+                bits++;
+        }
+        null_bytes[image] = (bits + 7) / 8;
+        pos += width;
+    }
+    PyObject *args[A_COUNT];
+    memcpy(args, base, sizeof args);
+    args[A_KIND] = plan->kind;
+    args[A_DB] = plan->db;
+    args[A_TABLE] = plan->table;
+    args[A_OP] = OP_TEXT[op];
+    args[A_PRIMARY_KEY] = plan->primary_key;
+    args[A_KEEP] = Py_None;
+    while (pos < end) {
+        PyObject *first = NULL, *second = NULL;
+        int r = read_image(plan, raw, &pos, end, null_bytes[0], &first);
+        if (r == RD_OK && op == 1)
+            r = read_image(plan, raw, &pos, end, null_bytes[1], &second);
+        if (r != RD_OK) {
+            Py_XDECREF(first);
+            return r;
+        }
+        args[A_BEFORE] = op == 0 ? Py_None : first;
+        args[A_AFTER] = op == 0 ? first : op == 1 ? second : Py_None;
+        PyObject *index = PyLong_FromLongLong(*row_index);
+        PyObject *written = NULL;
+        if (index != NULL) {
+            args[A_ROW_INDEX] = index;
+            written = row_record(NULL, args, A_COUNT);
+            Py_DECREF(index);
+        }
+        Py_DECREF(first);
+        Py_XDECREF(second);
+        if (written == NULL)
+            return RD_ERROR;
+        if (written == Py_None) {
+            Py_DECREF(written);
+            return RD_STOP;                         /* the Python path writes this row */
+        }
+        PyObject *rec = new_record(record_type, plan->db, plan->table, written);
+        Py_DECREF(written);
+        if (rec == NULL || PyList_Append(out, rec) < 0) {
+            Py_XDECREF(rec);
+            return RD_ERROR;
+        }
+        Py_DECREF(rec);
+        (*row_index)++;
+    }
+    return pos == end ? RD_OK : RD_STOP;
+}
+
+/* plain_run(buf, pos, seq, max_txns, plans, domains, consts) -> None | (end, next_seq, taken,
+ * records, ordinal, gtids, first, xid_pos): see the section's comment. plans: table-map
+ * body (bytes, its checksum left out) -> a compile_plan capsule, or None for a table no
+ * mapping names; domains: GTID domain -> the last seq_no of the state; consts: (id scope,
+ * server, the state's ordinal, max record bytes, to_json, canonical_text, the Record type,
+ * whether events end in a checksum, the rows event types whose post-header the server
+ * declares as expected (a bit mask by type)). gtids: domain -> (server id, seq_no) of the run's last transaction in it;
+ * first: (GTID text, timestamp, ordinal) of its first; xid_pos: the binlog position after
+ * its last. */
+static PyObject *
+plain_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (!arity("plain_run", nargs, 7))
+        return NULL;
+    PyObject *plans = args[4], *domains = args[5], *consts = args[6];
+    if (!PyBytes_Check(args[0]) || !PyDict_CheckExact(plans) || !PyDict_CheckExact(domains)
+            || !PyTuple_CheckExact(consts) || PyTuple_GET_SIZE(consts) != 9) {
+        PyErr_SetString(PyExc_TypeError, "plain_run(buf, pos, seq, max_txns, plans: dict, domains: dict, consts: tuple of 9)");
+        return NULL;
+    }
+    Py_ssize_t size = PyBytes_GET_SIZE(args[0]);
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    long seq = PyLong_AsLong(args[2]);
+    long max_txns = PyLong_AsLong(args[3]);
+    long long ordinal = PyLong_AsLongLong(PyTuple_GET_ITEM(consts, 2));
+    unsigned long long post_ok = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(consts, 8));
+    if (PyErr_Occurred())
+        return NULL;
+    int checksum = PyObject_IsTrue(PyTuple_GET_ITEM(consts, 7));
+    if (checksum < 0)
+        return NULL;
+    PyObject *record_type = PyTuple_GET_ITEM(consts, 6);
+    if (!PyType_Check(record_type)) {
+        PyErr_SetString(PyExc_TypeError, "plain_run: the Record type expected");
+        return NULL;
+    }
+    const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(args[0]);
+
+    /* the state's domains: (domain, last seq_no, server id of the run's last, touched) */
+    uint32_t dom_id[PR_MAX_DOMAINS];
+    uint64_t dom_seq[PR_MAX_DOMAINS];
+    uint32_t dom_server[PR_MAX_DOMAINS];
+    int dom_touched[PR_MAX_DOMAINS], ndom = 0;
+    PyObject *key, *value;
+    Py_ssize_t it = 0;
+    while (PyDict_Next(domains, &it, &key, &value)) {
+        if (ndom == PR_MAX_DOMAINS)
+            Py_RETURN_NONE;
+        unsigned long d = PyLong_AsUnsignedLong(key);
+        unsigned long long s = PyLong_AsUnsignedLongLong(value);
+        if (PyErr_Occurred())
+            return NULL;
+        dom_id[ndom] = (uint32_t)d;
+        dom_seq[ndom] = s;
+        dom_server[ndom] = 0;
+        dom_touched[ndom++] = 0;
+    }
+
+    PyObject *base[A_COUNT] = {0};
+    base[A_SCOPE] = PyTuple_GET_ITEM(consts, 0);
+    base[A_SERVER] = PyTuple_GET_ITEM(consts, 1);
+    base[A_MAX_BYTES] = PyTuple_GET_ITEM(consts, 3);
+    base[A_TO_JSON] = PyTuple_GET_ITEM(consts, 4);
+    base[A_CANONICAL_TEXT] = PyTuple_GET_ITEM(consts, 5);
+
+    Py_ssize_t starts[SG_MAX_EVENTS], ends[SG_MAX_EVENTS];     /* on the stack: callbacks may run another thread's call */
+    PyObject *records = PyList_New(0), *first = NULL;
+    if (records == NULL)
+        return NULL;
+    long taken = 0;
+    unsigned long xid_pos = 0;
+    while (taken < max_txns) {
+        int n;
+        Py_ssize_t end;
+        long next_seq;
+        if (!sg_scan(buf, size, pos, seq, starts, ends, &n, &end, &next_seq))
+            break;
+        const unsigned char *g = buf + starts[0];
+        uint64_t gno = le_uint(g + SG_BODY, 8);
+        uint32_t domain = (uint32_t)le_uint(g + SG_BODY + 8, 4), server_id = sg_u32(g + 6);
+        uint32_t timestamp = sg_u32(g + 1);
+        int d = 0;
+        while (d < ndom && dom_id[d] != domain)
+            d++;
+        uint64_t old = d < ndom ? dom_seq[d] : 0;
+        if (gno <= old || gno - old > (uint64_t)(LLONG_MAX - ordinal))
+            break;                  /* not newer in its domain: Python warns (versions) */
+        if (d == ndom && ndom == PR_MAX_DOMAINS)
+            break;
+        long long txn_ordinal = ordinal + (long long)(gno - old);
+        PyObject *position = PyUnicode_FromFormat("%lu-%lu-%llu", (unsigned long)domain,
+                                                  (unsigned long)server_id, (unsigned long long)gno);
+        PyObject *commit_ts = position ? PyFloat_FromDouble((double)timestamp) : NULL;
+        PyObject *txn_ordinal_obj = commit_ts ? PyLong_FromLongLong(txn_ordinal) : NULL;
+        PyObject *txn_records = txn_ordinal_obj ? PyList_New(0) : NULL;
+        int r = txn_records ? RD_OK : RD_ERROR;
+        TxnMap maps[PR_MAX_MAPS];
+        int nmaps = 0;
+        long long row_index = 0;
+        base[A_POSITION] = position;
+        base[A_COMMIT_TS] = commit_ts;
+        base[A_ORDINAL] = txn_ordinal_obj;
+        for (int i = 1; i < n - 1 && r == RD_OK; i++) {
+            const unsigned char *raw = buf + starts[i];
+            Py_ssize_t length = ends[i] - starts[i];
+            unsigned type = raw[5];
+            if (type == SG_ANNOTATE)
+                continue;
+            if (type == SG_TABLE_MAP) {
+                Py_ssize_t body_end = length - (checksum ? 4 : 0);
+                if (body_end < SG_BODY + 6 || nmaps == PR_MAX_MAPS) {
+                    r = RD_STOP;
+                    break;
+                }
+                PyObject *body = PyBytes_FromStringAndSize((const char *)raw + SG_BODY, body_end - SG_BODY);
+                if (body == NULL) {
+                    r = RD_ERROR;
+                    break;
+                }
+                PyObject *found = PyDict_GetItemWithError(plans, body);
+                Py_DECREF(body);
+                if (found == NULL) {
+                    r = PyErr_Occurred() ? RD_ERROR : RD_STOP;   /* no plan: Python */
+                    break;
+                }
+                uint64_t id = le_uint(raw + SG_BODY, 6);
+                const Plan *plan = NULL;
+                if (found != Py_None && (plan = PyCapsule_GetPointer(found, "cachesync.plan")) == NULL) {
+                    r = RD_ERROR;
+                    break;
+                }
+                int k = 0;
+                while (k < nmaps && maps[k].full_id != id)
+                    k++;
+                maps[k].full_id = id;
+                maps[k].table_id = (uint32_t)id;
+                maps[k].plan = plan;
+                if (k == nmaps)
+                    nmaps++;
+                continue;
+            }
+            if (type == SG_XID)
+                break;
+            r = rows_records(raw, length, checksum, post_ok, maps, nmaps, base, &row_index,
+                             record_type, txn_records);
+        }
+        if (r == RD_OK && first == NULL)
+            first = Py_BuildValue("(OkO)", position, (unsigned long)timestamp, txn_ordinal_obj);
+        if (r == RD_OK && first == NULL)
+            r = RD_ERROR;
+        if (r == RD_OK) {
+            Py_ssize_t at = PyList_GET_SIZE(records);
+            if (PyList_SetSlice(records, at, at, txn_records) < 0)
+                r = RD_ERROR;
+        }
+        Py_XDECREF(position);
+        Py_XDECREF(commit_ts);
+        Py_XDECREF(txn_ordinal_obj);
+        Py_XDECREF(txn_records);
+        if (r == RD_ERROR)
+            goto error;
+        if (r == RD_STOP)
+            break;
+        /* the transaction is taken */
+        if (d == ndom) {
+            dom_id[ndom] = domain;
+            ndom++;
+        }
+        dom_seq[d] = gno;
+        dom_server[d] = server_id;
+        dom_touched[d] = 1;
+        ordinal = txn_ordinal;
+        xid_pos = (unsigned long)sg_u32(buf + starts[n - 1] + 14);
+        pos = end;
+        seq = next_seq;
+        taken++;
+    }
+    if (taken == 0) {
+        Py_DECREF(records);
+        Py_XDECREF(first);
+        Py_RETURN_NONE;
+    }
+    PyObject *gtids = PyDict_New();
+    if (gtids == NULL)
+        goto error;
+    for (int d = 0; d < ndom; d++) {
+        if (!dom_touched[d])
+            continue;
+        PyObject *k = PyLong_FromUnsignedLong(dom_id[d]);
+        PyObject *v = k ? Py_BuildValue("(kK)", (unsigned long)dom_server[d], (unsigned long long)dom_seq[d]) : NULL;
+        int set = v ? PyDict_SetItem(gtids, k, v) : -1;
+        Py_XDECREF(k);
+        Py_XDECREF(v);
+        if (set < 0) {
+            Py_DECREF(gtids);
+            goto error;
+        }
+    }
+    return Py_BuildValue("(nllNLNNk)", pos, seq, taken, records, ordinal, gtids, first, xid_pos);
+error:
+    Py_DECREF(records);
+    Py_XDECREF(first);
+    return NULL;
 }
 
 static PyMethodDef methods[] = {
@@ -1227,6 +1937,13 @@ static PyMethodDef methods[] = {
      "buffered MariaDB event group of the common shape (GTID, table maps, rows, XID), each "
      "frame (type, timestamp, server_id, log_pos, flags, start, end) of its payload in buf; "
      "None when the buffer does not hold one."},
+    {"compile_plan", (PyCFunction)(void (*)(void))compile_plan, METH_FASTCALL,
+     "compile_plan(db, table, kind, primary_key, columns, /) -> capsule: how plain_run reads "
+     "and writes the rows of one table map (see the C source)."},
+    {"plain_run", (PyCFunction)(void (*)(void))plain_run, METH_FASTCALL,
+     "plain_run(buf, pos, seq, max_txns, plans, domains, consts, /) -> tuple | None: the "
+     "records of the buffered whole transactions of the common shape whose table maps have "
+     "plans, up to the first one that has not (see the C source)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1244,6 +1961,12 @@ PyInit__speedups(void)
         return NULL;
     crc16_init();
     if (RESERVED_PREFIX == NULL && (RESERVED_PREFIX = PyUnicode_InternFromString("cachesync:")) == NULL)
+        return NULL;
+    static const char *const ops[3] = {"insert", "update", "delete"};
+    for (int i = 0; i < 3; i++)
+        if (OP_TEXT[i] == NULL && (OP_TEXT[i] = PyUnicode_InternFromString(ops[i])) == NULL)
+            return NULL;
+    if (EMPTY_TEXT == NULL && (EMPTY_TEXT = PyUnicode_FromString("")) == NULL)
         return NULL;
     return PyModuleDef_Init(&module);
 }

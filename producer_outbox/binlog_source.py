@@ -24,21 +24,23 @@ from cachesync.producer_outbox.altercolumns import (ALTER_COLUMNS, altered_table
                                                     column_changes, concerns)
 from cachesync.producer_outbox.binlog_read import TableMaps, read_events
 from cachesync.producer_outbox.checkpoint import Checkpoint
+from cachesync.producer_outbox import hotpath
 from cachesync.producer_outbox.dumpstream import (DumpStreamReader, FastGroup,
-                                                  FastTableMapEvent, reader_kind)
+                                                  FastTableMapEvent, PlainRun, reader_kind)
 from cachesync.producer_outbox.framing import LibraryStreamReader, UndecodedEvent
 from cachesync.producer_outbox.matched import MatchedTables
 from cachesync.producer_outbox.ports import (PULSE, Begin, Change, Commit, Decide, Group,
                                              Hold, Prepared, Record, Release, TableEvent,
                                              Unhold)
 from cachesync.producer_outbox.preflight import ServerInfo
-from cachesync.producer_outbox.rowevents import ROW_EVENTS, RowEncoder
+from cachesync.producer_outbox.rowevents import NO_PLAN, ROW_EVENTS, RowEncoder
 from cachesync.producer_outbox.rows import TxnContext
 from cachesync.producer_outbox.statements import (STATEMENT, TableChange, statement_kind,
                                                   table_changes)
 from cachesync.producer_outbox.xa import FL_PREPARED_XA, xa_statement
 from cachesync.schema.errors import FatalError, RetryableError
-from cachesync.schema.gtid import GtidState, parse_gtid
+from cachesync.schema.gtid import MARIADB, Gtid, GtidState, parse_gtid
+from cachesync.schema.values import canonical_text, to_json
 from cachesync.schema.ids import file_pos_ordinal
 from cachesync.schema.mapping import MappingSet
 
@@ -48,6 +50,7 @@ STREAM_HEARTBEAT_S = 1.0    # the binlog stream's heartbeat period (the server's
 # transactions the fast reader already buffered that go out as one Group (one tracker entry,
 # one checkpoint): bounded so a stop or a checkpoint save is never far
 FAST_BATCH = 256
+PLAN_CACHE = 4096       # table maps the compiled run keeps a plan for (cleared when full)
 _TXN_MARKERS = {"BEGIN", "COMMIT"}
 # passwords in account statements (CREATE/ALTER USER ... IDENTIFIED BY, SET PASSWORD) never
 # reach the log
@@ -70,6 +73,15 @@ class BinlogSource:
         self._identity = info.identity      # read twice per transaction
         if hasattr(stream, "groups"):       # the fast reader: whole transactions at once
             stream.groups = True
+        # the compiled run (``_speedups.plain_run``): table-map body -> its plan (a capsule,
+        # or None: no mapping names the table), and the bodies left to Python (NO_PLAN)
+        self._run = hotpath.compiled_run() if hasattr(stream, "plain_run") else None
+        self._plans: dict[bytes, object] = {}
+        self._no_plan: set[bytes] = set()
+        self._plans_version = 0
+        if self._run is not None:
+            stream.plain = self._plain
+        self.plain_txns = 0             # transactions the compiled run took
         self.versions_not_newer = 0     # GTIDs that did not advance the history (versions)
         self.undecoded_events = 0       # events with rows cachesync cannot decode: table level
 
@@ -108,6 +120,9 @@ class BinlogSource:
         self._xa: str | None = None             # the open group is XA (its xid, once known)
         maps = TableMaps()
         for event in read_events(self._stream, self._where):
+            if type(event) is PlainRun:         # whole transactions, records written in C
+                yield self._plain_group(event)
+                continue
             if type(event) is FastGroup:        # a whole transaction framed at once
                 yield from self._fast_group(event, maps)
                 continue
@@ -175,6 +190,51 @@ class BinlogSource:
         yield from out
         yield commit
 
+    def _plain(self) -> PlainRun | None:
+        """The stream's ``plain`` callback: the buffered transactions the compiled run takes
+        whole, once a table map of theirs has a plan; None otherwise (the reader frames the
+        next transaction as before)."""
+        types = self._encoder.types
+        version = types.version if types is not None else 0
+        if version != self._plans_version:      # a DDL reloaded the types: plans again
+            self._plans.clear()
+            self._no_plan.clear()
+            self._plans_version = version
+        gtids = self._gtids
+        if (not self._plans or self._ctx is not None or self._encoder.xa_tables is not None
+                or gtids.flavor not in (None, MARIADB)):
+            return None
+        scope = TxnContext(self._identity, "", 0, 0.0, gtid=True, cluster=self._cluster).id_scope
+        return self._stream.plain_run(
+            self._run[1], FAST_BATCH, self._plans, gtids.last_per_domain(),
+            (scope, self._identity, gtids.ordinal, self._encoder.max_record_bytes, to_json,
+             canonical_text, Record))
+
+    def _plain_group(self, run: PlainRun) -> Group:
+        """The transactions of a PlainRun as one Group, the GTID state moved past them."""
+        for domain, (server_id, seq) in run.gtids.items():
+            self._gtids.add(Gtid(MARIADB, str(domain), seq, server_id))
+        if self._gtids.ordinal != run.ordinal:      # the compiled run counts as GtidState does
+            raise AssertionError(f"compiled run ordinal {run.ordinal} != {self._gtids.ordinal}")
+        self.plain_txns += run.taken
+        text, timestamp, ordinal = run.first
+        ctx = TxnContext(self._identity, text, ordinal, float(timestamp), gtid=True,
+                         cluster=self._cluster)
+        return Group(ctx, run.records, self._commit().checkpoint)
+
+    def _learn_plan(self, body: bytes, event, schema: str, table: str) -> None:
+        """Remember what the compiled run does with this table map's rows (once per body)."""
+        if body in self._plans or body in self._no_plan:
+            return
+        if len(self._plans) + len(self._no_plan) >= PLAN_CACHE:
+            self._plans.clear()
+            self._no_plan.clear()
+        plan = self._encoder.compiled_plan(event, schema, table)
+        if plan is NO_PLAN:
+            self._no_plan.add(body)
+        else:
+            self._plans[body] = plan
+
     def _fast_txn(self, group: FastGroup, maps: TableMaps, out: list) -> tuple[TxnContext, bool]:
         """One framed transaction's items appended to ``out``: its context, and whether
         they are records only. The stream's log_pos is set per event (where errors and
@@ -186,10 +246,13 @@ class BinlogSource:
         self._index = 0
         encode, where = self._encoder.rows_to_records, self._where
         plain = True
+        bodies = {} if self._run is not None else None    # table id -> its map's body
         for log_pos, event in group.events:
             stream.log_pos = log_pos
             if type(event) is FastTableMapEvent:
                 maps.add(event.table_id, event.schema, event.table)
+                if bodies is not None:
+                    bodies[event.table_id] = event.body
                 continue
             schema, table = maps.table_of(event, where)
             items, self._index = encode(event, ctx, self._index, schema, table, where)
@@ -197,6 +260,8 @@ class BinlogSource:
                 if type(item) is not Record:
                     plain = False
             out += items
+            if bodies is not None and plain:
+                self._learn_plan(bodies[event.table_id], event, schema, table)
         stream.log_pos = group.xid_pos
         maps.reset()
         self._ctx = None        # closed; the Commit after the last one carries the checkpoint

@@ -280,13 +280,29 @@ class FastGroup:
         self.xid, self.xid_pos = xid, xid_pos
 
 
+class PlainRun:
+    """Consecutive MariaDB transactions the compiled run (``_speedups.plain_run``) took
+    from the read buffer whole: their records, the state's ordinal after them, the last
+    (server id, seq_no) per GTID domain, the first one's (GTID text, timestamp, ordinal),
+    the binlog position after the last, and how many there were."""
+
+    __slots__ = ("records", "ordinal", "gtids", "first", "xid_pos", "taken")
+
+    def __init__(self, records: list, ordinal: int, gtids: dict, first: tuple, xid_pos: int,
+                 taken: int):
+        self.records, self.ordinal, self.gtids = records, ordinal, gtids
+        self.first, self.xid_pos, self.taken = first, xid_pos, taken
+
+
 class DumpStreamReader(GtidPositioned, BinLogStreamReader):
     """``BinLogStreamReader`` with the hot events parsed from the raw packets (module doc).
 
     ``on_idle`` (settable): called when every received byte was read and nothing more
     arrived within ``idle_wait_s``, before the reader waits for the server, e.g. to flush
     what the caller batches. ``groups`` (settable, off by default): ``fetchone`` may return
-    a whole transaction as one FastGroup (the binlog source reads them).
+    a whole transaction as one FastGroup (the binlog source reads them). ``plain``
+    (settable, with ``groups``): called first, returns a PlainRun of the transactions the
+    compiled run took from the buffer (``plain_run``), or None.
     """
 
     signals_idle = True
@@ -313,6 +329,7 @@ class DumpStreamReader(GtidPositioned, BinLogStreamReader):
         self.on_idle: Callable[[], None] | None = None
         self.idle_wait_s = 0.0
         self.groups = False
+        self.plain: Callable[[], PlainRun | None] | None = None
 
     def _connection(self, **settings) -> DumpConnection:
         conn = DumpConnection(**settings)
@@ -326,7 +343,7 @@ class DumpStreamReader(GtidPositioned, BinLogStreamReader):
     def fetchone(self):
         """The next event, or a FastGroup of a whole transaction (module doc)."""
         if self.groups and self._scan is not None:
-            group = self._group()
+            group = (self.plain and self.plain()) or self._group()
             if group is not None:
                 return group
         raw = None
@@ -370,6 +387,31 @@ class DumpStreamReader(GtidPositioned, BinLogStreamReader):
             return None
         return self._group()
 
+    def plain_run(self, run: Callable, max_txns: int, plans: dict, domains: dict,
+                  consts: tuple) -> PlainRun | None:
+        """``run`` (``_speedups.plain_run``) over the read buffer: the whole transactions of
+        the common shape it takes (up to ``max_txns``), their packets consumed; None when it
+        takes none (nothing consumed). ``plans``, ``domains`` and the first seven ``consts``
+        as plain_run takes them; the reader adds its checksum and post-header lengths."""
+        conn = self._stream_connection if self._BinLogStreamReader__connected_stream else None
+        if (conn is None or not conn.dumping or conn.handoff is not None
+                or conn.handoff_error is not None or conn._expanded):
+            return None
+        found = run(conn._buf, conn._pos, conn._next_seq_id, max_txns, plans, domains,
+                    (*consts, self._BinLogStreamReader__use_checksum, self._rows_post_ok()))
+        if found is None:
+            return None
+        end, seq, taken, records, ordinal, gtids, first, xid_pos = found
+        conn._pos, conn._next_seq_id = end, seq
+        self.log_pos = xid_pos
+        return PlainRun(records, ordinal, gtids, first, xid_pos, taken)
+
+    def _rows_post_ok(self) -> int:
+        """The rows event types whose post-header the server declares as ``_rows`` reads
+        it, as a bit mask by type."""
+        return sum(1 << etype for etype, size in _ROWS_POST_HEADER.items()
+                   if self._post_header_len(etype) == size)
+
     def _group(self) -> FastGroup | None:
         """The next transaction as a FastGroup if the buffer holds all of it in the common
         shape (``scan_group``), its packets consumed; else None, nothing consumed."""
@@ -411,9 +453,11 @@ class DumpStreamReader(GtidPositioned, BinLogStreamReader):
             self._tables.clear()
         table = self.table_map[event.table_id]
         # the fields of every FastTableMapEvent of these bytes (their timestamps differ)
-        self._tables[raw[_BODY:self._body_end(raw)]] = {
+        body = raw[_BODY:self._body_end(raw)]
+        self._tables[body] = {
             "table_id": event.table_id, "schema": table.schema, "table": table.table,
-            "table_obj": table, "columns": table.columns, "primary_key": table.primary_key}
+            "table_obj": table, "columns": table.columns, "primary_key": table.primary_key,
+            "body": body}
 
     def _body_end(self, raw: bytes) -> int:
         return len(raw) - 4 if self._BinLogStreamReader__use_checksum else len(raw)

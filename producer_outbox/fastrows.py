@@ -447,17 +447,25 @@ def _string(column, errors: str) -> _Converter:
     When Python lacks the codec (e.g. ``binary``) the library keeps the bytes, except
     that an empty value decodes to '' since decoding nothing never looks the codec up.
     """
+    encoding = _codec(column)
+    if encoding is None:
+        return _assign("{0} or ''")
+    return _assign(f"{{0}}.decode({encoding!r}, {errors!r})")
+
+
+def _codec(column) -> str | None:
+    """The Python codec a string column's bytes decode with, None where Python has none."""
     if column.character_set_name is None:
         encoding = "utf-8"
     else:
         encoding = text_codec(column.character_set_name)
     try:
-        b"\0".decode(encoding, errors)
+        b"\0".decode(encoding)
     except LookupError:
-        return _assign("{0} or ''")
+        return None
     except UnicodeDecodeError:
         pass
-    return _assign(f"{{0}}.decode({encoding!r}, {errors!r})")
+    return encoding
 
 
 def _decimal(precision: int, decimals: int) -> _Field:
@@ -509,6 +517,62 @@ def _decimal(precision: int, decimals: int) -> _Field:
                 "if negative:",
                 f"    {out} = {out}.copy_negate()"]
     return _Field(convert, ">", codes)
+
+
+# -- the compiled run's view of a table ---------------------------------------------------
+
+# Column kinds of ``cachesync._speedups.compile_plan`` (the C source says what a and b are).
+_PC_INT, _PC_REAL, _PC_YEAR, _PC_STRING, _PC_FIXED, _PC_ENUM, _PC_DATETIME2, _PC_TIMESTAMP2, \
+    _PC_TIME2, _PC_DECIMAL = range(1, 11)
+_INT_BYTES = {FIELD_TYPE.TINY: 1, FIELD_TYPE.SHORT: 2, FIELD_TYPE.INT24: 3, FIELD_TYPE.LONG: 4,
+              FIELD_TYPE.LONGLONG: 8}
+
+
+def compiled_columns(columns, keep) -> tuple | None:
+    """Each column as the compiled run (``_speedups.plain_run``) reads it, in
+    ``compile_plan``'s form ``(kind, a, b, name if kept else None, codec)``: the columns in
+    ``keep`` (None: all) decoded to the values the generated decoder gives, the others
+    stepped over with the same checks. None where it cannot: a column the generated
+    decoder does not cover (the library decodes the table), a kept column of a kind the
+    compiled run only steps over (temporal, DECIMAL, ENUM, SET, BIT), or a JSON column."""
+    if not all(c.name for c in columns):
+        return None
+    out = []
+    for c in columns:
+        if _field(c, "strict") is None:
+            return None
+        t, kept = c.type, keep is None or c.name in keep
+        codec = None
+        if t in _INT_BYTES:
+            spec = (_PC_INT, _INT_BYTES[t], int(bool(c.unsigned)))
+        elif t in (FIELD_TYPE.FLOAT, FIELD_TYPE.DOUBLE):
+            spec = (_PC_REAL, 4 if t == FIELD_TYPE.FLOAT else 8, 0)
+        elif t == FIELD_TYPE.YEAR:
+            spec = (_PC_YEAR, 1, 0)
+        elif t in (FIELD_TYPE.VARCHAR, FIELD_TYPE.STRING, FIELD_TYPE.BLOB):
+            size = c.length_size if t == FIELD_TYPE.BLOB else 2 if c.max_length > 255 else 1
+            if size > 4:
+                return None
+            spec, codec = (_PC_STRING, size, 0), _codec(c)
+        elif kept:
+            return None
+        elif t == FIELD_TYPE.DATE:
+            spec = (_PC_FIXED, 3, 0)
+        elif t in (FIELD_TYPE.DATETIME2, FIELD_TYPE.TIMESTAMP2, FIELD_TYPE.TIME2):
+            spec = ({FIELD_TYPE.DATETIME2: _PC_DATETIME2, FIELD_TYPE.TIMESTAMP2: _PC_TIMESTAMP2,
+                     FIELD_TYPE.TIME2: _PC_TIME2}[t], c.fsp, 0)
+        elif t == FIELD_TYPE.NEWDECIMAL:
+            spec = (_PC_DECIMAL, c.precision, c.decimals)
+        elif t == FIELD_TYPE.BIT:
+            spec = (_PC_FIXED, c.bytes, 0)
+        elif t == FIELD_TYPE.ENUM and c.size in (1, 2):
+            spec = (_PC_ENUM, c.size, len(c.enum_values))
+        elif t == FIELD_TYPE.SET:
+            spec = (_PC_FIXED, c.size, 0)
+        else:
+            return None
+        out.append((*spec, c.name if kept else None, codec))
+    return tuple(out)
 
 
 # -- code generation ----------------------------------------------------------------------

@@ -31,6 +31,11 @@ try:
     from cachesync._speedups import row_record as _row_record
 except ImportError:          # no C compiler at install: the Python path does every row
     _row_record = None
+try:     # the compiled run of buffered transactions (binlog_source, compiled_plan)
+    from cachesync._speedups import compile_plan as _compile_plan
+    from cachesync._speedups import plain_run as _plain_run
+except ImportError:
+    _compile_plan = _plain_run = None
 
 NO_SPEEDUPS = "CACHESYNC_NO_SPEEDUPS"    # set (non-empty): every row takes the Python path
 
@@ -50,6 +55,14 @@ def compiled_record():
     if _row_record is None or os.environ.get(NO_SPEEDUPS):
         return None
     return _compiled
+
+
+def compiled_run():
+    """(compile_plan, plain_run) of the compiled run of whole buffered transactions
+    (``binlog_source``), or None: not built, or switched off with the row writer."""
+    if _plain_run is None or compiled_record() is None:
+        return None
+    return _compile_plan, _plain_run
 
 
 record = compiled_record()

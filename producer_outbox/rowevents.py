@@ -23,7 +23,7 @@ from pymysqlreplication.row_event import (DeleteRowsEvent, PartialUpdateRowsEven
 
 from cachesync.producer_outbox.binlog_read import DECODE_ERRORS, decode_error
 from cachesync.producer_outbox.dumpstream import FAST_ROW_EVENTS
-from cachesync.producer_outbox.fastrows import decode_rows
+from cachesync.producer_outbox.fastrows import compiled_columns, decode_rows
 from cachesync.producer_outbox import hotpath
 from cachesync.producer_outbox.images import event_absence, known_images
 from cachesync.producer_outbox.jsoncolumns import resolve_partial, unknown_after
@@ -36,7 +36,7 @@ from cachesync.producer_outbox.publisher import MAX_RECORD_BYTES
 from cachesync.producer_outbox.rows import (TxnContext, invalidate_only, key_columns,
                                             needed_columns, pk_columns, row_change, trim_image)
 from cachesync.producer_outbox.servertypes import ColumnTypes
-from cachesync.schema.event import encode
+from cachesync.schema.event import HEARTBEAT_KIND, HEARTBEAT_TABLE, encode
 from cachesync.schema.keys import kafka_key
 from cachesync.schema.mapping import MappingSet
 
@@ -47,6 +47,7 @@ ROW_EVENTS = {WriteRowsEvent: "insert", UpdateRowsEvent: "update", DeleteRowsEve
 ROW_EVENTS.update({fast: ROW_EVENTS[lib] for fast, lib in FAST_ROW_EVENTS.items()})
 
 _PLAN_CACHE = 1024      # rows-event plans remembered (cleared when full)
+NO_PLAN = object()      # compiled_plan: the compiled run leaves this table map to Python
 
 # (db, table, the row's image trimmed to the kept columns) -> publish it; a filter with a
 # ``tables`` attribute (a set of (db, table)) keeps every row of the other tables unseen
@@ -70,7 +71,7 @@ class RowEncoder:
                  row_filter: RowFilter | None = None, max_record_bytes: int = MAX_RECORD_BYTES,
                  outbox: OutboxRouter | None = None, types: ColumnTypes | None = None):
         self._mappings, self._matched = mappings, matched
-        self._row_filter, self._max_record_bytes = row_filter, max_record_bytes
+        self._row_filter, self.max_record_bytes = row_filter, max_record_bytes
         self.outbox, self.types = outbox, types
         self._keep: dict = {}   # (table, primary key) -> columns row images keep, None = all
         self._plans: dict = {}  # per table map and bitmaps: see _plan
@@ -163,13 +164,38 @@ class RowEncoder:
         self._plans[key] = (table_obj, types.version if types is not None else 0, plan)
         return plan
 
+    def compiled_plan(self, event, schema: str, table: str):
+        """How the compiled run (``binlog_source``, ``_speedups.plain_run``) writes the rows
+        of this rows event's table map itself: a ``compile_plan`` capsule, None for a table
+        no mapping names (its rows make no records), or NO_PLAN where this class decides
+        every row (no compiled run, an outbox table, key text corrected, a row filter, a
+        partial image, a column the compiled run does not decode as the Python path does).
+        Made once per table map, after ``rows_to_records`` took one of its events, so that a
+        new table of a pattern is tracked first."""
+        run = hotpath.compiled_run()
+        table_obj = event.table_map.get(event.table_id)
+        if run is None or table_obj is None or type(event) not in FAST_ROW_EVENTS or (
+                self.outbox is not None and self.outbox.covers(schema, table)):
+            return NO_PLAN
+        plan = self._plan(event, schema, table)
+        if plan is None:
+            return None
+        mapping, keep, specs, absent, row_filter = plan
+        if specs or row_filter is not None or absent[0] or absent[1]:
+            return NO_PLAN
+        columns = compiled_columns(table_obj.columns, keep)
+        if columns is None:
+            return NO_PLAN
+        kind = HEARTBEAT_KIND if event.table == HEARTBEAT_TABLE else "binlog"
+        return run[0](event.schema, event.table, kind, event.primary_key, columns)
+
     def _plain_rows(self, event, op: str, ctx: TxnContext, row_index: int, mapping,
                     keep: frozenset[str], rows: list[dict], out: list) -> int:
         """The rows of an event every row of which the compiled writer may write as it is
         (full images, no key-text correction, no row filter): ``rows_to_records``' loop
         without its per-row decisions. Returns the next row index."""
         record, db, table, pk = hotpath.record, event.schema, event.table, event.primary_key
-        limit = self._max_record_bytes
+        limit = self.max_record_bytes
         for row in rows:
             before, after = row_images(op, row)
             compiled = None if record is None else record(ctx, row_index, db, table, op, pk,
@@ -194,7 +220,7 @@ class RowEncoder:
         ``trim``: the columns the images keep, not trimmed yet (the compiled writer trims)."""
         if images is None and hotpath.record is not None:    # compiled, else None: below
             compiled = hotpath.record(ctx, row_index, event.schema, event.table, op,
-                                      event.primary_key, before, after, self._max_record_bytes,
+                                      event.primary_key, before, after, self.max_record_bytes,
                                       trim)
             if compiled is not None:
                 out.append(Record(event.schema, event.table, *compiled))
@@ -279,10 +305,10 @@ class RowEncoder:
         """The event's record value: only the columns the mapping needs; over Kafka's record
         limit, the keys-only form (counted, WARNING naming the table)."""
         value = encode(change)
-        if len(value) <= self._max_record_bytes:
+        if len(value) <= self.max_record_bytes:
             return value
         self.oversized += 1
         log.warning("row of %s at %s is %d bytes encoded, over the %d-byte Kafka record limit: "
                     "published invalidate-only (keys, no values)", mapping.table,
-                    change.source.position, len(value), self._max_record_bytes)
+                    change.source.position, len(value), self.max_record_bytes)
         return encode(invalidate_only(change, key_columns(mapping), "over_record_limit"))

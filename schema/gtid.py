@@ -125,6 +125,10 @@ class GtidState:
             self.ordinal += 1
             _insert(self._intervals.setdefault(gtid.source, []), gtid.ordinal, gtid.ordinal)
 
+    def last_per_domain(self) -> dict[int, int]:
+        """MariaDB: each domain's last seq_no (empty for MySQL)."""
+        return {domain: gtid.ordinal for domain, gtid in self._domains.items()}
+
     def union(self, other: "GtidState") -> "GtidState":
         """A new state holding both (MariaDB: per domain, the higher seq_no wins)."""
         out = GtidState.parse(str(self))

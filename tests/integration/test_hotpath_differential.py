@@ -2,9 +2,11 @@
 
 Rows of many shapes (every common column type, NULLs, text that needs escaping, composite
 and missing primary keys, temporal and floating key columns, doubles Python writes with an
-exponent) are written once; the Tailer then reads the same range twice, with the compiled
-row writer (producer_outbox/hotpath.py) and with it switched off, one record per row, and
-the two runs must publish the same records: key, bytes, id and partition, in order.
+exponent, single-row transactions of tables the compiled run decodes) are written once;
+the Tailer then reads the same range twice, with a compiled step (the row writer of
+producer_outbox/hotpath.py, the framing of whole transactions, the compiled run of buffered
+ones) and with it switched off, and the two runs must publish the same records: key,
+bytes, id and partition, in order.
 """
 
 from __future__ import annotations
@@ -80,6 +82,15 @@ def write_range(lab) -> tuple[str, str, int]:
                 rows += cur.execute("INSERT INTO dkey VALUES (%s, %s)",
                                     (DOUBLES[i % len(DOUBLES)] * (i + 1) + i / 1000, "v"))
             conn.commit()
+            for i in range(30, 70):     # one row, then two tables' rows
+                rows += cur.execute("INSERT INTO comp VALUES (%s, %s, %s)",
+                                    (i % 4, TEXTS[i % len(TEXTS)] + str(i), i))
+                conn.commit()
+                rows += cur.execute("INSERT INTO nopk VALUES (%s, %s)",
+                                    (i, None if i % 3 == 0 else TEXTS[i % 5]))
+                rows += cur.execute("UPDATE comp SET c = -c WHERE a = %s AND b = %s",
+                                    (i % 4, TEXTS[i % len(TEXTS)] + str(i)))
+                conn.commit()
             rows += cur.execute("UPDATE comp SET b = CONCAT(b, '\\\\x') WHERE a = 1")
             rows += cur.execute("DELETE FROM nopk WHERE x % 4 = 0")
             rows += cur.execute("UPDATE tkey SET v = v + 1")
@@ -159,6 +170,7 @@ def _tail_with_and_without(lab, monkeypatch, module, name: str, observe):
 
 def test_compiled_and_python_rows_publish_the_same_records(lab, monkeypatch):
     calls = []          # (table, ran compiled) per row: args are (ctx, row_index, db, table, ...)
+    monkeypatch.setattr(hotpath, "_plain_run", None)     # every row through the row writer
     rows, fast, python = _tail_with_and_without(
         lab, monkeypatch, hotpath, "record",
         lambda args, out: calls.append((args[3], out is not None)))
@@ -194,3 +206,16 @@ def test_transactions_framed_at_once_publish_what_event_by_event_reading_does(la
     # depends on how the socket hands out the bytes)
     assert framed and max(framed) >= 4, framed
     assert batched, "no transaction went out in a group with the one before it"
+
+
+def test_transactions_written_in_c_publish_what_the_python_path_does(lab, monkeypatch):
+    """The compiled run of buffered transactions (``_speedups.plain_run``: records written
+    straight from the read buffer, once a table map has a plan) against the same range read
+    without it: the same records, in order; the run took transactions of the tables whose
+    kept columns it decodes, and left the others to Python."""
+    taken = []          # transactions per compiled run
+    _, compiled, python = _tail_with_and_without(
+        lab, monkeypatch, hotpath, "_plain_run",
+        lambda args, found: found is not None and taken.append(found[2]))
+    assert compiled == python
+    assert taken and sum(taken) >= 20, taken     # comp, nopk and dkey's single-row ones
