@@ -81,6 +81,8 @@ class BinlogSource:
         self._plans_version = 0
         if self._run is not None:
             stream.plain = self._plain
+        # the message ids' scope of every GTID transaction (TxnContext.id_scope)
+        self._scope = TxnContext(self._identity, "", 0, 0.0, gtid=True, cluster=cluster).id_scope
         self.plain_txns = 0             # transactions the compiled run took
         self.versions_not_newer = 0     # GTIDs that did not advance the history (versions)
         self.undecoded_events = 0       # events with rows cachesync cannot decode: table level
@@ -204,11 +206,10 @@ class BinlogSource:
         if (not self._plans or self._ctx is not None or self._encoder.xa_tables is not None
                 or gtids.flavor not in (None, MARIADB)):
             return None
-        scope = TxnContext(self._identity, "", 0, 0.0, gtid=True, cluster=self._cluster).id_scope
         return self._stream.plain_run(
             self._run[1], FAST_BATCH, self._plans, gtids.last_per_domain(),
-            (scope, self._identity, gtids.ordinal, self._encoder.max_record_bytes, to_json,
-             canonical_text, Record))
+            (self._scope, self._identity, gtids.ordinal, self._encoder.max_record_bytes,
+             to_json, canonical_text, Record))
 
     def _plain_group(self, run: PlainRun) -> Group:
         """The transactions of a PlainRun as one Group, the GTID state moved past them."""

@@ -16,8 +16,15 @@ sends it invalidate-only, with its WARNING and counter). Rows with a partial ima
 partial JSON, outbox tables and filtered rows never reach it (the tailer's call site).
 A differential test (tests/unit/test_hotpath.py) holds it to the Python path's bytes.
 
+``compiled_run`` goes one step further for whole transactions the fast reader's buffer
+holds (``_speedups.plain_run``, called by ``binlog_source``): it decodes their rows from
+the buffer by a plan per table map (``RowEncoder.compiled_plan``) and writes every record
+with the same code, stopping before any transaction the Python path must decide. The
+differential tests (tests/unit/test_plain_run.py, the integration one) hold it to the
+Python path's records.
+
 The compiled path is used when the extension is built (``make install``) and
-``CACHESYNC_NO_SPEEDUPS`` is not set; ``record`` is None otherwise.
+``CACHESYNC_NO_SPEEDUPS`` is not set; ``record`` and ``compiled_run()`` are None otherwise.
 """
 
 from __future__ import annotations
