@@ -1702,8 +1702,9 @@ rows_records(const unsigned char *raw, Py_ssize_t length, int checksum, uint64_t
     return pos == end ? RD_OK : RD_STOP;
 }
 
-/* plain_run(buf, pos, seq, max_txns, plans, domains, consts) -> None | (end, next_seq, taken,
- * records, ordinal, gtids, first, xid_pos): see the section's comment. plans: table-map
+/* plain_run(buf, pos, seq, max_txns, plans, domains, consts) -> (end, next_seq, taken,
+ * records, ordinal, gtids, first, xid_pos), or when it took none: False if the buffer held a
+ * whole transaction it could not take, None if it held none; see the section's comment. plans: table-map
  * body (bytes, its checksum left out) -> a compile_plan capsule, or None for a table no
  * mapping names; domains: GTID domain -> the last seq_no of the state; consts: (id scope,
  * server, the state's ordinal, max record bytes, to_json, canonical_text, the Record type,
@@ -1774,12 +1775,14 @@ plain_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     long taken = 0;
     unsigned long xid_pos = 0;
+    int stopped = 0;                  /* a whole transaction was there, not taken */
     while (taken < max_txns) {
         int n;
         Py_ssize_t end;
         long next_seq;
         if (!sg_scan(buf, size, pos, seq, starts, ends, &n, &end, &next_seq))
             break;
+        stopped = 1;
         const unsigned char *g = buf + starts[0];
         uint64_t gno = le_uint(g + SG_BODY, 8);
         uint32_t domain = (uint32_t)le_uint(g + SG_BODY + 8, 4), server_id = sg_u32(g + 6);
@@ -1879,11 +1882,12 @@ plain_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         pos = end;
         seq = next_seq;
         taken++;
+        stopped = 0;
     }
     if (taken == 0) {
         Py_DECREF(records);
         Py_XDECREF(first);
-        Py_RETURN_NONE;
+        return Py_NewRef(stopped ? Py_False : Py_None);
     }
     PyObject *gtids = PyDict_New();
     if (gtids == NULL)
@@ -1941,9 +1945,10 @@ static PyMethodDef methods[] = {
      "compile_plan(db, table, kind, primary_key, columns, /) -> capsule: how plain_run reads "
      "and writes the rows of one table map (see the C source)."},
     {"plain_run", (PyCFunction)(void (*)(void))plain_run, METH_FASTCALL,
-     "plain_run(buf, pos, seq, max_txns, plans, domains, consts, /) -> tuple | None: the "
-     "records of the buffered whole transactions of the common shape whose table maps have "
-     "plans, up to the first one that has not (see the C source)."},
+     "plain_run(buf, pos, seq, max_txns, plans, domains, consts, /) -> tuple | False | None: "
+     "the records of the buffered whole transactions of the common shape whose table maps have "
+     "plans, up to the first one that has not; False: it took none of a whole one, None: the "
+     "buffer held none (see the C source)."},
     {NULL, NULL, 0, NULL},
 };
 

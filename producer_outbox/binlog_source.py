@@ -51,6 +51,9 @@ STREAM_HEARTBEAT_S = 1.0    # the binlog stream's heartbeat period (the server's
 # one checkpoint): bounded so a stop or a checkpoint save is never far
 FAST_BATCH = 256
 PLAN_CACHE = 4096       # table maps the compiled run keeps a plan for (cleared when full)
+# transactions read by the Python path after the compiled run refused one, before it is
+# asked again: a table it cannot write costs it little
+PLAIN_SKIP = 16
 _TXN_MARKERS = {"BEGIN", "COMMIT"}
 # passwords in account statements (CREATE/ALTER USER ... IDENTIFIED BY, SET PASSWORD) never
 # reach the log
@@ -79,6 +82,7 @@ class BinlogSource:
         self._plans: dict[bytes, object] = {}
         self._no_plan: set[bytes] = set()
         self._plans_version = 0
+        self._plain_skip = 0    # transactions left to Python before the compiled run again
         if self._run is not None:
             stream.plain = self._plain
         # the message ids' scope of every GTID transaction (TxnContext.id_scope)
@@ -206,10 +210,17 @@ class BinlogSource:
         if (not self._plans or self._ctx is not None or self._encoder.xa_tables is not None
                 or gtids.flavor not in (None, MARIADB)):
             return None
-        return self._stream.plain_run(
+        if self._plain_skip:        # it just refused a transaction: Python reads the next ones
+            self._plain_skip -= 1
+            return None
+        found = self._stream.plain_run(
             self._run[1], FAST_BATCH, self._plans, gtids.last_per_domain(),
             (self._scope, self._identity, gtids.ordinal, self._encoder.max_record_bytes,
              to_json, canonical_text, Record))
+        if found is False:
+            self._plain_skip = PLAIN_SKIP
+            return None
+        return found
 
     def _plain_group(self, run: PlainRun) -> Group:
         """The transactions of a PlainRun as one Group, the GTID state moved past them."""
@@ -235,6 +246,7 @@ class BinlogSource:
             self._no_plan.add(body)
         else:
             self._plans[body] = plan
+            self._plain_skip = 0
 
     def _fast_txn(self, group: FastGroup, maps: TableMaps, out: list) -> tuple[TxnContext, bool]:
         """One framed transaction's items appended to ``out``: its context, and whether

@@ -330,6 +330,7 @@ class DumpStreamReader(GtidPositioned, BinLogStreamReader):
         self.idle_wait_s = 0.0
         self.groups = False
         self.plain: Callable[[], PlainRun | None] | None = None
+        self._post_ok: tuple = (object(), 0)    # (the post-header lengths, their mask)
 
     def _connection(self, **settings) -> DumpConnection:
         conn = DumpConnection(**settings)
@@ -388,19 +389,20 @@ class DumpStreamReader(GtidPositioned, BinLogStreamReader):
         return self._group()
 
     def plain_run(self, run: Callable, max_txns: int, plans: dict, domains: dict,
-                  consts: tuple) -> PlainRun | None:
+                  consts: tuple) -> PlainRun | bool | None:
         """``run`` (``_speedups.plain_run``) over the read buffer: the whole transactions of
-        the common shape it takes (up to ``max_txns``), their packets consumed; None when it
-        takes none (nothing consumed). ``plans``, ``domains`` and the first seven ``consts``
-        as plain_run takes them; the reader adds its checksum and post-header lengths."""
+        the common shape it takes (up to ``max_txns``), their packets consumed; when it
+        takes none (nothing consumed), False if the buffer held one, else None. ``plans``,
+        ``domains`` and the first seven ``consts`` as plain_run takes them; the reader adds
+        its checksum and post-header lengths."""
         conn = self._stream_connection if self._BinLogStreamReader__connected_stream else None
         if (conn is None or not conn.dumping or conn.handoff is not None
                 or conn.handoff_error is not None or conn._expanded):
             return None
         found = run(conn._buf, conn._pos, conn._next_seq_id, max_txns, plans, domains,
                     (*consts, self._BinLogStreamReader__use_checksum, self._rows_post_ok()))
-        if found is None:
-            return None
+        if not found:
+            return found
         end, seq, taken, records, ordinal, gtids, first, xid_pos = found
         conn._pos, conn._next_seq_id = end, seq
         self.log_pos = xid_pos
@@ -408,9 +410,12 @@ class DumpStreamReader(GtidPositioned, BinLogStreamReader):
 
     def _rows_post_ok(self) -> int:
         """The rows event types whose post-header the server declares as ``_rows`` reads
-        it, as a bit mask by type."""
-        return sum(1 << etype for etype, size in _ROWS_POST_HEADER.items()
-                   if self._post_header_len(etype) == size)
+        it, as a bit mask by type (worked out again when the server declares anew)."""
+        lengths = self._BinLogStreamReader__post_header_lengths
+        if self._post_ok[0] is not lengths:
+            self._post_ok = (lengths, sum(1 << etype for etype, size in _ROWS_POST_HEADER.items()
+                                          if self._post_header_len(etype) == size))
+        return self._post_ok[1]
 
     def _group(self) -> FastGroup | None:
         """The next transaction as a FastGroup if the buffer holds all of it in the common
