@@ -156,6 +156,7 @@ def test_the_run_reports_positions_gtids_and_ordinals():
     assert (end, seq % 256, taken) == (len(buf), (1 + len(payloads)) % 256, 2)
     assert ordinal == 42 and gtids == {0: (7, 7)} and xid_pos == 7900
     assert first == ("0-7-6", 1700000000, 41)
+    assert [type(r) for r in records] == [Record, Record]
     ctx = TxnContext(SERVER, "0-7-7", 42, 1700000000.0, gtid=True)
     assert records[1] == Record("db", "t", *hotpath.record(
         ctx, 0, "db", "t", "insert", "long", None, {"long": 5, "s": "hi"}, MAX_RECORD_BYTES,
