@@ -16,7 +16,8 @@ the same binlog range twice, alternating which goes first:
   row ids, once each;
 * the same Tailer with ``pack_rows: 1`` (one record per row), reported beside it;
 * the same Tailer with the default settings but every row written by the Python path
-  (the compiled row writer, producer_outbox/hotpath.py, switched off), beside it;
+  (the compiled row writer and the compiled run, producer_outbox/hotpath.py, switched off),
+  beside it;
 * what users run: the ``cachesync tail --from-gtid`` process with the default settings
   (its metrics server on a free port), on a topic whose records carry the broker's append
   time; rows/s is N over first to last append (and over launch to last append), and CPU
@@ -373,12 +374,14 @@ def tailer_run(box: Sandbox, table_name: str, data: dict, n: int, pack_rows: int
 
 
 def python_rows_run(box: Sandbox, table_name: str, data: dict, n: int) -> dict:
-    """``tailer_run`` with the default settings and the compiled row writer switched off."""
+    """``tailer_run`` with the default settings and the compiled row writer switched off
+    (and with it the compiled run of whole transactions, which writes rows the same way)."""
     compiled, hotpath.record = hotpath.record, None
+    run, hotpath._plain_run = hotpath._plain_run, None
     try:
         result = tailer_run(box, table_name, data, n, None)
     finally:
-        hotpath.record = compiled
+        hotpath.record, hotpath._plain_run = compiled, run
     return {**result, "what": "tailer default, Python row path"}
 
 
