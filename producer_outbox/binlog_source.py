@@ -183,7 +183,10 @@ class BinlogSource:
         for taken in range(1, FAST_BATCH + 1):
             ctx, only_records = self._fast_txn(group, maps, out)
             first, plain = first or ctx, plain and only_records
-            if not plain or taken == FAST_BATCH or buffered is None:
+            if self._plain_skip:
+                self._plain_skip -= 1
+            if (not plain or taken == FAST_BATCH or buffered is None
+                    or (self._plans and not self._plain_skip)):   # the compiled run next
                 break
             group = buffered()
             if group is None:
