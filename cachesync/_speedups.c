@@ -1600,8 +1600,7 @@ new_record(PyObject *record_type, PyObject *db, PyObject *table, PyObject *writt
 }
 
 typedef struct {
-    uint32_t table_id;        /* low 32 bits; the map's own 6 bytes are compared in full */
-    uint64_t full_id;
+    uint64_t full_id;         /* the map's 6-byte table id */
     const Plan *plan;         /* NULL: an unmapped table, its rows stepped over */
 } TxnMap;
 
@@ -1841,7 +1840,6 @@ plain_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                 while (k < nmaps && maps[k].full_id != id)
                     k++;
                 maps[k].full_id = id;
-                maps[k].table_id = (uint32_t)id;
                 maps[k].plan = plan;
                 if (k == nmaps)
                     nmaps++;
