@@ -47,7 +47,7 @@ try:
 
         def on_batch(report):
             reports.append(report)
-            lags.extend(s.applied_at - s.committed for s in report.lag)
+            lags.extend(s.applied_at - s.committed for b in report.lag for s in b.samples())
         engine = build_spark_engine(box.settings(cfg), spark, str(Path(box.tmp) / "ck"), 20000,
                                     on_batch=on_batch, trigger=trigger)
         engine.start()

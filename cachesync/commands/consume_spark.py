@@ -88,7 +88,7 @@ def run(settings: Settings, checkpoint_location: str | None, max_offsets_per_tri
         with spark_session("cachesync-consume", spark_master) as spark:
             engine = build_spark_engine(settings, spark, checkpoint_location,
                                         max_offsets_per_trigger,
-                                        on_batch=lambda report: metrics.observe(report.lag),
+                                        on_batch=lambda report: _observe_lag(metrics, report),
                                         trigger=trigger, hooks=monitor_hook(settings, ops))
             on_termination(engine.stop)
             with dedup_purge(settings, engine.stats):
@@ -96,6 +96,12 @@ def run(settings: Settings, checkpoint_location: str | None, max_offsets_per_tri
     finally:
         ops.close()
     log.info("spark consumer stopped: %s", engine.stats.summary())
+
+
+def _observe_lag(metrics, report) -> None:
+    """A micro-batch's lag (the tasks' LagBatches) into the commit->apply metrics."""
+    for batch in report.lag:
+        metrics.observe_batch(batch)
 
 
 @contextmanager

@@ -135,7 +135,8 @@ def arrow_result(row) -> dict:
 def consume_records(records: Iterable, config: ApplyConfig, batch_id: int) -> Iterator[dict]:
     """Apply one task's records of micro-batch ``batch_id`` (one or more Kafka partitions,
     each in offset order); yields one dict:
-    ``stats`` (a Stats dict), ``tables`` (a TableTally snapshot), ``lag`` (LagSamples),
+    ``stats`` (a Stats dict), ``tables`` (a TableTally snapshot), ``lag`` (a
+    metrics.LagBatch per chunk),
     ``offsets`` ({partition: next}), ``plans`` (for the driver's hooks, see
     :func:`driver_plans`), ``applied_at`` (epoch seconds of the last chunk), ``timings``
     (TaskClock) and ``accelerator`` (zipnative.accelerator: compiled or pure Python, why).
@@ -144,7 +145,7 @@ def consume_records(records: Iterable, config: ApplyConfig, batch_id: int) -> It
     each). Transient errors are retried and never skipped; anything else fails the
     task, so Spark does not commit the batch and runs it again.
     """
-    from cachesync.metrics import lag_samples
+    from cachesync.metrics import lag_batch
     keep_zip_directories()
     clock = TaskClock()
     worker, stats, lag, offsets, plans = _worker(config), Stats(), [], {}, []
@@ -158,7 +159,7 @@ def consume_records(records: Iterable, config: ApplyConfig, batch_id: int) -> It
     try:
         for part, prepared, result in _applied(applier, chunks, c.overlap_batches, clock, stop):
             plans += driver_plans(prepared.plan.events, config.settings.monitor)
-            lag += lag_samples(result)
+            lag.append(lag_batch(result))
             applied_at = result.applied_at
             offsets.update({p: o for (_, p), o in commit_offsets(part).items()})
         finish_scans(scans, batch_id)

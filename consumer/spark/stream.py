@@ -54,6 +54,14 @@ LOCAL_CHECKPOINT_MANAGER = ("org.apache.spark.sql.execution.streaming."
                             "FileSystemBasedCheckpointFileManager")
 
 
+# Spark hands a mapInArrow task's records to its Python worker in Arrow batches of at most
+# this many records (10,000 unless the session says otherwise). The worker applies them in
+# chunks of consumer.batch_size (2,000) and can start on the first chunk only once the
+# executor's JVM has fetched and converted a whole Arrow batch; batches of one chunk let the
+# JVM fetch and convert the next records while the worker applies these.
+ARROW_BATCH_CONF = "spark.sql.execution.arrow.maxRecordsPerBatch"
+
+
 AVAILABLE_NOW = "availableNow"
 # StreamOptions.transfer
 AUTO, ARROW, ROWS = "auto", "arrow", "rows"
@@ -140,7 +148,7 @@ def _executor_pyarrow(rows):
 class BatchReport:
     batch_id: int
     stats: Stats = field(default_factory=Stats)
-    lag: list = field(default_factory=list)       # LagSamples of the applied events
+    lag: list = field(default_factory=list)       # metrics.LagBatch per applied chunk
     plans: list = field(default_factory=list)     # EventPlans for the driver's hooks
     # seconds: the tasks' phases summed (applier.TaskClock), and the driver's wall time
     # from submitting the tasks to having every result
@@ -170,6 +178,15 @@ def use_local_checkpoint_manager(spark, location: str) -> bool:
     if spark.conf.get(CHECKPOINT_MANAGER_CONF, None) or not checkpoint_on_local_disk(spark, location):
         return False
     spark.conf.set(CHECKPOINT_MANAGER_CONF, LOCAL_CHECKPOINT_MANAGER)
+    return True
+
+
+def size_arrow_batches(spark, records: int) -> bool:
+    """Arrow batches of ``records`` (consumer.batch_size) for the session's queries
+    (ARROW_BATCH_CONF), unless the session sets a size itself; True if set."""
+    if spark.conf.get(ARROW_BATCH_CONF, None):
+        return False
+    spark.conf.set(ARROW_BATCH_CONF, str(records))
     return True
 
 
@@ -233,6 +250,7 @@ class SparkEngine:
                   .options(**self._kafka_options))
         frame = reader.load().selectExpr(*KAFKA_SELECT)
         use_local_checkpoint_manager(self._spark, self._opts.checkpoint_location)
+        size_arrow_batches(self._spark, self._apply.settings.consumer.batch_size)
         self._query = (frame.writeStream.queryName(f"cachesync-{self._topic}")
                        .foreachBatch(self._apply_batch)
                        .option("checkpointLocation", self._opts.checkpoint_location)

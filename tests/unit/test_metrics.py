@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import pickle
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -66,6 +67,29 @@ def test_lag_uses_commit_time_and_the_heartbeats_microsecond_time():
     assert m[("cachesync_consumer_commit_to_apply_seconds_sum", (("kind", "heartbeat"),))] == pytest.approx(0.1)
     assert m[("cachesync_consumer_commit_to_apply_seconds_bucket", (("kind", "binlog"), ("le", "0.5")))] == 1
     assert beats == [("t1", 100.4, 100.5)]
+
+
+def test_a_spark_tasks_lag_batch_records_what_its_samples_would():
+    """A Spark task ships each chunk's lags as one LagBatch (commit times per kind); the
+    driver's metrics come out as from one LagSample per event, heartbeats included."""
+    from cachesync.metrics import lag_batch, lag_samples
+    hb = event("cachesync", "cachesync_heartbeat", commit_ts=100.0, kind="heartbeat",
+               after={"name": "t1", "beat_us": 100_400_000})
+    batch = Batch([event(commit_ts=100.0), hb, event(commit_ts=99.0, kind="outbox"),
+                   event(commit_ts=98.0)], applied_at=100.5)
+    shipped = pickle.loads(pickle.dumps(lag_batch(batch)))
+    assert sorted(map(astuple, shipped.samples())) == sorted(map(astuple, lag_samples(batch)))
+    registries, beats = [], []
+    for observe in (lambda cm: cm.on_batch(batch), lambda cm: cm.observe_batch(shipped)):
+        reg = CollectorRegistry()
+        cm = ConsumerMetrics(reg, lambda: None, on_heartbeat=lambda *a: beats.append(a))
+        observe(cm)
+        found = {k: v for k, v in samples(reg).items() if not k[0].endswith("_created")}
+        registries.append((found, cm.last_lag_s, cm.last_apply_at))
+    assert registries[0] == registries[1]
+    assert registries[1][1] == pytest.approx(2.5)          # the batch's last event
+    assert beats == [("t1", 100.4, 100.5)] * 2
+    assert lag_batch(Batch([], applied_at=1.0)).last is None
 
 
 def test_a_failing_hook_never_raises_into_the_engine():
