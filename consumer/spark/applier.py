@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from itertools import islice
 from typing import Iterable, Iterator
 
+from cachesync.collector import paced
 from cachesync.consumer.applier import Applier, Stats
 from cachesync.consumer.core.offsets import commit_offsets
 from cachesync.consumer.spark.bundle import keep_zip_directories
@@ -156,13 +157,16 @@ def consume_records(records: Iterable, config: ApplyConfig, batch_id: int) -> It
                       stats=stats, stop=stop, table_jobs=scans)
     applied_at = 0.0
     chunks = _chunks(iter(records), c.batch_size)
+    # the garbage collector paced as in the python engine's loop (cachesync.collector): at
+    # CPython's pace it walked the task's live records, events and plans again and again
     try:
-        for part, prepared, result in _applied(applier, chunks, c.overlap_batches, clock, stop):
-            plans += driver_plans(prepared.plan.events, config.settings.monitor)
-            lag.append(lag_batch(result))
-            applied_at = result.applied_at
-            offsets.update({p: o for (_, p), o in commit_offsets(part).items()})
-        finish_scans(scans, batch_id)
+        with paced():
+            for part, prepared, result in _applied(applier, chunks, c.overlap_batches, clock, stop):
+                plans += driver_plans(prepared.plan.events, config.settings.monitor)
+                lag.append(lag_batch(result))
+                applied_at = result.applied_at
+                offsets.update({p: o for (_, p), o in commit_offsets(part).items()})
+            finish_scans(scans, batch_id)
     finally:
         scans.close()
     log.debug("batch %d: partition done: %s", batch_id, stats)
