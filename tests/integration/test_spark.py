@@ -249,6 +249,24 @@ def test_a_checkpoint_on_local_disk_gets_the_file_system_checkpoint_manager(spar
             spark.conf.set(CHECKPOINT_MANAGER_CONF, before)
 
 
+def test_arrow_batches_hold_one_chunk_of_the_consumer_unless_the_session_sizes_them(spark):
+    """A task's worker starts on its first chunk once the JVM has converted one Arrow batch:
+    the engine sizes them to consumer.batch_size, and leaves a size the session set alone."""
+    from cachesync.consumer.spark.stream import ARROW_BATCH_CONF, size_arrow_batches
+    before = spark.conf.get(ARROW_BATCH_CONF, None)
+    try:
+        spark.conf.unset(ARROW_BATCH_CONF)
+        assert size_arrow_batches(spark, 2000)
+        assert spark.conf.get(ARROW_BATCH_CONF) == "2000"
+        spark.conf.set(ARROW_BATCH_CONF, "5000")
+        assert not size_arrow_batches(spark, 2000)
+        assert spark.conf.get(ARROW_BATCH_CONF) == "5000"
+    finally:
+        spark.conf.unset(ARROW_BATCH_CONF)
+        if before is not None:
+            spark.conf.set(ARROW_BATCH_CONF, before)
+
+
 def redis_dedup_records(lab, namespace: str) -> dict[str, bytes]:
     """message id -> record (the key is ``<prefix>{<slot tag>}<id>``)."""
     prefix = f"{REDIS_DEDUP_PREFIX}{namespace}:"
