@@ -13,12 +13,13 @@ STAMP  := $(VENV)/.installed-$(HASH)
 # the demo needs only the sidecar: a bare machine gets there without pyspark or matplotlib
 SIDECAR_STAMP := $(VENV)/.installed-sidecar-$(HASH)
 
-.PHONY: demo test test-library-reader unit bench install install-sidecar docs dist up down status clean help
+.PHONY: demo test test-library-reader test-python-path unit bench install install-sidecar docs dist up down status clean help
 
 help:
 	@echo "make demo    run the demo pipeline on the local devstack (stops it on exit)"
 	@echo "make test    install, start services, run every test, stop services"
 	@echo "make test-library-reader   the integration tests with tailer.reader: library"
+	@echo "make test-python-path      every test with the C accelerator switched off (CACHESYNC_NO_SPEEDUPS=1)"
 	@echo "make unit    pure unit tests only (no services)"
 	@echo "make bench   benchmarks (JSON to bench/results/)"
 	@echo "make docs    the documentation site, strictly (docs/_build/html)"
@@ -70,6 +71,11 @@ test: install
 # (tailer.reader: library), the fast reader's fallback
 test-library-reader: install
 	CACHESYNC_TAILER_READER=library devstack/with-stack.sh $(BIN)/pytest -p no:cacheprovider tests/integration
+
+# every test again with the C accelerator switched off: the Python path the tailer falls
+# back to where the extension is not built
+test-python-path: install
+	CACHESYNC_NO_SPEEDUPS=1 devstack/with-stack.sh $(BIN)/pytest -p no:cacheprovider tests
 
 unit: install
 	$(BIN)/pytest tests/unit

@@ -15,7 +15,10 @@ x 2,000,000 is about twice the pool. Choices (``BENCH_DRIFT_CHOICES``, comma-sep
 default ``redis``): ``redis`` (the default store; its records are in Redis memory, not
 prefilled), ``mysql`` (rows layout), ``mysql_compact``; an entry may say its own length and
 repetitions as ``name:minutes:runs`` (``redis:30:1,mysql:3:3``), else ``--minutes`` and
-``--runs`` apply. ``python -m bench --only lag_drift [--quick] [--minutes M] [--runs N]``.
+``--runs`` apply. ``BENCH_DRIFT_RATE`` asks another commit rate than 10,000/s (one the host
+sustains shows the store's own drift apart from a pipeline that falls behind). Each segment
+also records the host's load, the children's CPU share and Redis's key count and memory, to
+tell a store that slows down from a host that does. ``python -m bench --only lag_drift [--quick] [--minutes M] [--runs N]``.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from bench.lag import DDL, KEYS_PER_ROW, Harness, _alive, _checkpoint_stored
 from bench.consumer import _drop_redis_dedup
 
 NAME = "lag_drift"
-RATE = 10_000
+RATE = int(os.environ.get("BENCH_DRIFT_RATE", "10000"))
 SEGMENTS = 6
 FLOOR_S = 10.0
 PREFILL = {"full": 2_000_000, "quick": 100_000}
@@ -104,7 +107,9 @@ def one_run(stack, choice: str, segment_s: float, prefill: int) -> dict:
             floor = harness.measure_commits(RATE, FLOOR_S, True)
             segments = []
             for k in range(SEGMENTS):
-                segments.append(harness.measure_commits(RATE, segment_s, False))
+                before = _host_sample(box, tail, consume)
+                segments.append({**harness.measure_commits(RATE, segment_s, False),
+                                 **_host_delta(before, _host_sample(box, tail, consume))})
                 _alive(box, tail)
                 _alive(box, consume)
                 log(f"{NAME}: {choice} segment {k + 1}/{SEGMENTS}: p50 "
@@ -132,6 +137,32 @@ def one_run(stack, choice: str, segment_s: float, prefill: int) -> dict:
         if compact:
             stack.admin_sql("REVOKE ALTER, DROP ON cachesync.* FROM cachesync@'127.0.0.1'")
         box.cleanup()
+
+
+def _host_sample(box: Sandbox, *procs) -> dict:
+    """What ``_host_delta`` compares: clock, the children's CPU ticks, Redis's size."""
+    ticks = []
+    for proc in procs:
+        with open(f"/proc/{proc.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        ticks.append(int(fields[11]) + int(fields[12]))         # utime + stime
+    with box.stack.redis() as r:
+        info, keys = r.info(), r.dbsize()
+    return {"t": time.monotonic(), "ticks": ticks, "load": os.getloadavg()[0],
+            "keys": keys, "used_memory": info["used_memory"],
+            "evicted": info.get("evicted_keys", 0), "expired": info.get("expired_keys", 0)}
+
+
+def _host_delta(a: dict, b: dict) -> dict:
+    """Per segment: the tailer's and consumer's share of one core, the 1-minute load at its
+    end, and Redis's keys and memory at its end with the keys expired or evicted during it."""
+    hz, wall = os.sysconf("SC_CLK_TCK"), b["t"] - a["t"]
+    tail_cpu, consume_cpu = ((y - x) / hz / wall for x, y in zip(a["ticks"], b["ticks"]))
+    return {"tail_cpu": round(tail_cpu, 3), "consume_cpu": round(consume_cpu, 3),
+            "loadavg_1m": round(b["load"], 2), "redis_keys": b["keys"],
+            "redis_used_mb": round(b["used_memory"] / 2**20, 1),
+            "redis_expired": b["expired"] - a["expired"],
+            "redis_evicted": b["evicted"] - a["evicted"]}
 
 
 def _prefill(stack, choice: str, ns: str, count: int) -> int:
