@@ -13,7 +13,6 @@ owns the offsets: they move in the checkpoint only after every task of the batch
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
 import uuid
@@ -34,8 +33,6 @@ from cachesync.zipnative import accelerator
 log = logging.getLogger(__name__)
 
 AUDIT_TIMEOUT_S = 10.0      # one MGET or pipelined HGETALL of a chunk
-READ_AHEAD_CHUNKS = 2       # chunks a consume task's reader thread holds ready (_read_ahead)
-READ_AHEAD_POLL_S = 0.1     # how often a waiting reader looks whether the task left
 
 
 @dataclass(frozen=True)
@@ -160,8 +157,6 @@ def consume_records(records: Iterable, config: ApplyConfig, batch_id: int) -> It
                       stats=stats, stop=stop, table_jobs=scans)
     applied_at = 0.0
     chunks = _chunks(iter(records), c.batch_size)
-    if c.overlap_batches:
-        chunks = _read_ahead(chunks)
     # the garbage collector paced as in the python engine's loop (cachesync.collector): at
     # CPython's pace it walked the task's live records, events and plans again and again
     try:
@@ -180,60 +175,13 @@ def consume_records(records: Iterable, config: ApplyConfig, batch_id: int) -> It
            "timings": clock.totals(), "accelerator": accelerator()}
 
 
-def _read_ahead(chunks: Iterator[list], depth: int = READ_AHEAD_CHUNKS) -> Iterator[list]:
-    """``chunks`` as read by a thread of their own, at most ``depth`` chunks ahead.
-
-    The executor's JVM writes a task's records into its Python worker's socket and waits
-    while the socket is full: read only when this thread wanted the next chunk, the JVM
-    fetched and converted records in bursts between the worker's decode, plan and apply
-    waits rather than beside them. An error of the reader is raised here in its turn;
-    leaving early stops the reader before its next chunk.
-    """
-    ready: queue.Queue = queue.Queue(depth)
-    left = threading.Event()
-
-    def put(item) -> bool:
-        while not left.is_set():
-            try:
-                ready.put(item, timeout=READ_AHEAD_POLL_S)
-                return True
-            except queue.Full:
-                pass
-        return False
-
-    def read() -> None:
-        try:
-            for chunk in chunks:
-                if not put((chunk, None)):
-                    return
-        except BaseException as e:  # noqa: BLE001 (raised in the consuming thread)
-            put((None, e))
-            return
-        put((None, None))
-
-    reader = threading.Thread(target=read, name="cachesync-read", daemon=True)
-    reader.start()
-    try:
-        while True:
-            chunk, error = ready.get()
-            if error is not None:
-                raise error
-            if chunk is None:
-                reader.join()
-                return
-            yield chunk
-    finally:
-        left.set()
-
-
 def _applied(applier: Applier, chunks: Iterator[list], overlap: bool, clock: "TaskClock",
              stop: threading.Event) -> Iterator[tuple]:
     """``(records, prepared, result)`` of each chunk, in order.
 
     With ``overlap`` (``consumer.overlap_batches``, as in the Python engine) a worker thread
     applies chunk n (its dedup claim, Redis writes and confirm: waits on the network) while
-    this thread decodes and plans chunk n+1 (which a reader thread took from the JVM
-    meanwhile, ``_read_ahead``). The cache and the
+    this thread reads chunk n+1 from the JVM and decodes and plans it. The cache and the
     dedup store still see the chunks one at a time, in order. If this thread fails, the
     chunk in flight gives up its retries (``stop``) and the error fails the task.
     """

@@ -129,46 +129,6 @@ def test_arrow_records_are_the_records_of_the_same_rows():
     assert list(arrow_records(batches))[1] == Record("t", 2, 10, None, None, (), 0)
 
 
-def test_a_task_reads_its_chunks_ahead_in_order_and_raises_a_read_error_in_its_turn():
-    """A consume task takes its chunks from the JVM in a thread of its own (_read_ahead): the
-    same chunks in the same order, an error after the chunks read before it, and a task that
-    leaves early stops the reader before its next chunk."""
-    import threading
-    import time
-
-    from cachesync.consumer.spark.applier import _chunks, _read_ahead
-    assert list(_read_ahead(_chunks(iter(range(7)), 3))) == [[0, 1, 2], [3, 4, 5], [6]]
-
-    def broken():
-        yield [1]
-        raise OSError("the JVM's socket closed")
-    seen = []
-    with pytest.raises(OSError, match="socket closed"):
-        for chunk in _read_ahead(broken()):
-            seen.append(chunk)
-    assert seen == [[1]]
-
-    taken = []
-
-    def endless():
-        n = 0
-        while True:
-            taken.append(n)
-            yield [n]
-            n += 1
-
-    def reading() -> bool:
-        return any(t.name == "cachesync-read" for t in threading.enumerate())
-    ahead = _read_ahead(endless(), depth=2)
-    assert next(ahead) == [0]
-    ahead.close()
-    deadline = time.monotonic() + 5
-    while reading() and time.monotonic() < deadline:
-        threading.Event().wait(0.01)
-    assert not reading()                    # the reader stopped
-    assert len(taken) <= 4                  # 1 taken + at most 2 ready + 1 being put
-
-
 def test_an_executor_without_pyarrow_says_so(monkeypatch):
     import sys
 
