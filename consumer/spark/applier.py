@@ -250,7 +250,7 @@ def driver_plans(events: Iterable, monitor) -> list:
     ratio = monitor.sample_ratio if monitor.enabled else 0.0
     return [ep for ep in events
             if (ep.double_delete_s and ep.keys)
-            or (ratio > 0 and not ep.event.table_level and sampled(ep.event.id, ratio))]
+            or (ratio > 0 and sampled(ep.event.id, ratio) and not ep.event.table_level)]
 
 
 def _chunks(records: Iterable, size: int) -> Iterator[list]:
