@@ -14,6 +14,7 @@ import logging
 import threading
 import time
 from array import array
+from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
@@ -164,9 +165,36 @@ class Aliased:
         for m in self._metrics:
             m.observe(value)
 
+    def observe_many(self, values: list[float]) -> None:
+        """``observe`` of every value, in one step per bucket (see ``observe_all``)."""
+        for m in self._metrics:
+            observe_all(m, values)
+
     def set(self, value: float) -> None:
         for m in self._metrics:
             m.set(value)
+
+
+def observe_all(histogram: Histogram, values: list[float]) -> None:
+    """What ``histogram.observe`` of each value records (the same bucket counts, the sum up to
+    float rounding), at the cost of a sort instead of a Python call per value: a Spark
+    micro-batch brings 20,000 lags at once. Falls back to ``observe`` per value if the
+    histogram does not keep prometheus_client's buckets and sum as this expects."""
+    bounds = getattr(histogram, "_upper_bounds", None)
+    buckets = getattr(histogram, "_buckets", None)
+    total = getattr(histogram, "_sum", None)
+    if bounds is None or buckets is None or total is None or len(bounds) != len(buckets):
+        for value in values:
+            histogram.observe(value)
+        return
+    ordered = sorted(values)
+    below = 0
+    for bound, bucket in zip(bounds, buckets):
+        upto = bisect_right(ordered, bound)         # values <= bound, as observe compares
+        if upto > below:
+            bucket.inc(upto - below)
+            below = upto
+    total.inc(sum(values))
 
 
 class StatsCollector:
@@ -349,9 +377,8 @@ class ConsumerMetrics:
         try:
             applied_at = batch.applied_at
             for kind, committed in batch.committed.items():
-                observe = self.lag.labels(kind).observe
-                for at in committed:
-                    observe(max(0.0, applied_at - at))
+                self.lag.labels(kind).observe_many(
+                    [applied_at - at if applied_at > at else 0.0 for at in committed])
             for beat in batch.beats:
                 self._observe(beat)
             if batch.last is not None:

@@ -92,6 +92,38 @@ def test_a_spark_tasks_lag_batch_records_what_its_samples_would():
     assert lag_batch(Batch([], applied_at=1.0)).last is None
 
 
+def test_observing_many_lags_at_once_records_what_observing_each_does():
+    """A micro-batch's lags go into the histogram in one step per bucket: the same bucket
+    counts as one observe per value (values on a bound, at zero, past the last bound), the
+    same sum up to rounding; a histogram without prometheus_client's internals is fed per
+    value."""
+    import random
+    from prometheus_client import Histogram
+    from cachesync.metrics import LAG_BUCKETS, observe_all
+    rng = random.Random(7)
+    values = ([rng.expovariate(4.0) for _ in range(5000)] + list(LAG_BUCKETS[:-1])
+              + [0.0, 0.0, 1e9])
+    found = []
+    for feed in (lambda h: [h.observe(v) for v in values], lambda h: observe_all(h, values)):
+        reg = CollectorRegistry()
+        feed(Histogram("lag_seconds", "lag", buckets=LAG_BUCKETS, registry=reg))
+        found.append(samples(reg))
+    each, many = found
+    assert {k: v for k, v in each.items() if "_bucket" in k[0] or "_count" in k[0]} == \
+        {k: v for k, v in many.items() if "_bucket" in k[0] or "_count" in k[0]}
+    assert many[("lag_seconds_sum", ())] == pytest.approx(each[("lag_seconds_sum", ())])
+
+    class Plain:                          # no buckets of its own to add to
+        def __init__(self):
+            self.seen = []
+
+        def observe(self, value):
+            self.seen.append(value)
+    plain = Plain()
+    observe_all(plain, values[:3])
+    assert plain.seen == values[:3]
+
+
 def test_a_failing_hook_never_raises_into_the_engine():
     cm = ConsumerMetrics(CollectorRegistry(), lambda: None,
                          on_heartbeat=lambda *a: 1 / 0)
