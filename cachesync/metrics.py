@@ -359,21 +359,13 @@ class ConsumerMetrics:
 
     def on_batch(self, result) -> None:
         """The engine's hook: observe every applied event's lag; never raises into the engine."""
-        self.observe(lag_samples(result))
-
-    def observe(self, samples: list["LagSample"]) -> None:
-        """Record lag samples (from ``lag_samples``, here or in a Spark task); never raises."""
-        if not samples:
-            return
-        try:
-            for sample in samples:
-                self._observe(sample)
-            self.last_apply_at = max(s.applied_at for s in samples)
-        except Exception:   # noqa: BLE001 - metrics must never stop consumption
-            log.exception("could not record lag metrics for a batch")
+        self.observe_batch(lag_batch(result))
 
     def observe_batch(self, batch: "LagBatch") -> None:
-        """Record a LagBatch (a Spark task's, per applied chunk); never raises."""
+        """Record the lags of one applied batch (``lag_batch``: the python engine's batch or a
+        Spark task's chunk); a batch that applied nothing records nothing; never raises."""
+        if batch.last is None:
+            return
         try:
             applied_at = batch.applied_at
             for kind, committed in batch.committed.items():
