@@ -98,9 +98,10 @@ def percentile(values, q: float):
 
 
 def summarize(runs: list[dict], fields: list[str]) -> dict:
-    """``{"median": {field: median over runs}, "runs": runs}``."""
-    return {"median": {f: _round(median([r[f] for r in runs if r.get(f) is not None]))
-                       for f in fields},
+    """``{"median": {field: median over runs}, "runs": runs}``; a field no run has is None."""
+    def med(values):
+        return _round(median(values)) if values else None
+    return {"median": {f: med([r[f] for r in runs if r.get(f) is not None]) for f in fields},
             "runs": runs}
 
 

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from bench.common import ROOT, Sandbox, Worker, log, ratio, stat_cpu_s, summarize
 from bench.consumer import engine_run, populate, prefill
-from cachesync.commands.consume_spark import build_spark_engine
+from cachesync.commands.consume_spark import DEFAULT_MAX_OFFSETS, build_spark_engine
 from cachesync.commands.replay import run_replay
 from cachesync.consumer.replay import parse_bound
 from cachesync.devstack import wait_for
@@ -42,9 +42,10 @@ from cachesync.devstack import wait_for
 NAME = "spark_cluster"
 SIZES = {"full": 200_000, "quick": 40_000}
 PARTITIONS = 3
-# records per micro-batch of a consume run (the default maxOffsetsPerTrigger): the first
-# batch starts the executor's Python worker and connections, the others show the steady rate
-MAX_OFFSETS = 20_000
+# records per micro-batch of a consume run: the engine's default (--max-offsets-per-trigger);
+# BENCH_SPARK_MAX_OFFSETS sets another. The first batch starts the executor's Python worker and
+# connections, the others show the steady rate.
+MAX_OFFSETS = int(os.environ.get("BENCH_SPARK_MAX_OFFSETS", DEFAULT_MAX_OFFSETS))
 APP_CONF = {"spark.executor.memory": "512m", "spark.cores.max": "1"}
 EXECUTOR = b"org.apache.spark.executor.CoarseGrainedExecutorBackend"
 
@@ -85,6 +86,7 @@ def run(stack, quick: bool, runs: int) -> dict:
                            "python engine (one process) on the same topic, same run: consume "
                            "(MySQL dedup) and replay; then an executor killed mid-consume",
             "params": {"events": m, "keys": len(keys), "keys_per_event": 2,
+                       "max_offsets_per_trigger": MAX_OFFSETS,
                        "partitions": PARTITIONS, "runs": runs, "prefill_s": round(prefill_s, 2),
                        "spark_master": env["DEVSTACK_SPARK_MASTER_URL"], "spark_conf": APP_CONF,
                        "spark_startup_s": round(startup_s, 2),

@@ -148,6 +148,12 @@ try:
         if lags:
             print("LAG p50 %.0f ms p99 %.0f ms n=%d sent=%d" % (
                 1000 * lags[len(lags) // 2], 1000 * lags[int(len(lags) * 0.99)], len(lags), sent))
+        steady = sorted(s.applied_at - s.committed for r in reports[warm:][-len(rows):]
+                        for b in r.lag for s in b.samples())
+        if steady:      # the batches printed above (Spark keeps the last 100 progress reports)
+            print("LAG of those batches p50 %.0f ms p99 %.0f ms n=%d" % (
+                1000 * steady[len(steady) // 2], 1000 * steady[int(len(steady) * 0.99)],
+                len(steady)))
         print("accelerator", engine.accelerator, "transfer", engine.transfer)
 finally:
     box.cleanup()

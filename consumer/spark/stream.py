@@ -70,7 +70,7 @@ AUTO, ARROW, ROWS = "auto", "arrow", "rows"
 @dataclass(frozen=True)
 class StreamOptions:
     checkpoint_location: str                  # durable: HDFS/S3/a persistent local path
-    max_offsets_per_trigger: int = 20_000     # records per micro-batch, over all partitions
+    max_offsets_per_trigger: int = 100_000    # records per micro-batch, over all partitions
     # seconds between micro-batches, or AVAILABLE_NOW: apply what the topic holds now (in
     # batches of max_offsets_per_trigger), then stop (catch-up runs, e.g. from a scheduler)
     trigger: float | str = 0.5
