@@ -112,6 +112,20 @@ def stat_cpu_s(stat_path) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def host_cpu() -> tuple[int, int]:
+    """(busy, total) jiffies of every CPU of the host so far (/proc/stat): two readings give
+    the share of the host's CPU time that was busy between them (:func:`busy_share`)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]                    # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def busy_share(before: tuple[int, int], after: tuple[int, int]) -> float | None:
+    """The share (0..1) of the host's CPU time busy between two :func:`host_cpu` readings."""
+    total = after[1] - before[1]
+    return round((after[0] - before[0]) / total, 3) if total > 0 else None
+
+
 def ratio(a, b):
     return _round(a / b) if a is not None and b else None
 

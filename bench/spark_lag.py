@@ -11,17 +11,22 @@ the same table and the same tailer:
 * baseline: ``cachesync consume`` (the python engine, one process, config defaults), started
   after the Spark driver stopped (it first skips, as duplicates, what Spark applied).
 
+``BENCH_SPARK_LAG_RATES`` (comma-separated commits/s, default ``1000,5000``): the rates
+measured, each for the mode's seconds. Each run records ``host_busy``, the share of the
+host's CPU time busy over it (1.0: every core busy throughout, every process waiting).
+
 ``BENCH_SPARK_TRIGGERS`` (comma-separated, default ``default``): one Spark consumer per
 value, in that order, before the python engine: ``default`` (no ``--trigger``: the setting's
 default) or any ``--trigger`` value (``200ms``, ``0``); figures under ``spark`` for the
 default and ``spark_trigger_<value>`` for the others.
 
-Each consumer is warmed up (keys invalidated end to end), then runs WARM_LOAD_S seconds at
-the first asked rate, unmeasured, before its clock starts: a long-running Spark query's JVMs
-(driver and executor) have compiled their hot code, which in the first minute costs them
+Each consumer is warmed up (keys invalidated end to end), then, before each asked rate,
+runs WARM_LOAD_S seconds at that rate, unmeasured: a long-running Spark query's JVMs
+(driver and executor) have compiled their hot code, which in the first minutes costs them
 more CPU than the micro-batches themselves (C1/C2 compiler threads, 230-290 ms per
-micro-batch each, measured at 1,000 commits/s); the python engine gets the same. Start-up
-is not in the figures. Needs `devstack/stack.sh up spark` (started here if not).
+micro-batch each, measured at 1,000 commits/s; at 5,000/s still 40 ms each after two
+minutes, ``python -m bench.spark_cycle 5000 180``), and a rate's batches are larger than the
+rate before's; the python engine gets the same. Start-up is not in the figures. Needs `devstack/stack.sh up spark` (started here if not).
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ import time
 from pathlib import Path
 
 from bench import lag
-from bench.common import ROOT, Sandbox, log, ratio, summarize, wait_for
+from bench.common import ROOT, Sandbox, busy_share, host_cpu, log, ratio, summarize, wait_for
 from bench.spark_cluster import _cluster
 from cachesync.consumer.spark.stream import parse_trigger
 
@@ -43,9 +48,9 @@ NAME = "spark_lag"
 SIZES = {"full": ((1000, 30.0), (5000, 30.0)), "quick": ((1000, 5.0), (5000, 5.0))}
 SPARK_CONF = {"spark.cores.max": "1", "spark.executor.memory": "512m",
               "spark.ui.enabled": "false"}
-# seconds of unmeasured load per consumer before its figures (see the module docstring)
+# seconds of unmeasured load per consumer before each rate's figures (the module docstring)
 WARM_LOAD_S = {"full": 60.0, "quick": 20.0}
-FIELDS = ["p50_ms", "p90_ms", "p99_ms", "max_ms", "achieved_rate", "missing"]
+FIELDS = ["p50_ms", "p90_ms", "p99_ms", "max_ms", "achieved_rate", "missing", "host_busy"]
 # Harness.warm_up waits 90 s a try; at load average 40 a Spark application's first
 # micro-batch came 6 minutes after its spark-submit
 WARM_TRIES = 10
@@ -53,7 +58,7 @@ DEFAULT = "default"     # BENCH_SPARK_TRIGGERS: the consumer's own default trigg
 
 
 def run(stack, quick: bool, runs: int) -> dict:
-    rates = SIZES["quick" if quick else "full"]
+    rates = _rates(os.environ.get("BENCH_SPARK_LAG_RATES"), SIZES["quick" if quick else "full"])
     warm_load_s = WARM_LOAD_S["quick" if quick else "full"]
     triggers = _triggers(os.environ.get("BENCH_SPARK_TRIGGERS", DEFAULT))
     env = _cluster()
@@ -85,10 +90,9 @@ def run(stack, quick: bool, runs: int) -> dict:
                         log(f"{NAME}: {engine} consumer's log ends:\n{box.proc_log(consume)}")
                         raise
                     log(f"{NAME}: {engine} consumer warm, first key gone after {warm:.2f}s")
-                    harness.measure_commits(rates[0][0], warm_load_s, False)     # not kept
                     for rate, seconds in rates:
-                        results = [harness.measure_commits(rate, seconds, False)
-                                   for _ in range(runs)]
+                        harness.measure_commits(rate, warm_load_s, False)     # not kept
+                        results = [_measured(harness, rate, seconds) for _ in range(runs)]
                         for result in results:
                             log(f"{NAME}: {engine} {rate}/s: p50 {result['p50_ms']} ms, p99 "
                                 f"{result['p99_ms']} ms at {result['achieved_rate']}/s")
@@ -109,7 +113,7 @@ def run(stack, quick: bool, runs: int) -> dict:
                            "(standalone devstack cluster, one executor core, default trigger) "
                            "vs the python engine, same topic, same tailer, same run",
             "params": {"rates": [list(r) for r in rates], "runs": runs, "partitions": 3,
-                       "warm_load_s": warm_load_s, "warm_load_rate": rates[0][0],
+                       "warm_load_s_per_rate": warm_load_s,
                        "keys_per_row": lag.KEYS_PER_ROW, "dedup_store": "mysql",
                        "spark_conf": SPARK_CONF, "spark_triggers": triggers,
                        "order": "spark (each trigger in turn), then python",
@@ -120,6 +124,24 @@ def run(stack, quick: bool, runs: int) -> dict:
         }
     finally:
         box.cleanup()
+
+
+def _rates(spec: str | None, default):
+    """``BENCH_SPARK_LAG_RATES`` (comma-separated commits/s, e.g. ``1000,2500,5000``) with the
+    mode's seconds per rate, or the mode's rates."""
+    if not spec:
+        return default
+    seconds = default[0][1]
+    return tuple((int(r), seconds) for r in spec.split(",") if r.strip())
+
+
+def _measured(harness, rate: int, seconds: float) -> dict:
+    """One run's figures, with how busy the host's CPUs were over it (``host_busy``: 1.0 is
+    every core busy the whole run, where every process waits for a core) and the load."""
+    before = host_cpu()
+    result = harness.measure_commits(rate, seconds, False)
+    return {**result, "host_busy": busy_share(before, host_cpu()),
+            "loadavg_1m": round(os.getloadavg()[0], 1)}
 
 
 def _triggers(spec: str) -> list[str]:
