@@ -34,9 +34,10 @@ from pathlib import Path
 
 from bench.common import ROOT, Sandbox, Worker, log, ratio, stat_cpu_s, summarize
 from bench.consumer import engine_run, populate, prefill
-from cachesync.commands.consume_spark import DEFAULT_MAX_OFFSETS, build_spark_engine
+from cachesync.commands.consume_spark import build_spark_engine
 from cachesync.commands.replay import run_replay
 from cachesync.consumer.replay import parse_bound
+from cachesync.consumer.spark import DEFAULT_MAX_OFFSETS
 from cachesync.devstack import wait_for
 
 NAME = "spark_cluster"

@@ -26,7 +26,8 @@ runs WARM_LOAD_S seconds at that rate, unmeasured: a long-running Spark query's 
 more CPU than the micro-batches themselves (C1/C2 compiler threads, 230-290 ms per
 micro-batch each, measured at 1,000 commits/s; at 5,000/s still 40 ms each after two
 minutes, ``python -m bench.spark_cycle 5000 180``), and a rate's batches are larger than the
-rate before's; the python engine gets the same. Start-up is not in the figures. Needs `devstack/stack.sh up spark` (started here if not).
+rate before's; the python engine gets the same. Start-up is not in the figures. Needs
+`devstack/stack.sh up spark` (started here if not).
 """
 
 from __future__ import annotations

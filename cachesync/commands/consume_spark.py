@@ -10,21 +10,11 @@ from cachesync.commands.common import log, on_termination
 from cachesync.config import Settings
 from cachesync.consumer.applier import Stats
 from cachesync.consumer.hooks import DedupPurge, DelayedDeletes, Hooks, Ticker
+from cachesync.consumer.spark import DEFAULT_MAX_OFFSETS
 from cachesync.kafka_security import spark_kafka_options
 from cachesync.operate import consumer_ops, monitor_hook
 from cachesync.wiring import build_cache, build_dedup
 
-# Records per micro-batch while the query catches up (a backlog after a restart, or
-# --trigger availableNow). A micro-batch pays a fixed cost whatever it holds (Spark's offsets
-# and commit written to the checkpoint, planning, one job, each task's start, its first
-# Kafka fetch): with one executor core, 20,000-record batches consumed at 0.78x the python
-# engine's keys/s, 100,000-record ones at 0.94x (bench spark_cluster, docs/spark.md).
-# Tasks stream their records in chunks of consumer.batch_size, so a larger batch costs the
-# executors no memory; what grows is the driver's result per batch (the lag samples and
-# the plans of delayed second deletes) and what a crash makes the next run skip again
-# as duplicates. At the head of the topic a micro-batch holds what arrived in one trigger
-# interval, far below it.
-DEFAULT_MAX_OFFSETS = 100_000
 DEFAULT_TRIGGER = "0.5s"
 
 

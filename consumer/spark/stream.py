@@ -29,6 +29,7 @@ from typing import Mapping
 from cachesync.consumer.applier import BatchResult, Stats
 from cachesync.consumer.hooks import Hook, Ticker
 from cachesync.consumer.core.tally import TableTally
+from cachesync.consumer.spark import DEFAULT_MAX_OFFSETS
 from cachesync.consumer.spark.applier import (ARROW_RESULT_SCHEMA, ApplyConfig, arrow_result,
                                               consume_arrow, consume_partition)
 from cachesync.consumer.spark.records import KAFKA_SELECT
@@ -70,7 +71,7 @@ AUTO, ARROW, ROWS = "auto", "arrow", "rows"
 @dataclass(frozen=True)
 class StreamOptions:
     checkpoint_location: str                  # durable: HDFS/S3/a persistent local path
-    max_offsets_per_trigger: int = 100_000    # records per micro-batch, over all partitions
+    max_offsets_per_trigger: int = DEFAULT_MAX_OFFSETS   # records per micro-batch, all partitions
     # seconds between micro-batches, or AVAILABLE_NOW: apply what the topic holds now (in
     # batches of max_offsets_per_trigger), then stop (catch-up runs, e.g. from a scheduler)
     trigger: float | str = 0.5
