@@ -605,6 +605,13 @@ class ConsumerSettings(_Validated):
         "after a broker restart, and at shutdown, the consumer waits again), so a crash can leave the last few batches to be delivered again, which "
         "the dedup store skips as duplicates; `sync` waits for every reply",
         choices=("async", "sync"))
+    offset_commit_interval_s: float = setting(
+        1.0, "offsets of the batches applied within this time of the last offset commit sent "
+        "are committed together, by the next batch or poll after it (one broker request "
+        "instead of one per batch: at the head of the binlog each commit is its own batch). A "
+        "crash or a partition handed to another consumer delivers up to this much again, "
+        "which the dedup store skips as duplicates; a clean stop commits them. `0`: every "
+        "batch's offsets as soon as it is applied", **NOT_NEGATIVE)
     overlap_batches: bool = setting(
         True, "poll, decode and plan the next batch while a worker thread applies the current "
         "one (its dedup claim, Redis writes and confirm); batches still reach Redis and the "

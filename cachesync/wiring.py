@@ -246,7 +246,8 @@ def build_engine(settings: Settings, on_batch=None, source=None, dead_letters=No
     return PythonEngine(
         source=source or KafkaSource(k.bootstrap_servers, k.topic, k.group_id,
                                      group=kafka_group(settings), security=consumer_options(k),
-                                     async_commit=settings.consumer.offset_commit == "async"),
+                                     async_commit=settings.consumer.offset_commit == "async",
+                                     commit_interval_s=settings.consumer.offset_commit_interval_s),
         dedup=build_dedup(settings), cache=build_cache(settings),
         dead_letters=dead_letters or build_dead_letters(settings),
         mappings=mappings(settings), options=settings.consumer, on_batch=on_batch, hooks=hooks,

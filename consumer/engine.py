@@ -156,7 +156,9 @@ class PythonEngine:
         decodes and plans; the worker only runs ``Applier.apply`` on what was prepared.
         When a poll came back full (a backlog: more records are waiting), the next batch
         is polled and prepared while the worker applies this one, and handed over only
-        once this one is done and committed. The cache, the dedup store and the hooks
+        once this one is done and committed; a batch from a poll that came back short is
+        applied on this thread (the worker is idle then, and a hand-off would cost two
+        wake-ups per batch). The cache, the dedup store and the hooks
         therefore see every batch in order, one at a time, exactly as ``step`` does: what
         overlaps is this thread's Python with the worker's waits for Redis and MySQL. A
         poll that came back short (no backlog) waits for its batch before polling again,
@@ -180,11 +182,13 @@ class PythonEngine:
                     self._release()
                     if not records:
                         continue
-                    future = worker.submit(self.applier.apply, records, prepared)
                     if len(records) >= self._asked:
-                        flight = (records, future)
+                        flight = (records, worker.submit(self.applier.apply, records, prepared))
                     else:
-                        self._finish(records, future.result())
+                        # no backlog: nothing to overlap, so no hand-off to the worker and
+                        # back (two wake-ups and GIL hand-offs per batch, at the head of the
+                        # binlog one per commit)
+                        self._finish(records, self.applier.apply(records, prepared))
             except Stopped:
                 pass
             except BaseException:
