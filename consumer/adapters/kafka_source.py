@@ -155,7 +155,10 @@ class KafkaSource:
                                # what one poll can hold at most, whatever the records pack
                                # (50 MB by default)
                                fetch_max_bytes=16 * 1024 * 1024,
-                               reconnect_backoff_max_ms=RECONNECT_BACKOFF_MAX_MS)
+                               reconnect_backoff_max_ms=RECONNECT_BACKOFF_MAX_MS,
+                               # kafka-python's own sensors, recorded per request and
+                               # record and read by nothing here
+                               metrics_enabled=False)
                 self._consumer = KafkaConsumer(
                     bootstrap_servers=bootstrap_servers.split(","), group_id=group_id,
                     client_id=client_id, enable_auto_commit=False,
