@@ -83,7 +83,7 @@ class RedisDedupStore:
         for part in chunks(changes, CLAIM_CHUNK):
             keys, args = [], [token, max(1, int(lease_s * 1000)), self._retention_ms]
             for msg_id, cache_keys in part:
-                leases = self._leases(cache_keys)
+                leases = self._leases(list(cache_keys))      # a list: named in one call
                 keys += [dedup_key(self._namespace, msg_id), *cache_keys, *leases]
                 args += [len(cache_keys), len(leases)]
             calls.append((part, keys, args))
