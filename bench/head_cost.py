@@ -32,7 +32,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from bench.common import Sandbox, log, stat_cpu_s, summarize, wait_for
+from bench.common import Sandbox, busy_share, host_cpu, log, stat_cpu_s, summarize, wait_for
 from bench.lag import DDL, KEYS_PER_ROW, WRITER_NICE, Harness, _alive, _checkpoint_stored
 
 NAME = "head_cost"
@@ -43,11 +43,14 @@ CONFIGS = tuple(os.environ.get("BENCH_HEAD_COST_CONFIGS", "tail+consume,run,run 
 SETTLE_S = 5.0              # after warm-up, before an idle measurement
 REQUESTS = ("Produce", "Fetch", "OffsetCommit")
 PROCESSES = ("mariadbd", "kafka", "redis")
-FIELDS = ["achieved_rate", "commits", "p50_ms", "p99_ms", "load_1m", "sidecar_us", "tail_us",
-          "consume_us", "run_us", "run --direct_us", "mariadbd_us",
+SIDECARS = ("tail", "consume", "run", "run --direct")
+FIELDS = ["achieved_rate", "commits", "p50_ms", "p99_ms", "load_1m", "host_busy", "sidecar_us",
+          *(f"{n}_us" for n in SIDECARS), "mariadbd_us",
           "sidecar_x_mariadbd", "kafka_us", "kafka_x_mariadbd", "redis_us", "writers_us",
           *(f"{r.lower()}_per_commit" for r in REQUESTS)]
-IDLE_FIELDS = ["load_1m", "sidecar_core_pct", *(f"{r.lower()}_per_s" for r in REQUESTS)]
+IDLE_FIELDS = ["load_1m", "host_busy", "sidecar_core_pct",
+               *(f"{n}_core_pct" for n in (*SIDECARS, *PROCESSES)),
+               *(f"{r.lower()}_per_s" for r in REQUESTS)]
 
 
 def run(stack, quick: bool, runs: int) -> dict:
@@ -144,11 +147,12 @@ def _busy(harness: ClockedHarness, pids: dict, procs: dict, broker, rate: float,
     result = harness.measure_commits(rate, seconds, False)
     after = _readings(pids, broker)
     commits = max(1, result["writes"])
-    per_commit = {n: (after[n] - before[n]) / commits * 1e6 for n in after}
+    per_commit = {n: (after[n] - before[n]) / commits * 1e6 for n in after if n != "host"}
     sidecar = sum(per_commit[n] for n in procs)
     out = {"achieved_rate": result["achieved_rate"], "commits": result["writes"],
            "missing": result["missing"], "p50_ms": result["p50_ms"], "p99_ms": result["p99_ms"],
            "load_1m": round(os.getloadavg()[0], 2),
+           "host_busy": busy_share(before["host"], after["host"]),
            **{f"{n}_us": round(per_commit[n], 1) for n in procs},
            "sidecar_us": round(sidecar, 1),
            **{f"{n}_us": round(per_commit[n], 1) for n in PROCESSES},
@@ -169,6 +173,7 @@ def _idle(pids: dict, procs: dict, broker, seconds: float) -> dict:
     elapsed = time.monotonic() - t0
     pct = {n: round((after[n] - before[n]) / elapsed * 100, 2) for n in pids}
     out = {"seconds": round(elapsed, 1), "load_1m": round(os.getloadavg()[0], 2),
+           "host_busy": busy_share(before["host"], after["host"]),
            **{f"{n}_core_pct": pct[n] for n in pids},
            "sidecar_core_pct": round(sum(pct[n] for n in procs), 2)}
     for r in REQUESTS:
@@ -182,6 +187,7 @@ def _readings(pids: dict, broker, starting: bool = False) -> dict:
     broker's request counts. The JVM that reads those is a reaped child too: it is read
     before the children's rusage when ``starting``, after it otherwise."""
     out = broker.counts() if starting else {}
+    out["host"] = host_cpu()
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     out.update({n: tree_cpu_s(pid) for n, pid in pids.items()})
     out["writers"] = usage.ru_utime + usage.ru_stime
@@ -286,8 +292,11 @@ def table(configs: dict) -> list[str]:
         for rate, fig in figures["rates"].items():
             m = fig["median"]
             if rate == "0":
-                lines.append(f"| {config} | idle | {m['sidecar_core_pct']} % of a core | | | | "
-                             f"{_reqs(m, 'per_s')} per s | | | | {m['load_1m']} |")
+                parts = " + ".join(f"{n} {m.get(f'{n}_core_pct')}" for n in figures["processes"])
+                lines.append(f"| {config} | idle | {m['sidecar_core_pct']} % of a core ({parts}) "
+                             f"| {m['mariadbd_core_pct']} % | | {m['kafka_core_pct']} % | "
+                             f"{_reqs(m, 'per_s')} per s | {m['redis_core_pct']} % | | | "
+                             f"{m['load_1m']} |")
                 continue
             parts = " + ".join(f"{n} {_n(m.get(f'{n}_us'))}" for n in figures["processes"])
             lines.append(
