@@ -19,7 +19,9 @@ commit), read from its own request metrics over JMX (the devstack's broker gets 
 on a free loopback port through ``jcmd``, read with Kafka's ``JmxTool``). Idle rows give the
 share of a core each process used instead.
 
-``BENCH_HEAD_COST_RATES=0,100`` and ``BENCH_HEAD_COST_CONFIGS=run`` narrow a run.
+``BENCH_HEAD_COST_RATES=0,100`` and ``BENCH_HEAD_COST_CONFIGS=run`` narrow a run;
+``BENCH_BASELINE_TREE`` (another checkout with its own .venv, ``bench.common.baseline_tree``)
+measures each configuration of that checkout too, just before this one's.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from bench.common import Sandbox, busy_share, host_cpu, log, stat_cpu_s, summarize, wait_for
+from bench.common import (Sandbox, baseline_tree, busy_share, host_cpu, log, stat_cpu_s, summarize,
+                          tree_commit, wait_for)
 from bench.lag import DDL, KEYS_PER_ROW, WRITER_NICE, Harness, _alive, _checkpoint_stored
 
 NAME = "head_cost"
@@ -59,9 +62,14 @@ def run(stack, quick: bool, runs: int) -> dict:
     broker = BrokerRequests(services["kafka"], Path(stack.env["DEVSTACK_DIR"]) / "kafka" / "libs")
     (sync_binlog, flush), = stack.admin_sql(
         "SELECT @@sync_binlog, @@innodb_flush_log_at_trx_commit")
+    trees = {"": None}
+    if baseline_tree() is not None:       # the same configurations of another checkout
+        trees = {f" (baseline {tree_commit(baseline_tree())})": baseline_tree(), **trees}
     out = {}
     for config in CONFIGS:
-        out[config] = _measure_config(stack, config, services, broker, seconds, idle_seconds, runs)
+        for label, tree in trees.items():
+            out[config + label] = _measure_config(stack, config, services, broker, seconds,
+                                                  idle_seconds, runs, tree)
     return {"description": "CPU per commit of cachesync, mariadbd, the Kafka broker and Redis at "
                            "fixed single-row commit rates (0 = idle: share of a core)",
             "params": {"rates": list(RATES), "seconds": seconds, "idle_seconds": idle_seconds,
@@ -76,8 +84,9 @@ def run(stack, quick: bool, runs: int) -> dict:
 
 
 def _measure_config(stack, config: str, services: dict, broker, seconds: float,
-                    idle_seconds: float, runs: int) -> dict:
+                    idle_seconds: float, runs: int, tree=None) -> dict:
     box = Sandbox(stack, "headcost")
+    box.tree = tree
     try:
         box.create_schema(DDL)
         topic = box.new_topic(3)
@@ -106,7 +115,7 @@ def _measure_config(stack, config: str, services: dict, broker, seconds: float,
                     alive()
                     log(f"head_cost {config} {rate:g}/s run {i + 1}/{runs}: {_brief(results[-1])}")
                 rates[f"{rate:g}"] = summarize(results, IDLE_FIELDS if rate == 0 else FIELDS)
-            return {"rates": rates, "processes": list(procs)}
+            return {"rates": rates, "processes": list(procs), "commit": tree_commit(tree)}
         finally:
             harness.close()
     finally:
