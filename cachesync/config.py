@@ -596,7 +596,10 @@ class ConsumerSettings(_Validated):
     SECTION = "consumer"
     batch_size: int = setting(2000, "events per poll (fewer records when they are packed) and "
                               "per dedup round trip", lo=1, hi=1_000_000)
-    poll_timeout_s: float = setting(0.2, "poll wait", **POSITIVE)
+    poll_timeout_s: float = setting(
+        1.0, "the longest a poll waits when no record arrives (it returns as soon as one does; "
+        "sooner when a delayed second delete or the dedup purge is due): how often an idle "
+        "consumer wakes, and how long a stop may wait for the poll in progress", **POSITIVE)
     offset_commit: str = setting(
         "async", "how a batch's offsets are committed, always after its cache writes and dedup "
         "confirm: `async` sends the commit and goes on to the next poll without waiting for the "

@@ -104,10 +104,17 @@ class PythonEngine:
         """One poll, applied and committed; None when the poll was empty."""
         self.hooks.tick()
         self._release()
-        records = self._poll(self._opts.poll_timeout_s)
+        records = self._poll(self._wait_s())
         if not records:
             return None
         return self._finish(records, self.applier.apply(records))
+
+    def _wait_s(self) -> float:
+        """How long a poll may wait for records (it returns as soon as some arrive):
+        ``consumer.poll_timeout_s``, or less when a hook's next tick is due sooner. With
+        nothing arriving, the loop wakes only for that (no fixed beat while idle)."""
+        due = self.hooks.due_in()
+        return self._opts.poll_timeout_s if due is None else min(self._opts.poll_timeout_s, due)
 
     def _poll(self, timeout_s: float) -> list:
         # batch_size counts events; a packed record carries many of them
@@ -171,7 +178,7 @@ class PythonEngine:
             try:
                 while not self._stop.is_set():
                     # with a batch in flight, take only what has arrived: its result is next
-                    records = self._poll(0.0 if flight else self._opts.poll_timeout_s)
+                    records = self._poll(0.0 if flight else self._wait_s())
                     prepared = self.applier.prepare(records) if records else None
                     if prepared is not None:      # sizes the next poll (packed records)
                         self._events_per_record = max(1, prepared.decoded.widest)
