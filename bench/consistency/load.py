@@ -35,6 +35,7 @@ from cachesync.client import read_through
 PIPELINE = 200            # GETs per round trip
 FILL_QUEUE = 256          # misses waiting for a fill thread (the reader waits beyond)
 NEVER = float("inf")      # an invalidation that never came
+PACE_MARGIN = 1.1         # readers' pace above the reads the writes' length needs
 
 
 def zipf_weights(rows: int, s: float) -> list[float]:
@@ -66,8 +67,15 @@ def read_process(spec: dict, n: int, start, stop, counts, out: str) -> None:
     client = redis.Redis.from_url(spec["redis_url"])
     conn = client.connection_pool.get_connection("GET")
     times, values = array("d"), array("q")
+    # paced so that the reads and the writes take about as long: a cell whose reads ran far
+    # ahead of its writes would judge more reads than it has the memory for
+    per_s = spec["reads"] * spec["write_rate"] / spec["writes"] / spec["readers"] * PACE_MARGIN
     start.wait(120)
+    began = time.perf_counter()
     while not stop.is_set():
+        ahead = began + len(times) / per_s - time.perf_counter()
+        if ahead > 0:
+            time.sleep(ahead)
         batch = rng.choices(rows, cum_weights=weights, k=PIPELINE)
         t0 = time.perf_counter()
         conn.send_packed_command([b"".join([packed[i] for i in batch])], check_health=False)
