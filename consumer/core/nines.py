@@ -27,7 +27,7 @@ def nines(failed: int, total: int) -> float | None:
     counted): see :func:`upper_bound` for what can be said then."""
     if not total or not failed:
         return None
-    return round(-math.log10(failed / total), 2)
+    return round(-math.log10(failed / total), 2) + 0.0     # all failed: 0.0, never -0.0
 
 
 def upper_bound(failed: int, total: int) -> float | None:
