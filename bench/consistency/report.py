@@ -85,7 +85,7 @@ def nines_markdown(lab: dict) -> str:
             within = c["per_change"]["within"]
             lines.append(
                 f"| {fault} | {name} | {_share(within['100ms'])} | {_share(within['1s'])} "
-                f"| {c['per_change']['p99.9_ms']:,.0f} ms | {_share(c['per_read']['stale'])} "
+                f"| {_p999(c['per_change'])} | {_share(c['per_read']['stale'])} "
                 f"| {_share(c['per_read']['beyond_lag'])} | {c['stale_keys_after']} "
                 f"| {c['reads']:,} · {c['writes']:,} |")
     return "\n".join(lines)
@@ -103,12 +103,19 @@ def outages_markdown(lab: dict) -> str:
         within, check = o["per_change"]["within"], c["deadline_check"]
         faults = ", ".join(f"{x['what']} {x['seconds']:g} s" for x in c["outages"])
         lines.append(f"| {name} | {_share(within['100ms'])} | {_share(within['1s'])} "
-                     f"| {o['per_change']['p99.9_ms']:,.0f} ms "
+                     f"| {_p999(o['per_change'])} "
                      f"| {_share(o['per_read']['beyond_lag'])} "
                      f"| {o['read_windows_excluded_s']:g} | {faults} "
                      f"| {check['landed_by_deadline']:,} of "
                      f"{check['landed_by_deadline'] + check['missed_deadline']:,} |")
     return "\n".join(lines)
+
+
+def _p999(figure: dict) -> str:
+    """The p99.9 commit -> invalidation, or "never" when more than 0.1 % never came."""
+    if figure.get("never_applied", 0) > figure["changes"] * (1 - 0.999):
+        return "never"
+    return f"{figure['p99.9_ms']:,.0f} ms"
 
 
 def _share(s: dict) -> str:
