@@ -16,21 +16,25 @@ from typing import Callable
 
 import pymysql
 
-from cachesync.producer_outbox.foreignkeys import CascadeGraph, ForeignKey
+from cachesync.producer_outbox.foreignkeys import UNKNOWN, CascadeGraph, ForeignKey
 from cachesync.producer_outbox.matched import SYSTEM_SCHEMAS
 
 log = logging.getLogger("cachesync.producer_outbox.tailer")
 
+# KEY_COLUMN_USAGE lists a foreign key to an account with SELECT on its table;
+# REFERENTIAL_CONSTRAINTS (the ON DELETE / ON UPDATE rules) only to one with another
+# privilege on it (MariaDB): a rule not visible reads as UNKNOWN, taken as CASCADE.
 FOREIGN_KEYS = (
-    "SELECT rc.constraint_schema, rc.constraint_name, k.table_name, k.column_name, "
+    "SELECT k.constraint_schema, k.constraint_name, k.table_name, k.column_name, "
     "k.referenced_table_schema, k.referenced_table_name, k.referenced_column_name, "
     "rc.delete_rule, rc.update_rule "
-    "FROM information_schema.referential_constraints rc "
-    "JOIN information_schema.key_column_usage k ON k.constraint_schema = rc.constraint_schema "
-    "AND k.constraint_name = rc.constraint_name AND k.table_name = rc.table_name "
-    "AND k.referenced_table_name IS NOT NULL "
-    "WHERE rc.constraint_schema NOT IN (" + ", ".join(f"'{s}'" for s in SYSTEM_SCHEMAS) + ") "
-    "ORDER BY rc.constraint_schema, k.table_name, rc.constraint_name, k.ordinal_position")
+    "FROM information_schema.key_column_usage k "
+    "LEFT JOIN information_schema.referential_constraints rc "
+    "ON rc.constraint_schema = k.constraint_schema AND rc.constraint_name = k.constraint_name "
+    "AND rc.table_name = k.table_name "
+    "WHERE k.referenced_table_name IS NOT NULL AND k.constraint_schema NOT IN ("
+    + ", ".join(f"'{s}'" for s in SYSTEM_SCHEMAS) + ") "
+    "ORDER BY k.constraint_schema, k.table_name, k.constraint_name, k.ordinal_position")
 NATIVE_SETTING = "innodb_native_foreign_keys"
 # DDL that can add, drop or change a foreign key, or the tables one names
 _FK_DDL = re.compile(r"^\s*(?:ALTER|CREATE|DROP|RENAME)\b", re.I)
@@ -47,7 +51,7 @@ def read_foreign_keys(conn) -> list[ForeignKey]:
         fk = grouped.setdefault((schema, table, name), {
             "name": str(name), "child": (str(schema), str(table)), "child_columns": [],
             "parent": (str(ref_schema), str(ref_table)), "parent_columns": [],
-            "on_delete": str(on_del), "on_update": str(on_upd)})
+            "on_delete": str(on_del or UNKNOWN), "on_update": str(on_upd or UNKNOWN)})
         fk["child_columns"].append(str(column))
         fk["parent_columns"].append(str(ref_column))
     return [ForeignKey(**{**f, "child_columns": tuple(f["child_columns"]),
@@ -109,6 +113,8 @@ class ForeignKeys:
                         "cascades into mapped tables are invalidated as known before", e)
             return
         self.graph = CascadeGraph(fks, self._mapped)
+        log.info("foreign keys: %d read, %d cascading, %d cascade source table(s) of mapped "
+                 "tables", len(fks), len(self.graph.foreign_keys), len(self.graph.sources))
         self.announce()
 
     def announce(self) -> None:

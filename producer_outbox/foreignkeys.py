@@ -18,7 +18,9 @@ from typing import Callable, Iterable, Mapping
 Table = tuple[str, str]        # (db, table) as information_schema spells them
 
 CASCADE, SET_NULL = "cascade", "set_null"
-_ACTIONS = {"CASCADE": CASCADE, "SET NULL": SET_NULL, "SET DEFAULT": SET_NULL}
+# a rule the account may not read (fkschema): taken as CASCADE, never as RESTRICT
+UNKNOWN = "UNKNOWN"
+_ACTIONS = {"CASCADE": CASCADE, "SET NULL": SET_NULL, "SET DEFAULT": SET_NULL, UNKNOWN: CASCADE}
 DELETE, UPDATE = "delete", "update"
 
 
@@ -38,6 +40,10 @@ class ForeignKey:
         """What a parent ``op`` (delete/update) does to the child rows: CASCADE, SET_NULL or
         None (RESTRICT, NO ACTION: the server refuses the change instead)."""
         return _ACTIONS.get((self.on_delete if op == DELETE else self.on_update).upper())
+
+    @property
+    def rules_known(self) -> bool:
+        return UNKNOWN not in (self.on_delete.upper(), self.on_update.upper())
 
     @property
     def cascades(self) -> bool:
