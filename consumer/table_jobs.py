@@ -60,6 +60,9 @@ class TableScan:
     failure: BaseException | None = None    # what stopped it (not Stopped): raised by check()
     fence: str | None = None        # update mode: the event's padded version (newer keys stay)
     copies: int = 1                 # partition copies of the event that waited for it here
+    joined: list = field(default_factory=list)  # later events of the table it covers (job ids)
+    queued: bool = False            # handed to the worker pool
+    mapping: object = None          # the table's mapping (what the scan renders)
     paused: float = 0.0             # seconds the scan paused to leave Redis to the row stream
     done: threading.Event = field(default_factory=threading.Event)
 
@@ -87,6 +90,9 @@ class TableInvalidator:
         self._lock = threading.Lock()
         self._scans: dict[str, TableScan] = {}          # job id -> its scan (kept for metrics)
         self._holds: list[tuple[TopicPartition, int, TableScan]] = []
+        # per table: the scan under way, and the one not started yet that later events join
+        self._running: dict[str, TableScan] = {}
+        self._next: dict[str, TableScan] = {}
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="cachesync-table")
 
     def submit(self, ep: EventPlan, origin: tuple[TopicPartition, int] | None) -> None:
@@ -100,17 +106,55 @@ class TableInvalidator:
         with self._lock:
             scan = self._scans.get(job)
             if scan is None or (scan.done.is_set() and scan.finished is None):
-                scan = TableScan(job, event.qualified_table, event.extra.get("reason", "?"),
-                                 self._clock(), fence=padded(event.version)
-                                 if mapping.updates else None)
-                self._scans[job] = scan
-                self._forget_old()
-                self._pool.submit(self._run, scan, mapping)
+                scan = self._coalesced(job, ep)
             else:
                 scan.copies += 1
             if origin is not None and not scan.done.is_set():
                 self._holds.append((origin[0], origin[1], scan))
         self._stats.table_invalidations += 1
+
+    def _coalesced(self, job: str, ep: EventPlan) -> TableScan:
+        """The scan of a new table event (under the lock): the table's scan that has not
+        started yet if there is one (it starts after this event, so it covers it: N events
+        of a table while one scan runs cost one more scan, not N), else a new one, started
+        now or, while another scan of the table runs, after it."""
+        event, mapping = ep.event, ep.table
+        fence = padded(event.version) if mapping.updates else None
+        table = event.qualified_table
+        scan = self._next.get(table)
+        if scan is not None:
+            scan.joined.append(job)
+            scan.copies += 1
+            if fence is not None and (scan.fence is None or fence > scan.fence):
+                scan.fence = fence
+        else:
+            scan = self._next[table] = TableScan(job, table, event.extra.get("reason", "?"),
+                                                 self._clock(), fence=fence, mapping=mapping)
+            if table not in self._running:
+                self._queue(scan)
+        self._scans[job] = scan
+        self._forget_old()
+        return scan
+
+    def _queue(self, scan: TableScan) -> None:
+        scan.queued = True
+        self._pool.submit(self._run, scan, scan.mapping)
+
+    def _starting(self, scan: TableScan) -> None:
+        """The scan runs: later events of its table wait for the next one."""
+        with self._lock:
+            if self._next.get(scan.table) is scan:
+                del self._next[scan.table]
+            self._running[scan.table] = scan
+
+    def _ended(self, scan: TableScan) -> None:
+        """The scan ended: the table's next one starts."""
+        with self._lock:
+            if self._running.get(scan.table) is scan:
+                del self._running[scan.table]
+            waiting = self._next.get(scan.table)
+            if waiting is not None and not waiting.queued and not self._stop.is_set():
+                self._queue(waiting)
 
     def _forget_old(self) -> None:
         finished = [j for j, s in self._scans.items() if s.finished is not None]
@@ -151,14 +195,17 @@ class TableInvalidator:
 
     # -- the worker ------------------------------------------------------------------
     def _run(self, scan: TableScan, mapping) -> None:
+        self._starting(scan)
         try:
             state, removed = self._begin(scan)
-            if state is JobState.DONE:
+            owned = self._begin_joined(scan)
+            if state is JobState.DONE and not owned:
                 scan.reused = True
             else:
                 removed = self._scan(scan, mapping)
-                self._call("table scan record", lambda: self._jobs.finish(
-                    scan.job, self._owner, removed))
+                for job in ([scan.job] if state is not JobState.DONE else []) + owned:
+                    self._call("table scan record", lambda: self._jobs.finish(
+                        job, self._owner, removed))
             self._finished(scan, removed)
         except Stopped:
             pass
@@ -168,6 +215,15 @@ class TableInvalidator:
             scan.failure = e
         finally:
             scan.done.set()
+            self._ended(scan)
+
+    def _begin_joined(self, scan: TableScan) -> list[str]:
+        """The joined events' jobs this scan records as done: those no other consumer ran or
+        runs (the scan covers them all, whoever records them)."""
+        with self._lock:
+            joined = list(scan.joined)
+        return [job for job in joined if self._call("table scan record", lambda: self._jobs.begin(
+            job, self._owner, self._lease_s))[0] is JobState.RUN]
 
     def _begin(self, scan: TableScan) -> tuple[JobState, int]:
         """Wait while another consumer's scan of the event is under way."""

@@ -81,7 +81,7 @@ class BinlogSource:
         self._run = hotpath.compiled_run() if hasattr(stream, "plain_run") else None
         self._plans: dict[bytes, object] = {}
         self._no_plan: set[bytes] = set()
-        self._plans_version = 0
+        self._plans_version = (0, 0)
         self._plain_skip = 0    # transactions left to Python before the compiled run again
         if self._run is not None:
             stream.plain = self._plain
@@ -203,9 +203,11 @@ class BinlogSource:
         """The stream's ``plain`` callback: the buffered transactions the compiled run takes
         whole, once a table map of theirs has a plan; None otherwise (the reader frames the
         next transaction as before)."""
-        types = self._encoder.types
-        version = types.version if types is not None else 0
-        if version != self._plans_version:      # a DDL reloaded the types: plans again
+        types, cascades = self._encoder.types, self._encoder.cascades
+        # a DDL reloaded the types or the foreign keys: plans again
+        version = (types.version if types is not None else 0,
+                   cascades.version if cascades is not None else 0)
+        if version != self._plans_version:
             self._plans.clear()
             self._no_plan.clear()
             self._plans_version = version
@@ -347,8 +349,11 @@ class BinlogSource:
             # binlog_row_metadata=FULL puts column names in every table map.
             log.info("DDL in binlog: %s", _SECRETS.sub(r"\1'***'", text)[:200])
         types = self._encoder.types
-        if types is not None and text not in _TXN_MARKERS and statement_kind(text) != STATEMENT:
-            types.after_ddl(text, schema)   # types follow ALTERs
+        if text not in _TXN_MARKERS and statement_kind(text) != STATEMENT:
+            if types is not None:
+                types.after_ddl(text, schema)   # types follow ALTERs
+            if self._encoder.cascades is not None:
+                self._encoder.cascades.after_ddl(text)     # and so do foreign keys
         # a DML statement is inside its group; anything else but BEGIN ends one
         ends_group = text == "COMMIT" or (text != "BEGIN" and statement_kind(text) != STATEMENT)
         if ends_group and self._ctx is not None:

@@ -27,7 +27,7 @@ from cachesync.producer_outbox.fastrows import compiled_columns, decode_rows
 from cachesync.producer_outbox import hotpath
 from cachesync.producer_outbox.images import event_absence, known_images
 from cachesync.producer_outbox.jsoncolumns import resolve_partial, unknown_after
-from cachesync.producer_outbox.keycolumns import key_images, kept_specs
+from cachesync.producer_outbox.keycolumns import key_images, kept_specs, table_specs
 from cachesync.producer_outbox.matched import MatchedTables
 from cachesync.producer_outbox.outbox_binlog import OutboxRouter
 from cachesync.producer_outbox.partial import PartialRows
@@ -82,6 +82,7 @@ class RowEncoder:
         self.unkeyable = 0      # rows whose Kafka key could not be rendered: table invalidated
         self.json_unknown = 0   # updates whose partial JSON after value could not be computed
         self.whole_tables: tuple = (None, set())   # (txn context, tables invalidated in it)
+        self.cascades = None    # a cascades.Cascades: foreign keys the server does not log
 
     def rows_to_records(self, event, ctx: TxnContext, row_index: int, schema: str, table: str,
                         where: Callable[[], str]) -> tuple[list[Change], int]:
@@ -92,6 +93,27 @@ class RowEncoder:
         if self.outbox is not None and self.outbox.covers(schema, table):
             self._outbox_records(event, op, schema, table, where, out)
             return out, row_index   # outbox rows take no row index: the ids of the others stay
+        cascades = self.cascades
+        if cascades is not None and cascades.covers(schema, table):
+            return self._cascading(event, op, ctx, row_index, schema, table, where)
+        return self._mapped(event, op, ctx, row_index, schema, table, where, out)
+
+    def _cascading(self, event, op: str, ctx: TxnContext, row_index: int, schema: str,
+                   table: str, where: Callable[[], str]) -> tuple[list[Change], int]:
+        """A cascade source's rows event: its own records (a mapped table), then the
+        invalidations of what its deletes and key updates cascaded into (``cascades``)."""
+        rows = self._decode(event, schema, table, where)
+        out, row_index = self._mapped(event, op, ctx, row_index, schema, table, where, [], rows)
+        specs = table_specs(event.table_map[event.table_id],
+                            self.types.of(schema, table) if self.types is not None else ())
+        images = [row_images(op, key_images(row, specs)) for row in rows]
+        return out, self.cascades.rows(ctx, schema, table, op, images, row_index, out)
+
+    def _mapped(self, event, op: str, ctx: TxnContext, row_index: int, schema: str, table: str,
+                where: Callable[[], str], out: list, rows: list | None = None
+                ) -> tuple[list[Change], int]:
+        """``rows_to_records`` of a table that is not an outbox table (``rows``: already
+        decoded)."""
         plan = self._plan(event, schema, table)
         if plan is None:
             return out, row_index   # decided here, by the names of this event group's map
@@ -102,7 +124,8 @@ class RowEncoder:
             self.xa_tables[(schema, table)] = None
         partial = PartialRows(self, mapping, ctx, schema, table) if absent[0] or absent[1] else None
         diffs = type(event) is PartialUpdateRowsEvent    # JSON after values may be diffs
-        rows = self._decode(event, schema, table, where)
+        if rows is None:
+            rows = self._decode(event, schema, table, where)
         if partial is None and not diffs and not specs and row_filter is None and late_trim:
             return out, self._plain_rows(event, op, ctx, row_index, mapping, keep, rows, out)
         for row in rows:
@@ -175,7 +198,8 @@ class RowEncoder:
         run = hotpath.compiled_run()
         table_obj = event.table_map.get(event.table_id)
         if run is None or table_obj is None or type(event) not in FAST_ROW_EVENTS or (
-                self.outbox is not None and self.outbox.covers(schema, table)):
+                self.outbox is not None and self.outbox.covers(schema, table)) or (
+                self.cascades is not None and self.cascades.covers(schema, table)):
             return NO_PLAN
         plan = self._plan(event, schema, table)
         if plan is None:

@@ -19,8 +19,10 @@ from cachesync.config import TailerSettings
 from cachesync.producer_outbox.binlog_source import (STREAM_HEARTBEAT_S, BinlogSource,
                                                      current_position, open_stream)
 from cachesync.producer_outbox.binlog_source import _SECRETS, _binlog_status  # noqa: F401
+from cachesync.producer_outbox.cascades import Cascades
 from cachesync.producer_outbox.checkpoint import Checkpoint
 from cachesync.producer_outbox.dumpstream import reader_kind
+from cachesync.producer_outbox.fkschema import ForeignKeys
 from cachesync.producer_outbox.matched import MatchedTables
 from cachesync.producer_outbox.mysql import MySQLParams
 from cachesync.producer_outbox.outbox_binlog import OutboxRouter
@@ -83,6 +85,18 @@ class Tailer:
     json_unknown = _Count("encoder")        # partial JSON updates whose after is unknown
     versions_not_newer = _Count("source")   # GTIDs that did not advance the history
     undecoded_events = _Count("source")     # events with rows cachesync cannot decode
+
+    @property
+    def fk_cascade_rows(self) -> int:
+        """Parent rows whose unlogged foreign-key cascade reached a mapped table."""
+        cascades = self.encoder.cascades
+        return cascades.cascade_rows if cascades is not None else 0
+
+    @property
+    def fk_cascade_tables(self) -> int:
+        """Table-level events foreign-key cascades caused."""
+        cascades = self.encoder.cascades
+        return cascades.cascade_tables if cascades is not None else 0
 
     def __init__(self, mysql: MySQLParams, publisher: Publisher, checkpoints: CheckpointStore,
                  mappings: MappingSet, options: TailerOptions):
@@ -155,6 +169,7 @@ class Tailer:
         self.encoder.outbox = self._outbox_router(info)
         self.encoder.types = ColumnTypes(self._mysql.connect, self._matched.statement_tables())
         self.encoder.types.load()
+        self.encoder.cascades = self._cascades()
         t = self._opts.settings
         log.info("tailer starting at %s (server %s, tables %s, %s binlog reader)",
                  start.describe(), info.identity, ", ".join(m.table for m in self._mappings.entries),
@@ -169,6 +184,15 @@ class Tailer:
         finally:
             source.close()
             self.pipeline.drain()
+
+    def _cascades(self) -> Cascades:
+        """The foreign keys that cascade into mapped tables, read now (and after DDL)."""
+        def mapped(db: str, table: str) -> bool:
+            mapping = self._mappings.get(db, table)
+            return mapping is not None and bool(mapping.keys)
+        keys = ForeignKeys(self._mysql.connect, mapped)
+        keys.load()
+        return Cascades(keys, self._mappings)
 
     def _start_position(self, info: ServerInfo) -> Checkpoint:
         """``options.start`` (re-tail from an operator's position), else the stored

@@ -29,6 +29,8 @@ def command(settings, as_json: bool, role: str) -> None:
     grants-state      its SELECT, INSERT, UPDATE, DELETE, CREATE on mysql.state_db
     grants-tables     its SELECT on the mapped databases (lint, init, monitor, audit)
     gtid              GTIDs on (MySQL gtid_mode, MariaDB gtid_strict_mode)
+    fk-cascade        each foreign key that cascades into a mapped table without the
+                      server logging the rows it changes, and what cachesync does (WARN)
     binlog-retention  the checkpoint's binlog still kept, its age against the retention
     topic             each topic exists; its retention against consumer.dedup_retention_s
     kafka-acls        ACLs of kafka.sasl_username on the topics, where visible

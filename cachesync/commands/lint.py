@@ -9,6 +9,7 @@ import pymysql
 
 from cachesync.commands.common import handle_errors, settings_options
 from cachesync.explain import keys_without_ttl, lint
+from cachesync.fk_report import RULES_GRANT, cascading_keys, what_cachesync_does
 from cachesync.lint_keys import live_column_types
 from cachesync.table_matching import existing_tables, lint_view, matches_by_entry
 from cachesync.wiring import build_cache_reader, mysql_params
@@ -50,6 +51,10 @@ def command(settings, offline: bool, sample: int) -> None:
     column-filter   an ignore_columns entry that is always watched (key, value,
                     version columns), or a filter update mode makes useless
 
+    Then, as notes (fk-cascade), each foreign key whose ON DELETE/ON UPDATE CASCADE or
+    SET NULL changes rows of a mapped table without logging them, and how cachesync
+    invalidates them.
+
     A pattern entry is checked on the first table it matches (offline: on db.table).
     Column types come from information_schema; --offline assumes integer key
     columns, so it reports only the collisions every column type has.
@@ -66,6 +71,8 @@ def command(settings, offline: bool, sample: int) -> None:
         findings = lint(settings.tables, columns, no_ttl, types=types, matched=matched)
     for finding in findings:
         click.echo(f"warning: {finding}")
+    if not offline:
+        _foreign_keys(settings)
     checked = "delete-path" if offline else "delete-path, columns, TTLs"
     click.echo(f"{_tables(settings.tables, matched)}, {len(findings)} warning(s) ({checked})")
     if findings:
@@ -83,6 +90,22 @@ def _types(settings) -> tuple[dict[str, dict[str, tuple]], dict[str, list[str]]]
         raise classify(e) from e
     finally:
         conn.close()
+
+
+def _foreign_keys(settings) -> None:
+    """``fk-cascade``: each foreign key that cascades into a mapped table, and what cachesync
+    does about it (a note, not a finding: those keys are kept fresh)."""
+    conn = mysql_params(settings).connect(database=None)
+    try:
+        found, logged = cascading_keys(conn, settings.tables)
+    except pymysql.err.MySQLError as e:
+        raise classify(e) from e
+    finally:
+        conn.close()
+    for fk, tables in found:
+        click.echo(f"fk-cascade: {what_cachesync_does(fk, tables, logged, settings.tables)}")
+        if not fk.rules_known:
+            click.echo(f"fk-cascade: fix: {RULES_GRANT}")
 
 
 def _no_ttl(settings, view, sample: int) -> dict[str, list[str]]:

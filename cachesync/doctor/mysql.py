@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from cachesync.config import Settings
 from cachesync.doctor.check import FAIL, GRANT_LINE, PASS, WARN, Check, guard
+from cachesync.fk_report import RULES_GRANT, cascading_keys, what_cachesync_does
 from cachesync.grants import STATE_PRIVILEGES, missing
 from cachesync.producer_outbox.binlog_settings import DEGRADED
 from cachesync.producer_outbox.preflight import (REPLICA_VARIABLES, REQUIRED_PRIVILEGES,
@@ -25,11 +26,23 @@ def mysql_checks(settings: Settings, connect, state_connect) -> list[Check]:
                *_account_checks(info, settings)]
         # each on its own: a missing grant must not hide the other findings
         out += guard("gtid", lambda: [_gtid_check(conn, info)])
+        out += guard("fk-cascade", lambda: fk_cascade_checks(conn, settings))
         out += guard("binlog-retention", lambda: [_retention_check(
             conn, settings, lambda: _checkpoint(state_connect, settings))])
     finally:
         conn.close()
     return out
+
+
+def fk_cascade_checks(conn, settings: Settings) -> list[Check]:
+    """One WARN per foreign key that cascades into a mapped table (what cachesync does about
+    it, and the cost), or one PASS."""
+    found, logged = cascading_keys(conn, settings.tables)
+    if not found:
+        return [Check("fk-cascade", PASS, "no foreign key cascades into a mapped table")]
+    return [Check("fk-cascade", PASS if logged is True else WARN,
+                  what_cachesync_does(fk, tables, logged, settings.tables),
+                  "" if fk.rules_known else RULES_GRANT) for fk, tables in found]
 
 
 def _settings_check(info, settings: Settings) -> Check:
