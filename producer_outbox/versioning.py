@@ -21,6 +21,7 @@ means, or None when it changes only history (no cached row changes).
 from __future__ import annotations
 
 import datetime
+import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -82,3 +83,27 @@ class Versioning:
         if now:                  # an insert; or an update that made a row current again
             return "insert", None, self.visible(after)
         return None
+
+
+# -- application-time periods ---------------------------------------------------------------
+
+_PERIOD = re.compile(r"PERIOD\s+FOR\s+(`(?:[^`]|``)+`|\w+)\s*\(\s*(`(?:[^`]|``)+`|\w+)\s*,\s*"
+                     r"(`(?:[^`]|``)+`|\w+)\s*\)", re.I)
+_WITHOUT_OVERLAPS = re.compile(r",\s*(`(?:[^`]|``)+`|\w+)\s+WITHOUT\s+OVERLAPS\b", re.I)
+
+
+def overlap_periods(create_table: str) -> tuple[tuple[str, str, str], ...]:
+    """The application-time periods (name, start column, end column) that a ``WITHOUT
+    OVERLAPS`` key of ``create_table`` (SHOW CREATE TABLE) uses: under such a key several
+    rows share the other key columns, told apart by their period."""
+    keyed = {_unquote(m.group(1)).lower() for m in _WITHOUT_OVERLAPS.finditer(create_table)}
+    out = []
+    for m in _PERIOD.finditer(create_table):
+        name, start, end = (_unquote(g) for g in m.groups())
+        if name.lower() != "system_time" and name.lower() in keyed:
+            out.append((name, start, end))
+    return tuple(out)
+
+
+def _unquote(ident: str) -> str:
+    return ident[1:-1].replace("``", "`") if ident.startswith("`") else ident

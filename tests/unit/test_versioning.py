@@ -124,3 +124,14 @@ def test_delete_mode_invalidates_both_images_keyed_by_the_declared_key():
                                     rows(DeleteRowsEvent, row(1, CLOSED))])
     assert [(op, pk, key) for op, pk, _, _, key in records] == [
         ("insert", (("id", 1),), "app.users:1"), ("delete", (("id", 1),), "app.users:1")]
+
+
+def test_periods_under_a_without_overlaps_key_are_found_in_show_create_table():
+    from cachesync.producer_outbox.versioning import overlap_periods
+    create = ("CREATE TABLE `ap` (\n  `id` int(11) NOT NULL,\n  `s` date NOT NULL,\n"
+              "  `e` date NOT NULL,\n  PERIOD FOR `p` (`s`, `e`),\n"
+              "  PRIMARY KEY (`id`,`p` WITHOUT OVERLAPS)\n) ENGINE=InnoDB")
+    assert overlap_periods(create) == (("p", "s", "e"),)
+    assert overlap_periods(create.replace(",`p` WITHOUT OVERLAPS", "")) == ()
+    assert overlap_periods("CREATE TABLE t (id int, s timestamp(6) GENERATED ALWAYS AS ROW "
+                           "START, PERIOD FOR SYSTEM_TIME (s, e)) WITH SYSTEM VERSIONING") == ()
