@@ -66,7 +66,7 @@ def test_the_event_key_is_the_declared_primary_key_without_row_end(logged, decla
 
 # -- the encoder on a versioned table (rows as the library decodes them, no server) --------
 
-def _encode(mode: str, events):
+def _encode(mode: str, events, **spec):
     """(op, pk, before, after) of each record the encoder makes of ``events`` for
     ``app.users`` mapped in ``mode``, the table system-versioned (implicit columns)."""
     import types
@@ -87,7 +87,7 @@ def _encode(mode: str, events):
 
         def versioning(self, db, table):
             return IMPLICIT
-    mappings = parse_mappings({"app.users": {"keys": ["user:{id}"], "mode": mode}})
+    mappings = parse_mappings({"app.users": {"keys": ["user:{id}"], "mode": mode, **spec}})
     encoder = RowEncoder(mappings, MatchedTables(mappings), types=Types())
     ctx = TxnContext("mariadb:1", "0-1-42", 42, 0.0, gtid=True)
     out, index = [], 0
@@ -135,3 +135,14 @@ def test_periods_under_a_without_overlaps_key_are_found_in_show_create_table():
     assert overlap_periods(create.replace(",`p` WITHOUT OVERLAPS", "")) == ()
     assert overlap_periods("CREATE TABLE t (id int, s timestamp(6) GENERATED ALWAYS AS ROW "
                            "START, PERIOD FOR SYSTEM_TIME (s, e)) WITH SYSTEM VERSIONING") == ()
+
+
+def test_value_columns_trim_after_the_current_row_is_told_from_history():
+    """row_end is read before the images are trimmed to what the mapping needs."""
+    from pymysqlreplication.row_event import UpdateRowsEvent, WriteRowsEvent
+
+    from tests.support.binlog import rows
+    records, _ = _encode("update", [rows(UpdateRowsEvent, (row(1, END_2038), row(2, END_2038))),
+                                    rows(WriteRowsEvent, row(1, CLOSED))], value_columns=["v"])
+    assert records == [("update", (("id", 1),), {"id": 1, "v": 1}, {"id": 1, "v": 2},
+                        "app.users:1")]
