@@ -90,6 +90,11 @@ TAILER_COUNTERS = {
                                             "history, so their update-mode versions are not "
                                             "newer (MariaDB without gtid_strict_mode)",
                                             "versions_not_newer"),
+    "cachesync_tailer_unlogged_change_risks": ("Ways mapped tables may change without binlog "
+                                               "events, found at each start (binlog filters "
+                                               "excluding a mapped schema, accounts that may "
+                                               "set sql_log_bin=0), each named in a WARNING",
+                                               "unlogged_risks"),
     "cachesync_tailer_outbox_events": ("Outbox events published from the binlog "
                                        "(tailer.outbox_tables)", "outbox_events"),
     "cachesync_tailer_outbox_rows_invalid": ("Outbox rows published without their payload or "

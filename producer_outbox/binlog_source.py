@@ -33,6 +33,7 @@ from cachesync.producer_outbox.ports import (PULSE, Begin, Change, Commit, Decid
                                              Hold, Prepared, Record, Release, TableEvent,
                                              Unhold)
 from cachesync.producer_outbox.preflight import ServerInfo
+from cachesync.producer_outbox.preflight import binlog_status as _binlog_status
 from cachesync.producer_outbox.rowevents import NO_PLAN, ROW_EVENTS, RowEncoder
 from cachesync.producer_outbox.rows import TxnContext
 from cachesync.producer_outbox.statements import (STATEMENT, TableChange, statement_kind,
@@ -479,8 +480,6 @@ def open_stream(client_options: dict, server_id: int, reader: str, info: ServerI
         slave_heartbeat=heartbeat_s, **kwargs)
 
 
-_ER_PARSE_ERROR = 1064
-
 
 def current_position(connect: Callable, info: ServerInfo) -> Checkpoint:
     """The server's current binlog position (a first start begins there); raises FatalError
@@ -503,18 +502,6 @@ def current_position(connect: Callable, info: ServerInfo) -> Checkpoint:
     if row is None:
         raise FatalError("binary logging is off (SHOW BINARY LOG STATUS is empty): set log_bin")
     return Checkpoint(info.identity, gtid, row[0], int(row[1]))
-
-
-def _binlog_status(cur):
-    """(file, position, ...) of the server's binlog: SHOW BINARY LOG STATUS (MySQL >= 8.2;
-    8.4 removed SHOW MASTER STATUS), else SHOW MASTER STATUS (MariaDB, older MySQL)."""
-    try:
-        cur.execute("SHOW BINARY LOG STATUS")
-    except pymysql.err.ProgrammingError as e:
-        if not e.args or e.args[0] != _ER_PARSE_ERROR:
-            raise
-        cur.execute("SHOW MASTER STATUS")
-    return cur.fetchone()
 
 
 def _schema_of(event) -> str | None:

@@ -117,7 +117,8 @@ class RowEncoder:
         plan = self._plan(event, schema, table)
         if plan is None:
             return out, row_index   # decided here, by the names of this event group's map
-        mapping, keep, specs, absent, row_filter = plan
+        mapping, keep, specs, absent, row_filter, versioned = plan
+        pk = event.primary_key if versioned is None else versioned.declared_key(event.primary_key)
         # the compiled writer trims as it writes, unless the row filter reads trimmed images
         late_trim = keep is not None and row_filter is None and hotpath.record is not None
         if self.xa_tables is not None:
@@ -126,7 +127,8 @@ class RowEncoder:
         diffs = type(event) is PartialUpdateRowsEvent    # JSON after values may be diffs
         if rows is None:
             rows = self._decode(event, schema, table, where)
-        if partial is None and not diffs and not specs and row_filter is None and late_trim:
+        if partial is None and not diffs and not specs and row_filter is None and late_trim \
+                and versioned is None:
             return out, self._plain_rows(event, op, ctx, row_index, mapping, keep, rows, out)
         for row in rows:
             unknown = ()
@@ -139,6 +141,13 @@ class RowEncoder:
                 partial = partial or PartialRows(self, mapping, ctx, schema, table)
                 images = unknown_after(known_images(op, before, after, absent), unknown)
                 before, after = images.before, images.after
+            row_op = op
+            if versioned is not None and images is None and mapping.updates:
+                current = versioned.current_row(op, before, after)
+                if current is None:      # history only: no current row changed
+                    row_index += 1       # the ids of the rows that follow stay
+                    continue
+                row_op, before, after = current
             trim = keep if late_trim and images is None else None    # trimmed in _row
             if keep is not None and trim is None:
                 before, after = trim_image(before, keep), trim_image(after, keep)
@@ -146,8 +155,8 @@ class RowEncoder:
                     event.schema, event.table, after if after is not None else before):
                 row_index += 1       # ids of the rows that follow do not depend on the filter
                 continue
-            row_index = self._row(event, op, ctx, row_index, mapping, before, after, images,
-                                  partial, out, trim)
+            row_index = self._row(event, row_op, pk, ctx, row_index, mapping, before, after,
+                                  images, partial, out, trim)
         if partial is not None:
             row_index = partial.finish(out, row_index)
         return out, row_index
@@ -155,7 +164,8 @@ class RowEncoder:
     def _plan(self, event, schema: str, table: str) -> tuple | None:
         """What every rows event of this table map and columns-present bitmaps shares: (the
         mapping, the columns its images keep, the kept columns' key-text specs, the columns
-        each image leaves out, the row filter), or None for a table no mapping names.
+        each image leaves out, the row filter, the table's system versioning when its table
+        map has the period columns), or None for a table no mapping names.
         Cached per table map and bitmaps, and made again once the column types were
         reloaded (a DDL)."""
         table_obj = event.table_map.get(event.table_id)
@@ -177,11 +187,17 @@ class RowEncoder:
                     and types is not None:
                 types.track(schema, table)     # a new table: its key columns' types
                 version = types.version
-            keep = self._keep_columns(mapping, event.primary_key)
+            versioned = types.versioning(schema, table) if types is not None else None
+            if versioned is not None and versioned.row_end not in {
+                    c.name for c in table_obj.columns}:
+                versioned = None        # a map written before ADD SYSTEM VERSIONING
+            pk = event.primary_key if versioned is None else versioned.declared_key(
+                event.primary_key)
+            keep = self._keep_columns(mapping, pk)
             # key text corrected only where a kept column needs it (trimmed columns never count)
             specs = kept_specs(table_obj, keep, types.of(schema, table) if types else ())
             plan = (mapping, keep, specs, event_absence(event, table_obj),
-                    self._filter_of(event.schema, event.table))
+                    self._filter_of(event.schema, event.table), versioned)
         if len(self._plans) >= _PLAN_CACHE:
             self._plans.clear()
         self._plans[key] = (table_obj, types.version if types is not None else 0, plan)
@@ -192,7 +208,8 @@ class RowEncoder:
         of this rows event's table map itself: a ``compile_plan`` capsule, None for a table
         no mapping names (its rows make no records), or NO_PLAN where this class decides
         every row (no compiled run, an outbox table, key text corrected, a row filter, a
-        partial image, a column the compiled run does not decode as the Python path does).
+        partial image, a system-versioned table, a column the compiled run does not decode as
+        the Python path does).
         Made once per table map, after ``rows_to_records`` took one of its events, so that a
         new table of a pattern is tracked first."""
         run = hotpath.compiled_run()
@@ -204,8 +221,8 @@ class RowEncoder:
         plan = self._plan(event, schema, table)
         if plan is None:
             return None
-        mapping, keep, specs, absent, row_filter = plan
-        if specs or row_filter is not None or absent[0] or absent[1]:
+        mapping, keep, specs, absent, row_filter, versioned = plan
+        if specs or row_filter is not None or absent[0] or absent[1] or versioned is not None:
             return NO_PLAN
         columns = compiled_columns(table_obj.columns, keep)
         if columns is None:
@@ -225,7 +242,7 @@ class RowEncoder:
             compiled = None if record is None else record(ctx, row_index, db, table, op, pk,
                                                           before, after, limit, keep)
             if compiled is None:
-                row_index = self._python_row(event, op, ctx, row_index, mapping,
+                row_index = self._python_row(event, op, pk, ctx, row_index, mapping,
                                              trim_image(before, keep), trim_image(after, keep),
                                              None, None, out)
             else:
@@ -238,30 +255,29 @@ class RowEncoder:
         tables = getattr(self._row_filter, "tables", None)
         return self._row_filter if tables is None or (db, table) in tables else None
 
-    def _row(self, event, op: str, ctx: TxnContext, row_index: int, mapping, before, after,
+    def _row(self, event, op: str, pk, ctx: TxnContext, row_index: int, mapping, before, after,
              images, partial, out: list, trim: frozenset[str] | None = None) -> int:
         """One row's record, or (a row that cannot be keyed) its table's table-level event.
-        ``trim``: the columns the images keep, not trimmed yet (the compiled writer trims)."""
+        ``pk``: the table's primary key (the library's form); ``trim``: the columns the
+        images keep, not trimmed yet (the compiled writer trims)."""
         if images is None and hotpath.record is not None:    # compiled, else None: below
             compiled = hotpath.record(ctx, row_index, event.schema, event.table, op,
-                                      event.primary_key, before, after, self.max_record_bytes,
-                                      trim)
+                                      pk, before, after, self.max_record_bytes, trim)
             if compiled is not None:
                 out.append(Record(event.schema, event.table, *compiled))
                 return row_index + 1
         if trim is not None:
             before, after = trim_image(before, trim), trim_image(after, trim)
-        return self._python_row(event, op, ctx, row_index, mapping, before, after, images,
+        return self._python_row(event, op, pk, ctx, row_index, mapping, before, after, images,
                                 partial, out)
 
-    def _python_row(self, event, op: str, ctx: TxnContext, row_index: int, mapping, before,
-                    after, images, partial, out: list) -> int:
+    def _python_row(self, event, op: str, pk, ctx: TxnContext, row_index: int, mapping,
+                    before, after, images, partial, out: list) -> int:
         """``_row`` by the Python path (images already trimmed)."""
         try:
-            if images is not None and partial.unkeyed(images, op, event.primary_key):
+            if images is not None and partial.unkeyed(images, op, pk):
                 raise ValueError("the primary key is not in the logged image")
-            change = row_change(ctx, row_index, event.schema, event.table, op,
-                                event.primary_key, before, after)
+            change = row_change(ctx, row_index, event.schema, event.table, op, pk, before, after)
             if images is not None:
                 change = partial.marked(change, images)
             key = kafka_key(change.db, change.table, change.pk)

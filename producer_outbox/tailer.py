@@ -33,6 +33,7 @@ from cachesync.producer_outbox.publisher import MAX_RECORD_BYTES
 from cachesync.producer_outbox.rowevents import RowEncoder
 from cachesync.producer_outbox.servertypes import ColumnTypes
 from cachesync.producer_outbox.source import check_resumable
+from cachesync.producer_outbox.unlogged import read_risks
 from cachesync.schema.mapping import MappingSet
 
 log = logging.getLogger(__name__)
@@ -107,6 +108,7 @@ class Tailer:
         self.encoder = RowEncoder(mappings, self._matched, row_filter=options.row_filter,
                                   max_record_bytes=options.max_record_bytes)
         self.source: BinlogSource | None = None     # the run's, for its counters
+        self.unlogged_risks = 0     # what may change mapped tables unlogged (named at start)
 
     @property
     def committed(self) -> Checkpoint | None:
@@ -164,6 +166,7 @@ class Tailer:
         for report in info.binlog_settings():
             log.info("binlog setting %s", report.line())
         self.match_existing()
+        self.unlogged_risks = self._name_unlogged(info)
         start = self._start_position(info)
         self.pipeline.start_at(start)
         self.encoder.outbox = self._outbox_router(info)
@@ -205,6 +208,25 @@ class Tailer:
         stored = self._checkpoints.load()
         check_resumable(stored, info.identity)
         return stored or current_position(self._mysql.connect, info)
+
+    def _name_unlogged(self, info: ServerInfo) -> int:
+        """WARNING for each way mapped tables may change without the binlog saying so
+        (``unlogged``); how many. A server that does not answer is said, not fatal."""
+        schemas = {db for db, _ in self._matched.statement_tables()}
+        try:
+            conn = self._mysql.connect(database=None)
+            try:
+                risks = read_risks(conn, info.flavor, schemas, _binlog_status)
+            finally:
+                conn.close()
+        except Exception as e:      # pymysql's errors: the check is advice, the tailer goes on
+            log.warning("could not check for changes the binlog does not carry (binlog "
+                        "filters, accounts that may set sql_log_bin=0): %s", e)
+            return 0
+        for risk in risks:
+            log.warning("mapped tables may change without binlog events: %s (fix: %s)",
+                        risk.line(), risk.fix)
+        return len(risks)
 
     def _outbox_router(self, info: ServerInfo) -> OutboxRouter | None:
         """The router of tailer.outbox_tables, or None when none are configured."""
