@@ -210,8 +210,10 @@ def payload(inner: list[tuple[int, bytes]], server_id: int = 1) -> bytes:
 
 
 def _field(kind: int, value: int) -> bytes:
-    width = max(1, (value.bit_length() + 7) // 8)
-    return lenenc(kind) + lenenc(width) + value.to_bytes(width, "little")
+    """One payload header field as Transaction_payload_event writes it: type, length and
+    value each a length-encoded integer (the length counts the value's bytes)."""
+    data = lenenc(value)
+    return lenenc(kind) + lenenc(len(data)) + data
 
 
 @dataclass

@@ -19,6 +19,7 @@ from cachesync.producer_outbox.eventtypes import (DECODED, EXPANDED, NO_ROWS, TA
 from cachesync.producer_outbox.framing import UndecodedEvent, own_event, parse_tagged_gtid
 from cachesync.schema.gtid import MYSQL, Gtid
 from tests.support import mysqlbinlog as mb
+from tests.support.shared import shared_file
 from tests.support.recorded import MYSQL_8027_INNER_TYPES, MYSQL_8027_ZSTD_PAYLOAD
 
 UUID = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
@@ -54,6 +55,38 @@ def test_a_recorded_mysql_payload_expands_into_its_events(checksum):
     # where the payload ends
     ends = [struct.unpack_from("<I", e, 14)[0] for e in events]
     assert ends == [0] * 7 + [5000]
+
+
+def _real_payloads(name: str) -> list[bytes]:
+    """The TRANSACTION_PAYLOAD_EVENTs of a binlog file a real server wrote, as packets."""
+    data = shared_file("realbinlog", name).read_bytes()
+    out, at = [], 4
+    while at < len(data):
+        size = struct.unpack_from("<I", data, at + 9)[0]
+        if data[at + 4] == mb.TRANSACTION_PAYLOAD:
+            out.append(b"\x00" + data[at:at + size])
+        at += size
+    return out
+
+
+@pytest.mark.parametrize("name, inner", [
+    # MySQL 8.0.28 (mysql-binlog-connector-java's test data): BEGIN, map, UPDATE v2, XID;
+    # its header says 960 bytes uncompressed as fc c0 03
+    ("mysql-bin.compressed", (2, 19, 31, 16)),
+    # MySQL 8.0.32 (rust_mysql_common's test data): BEGIN, map, WRITE v2, XID
+    ("transaction_compression.000001", (2, 19, 30, 16)),
+])
+def test_payloads_real_servers_wrote_expand_with_their_length_encoded_header(name, inner):
+    (raw,) = _real_payloads(name)
+    events = expand(raw, True)
+    assert tuple(e[5] for e in events) == inner
+    for e in events:
+        check_packet(e, True)
+
+
+def test_a_header_field_value_is_a_length_encoded_integer():
+    assert mb._field(3, 960) == b"\x03\x03\xfc\xc0\x03"
+    assert mb._field(2, 0) == b"\x02\x01\x00"
 
 
 def test_a_built_payload_gives_back_the_plain_events():
