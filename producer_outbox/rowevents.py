@@ -54,6 +54,13 @@ NO_PLAN = object()      # compiled_plan: the compiled run leaves this table map 
 RowFilter = Callable[[str, str, Mapping[str, Any]], bool]
 
 
+def unnamed_columns(table_obj) -> bool:
+    """Whether the table map carries no column names (binlog_row_metadata=MINIMAL, or a
+    server before MySQL 8.0.1): the readers would name the columns UNKNOWN_COL0.., which
+    no key template or consumer knows."""
+    return any(not getattr(c, "name", None) for c in getattr(table_obj, "columns", ()))
+
+
 def row_images(op: str, row: dict) -> tuple[dict | None, dict | None]:
     """The (before, after) images of a decoded row of an ``op`` rows event."""
     if op == "update":
@@ -95,7 +102,10 @@ class RowEncoder:
         plan = self._plan(event, schema, table)
         if plan is None:
             return out, row_index   # decided here, by the names of this event group's map
-        mapping, keep, specs, absent, row_filter = plan
+        mapping, keep, specs, absent, row_filter, unnamed = plan
+        if unnamed:     # no column names to key or value its rows: never decoded
+            self.unkeyable += 1
+            return out, PartialRows(self, mapping, ctx, schema, table).unnamed(out, row_index)
         # the compiled writer trims as it writes, unless the row filter reads trimmed images
         late_trim = keep is not None and row_filter is None and hotpath.record is not None
         if self.xa_tables is not None:
@@ -158,7 +168,7 @@ class RowEncoder:
             # key text corrected only where a kept column needs it (trimmed columns never count)
             specs = kept_specs(table_obj, keep, types.of(schema, table) if types else ())
             plan = (mapping, keep, specs, event_absence(event, table_obj),
-                    self._filter_of(event.schema, event.table))
+                    self._filter_of(event.schema, event.table), unnamed_columns(table_obj))
         if len(self._plans) >= _PLAN_CACHE:
             self._plans.clear()
         self._plans[key] = (table_obj, types.version if types is not None else 0, plan)
@@ -180,8 +190,8 @@ class RowEncoder:
         plan = self._plan(event, schema, table)
         if plan is None:
             return None
-        mapping, keep, specs, absent, row_filter = plan
-        if specs or row_filter is not None or absent[0] or absent[1]:
+        mapping, keep, specs, absent, row_filter, unnamed = plan
+        if specs or row_filter is not None or absent[0] or absent[1] or unnamed:
             return NO_PLAN
         columns = compiled_columns(table_obj.columns, keep)
         if columns is None:
