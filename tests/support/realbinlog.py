@@ -114,9 +114,13 @@ def mappings_for(named: dict[str, str]):
 SERVED_AS = "binlog.000001"    # the name a server gives its files (a numeric suffix)
 
 
-def read_file(name: str, reader: str, named: dict[str, str]) -> Outcome:
-    """Stream ``name`` to the change source read by ``reader`` (fast | library); see module doc."""
-    real = RealFile(SERVED_AS, split_events(file_bytes(name)))
+def read_file(name: str, reader: str, named: dict[str, str],
+              replace: dict[int, bytes] | None = None) -> Outcome:
+    """Stream ``name`` to the change source read by ``reader`` (fast | library), the events
+    at the positions of ``replace`` replaced by its bytes; see module doc."""
+    events = [(start, (replace or {}).get(start, data))
+              for start, data in split_events(file_bytes(name))]
+    real = RealFile(SERVED_AS, events)
     flavor = "mariadb" if "MariaDB" in real.version else "mysql"
     primary = ReplayPrimary([real], variables={"version": real.version})
     info = ServerInfo(flavor, 1, None, {}, ())
