@@ -77,6 +77,16 @@ test-library-reader: install
 test-python-path: install
 	CACHESYNC_NO_SPEEDUPS=1 devstack/with-stack.sh $(BIN)/pytest -p no:cacheprovider tests
 
+# go-mysql's reading of every shared real binlog file, recorded once beside the differential
+# test (tests/unit/test_realbinlog.py), which compares the tailer's rows with it (needs Go;
+# the module comes from the Go module proxy)
+SHARED ?= $(abspath ../shared)
+gomysql-rows:
+	cd tests/support/gomysql_rows && go build -o $(CURDIR)/.gomysql-rows .
+	cd $(SHARED)/realbinlog && TZ=UTC $(CURDIR)/.gomysql-rows $$(ls | grep -v SOURCES.md) \
+		> $(CURDIR)/tests/unit/realbinlog_gomysql.json
+	rm -f .gomysql-rows
+
 unit: install
 	$(BIN)/pytest tests/unit
 

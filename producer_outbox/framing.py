@@ -6,6 +6,8 @@ once the dump started:
 
 * expands compressed events (``compressed.expand``) into the plain events they hold, so
   nothing above sees compression;
+* makes table maps of newer servers readable by the library (``tablemaps.readable``:
+  optional metadata it does not know skipped, VECTOR columns read as their bytes);
 * hands the events the library has no exact reading of to cachesync itself
   (``eventtypes.is_own``): a tagged GTID becomes a ``TaggedGtidEvent`` (a GtidEvent), any
   event that may carry rows cachesync cannot decode an ``UndecodedEvent``, which the tailer
@@ -31,6 +33,7 @@ from pymysqlreplication.event import GtidEvent
 
 from cachesync.producer_outbox.compressed import expand
 from cachesync.producer_outbox.eventtypes import EXPANDED_TYPES, event_type, is_own
+from cachesync.producer_outbox.tablemaps import TABLE_MAP, readable
 from cachesync.schema.gtid import MYSQL, Gtid, GtidState, encode_gtid_set
 
 COM_QUERY, COM_BINLOG_DUMP, COM_BINLOG_DUMP_GTID = 0x03, 0x12, 0x1E
@@ -79,10 +82,11 @@ class FramedConnection(pymysql.connections.Connection):
             raw = self._wire_raw()
             # inline: this runs once per event on the hot path
             if len(raw) <= 5 or raw[5] not in EXPANDED_TYPES or raw[0] != 0:
-                return raw
+                return readable(raw, self.checksum) if len(raw) > 5 and raw[5] == TABLE_MAP \
+                    else raw
             if self._expanded is None:
                 self._expanded = deque()
-            self._expanded.extend(expand(raw, self.checksum))
+            self._expanded.extend(readable(e, self.checksum) for e in expand(raw, self.checksum))
             if self._expanded:
                 return self._expanded.popleft()
 

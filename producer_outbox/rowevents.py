@@ -54,6 +54,13 @@ NO_PLAN = object()      # compiled_plan: the compiled run leaves this table map 
 RowFilter = Callable[[str, str, Mapping[str, Any]], bool]
 
 
+def unnamed_columns(table_obj) -> bool:
+    """Whether the table map carries no column names (binlog_row_metadata=MINIMAL, or a
+    server before MySQL 8.0.1): the readers would name the columns UNKNOWN_COL0.., which
+    no key template or consumer knows."""
+    return any(not getattr(c, "name", None) for c in getattr(table_obj, "columns", ()))
+
+
 def row_images(op: str, row: dict) -> tuple[dict | None, dict | None]:
     """The (before, after) images of a decoded row of an ``op`` rows event."""
     if op == "update":
@@ -117,7 +124,10 @@ class RowEncoder:
         plan = self._plan(event, schema, table)
         if plan is None:
             return out, row_index   # decided here, by the names of this event group's map
-        mapping, keep, specs, absent, row_filter, versioned = plan
+        mapping, keep, specs, absent, row_filter, versioned, unnamed = plan
+        if unnamed:     # no column names to key or value its rows: never decoded
+            self.unkeyable += 1
+            return out, PartialRows(self, mapping, ctx, schema, table).unnamed(out, row_index)
         pk = event.primary_key if versioned is None else versioned.declared_key(event.primary_key)
         # the compiled writer trims as it writes, unless the row filter reads trimmed images
         late_trim = keep is not None and row_filter is None and hotpath.record is not None
@@ -197,7 +207,8 @@ class RowEncoder:
             # key text corrected only where a kept column needs it (trimmed columns never count)
             specs = kept_specs(table_obj, keep, types.of(schema, table) if types else ())
             plan = (mapping, keep, specs, event_absence(event, table_obj),
-                    self._filter_of(event.schema, event.table), versioned)
+                    self._filter_of(event.schema, event.table), versioned,
+                    unnamed_columns(table_obj))
         if len(self._plans) >= _PLAN_CACHE:
             self._plans.clear()
         self._plans[key] = (table_obj, types.version if types is not None else 0, plan)
@@ -221,8 +232,9 @@ class RowEncoder:
         plan = self._plan(event, schema, table)
         if plan is None:
             return None
-        mapping, keep, specs, absent, row_filter, versioned = plan
-        if specs or row_filter is not None or absent[0] or absent[1] or versioned is not None:
+        mapping, keep, specs, absent, row_filter, versioned, unnamed = plan
+        if specs or row_filter is not None or absent[0] or absent[1] or versioned is not None \
+                or unnamed:
             return NO_PLAN
         columns = compiled_columns(table_obj.columns, keep)
         if columns is None:

@@ -348,6 +348,7 @@ class _Session(socketserver.BaseRequestHandler):
     def _dump_file(self, name: str, pos: int, blocking: bool) -> None:
         self.primary.dumps.append(("file", name, pos))
         names = [f.name for f in self.primary.files]
+        name = name.rstrip("\0") or names[0]    # no name: the first binlog, as a server reads it
         if name not in names:
             self._error(ER_MASTER_FATAL_ERROR_READING_BINLOG,
                         "Could not find first log file name in binary log index file")
