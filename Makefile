@@ -13,10 +13,11 @@ STAMP  := $(VENV)/.installed-$(HASH)
 # the demo needs only the sidecar: a bare machine gets there without pyspark or matplotlib
 SIDECAR_STAMP := $(VENV)/.installed-sidecar-$(HASH)
 
-.PHONY: demo test test-library-reader test-python-path unit bench install install-sidecar docs diagrams monitoring-picture dist up down status clean help
+.PHONY: demo demo-direct test test-library-reader test-python-path unit bench install install-sidecar docs diagrams monitoring-picture dist up down status clean help
 
 help:
 	@echo "make demo    run the demo pipeline on the local devstack (stops it on exit)"
+	@echo "make demo-direct   the same without Kafka: one \`cachesync run --direct\` process"
 	@echo "make test    install, start services, run every test, stop services"
 	@echo "make test-library-reader   the integration tests with tailer.reader: library"
 	@echo "make test-python-path      every test with the C accelerator switched off (CACHESYNC_NO_SPEEDUPS=1)"
@@ -50,6 +51,9 @@ $(SIDECAR_STAMP): pyproject.toml setup.py cachesync/_speedups.c
 
 demo: install-sidecar
 	devstack/with-stack.sh $(BIN)/cachesync demo
+
+demo-direct: install-sidecar
+	devstack/with-stack.sh $(BIN)/cachesync demo --direct
 
 docs: install
 	$(BIN)/sphinx-build -W --keep-going -n -q -b html docs docs/_build/html
