@@ -41,21 +41,22 @@ DDL = ("CREATE TABLE users (id BIGINT PRIMARY KEY, email VARCHAR(100) NOT NULL, 
        "n BIGINT NOT NULL)")
 
 
-def run(stack, quick: bool, runs: int) -> dict:
-    """One run (``runs`` is ignored: the picture is of one run). Raises RuntimeError when
-    Prometheus is missing or a cachesync process dies."""
+def run(stack, quick: bool, runs: int, picture: Path | None = None) -> dict:
+    """One run (``runs`` is ignored: the picture is of one run), drawn to ``picture`` (default:
+    PICTURE of the mode). Raises RuntimeError when Prometheus is missing or a cachesync
+    process dies."""
     mode = "quick" if quick else "full"
     prometheus = shutil.which("prometheus")
     if not prometheus:
         raise RuntimeError("prometheus is missing: apt-get install prometheus")
     box = Sandbox(stack, "dashboard")
     try:
-        return _run(box, prometheus, mode)
+        return _run(box, prometheus, mode, picture or PICTURE[mode])
     finally:
         box.cleanup()
 
 
-def _run(box: Sandbox, prometheus: str, mode: str) -> dict:
+def _run(box: Sandbox, prometheus: str, mode: str, picture: Path) -> dict:
     size = SIZES[mode]
     box.create_schema(DDL)
     _fill(box)
@@ -95,10 +96,9 @@ def _run(box: Sandbox, prometheus: str, mode: str) -> dict:
     finally:
         prom.terminate()
         prom.wait(30)
-    picture = PICTURE[mode]
     _draw(panels, picture, size)
-    log(f"dashboard: wrote {picture.relative_to(ROOT)}")
-    return {"picture": str(picture.relative_to(ROOT)), "seconds": size["seconds"],
+    log(f"dashboard: wrote {picture}")
+    return {"picture": str(picture), "seconds": size["seconds"],
             "writes_per_s": WRITES_PER_S, "reads_per_s": READS_PER_S, "burst_rows": BURST_ROWS,
             "scrape_interval_s": SCRAPE_S, "summary": _summary(panels)}
 
