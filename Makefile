@@ -13,16 +13,18 @@ STAMP  := $(VENV)/.installed-$(HASH)
 # the demo needs only the sidecar: a bare machine gets there without pyspark or matplotlib
 SIDECAR_STAMP := $(VENV)/.installed-sidecar-$(HASH)
 
-.PHONY: demo test test-library-reader test-python-path unit bench install install-sidecar docs dist up down status clean help
+.PHONY: demo demo-direct test test-library-reader test-python-path unit bench install install-sidecar docs diagrams monitoring-picture dist up down status clean help
 
 help:
 	@echo "make demo    run the demo pipeline on the local devstack (stops it on exit)"
+	@echo "make demo-direct   the same without Kafka: one \`cachesync run --direct\` process"
 	@echo "make test    install, start services, run every test, stop services"
 	@echo "make test-library-reader   the integration tests with tailer.reader: library"
 	@echo "make test-python-path      every test with the C accelerator switched off (CACHESYNC_NO_SPEEDUPS=1)"
 	@echo "make unit    pure unit tests only (no services)"
 	@echo "make bench   benchmarks (JSON to bench/results/)"
 	@echo "make docs    the documentation site, strictly (docs/_build/html)"
+	@echo "make diagrams  the docs' SVG diagrams from their Graphviz sources (docs/diagrams/*.dot)"
 	@echo "make dist    sdist, compiled wheel (auditwheel-checked) and pure-Python wheel in dist/"
 	@echo "make up / down / status   the devstack services"
 
@@ -50,9 +52,20 @@ $(SIDECAR_STAMP): pyproject.toml setup.py cachesync/_speedups.c
 demo: install-sidecar
 	devstack/with-stack.sh $(BIN)/cachesync demo
 
+demo-direct: install-sidecar
+	devstack/with-stack.sh $(BIN)/cachesync demo --direct
+
 docs: install
 	$(BIN)/sphinx-build -W --keep-going -n -q -b html docs docs/_build/html
 	@echo ">> docs/_build/html/index.html"
+
+# the diagrams are checked in (the README shows them too); tests/docs/test_diagrams.py fails
+# when one is older than its source
+DIAGRAMS := $(patsubst %.dot,%.svg,$(wildcard docs/diagrams/*.dot))
+diagrams: $(DIAGRAMS)
+
+docs/diagrams/%.svg: docs/diagrams/%.dot
+	dot -Tsvg $< -o $@
 
 # sdist, the compiled wheel (its platform tag checked and made manylinux by auditwheel) and the
 # pure-Python wheel; cibuildwheel (pyproject.toml) builds the full manylinux/musllinux set in CI

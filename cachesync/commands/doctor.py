@@ -12,8 +12,9 @@ from cachesync.commands.common import handle_errors, settings_options
 
 @click.command("doctor")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object: checks and the worst level.")
-@click.option("--role", type=click.Choice(["all", "tail", "consume"]), default="all",
-              show_default=True, help="Only the checks one process needs.")
+@click.option("--role", type=click.Choice(["all", "tail", "consume", "direct"]), default="all",
+              show_default=True, help="Only the checks one process needs (direct: `run --direct`, "
+                                      "MySQL and Redis, no Kafka check).")
 @settings_options
 def command(settings, as_json: bool, role: str) -> None:
     """Check everything that can be checked before running; each check PASS, WARN or FAIL

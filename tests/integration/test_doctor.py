@@ -230,3 +230,17 @@ def test_acl_denying_the_tailer_write_warns(lab, cfg):
 def _denied(lab, cfg, env):
     result = doctor(lab, cfg, env, "--role", "tail")
     return result if result[1]["kafka-acls"][0]["level"] == WARN else None
+
+
+def test_direct_role_checks_mysql_and_redis_and_never_kafka(lab, cfg):
+    """`run --direct` needs no Kafka: with no broker at the configured address, `doctor`
+    fails on Kafka, and `doctor --role direct` checks the server, the grants and Redis only."""
+    no_kafka = {"CACHESYNC_KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1"}   # nothing listens there
+    code, everything = doctor(lab, cfg, no_kafka)
+    assert code == 6 and any(c["level"] == FAIL for c in everything["kafka"]), everything
+    code, checks = doctor(lab, cfg, no_kafka, "--role", "direct")
+    assert not {"kafka", "topic", "kafka-acls", "consumer-group"} & set(checks), checks
+    assert checks["binlog-settings"][0]["level"] == PASS
+    assert checks["redis"][0]["level"] == PASS and "first-start" in checks
+    assert all(c["level"] != FAIL for cs in checks.values() for c in cs), checks
+    assert code in (0, 5)
