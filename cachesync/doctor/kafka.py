@@ -89,8 +89,7 @@ def acls_or_hidden(settings: Settings, admin, role: str) -> Check:
 def group_check(settings: Settings, admin) -> Check:
     """The consumer group's state and its lag (end offsets minus committed): a lag with no
     member consuming is a WARN; no group yet (a new pipeline) is a NOTE."""
-    from kafka import KafkaConsumer
-    from cachesync.kafka_security import client_security
+    from cachesync.wiring import range_reader
     group, topic = settings.kafka.group_id, settings.kafka.topic
     try:
         state = admin.describe_groups([group])[group]["group_state"]
@@ -103,8 +102,7 @@ def group_check(settings: Settings, admin) -> Check:
     if not mine:
         return Check("consumer-group", PASS, f"group {group} has not consumed {topic} yet (a "
                      "first start begins at the earliest offset)")
-    consumer = KafkaConsumer(bootstrap_servers=settings.kafka.bootstrap_servers,
-                             **client_security(settings.kafka))
+    consumer = range_reader(settings)     # group-less, commits nothing
     try:
         ends = consumer.end_offsets(list(mine))
     finally:

@@ -212,6 +212,12 @@ def test_group_with_lag_and_no_member_warns(lab, cfg):
     _, checks = doctor(lab, cfg, None, "--role", "consume")
     [check] = checks["consumer-group"]
     assert check["level"] == WARN and "1 record(s)" in check["detail"], check
+    # reading the end offsets logs nothing of kafka-python's (a group-less reader that
+    # commits nothing: no "group_id is None: disabling auto-commit")
+    text = subprocess.run([sys.executable, "-m", "cachesync", "doctor", "--role", "consume",
+                           "-c", cfg], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **lab.stack.env})
+    assert "1 record(s)" in text.stdout and text.stderr == "", text.stderr
 
 
 def test_unreachable_redis_fails(lab, cfg):
