@@ -62,12 +62,14 @@ docs: install
 # sdist, the compiled wheel (its platform tag checked and made manylinux by auditwheel) and the
 # pure-Python wheel, then twine's check of what PyPI will show; cibuildwheel builds the other
 # Pythons and aarch64 in the release workflow (.github/workflows/release.yml)
+# (bytecode is compiled where it is installed: distutils would only warn that it skips it)
+BUILD := env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m build
 dist: $(STAMP)
 	rm -rf dist build
-	$(BIN)/python -m build --sdist --wheel --outdir dist .
+	$(BUILD) --sdist --wheel --outdir dist .
 	$(BIN)/auditwheel show dist/*-linux_*.whl
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/auditwheel repair --wheel-dir dist dist/*-linux_*.whl && rm dist/*-linux_*.whl
-	rm -rf build && CACHESYNC_PURE=1 $(BIN)/python -m build --wheel --outdir dist .
+	rm -rf build && CACHESYNC_PURE=1 $(BUILD) --wheel --outdir dist .
 	$(BIN)/twine check --strict dist/*
 	ls dist
 
