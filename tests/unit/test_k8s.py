@@ -13,7 +13,7 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from cachesync import DISTRIBUTION, config
+from cachesync import DISTRIBUTION, __version__, config
 from cachesync.healthcheck import check, ports
 from cachesync.http import OpsServer, parse_listen
 
@@ -151,6 +151,26 @@ def test_the_image_installs_every_extra_the_sidecar_asks_for():
     assert set(build.group(1).split(",")) == set(image.group(1).split(",")) \
         == asked - NOT_IN_THE_IMAGE
     assert 'python -c "import botocore.session"' in text
+
+
+IMAGE = "ghcr.io/cachesync/cachesync"
+
+
+def test_manifests_and_chart_default_to_the_released_image_of_this_version():
+    """The raw manifests, the Spark application and the chart name the image the release
+    workflow pushes, at the chart's appVersion, which is the package's version."""
+    chart = yaml.safe_load((ROOT / "deploy" / "helm" / "cachesync" / "Chart.yaml").read_text())
+    values = yaml.safe_load((ROOT / "deploy" / "helm" / "cachesync" / "values.yaml").read_text())
+    assert chart["appVersion"] == chart["version"] == __version__
+    assert values["image"]["repository"] == IMAGE and values["image"]["tag"] == ""
+    assert {container(name)["image"] for name in DEPLOYMENTS} == {f"{IMAGE}:{__version__}"}
+    [spark] = [d for d in DOCS if d["kind"] == "SparkApplication"]
+    assert spark["spec"]["image"] == f"{IMAGE}-spark:{__version__}"
+    # the release workflow pushes both, to ghcr.io under the repository's owner (cachesync)
+    workflow = (ROOT / ".github" / "workflows" / "release.yml").read_text()
+    owner = "ghcr.io/${{ steps.names.outputs.owner }}"
+    assert f"{owner}/cachesync:${{{{ env.VERSION }}}}" in workflow
+    assert f"{owner}/cachesync-spark:${{{{ env.VERSION }}}}" in workflow
 
 
 def test_the_example_secret_holds_no_real_value():
