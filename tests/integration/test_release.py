@@ -3,7 +3,7 @@ the sdist, the manylinux_2_17 CPython 3.11 wheel and the pure-Python wheel, buil
 warning and passed by `twine check --strict`. Each is installed into a fresh virtualenv (the
 sdist and the pure wheel with no C compiler on PATH), where `cachesync --version` and
 `cachesync doctor` run against the devstack (a new pipeline: exit 0) and ``read_through`` fills
-a key of its Redis."""
+a key of its Redis. The docs extra alone builds the docs."""
 
 from __future__ import annotations
 
@@ -24,6 +24,8 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV = Path(sys.executable).parent.parent
+# the docs build docs/development.md gives (and `make docs` runs)
+DOCS_BUILD = ("-W", "--keep-going", "-n", "-q", "-b", "html", "docs", "docs/_build/html")
 READ_THROUGH = """
 import sys, redis
 from cachesync.client import read_through
@@ -53,8 +55,10 @@ def dist(tmp_path_factory) -> dict:
     and the copy must never be installed into it)."""
     src = tmp_path_factory.mktemp("src")
     _tracked_copy(src)
+    # twine's report, one line per artifact: wide and without colours
     done = subprocess.run(["make", "-C", str(src), "dist", f"VENV={VENV}", "STAMP="],
-                          capture_output=True, text=True, timeout=900)
+                          capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "COLUMNS": "250", "NO_COLOR": "1"})
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-5000:]
     built = sorted((src / "dist").iterdir())
@@ -69,7 +73,7 @@ def test_make_dist_builds_three_artifacts_without_a_warning_and_twine_passes_the
     warnings = [line for line in dist["output"].splitlines() if re.search(r"warn", line, re.I)]
     assert not warnings, warnings
     for artifact in dist["all"]:
-        assert re.search(rf"Checking dist/{re.escape(artifact.name)}: \S*PASSED", dist["output"])
+        assert f"Checking dist/{artifact.name}: PASSED" in dist["output"], dist["output"][-3000:]
     print("\n".join(p.name for p in dist["all"]))
 
 
@@ -118,3 +122,22 @@ def test_each_artifact_installs_into_a_clean_venv_and_runs(dist, kind, tmp_path,
     assert f"read_through ok; accelerated: {accelerated}" in filled.stdout
     print(kind, version.stdout.strip(), "|", doctor.stdout.splitlines()[-1], "|",
           filled.stdout.strip())
+
+
+def test_the_docs_extra_alone_builds_the_docs(tmp_path):
+    """`pip install -e '.[docs]'` in a clean virtualenv, then the documented strict build."""
+    src = tmp_path / "src"
+    src.mkdir()
+    _tracked_copy(src)
+    python = tmp_path / "venv" / "bin" / "python"
+    venv.create(tmp_path / "venv", with_pip=True)
+    env = {"PATH": f"{python.parent}:/usr/bin:/bin", "HOME": str(tmp_path), "CACHESYNC_PURE": "1",
+           "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_CACHE_DIR": os.environ.get(
+               "PIP_CACHE_DIR", str(Path.home() / ".cache" / "pip"))}
+    install = subprocess.run([str(python), "-m", "pip", "install", "-q", "-e", ".[docs]"],
+                             cwd=src, capture_output=True, text=True, env=env, timeout=900)
+    assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
+    built = subprocess.run(["sphinx-build", *DOCS_BUILD], cwd=src, capture_output=True,
+                           text=True, env=env, timeout=900)
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    assert (src / "docs" / "_build" / "html" / "reference" / "cli.html").is_file()
