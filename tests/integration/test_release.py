@@ -55,11 +55,11 @@ def dist(tmp_path_factory) -> dict:
     and the copy must never be installed into it)."""
     src = tmp_path_factory.mktemp("src")
     _tracked_copy(src)
-    # twine's report, one line per artifact: wide and without colours
+    # twine's report one line per artifact (wide), read without its colours
     done = subprocess.run(["make", "-C", str(src), "dist", f"VENV={VENV}", "STAMP="],
                           capture_output=True, text=True, timeout=900,
-                          env={**os.environ, "COLUMNS": "250", "NO_COLOR": "1"})
-    output = done.stdout + done.stderr
+                          env={**os.environ, "COLUMNS": "250"})
+    output = re.sub(r"\x1b\[[0-9;]*m", "", done.stdout + done.stderr)
     assert done.returncode == 0, output[-5000:]
     built = sorted((src / "dist").iterdir())
     pick = lambda pattern: next(p for p in built if re.search(pattern, p.name))  # noqa: E731
