@@ -1,7 +1,7 @@
 # cachesync - the two quickstart commands are `make demo` and `make test`.
 # Both install what is missing (a virtualenv with the package, the devstack's
-# MariaDB/Redis Debian packages and Kafka jars), start the services on loopback,
-# and on exit stop the ones they started.
+# MariaDB/Redis Debian packages and Kafka jars; for `make test` also promtool and
+# Chromium), start the services on loopback, and on exit stop the ones they started.
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -13,7 +13,7 @@ STAMP  := $(VENV)/.installed-$(HASH)
 # the demo needs only the sidecar: a bare machine gets there without pyspark or matplotlib
 SIDECAR_STAMP := $(VENV)/.installed-sidecar-$(HASH)
 
-.PHONY: demo demo-direct test test-library-reader test-python-path unit bench install install-sidecar docs diagrams monitoring-picture dist up down status clean help
+.PHONY: demo demo-direct test test-library-reader test-python-path unit bench install install-sidecar test-tools docs diagrams monitoring-picture gomysql-rows dist up down status clean help
 
 help:
 	@echo "make demo    run the demo pipeline on the local devstack (stops it on exit)"
@@ -25,7 +25,7 @@ help:
 	@echo "make bench   benchmarks (JSON to bench/results/)"
 	@echo "make docs    the documentation site, strictly (docs/_build/html)"
 	@echo "make diagrams  the docs' SVG diagrams from their Graphviz sources (docs/diagrams/*.dot)"
-	@echo "make dist    sdist, compiled wheel (auditwheel-checked) and pure-Python wheel in dist/"
+	@echo "make dist    sdist, manylinux wheel and pure-Python wheel in dist/, checked by twine"
 	@echo "make up / down / status   the devstack services"
 
 install: $(STAMP)
@@ -41,6 +41,11 @@ $(STAMP): pyproject.toml setup.py cachesync/_speedups.c
 	@touch $@ $(SIDECAR_STAMP)
 
 install-sidecar: $(SIDECAR_STAMP)
+
+# what the tests run besides the devstack's services: promtool (the alert rules) and Chromium
+# (the docs site), Debian packages installed when missing
+test-tools:
+	devstack/tools/test-tools.sh
 
 $(SIDECAR_STAMP): pyproject.toml setup.py cachesync/_speedups.c
 	@test -x $(BIN)/python || { echo ">> creating virtualenv $(VENV)"; $(PYTHON) -m venv $(VENV); }
@@ -68,16 +73,20 @@ docs/diagrams/%.svg: docs/diagrams/%.dot
 	dot -Tsvg $< -o $@
 
 # sdist, the compiled wheel (its platform tag checked and made manylinux by auditwheel) and the
-# pure-Python wheel; cibuildwheel (pyproject.toml) builds the full manylinux/musllinux set in CI
-dist: install
+# pure-Python wheel, then twine's check of what PyPI will show; cibuildwheel builds the other
+# Pythons and aarch64 in the release workflow (.github/workflows/release.yml)
+# (bytecode is compiled where it is installed: distutils would only warn that it skips it)
+BUILD := env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m build
+dist: $(STAMP)
 	rm -rf dist build
-	$(BIN)/python -m build --sdist --wheel --outdir dist .
+	$(BUILD) --sdist --wheel --outdir dist .
 	$(BIN)/auditwheel show dist/*-linux_*.whl
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/auditwheel repair --wheel-dir dist dist/*-linux_*.whl && rm dist/*-linux_*.whl
-	rm -rf build && CACHESYNC_PURE=1 $(BIN)/python -m build --wheel --outdir dist .
+	rm -rf build && CACHESYNC_PURE=1 $(BUILD) --wheel --outdir dist .
+	$(BIN)/twine check --strict dist/*
 	ls dist
 
-test: install
+test: install test-tools
 	devstack/with-stack.sh $(BIN)/pytest -p no:cacheprovider tests
 
 # the integration tests again with python-mysql-replication reading every binlog event
@@ -87,7 +96,7 @@ test-library-reader: install
 
 # every test again with the C accelerator switched off: the Python path the tailer falls
 # back to where the extension is not built
-test-python-path: install
+test-python-path: install test-tools
 	CACHESYNC_NO_SPEEDUPS=1 devstack/with-stack.sh $(BIN)/pytest -p no:cacheprovider tests
 
 # go-mysql's reading of every shared real binlog file, recorded once beside the differential

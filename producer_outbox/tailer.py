@@ -16,6 +16,7 @@ from typing import Any, Callable, Mapping
 from cachesync import startup
 from cachesync.collector import paced
 from cachesync.config import TailerSettings
+from cachesync.producer_outbox import binlog_settings
 from cachesync.producer_outbox.binlog_source import (STREAM_HEARTBEAT_S, BinlogSource,
                                                      current_position, open_stream)
 from cachesync.producer_outbox.binlog_source import _SECRETS, _binlog_status  # noqa: F401
@@ -163,8 +164,10 @@ class Tailer:
     def _run(self) -> None:
         info = self.preflight()
         startup.mark("preflight")
-        for report in info.binlog_settings():
-            log.info("binlog setting %s", report.line())
+        reports = info.binlog_settings()
+        log.info("%s", binlog_settings.summary(reports))
+        for report in reports:
+            log.debug("binlog setting %s", report.line())
         self.match_existing()
         self.unlogged_risks = self._name_unlogged(info)
         start = self._start_position(info)

@@ -64,7 +64,7 @@ def test_optional_pages_show_once_they_exist(tmp_path):
 def _chromium() -> str:
     found = shutil.which("chromium") or shutil.which("chromium-browser")
     if not found:
-        pytest.fail("chromium is not installed: `apt-get install -y chromium` (.ci/run does)")
+        pytest.fail("chromium is not installed: `apt-get install -y chromium` (`make test` does)")
     return found
 
 
