@@ -308,3 +308,37 @@ def wait_until(condition, timeout_s: float = 10.0) -> bool:
             return True
         deadline.wait(0.01)
     return condition()
+
+
+def test_a_spark_task_coalesces_the_events_of_a_table_and_other_tasks_reuse_its_scans():
+    """consumer.spark.table_events: a task meeting N events of a table while its scan runs
+    scans twice, not N times; a task meeting the copies of the same events afterwards (another
+    partition) scans nothing. The task returns only when the shared scan ended."""
+    from cachesync.consumer.applier import Applier, Stats
+    from cachesync.consumer.spark.table_events import finish_scans, task_table_scans
+    cache, jobs, dedup = TableGates(), MemoryTableJobs(), MemoryDedupStore()
+    events = [[table_change(TxnContext("mariadb:1", f"0-1-{70 + i}", 70 + i, 0.0), 0, p,
+                            "app", "users", "fk_cascade", "") for i in range(4)]
+              for p in range(2)]
+    totals = []
+    for p in range(2):
+        stats, stop = Stats(), threading.Event()
+        scans = task_table_scans(cache, jobs, stats, stop, lease_s=30)
+        applier = Applier(cache, MAPPINGS, OPTIONS, dedup, MemoryDeadLetters(), stats=stats,
+                          stop=stop, table_jobs=scans)
+        applier.apply([rec(p, 0, events[p][0])])
+        if p == 0:
+            assert cache.entered["users"].acquire(timeout=10)      # the first scan runs
+        applier.apply([rec(p, 1 + i, e) for i, e in enumerate(events[p][1:])])
+        if p == 0:
+            cache.gates["users"].set()
+            assert cache.entered["users"].acquire(timeout=10)      # the shared one runs
+            assert all(jobs.records[job_id(e)][0] == "r" for e in events[p][1:])
+            cache.gates["users"].set()
+        finish_scans(scans, batch_id=0)
+        scans.close()
+        totals.append((stats.table_invalidations, stats.table_scans, stats.table_scans_reused))
+    assert all(jobs.records[job_id(e)][0] == "d" for e in events[0])
+    # the second task's copies reuse the scans, in one or more waits depending on timing
+    assert totals[0] == (4, 2, 0) and totals[1][:2] == (4, 0) and totals[1][2] >= 1
+    assert cache.table_scans == 2
