@@ -342,3 +342,37 @@ def test_a_spark_task_coalesces_the_events_of_a_table_and_other_tasks_reuse_its_
     # the second task's copies reuse the scans, in one or more waits depending on timing
     assert totals[0] == (4, 2, 0) and totals[1][:2] == (4, 0) and totals[1][2] >= 1
     assert cache.table_scans == 2
+
+
+def test_a_shared_scan_keeps_the_lease_of_every_event_it_covers():
+    """A long scan renews the job record of each event that joined it, so another consumer
+    does not take one over (and scan again) while it runs."""
+    from cachesync.consumer.applier import Applier, Stats
+    from cachesync.consumer.table_jobs import TableInvalidator
+    now = [0.0]
+    jobs = MemoryTableJobs(clock=lambda: now[0])
+    events = [truncate(80 + i, "users") for i in range(3)]
+    seen = []
+
+    class Slow(TableGates):
+        def invalidate_table(self, mapping, fence_version=None, progress=None, **options):
+            now[0] += 2.5       # a long call: alive() renews the leases (3 s) after it
+            removed = super().invalidate_table(mapping, fence_version, progress, **options)
+            now[0] += 2.5       # past the leases as begun, within them as renewed
+            seen.append([jobs.begin(job_id(e), "other-consumer", 3)[0] for e in events[1:]]
+                        if seen else None)      # (the first scan's would take them over)
+            return removed
+    cache, stats = Slow(), Stats()
+    scans = TableInvalidator(cache, jobs, stats, lease_s=3, clock=lambda: now[0])
+    applier = Applier(cache, MAPPINGS, OPTIONS, MemoryDedupStore(), MemoryDeadLetters(),
+                      stats=stats, table_jobs=scans)
+    applier.apply([rec(0, 0, events[0])])
+    assert cache.entered["users"].acquire(timeout=10)
+    applier.apply([rec(0, 1, events[1]), rec(0, 2, events[2])])
+    cache.gates["users"].set()
+    assert cache.entered["users"].acquire(timeout=10)      # the shared scan of e2 and e3
+    cache.gates["users"].set()
+    assert wait_until(lambda: len(seen) == 2)
+    assert seen[1] == [JobState.WAIT, JobState.WAIT]
+    assert wait_until(lambda: all(jobs.records[job_id(e)][0] == "d" for e in events))
+    scans.close()
