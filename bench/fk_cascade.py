@@ -26,7 +26,7 @@ import multiprocessing
 import os
 import time
 
-from bench.common import Sandbox, log, median, ratio, summarize, wait_for
+from bench.common import Sandbox, _quietly, log, median, ratio, summarize, wait_for
 from bench.lag import DDL as LAG_DDL
 from bench.lag import Harness, _alive, _checkpoint_stored
 from bench.table_pipeline import _populate, _scan_calls
@@ -57,6 +57,7 @@ DELETE_RATES = (0, 1, 10, 50)
 LAG_SIZES = {"full": (30.0, 200, 500_000), "quick": (8.0, 200, 50_000)}
 CHILDREN = 3
 DRAIN_S = 120.0          # for the child keys of deleted parents to be gone
+SETTLED_S = 2.0          # no SCAN call for this long: the consumer's scans are over
 LAG_FIELDS = ["p50_ms", "p99_ms", "max_ms", "achieved_rate", "deletes_per_s", "scan_calls",
               "child_keys_left", "missing"]
 
@@ -159,7 +160,8 @@ def other_table_lag(stack, quick: bool, runs: int) -> dict:
                                        "COUNT 1000)"},
                 "by_rate": by_rate}
     finally:
-        stack.admin_sql(f"REVOKE REFERENCES ON `{box.db}`.* FROM cachesync@'127.0.0.1'")
+        _quietly(lambda: stack.admin_sql(
+            f"REVOKE REFERENCES ON `{box.db}`.* FROM cachesync@'127.0.0.1'"))
         box.cleanup()
 
 
@@ -167,6 +169,8 @@ def _one_rate(harness: Harness, parents: "_Parents", r, rate: int, seconds: floa
               lag_rate: int) -> dict:
     """The other table's lag while parents are deleted at ``rate`` per second."""
     ids = parents.add(int(rate * seconds * 1.5) + 1 if rate else 0)
+    # the scans of the rate before are over: none of them runs into this one
+    wait_for(lambda: _scans_settled(r), DRAIN_S, "the consumer's table scans settled")
     scans_before = _scan_calls(r)[0]
     deleter = _Deleter(parents.box, ids, rate)
     deleter.start()
@@ -186,6 +190,13 @@ def _one_rate(harness: Harness, parents: "_Parents", r, rate: int, seconds: floa
             "child_keys_left": parents.keys_left(ids[:deleted]),
             "scan_calls": _scan_calls(r)[0] - scans_before,
             "loadavg": [round(x, 2) for x in os.getloadavg()]}
+
+
+def _scans_settled(r) -> bool:
+    """Whether Redis served no SCAN call for SETTLED_S."""
+    before = _scan_calls(r)[0]
+    time.sleep(SETTLED_S)
+    return _scan_calls(r)[0] == before
 
 
 class _Parents:
