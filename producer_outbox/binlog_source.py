@@ -454,8 +454,10 @@ class BinlogSource:
 
 
 def open_stream(client_options: dict, server_id: int, reader: str, info: ServerInfo,
-                start: Checkpoint, heartbeat_s: float = STREAM_HEARTBEAT_S):
-    """The binlog stream from ``start``: our fast reader or the library's (``reader``)."""
+                start: Checkpoint, heartbeat_s: float = STREAM_HEARTBEAT_S,
+                blocking: bool = True):
+    """The binlog stream from ``start``: our fast reader or the library's (``reader``);
+    ``blocking=False`` ends it at the end of the server's binlog (a test reading a file)."""
     kwargs = {}
     if start.gtid is not None:
         # MariaDB: @slave_connect_state; MySQL: COM_BINLOG_DUMP_GTID with the GTID set.
@@ -465,7 +467,7 @@ def open_stream(client_options: dict, server_id: int, reader: str, info: ServerI
                       is_mariadb=info.flavor == "mariadb")
     fast = reader_kind(reader) == "fast"
     return (DumpStreamReader if fast else LibraryStreamReader)(
-        connection_settings=client_options, server_id=server_id, blocking=True,
+        connection_settings=client_options, server_id=server_id, blocking=blocking,
         # No only_schemas/only_tables: the library would drop the table maps of the
         # tables it filters and decode a reused table id with a stale map
         # (see binlog_read). TableMapEvent is listed so the source sees each map.
