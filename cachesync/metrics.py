@@ -78,6 +78,10 @@ TAILER_COUNTERS = {
     "cachesync_tailer_rows_unkeyable": ("Rows whose Kafka key or value could not be rendered "
                                         "(e.g. the primary key not logged): their table was "
                                         "invalidated as a whole", "unkeyable"),
+    "cachesync_tailer_rows_events_undecodable": ("Rows events of mapped tables whose bytes "
+                                                 "could not be decoded (malformed): their "
+                                                 "table was invalidated as a whole",
+                                                 "undecodable_rows"),
     "cachesync_tailer_versions_not_newer": ("Transactions whose GTID did not advance the "
                                             "history, so their update-mode versions are not "
                                             "newer (MariaDB without gtid_strict_mode)",

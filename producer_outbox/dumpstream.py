@@ -52,6 +52,7 @@ from pymysqlreplication.row_event import (DeleteRowsEvent, TableMapEvent, Update
 from cachesync.producer_outbox.eventtypes import is_own, length_encoded
 from cachesync.producer_outbox.fastrows import GIVE_UP, table_decoder
 from cachesync.producer_outbox.hotpath import NO_SPEEDUPS
+from cachesync.producer_outbox.libraryrows import library_rows
 from cachesync.producer_outbox.framing import FramedConnection, GtidPositioned, own_event
 from cachesync.schema.gtid import MARIADB, Gtid
 
@@ -238,11 +239,14 @@ class _FastRows:
 
     @property
     def rows(self) -> list[dict]:
+        """The rows by the generated decoder, else (bytes it does not read as the library
+        does, rows that overrun the packet: None) by the library, in a bounded loop."""
         decoder, raw, start, end = self._decode
         try:
-            return decoder(raw, start, end)
+            rows = decoder(raw, start, end)
         except GIVE_UP:
-            return self._library_event().rows
+            rows = None
+        return rows if rows is not None else library_rows(self._library_event())
 
     def _library_event(self):
         return self._reader.library_event(raw=self._decode[1], kind=self._kind,

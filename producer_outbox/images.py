@@ -23,6 +23,7 @@ from cachesync.schema.event import ABSENT  # noqa: F401 -- the event's mark, nam
 
 PARTIAL_IMAGE = "partial_row_image"     # the reason, in warnings, metrics and table events
 UNKEYABLE = "unkeyable_row"             # a row whose Kafka key cannot be rendered
+UNDECODABLE = "undecodable_rows"        # a rows event whose bytes cannot be decoded
 
 
 def absent_columns(bitmap: bytes | None, names: Sequence[str]) -> frozenset[str]:
