@@ -44,6 +44,7 @@ GROUP_END = frozenset((XID, QUERY))                # a commit, or the next state
 # WRITE/UPDATE/DELETE v1 and v2, PARTIAL_UPDATE_ROWS
 ROWS = frozenset((23, 24, 25, 30, 31, 32, 39))
 TARGETS = ROWS | {TABLE_MAP}
+NEAR = 2        # rows events served on either side of the edited one
 READERS = ("fast", "library")
 SERVED = "binlog.000001"        # the name every file is served under (a numbered name)
 MEMORY_LIMIT = 2 << 30          # a worker's address space
@@ -109,7 +110,8 @@ class Mutant:
 
 def group_around(events: list[tuple[int, bytes]], at: int) -> list[tuple[int, bytes]]:
     """The events of the group holding event ``at``: from its GTID (or BEGIN) to its XID
-    (or the next statement), as far as the file has them."""
+    (or the next statement), as far as the file has them; of its rows events only those
+    within NEAR events of ``at`` (a group of thousands of rows costs seconds a run)."""
     first = at
     while first > 0 and events[first][1][4] not in GROUP_START and not _begin(events[first]):
         first -= 1
@@ -118,7 +120,8 @@ def group_around(events: list[tuple[int, bytes]], at: int) -> list[tuple[int, by
     last = at
     while last + 1 < len(events) and events[last][1][4] not in GROUP_END:
         last += 1
-    return [e for e in events[first:last + 1] if e[1][4] not in PREAMBLE]
+    return [e for j, e in enumerate(events[first:last + 1], first)
+            if e[1][4] not in PREAMBLE and (e[1][4] not in ROWS or abs(j - at) <= NEAR)]
 
 
 def _begin(event: tuple[int, bytes]) -> bool:

@@ -24,7 +24,7 @@ from tests.support import binlogfuzz
 from tests.support.shared import shared_dir, shared_file
 
 SEED = 43
-MUTANTS = 300
+MUTANTS = 500
 TIMEOUT_S = 30.0        # per run: generous on a loaded machine; a hang never ends
 PATHS = {"compiled": {"CACHESYNC_NO_SPEEDUPS": ""}, "python": {"CACHESYNC_NO_SPEEDUPS": "1"}}
 ENDINGS = ("decoded", "invalidated", "named")
