@@ -53,7 +53,8 @@ from cachesync.producer_outbox.eventtypes import is_own, length_encoded
 from cachesync.producer_outbox.fastrows import GIVE_UP, table_decoder
 from cachesync.producer_outbox.hotpath import NO_SPEEDUPS
 from cachesync.producer_outbox.libraryrows import library_rows
-from cachesync.producer_outbox.framing import FramedConnection, GtidPositioned, own_event
+from cachesync.producer_outbox.framing import (FramedConnection, GtidPositioned, RowsGuarded,
+                                               own_event)
 from cachesync.schema.gtid import MARIADB, Gtid
 
 try:
@@ -128,6 +129,7 @@ class DumpConnection(FramedConnection):
             if len(raw) >= _BODY and raw[0] == 0 and (
                     raw[5] in _HOT or is_own(raw[5], raw[18] | raw[19] << 8)):
                 raise _Hot(raw)
+        self.last_raw = raw
         packet = packet_type(raw, self.encoding)
         if packet.is_error_packet():
             packet.raise_for_error()
@@ -298,7 +300,7 @@ class PlainRun:
         self.first, self.xid_pos, self.taken = first, xid_pos, taken
 
 
-class DumpStreamReader(GtidPositioned, BinLogStreamReader):
+class DumpStreamReader(GtidPositioned, RowsGuarded, BinLogStreamReader):
     """``BinLogStreamReader`` with the hot events parsed from the raw packets (module doc).
 
     ``on_idle`` (settable): called when every received byte was read and nothing more

@@ -48,7 +48,8 @@ NEAR = 2        # rows events served on either side of the edited one
 READERS = ("fast", "library")
 SERVED = "binlog.000001"        # the name every file is served under (a numbered name)
 MEMORY_LIMIT = 2 << 30          # a worker's address space
-UNDECODABLE = "undecodable_rows"        # the table-level reason of a rows event not decoded
+# table-level reasons of a rows event not decoded, or not read at all
+UNDECODABLE = ("undecodable_rows", "undecoded_event")
 
 
 def read_file(path) -> bytes:
@@ -157,7 +158,8 @@ def mutants(files: dict[str, bytes], seed: int, count: int) -> list[Mutant]:
 
 def run_mutant(primary, events: list[tuple[int, bytes]], reader: str, mappings) -> dict:
     """Stream ``events`` from ``primary`` to a BinlogSource on ``reader``; returns
-    {"outcome": decoded | invalidated | named | unnamed, ...}."""
+    {"outcome": decoded | named | unnamed, ...} (``invalidated`` tells the table-level
+    invalidations apart)."""
     from cachesync.producer_outbox.binlog_source import BinlogSource, open_stream
     from cachesync.producer_outbox.checkpoint import Checkpoint
     from cachesync.producer_outbox.matched import MatchedTables
@@ -189,8 +191,17 @@ def run_mutant(primary, events: list[tuple[int, bytes]], reader: str, mappings) 
                 "where": traceback.format_exc(limit=-4)[-1500:]}
     finally:
         stream.close()
-    outcome = "invalidated" if reasons.get(UNDECODABLE) else "decoded"
-    return {"outcome": outcome, "records": records, "table_events": reasons}
+    return {"outcome": "decoded", "records": records, "table_events": reasons}
+
+
+def invalidated(result: dict, unedited: dict) -> dict:
+    """``result`` marked "invalidated" when the edit made a table-level event of the rows
+    the change source could not decode (or read) that the unedited events did not have."""
+    if result["outcome"] != "decoded":
+        return result
+    more = any(result["table_events"].get(r, 0) > unedited.get("table_events", {}).get(r, 0)
+               for r in UNDECODABLE)
+    return {**result, "outcome": "invalidated"} if more else result
 
 
 def serve(primary, events: list[tuple[int, bytes]]) -> bool:
@@ -265,6 +276,7 @@ def main() -> None:
     # a loop that never ends may also grow without end: a MemoryError, not a swapping host
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
     files: dict[str, bytes] = {}
+    last: tuple = (None, None)      # the last window's event positions, its mapping
     with ReplayPrimary([]) as primary:
         for line in sys.stdin:
             spec = json.loads(line)
@@ -273,11 +285,15 @@ def main() -> None:
             data = files[spec["file"]]
             mutant = Mutant(spec["number"], spec["file"], 0,
                             tuple(tuple(e) for e in spec["edits"]))
-            mappings = mappings_of(primary, mutant.served(data, edited=False))
-            key = {"number": mutant.number, "reader": spec["reader"]}
-            print(json.dumps({**key, "started": True}), flush=True)
-            result = run_mutant(primary, mutant.served(data), spec["reader"], mappings)
-            print(json.dumps({**key, **result}), flush=True)
+            window = mutant.served(data, edited=False)
+            if last[0] != [start for start, _ in window]:    # a mutant runs once per reader
+                mappings = mappings_of(primary, window)
+                unedited = run_mutant(primary, window, "library", mappings)
+                last = [start for start, _ in window], mappings, unedited
+            said = {"number": mutant.number, "reader": spec["reader"]}
+            print(json.dumps({**said, "started": True}), flush=True)
+            result = run_mutant(primary, mutant.served(data), spec["reader"], last[1])
+            print(json.dumps({**said, **invalidated(result, last[2])}), flush=True)
 
 
 def run_all(runs: list[dict], env: dict, timeout_s: float) -> list[dict]:
