@@ -52,3 +52,36 @@ def test_an_undecodable_rows_event_invalidates_its_table_and_the_tailer_goes_on(
     assert tailer.undecodable_rows == 1
     assert ("app.users at 0-1-42: the rows event at binlog.000003:" in caplog.text
             and "cannot be decoded (MalformedRowsError" in caplog.text)
+
+
+class _Failing:
+    """The library's reader, reading ``raw`` and failing to construct its event."""
+
+    def __init__(self, raw: bytes, error: Exception):
+        self._stream_connection = type("Conn", (), {"last_raw": None})()
+        self._raw, self._error, self.log_pos = raw, error, 0
+
+    def fetchone(self):
+        self._stream_connection.last_raw = self._raw
+        raise self._error
+
+
+def _packet(etype: int, body: bytes) -> bytes:
+    import struct
+    return b"\0" + struct.pack("<IBIIIH", 1_700_000_000, etype, 9, 19 + len(body), 4321, 0) + body
+
+
+def test_a_rows_event_the_library_cannot_construct_is_an_undecoded_event_of_its_table():
+    from cachesync.producer_outbox.framing import RowsGuarded, UndecodedEvent
+
+    class Reader(RowsGuarded, _Failing):
+        pass
+    reader = Reader(_packet(30, (1234).to_bytes(6, "little") + b"\x01\x00\x02\x00\x03"),
+                    AssertionError("Result length not requested length"))
+    event = reader.fetchone()
+    assert isinstance(event, UndecodedEvent)
+    assert (event.code, event.table_id, event.server_id, event.log_pos) == (30, 1234, 9, 4321)
+    assert "AssertionError: Result length" in event.name and reader.log_pos == 4321
+    table_map = Reader(_packet(19, bytes(12)), ValueError("0 is not a valid MetadataFieldType"))
+    with pytest.raises(ValueError, match="MetadataFieldType"):     # not a rows event: it stands
+        table_map.fetchone()
