@@ -32,6 +32,19 @@ import traceback
 import zlib
 from dataclasses import dataclass
 
+from pymysqlreplication.row_event import TableMapEvent
+
+from cachesync.producer_outbox.binlog_source import BinlogSource, open_stream
+from cachesync.producer_outbox.checkpoint import Checkpoint
+from cachesync.producer_outbox.matched import MatchedTables
+from cachesync.producer_outbox.ports import Group, Record, TableEvent
+from cachesync.producer_outbox.preflight import ServerInfo
+from cachesync.producer_outbox.rowevents import RowEncoder
+from cachesync.schema.errors import CachesyncError
+from cachesync.schema.mapping import parse_mappings
+from tests.support import mysqlbinlog as mb
+from tests.support.replay_primary import ReplayPrimary
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 MAGIC = b"\xfebin"
@@ -160,19 +173,8 @@ def run_mutant(primary, events: list[tuple[int, bytes]], reader: str, mappings) 
     """Stream ``events`` from ``primary`` to a BinlogSource on ``reader``; returns
     {"outcome": decoded | named | unnamed, ...} (``invalidated`` tells the table-level
     invalidations apart)."""
-    from cachesync.producer_outbox.binlog_source import BinlogSource, open_stream
-    from cachesync.producer_outbox.checkpoint import Checkpoint
-    from cachesync.producer_outbox.matched import MatchedTables
-    from cachesync.producer_outbox.ports import Group, Record, TableEvent
-    from cachesync.producer_outbox.preflight import ServerInfo
-    from cachesync.producer_outbox.rowevents import RowEncoder
-    from cachesync.schema.errors import CachesyncError
-
-    mariadb = serve(primary, events)
-    info = ServerInfo("mariadb" if mariadb else "mysql", 1, None, {}, ())
-    start = start_of(info)
+    info, start, stream = _stream(primary, events, reader)
     encoder = RowEncoder(mappings, MatchedTables(mappings))
-    stream = open_stream(client_options(primary), 101, reader, info, start, blocking=False)
     source = BinlogSource(stream, info, start, mappings, MatchedTables(mappings), encoder)
     reasons: dict[str, int] = {}
     records = 0
@@ -204,10 +206,22 @@ def invalidated(result: dict, unedited: dict) -> dict:
     return {**result, "outcome": "invalidated"} if more else result
 
 
+def _stream(primary, events: list[tuple[int, bytes]], reader: str) -> tuple:
+    """(server info, start, the tailer's stream on ``reader``) of ``primary`` serving
+    ``events`` from their start (MariaDB: an empty GTID state, as the tailer reads MariaDB
+    by GTID only), ending where they end."""
+    mariadb = serve(primary, events)
+    info = ServerInfo("mariadb" if mariadb else "mysql", 1, None, {}, ())
+    start = (Checkpoint(info.identity, "") if mariadb
+             else Checkpoint(info.identity, None, SERVED, 4))
+    options = {"host": "127.0.0.1", "port": primary.port, "user": "fuzz", "passwd": "fuzz",
+               "ssl_disabled": True}
+    return info, start, open_stream(options, 101, reader, info, start, blocking=False)
+
+
 def serve(primary, events: list[tuple[int, bytes]]) -> bool:
     """Make ``primary`` serve these events as its one binlog file; returns whether they are
     a MariaDB server's (a MariaDB GTID event among them)."""
-    from tests.support import mysqlbinlog as mb
     mariadb = any(e[4] == 162 for _, e in events)
     checksum = has_checksums(events)
     binlog = mb.Binlog(SERVED, checksum=checksum)
@@ -222,16 +236,7 @@ def mappings_of(primary, events: list[tuple[int, bytes]]):
     """A mapping of every table the table maps of (unmutated) ``events`` name, keyed by
     the table's first column (``fz:{column}``; a map without column names: ``fz:{id}``),
     read by the library from ``primary`` serving them."""
-    from pymysqlreplication.row_event import TableMapEvent
-
-    from cachesync.producer_outbox.binlog_source import open_stream
-    from cachesync.producer_outbox.checkpoint import Checkpoint
-    from cachesync.producer_outbox.preflight import ServerInfo
-    from cachesync.schema.mapping import parse_mappings
-    mariadb = serve(primary, events)
-    info = ServerInfo("mariadb" if mariadb else "mysql", 1, None, {}, ())
-    stream = open_stream(client_options(primary), 101, "library", info,
-                         start_of(info), blocking=False)
+    stream = _stream(primary, events, "library")[2]
     tables = {}
     try:
         for event in stream:
@@ -252,26 +257,11 @@ def mappings_of(primary, events: list[tuple[int, bytes]]):
     return parse_mappings(good or {"fuzz.none": {"keys": ["fz:{id}"]}})
 
 
-def start_of(info):
-    """Where a file is read from: its start (MariaDB: an empty GTID state, as the tailer
-    reads MariaDB by GTID only)."""
-    from cachesync.producer_outbox.checkpoint import Checkpoint
-    if info.flavor == "mariadb":
-        return Checkpoint(info.identity, "")
-    return Checkpoint(info.identity, None, SERVED, 4)
-
-
-def client_options(primary) -> dict:
-    return {"host": "127.0.0.1", "port": primary.port, "user": "fuzz", "passwd": "fuzz",
-            "ssl_disabled": True}
-
-
 # -- the worker and its driver ---------------------------------------------------------------
 
 def main() -> None:
     """Runs as JSON lines on stdin ({"file", "path", "number", "edits", "reader"}); for each,
     a line saying it started, then its result, on stdout."""
-    from tests.support.replay_primary import ReplayPrimary
     logging.disable(logging.WARNING)
     # a loop that never ends may also grow without end: a MemoryError, not a swapping host
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
