@@ -50,6 +50,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 MAGIC = b"\xfebin"
 HEADER_LEN = 19
 IN_USE = 0x1        # LOG_EVENT_BINLOG_IN_USE_F, in the format description's flags
+CRC32 = 1           # the format description's checksum algorithm byte
 QUERY, FORMAT_DESCRIPTION, XID, TABLE_MAP = 2, 15, 16, 19
 PREAMBLE = frozenset((FORMAT_DESCRIPTION, 35))     # ... and MySQL's PREVIOUS_GTIDS
 GROUP_START = frozenset((33, 34, 42, 162))         # MySQL GTID, anonymous, tagged; MariaDB
@@ -85,11 +86,14 @@ def split_events(data: bytes) -> list[tuple[int, bytes]]:
 
 
 def has_checksums(events: list[tuple[int, bytes]]) -> bool:
-    """Whether the file's events end in a CRC32: its format description's does, computed
-    as the server does, with the binlog-in-use flag (set in a file not closed) cleared."""
+    """Whether the file's events end in a CRC32: its format description says CRC32 in its
+    checksum-algorithm byte, before its own CRC32 (which a server since 5.6.1 writes even
+    when the others have none; computed with the binlog-in-use flag cleared, the flag a
+    file not closed keeps)."""
     fde = bytearray(next(e for _, e in events if e[4] == FORMAT_DESCRIPTION))
     fde[17] &= ~IN_USE & 0xFF
-    return zlib.crc32(fde[:-4]) & 0xFFFFFFFF == int.from_bytes(fde[-4:], "little")
+    return (zlib.crc32(fde[:-4]) & 0xFFFFFFFF == int.from_bytes(fde[-4:], "little")
+            and fde[-5] == CRC32)
 
 
 def with_crc(event: bytes) -> bytes:
