@@ -86,6 +86,10 @@ TAILER_COUNTERS = {
                                                  "foreign-key cascade changed rows of them "
                                                  "(one per transaction and table)",
                                                  "fk_cascade_tables"),
+    "cachesync_tailer_rows_events_undecodable": ("Rows events of mapped tables whose bytes "
+                                                 "could not be decoded (malformed): their "
+                                                 "table was invalidated as a whole",
+                                                 "undecodable_rows"),
     "cachesync_tailer_versions_not_newer": ("Transactions whose GTID did not advance the "
                                             "history, so their update-mode versions are not "
                                             "newer (MariaDB without gtid_strict_mode)",

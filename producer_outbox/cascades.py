@@ -69,6 +69,18 @@ class Cascades:
                 index = self._hit(ctx, db, table, hit, before, after, index, out)
         return index
 
+    def undecodable(self, ctx: TxnContext, db: str, table: str, index: int, out: list) -> int:
+        """A rows event of ``table`` whose rows cannot be decoded: any of them may have been
+        deleted or re-keyed, so every mapped table a delete or key update of ``table`` reaches
+        is invalidated as a whole. Returns the next row index."""
+        graph = self._fks.graph
+        referenced = graph.referenced(db, table)
+        for change in ((DELETE, frozenset()), (UPDATE, referenced)):
+            for hit in graph.reached(db, table, change):
+                if self._mappings.get(*hit.table) is not None:
+                    index = self._whole_table(ctx, f"{db}.{table}", hit, index, out)
+        return index
+
     def _hit(self, ctx, db, table, hit: Hit, before, after, index: int, out: list) -> int:
         mapping = self._mappings.get(*hit.table)
         if mapping is None or not mapping.keys:

@@ -9,8 +9,9 @@ its Kafka key, and encode it (invalidate-only over the record limit). Rows of th
 outbox tables read from the binlog go through ``outbox_binlog.OutboxRouter`` instead.
 
 ``RowEncoder.rows_to_records`` is the one call the binlog source makes per rows event.
-A row that cannot be keyed, or whose images are partial, is a value (a table-level event
-in the returned list), never an exception: one session's setting never stops the tailer.
+A row that cannot be keyed, whose images are partial, or a rows event whose bytes cannot be
+decoded, is a value (a table-level event in the returned list), never an exception: one
+session's setting or one malformed event never stops the tailer.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from cachesync.producer_outbox import hotpath
 from cachesync.producer_outbox.images import event_absence, known_images
 from cachesync.producer_outbox.jsoncolumns import resolve_partial, unknown_after
 from cachesync.producer_outbox.keycolumns import key_images, kept_specs, table_specs
+from cachesync.producer_outbox.libraryrows import library_rows
 from cachesync.producer_outbox.matched import MatchedTables
 from cachesync.producer_outbox.outbox_binlog import OutboxRouter
 from cachesync.producer_outbox.partial import PartialRows
@@ -61,6 +63,15 @@ def unnamed_columns(table_obj) -> bool:
     return any(not getattr(c, "name", None) for c in getattr(table_obj, "columns", ()))
 
 
+def event_rows(event) -> list[dict]:
+    """A rows event's rows: the per-table fast decoder's, else the library's (read in a loop
+    the event's size bounds). Raises one of DECODE_ERRORS for bytes that are not rows."""
+    if type(event) in FAST_ROW_EVENTS:
+        return event.rows       # the fast reader's: its decoder, else the library's, bounded
+    rows = decode_rows(event)
+    return rows if rows is not None else library_rows(event)
+
+
 def row_images(op: str, row: dict) -> tuple[dict | None, dict | None]:
     """The (before, after) images of a decoded row of an ``op`` rows event."""
     if op == "update":
@@ -88,13 +99,16 @@ class RowEncoder:
         self.partial_rows = 0   # rows logged with a partial image (binlog_row_image per session)
         self.unkeyable = 0      # rows whose Kafka key could not be rendered: table invalidated
         self.json_unknown = 0   # updates whose partial JSON after value could not be computed
+        self.undecodable_rows = 0   # rows events whose bytes could not be decoded: table level
         self.whole_tables: tuple = (None, set())   # (txn context, tables invalidated in it)
         self.cascades = None    # a cascades.Cascades: foreign keys the server does not log
 
     def rows_to_records(self, event, ctx: TxnContext, row_index: int, schema: str, table: str,
                         where: Callable[[], str]) -> tuple[list[Change], int]:
         """The records (and table-level events) of one rows event, and the next row index.
-        Raises the tailer's decode error (naming table and position) for undecodable bytes."""
+        Rows whose bytes cannot be decoded are a table-level event of their table (counted,
+        WARNING); an outbox table's raise the tailer's decode error (naming table and
+        position): the events they carry cannot be told."""
         out: list[Change] = []
         op = ROW_EVENTS[type(event)]
         if self.outbox is not None and self.outbox.covers(schema, table):
@@ -109,7 +123,15 @@ class RowEncoder:
                    table: str, where: Callable[[], str]) -> tuple[list[Change], int]:
         """A cascade source's rows event: its own records (a mapped table), then the
         invalidations of what its deletes and key updates cascaded into (``cascades``)."""
-        rows = self._decode(event, schema, table, where)
+        try:
+            rows = event_rows(event)
+        except DECODE_ERRORS:
+            # the table's own rows as any mapped table's (invalidated as a whole, counted
+            # there), then every table its deletes or key updates could cascade into
+            if self._mappings.get(schema, table) is None:
+                self.undecodable_rows += 1
+            out, row_index = self._mapped(event, op, ctx, row_index, schema, table, where, [])
+            return out, self.cascades.undecodable(ctx, schema, table, row_index, out)
         out, row_index = self._mapped(event, op, ctx, row_index, schema, table, where, [], rows)
         specs = table_specs(event.table_map[event.table_id],
                             self.types.of(schema, table) if self.types is not None else ())
@@ -136,7 +158,12 @@ class RowEncoder:
         partial = PartialRows(self, mapping, ctx, schema, table) if absent[0] or absent[1] else None
         diffs = type(event) is PartialUpdateRowsEvent    # JSON after values may be diffs
         if rows is None:
-            rows = self._decode(event, schema, table, where)
+            try:
+                rows = event_rows(event)
+            except DECODE_ERRORS as e:      # a value: the table invalidated as a whole
+                self.undecodable_rows += 1
+                partial = partial or PartialRows(self, mapping, ctx, schema, table)
+                return out, partial.undecodable(e, where(), out, row_index)
         if partial is None and not diffs and not specs and row_filter is None and late_trim \
                 and versioned is None:
             return out, self._plain_rows(event, op, ctx, row_index, mapping, keep, rows, out)
@@ -324,8 +351,7 @@ class RowEncoder:
     def _decode(event, schema: str, table: str, where: Callable[[], str]) -> list[dict]:
         """The event's rows; raises the tailer's decode error naming the table and position."""
         try:
-            rows = decode_rows(event)      # the per-table fast decoder, or None: the library's
-            return rows if rows is not None else event.rows
+            return event_rows(event)
         except DECODE_ERRORS as e:
             raise decode_error(e, where(), f"{schema}.{table}") from e
 

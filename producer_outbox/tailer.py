@@ -85,6 +85,7 @@ class Tailer:
     partial_rows = _Count("encoder")        # rows logged with a partial image
     unkeyable = _Count("encoder")           # rows whose key could not be rendered
     json_unknown = _Count("encoder")        # partial JSON updates whose after is unknown
+    undecodable_rows = _Count("encoder")    # rows events not decoded: table invalidated
     versions_not_newer = _Count("source")   # GTIDs that did not advance the history
     undecoded_events = _Count("source")     # events with rows cachesync cannot decode
 

@@ -122,3 +122,13 @@ def test_a_server_that_logs_cascaded_rows_needs_no_invalidation():
     assert not Cascades(Keys(logged=True), MAPPINGS).covers("d", "parent")
     assert Cascades(Keys(logged=None), MAPPINGS).covers("d", "parent")    # unsure: invalidate
     assert Cascades(Keys(logged=False), MAPPINGS).covers("d", "middle")
+
+
+def test_rows_that_cannot_be_decoded_invalidate_every_table_their_changes_could_reach():
+    cascades = Cascades(Keys(), MAPPINGS)
+    out: list = []
+    assert cascades.undecodable(CTX, "d", "parent", 5, out) == 5 + len(out)
+    assert all(isinstance(i, TableEvent) for i in out)
+    # every mapped table below (even child, whose keys a decoded row would have rendered)
+    assert {(i.change.table, i.change.reason) for i in out} == {
+        ("child", FK_CASCADE), ("nullchild", FK_CASCADE), ("leaf", FK_CASCADE)}
