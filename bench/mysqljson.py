@@ -9,8 +9,9 @@ N rows of ``(id INT, doc JSON, name VARCHAR(64))`` is decoded, whole, in each ru
 * fast: ``fastrows.decode_rows``, the generated decoder, the text (``tailer.reader: fast``).
 
 The documents are binary JSON recorded from MySQL (vitess's binlog_json_test.go and
-go-mysql's row_event_test.go, see tests/support/mysql_json.py). Runs alternate their
-order; the host may be shared, so compare the ratios, measured in the same run.
+go-mysql's row_event_test.go; the shared folder's recorded/ names the sources). Runs
+alternate their order; the host may be shared, so compare the ratios, measured in the
+same run.
 """
 
 from __future__ import annotations

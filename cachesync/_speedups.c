@@ -1634,8 +1634,8 @@ rows_records(const unsigned char *raw, Py_ssize_t length, int checksum, uint64_t
     if (end - pos < 1)
         return RD_STOP;
     uint64_t ncols = raw[pos++];
-    if (ncols >= 251)
-        return RD_STOP;                             /* (a table this wide: Python) */
+    if (ncols >= 251 || ncols == 0)
+        return RD_STOP;                             /* too wide, or rows of no bytes: Python */
     if (ncols != (uint64_t)plan->ncols)
         return RD_STOP;
     Py_ssize_t width = (Py_ssize_t)(ncols + 7) / 8;

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import uuid
 import weakref
-from typing import Awaitable, Callable
+from typing import Any, Awaitable, Callable, Protocol
 
 import redis
 import redis.asyncio
@@ -21,9 +21,37 @@ from cachesync.schema.keys import lease_key
 
 DEFAULT_LEASE_MS = 10_000   # longer than any sane loader; an expired lease just skips one fill
 
-def read_through(client: redis.Redis, key: str, loader: Callable[[], bytes | str | None],
-                 ttl_s: int, lease_ms: int = DEFAULT_LEASE_MS,
-                 fresh: Callable[[], bool] | None = None) -> bytes | str | None:
+
+class Serializer(Protocol):
+    """How an application's cache stores its values: ``dumps(value) -> bytes`` and
+    ``loads(bytes) -> value`` (``pickle``, ``json`` with bytes, django-redis's client, a
+    Rails/Laravel-compatible codec, ...). Any object with the two methods will do."""
+
+    def dumps(self, value: Any) -> bytes | str | int: ...
+
+    def loads(self, data: bytes) -> Any: ...
+
+
+class _Raw:
+    """No serializer: the loader returns the bytes or text to cache; reads return them as
+    Redis gave them."""
+
+    @staticmethod
+    def dumps(value: Any) -> Any:
+        return value
+
+    @staticmethod
+    def loads(data: bytes) -> Any:
+        return data
+
+
+RAW: Serializer = _Raw()
+
+
+def read_through(client: redis.Redis, key: str, loader: Callable[[], Any],
+                 ttl_s: float, lease_ms: int = DEFAULT_LEASE_MS,
+                 fresh: Callable[[], bool] | None = None,
+                 serializer: Serializer = RAW) -> Any:
     """Return the cached value of ``key`` or ``loader()``, filling the cache only if safe.
 
     ``loader`` reads the database (it runs after the lease is taken, which is what
@@ -31,12 +59,15 @@ def read_through(client: redis.Redis, key: str, loader: Callable[[], bytes | str
     ``fresh``, for loaders that read a replica (:class:`ReplicaCaughtUp`): called once
     the lease is held, before the loader; False means the replica may predate an
     invalidation that already ran, so the value is returned but not cached.
-    Raises whatever ``loader`` or ``fresh`` raise and redis errors (the cache is
-    optional to callers that catch them).
+    ``serializer`` (:class:`Serializer`): the loader returns an object, the cache holds
+    ``serializer.dumps(object)`` and a hit returns ``serializer.loads(bytes)``; without
+    it the loader returns the bytes or text to cache.
+    Raises whatever ``loader``, ``fresh`` or the serializer raise and redis errors (the
+    cache is optional to callers that catch them).
     """
     cached = client.get(key)
     if cached is not None:
-        return cached
+        return serializer.loads(cached)
     token, lease = uuid.uuid4().hex, lease_key(key)
     # NX: if another reader holds the lease, load anyway but do not fill.
     have_lease = client.set(lease, token, nx=True, px=lease_ms)
@@ -45,20 +76,21 @@ def read_through(client: redis.Redis, key: str, loader: Callable[[], bytes | str
         have_lease = False
     value = loader()
     if value is not None and have_lease:
-        _script(client, "fill_if_lease")(keys=[key, lease], args=[token, value, ttl_s * 1000])
+        _script(client, "fill_if_lease")(keys=[key, lease], args=_fill_args(
+            token, serializer.dumps(value), ttl_s))
     return value
 
 
 async def read_through_async(client: redis.asyncio.Redis, key: str,
-                             loader: Callable[[], Awaitable[bytes | str | None]], ttl_s: int,
+                             loader: Callable[[], Awaitable[Any]], ttl_s: float,
                              lease_ms: int = DEFAULT_LEASE_MS,
-                             fresh: Callable[[], Awaitable[bool]] | None = None
-                             ) -> bytes | str | None:
+                             fresh: Callable[[], Awaitable[bool]] | None = None,
+                             serializer: Serializer = RAW) -> Any:
     """The asyncio twin of :func:`read_through` (``redis.asyncio`` client, awaitable loader
     and ``fresh``)."""
     cached = await client.get(key)
     if cached is not None:
-        return cached
+        return serializer.loads(cached)
     token, lease = uuid.uuid4().hex, lease_key(key)
     have_lease = await client.set(lease, token, nx=True, px=lease_ms)
     if have_lease and fresh is not None and not await fresh():
@@ -66,8 +98,18 @@ async def read_through_async(client: redis.asyncio.Redis, key: str,
         have_lease = False
     value = await loader()
     if value is not None and have_lease:
-        await _script(client, "fill_if_lease")(keys=[key, lease], args=[token, value, ttl_s * 1000])
+        await _script(client, "fill_if_lease")(keys=[key, lease], args=_fill_args(
+            token, serializer.dumps(value), ttl_s))
     return value
+
+
+def _fill_args(token: str, data: Any, ttl_s: float) -> list:
+    """ARGV of fill_if_lease.lua; raises ValueError for a TTL under a millisecond (every
+    fill expires: the TTL bounds staleness if every invalidation were lost)."""
+    ttl_ms = int(ttl_s * 1000)
+    if ttl_ms < 1:
+        raise ValueError(f"ttl_s: expected a positive number of seconds, got {ttl_s!r}")
+    return [token, data, ttl_ms]
 
 
 class ReplicaCaughtUp:

@@ -19,6 +19,7 @@ import yaml
 
 from cachesync.config_env import ENV_PREFIX, service_links, unknown_variables
 from cachesync.schema.errors import ConfigError
+from cachesync.schema.key_formats import FORMATS, KeyFormat
 from cachesync.schema.mapping import MappingSet, parse_mappings
 from cachesync.schema.sqlnames import IDENTIFIER_PATTERN
 
@@ -732,6 +733,36 @@ class MonitorSettings(_Validated):
                                      "interval (the others are counted)", **POSITIVE)
 
 
+_NO_BRACES = {"pattern": r"[^{}]*", "what": "text without '{' or '}'"}
+
+
+@dataclass(frozen=True)
+class FrameworkSettings(_Validated):
+    SECTION = "framework"
+    key_format: str = setting(
+        "plain", "the form the application's cache gives the keys of `tables:` (each entry may "
+        "name its own with `key_format`): `plain` (the template is the Redis key); `django` "
+        "(`<key_prefix>:<version>:<key>`, Django's default key function); `rails` "
+        "(`<key_prefix>:<key>`, the cache store's `namespace`); `laravel` "
+        "(`<connection_prefix><key_prefix><key>`); `spring` (`<key_prefix><cache>::<key>`). "
+        "Framework caches hold serialized objects: use `mode: delete` (see Frameworks)",
+        choices=FORMATS)
+    key_prefix: str = setting(
+        "", "Django `KEY_PREFIX`; Rails `namespace`; Laravel `cache.prefix` (e.g. "
+        "`laravel_cache_`); Spring `spring.cache.redis.key-prefix`", **_NO_BRACES)
+    version: int = setting(1, "Django's cache `VERSION` (`key_format: django`): set it from "
+                           "the same place as the application's, so a bump renames both",
+                           lo=0)
+    connection_prefix: str = setting(
+        "", "Laravel: the Redis connection's `options.prefix` (`REDIS_PREFIX`, e.g. "
+        "`laravel_database_`)", **_NO_BRACES)
+
+    @property
+    def keys(self) -> KeyFormat:
+        """The key form every table entry uses unless it names its own."""
+        return KeyFormat(self.key_format, self.key_prefix, self.version, self.connection_prefix)
+
+
 @dataclass(frozen=True)
 class Settings:
     mysql: MySQLSettings
@@ -745,6 +776,7 @@ class Settings:
     metrics: MetricsSettings = MetricsSettings()
     monitor: MonitorSettings = MonitorSettings()
     source: SourceSettings = SourceSettings()
+    framework: FrameworkSettings = FrameworkSettings()
 
     @property
     def dedup_namespace(self) -> str:
@@ -753,7 +785,8 @@ class Settings:
 
 _SECTIONS = {"mysql": MySQLSettings, "kafka": KafkaSettings, "redis": RedisSettings,
              "tailer": TailerSettings, "consumer": ConsumerSettings, "relay": RelaySettings,
-             "metrics": MetricsSettings, "monitor": MonitorSettings, "source": SourceSettings}
+             "metrics": MetricsSettings, "monitor": MonitorSettings, "source": SourceSettings,
+             "framework": FrameworkSettings}
 
 
 def load(path: str | os.PathLike | None, environ: Mapping[str, str] | None = None) -> Settings:
@@ -780,7 +813,8 @@ def load_with_origins(path: str | os.PathLike | None,
     origins: dict[str, str] = {}
     sections = {name: _section(name, cls, raw.get(name) or {}, env, source, problems, origins)
                 for name, cls in _SECTIONS.items()}
-    tables = _tables(raw.get("tables"), source, problems)
+    framework = sections["framework"] or FrameworkSettings()
+    tables = _tables(raw.get("tables"), source, problems, framework.keys)
     if not problems:
         _collect(problems, _check_outbox_not_mapped, sections["tailer"], tables, source)
     if problems:
@@ -815,15 +849,15 @@ def _collect(problems: list[str], fn, *args):
         return None
 
 
-def _tables(raw: Any, source: str, problems: list[str]) -> MappingSet | None:
+def _tables(raw: Any, source: str, problems: list[str], key_format: KeyFormat) -> MappingSet | None:
     """The mappings; each table's first problem is collected, not only the first table's."""
     if isinstance(raw, Mapping) and len(raw) > 1:
         before = len(problems)
         for name, spec in raw.items():
-            _collect(problems, parse_mappings, {name: spec}, source)
+            _collect(problems, parse_mappings, {name: spec}, source, key_format)
         if len(problems) > before:
             return None
-    return _collect(problems, parse_mappings, raw, source)
+    return _collect(problems, parse_mappings, raw, source, key_format)
 
 
 def _one_message(problems: list[str]) -> str:

@@ -79,10 +79,27 @@ TAILER_COUNTERS = {
     "cachesync_tailer_rows_unkeyable": ("Rows whose Kafka key or value could not be rendered "
                                         "(e.g. the primary key not logged): their table was "
                                         "invalidated as a whole", "unkeyable"),
+    "cachesync_tailer_fk_cascade_rows": ("Parent rows deleted or re-keyed whose foreign-key "
+                                         "cascade (not logged by the server) reached a mapped "
+                                         "table: its keys invalidated from the parent's row",
+                                         "fk_cascade_rows"),
+    "cachesync_tailer_fk_cascade_table_events": ("Tables invalidated as a whole because a "
+                                                 "foreign-key cascade changed rows of them "
+                                                 "(one per transaction and table)",
+                                                 "fk_cascade_tables"),
+    "cachesync_tailer_rows_events_undecodable": ("Rows events of mapped tables whose bytes "
+                                                 "could not be decoded (malformed): their "
+                                                 "table was invalidated as a whole",
+                                                 "undecodable_rows"),
     "cachesync_tailer_versions_not_newer": ("Transactions whose GTID did not advance the "
                                             "history, so their update-mode versions are not "
                                             "newer (MariaDB without gtid_strict_mode)",
                                             "versions_not_newer"),
+    "cachesync_tailer_unlogged_change_risks": ("Ways mapped tables may change without binlog "
+                                               "events, found at each start (binlog filters "
+                                               "excluding a mapped schema, accounts that may "
+                                               "set sql_log_bin=0), each named in a WARNING",
+                                               "unlogged_risks"),
     "cachesync_tailer_outbox_events": ("Outbox events published from the binlog "
                                        "(tailer.outbox_tables)", "outbox_events"),
     "cachesync_tailer_outbox_rows_invalid": ("Outbox rows published without their payload or "

@@ -8,16 +8,54 @@ the application's own key names. Tables that cannot be mapped are listed with th
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from collections import defaultdict
 
 from cachesync.producer_outbox.matched import SYSTEM_SCHEMAS
+from cachesync.schema.key_formats import spring_key
 from cachesync.schema.patterns import is_shadow_table
 
 _NUMBERED = re.compile(r"^(.*?)(\d+)$")
 # key columns whose values have no stable text (cachesync.schema.keytext)
 UNKEYABLE_TYPES = {"json", "geometry", "point", "linestring", "polygon", "blob", "longblob",
                    "mediumblob", "tinyblob", "float", "double"}
+
+
+# Tables a framework keeps for itself (migrations, sessions, queues, auth plumbing): an
+# application does not cache their rows by key, so `init --framework` leaves them out (and
+# lists them, so that one that is cached after all can be added by hand). Globs, compared
+# case-insensitively.
+BOOKKEEPING: dict[str, tuple[str, ...]] = {
+    "django": ("django_migrations", "django_session", "django_admin_log", "django_content_type",
+               "django_site", "django_cache*", "auth_*"),
+    "rails": ("schema_migrations", "ar_internal_metadata", "active_storage_*", "action_text_*",
+              "action_mailbox_*", "solid_queue_*", "solid_cache_*", "solid_cable_*"),
+    "laravel": ("migrations", "failed_jobs", "jobs", "job_batches", "password_reset_tokens",
+                "password_resets", "personal_access_tokens", "sessions", "cache", "cache_locks",
+                "telescope_*", "pulse_*"),
+    "spring": ("flyway_schema_history", "databasechangelog", "databasechangeloglock",
+               "spring_session", "spring_session_attributes", "batch_*", "qrtz_*", "shedlock"),
+}
+
+
+def is_bookkeeping(framework: str | None, table: str) -> bool:
+    """Whether ``table`` is one of ``framework``'s own tables."""
+    return framework is not None and any(
+        fnmatch.fnmatchcase(table.lower(), glob) for glob in BOOKKEEPING[framework])
+
+
+def framework_key(framework: str | None, table: str, fields: list[str]) -> str:
+    """The placeholder key of a table's row in ``framework``'s usual form, as the application
+    passes it to its cache (the key format adds prefixes and versions): Rails
+    ``Rails.cache.fetch(record)`` -> ``authors/1``; Spring ``@Cacheable("authors")`` ->
+    ``authors::1`` (``SimpleKey [a,b]`` for a composite key); else ``table:id``."""
+    placeholders = ["{%s}" % f for f in fields]
+    if framework == "rails":
+        return f"{table}/" + "/".join(placeholders)
+    if framework == "spring":
+        return spring_key(table, placeholders)
+    return f"{table}:" + ":".join(placeholders)
 
 
 def visible_databases(conn, state_db: str) -> tuple[str, ...]:
@@ -47,13 +85,18 @@ def read_schema(conn, databases: list[str]) -> dict[tuple[str, str], list[tuple[
     return out
 
 
-def propose(schema: dict) -> tuple[list[dict], list[tuple[str, str]]]:
+def propose(schema: dict, framework: str | None = None
+            ) -> tuple[list[dict], list[tuple[str, str]]]:
     """(entries, unmappable): each entry {name, keys, tables, comment}; unmappable
-    [(db.table, reason)]."""
+    [(db.table, reason)]. With ``framework``, its bookkeeping tables are left out (listed as
+    unmappable) and keys take its usual form."""
     entries, unmappable, families = [], [], defaultdict(list)
     for (db, t), pk in sorted(schema.items()):
         name = f"{db}.{t}"
         if is_shadow_table(t) or t.startswith("cachesync_"):
+            continue
+        if is_bookkeeping(framework, t):
+            unmappable.append((name, f"{framework}'s own table"))
             continue
         if not pk:
             unmappable.append((name, "no primary key: a row has no stable identity to key"))
@@ -78,8 +121,8 @@ def propose(schema: dict) -> tuple[list[dict], list[tuple[str, str]]]:
                                 f"{db}.{t}" for db, t, _ in members[:4]) + (" ..." if len(members) > 4 else "")})
         else:
             for db, t, p in members:
-                entries.append({"name": f"{db}.{t}", "keys": [f"{t}:" + ":".join(
-                    "{%s}" % c for c, _ in p)], "comment": ""})
+                entries.append({"name": f"{db}.{t}", "comment": "",
+                                "keys": [framework_key(framework, t, [c for c, _ in p])]})
     return sorted(entries, key=lambda e: e["name"]), unmappable
 
 
@@ -101,14 +144,17 @@ def _family_pattern(dbs: list[str], stem: str, tables: list[str]) -> str:
     return f"re:{db_part}\\.{re.escape(stem)}\\d+"
 
 
-def render(entries: list[dict], unmappable: list[tuple[str, str]], databases: list[str]) -> str:
+def render(entries: list[dict], unmappable: list[tuple[str, str]], databases: list[str],
+           framework: str | None = None) -> str:
     """The config text, commented."""
-    lines = [f"# cachesync config proposed by `cachesync init {' '.join(databases)}`.",
+    flag = f" --framework {framework}" if framework else ""
+    lines = [f"# cachesync config proposed by `cachesync init{flag} {' '.join(databases)}`.",
              "# Connection settings come from the environment (CACHESYNC_MYSQL_HOST, ...).",
              "# Key templates are PLACEHOLDERS built from each primary key: rename the literal",
              "# part (before the first {) to the keys your application caches, add the",
              "# other keys it builds from a row (e.g. user:email:{email}), and remove the",
              "# tables it does not cache. Then: cachesync lint -c <this file>",
+             *_framework_section(framework),
              "tables:"]
     for e in entries:
         if e["comment"]:
@@ -122,5 +168,47 @@ def render(entries: list[dict], unmappable: list[tuple[str, str]], databases: li
     return "\n".join(lines) + "\n"
 
 
+# what each framework's section says (docs/frameworks.md tells where the values come from)
+_SECTION_HINTS = {
+    "django": ["  key_prefix: \"\"      # CACHES['default']['KEY_PREFIX']",
+               "  version: 1          # CACHES['default']['VERSION'] (or CACHESYNC_FRAMEWORK_VERSION)"],
+    "rails": ["  key_prefix: \"\"      # the cache store's namespace: (none: \"\")"],
+    "laravel": ["  connection_prefix: laravel_database_   # database.redis.options.prefix (REDIS_PREFIX)",
+                "  key_prefix: laravel_cache_           # cache.prefix (CACHE_PREFIX)"],
+    "spring": ["  key_prefix: \"\"      # spring.cache.redis.key-prefix (none: \"\")"],
+}
+
+
+def _framework_section(framework: str | None) -> list[str]:
+    """The ``framework:`` section: keys are written as the application passes them to its
+    cache; the key format adds the framework's prefixes and version."""
+    if framework is None:
+        return []
+    return ["# Keys below are written as the application passes them to its cache; the",
+            f"# {framework} key format adds its prefixes (and version). Framework caches hold",
+            "# serialized objects: cachesync deletes their keys (mode: delete).",
+            "framework:", f"  key_format: {framework}", *_SECTION_HINTS[framework]]
+
+
 def _quote(name: str) -> str:
     return "'" + name.replace("'", "''") + "'" if not re.fullmatch(r"[A-Za-z0-9_.$]+", name) else name
+
+
+def unreadable(conn, databases: list[str], schema: dict) -> list[str]:
+    """Why each of ``databases`` shows no table: the account's missing SELECT (with the
+    GRANT that gives it), or that the database has none the account can see."""
+    from cachesync.grants import missing
+    seen = {db for db, _ in schema}
+    empty = [db for db in databases if db not in seen]
+    if not empty:
+        return []
+    with conn.cursor() as cur:
+        cur.execute("SELECT CURRENT_USER()")
+        (account,), = cur.fetchall()
+        cur.execute("SHOW GRANTS")
+        grants = [str(r[0]) for r in cur.fetchall()]
+    user, _, host = str(account).rpartition("@")
+    return [f"{db}: the account {account} has no SELECT on it; an administrator can run: "
+            f"GRANT SELECT ON `{db}`.* TO '{user}'@'{host}'"
+            if missing(grants, db, ["SELECT"]) else f"{db}: no table (or no such database)"
+            for db in empty]

@@ -23,9 +23,10 @@ from cachesync.schema.errors import FatalError, RetryableError
 ER_MASTER_FATAL_ERROR_READING_BINLOG = 1236
 
 # What the library raises when bytes do not match the table map it decodes with
-# (e.g. "AssertionError: Result length not requested length").
+# (e.g. "AssertionError: Result length not requested length"; a packed DECIMAL whose digits
+# are not digits: decimal.InvalidOperation, an ArithmeticError).
 DECODE_ERRORS = (AssertionError, struct.error, KeyError, IndexError, ValueError, TypeError,
-                 UnicodeDecodeError, NotImplementedError, AttributeError)
+                 UnicodeDecodeError, NotImplementedError, AttributeError, ArithmeticError)
 
 LOST_POSITION_HELP = (
     "Changes made since then cannot be read from the binlog any more. Recovery: "

@@ -52,7 +52,9 @@ from pymysqlreplication.row_event import (DeleteRowsEvent, TableMapEvent, Update
 from cachesync.producer_outbox.eventtypes import is_own, length_encoded
 from cachesync.producer_outbox.fastrows import GIVE_UP, table_decoder
 from cachesync.producer_outbox.hotpath import NO_SPEEDUPS
-from cachesync.producer_outbox.framing import FramedConnection, GtidPositioned, own_event
+from cachesync.producer_outbox.libraryrows import library_rows
+from cachesync.producer_outbox.framing import (FramedConnection, GtidPositioned, RowsGuarded,
+                                               own_event)
 from cachesync.schema.gtid import MARIADB, Gtid
 
 try:
@@ -127,6 +129,7 @@ class DumpConnection(FramedConnection):
             if len(raw) >= _BODY and raw[0] == 0 and (
                     raw[5] in _HOT or is_own(raw[5], raw[18] | raw[19] << 8)):
                 raise _Hot(raw)
+        self.last_raw = raw
         packet = packet_type(raw, self.encoding)
         if packet.is_error_packet():
             packet.raise_for_error()
@@ -238,11 +241,14 @@ class _FastRows:
 
     @property
     def rows(self) -> list[dict]:
+        """The rows by the generated decoder, else (bytes it does not read as the library
+        does, rows that overrun the packet: None) by the library, in a bounded loop."""
         decoder, raw, start, end = self._decode
         try:
-            return decoder(raw, start, end)
+            rows = decoder(raw, start, end)
         except GIVE_UP:
-            return self._library_event().rows
+            rows = None
+        return rows if rows is not None else library_rows(self._library_event())
 
     def _library_event(self):
         return self._reader.library_event(raw=self._decode[1], kind=self._kind,
@@ -294,7 +300,7 @@ class PlainRun:
         self.first, self.xid_pos, self.taken = first, xid_pos, taken
 
 
-class DumpStreamReader(GtidPositioned, BinLogStreamReader):
+class DumpStreamReader(GtidPositioned, RowsGuarded, BinLogStreamReader):
     """``BinLogStreamReader`` with the hot events parsed from the raw packets (module doc).
 
     ``on_idle`` (settable): called when every received byte was read and nothing more

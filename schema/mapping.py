@@ -13,6 +13,7 @@ from functools import cached_property
 from typing import Any, Callable, Iterable, Mapping
 
 from cachesync.schema.errors import ConfigError, PoisonError
+from cachesync.schema.key_formats import FORMATS, KeyFormat
 from cachesync.schema.keys import INTERNAL_PREFIX
 from cachesync.schema.patterns import TablePattern, globs_overlap, is_pattern
 from cachesync.schema.sqlnames import qualified
@@ -31,6 +32,11 @@ DEFAULT_MAX_VALUE_BYTES = 512 * 1024
 FIELD_DOCS: dict[str, tuple[str, str]] = {
     "keys": ("required", "key templates, `{column}` fields; never under `cachesync:` (refused at "
              "load). Optional in an entry with `explicit_keys` only (an outbox aggregate type)"),
+    "key_format": ("`framework.key_format`", "the form the application's cache gives its keys: "
+                   "`plain` (the template is the Redis key), `django`, `rails`, `laravel` or "
+                   "`spring`: the template is the key as the application passes it to its "
+                   "cache (`author:{id}`), and the prefixes and version of the `framework` "
+                   "section are added as that framework adds them"),
     "explicit_keys": ("none", "the explicit keys (outbox `keys=`) events of this table/aggregate "
                       "type may delete: patterns, `{name}` = one key segment (no `:`), `*` = any "
                       "text. Without it, explicit keys are refused. An entry with "
@@ -314,8 +320,11 @@ class MappingSet:
         return tuple(sorted({m.db for m in self.tables.values()}))
 
 
-def parse_mappings(raw: Any, source: str = "<config>") -> MappingSet:
-    """Build a MappingSet from ``{"db.table": {...}}``; raises ConfigError naming the field."""
+def parse_mappings(raw: Any, source: str = "<config>",
+                   key_format: KeyFormat = KeyFormat()) -> MappingSet:
+    """Build a MappingSet from ``{"db.table": {...}}``, each key template in the form of
+    ``key_format`` (an entry's own ``key_format`` names another form with the same prefixes
+    and version); raises ConfigError naming the field."""
     if not isinstance(raw, Mapping) or not raw:
         raise ConfigError(f"{source}: 'tables' must be a non-empty mapping of db.table -> settings")
     tables, patterns = {}, []
@@ -326,9 +335,10 @@ def parse_mappings(raw: Any, source: str = "<config>") -> MappingSet:
                 pattern = TablePattern.parse(name)
             except ValueError as e:
                 raise ConfigError(f"{source}: tables.{name}: {e}") from None
-            patterns.append((pattern, _parse_table(name, spec, source, pattern=True)))
+            patterns.append((pattern, _parse_table(name, spec, source, key_format, pattern=True)))
         else:
-            tables[name] = instantiate(_parse_table(name, spec, source), *name.split(".", 1))
+            tables[name] = instantiate(_parse_table(name, spec, source, key_format),
+                                       *name.split(".", 1))
     _check_disjoint(patterns, source)
     return MappingSet(tables, tuple(patterns))
 
@@ -359,7 +369,8 @@ def instantiate(mapping: TableMapping, db: str, table: str) -> TableMapping:
     return dataclasses.replace(mapping, table=f"{db}.{table}", keys=keys, pattern=mapping.table)
 
 
-def _parse_table(name: str, spec: Any, source: str, pattern: bool = False) -> TableMapping:
+def _parse_table(name: str, spec: Any, source: str, key_format: KeyFormat,
+                 pattern: bool = False) -> TableMapping:
     where = f"{source}: tables.{name}"
     if not pattern:
         if not _TABLE.match(name):
@@ -375,7 +386,8 @@ def _parse_table(name: str, spec: Any, source: str, pattern: bool = False) -> Ta
         raise ConfigError(f"{where}: unknown field(s) {sorted(unknown)}; "
                           f"expected some of {sorted(_FIELDS)}")
     explicit = _explicit_keys(spec, where)
-    templates = _templates(spec, where, required=not explicit)
+    templates = _templates(spec, where, required=not explicit,
+                           key_format=_entry_format(spec, key_format, where))
     mode = spec.get("mode", "delete")
     if mode not in MODES:
         raise ConfigError(f"{where}.mode: expected one of {list(MODES)}, got {mode!r}")
@@ -459,15 +471,24 @@ def _column_filter(spec: Mapping, where: str) -> tuple[frozenset[str] | None, fr
     return out["watch_columns"], out["ignore_columns"] or frozenset()
 
 
-def _templates(spec: Mapping, where: str, required: bool) -> tuple[KeyTemplate, ...]:
-    """The parsed ``keys``; optional only for an entry that allows explicit keys (an
-    outbox aggregate type whose events carry their keys)."""
+def _entry_format(spec: Mapping, key_format: KeyFormat, where: str) -> KeyFormat:
+    """The entry's ``key_format`` (the section's prefixes and version), else ``key_format``."""
+    name = spec.get("key_format", key_format.name)
+    if name not in FORMATS:
+        raise ConfigError(f"{where}.key_format: expected one of {list(FORMATS)}, got {name!r}")
+    return key_format if name == key_format.name else dataclasses.replace(key_format, name=name)
+
+
+def _templates(spec: Mapping, where: str, required: bool,
+               key_format: KeyFormat = KeyFormat()) -> tuple[KeyTemplate, ...]:
+    """The parsed ``keys``, each in the form of ``key_format``; optional only for an entry
+    that allows explicit keys (an outbox aggregate type whose events carry their keys)."""
     keys = spec.get("keys", None if required else [])
     if not isinstance(keys, list) or (required and not keys) \
             or not all(isinstance(k, str) for k in keys):
         raise ConfigError(f"{where}.keys: expected a non-empty list of key templates")
     try:
-        templates = tuple(KeyTemplate.parse(k) for k in keys)
+        templates = tuple(KeyTemplate.parse(key_format.full(k)) for k in keys)
     except ValueError as e:
         raise ConfigError(f"{where}.keys: {e}") from None
     tableonly = [t.text for t in templates if set(t.fields) <= set(TABLE_FIELDS)]

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import click
 
 from cachesync.commands.common import handle_errors
+from cachesync.schema.key_formats import FRAMEWORKS
 
 
 @click.command("init")
@@ -19,7 +20,14 @@ from cachesync.commands.common import handle_errors
                    "commands then read with --config.")
 @click.option("--env-file", type=click.Path(dir_okay=False), envvar="CACHESYNC_ENV_FILE",
               help="KEY=VALUE file loaded into the environment first (e.g. .devstack/env).")
-def command(databases, output: str, env_file) -> None:
+@click.option("--framework", type=click.Choice(FRAMEWORKS),
+              help="The application's framework: leave out its own tables (migrations, "
+                   "sessions, auth, queues) and propose keys in its form, with a "
+                   "`framework:` section for its key prefixes and version.")
+@click.option("--strict", is_flag=True,
+              help="Exit 4 when lint warns about the proposed config (default: print the "
+                   "warnings and exit 0).")
+def command(databases, output: str, env_file, framework, strict: bool) -> None:
     """Write a commented config for the tables of DATABASES and lint it (no DATABASES:
     every database the account can see, but the server's own and mysql.state_db).
 
@@ -27,10 +35,11 @@ def command(databases, output: str, env_file) -> None:
     only in a trailing number, e.g. user_00 ... user_15, in one database or across
     databases numbered the same way). Key templates are placeholders built from the
     primary key; tables without a usable primary key are listed with the reason. MySQL
-    is reached with the CACHESYNC_MYSQL_* settings. Exit 4 when lint finds something.
+    is reached with the CACHESYNC_MYSQL_* settings. A database without a table to read
+    names the grant it lacks. Lint's warnings are printed; exit 4 on them with --strict.
     """
     from cachesync import config
-    from cachesync.scaffold import propose, read_schema, render, visible_databases
+    from cachesync.scaffold import propose, read_schema, render, unreadable, visible_databases
     from cachesync.wiring import mysql_params
     with handle_errors():
         if env_file:
@@ -43,17 +52,33 @@ def command(databases, output: str, env_file) -> None:
         try:
             databases = databases or visible_databases(conn, config.load_section("mysql").state_db)
             schema = read_schema(conn, list(databases))
+            problems = unreadable(conn, list(databases), schema)
         finally:
             conn.close()
-        entries, unmappable = propose(schema)
+        for problem in problems:
+            click.echo(f"warning: {problem}", err=True)
+        entries, unmappable = propose(schema, framework)
         if not entries:
-            raise click.UsageError(f"no mappable table in {', '.join(databases)}")
+            raise click.UsageError(f"no mappable table in {', '.join(databases)}"
+                                   + (f": {'; '.join(problems)}" if problems else ""))
         with open(output, "w", encoding="utf-8") as f:
-            f.write(render(entries, unmappable, list(databases)))
+            f.write(render(entries, unmappable, list(databases), framework))
     click.echo(f"wrote {output}: {len(entries)} entr{'y' if len(entries) == 1 else 'ies'}, "
                f"{len(unmappable)} table(s) not mapped")
     for name, why in unmappable:
         click.echo(f"  not mapped: {name}: {why}")
     click.echo(f"linting {output}:")
+    sys.exit(_lint(output, strict))
+
+
+def _lint(output: str, strict: bool) -> int:
+    """Lint's exit code, its warnings (EXIT_FINDINGS) counted as success unless ``strict``."""
     from cachesync.commands import lint
-    sys.exit(lint.command.main(["--config", output], standalone_mode=False) or 0)
+    try:
+        code = lint.command.main(["--config", output], standalone_mode=False) or 0
+    except SystemExit as e:
+        code = e.code or 0
+    if code == lint.EXIT_FINDINGS and not strict:
+        click.echo("review the warnings above (--strict makes them fatal)")
+        return 0
+    return code

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from cachesync.consumer.core.tally import UNWATCHED
-from tests.support import wait_for
+from tests.support import cli, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -160,3 +160,28 @@ def test_pattern_tables_with_uuid_keys_render_the_server_text(lab):
         lab.sql(f"UPDATE {table} SET name = 'b'")
         wait_for(lambda: not lab.cached(f"acct:{table}:{uid}"),
                  what=f"the {table} key in the UUID's text form invalidated")
+
+
+def test_init_prints_lint_warnings_and_exits_0_unless_strict(lab):
+    # a text key under a _ci collation: lint warns (ci-collation), as on django_session
+    lab.sql(f"CREATE TABLE {lab.db}.sessions_kv (session_key VARCHAR(40) PRIMARY KEY) "
+            "COLLATE utf8mb4_general_ci")
+    relaxed = cli(lab, "init", lab.db, "-o", str(lab.tmp / "a.yaml"))
+    assert relaxed.returncode == 0, relaxed.stdout + relaxed.stderr
+    assert "warning: " in relaxed.stdout and "ci-collation" in relaxed.stdout
+    assert "--strict makes them fatal" in relaxed.stdout
+    strict = cli(lab, "init", "--strict", lab.db, "-o", str(lab.tmp / "b.yaml"))
+    assert strict.returncode == 4, strict.stdout + strict.stderr
+
+
+def test_init_without_a_select_grant_names_the_grant(lab):
+    hidden = f"{lab.db}_nogrant"
+    lab.sql(f"CREATE DATABASE {hidden}")
+    try:
+        lab.sql(f"CREATE TABLE {hidden}.t (id INT PRIMARY KEY)")
+        made = cli(lab, "init", hidden, "-o", str(lab.tmp / "c.yaml"))
+        assert made.returncode != 0
+        assert f"has no SELECT on it; an administrator can run: GRANT SELECT ON `{hidden}`.* " \
+               "TO 'cachesync'@" in made.stderr + made.stdout
+    finally:
+        lab.sql(f"DROP DATABASE {hidden}")

@@ -8,6 +8,7 @@ fill the cache. Plain cache-aside leaves the old value cached; read_through does
 from __future__ import annotations
 
 import asyncio
+import pickle
 import threading
 
 import pymysql
@@ -82,6 +83,25 @@ def test_read_through_refuses_the_stale_fill(race):
     assert returned == [b"old"]                             # the caller still got its read
     fresh = read_through(lab.redis, lab.prefix + "user:1", lambda: b"new", ttl_s=600)
     assert fresh == b"new" and lab.redis.get(lab.prefix + "user:1") == b"new"
+
+
+def test_a_serializer_fills_objects_and_refuses_the_stale_fill(race):
+    lab, engine = race
+    returned = []
+
+    def guarded_reader(key, loader):
+        returned.append(read_through(lab.redis, key, lambda: {"name": loader()}, ttl_s=600,
+                                     serializer=pickle))
+
+    assert run_race(lab, engine, guarded_reader) is None   # stale fill refused
+    assert returned == [{"name": b"old"}]
+    key = lab.prefix + "user:1"
+    assert read_through(lab.redis, key, lambda: {"name": "new"}, ttl_s=600,
+                        serializer=pickle) == {"name": "new"}
+    assert pickle.loads(lab.redis.get(key)) == {"name": "new"}    # what the app's cache reads
+    hit = read_through(lab.redis, key, lambda: pytest.fail("a hit must not load"), ttl_s=600,
+                       serializer=pickle)
+    assert hit == {"name": "new"}
 
 
 def test_the_async_twin_refuses_the_stale_fill_too(race):

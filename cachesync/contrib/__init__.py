@@ -1,0 +1,2 @@
+"""Integrations with application frameworks; each module imports its framework lazily, so
+the sidecar never needs one installed."""
