@@ -27,7 +27,7 @@ from pathlib import Path
 import pymysql
 import redis
 
-from bench.consistency.faults import Faults, Injector
+from bench.consistency.faults import Faults, Injector, injected
 from bench.consistency.strategies import DOUBLE_DELETE_S, TTL_S
 from bench.consistency.workload import FILL_DELAY_S
 from cachesync.client import read_through
@@ -250,11 +250,7 @@ class _Writes:
             change[4] = time.perf_counter()
 
     def injected(self) -> dict:
-        total = {"crashes": 0, "lost_cache_calls": 0, "outside_writes": 0}
-        for inj in self.injectors:
-            for k, v in inj.counts.items():
-                total[k] += v
-        return total
+        return injected(self.injectors)
 
 
 # -- cachesync's applies, seen from Redis ------------------------------------------------
