@@ -4,6 +4,8 @@ Both readers (``dumpstream.DumpStreamReader`` and ``LibraryStreamReader``, the p
 python-mysql-replication path) read their packets through a ``FramedConnection``, which
 once the dump started:
 
+* verifies each event's CRC32 when the stream carries checksums (``checksums.verify``): an
+  event whose bytes are not what the server wrote stops the reader with a named error;
 * expands compressed events (``compressed.expand``) into the plain events they hold, so
   nothing above sees compression;
 * makes table maps of newer servers readable by the library (``tablemaps.readable``:
@@ -31,6 +33,7 @@ from pymysql.protocol import MysqlPacket
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import GtidEvent
 
+from cachesync.producer_outbox.checksums import verify
 from cachesync.producer_outbox.compressed import expand
 from cachesync.producer_outbox.eventtypes import EXPANDED_TYPES, event_type, is_own
 from cachesync.producer_outbox.tablemaps import TABLE_MAP, readable
@@ -75,11 +78,14 @@ class FramedConnection(pymysql.connections.Connection):
         super()._write_bytes(data)
 
     def next_raw(self) -> bytes:
-        """The next packet payload, compressed events expanded."""
+        """The next packet payload, compressed events expanded; raises BinlogChecksumError
+        for an event whose CRC32 does not verify (``checksums``)."""
         if self._expanded:
             return self._expanded.popleft()
         while True:
             raw = self._wire_raw()
+            if self.checksum:
+                verify(raw)
             # inline: this runs once per event on the hot path
             if len(raw) <= 5 or raw[5] not in EXPANDED_TYPES or raw[0] != 0:
                 return readable(raw, self.checksum) if len(raw) > 5 and raw[5] == TABLE_MAP \
