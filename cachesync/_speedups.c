@@ -72,15 +72,23 @@ murmur2_of(const unsigned char *data, Py_ssize_t length)
     return h;
 }
 
+/* hash(the bytes of a bytes-like object), as an unsigned Python int */
 static PyObject *
-murmur2(PyObject *module, PyObject *arg)
+hash_of_buffer(PyObject *arg, uint32_t (*hash)(const unsigned char *, Py_ssize_t))
 {
     Py_buffer view;
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
         return NULL;
-    uint32_t h = murmur2_of((const unsigned char *)view.buf, view.len);
+    uint32_t h = hash((const unsigned char *)view.buf, view.len);
     PyBuffer_Release(&view);
     return PyLong_FromUnsignedLong(h);
+}
+
+static PyObject *
+murmur2(PyObject *module, PyObject *arg)
+{
+    (void)module;
+    return hash_of_buffer(arg, murmur2_of);
 }
 
 static PyObject *
@@ -395,12 +403,7 @@ static PyObject *
 crc32(PyObject *module, PyObject *arg)
 {
     (void)module;
-    Py_buffer view;
-    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
-        return NULL;
-    uint32_t c = crc32_of((const unsigned char *)view.buf, view.len);
-    PyBuffer_Release(&view);
-    return PyLong_FromUnsignedLong(c);
+    return hash_of_buffer(arg, crc32_of);
 }
 
 static PyObject *
