@@ -78,6 +78,19 @@ def test_a_changed_byte_is_a_named_error(at):
     assert "at binlog.000007:1234" in str(named) and f"{len(data)} bytes" in str(named)
 
 
+def test_the_one_call_check_agrees_with_computing_the_checksum():
+    """verify's shortcut (module comment) against the plain computation, any length."""
+    from cachesync.producer_outbox import checksums
+    assert zlib.crc32(b"\0", checksums._PAST_OK_BYTE) == 0
+    for size in range(0, 300, 7):
+        event = bytes((i * 37 + size) & 0xFF for i in range(19 + size))
+        packet = b"\x00" + event + struct.pack("<I", zlib.crc32(event))
+        assert zlib.crc32(packet, checksums._PAST_OK_BYTE) == checksums._RESIDUE
+        verify(packet)
+        with pytest.raises(BinlogChecksumError):
+            verify(packet[:-1] + bytes([packet[-1] ^ 0x80]))
+
+
 def test_packets_that_are_not_events_are_left_to_the_reader():
     verify(b"")
     verify(b"\xff\x00\x00 an error packet from the server")
