@@ -7,8 +7,8 @@ such as MySQL 5.1.34sp1's ``5.1.34sp1-enterprise-gpl-advanced-log``. MySQL reads
 leading digits of each part (``do_server_version_split`` in libbinlogevents: 5, 1, 34), so
 ``readable`` rewrites the text that way (``5.1.34-enterprise-gpl-advanced-log``), for both
 readers (``framing.FramedConnection``), and recomputes the checksum it carries (the stream's
-checksum was verified before). Any other packet, or a version the library reads as it is, is
-returned unchanged.
+checksum was verified before). Any other packet, a version the library reads as it is, or a
+text whose parts do not each start with digits is returned unchanged.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ import zlib
 
 FORMAT_DESCRIPTION = 15
 _VERSION = slice(20 + 2, 20 + 2 + 50)     # OK byte, header, binlog version (2), text (50)
-_LEADING_DIGITS = re.compile(r"\d*")
+_LEADING_DIGITS = re.compile(r"\d+")
+_VERSION_PART = re.compile(r"\d+[0-9A-Za-z]*")     # leading digits, then letters or digits
 
 
 def readable(raw: bytes, checksum: bool) -> bytes:
@@ -28,9 +29,10 @@ def readable(raw: bytes, checksum: bool) -> bytes:
         return raw
     text = raw[_VERSION].split(b"\0")[0].decode("latin-1")
     numbers, dash, rest = text.partition("-")
-    if all(part.isdigit() for part in numbers.split(".")):
-        return raw
-    plain = ".".join(_LEADING_DIGITS.match(part).group() or "0" for part in numbers.split("."))
+    parts = numbers.split(".")
+    if all(part.isdigit() for part in parts) or not all(_VERSION_PART.fullmatch(p) for p in parts):
+        return raw          # read as it is, or not a version text at all: the library decides
+    plain = ".".join(_LEADING_DIGITS.match(part).group() for part in parts)
     event = bytearray(raw)
     event[_VERSION] = (plain + dash + rest).encode("latin-1")[:50].ljust(50, b"\0")
     if checksum:

@@ -69,6 +69,10 @@ def test_every_other_real_format_description_is_left_as_it_is(name):
     assert readable(raw, checksum) is raw
 
 
-def test_other_packets_are_left_as_they_are():
+def test_other_packets_and_texts_that_are_no_version_are_left_as_they_are():
+    fde, _ = _fde("canal-parse-mysql-bin.000002")
+    for text in (b"\x0f" * 50, b"sp1.5.34-log", b"5..1-log", b"5.1.3 4-log"):
+        other = fde[:22] + text.ljust(50, b"\0") + fde[72:]
+        assert readable(other, False) is other
     for raw in (b"", b"\xff\x01\x02", b"\x00" + bytes(19), b"\x00" + bytes(4) + b"\x13" + bytes(80)):
         assert readable(raw, False) is raw
