@@ -77,8 +77,11 @@ TAILER_COUNTERS = {
                                             "session), published with the columns they know",
                                             "partial_rows"),
     "cachesync_tailer_rows_unkeyable": ("Rows whose Kafka key or value could not be rendered "
-                                        "(e.g. the primary key not logged): their table was "
-                                        "invalidated as a whole", "unkeyable"),
+                                        "(e.g. the primary key not logged), plus one per rows "
+                                        "event of a table map without column names (its rows "
+                                        "are never decoded, so they are not counted one by "
+                                        "one): their table was invalidated as a whole",
+                                        "unkeyable"),
     "cachesync_tailer_fk_cascade_rows": ("Parent rows deleted or re-keyed whose foreign-key "
                                          "cascade (not logged by the server) reached a mapped "
                                          "table: its keys invalidated from the parent's row",

@@ -18,7 +18,8 @@ events with ``struct`` on the raw packet:
 * a whole MariaDB transaction of these events (GTID, table maps, rows, XID) that the read
   buffer holds is framed by one compiled call (``cachesync._speedups.scan_group``) and
   returned as one ``FastGroup`` holding the same event objects; where the compiled scan
-  does not apply (another event inside, a group cut by the buffer's end, a table map not
+  does not apply (another event inside, a group cut by the buffer's end, an event whose
+  CRC32 fails, which the per-event path then names (``checksums``), a table map not
   seen before, a table the generated decoders do not cover, ``CACHESYNC_NO_SPEEDUPS``),
   the events come one by one as before.
 
@@ -431,7 +432,7 @@ class DumpStreamReader(GtidPositioned, RowsGuarded, BinLogStreamReader):
                 or conn.handoff_error is not None or conn._expanded):
             return None
         buf = conn._buf
-        found = self._scan(buf, conn._pos, conn._next_seq_id)
+        found = self._scan(buf, conn._pos, conn._next_seq_id, conn.checksum)
         if found is None:
             return None
         end, seq, frames = found

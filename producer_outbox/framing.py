@@ -4,10 +4,13 @@ Both readers (``dumpstream.DumpStreamReader`` and ``LibraryStreamReader``, the p
 python-mysql-replication path) read their packets through a ``FramedConnection``, which
 once the dump started:
 
+* verifies each event's CRC32 when the stream carries checksums (``checksums.verify``): an
+  event whose bytes are not what the server wrote stops the reader with a named error;
 * expands compressed events (``compressed.expand``) into the plain events they hold, so
   nothing above sees compression;
 * makes table maps of newer servers readable by the library (``tablemaps.readable``:
-  optional metadata it does not know skipped, VECTOR columns read as their bytes);
+  optional metadata it does not know skipped, VECTOR columns read as their bytes), and
+  format descriptions whose server version it cannot parse (``serverversion.readable``);
 * hands the events the library has no exact reading of to cachesync itself
   (``eventtypes.is_own``): a tagged GTID becomes a ``TaggedGtidEvent`` (a GtidEvent), any
   event that may carry rows cachesync cannot decode an ``UndecodedEvent``, which the tailer
@@ -32,14 +35,18 @@ from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import GtidEvent
 
 from cachesync.producer_outbox.binlog_read import DECODE_ERRORS
+from cachesync.producer_outbox.checksums import verify
 from cachesync.producer_outbox.compressed import expand
 from cachesync.producer_outbox.eventtypes import EXPANDED_TYPES, event_type, is_own
+from cachesync.producer_outbox.serverversion import FORMAT_DESCRIPTION
+from cachesync.producer_outbox.serverversion import readable as readable_version
 from cachesync.producer_outbox.tablemaps import TABLE_MAP, readable
 from cachesync.schema.gtid import MYSQL, Gtid, GtidState, encode_gtid_set
 
 COM_QUERY, COM_BINLOG_DUMP, COM_BINLOG_DUMP_GTID = 0x03, 0x12, 0x1E
 GTID_TAGGED = 42
 LIBRARY_ROWS = frozenset((23, 24, 25, 30, 31, 32, 39))     # rows v1, v2, partial JSON update
+_REWRITTEN = frozenset((TABLE_MAP, FORMAT_DESCRIPTION))    # made readable for the library
 _HEADER = struct.Struct("<IBIIIH")      # after the OK byte: timestamp, type, server, size, next, flags
 _BODY = 20
 # COM_BINLOG_DUMP_GTID as the library writes it: command, flags (2), server id (4), name
@@ -78,15 +85,20 @@ class FramedConnection(pymysql.connections.Connection):
         super()._write_bytes(data)
 
     def next_raw(self) -> bytes:
-        """The next packet payload, compressed events expanded."""
+        """The next packet payload, compressed events expanded; raises BinlogChecksumError
+        for an event whose CRC32 does not verify (``checksums``)."""
         if self._expanded:
             return self._expanded.popleft()
         while True:
             raw = self._wire_raw()
+            if self.checksum:
+                verify(raw)
             # inline: this runs once per event on the hot path
             if len(raw) <= 5 or raw[5] not in EXPANDED_TYPES or raw[0] != 0:
-                return readable(raw, self.checksum) if len(raw) > 5 and raw[5] == TABLE_MAP \
-                    else raw
+                if len(raw) <= 5 or raw[5] not in _REWRITTEN:
+                    return raw
+                return (readable(raw, self.checksum) if raw[5] == TABLE_MAP
+                        else readable_version(raw, self.checksum))
             if self._expanded is None:
                 self._expanded = deque()
             self._expanded.extend(readable(e, self.checksum) for e in expand(raw, self.checksum))

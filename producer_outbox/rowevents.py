@@ -97,7 +97,9 @@ class RowEncoder:
         self.xa_tables: dict[tuple[str, str], None] | None = None
         self.oversized = 0      # rows over the record limit, published invalidate-only
         self.partial_rows = 0   # rows logged with a partial image (binlog_row_image per session)
-        self.unkeyable = 0      # rows whose Kafka key could not be rendered: table invalidated
+        # rows whose Kafka key could not be rendered, and rows events of a table map without
+        # column names (their rows are never decoded, so not counted): table invalidated
+        self.unkeyable = 0
         self.json_unknown = 0   # updates whose partial JSON after value could not be computed
         self.undecodable_rows = 0   # rows events whose bytes could not be decoded: table level
         self.whole_tables: tuple = (None, set())   # (txn context, tables invalidated in it)
@@ -148,7 +150,7 @@ class RowEncoder:
             return out, row_index   # decided here, by the names of this event group's map
         mapping, keep, specs, absent, row_filter, versioned, unnamed = plan
         if unnamed:     # no column names to key or value its rows: never decoded
-            self.unkeyable += 1
+            self.unkeyable += 1     # per event: counting its rows would mean decoding them
             return out, PartialRows(self, mapping, ctx, schema, table).unnamed(out, row_index)
         pk = event.primary_key if versioned is None else versioned.declared_key(event.primary_key)
         # the compiled writer trims as it writes, unless the row filter reads trimmed images

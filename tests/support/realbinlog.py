@@ -122,7 +122,10 @@ def read_file(name: str, reader: str, named: dict[str, str],
               for start, data in split_events(file_bytes(name))]
     real = RealFile(SERVED_AS, events)
     flavor = "mariadb" if "MariaDB" in real.version else "mysql"
-    primary = ReplayPrimary([real], variables={"version": real.version})
+    # binlog_checksum as the file's server had it: the readers expect a CRC32 after each
+    # event exactly when the server says so
+    primary = ReplayPrimary([real], variables={
+        "version": real.version, "binlog_checksum": "CRC32" if real.checksum else "NONE"})
     info = ServerInfo(flavor, 1, None, {}, ())
     mappings = mappings_for(named)
     out = Outcome()

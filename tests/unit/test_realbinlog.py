@@ -34,12 +34,9 @@ GO = {f["file"]: f for f in json.loads(
     (pathlib.Path(__file__).with_name("realbinlog_gomysql.json")).read_text())}
 
 # file -> (error class, text in its message): what the tailer stops with, and why that is right
-NAMED_ERRORS = {
-    # MySQL 5.1.34sp1 reports a version python-mysql-replication cannot parse (both readers
-    # start from its connection); 5.1 is far outside the supported servers
-    "canal-parse-mysql-bin.000001": ("FatalError", "34sp1"),
-    "canal-parse-mysql-bin.000002": ("FatalError", "34sp1"),
-}
+# (none today: MySQL 5.1.34sp1's version text, which the library cannot parse, is read as
+# MySQL reads it, producer_outbox/serverversion.py)
+NAMED_ERRORS: dict[str, tuple[str, str]] = {}
 READERS = ("fast", "library")
 # Where go-mysql's JSON text is not MySQL's: the text MySQL's CAST(col AS CHAR) prints
 # (sql-common/json_dom.cc Json_wrapper::to_string: an opaque VARCHAR as base64:type15:..,
