@@ -5,7 +5,7 @@
 # Two stages: the wheels are built where a C compiler is, so the image gets the compiled
 # hot paths (cachesync._speedups: the tailer's partitioner, the consumer's event builder,
 # key renderer and lease namer); the image installs them and has no compiler. The build
-# fails if cachesync's wheel came out without the extension. Extras: sidecar (the command's
+# fails if the cachesync-mysql wheel came out without the extension. Extras: sidecar (the command's
 # dependencies) and aws (botocore: Amazon MSK with IAM, kafka.sasl_mechanism AWS_MSK_IAM).
 FROM python:3.11-slim AS build
 RUN apt-get update \
@@ -18,12 +18,12 @@ COPY producer_outbox ./producer_outbox
 COPY consumer ./consumer
 COPY cachesync ./cachesync
 RUN pip wheel --no-cache-dir --wheel-dir /wheels ".[sidecar,aws]" \
- && ls /wheels/cachesync-*-cp311-*.whl
+ && ls /wheels/cachesync_mysql-*-cp311-*.whl
 
 FROM python:3.11-slim
 WORKDIR /app
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
-    pip install --no-cache-dir --no-index --find-links /wheels "cachesync[sidecar,aws]" \
+    pip install --no-cache-dir --no-index --find-links /wheels "cachesync-mysql[sidecar,aws]" \
  && python -c "from cachesync.schema import event, partition; assert event.ACCELERATED and partition.ACCELERATED" \
  && python -c "import botocore.session" \
  && useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin cachesync

@@ -35,6 +35,17 @@ ROOT = Path(__file__).resolve().parents[1]
 OVERLAP = os.environ.get("BENCH_OVERLAP_BATCHES", "true").lower() in ("1", "true", "yes")
 
 
+def shared_file(*parts: str) -> Path:
+    """A file of the shared data folder (``$CACHESYNC_SHARED``, by default the checkout's
+    ``../shared``): data other projects recorded, read where it lies, never copied here.
+    Raises FileNotFoundError naming the variable when it is absent."""
+    path = Path(os.environ.get("CACHESYNC_SHARED") or ROOT.parent / "shared").joinpath(*parts)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: set CACHESYNC_SHARED to the shared data "
+                                "folder (the one that holds realbinlog/ and recorded/)")
+    return path
+
+
 def log(message: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 

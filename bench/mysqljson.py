@@ -8,13 +8,16 @@ N rows of ``(id INT, doc JSON, name VARCHAR(64))`` is decoded, whole, in each ru
 * library: ``event.rows`` with cachesync's JSON reader (``jsoncolumns``): the text;
 * fast: ``fastrows.decode_rows``, the generated decoder, the text (``tailer.reader: fast``).
 
-The documents are binary JSON recorded from MySQL (vitess's binlog_json_test.go and
-go-mysql's row_event_test.go, see tests/support/mysql_json.py). Runs alternate their
-order; the host may be shared, so compare the ratios, measured in the same run.
+The two documents are binary JSON recorded from MySQL by other projects (vitess's
+binlog_json_test.go and go-mysql's row_event_test.go), read from the shared data folder's
+``recorded/mysql-binary-json.json`` (``$CACHESYNC_SHARED``, by default the checkout's
+``../shared``; its README names the sources). Runs alternate their order; the host may be
+shared, so compare the ratios, measured in the same run.
 """
 
 from __future__ import annotations
 
+import json
 import struct
 import time
 
@@ -25,19 +28,27 @@ from pymysqlreplication.packet import BinLogPacketWrapper
 from pymysqlreplication.row_event import WriteRowsEvent
 from pymysqlreplication.table import Table
 
-from bench.common import log, ratio, summarize
+from bench.common import log, ratio, shared_file, summarize
 from cachesync.producer_outbox import fastrows, jsoncolumns
 
 NAME = "mysqljson"
 SIZES = {"full": 20_000, "quick": 2_000}
-# {"a": "b", "c": "d", "ab": "abc", "bc": ["x", "y"]} and {"key1": "value1", "key2": "value2"}
-DOCS = [
-    bytes([0, 4, 0, 60, 0, 32, 0, 1, 0, 33, 0, 1, 0, 34, 0, 2, 0, 36, 0, 2, 0, 12, 38, 0, 12,
-           40, 0, 12, 42, 0, 2, 46, 0, 97, 99, 97, 98, 98, 99, 1, 98, 1, 100, 3, 97, 98, 99, 2,
-           0, 14, 0, 12, 10, 0, 12, 12, 0, 1, 120, 1, 121]),
-    b"\x00\x02\x00(\x00\x12\x00\x04\x00\x16\x00\x04\x00\x0c\x1a\x00\x0c!\x00key1key2\x06value1"
-    b"\x06value2",
-]
+RECORDED = ("recorded", "mysql-binary-json.json")
+# the documents of these texts: one of RECORDED_DOCS, and the JSON column of one of
+# RECORDED_ROWS (null bitmap, 4-byte length, the document, a DECIMAL)
+DOC_TEXTS = ('{"a": "b", "c": "d", "ab": "abc", "bc": ["x", "y"]}',
+             '{"key1": "value1", "key2": "value2"}')
+
+
+def documents() -> list[bytes]:
+    """The benchmark's two binary JSON documents (module doc); raises FileNotFoundError
+    without the shared folder."""
+    recorded = json.loads(shared_file(*RECORDED).read_text())
+    docs = {text: bytes.fromhex(doc["hex"]) for doc, text in recorded["RECORDED_DOCS"]}
+    for row, text in recorded["RECORDED_ROWS"]:
+        body = bytes.fromhex(row["hex"])
+        docs.setdefault(text, body[5:5 + struct.unpack_from("<I", body, 1)[0]])
+    return [docs[text] for text in DOC_TEXTS]
 
 
 def _column(name: str, type_: int, **metadata) -> Column:
@@ -51,9 +62,9 @@ COLUMNS = [_column("id", FIELD_TYPE.LONG), _column("doc", FIELD_TYPE.JSON, lengt
 
 
 def rows_section(n: int) -> bytes:
-    out = []
+    docs, out = documents(), []
     for i in range(n):
-        doc, name = DOCS[i % len(DOCS)], f"name-{i}".encode()
+        doc, name = docs[i % len(docs)], f"name-{i}".encode()
         out.append(b"\0" + struct.pack("<iI", i, len(doc)) + doc + struct.pack("<H", len(name))
                    + name)
     return b"".join(out)

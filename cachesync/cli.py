@@ -20,8 +20,9 @@ except ModuleNotFoundError:
 _MISSING = "click" if click is None else next(
     (name for name in ("kafka", "pymysql", "yaml") if importlib.util.find_spec(name) is None), None)
 if _MISSING:                                # the base install is the application client only
+    from cachesync import install_hint
     sys.stderr.write(f"cachesync: the command line needs the sidecar's dependencies "
-                     f"({_MISSING} is missing): pip install 'cachesync[sidecar]'\n")
+                     f"({_MISSING} is missing): {install_hint('sidecar')}\n")
     sys.exit(2)
 
 from cachesync import __version__

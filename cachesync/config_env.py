@@ -31,6 +31,8 @@ OTHER_VARIABLES = {
     "CACHESYNC_PURE": "=1 builds the pure-Python wheel, without the C accelerator (setup.py)",
     "CACHESYNC_NO_SPEEDUPS": "=1 makes the tailer write every row on its Python path, even "
                              "with the C accelerator built",
+    "CACHESYNC_SHARED": "the folder of binlogs and bytes other projects recorded, which the "
+                        "tests and benchmarks read (default: the checkout's ../shared)",
 }
 
 # Kubernetes service links of a Service whose {SVC}_SERVICE_HOST is set: {SVC}_SERVICE_PORT[_{NAME}],

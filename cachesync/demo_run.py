@@ -63,22 +63,30 @@ def demo_writes(count: int):
 _SERVING = re.compile(r"metrics and health on (http://\S+)")
 
 
-class Pipeline:
-    """`cachesync tail` and `cachesync consume` as children; stopped on exit, always."""
+KAFKA_PIPELINE = (("tail",), ("consume",))
+DIRECT_PIPELINE = (("run", "--direct"),)      # binlog -> Redis in one process, no Kafka
 
-    def __init__(self, config_path: str, env: dict[str, str]):
+
+class Pipeline:
+    """The pipeline's commands as children (`tail` and `consume`, or `run --direct`);
+    stopped on exit, always."""
+
+    def __init__(self, config_path: str, env: dict[str, str],
+                 commands: tuple[tuple[str, ...], ...] = KAFKA_PIPELINE):
         # Any free metrics port (unless the user chose one): the demo must not fail because
         # another process holds 9464/9465; endpoints() says which ports were taken
         self._config, self._env = config_path, {"CACHESYNC_METRICS_LISTEN": "127.0.0.1:0", **env}
+        self._commands = commands
         self._procs: list[tuple[str, subprocess.Popen, object]] = []
 
     def __enter__(self) -> "Pipeline":
-        for name in ("tail", "consume"):
+        for command in self._commands:
             log = tempfile.TemporaryFile(mode="w+")
-            proc = subprocess.Popen([sys.executable, "-m", "cachesync", name, "--config", self._config],
+            proc = subprocess.Popen([sys.executable, "-m", "cachesync", *command,
+                                     "--config", self._config],
                                     env=self._env, stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL)
-            self._procs.append((name, proc, log))
+            self._procs.append((" ".join(command), proc, log))
         return self
 
     def __exit__(self, *exc) -> None:

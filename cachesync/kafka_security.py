@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import os
 
+from cachesync import install_hint
 from cachesync.config import KafkaSettings, Secret
 from cachesync.schema.errors import ConfigError
 
@@ -60,7 +61,7 @@ def aws_login_ready(region: str) -> None:
         from botocore.session import Session
     except ImportError:
         raise ConfigError("kafka.sasl_mechanism AWS_MSK_IAM needs botocore: "
-                          "pip install 'cachesync[sidecar,aws]'") from None
+                          + install_hint("sidecar,aws")) from None
     if region:
         # kafka-python builds its own botocore session at every login, with no way to pass a
         # region but botocore's own variable; the tailer's publisher process inherits it

@@ -21,6 +21,7 @@ from typing import Callable, Iterator
 from prometheus_client import CollectorRegistry, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from cachesync.consumer.core.nines import LagFigures
 from cachesync.producer_outbox.heartbeat import beat_time
 from cachesync.schema.event import HEARTBEAT_KIND
 
@@ -76,12 +77,32 @@ TAILER_COUNTERS = {
                                             "session), published with the columns they know",
                                             "partial_rows"),
     "cachesync_tailer_rows_unkeyable": ("Rows whose Kafka key or value could not be rendered "
-                                        "(e.g. the primary key not logged): their table was "
-                                        "invalidated as a whole", "unkeyable"),
+                                        "(e.g. the primary key not logged), plus one per rows "
+                                        "event of a table map without column names (its rows "
+                                        "are never decoded, so they are not counted one by "
+                                        "one): their table was invalidated as a whole",
+                                        "unkeyable"),
+    "cachesync_tailer_fk_cascade_rows": ("Parent rows deleted or re-keyed whose foreign-key "
+                                         "cascade (not logged by the server) reached a mapped "
+                                         "table: its keys invalidated from the parent's row",
+                                         "fk_cascade_rows"),
+    "cachesync_tailer_fk_cascade_table_events": ("Tables invalidated as a whole because a "
+                                                 "foreign-key cascade changed rows of them "
+                                                 "(one per transaction and table)",
+                                                 "fk_cascade_tables"),
+    "cachesync_tailer_rows_events_undecodable": ("Rows events of mapped tables whose bytes "
+                                                 "could not be decoded (malformed): their "
+                                                 "table was invalidated as a whole",
+                                                 "undecodable_rows"),
     "cachesync_tailer_versions_not_newer": ("Transactions whose GTID did not advance the "
                                             "history, so their update-mode versions are not "
                                             "newer (MariaDB without gtid_strict_mode)",
                                             "versions_not_newer"),
+    "cachesync_tailer_unlogged_change_risks": ("Ways mapped tables may change without binlog "
+                                               "events, found at each start (binlog filters "
+                                               "excluding a mapped schema, accounts that may "
+                                               "set sql_log_bin=0), each named in a WARNING",
+                                               "unlogged_risks"),
     "cachesync_tailer_outbox_events": ("Outbox events published from the binlog "
                                        "(tailer.outbox_tables)", "outbox_events"),
     "cachesync_tailer_outbox_rows_invalid": ("Outbox rows published without their payload or "
@@ -356,6 +377,10 @@ class ConsumerMetrics:
         self.last_lag_s: float | None = None
         self.backlog: int | None = None                 # total Kafka consumer lag, last probe
         self._started_at = time.time()
+        # the per-change figure (share applied within 100 ms and 1 s, percentiles): row
+        # changes (commit times in whole seconds from the binlog) and heartbeats (exact)
+        self.changes = ChangeFigures()
+        registry.register(ChangeFiguresCollector("cachesync_consumer", self.changes))
 
     def on_batch(self, result) -> None:
         """The engine's hook: observe every applied event's lag; never raises into the engine."""
@@ -369,10 +394,12 @@ class ConsumerMetrics:
         try:
             applied_at = batch.applied_at
             for kind, committed in batch.committed.items():
-                self.lag.labels(kind).observe_many(
-                    [applied_at - at if applied_at > at else 0.0 for at in committed])
+                lags = [applied_at - at if applied_at > at else 0.0 for at in committed]
+                self.lag.labels(kind).observe_many(lags)
+                self.changes.add(ROWS, lags)
             for beat in batch.beats:
                 self._observe(beat)
+                self.changes.add(HEARTBEATS, [max(0.0, beat.applied_at - beat.committed)])
             if batch.last is not None:
                 self.last_lag_s = max(0.0, applied_at - batch.last.committed)
                 self.last_lag.set(self.last_lag_s)
@@ -403,6 +430,70 @@ class ConsumerMetrics:
         if lag > max_lag_s:
             return f"commit->apply lag {lag:.1f}s exceeds {max_lag_s:.1f}s"
         return None
+
+
+ROWS, HEARTBEATS = "rows", "heartbeats"
+
+
+class ChangeFigures:
+    """The per-change figure of one process, per kind of change: ``rows`` (their binlog
+    commit times are whole seconds, so a lag is counted from the start of its commit second:
+    up to 1 s high, the share within a bound is a lower bound) and ``heartbeats`` (exact
+    write times: the pipeline's true commit -> apply lag). Thread-safe."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._kinds = {ROWS: LagFigures(), HEARTBEATS: LagFigures()}
+
+    def add(self, kind: str, lags: list[float]) -> None:
+        with self._lock:
+            self._kinds[kind].add(lags)
+
+    def figures(self) -> dict[str, dict]:
+        """kind -> :meth:`LagFigures.figures`."""
+        with self._lock:
+            return {kind: f.figures() for kind, f in self._kinds.items()}
+
+
+class ChangeFiguresCollector:
+    """``<prefix>_changes_total{kind}``, ``<prefix>_changes_late_total{kind,within}`` (applied
+    later than the bound), ``<prefix>_changes_within_ratio{kind,within}`` and
+    ``<prefix>_commit_to_apply_quantile_seconds{kind,quantile}``, read at scrape time."""
+
+    def __init__(self, prefix: str, source: ChangeFigures):
+        self._prefix, self._source = prefix, source
+
+    def collect(self):
+        p = self._prefix
+        total = CounterMetricFamily(f"{p}_changes", "Changes whose commit -> apply lag was "
+                                    "measured, per kind (rows, heartbeats)", labels=["kind"])
+        late = CounterMetricFamily(f"{p}_changes_late", "Changes applied later than the "
+                                   "bound after their commit, per kind and bound",
+                                   labels=["kind", "within"])
+        ratio = GaugeMetricFamily(f"{p}_changes_within_ratio", "Share of the changes applied "
+                                  "within the bound after their commit, per kind",
+                                  labels=["kind", "within"])
+        quantile = GaugeMetricFamily(f"{p}_commit_to_apply_quantile_seconds", "Commit -> "
+                                     "apply lag percentiles of the changes, per kind "
+                                     "(at most 1 % high)", labels=["kind", "quantile"])
+        for kind, fig in self._source.figures().items():
+            total.add_metric([kind], fig["changes"])
+            for within, s in fig["within"].items():
+                late.add_metric([kind, within], s["failed"])
+                if s["ratio"] is not None:
+                    ratio.add_metric([kind, within], s["ratio"])
+            for name, value in fig.items():
+                if name.startswith("p") and name.endswith("_ms") and value is not None:
+                    quantile.add_metric([kind, _quantile_label(name)], value / 1000)
+        yield from (total, late, ratio, quantile)
+
+    def describe(self):
+        return []
+
+
+def _quantile_label(name: str) -> str:
+    """``"p99.9_ms"`` -> ``"0.999"``."""
+    return f"{float(name[1:-3]) / 100:g}"
 
 
 @dataclass(frozen=True)

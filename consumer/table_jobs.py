@@ -6,7 +6,9 @@ batch order) stores the table fence at once (update mode: from then on a write o
 row of the table is a delete) and hands the scan of the table's keys to a worker thread, so
 the rows of every other table keep flowing meanwhile. The copies share one scan: the first
 one's (``consumer.core.tablejobs.job_id``); the others, here or in another consumer of the
-group, wait for its record in the job store (``RedisTableJobs``) to say done.
+group, wait for its record in the job store (``RedisTableJobs``) to say done. Different events of one table that arrive while
+its scan runs share the next scan (``consumer.core.scan_queue.ScanQueue``), whose end records
+each of them as done.
 
 Until its scan completes, each copy holds its partition's offset (``holds``): the engine
 commits no offset past it, so a crash mid-scan delivers the event again and the scan runs
@@ -31,6 +33,7 @@ from typing import Callable
 
 from cachesync.consumer.core.plan import EventPlan
 from cachesync.consumer.core.scan_pace import ScanPace
+from cachesync.consumer.core.scan_queue import ScanQueue
 from cachesync.consumer.core.tablejobs import JobState, TopicPartition, job_id
 from cachesync.consumer.core.writes import padded
 from cachesync.schema.retry import RetryPolicy, Stopped, call
@@ -60,6 +63,8 @@ class TableScan:
     failure: BaseException | None = None    # what stopped it (not Stopped): raised by check()
     fence: str | None = None        # update mode: the event's padded version (newer keys stay)
     copies: int = 1                 # partition copies of the event that waited for it here
+    joined: list = field(default_factory=list)  # later events of the table it covers (job ids)
+    mapping: object = None          # the table's mapping (what the scan renders)
     paused: float = 0.0             # seconds the scan paused to leave Redis to the row stream
     done: threading.Event = field(default_factory=threading.Event)
 
@@ -87,6 +92,7 @@ class TableInvalidator:
         self._lock = threading.Lock()
         self._scans: dict[str, TableScan] = {}          # job id -> its scan (kept for metrics)
         self._holds: list[tuple[TopicPartition, int, TableScan]] = []
+        self._queue = ScanQueue()       # per table: the scan under way, the one events join
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="cachesync-table")
 
     def submit(self, ep: EventPlan, origin: tuple[TopicPartition, int] | None) -> None:
@@ -100,17 +106,49 @@ class TableInvalidator:
         with self._lock:
             scan = self._scans.get(job)
             if scan is None or (scan.done.is_set() and scan.finished is None):
-                scan = TableScan(job, event.qualified_table, event.extra.get("reason", "?"),
-                                 self._clock(), fence=padded(event.version)
-                                 if mapping.updates else None)
-                self._scans[job] = scan
-                self._forget_old()
-                self._pool.submit(self._run, scan, mapping)
+                scan = self._coalesced(job, ep)
             else:
                 scan.copies += 1
             if origin is not None and not scan.done.is_set():
                 self._holds.append((origin[0], origin[1], scan))
         self._stats.table_invalidations += 1
+
+    def _coalesced(self, job: str, ep: EventPlan) -> TableScan:
+        """The scan of a new table event (under the lock), as ``ScanQueue`` decides: the
+        table's waiting scan, which starts after this event and so covers it, or a new one,
+        started now or once the table's running scan ends."""
+        event, mapping = ep.event, ep.table
+        fence = padded(event.version) if mapping.updates else None
+        table = event.qualified_table
+        admission = self._queue.add(table, job)
+        scan = self._scans.get(admission.scan) if admission.scan != job else None
+        if scan is not None:
+            scan.copies += 1
+            if fence is not None and (scan.fence is None or fence > scan.fence):
+                scan.fence = fence
+        else:
+            scan = TableScan(job, table, event.extra.get("reason", "?"), self._clock(),
+                             fence=fence, mapping=mapping)
+        self._scans[job] = scan
+        if admission.start:
+            self._start(scan)
+        self._forget_old()
+        return scan
+
+    def _start(self, scan: TableScan) -> None:
+        self._pool.submit(self._run, scan, scan.mapping)
+
+    def _starting(self, scan: TableScan) -> None:
+        """The scan runs: later events of its table wait for the next one."""
+        with self._lock:
+            scan.joined = list(self._queue.started(scan.table, scan.job))
+
+    def _ended(self, scan: TableScan) -> None:
+        """The scan ended: the table's next one starts."""
+        with self._lock:
+            waiting = self._queue.ended(scan.table, scan.job)
+            if waiting is not None and not self._stop.is_set():
+                self._start(self._scans[waiting])
 
     def _forget_old(self) -> None:
         finished = [j for j, s in self._scans.items() if s.finished is not None]
@@ -151,14 +189,18 @@ class TableInvalidator:
 
     # -- the worker ------------------------------------------------------------------
     def _run(self, scan: TableScan, mapping) -> None:
+        self._starting(scan)
         try:
             state, removed = self._begin(scan)
-            if state is JobState.DONE:
+            owned = self._begin_joined(scan)
+            if state is JobState.DONE and not owned:
                 scan.reused = True
             else:
-                removed = self._scan(scan, mapping)
-                self._call("table scan record", lambda: self._jobs.finish(
-                    scan.job, self._owner, removed))
+                mine = ([scan.job] if state is not JobState.DONE else []) + owned
+                removed = self._scan(scan, mapping, mine)
+                for job in mine:    # done only now that the scan covering them all ended
+                    self._call("table scan record", lambda: self._jobs.finish(
+                        job, self._owner, removed))
             self._finished(scan, removed)
         except Stopped:
             pass
@@ -168,6 +210,15 @@ class TableInvalidator:
             scan.failure = e
         finally:
             scan.done.set()
+            self._ended(scan)
+
+    def _begin_joined(self, scan: TableScan) -> list[str]:
+        """The joined events' jobs this scan records as done: those no other consumer ran or
+        runs (the scan covers them all, whoever records them)."""
+        with self._lock:
+            joined = list(scan.joined)
+        return [job for job in joined if self._call("table scan record", lambda: self._jobs.begin(
+            job, self._owner, self._lease_s))[0] is JobState.RUN]
 
     def _begin(self, scan: TableScan) -> tuple[JobState, int]:
         """Wait while another consumer's scan of the event is under way."""
@@ -179,15 +230,18 @@ class TableInvalidator:
             if self._stop.wait(WAIT_POLL_S):
                 raise Stopped("stop requested while waiting for another consumer's scan")
 
-    def _scan(self, scan: TableScan, mapping) -> int:
+    def _scan(self, scan: TableScan, mapping, jobs: list[str]) -> int:
+        """Remove the table's keys, keeping the leases of ``jobs`` (the events this consumer
+        records the scan for) while it runs."""
         renewed = [self._clock()]
 
         def alive() -> None:
-            """Stop when asked; keep the job's lease while the scan runs (both passes)."""
+            """Stop when asked; keep the jobs' leases while the scan runs (both passes)."""
             if self._stop.is_set():
                 raise Stopped("stop requested during a table-level scan")
             if self._clock() - renewed[0] > self._lease_s / 3:
-                self._jobs.renew(scan.job, self._owner, self._lease_s)
+                for job in jobs:
+                    self._jobs.renew(job, self._owner, self._lease_s)
                 renewed[0] = self._clock()
 
         def progress(n: int) -> None:

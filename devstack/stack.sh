@@ -174,29 +174,8 @@ ensure_packages() { # services...
     case " ${pkgs[*]} " in *" $p "*) want+=("$p");; esac
   done
   for p in "${pkgs[@]}"; do case "$p" in mariadb-*|redis-server) ;; *) want+=("$p");; esac; done
-  if [ "$IS_ROOT" = 0 ] && [ -z "$SUDO" ]; then
-    die "missing packages (${want[*]}) and not root / no sudo: install them, e.g. apt-get install -y --no-install-recommends ${want[*]}"
-  fi
-  command -v apt-get >/dev/null || die "missing packages (${want[*]}) and no apt-get"
   log "installing: apt-get install -y --no-install-recommends ${want[*]}"
-  # keep the packages from starting the SYSTEM services (we never use them)
-  local made_policy=0
-  if [ ! -e /usr/sbin/policy-rc.d ]; then
-    printf '#!/bin/sh\n# temporary, created by cachesync devstack/stack.sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
-    $SUDO chmod 755 /usr/sbin/policy-rc.d
-    made_policy=1
-  fi
-  local rc=0
-  {
-    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
-    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-      -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "${want[@]}"
-  } </dev/null >"$LOGS/apt.log" 2>&1 || rc=$?
-  if [ "$made_policy" = 1 ]; then $SUDO rm -f /usr/sbin/policy-rc.d; fi
-  if [ "$rc" != 0 ]; then
-    echo "----- last 40 lines of $LOGS/apt.log -----" >&2; tail -n 40 "$LOGS/apt.log" >&2
-    die "apt-get failed (rc=$rc)"
-  fi
+  "$SCRIPT_DIR/tools/apt-install.sh" "$LOGS/apt.log" "${want[@]}" || die "apt-get failed"
   hash -r
 }
 

@@ -16,6 +16,7 @@ from typing import Callable, Iterable, Iterator
 
 import pymysql
 
+from cachesync.producer_outbox.checksums import BinlogChecksumError
 from cachesync.schema.errors import FatalError, RetryableError
 
 # The server's "could not find the first log file / GTID" family (the binlog the
@@ -23,9 +24,10 @@ from cachesync.schema.errors import FatalError, RetryableError
 ER_MASTER_FATAL_ERROR_READING_BINLOG = 1236
 
 # What the library raises when bytes do not match the table map it decodes with
-# (e.g. "AssertionError: Result length not requested length").
+# (e.g. "AssertionError: Result length not requested length"; a packed DECIMAL whose digits
+# are not digits: decimal.InvalidOperation, an ArithmeticError).
 DECODE_ERRORS = (AssertionError, struct.error, KeyError, IndexError, ValueError, TypeError,
-                 UnicodeDecodeError, NotImplementedError, AttributeError)
+                 UnicodeDecodeError, NotImplementedError, AttributeError, ArithmeticError)
 
 LOST_POSITION_HELP = (
     "Changes made since then cannot be read from the binlog any more. Recovery: "
@@ -75,7 +77,8 @@ def read_events(stream: Iterable, where) -> Iterator:
     """The stream's events; a library or server failure becomes a cachesync error.
 
     ``where()`` names the current position. Raises RetryableError for a lost
-    connection, FatalError for a purged position (exit 3, with the recovery) and for
+    connection, FatalError for a purged position (exit 3, with the recovery), for an
+    event whose checksum fails (BinlogChecksumError, naming the position before it) and for
     bytes the library cannot decode (deterministic: retrying would loop).
     """
     events = iter(stream)
@@ -88,6 +91,8 @@ def read_events(stream: Iterable, where) -> Iterator:
             raise _server_error(e, where()) from e
         except pymysql.err.InterfaceError as e:
             raise RetryableError(f"binlog connection lost at {where()}: {e}") from e
+        except BinlogChecksumError as e:
+            raise e.at(where()) from None
         except DECODE_ERRORS as e:
             raise decode_error(e, where()) from e
         yield event

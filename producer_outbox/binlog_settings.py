@@ -2,8 +2,8 @@
 
 ``settings_report(flavor, variables)`` returns one ``SettingReport`` per setting the server
 has (MySQL and MariaDB name different ones): its value and, in one line, what the tailer
-does with the binlog that value makes. The tailer logs them at start; ``cachesync doctor``
-and the preflight share them. Settings the tailer cannot run with at all are the
+does with the binlog that value makes. The tailer logs ``summary`` at start (each report's
+line at DEBUG); ``cachesync doctor`` and the preflight share them. Settings the tailer cannot run with at all are the
 preflight's problems (preflight.REQUIRED_VARIABLES); the outcomes here are
 
 * ``ok``: nothing to do, or decoded exactly;
@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from cachesync.producer_outbox.eventtypes import DECODED, TYPES
 
 OK, TABLE_LEVEL, DEGRADED = "ok", "table_level", "degraded"
+UNKNOWN = "(unknown)"        # the value of a setting this server does not have
 _PARTIAL_UPDATE_ROWS = 39
 
 
@@ -82,7 +83,10 @@ def _encryption(value: str) -> tuple[str, str]:
 
 
 def _checksum(value: str) -> tuple[str, str]:
-    return OK, "events are read with or without checksums"
+    if value.upper() == "NONE":
+        return OK, "events carry no checksum: read as they arrive"
+    return OK, ("each event's checksum is verified before it is read; one that fails stops "
+                "the tailer naming its position")
 
 
 def _format(value: str) -> tuple[str, str]:
@@ -133,8 +137,19 @@ def settings_report(flavor: str, variables: dict[str, str]) -> list[SettingRepor
             continue
         value = variables.get(name)
         if value is None:
-            out.append(SettingReport(name, "(unknown)", OK, "not a setting of this server"))
+            out.append(SettingReport(name, UNKNOWN, OK, "not a setting of this server"))
             continue
         outcome, says = meaning(value)
         out.append(SettingReport(name, value, outcome, says))
     return out
+
+
+def summary(reports: list[SettingReport]) -> str:
+    """One line for the start log: every setting the server has, with its value, and the
+    degraded ones named (what each means is its own ``line()``)."""
+    known = [r for r in reports if r.value != UNKNOWN]
+    text = "binlog settings: " + ", ".join(f"{r.name}={r.value}" for r in known)
+    degraded = [r.name for r in known if r.outcome == DEGRADED]
+    if degraded:
+        text += f"; degraded: {', '.join(degraded)} (`cachesync doctor` names the fix)"
+    return text

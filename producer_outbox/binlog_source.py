@@ -33,6 +33,7 @@ from cachesync.producer_outbox.ports import (PULSE, Begin, Change, Commit, Decid
                                              Hold, Prepared, Record, Release, TableEvent,
                                              Unhold)
 from cachesync.producer_outbox.preflight import ServerInfo
+from cachesync.producer_outbox.preflight import binlog_status as _binlog_status
 from cachesync.producer_outbox.rowevents import NO_PLAN, ROW_EVENTS, RowEncoder
 from cachesync.producer_outbox.rows import TxnContext
 from cachesync.producer_outbox.statements import (STATEMENT, TableChange, statement_kind,
@@ -81,7 +82,7 @@ class BinlogSource:
         self._run = hotpath.compiled_run() if hasattr(stream, "plain_run") else None
         self._plans: dict[bytes, object] = {}
         self._no_plan: set[bytes] = set()
-        self._plans_version = 0
+        self._plans_version = (0, 0)
         self._plain_skip = 0    # transactions left to Python before the compiled run again
         if self._run is not None:
             stream.plain = self._plain
@@ -203,9 +204,11 @@ class BinlogSource:
         """The stream's ``plain`` callback: the buffered transactions the compiled run takes
         whole, once a table map of theirs has a plan; None otherwise (the reader frames the
         next transaction as before)."""
-        types = self._encoder.types
-        version = types.version if types is not None else 0
-        if version != self._plans_version:      # a DDL reloaded the types: plans again
+        types, cascades = self._encoder.types, self._encoder.cascades
+        # a DDL reloaded the types or the foreign keys: plans again
+        version = (types.version if types is not None else 0,
+                   cascades.version if cascades is not None else 0)
+        if version != self._plans_version:
             self._plans.clear()
             self._no_plan.clear()
             self._plans_version = version
@@ -347,8 +350,11 @@ class BinlogSource:
             # binlog_row_metadata=FULL puts column names in every table map.
             log.info("DDL in binlog: %s", _SECRETS.sub(r"\1'***'", text)[:200])
         types = self._encoder.types
-        if types is not None and text not in _TXN_MARKERS and statement_kind(text) != STATEMENT:
-            types.after_ddl(text, schema)   # types follow ALTERs
+        if text not in _TXN_MARKERS and statement_kind(text) != STATEMENT:
+            if types is not None:
+                types.after_ddl(text, schema)   # types follow ALTERs
+            if self._encoder.cascades is not None:
+                self._encoder.cascades.after_ddl(text)     # and so do foreign keys
         # a DML statement is inside its group; anything else but BEGIN ends one
         ends_group = text == "COMMIT" or (text != "BEGIN" and statement_kind(text) != STATEMENT)
         if ends_group and self._ctx is not None:
@@ -454,8 +460,9 @@ class BinlogSource:
 
 
 def open_stream(client_options: dict, server_id: int, reader: str, info: ServerInfo,
-                start: Checkpoint, heartbeat_s: float = STREAM_HEARTBEAT_S):
-    """The binlog stream from ``start``: our fast reader or the library's (``reader``)."""
+                start: Checkpoint, heartbeat_s: float = STREAM_HEARTBEAT_S, blocking: bool = True):
+    """The binlog stream from ``start``: our fast reader or the library's (``reader``);
+    ``blocking=False`` ends at the end of the server's binlog (a whole file read once)."""
     kwargs = {}
     if start.gtid is not None:
         # MariaDB: @slave_connect_state; MySQL: COM_BINLOG_DUMP_GTID with the GTID set.
@@ -465,7 +472,7 @@ def open_stream(client_options: dict, server_id: int, reader: str, info: ServerI
                       is_mariadb=info.flavor == "mariadb")
     fast = reader_kind(reader) == "fast"
     return (DumpStreamReader if fast else LibraryStreamReader)(
-        connection_settings=client_options, server_id=server_id, blocking=True,
+        connection_settings=client_options, server_id=server_id, blocking=blocking,
         # No only_schemas/only_tables: the library would drop the table maps of the
         # tables it filters and decode a reused table id with a stale map
         # (see binlog_read). TableMapEvent is listed so the source sees each map.
@@ -473,8 +480,6 @@ def open_stream(client_options: dict, server_id: int, reader: str, info: ServerI
                      TableMapEvent, XAPrepareEvent, *ROW_EVENTS],
         slave_heartbeat=heartbeat_s, **kwargs)
 
-
-_ER_PARSE_ERROR = 1064
 
 
 def current_position(connect: Callable, info: ServerInfo) -> Checkpoint:
@@ -498,18 +503,6 @@ def current_position(connect: Callable, info: ServerInfo) -> Checkpoint:
     if row is None:
         raise FatalError("binary logging is off (SHOW BINARY LOG STATUS is empty): set log_bin")
     return Checkpoint(info.identity, gtid, row[0], int(row[1]))
-
-
-def _binlog_status(cur):
-    """(file, position, ...) of the server's binlog: SHOW BINARY LOG STATUS (MySQL >= 8.2;
-    8.4 removed SHOW MASTER STATUS), else SHOW MASTER STATUS (MariaDB, older MySQL)."""
-    try:
-        cur.execute("SHOW BINARY LOG STATUS")
-    except pymysql.err.ProgrammingError as e:
-        if not e.args or e.args[0] != _ER_PARSE_ERROR:
-            raise
-        cur.execute("SHOW MASTER STATUS")
-    return cur.fetchone()
 
 
 def _schema_of(event) -> str | None:

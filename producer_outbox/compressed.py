@@ -3,7 +3,9 @@
 * MySQL ``binlog_transaction_compression=ON``: a TRANSACTION_PAYLOAD_EVENT (40) holds every
   event of one transaction after its GTID (BEGIN, table maps, rows, XID), zstd-compressed,
   after a header of (type, length, value) fields: payload size (1), compression type (2:
-  0 zstd, 255 none), uncompressed size (3), end mark (0). The inner events carry no
+  0 zstd, 255 none), uncompressed size (3), end mark (0). Type and length are
+  length-encoded integers, and so is the value inside its ``length`` bytes (``fc c0 03``
+  is 960: MySQL's Transaction_payload_event writes every field with net_store_length). The inner events carry no
   checksum and end position 0 (MySQL copies them from the transaction cache).
 * MariaDB ``log_bin_compress=ON``: QUERY_COMPRESSED_EVENT (165) is a query event whose
   statement text is compressed; the compressed row events (166-168 for the v1 layout,
@@ -96,7 +98,13 @@ def _payload_fields(body: bytes) -> tuple[dict[int, int], bytes]:
         if kind == 0:
             return fields, body[at:]
         length, at = _lenenc(body, at)
-        fields[kind] = int.from_bytes(body[at:at + length], "little")
+        if at + length > len(body):
+            raise CompressedEventError("transaction payload header field cut short")
+        value, used = _lenenc(body[at:at + length], 0) if length else (0, 0)
+        if used != length:
+            raise CompressedEventError(f"transaction payload header field {kind} of "
+                                       f"{length} bytes holds a {used}-byte value")
+        fields[kind] = value
         at += length
 
 

@@ -18,7 +18,8 @@ events with ``struct`` on the raw packet:
 * a whole MariaDB transaction of these events (GTID, table maps, rows, XID) that the read
   buffer holds is framed by one compiled call (``cachesync._speedups.scan_group``) and
   returned as one ``FastGroup`` holding the same event objects; where the compiled scan
-  does not apply (another event inside, a group cut by the buffer's end, a table map not
+  does not apply (another event inside, a group cut by the buffer's end, an event whose
+  CRC32 fails, which the per-event path then names (``checksums``), a table map not
   seen before, a table the generated decoders do not cover, ``CACHESYNC_NO_SPEEDUPS``),
   the events come one by one as before.
 
@@ -52,7 +53,9 @@ from pymysqlreplication.row_event import (DeleteRowsEvent, TableMapEvent, Update
 from cachesync.producer_outbox.eventtypes import is_own, length_encoded
 from cachesync.producer_outbox.fastrows import GIVE_UP, table_decoder
 from cachesync.producer_outbox.hotpath import NO_SPEEDUPS
-from cachesync.producer_outbox.framing import FramedConnection, GtidPositioned, own_event
+from cachesync.producer_outbox.libraryrows import library_rows
+from cachesync.producer_outbox.framing import (FramedConnection, GtidPositioned, RowsGuarded,
+                                               own_event)
 from cachesync.schema.gtid import MARIADB, Gtid
 
 try:
@@ -127,6 +130,7 @@ class DumpConnection(FramedConnection):
             if len(raw) >= _BODY and raw[0] == 0 and (
                     raw[5] in _HOT or is_own(raw[5], raw[18] | raw[19] << 8)):
                 raise _Hot(raw)
+        self.last_raw = raw
         packet = packet_type(raw, self.encoding)
         if packet.is_error_packet():
             packet.raise_for_error()
@@ -238,11 +242,14 @@ class _FastRows:
 
     @property
     def rows(self) -> list[dict]:
+        """The rows by the generated decoder, else (bytes it does not read as the library
+        does, rows that overrun the packet: None) by the library, in a bounded loop."""
         decoder, raw, start, end = self._decode
         try:
-            return decoder(raw, start, end)
+            rows = decoder(raw, start, end)
         except GIVE_UP:
-            return self._library_event().rows
+            rows = None
+        return rows if rows is not None else library_rows(self._library_event())
 
     def _library_event(self):
         return self._reader.library_event(raw=self._decode[1], kind=self._kind,
@@ -294,7 +301,7 @@ class PlainRun:
         self.first, self.xid_pos, self.taken = first, xid_pos, taken
 
 
-class DumpStreamReader(GtidPositioned, BinLogStreamReader):
+class DumpStreamReader(GtidPositioned, RowsGuarded, BinLogStreamReader):
     """``BinLogStreamReader`` with the hot events parsed from the raw packets (module doc).
 
     ``on_idle`` (settable): called when every received byte was read and nothing more
@@ -425,7 +432,7 @@ class DumpStreamReader(GtidPositioned, BinLogStreamReader):
                 or conn.handoff_error is not None or conn._expanded):
             return None
         buf = conn._buf
-        found = self._scan(buf, conn._pos, conn._next_seq_id)
+        found = self._scan(buf, conn._pos, conn._next_seq_id, conn.checksum)
         if found is None:
             return None
         end, seq, frames = found

@@ -170,8 +170,9 @@ def _build(columns, key) -> Callable | None:
     errors = "ignore" if ignore_errors else "strict"
     fields = [_field(c, errors) for c in columns]
     if (number_of_columns != len(columns) or not all(fields)
-            or not all(c.name for c in columns)):
-        return None
+            or not all(c.name for c in columns)
+            or not any(any(b) for b in (bitmap, bitmap2) if b)):
+        return None     # (no column present: rows of no bytes, malformed; the library's)
     names = [c.name for c in columns]
     per_image, heads = [fields] * len(images), [[]] * len(images)
     if kind is PartialUpdateRowsEvent:

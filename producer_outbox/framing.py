@@ -4,8 +4,13 @@ Both readers (``dumpstream.DumpStreamReader`` and ``LibraryStreamReader``, the p
 python-mysql-replication path) read their packets through a ``FramedConnection``, which
 once the dump started:
 
+* verifies each event's CRC32 when the stream carries checksums (``checksums.verify``): an
+  event whose bytes are not what the server wrote stops the reader with a named error;
 * expands compressed events (``compressed.expand``) into the plain events they hold, so
   nothing above sees compression;
+* makes table maps of newer servers readable by the library (``tablemaps.readable``:
+  optional metadata it does not know skipped, VECTOR columns read as their bytes), and
+  format descriptions whose server version it cannot parse (``serverversion.readable``);
 * hands the events the library has no exact reading of to cachesync itself
   (``eventtypes.is_own``): a tagged GTID becomes a ``TaggedGtidEvent`` (a GtidEvent), any
   event that may carry rows cachesync cannot decode an ``UndecodedEvent``, which the tailer
@@ -29,12 +34,19 @@ from pymysql.protocol import MysqlPacket
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import GtidEvent
 
+from cachesync.producer_outbox.binlog_read import DECODE_ERRORS
+from cachesync.producer_outbox.checksums import verify
 from cachesync.producer_outbox.compressed import expand
 from cachesync.producer_outbox.eventtypes import EXPANDED_TYPES, event_type, is_own
+from cachesync.producer_outbox.serverversion import FORMAT_DESCRIPTION
+from cachesync.producer_outbox.serverversion import readable as readable_version
+from cachesync.producer_outbox.tablemaps import TABLE_MAP, readable
 from cachesync.schema.gtid import MYSQL, Gtid, GtidState, encode_gtid_set
 
 COM_QUERY, COM_BINLOG_DUMP, COM_BINLOG_DUMP_GTID = 0x03, 0x12, 0x1E
 GTID_TAGGED = 42
+LIBRARY_ROWS = frozenset((23, 24, 25, 30, 31, 32, 39))     # rows v1, v2, partial JSON update
+_REWRITTEN = frozenset((TABLE_MAP, FORMAT_DESCRIPTION))    # made readable for the library
 _HEADER = struct.Struct("<IBIIIH")      # after the OK byte: timestamp, type, server, size, next, flags
 _BODY = 20
 # COM_BINLOG_DUMP_GTID as the library writes it: command, flags (2), server id (4), name
@@ -59,6 +71,7 @@ class FramedConnection(pymysql.connections.Connection):
     dumping = False
     checksum = False
     gtid_set = None          # callable: the GtidState to send in COM_BINLOG_DUMP_GTID
+    last_raw: bytes | None = None   # the packet the library read last (RowsGuarded)
     _expanded: deque[bytes] | None = None     # events of an expanded one, not read yet
 
     def _write_bytes(self, data) -> None:
@@ -72,17 +85,23 @@ class FramedConnection(pymysql.connections.Connection):
         super()._write_bytes(data)
 
     def next_raw(self) -> bytes:
-        """The next packet payload, compressed events expanded."""
+        """The next packet payload, compressed events expanded; raises BinlogChecksumError
+        for an event whose CRC32 does not verify (``checksums``)."""
         if self._expanded:
             return self._expanded.popleft()
         while True:
             raw = self._wire_raw()
+            if self.checksum:
+                verify(raw)
             # inline: this runs once per event on the hot path
             if len(raw) <= 5 or raw[5] not in EXPANDED_TYPES or raw[0] != 0:
-                return raw
+                if len(raw) <= 5 or raw[5] not in _REWRITTEN:
+                    return raw
+                return (readable(raw, self.checksum) if raw[5] == TABLE_MAP
+                        else readable_version(raw, self.checksum))
             if self._expanded is None:
                 self._expanded = deque()
-            self._expanded.extend(expand(raw, self.checksum))
+            self._expanded.extend(readable(e, self.checksum) for e in expand(raw, self.checksum))
             if self._expanded:
                 return self._expanded.popleft()
 
@@ -93,7 +112,7 @@ class FramedConnection(pymysql.connections.Connection):
     def _read_packet(self, packet_type=MysqlPacket):
         if not self.dumping:
             return super()._read_packet(packet_type)
-        raw = self.next_raw()
+        raw = self.last_raw = self.next_raw()
         if len(raw) >= _BODY and raw[0] == 0 and is_own(raw[5], _flags(raw)):
             raise OwnEvent(raw)
         return packet_type(raw, self.encoding)
@@ -232,7 +251,32 @@ def _has_tag(text: str) -> bool:
     return any(tag for _, tag, _ in state.members())
 
 
-class LibraryStreamReader(GtidPositioned, BinLogStreamReader):
+class RowsGuarded:
+    """A stream reader whose rows events the library cannot even construct (their bytes
+    malformed: a header, a bitmap or a count that does not fit the event) come back as an
+    UndecodedEvent of their table id, which the tailer invalidates at table level, rather
+    than as an error that would stop the tailer at that event after every restart. Any
+    other event the library cannot decode raises, as before."""
+
+    def fetchone(self):
+        conn = getattr(self, "_stream_connection", None)     # (none before the first connect)
+        if conn is not None:
+            conn.last_raw = None
+        try:
+            return super().fetchone()
+        except DECODE_ERRORS as e:
+            raw = getattr(getattr(self, "_stream_connection", None), "last_raw", None)
+            if raw is None or len(raw) < _BODY + 6 or raw[0] != 0 or raw[5] not in LIBRARY_ROWS:
+                raise
+            timestamp, code, server_id, _size, log_pos, _ = _HEADER.unpack_from(raw, 1)
+            self.log_pos = log_pos
+            return UndecodedEvent(code, f"{event_type(code, 0).name} the library cannot read "
+                                  f"({type(e).__name__}: {str(e)[:120]})",
+                                  int.from_bytes(raw[_BODY:_BODY + 6], "little"), timestamp,
+                                  server_id, log_pos)
+
+
+class LibraryStreamReader(GtidPositioned, RowsGuarded, BinLogStreamReader):
     """python-mysql-replication's reader on a FramedConnection: compressed events expanded,
     cachesync's own events returned from ``fetchone`` (module doc)."""
 

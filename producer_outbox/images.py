@@ -23,6 +23,8 @@ from cachesync.schema.event import ABSENT  # noqa: F401 -- the event's mark, nam
 
 PARTIAL_IMAGE = "partial_row_image"     # the reason, in warnings, metrics and table events
 UNKEYABLE = "unkeyable_row"             # a row whose Kafka key cannot be rendered
+UNNAMED = "no_column_names"             # rows of a table map without column names
+UNDECODABLE = "undecodable_rows"        # a rows event whose bytes cannot be decoded
 
 
 def absent_columns(bitmap: bytes | None, names: Sequence[str]) -> frozenset[str]:

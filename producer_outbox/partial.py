@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import logging
 
-from cachesync.producer_outbox.images import ABSENT, PARTIAL_IMAGE, UNKEYABLE, RowImages
+from cachesync.producer_outbox.images import (ABSENT, PARTIAL_IMAGE, UNDECODABLE, UNKEYABLE,
+                                              UNNAMED, RowImages)
 from cachesync.producer_outbox.ports import TableEvent
 from cachesync.producer_outbox.rows import (TxnContext, invalidate_only, key_columns,
                                             needed_columns, pk_columns, with_extra)
@@ -79,6 +80,20 @@ class PartialRows:
         whole."""
         what = f"a row whose key or value cannot be rendered ({type(error).__name__}: {error})"
         return self._whole_table(UNKEYABLE, what, out, index)
+
+    def unnamed(self, out: list, index: int) -> int:
+        """A rows event whose table map carries no column names: its table is invalidated
+        as a whole (its rows are not decoded: without names neither keys nor values, and
+        without the metadata ENUM, SET and text columns cannot be read exactly)."""
+        what = ("rows logged without column names in their table map (binlog_row_metadata="
+                "MINIMAL when they were written; set it to FULL)")
+        return self._whole_table(UNNAMED, what, out, index)
+
+    def undecodable(self, error: Exception, where: str, out: list, index: int) -> int:
+        """A rows event whose bytes cannot be decoded: its table is invalidated as a whole."""
+        what = (f"the rows event at {where} cannot be decoded ({type(error).__name__}: "
+                f"{str(error)[:200]})")
+        return self._whole_table(UNDECODABLE, what, out, index)
 
     def _whole_table(self, reason: str, what: str, out: list, index: int) -> int:
         """One table-level event of the table per transaction and reason."""

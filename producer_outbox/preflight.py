@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+import pymysql
+
 from cachesync.producer_outbox.binlog_settings import SETTING_NAMES, SettingReport, settings_report
 from cachesync.schema.errors import FatalError
 
@@ -115,3 +117,19 @@ def check_server(connect, replica: bool = False) -> ServerInfo:
     if found:
         raise FatalError("the MySQL server is not ready for cachesync:\n  - " + "\n  - ".join(found))
     return info
+
+
+_ER_PARSE_ERROR = 1064
+
+
+def binlog_status(cur):
+    """(file, position, do_db, ignore_db, ...) of the server's binlog: SHOW BINARY LOG STATUS
+    (MySQL >= 8.2; 8.4 removed SHOW MASTER STATUS), else SHOW MASTER STATUS (MariaDB, older
+    MySQL)."""
+    try:
+        cur.execute("SHOW BINARY LOG STATUS")
+    except pymysql.err.ProgrammingError as e:
+        if not e.args or e.args[0] != _ER_PARSE_ERROR:
+            raise
+        cur.execute("SHOW MASTER STATUS")
+    return cur.fetchone()

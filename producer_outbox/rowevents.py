@@ -9,8 +9,9 @@ its Kafka key, and encode it (invalidate-only over the record limit). Rows of th
 outbox tables read from the binlog go through ``outbox_binlog.OutboxRouter`` instead.
 
 ``RowEncoder.rows_to_records`` is the one call the binlog source makes per rows event.
-A row that cannot be keyed, or whose images are partial, is a value (a table-level event
-in the returned list), never an exception: one session's setting never stops the tailer.
+A row that cannot be keyed, whose images are partial, or a rows event whose bytes cannot be
+decoded, is a value (a table-level event in the returned list), never an exception: one
+session's setting or one malformed event never stops the tailer.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from cachesync.producer_outbox.fastrows import compiled_columns, decode_rows
 from cachesync.producer_outbox import hotpath
 from cachesync.producer_outbox.images import event_absence, known_images
 from cachesync.producer_outbox.jsoncolumns import resolve_partial, unknown_after
-from cachesync.producer_outbox.keycolumns import key_images, kept_specs
+from cachesync.producer_outbox.keycolumns import key_images, kept_specs, table_specs
+from cachesync.producer_outbox.libraryrows import library_rows
 from cachesync.producer_outbox.matched import MatchedTables
 from cachesync.producer_outbox.outbox_binlog import OutboxRouter
 from cachesync.producer_outbox.partial import PartialRows
@@ -52,6 +54,22 @@ NO_PLAN = object()      # compiled_plan: the compiled run leaves this table map 
 # (db, table, the row's image trimmed to the kept columns) -> publish it; a filter with a
 # ``tables`` attribute (a set of (db, table)) keeps every row of the other tables unseen
 RowFilter = Callable[[str, str, Mapping[str, Any]], bool]
+
+
+def unnamed_columns(table_obj) -> bool:
+    """Whether the table map carries no column names (binlog_row_metadata=MINIMAL, or a
+    server before MySQL 8.0.1): the readers would name the columns UNKNOWN_COL0.., which
+    no key template or consumer knows."""
+    return any(not getattr(c, "name", None) for c in getattr(table_obj, "columns", ()))
+
+
+def event_rows(event) -> list[dict]:
+    """A rows event's rows: the per-table fast decoder's, else the library's (read in a loop
+    the event's size bounds). Raises one of DECODE_ERRORS for bytes that are not rows."""
+    if type(event) in FAST_ROW_EVENTS:
+        return event.rows       # the fast reader's: its decoder, else the library's, bounded
+    rows = decode_rows(event)
+    return rows if rows is not None else library_rows(event)
 
 
 def row_images(op: str, row: dict) -> tuple[dict | None, dict | None]:
@@ -79,31 +97,77 @@ class RowEncoder:
         self.xa_tables: dict[tuple[str, str], None] | None = None
         self.oversized = 0      # rows over the record limit, published invalidate-only
         self.partial_rows = 0   # rows logged with a partial image (binlog_row_image per session)
-        self.unkeyable = 0      # rows whose Kafka key could not be rendered: table invalidated
+        # rows whose Kafka key could not be rendered, and rows events of a table map without
+        # column names (their rows are never decoded, so not counted): table invalidated
+        self.unkeyable = 0
         self.json_unknown = 0   # updates whose partial JSON after value could not be computed
+        self.undecodable_rows = 0   # rows events whose bytes could not be decoded: table level
         self.whole_tables: tuple = (None, set())   # (txn context, tables invalidated in it)
+        self.cascades = None    # a cascades.Cascades: foreign keys the server does not log
 
     def rows_to_records(self, event, ctx: TxnContext, row_index: int, schema: str, table: str,
                         where: Callable[[], str]) -> tuple[list[Change], int]:
         """The records (and table-level events) of one rows event, and the next row index.
-        Raises the tailer's decode error (naming table and position) for undecodable bytes."""
+        Rows whose bytes cannot be decoded are a table-level event of their table (counted,
+        WARNING); an outbox table's raise the tailer's decode error (naming table and
+        position): the events they carry cannot be told."""
         out: list[Change] = []
         op = ROW_EVENTS[type(event)]
         if self.outbox is not None and self.outbox.covers(schema, table):
             self._outbox_records(event, op, schema, table, where, out)
             return out, row_index   # outbox rows take no row index: the ids of the others stay
+        cascades = self.cascades
+        if cascades is not None and cascades.covers(schema, table):
+            return self._cascading(event, op, ctx, row_index, schema, table, where)
+        return self._mapped(event, op, ctx, row_index, schema, table, where, out)
+
+    def _cascading(self, event, op: str, ctx: TxnContext, row_index: int, schema: str,
+                   table: str, where: Callable[[], str]) -> tuple[list[Change], int]:
+        """A cascade source's rows event: its own records (a mapped table), then the
+        invalidations of what its deletes and key updates cascaded into (``cascades``)."""
+        try:
+            rows = event_rows(event)
+        except DECODE_ERRORS:
+            # the table's own rows as any mapped table's (invalidated as a whole, counted
+            # there), then every table its deletes or key updates could cascade into
+            if self._mappings.get(schema, table) is None:
+                self.undecodable_rows += 1
+            out, row_index = self._mapped(event, op, ctx, row_index, schema, table, where, [])
+            return out, self.cascades.undecodable(ctx, schema, table, row_index, out)
+        out, row_index = self._mapped(event, op, ctx, row_index, schema, table, where, [], rows)
+        specs = table_specs(event.table_map[event.table_id],
+                            self.types.of(schema, table) if self.types is not None else ())
+        images = [row_images(op, key_images(row, specs)) for row in rows]
+        return out, self.cascades.rows(ctx, schema, table, op, images, row_index, out)
+
+    def _mapped(self, event, op: str, ctx: TxnContext, row_index: int, schema: str, table: str,
+                where: Callable[[], str], out: list, rows: list | None = None
+                ) -> tuple[list[Change], int]:
+        """``rows_to_records`` of a table that is not an outbox table (``rows``: already
+        decoded)."""
         plan = self._plan(event, schema, table)
         if plan is None:
             return out, row_index   # decided here, by the names of this event group's map
-        mapping, keep, specs, absent, row_filter = plan
+        mapping, keep, specs, absent, row_filter, versioned, unnamed = plan
+        if unnamed:     # no column names to key or value its rows: never decoded
+            self.unkeyable += 1     # per event: counting its rows would mean decoding them
+            return out, PartialRows(self, mapping, ctx, schema, table).unnamed(out, row_index)
+        pk = event.primary_key if versioned is None else versioned.declared_key(event.primary_key)
         # the compiled writer trims as it writes, unless the row filter reads trimmed images
         late_trim = keep is not None and row_filter is None and hotpath.record is not None
         if self.xa_tables is not None:
             self.xa_tables[(schema, table)] = None
         partial = PartialRows(self, mapping, ctx, schema, table) if absent[0] or absent[1] else None
         diffs = type(event) is PartialUpdateRowsEvent    # JSON after values may be diffs
-        rows = self._decode(event, schema, table, where)
-        if partial is None and not diffs and not specs and row_filter is None and late_trim:
+        if rows is None:
+            try:
+                rows = event_rows(event)
+            except DECODE_ERRORS as e:      # a value: the table invalidated as a whole
+                self.undecodable_rows += 1
+                partial = partial or PartialRows(self, mapping, ctx, schema, table)
+                return out, partial.undecodable(e, where(), out, row_index)
+        if partial is None and not diffs and not specs and row_filter is None and late_trim \
+                and versioned is None:
             return out, self._plain_rows(event, op, ctx, row_index, mapping, keep, rows, out)
         for row in rows:
             unknown = ()
@@ -116,6 +180,13 @@ class RowEncoder:
                 partial = partial or PartialRows(self, mapping, ctx, schema, table)
                 images = unknown_after(known_images(op, before, after, absent), unknown)
                 before, after = images.before, images.after
+            row_op = op
+            if versioned is not None and images is None and mapping.updates:
+                current = versioned.current_row(op, before, after)
+                if current is None:      # history only: no current row changed
+                    row_index += 1       # the ids of the rows that follow stay
+                    continue
+                row_op, before, after = current
             trim = keep if late_trim and images is None else None    # trimmed in _row
             if keep is not None and trim is None:
                 before, after = trim_image(before, keep), trim_image(after, keep)
@@ -123,8 +194,8 @@ class RowEncoder:
                     event.schema, event.table, after if after is not None else before):
                 row_index += 1       # ids of the rows that follow do not depend on the filter
                 continue
-            row_index = self._row(event, op, ctx, row_index, mapping, before, after, images,
-                                  partial, out, trim)
+            row_index = self._row(event, row_op, pk, ctx, row_index, mapping, before, after,
+                                  images, partial, out, trim)
         if partial is not None:
             row_index = partial.finish(out, row_index)
         return out, row_index
@@ -132,7 +203,8 @@ class RowEncoder:
     def _plan(self, event, schema: str, table: str) -> tuple | None:
         """What every rows event of this table map and columns-present bitmaps shares: (the
         mapping, the columns its images keep, the kept columns' key-text specs, the columns
-        each image leaves out, the row filter), or None for a table no mapping names.
+        each image leaves out, the row filter, the table's system versioning when its table
+        map has the period columns), or None for a table no mapping names.
         Cached per table map and bitmaps, and made again once the column types were
         reloaded (a DDL)."""
         table_obj = event.table_map.get(event.table_id)
@@ -154,11 +226,18 @@ class RowEncoder:
                     and types is not None:
                 types.track(schema, table)     # a new table: its key columns' types
                 version = types.version
-            keep = self._keep_columns(mapping, event.primary_key)
+            versioned = types.versioning(schema, table) if types is not None else None
+            if versioned is not None and versioned.row_end not in {
+                    c.name for c in table_obj.columns}:
+                versioned = None        # a map written before ADD SYSTEM VERSIONING
+            pk = event.primary_key if versioned is None else versioned.declared_key(
+                event.primary_key)
+            keep = self._keep_columns(mapping, pk)
             # key text corrected only where a kept column needs it (trimmed columns never count)
             specs = kept_specs(table_obj, keep, types.of(schema, table) if types else ())
             plan = (mapping, keep, specs, event_absence(event, table_obj),
-                    self._filter_of(event.schema, event.table))
+                    self._filter_of(event.schema, event.table), versioned,
+                    unnamed_columns(table_obj))
         if len(self._plans) >= _PLAN_CACHE:
             self._plans.clear()
         self._plans[key] = (table_obj, types.version if types is not None else 0, plan)
@@ -169,19 +248,22 @@ class RowEncoder:
         of this rows event's table map itself: a ``compile_plan`` capsule, None for a table
         no mapping names (its rows make no records), or NO_PLAN where this class decides
         every row (no compiled run, an outbox table, key text corrected, a row filter, a
-        partial image, a column the compiled run does not decode as the Python path does).
+        partial image, a system-versioned table, a column the compiled run does not decode as
+        the Python path does).
         Made once per table map, after ``rows_to_records`` took one of its events, so that a
         new table of a pattern is tracked first."""
         run = hotpath.compiled_run()
         table_obj = event.table_map.get(event.table_id)
         if run is None or table_obj is None or type(event) not in FAST_ROW_EVENTS or (
-                self.outbox is not None and self.outbox.covers(schema, table)):
+                self.outbox is not None and self.outbox.covers(schema, table)) or (
+                self.cascades is not None and self.cascades.covers(schema, table)):
             return NO_PLAN
         plan = self._plan(event, schema, table)
         if plan is None:
             return None
-        mapping, keep, specs, absent, row_filter = plan
-        if specs or row_filter is not None or absent[0] or absent[1]:
+        mapping, keep, specs, absent, row_filter, versioned, unnamed = plan
+        if specs or row_filter is not None or absent[0] or absent[1] or versioned is not None \
+                or unnamed:
             return NO_PLAN
         columns = compiled_columns(table_obj.columns, keep)
         if columns is None:
@@ -201,7 +283,7 @@ class RowEncoder:
             compiled = None if record is None else record(ctx, row_index, db, table, op, pk,
                                                           before, after, limit, keep)
             if compiled is None:
-                row_index = self._python_row(event, op, ctx, row_index, mapping,
+                row_index = self._python_row(event, op, pk, ctx, row_index, mapping,
                                              trim_image(before, keep), trim_image(after, keep),
                                              None, None, out)
             else:
@@ -214,30 +296,29 @@ class RowEncoder:
         tables = getattr(self._row_filter, "tables", None)
         return self._row_filter if tables is None or (db, table) in tables else None
 
-    def _row(self, event, op: str, ctx: TxnContext, row_index: int, mapping, before, after,
+    def _row(self, event, op: str, pk, ctx: TxnContext, row_index: int, mapping, before, after,
              images, partial, out: list, trim: frozenset[str] | None = None) -> int:
         """One row's record, or (a row that cannot be keyed) its table's table-level event.
-        ``trim``: the columns the images keep, not trimmed yet (the compiled writer trims)."""
+        ``pk``: the table's primary key (the library's form); ``trim``: the columns the
+        images keep, not trimmed yet (the compiled writer trims)."""
         if images is None and hotpath.record is not None:    # compiled, else None: below
             compiled = hotpath.record(ctx, row_index, event.schema, event.table, op,
-                                      event.primary_key, before, after, self.max_record_bytes,
-                                      trim)
+                                      pk, before, after, self.max_record_bytes, trim)
             if compiled is not None:
                 out.append(Record(event.schema, event.table, *compiled))
                 return row_index + 1
         if trim is not None:
             before, after = trim_image(before, trim), trim_image(after, trim)
-        return self._python_row(event, op, ctx, row_index, mapping, before, after, images,
+        return self._python_row(event, op, pk, ctx, row_index, mapping, before, after, images,
                                 partial, out)
 
-    def _python_row(self, event, op: str, ctx: TxnContext, row_index: int, mapping, before,
-                    after, images, partial, out: list) -> int:
+    def _python_row(self, event, op: str, pk, ctx: TxnContext, row_index: int, mapping,
+                    before, after, images, partial, out: list) -> int:
         """``_row`` by the Python path (images already trimmed)."""
         try:
-            if images is not None and partial.unkeyed(images, op, event.primary_key):
+            if images is not None and partial.unkeyed(images, op, pk):
                 raise ValueError("the primary key is not in the logged image")
-            change = row_change(ctx, row_index, event.schema, event.table, op,
-                                event.primary_key, before, after)
+            change = row_change(ctx, row_index, event.schema, event.table, op, pk, before, after)
             if images is not None:
                 change = partial.marked(change, images)
             key = kafka_key(change.db, change.table, change.pk)
@@ -272,8 +353,7 @@ class RowEncoder:
     def _decode(event, schema: str, table: str, where: Callable[[], str]) -> list[dict]:
         """The event's rows; raises the tailer's decode error naming the table and position."""
         try:
-            rows = decode_rows(event)      # the per-table fast decoder, or None: the library's
-            return rows if rows is not None else event.rows
+            return event_rows(event)
         except DECODE_ERRORS as e:
             raise decode_error(e, where(), f"{schema}.{table}") from e
 

@@ -16,11 +16,14 @@ from typing import Any, Callable, Mapping
 from cachesync import startup
 from cachesync.collector import paced
 from cachesync.config import TailerSettings
+from cachesync.producer_outbox import binlog_settings
 from cachesync.producer_outbox.binlog_source import (STREAM_HEARTBEAT_S, BinlogSource,
                                                      current_position, open_stream)
 from cachesync.producer_outbox.binlog_source import _SECRETS, _binlog_status  # noqa: F401
+from cachesync.producer_outbox.cascades import Cascades
 from cachesync.producer_outbox.checkpoint import Checkpoint
 from cachesync.producer_outbox.dumpstream import reader_kind
+from cachesync.producer_outbox.fkschema import ForeignKeys
 from cachesync.producer_outbox.matched import MatchedTables
 from cachesync.producer_outbox.mysql import MySQLParams
 from cachesync.producer_outbox.outbox_binlog import OutboxRouter
@@ -31,6 +34,7 @@ from cachesync.producer_outbox.publisher import MAX_RECORD_BYTES
 from cachesync.producer_outbox.rowevents import RowEncoder
 from cachesync.producer_outbox.servertypes import ColumnTypes
 from cachesync.producer_outbox.source import check_resumable
+from cachesync.producer_outbox.unlogged import read_risks
 from cachesync.schema.mapping import MappingSet
 
 log = logging.getLogger(__name__)
@@ -81,8 +85,21 @@ class Tailer:
     partial_rows = _Count("encoder")        # rows logged with a partial image
     unkeyable = _Count("encoder")           # rows whose key could not be rendered
     json_unknown = _Count("encoder")        # partial JSON updates whose after is unknown
+    undecodable_rows = _Count("encoder")    # rows events not decoded: table invalidated
     versions_not_newer = _Count("source")   # GTIDs that did not advance the history
     undecoded_events = _Count("source")     # events with rows cachesync cannot decode
+
+    @property
+    def fk_cascade_rows(self) -> int:
+        """Parent rows whose unlogged foreign-key cascade reached a mapped table."""
+        cascades = self.encoder.cascades
+        return cascades.cascade_rows if cascades is not None else 0
+
+    @property
+    def fk_cascade_tables(self) -> int:
+        """Table-level events foreign-key cascades caused."""
+        cascades = self.encoder.cascades
+        return cascades.cascade_tables if cascades is not None else 0
 
     def __init__(self, mysql: MySQLParams, publisher: Publisher, checkpoints: CheckpointStore,
                  mappings: MappingSet, options: TailerOptions):
@@ -93,6 +110,7 @@ class Tailer:
         self.encoder = RowEncoder(mappings, self._matched, row_filter=options.row_filter,
                                   max_record_bytes=options.max_record_bytes)
         self.source: BinlogSource | None = None     # the run's, for its counters
+        self.unlogged_risks = 0     # what may change mapped tables unlogged (named at start)
 
     @property
     def committed(self) -> Checkpoint | None:
@@ -147,14 +165,18 @@ class Tailer:
     def _run(self) -> None:
         info = self.preflight()
         startup.mark("preflight")
-        for report in info.binlog_settings():
-            log.info("binlog setting %s", report.line())
+        reports = info.binlog_settings()
+        log.info("%s", binlog_settings.summary(reports))
+        for report in reports:
+            log.debug("binlog setting %s", report.line())
         self.match_existing()
+        self.unlogged_risks = self._name_unlogged(info)
         start = self._start_position(info)
         self.pipeline.start_at(start)
         self.encoder.outbox = self._outbox_router(info)
         self.encoder.types = ColumnTypes(self._mysql.connect, self._matched.statement_tables())
         self.encoder.types.load()
+        self.encoder.cascades = self._cascades()
         t = self._opts.settings
         log.info("tailer starting at %s (server %s, tables %s, %s binlog reader)",
                  start.describe(), info.identity, ", ".join(m.table for m in self._mappings.entries),
@@ -170,6 +192,15 @@ class Tailer:
             source.close()
             self.pipeline.drain()
 
+    def _cascades(self) -> Cascades:
+        """The foreign keys that cascade into mapped tables, read now (and after DDL)."""
+        def mapped(db: str, table: str) -> bool:
+            mapping = self._mappings.get(db, table)
+            return mapping is not None and bool(mapping.keys)
+        keys = ForeignKeys(self._mysql.connect, mapped)
+        keys.load()
+        return Cascades(keys, self._mappings)
+
     def _start_position(self, info: ServerInfo) -> Checkpoint:
         """``options.start`` (re-tail from an operator's position), else the stored
         checkpoint, else (first start) the server's current position."""
@@ -181,6 +212,25 @@ class Tailer:
         stored = self._checkpoints.load()
         check_resumable(stored, info.identity)
         return stored or current_position(self._mysql.connect, info)
+
+    def _name_unlogged(self, info: ServerInfo) -> int:
+        """WARNING for each way mapped tables may change without the binlog saying so
+        (``unlogged``); how many. A server that does not answer is said, not fatal."""
+        schemas = {db for db, _ in self._matched.statement_tables()}
+        try:
+            conn = self._mysql.connect(database=None)
+            try:
+                risks = read_risks(conn, info.flavor, schemas, _binlog_status)
+            finally:
+                conn.close()
+        except Exception as e:      # pymysql's errors: the check is advice, the tailer goes on
+            log.warning("could not check for changes the binlog does not carry (binlog "
+                        "filters, accounts that may set sql_log_bin=0): %s", e)
+            return 0
+        for risk in risks:
+            log.warning("mapped tables may change without binlog events: %s (fix: %s)",
+                        risk.line(), risk.fix)
+        return len(risks)
 
     def _outbox_router(self, info: ServerInfo) -> OutboxRouter | None:
         """The router of tailer.outbox_tables, or None when none are configured."""

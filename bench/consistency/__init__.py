@@ -35,7 +35,7 @@ ROWS = 32
 SIZES = {"full": {"seconds": 2.5, "rows": ROWS, "writers": 2, "readers": 4, "write_rate": 120},
          "quick": {"seconds": 0.4, "rows": ROWS, "writers": 2, "readers": 4, "write_rate": 120}}
 DDL = "CREATE TABLE `{table}` (id INT PRIMARY KEY, v BIGINT NOT NULL, seq BIGINT NOT NULL)"
-PLOT = {"full": Path("docs") / "consistency-lab.png",
+PLOT = {"full": Path("docs") / "consistency-lab-classes.png",
         "quick": Path("bench") / "results" / "consistency-quick.png"}
 
 

@@ -80,3 +80,12 @@ class Injector:
         hit = p > 0 and self.rng.random() < p
         self.counts[counter] += hit
         return hit
+
+
+def injected(injectors: list[Injector]) -> dict:
+    """The faults several writers' injectors made, summed."""
+    total = {"crashes": 0, "lost_cache_calls": 0, "outside_writes": 0}
+    for inj in injectors:
+        for k, v in inj.counts.items():
+            total[k] += v
+    return total

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import math
 import threading
+from bisect import bisect_right
 
 from bench.common import median
+from cachesync.consumer.core.nines import nines, share  # noqa: F401 - the lab's nines
 
 
 class History:
@@ -62,14 +64,6 @@ def stale_reads(reads: list[tuple[float, int, bool]], history: History,
         if at is not None and at < start - window:
             out.append((start, value, loaded, start - at))
     return out
-
-
-def nines(stale: int, total: int) -> float | None:
-    """-log10 of the stale ratio: 2.0 = 99 % consistent reads; None when nothing was stale
-    (or nothing read): infinitely many nines is not a number to average."""
-    if not total or not stale:
-        return None
-    return round(-math.log10(stale / total), 2)
 
 
 def window(probe_lags: list[float]) -> float:
@@ -134,3 +128,90 @@ def target(table: dict[str, dict], cachesync: str, others: tuple[str, ...]) -> d
             "cachesync_ratio": ratio,
             "advantage": round(best_ratio / ratio, 1) if ratio and best_ratio else None,
             "others_leave_stale": others_fail}
+
+
+# -- the large cells: per change and per read, in nines ------------------------------------
+GRACE_S = 1.0      # after an outage, every delayed invalidation must land within this
+
+
+def supersessions(base: dict[int, tuple[int, int]],
+                  changes: list[tuple[int, int, int, float]]) -> dict[int, float]:
+    """value -> when a commit superseded it. ``base``: row -> (seq, value) before the cell;
+    ``changes``: (row, seq, value, commit time). A value still current is absent."""
+    by_row: dict[int, list[tuple[int, int, float]]] = {}
+    for row, seq, value, at in changes:
+        by_row.setdefault(row, []).append((seq, value, at))
+    out = {}
+    for row, history in by_row.items():
+        history.sort()
+        previous = base[row][1]
+        for _, value, at in history:
+            out[previous] = at
+            previous = value
+    return out
+
+
+def stale_read_counts(times, values, superseded: dict[int, float], window: float,
+                      skip: list[tuple[float, float]] = ()) -> dict:
+    """Reads ``(times[i], values[i])`` judged against the history: ``stale`` when the value
+    had been superseded before the read started, ``stale_beyond_lag`` when more than
+    ``window`` before. Reads starting inside a ``skip`` interval are counted apart
+    (``skipped``) and judged in the ``*_in_skip`` figures."""
+    reads = stale = beyond = 0
+    skipped = stale_skip = beyond_skip = 0
+    get = superseded.get
+    spans = merged(skip)
+    starts, ends = [a for a, _ in spans], [b for _, b in spans]
+    for t, value in zip(times, values):
+        at = get(value)
+        i = bisect_right(starts, t) - 1 if starts else -1
+        inside = i >= 0 and t <= ends[i]
+        if inside:
+            skipped += 1
+        else:
+            reads += 1
+        if at is None or at >= t:
+            continue
+        late = at < t - window
+        if inside:
+            stale_skip += 1
+            beyond_skip += late
+        else:
+            stale += 1
+            beyond += late
+    return {"reads": reads, "stale": stale, "stale_beyond_lag": beyond,
+            "skipped": skipped, "stale_in_skip": stale_skip, "stale_beyond_lag_in_skip": beyond_skip}
+
+
+def merged(spans) -> list[tuple[float, float]]:
+    """Intervals sorted and overlapping ones joined."""
+    out: list[list[float]] = []
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
+
+
+def deadlines(commits: list[float], outages: list[tuple[float, float]],
+              grace: float = GRACE_S) -> list[tuple[float, bool]]:
+    """Per commit, when its invalidation must have landed, and whether an outage moved that:
+    ``grace`` after the commit, or after the end of an outage that began before then and
+    ended after the commit (outages chain)."""
+    out = []
+    spans = sorted(outages)
+    for commit in commits:
+        due, moved = commit + grace, False
+        for start, end in spans:
+            if start <= due and end >= commit:
+                due, moved = max(due, end + grace), True
+        out.append((due, moved))
+    return out
+
+
+def read_figure(counts: dict) -> dict:
+    """Per read: stale reads and stale reads beyond the lag, as shares (nines, bounds)."""
+    n = counts["reads"]
+    return {"reads": n, "stale": share(counts["stale"], n),
+            "beyond_lag": share(counts["stale_beyond_lag"], n)}

@@ -60,3 +60,60 @@ def _keys_panel(ax, cells: dict, labels: dict) -> None:
     for y, v in enumerate(left):
         ax.annotate(f"{v:g}", (v, y), va="center", fontsize=7, xytext=(2, 0),
                     textcoords="offset points")
+
+
+NINES_CAP = 9.0      # where "none failed" would sit; drawn at the 95 % bound instead
+
+
+def draw_nines(classes: dict[str, dict[str, dict]], labels: dict[str, str],
+               out: Path) -> Path | None:
+    """The large cells: per fault class, each strategy's nines of changes applied within 1 s
+    and of reads not stale beyond the lag (hatched: none failed, the bar is the 95 % bound
+    3/n); stale keys left in the label. None (logged) when matplotlib is missing."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log("consistency: matplotlib missing (pip install -e '.[bench]'); no plot written")
+        return None
+    names = list(labels)
+    fig, axes = plt.subplots(1, len(classes), figsize=(4.6 * len(classes), 4.2), sharey=True,
+                             squeeze=False)
+    for ax, (fault, cells) in zip(axes[0], classes.items()):
+        for j, (what, get) in enumerate((("changes within 1 s", _change_share),
+                                         ("reads within the lag", _read_share))):
+            for i, name in enumerate(names):
+                value, bounded = _nines_of(get(cells[name]))
+                x = i + (j - 0.5) * 0.38
+                ax.bar(x, value, 0.36, color=_colors([name])[0], alpha=1.0 if j == 0 else 0.55,
+                       hatch="//" if bounded else None, edgecolor="black", linewidth=0.4)
+                ax.annotate(f"{'≥' if bounded else ''}{value:.1f}", (x, value), ha="center",
+                            fontsize=7, xytext=(0, 2), textcoords="offset points")
+        ax.set_xticks(range(len(names)))
+        ax.set_xticklabels([f"{n}\n{cells[n]['stale_keys_after']} stale keys left"
+                            for n in names], fontsize=7)
+        ax.set_title(fault)
+    axes[0][0].set_ylabel("nines (dark: changes applied within 1 s; light: reads not\n"
+                          "stale beyond the lag; hatched: none failed, 95 % bound)")
+    fig.suptitle("cachesync consistency lab, large cells: 10^7 reads, 10^5 writes per cell")
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+def _change_share(cell: dict) -> dict:
+    return cell["per_change"]["within"]["1s"]
+
+
+def _read_share(cell: dict) -> dict:
+    return cell["per_read"]["beyond_lag"]
+
+
+def _nines_of(s: dict) -> tuple[float, bool]:
+    """(nines, whether it is the 95 % bound because none failed)."""
+    if s["nines"] is not None:
+        return s["nines"], False
+    return (s["nines_at_least"] or 0.0), True

@@ -1,6 +1,7 @@
 """The lab's README tables from its JSON: ``python -m bench.consistency.report FILE``.
 
-FILE is a ``python -m bench`` document (or the lab's own section of it).
+FILE is a ``python -m bench`` document (or the lab's own section of it): the small lab's
+(``consistency``) or the large cells' (``consistency_nines``) tables in nines.
 """
 
 from __future__ import annotations
@@ -71,10 +72,70 @@ def _yes(ok: bool) -> str:
     return "yes" if ok else "**no**"
 
 
+def nines_markdown(lab: dict) -> str:
+    """The large cells' table: per fault class and strategy, changes applied within 100 ms
+    and 1 s, the p99.9 commit -> invalidation, reads not stale and not stale beyond the
+    lag, in nines (``≥``: none failed, the 95 % bound 3/n), and the stale keys left."""
+    head = ("| class | strategy | changes within 100 ms | within 1 s | p99.9 | reads not stale "
+            "| not stale beyond the lag | stale keys left | reads · writes |\n"
+            "|---|---|---|---|---|---|---|---|---|")
+    lines = [head]
+    for fault, cells in lab["classes"].items():
+        for name, c in cells.items():
+            within = c["per_change"]["within"]
+            lines.append(
+                f"| {fault} | {name} | {_share(within['100ms'])} | {_share(within['1s'])} "
+                f"| {_p999(c['per_change'])} | {_share(c['per_read']['stale'])} "
+                f"| {_share(c['per_read']['beyond_lag'])} | {c['stale_keys_after']} "
+                f"| {c['reads']:,} · {c['writes']:,} |")
+    return "\n".join(lines)
+
+
+def outages_markdown(lab: dict) -> str:
+    """The kill class without its outage windows, and its deadline check."""
+    lines = ["| strategy | changes within 100 ms | within 1 s | p99.9 | reads not stale beyond "
+             "the lag | reads excluded (s) | faults | landed by outage + 1 s |",
+             "|---|---|---|---|---|---|---|---|"]
+    for name, c in lab["classes"].get("kill", {}).items():
+        o = c.get("outside_outages")
+        if not o:
+            continue
+        within, check = o["per_change"]["within"], c["deadline_check"]
+        faults = ", ".join(f"{x['what']} {x['seconds']:g} s" for x in c["outages"])
+        lines.append(f"| {name} | {_share(within['100ms'])} | {_share(within['1s'])} "
+                     f"| {_p999(o['per_change'])} "
+                     f"| {_share(o['per_read']['beyond_lag'])} "
+                     f"| {o['read_windows_excluded_s']:g} | {faults} "
+                     f"| {check['landed_by_deadline']:,} of "
+                     f"{check['landed_by_deadline'] + check['missed_deadline']:,} |")
+    return "\n".join(lines)
+
+
+def _p999(figure: dict) -> str:
+    """The p99.9 commit -> invalidation, or "never" when more than 0.1 % never came."""
+    if figure.get("never_applied", 0) > figure["changes"] * (1 - 0.999):
+        return "never"
+    return f"{figure['p99.9_ms']:,.0f} ms"
+
+
+def _share(s: dict) -> str:
+    """``99.99 % (4.0)`` or, where none failed, ``100 % (≥ 6.5)``."""
+    if s["ratio"] is None:
+        return "–"
+    if s["nines"] is None:
+        return f"100 % (≥ {s['nines_at_least']:g})" if s["nines_at_least"] else "100 %"
+    return f"{s['ratio'] * 100:.6g} % ({s['nines']:g})"
+
+
 def main(argv: list[str]) -> int:
     with open(argv[0], encoding="utf-8") as f:
         doc = json.load(f)
-    print(markdown(doc.get("benchmarks", {}).get("consistency", doc)))
+    benchmarks = doc.get("benchmarks", {})
+    if "consistency_nines" in benchmarks or "classes" in doc:
+        lab = benchmarks.get("consistency_nines", doc)
+        print(nines_markdown(lab) + "\n\n" + outages_markdown(lab))
+        return 0
+    print(markdown(benchmarks.get("consistency", doc)))
     return 0
 
 

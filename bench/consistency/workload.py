@@ -18,7 +18,7 @@ import pymysql
 
 from bench.common import Worker, wait_for
 from bench.consistency import measure
-from bench.consistency.faults import Faults, Injector
+from bench.consistency.faults import Faults, Injector, injected
 from bench.consistency.strategies import (CACHESYNC_DOUBLE_DELETE_S, DOUBLE_DELETE_S,
                                           PROBE_TABLE, TTL_S, Strategy, decode, key_template)
 from cachesync.client import ReplicaCaughtUp, read_through
@@ -135,11 +135,7 @@ class Cell:
         return writers, readers
 
     def _injected(self) -> dict:
-        total = {"crashes": 0, "lost_cache_calls": 0, "outside_writes": 0}
-        for inj in self.injectors:
-            for k, v in inj.counts.items():
-                total[k] += v
-        return total
+        return injected(self.injectors)
 
     def _reset(self) -> None:
         """Empty the rows' keys and leases; the rows' current state is the base history

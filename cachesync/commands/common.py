@@ -10,7 +10,7 @@ import sys
 
 import click
 
-from cachesync import config, logs, startup
+from cachesync import config, install_hint, logs, startup
 from cachesync.schema.errors import ConfigError, FatalError, RetryableError
 
 EXIT_RUNTIME, EXIT_CONFIG, EXIT_NOT_READY = 1, 2, 3
@@ -96,8 +96,7 @@ def failure(exc: Exception) -> tuple[str, int]:
     if isinstance(exc, ModuleNotFoundError):
         package = (exc.name or "?").split(".")[0]
         extra = "spark" if package in ("pyspark", "py4j") else "sidecar"
-        return (f"{package} is not installed; it comes with pip install "
-                f"'cachesync[{extra}]'", EXIT_CONFIG)
+        return f"{package} is not installed; it comes with {install_hint(extra)}", EXIT_CONFIG
     return (f"internal error: {type(exc).__name__}: {exc} (run with --log-level DEBUG for "
             f"the traceback)", EXIT_RUNTIME)
 

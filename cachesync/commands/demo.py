@@ -11,7 +11,8 @@ from importlib.resources import files
 import click
 
 from cachesync.commands.common import EXIT_CONFIG, EXIT_RUNTIME
-from cachesync.demo_run import Pipeline, Write, demo_writes, ensure_demo_schema
+from cachesync.demo_run import (DIRECT_PIPELINE, KAFKA_PIPELINE, Pipeline, Write, demo_writes,
+                                ensure_demo_schema)
 from cachesync.devstack import DevStack
 
 DEFAULT_ENV_FILE = ".devstack/env"
@@ -24,11 +25,14 @@ DEFAULT_ENV_FILE = ".devstack/env"
               help="How many row writes to make.")
 @click.option("--timeout", default=30.0, show_default=True,
               help="Seconds to wait for one invalidation before failing.")
-def command(env_file: str, writes: int, timeout: float) -> None:
+@click.option("--direct", is_flag=True,
+              help="Run the pipeline without Kafka: one `cachesync run --direct` process.")
+def command(env_file: str, writes: int, timeout: float, direct: bool) -> None:
     """Run tailer and consumer against the devstack and show each invalidation.
 
     Creates the demo schema (demo.users, demo.orders), starts `cachesync tail` and
-    `cachesync consume` as child processes, then writes rows. Before each write it
+    `cachesync consume` (with --direct: `cachesync run --direct`, no Kafka) as child
+    processes, then writes rows. Before each write it
     caches the rows' keys in Redis as an application would; after the commit it
     waits until cachesync has deleted them and prints the keys and the
     commit->invalidation lag. Stops the children on exit, also on Ctrl-C.
@@ -44,8 +48,9 @@ def command(env_file: str, writes: int, timeout: float) -> None:
     cache = stack.redis()
     ensure_demo_schema(admin)
     lags = []
-    with Pipeline(cfg, env) as pipeline:
-        click.echo("starting tailer and consumer ...")
+    with Pipeline(cfg, env, DIRECT_PIPELINE if direct else KAFKA_PIPELINE) as pipeline:
+        click.echo("starting run --direct (no Kafka) ..." if direct else
+                   "starting tailer and consumer ...")
         pipeline.wait_ready(admin, cache, timeout=max(timeout, 60))
         for name, url in pipeline.endpoints().items():
             click.echo(f"cachesync {name}: {url}/metrics {url}/healthz {url}/readyz")

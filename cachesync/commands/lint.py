@@ -8,8 +8,10 @@ import click
 import pymysql
 
 from cachesync.commands.common import handle_errors, settings_options
-from cachesync.explain import keys_without_ttl, lint
+from cachesync.explain import Finding, keys_without_ttl, lint
+from cachesync.fk_report import RULES_GRANT, cascading_keys, what_cachesync_does
 from cachesync.lint_keys import live_column_types
+from cachesync.lint_unlogged import period_findings, unlogged_findings
 from cachesync.table_matching import existing_tables, lint_view, matches_by_entry
 from cachesync.wiring import build_cache_reader, mysql_params
 from cachesync.producer_outbox.mysql import classify
@@ -49,6 +51,16 @@ def command(settings, offline: bool, sample: int) -> None:
     no-match        a pattern entry that matches no existing table
     column-filter   an ignore_columns entry that is always watched (key, value,
                     version columns), or a filter update mode makes useless
+    unlogged-changes  a server binlog filter (binlog_do_db, binlog_ignore_db) that
+                    excludes a mapped schema; accounts that may SET sql_log_bin=0
+                    (their changes never reach the binlog; nothing shows if they did)
+    period-key      update mode on a table whose WITHOUT OVERLAPS key has an
+                    application-time period, with a template that leaves out the
+                    period's start or end column (several rows share the key)
+
+    Then, as notes (fk-cascade), each foreign key whose ON DELETE/ON UPDATE CASCADE or
+    SET NULL changes rows of a mapped table without logging them, and how cachesync
+    invalidates them.
 
     A pattern entry is checked on the first table it matches (offline: on db.table).
     Column types come from information_schema; --offline assumes integer key
@@ -59,30 +71,51 @@ def command(settings, offline: bool, sample: int) -> None:
     """
     with handle_errors():
         columns = no_ttl = types = matched = None
+        server: list = []
         if not offline:
-            types, matched = _types(settings)
+            types, matched, server = _types(settings)
             columns = {table: set(cols) for table, cols in types.items()}
             no_ttl = _no_ttl(settings, lint_view(settings.tables, matched), sample)
-        findings = lint(settings.tables, columns, no_ttl, types=types, matched=matched)
+        findings = lint(settings.tables, columns, no_ttl, types=types, matched=matched) + server
     for finding in findings:
         click.echo(f"warning: {finding}")
+    if not offline:
+        _foreign_keys(settings)
     checked = "delete-path" if offline else "delete-path, columns, TTLs"
     click.echo(f"{_tables(settings.tables, matched)}, {len(findings)} warning(s) ({checked})")
     if findings:
         sys.exit(EXIT_FINDINGS)
 
 
-def _types(settings) -> tuple[dict[str, dict[str, tuple]], dict[str, list[str]]]:
-    """(live column types of the checked tables, tables: entry -> the tables it matches)."""
+def _types(settings) -> tuple[dict[str, dict[str, tuple]], dict[str, list[str]], list]:
+    """(live column types of the checked tables, tables: entry -> the tables it matches, the
+    findings read from the server: unlogged changes, period keys)."""
     conn = mysql_params(settings).connect(database=None)
     try:
         matched = matches_by_entry(settings.tables, existing_tables(conn))
         view = lint_view(settings.tables, matched)
-        return live_column_types(conn, view.tables), matched
+        server = unlogged_findings(conn, view, Finding) + period_findings(conn, view, Finding)
+        return live_column_types(conn, view.tables), matched, server
     except pymysql.err.MySQLError as e:
         raise classify(e) from e
     finally:
         conn.close()
+
+
+def _foreign_keys(settings) -> None:
+    """``fk-cascade``: each foreign key that cascades into a mapped table, and what cachesync
+    does about it (a note, not a finding: those keys are kept fresh)."""
+    conn = mysql_params(settings).connect(database=None)
+    try:
+        found, logged = cascading_keys(conn, settings.tables)
+    except pymysql.err.MySQLError as e:
+        raise classify(e) from e
+    finally:
+        conn.close()
+    for fk, tables in found:
+        click.echo(f"fk-cascade: {what_cachesync_does(fk, tables, logged, settings.tables)}")
+        if not fk.rules_known:
+            click.echo(f"fk-cascade: fix: {RULES_GRANT}")
 
 
 def _no_ttl(settings, view, sample: int) -> dict[str, list[str]]:

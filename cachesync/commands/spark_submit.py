@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from cachesync import install_hint
 from cachesync.commands.common import handle_errors
 
 DEFAULT_SPARK_SUBMIT_ENV = "SPARK_HOME"
@@ -68,7 +69,7 @@ def _spark_submit() -> str:
     if not home:     # the installed pyspark's distribution, found without importing it
         spec = importlib.util.find_spec("pyspark")
         if spec is None or not spec.submodule_search_locations:
-            raise click.ClickException(f"pyspark is not installed: pip install 'cachesync[spark]',"
-                                       f" or set {DEFAULT_SPARK_SUBMIT_ENV}")
+            raise click.ClickException(f"pyspark is not installed: {install_hint('spark')}, "
+                                       f"or set {DEFAULT_SPARK_SUBMIT_ENV}")
         home = list(spec.submodule_search_locations)[0]
     return os.path.join(home, "bin", "spark-submit")

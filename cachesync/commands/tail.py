@@ -77,7 +77,7 @@ def _tail(settings, start: Checkpoint | None, spare: list) -> None:
     start_checks(settings, "tail")     # kafka.create_topics; doctor's checks once reading
     tailers = Cumulative(("published", "table_events", "undecoded_events", "oversized",
                           "versions_not_newer", "partial_rows", "unkeyable", "json_unknown",
-                          "outbox_events", "outbox_invalid"))
+                          "undecodable_rows", "outbox_events", "outbox_invalid", "unlogged_risks"))
     ops = tail_ops(settings, tailers)
     startup.mark("metrics")
     first = [start]

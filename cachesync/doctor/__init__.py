@@ -1,6 +1,6 @@
-"""``cachesync doctor``: everything that can be checked before running, each a PASS, WARN
-or FAIL with the fix. ``tail`` and ``consume`` run the same checks at start and log what
-is not PASS; the server's settings and grants stay the tailer's preflight
+"""``cachesync doctor``: everything that can be checked before running, each a PASS, NOTE,
+WARN or FAIL with the fix. ``tail`` and ``consume`` run the same checks at start and log what
+is not PASS (a NOTE at INFO, the others as a WARNING); the server's settings and grants stay the tailer's preflight
 (``producer_outbox.preflight``), whose functions these checks reuse.
 """
 
@@ -11,7 +11,7 @@ import time
 
 from cachesync import startup
 from cachesync.config import Settings
-from cachesync.doctor.check import (EXIT_CODES, FAIL, LEVELS, PASS, WARN, Check,  # noqa: F401
+from cachesync.doctor.check import (EXIT_CODES, FAIL, LEVELS, NOTE, PASS, WARN, Check,  # noqa: F401
                                     guard, worst)
 from cachesync.doctor.kafka import acls_or_hidden, group_check, topic_checks
 from cachesync.doctor.mysql import mysql_checks
@@ -110,8 +110,9 @@ def _had_checkpoint(settings: Settings) -> bool | None:
 
 
 def log_checks(settings: Settings, role: str, had_checkpoint: bool | None = None) -> None:
-    """Log each of ``role``'s checks that is not PASS."""
+    """Log each of ``role``'s checks that is not PASS: a NOTE at INFO, the others as a WARNING."""
     for check in run_checks(settings, role, had_checkpoint):
         if check.level != PASS:
-            log.warning("doctor: %s %s: %s%s", check.level, check.name, check.detail,
-                        f" (fix: {check.fix})" if check.fix else "")
+            log.log(logging.INFO if check.level == NOTE else logging.WARNING,
+                    "doctor: %s %s: %s%s", check.level, check.name, check.detail,
+                    f" (fix: {check.fix})" if check.fix else "")

@@ -1,13 +1,19 @@
-"""What every check returns: a level (PASS, WARN, FAIL), what was found and the fix."""
+"""What every check returns: a level (PASS, NOTE, WARN, FAIL), what was found and the fix.
+
+NOTE is what a new pipeline is expected to show (no consumer group yet, topics that
+`kafka.create_topics` makes at start): nothing to fix, so it exits 0 like PASS and
+`cachesync doctor && cachesync run` works on a first start. WARN (exit 5) runs but needs
+attention; FAIL (exit 6) will not work.
+"""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from typing import Callable
 
-PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
-LEVELS = {PASS: 0, WARN: 1, FAIL: 2}
-EXIT_CODES = {PASS: 0, WARN: 5, FAIL: 6}
+PASS, NOTE, WARN, FAIL = "PASS", "NOTE", "WARN", "FAIL"
+LEVELS = {PASS: 0, NOTE: 1, WARN: 2, FAIL: 3}
+EXIT_CODES = {PASS: 0, NOTE: 0, WARN: 5, FAIL: 6}
 MAX_SKEW_S = 1.0           # clocks further apart than this skew lag figures and leases
 GRANT_LINE = "the cachesync user lacks"     # how preflight.problems names a missing grant
 
@@ -15,7 +21,7 @@ GRANT_LINE = "the cachesync user lacks"     # how preflight.problems names a mis
 @dataclass(frozen=True)
 class Check:
     name: str
-    level: str           # PASS | WARN | FAIL
+    level: str           # PASS | NOTE | WARN | FAIL
     detail: str
     fix: str = ""
 

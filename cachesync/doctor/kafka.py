@@ -7,7 +7,7 @@ from kafka.errors import (CoordinatorLoadInProgressError, CoordinatorNotAvailabl
                           GroupIdNotFoundError, NotCoordinatorError)
 
 from cachesync.config import Settings
-from cachesync.doctor.check import PASS, WARN, FAIL, Check
+from cachesync.doctor.check import FAIL, NOTE, PASS, WARN, Check
 
 COORDINATOR_NOT_READY = (CoordinatorNotAvailableError, CoordinatorLoadInProgressError,
                          NotCoordinatorError, GroupIdNotFoundError)
@@ -20,7 +20,10 @@ def topic_checks(settings: Settings, admin) -> list[Check]:
     out = []
     dedup_ms = settings.consumer.dedup_retention_s * 1000
     for t in describe_topics(admin, topic_names(settings)):
-        if not t.exists:
+        if not t.exists and settings.kafka.create_topics:
+            out.append(Check("topic", NOTE, f"{t.name} does not exist yet: kafka.create_topics "
+                             "makes it when tail, consume or run starts"))
+        elif not t.exists:
             out.append(Check("topic", FAIL, f"{t.name} does not exist",
                              "cachesync topics create (or kafka.create_topics: true)"))
         elif dedup_ms and (t.retention_ms == -1 or (t.retention_ms or 0) >= dedup_ms):
@@ -85,22 +88,21 @@ def acls_or_hidden(settings: Settings, admin, role: str) -> Check:
 
 def group_check(settings: Settings, admin) -> Check:
     """The consumer group's state and its lag (end offsets minus committed): a lag with no
-    member consuming is a WARN."""
-    from kafka import KafkaConsumer
-    from cachesync.kafka_security import client_security
+    member consuming is a WARN; no group yet (a new pipeline) is a NOTE."""
+    from cachesync.wiring import range_reader
     group, topic = settings.kafka.group_id, settings.kafka.topic
     try:
         state = admin.describe_groups([group])[group]["group_state"]
         committed = admin.list_group_offsets(group)[group]
     except COORDINATOR_NOT_READY:
-        return Check("consumer-group", WARN, f"no group coordinator yet for {group}: nothing "
-                     "has consumed from this broker", "start `cachesync consume`")
+        return Check("consumer-group", NOTE, f"no group {group} yet: nothing has consumed "
+                     "from these brokers (a first `cachesync consume` or `run` makes it and "
+                     "begins at the earliest offset)")
     mine = {tp: o.offset for tp, o in committed.items() if tp.topic == topic and o.offset >= 0}
     if not mine:
         return Check("consumer-group", PASS, f"group {group} has not consumed {topic} yet (a "
                      "first start begins at the earliest offset)")
-    consumer = KafkaConsumer(bootstrap_servers=settings.kafka.bootstrap_servers,
-                             **client_security(settings.kafka))
+    consumer = range_reader(settings)     # group-less, commits nothing
     try:
         ends = consumer.end_offsets(list(mine))
     finally:

@@ -1,15 +1,18 @@
 """MySQL checks: binlog settings and grants (the tailer's preflight functions), the
-account's other grants, GTID mode, binlog retention against the checkpoint."""
+account's other grants, GTID mode, binlog retention against the checkpoint, changes of
+mapped tables the binlog would not carry (``producer_outbox.unlogged``)."""
 
 from __future__ import annotations
 
 from cachesync.config import Settings
 from cachesync.doctor.check import FAIL, GRANT_LINE, PASS, WARN, Check, guard
+from cachesync.fk_report import RULES_GRANT, cascading_keys, what_cachesync_does
 from cachesync.grants import STATE_PRIVILEGES, missing
 from cachesync.producer_outbox.binlog_settings import DEGRADED
 from cachesync.producer_outbox.preflight import (REPLICA_VARIABLES, REQUIRED_PRIVILEGES,
-                                                 REQUIRED_VARIABLES, global_privileges,
-                                                 problems, read_server_info)
+                                                 REQUIRED_VARIABLES, binlog_status,
+                                                 global_privileges, problems, read_server_info)
+from cachesync.producer_outbox.unlogged import read_risks
 
 
 def mysql_checks(settings: Settings, connect, state_connect) -> list[Check]:
@@ -25,11 +28,24 @@ def mysql_checks(settings: Settings, connect, state_connect) -> list[Check]:
                *_account_checks(info, settings)]
         # each on its own: a missing grant must not hide the other findings
         out += guard("gtid", lambda: [_gtid_check(conn, info)])
+        out += guard("fk-cascade", lambda: fk_cascade_checks(conn, settings))
         out += guard("binlog-retention", lambda: [_retention_check(
             conn, settings, lambda: _checkpoint(state_connect, settings))])
+        out += guard("unlogged-changes", lambda: unlogged_checks(conn, info, settings))
     finally:
         conn.close()
     return out
+
+
+def fk_cascade_checks(conn, settings: Settings) -> list[Check]:
+    """One WARN per foreign key that cascades into a mapped table (what cachesync does about
+    it, and the cost), or one PASS."""
+    found, logged = cascading_keys(conn, settings.tables)
+    if not found:
+        return [Check("fk-cascade", PASS, "no foreign key cascades into a mapped table")]
+    return [Check("fk-cascade", PASS if logged is True else WARN,
+                  what_cachesync_does(fk, tables, logged, settings.tables),
+                  "" if fk.rules_known else RULES_GRANT) for fk, tables in found]
 
 
 def _settings_check(info, settings: Settings) -> Check:
@@ -98,6 +114,17 @@ def mapped_databases(settings: Settings) -> set[str]:
             if p.glob is not None and not set("*?[") & set(p.glob[0])}
     dbs |= {m.db for m in settings.tables.resolved()}
     return dbs - {settings.mysql.state_db}
+
+
+def unlogged_checks(conn, info, settings: Settings) -> list[Check]:
+    """A WARN for each way the mapped tables may change without binlog events (binlog
+    filters excluding a mapped schema, accounts that may set sql_log_bin=0), else PASS."""
+    risks = read_risks(conn, info.flavor, mapped_databases(settings), binlog_status)
+    if not risks:
+        return [Check("unlogged-changes", PASS, "no binlog filter excludes a mapped schema; no "
+                      "account whose grants the cachesync user can read may SET sql_log_bin=0 "
+                      "(without SELECT ON mysql.* it reads only its own)")]
+    return [Check("unlogged-changes", WARN, r.line(), r.fix) for r in risks]
 
 
 def _variables(conn, names) -> dict[str, str]:

@@ -206,6 +206,20 @@ class MySQLDedupStore:
                             [self._ns, token, *part])
         self._session.run(work)
 
+    def done_at(self, ids: Sequence[str]) -> dict[str, float]:
+        """Unix time (the server's clock) each of ``ids`` was marked done; an id not done yet
+        (or purged) is absent. Raises RetryableError / FatalError."""
+        def work(cur):
+            found = {}
+            for part in chunks(list(ids), CLAIM_CHUNK):
+                marks = ", ".join(["%s"] * len(part))
+                cur.execute(f"SELECT msg_id, UNIX_TIMESTAMP(done_at) FROM {rows_sql()} "
+                            f"WHERE ns = %s AND status = 'done' AND msg_id IN ({marks})",
+                            [self._ns, *part])
+                found.update((msg_id, float(at)) for msg_id, at in cur.fetchall())
+            return found
+        return self._session.run(work)
+
     def purge(self, retention_s: float, limit: int) -> int:
         """Delete up to ``limit`` of this namespace's done records older than the retention.
 

@@ -126,6 +126,16 @@ class RedisDedupStore:
             queue_script(pipe, self._confirm, keys, [token, self._retention_ms])
             for _, keys in parts], [self._confirm], self._wait), WHAT)
 
+    def done_at(self, ids: Sequence[str]) -> dict[str, float]:
+        """Unix time (Redis's clock) each of ``ids`` was marked done; an id not done yet (or
+        expired) is absent. One MGET; raises RetryableError / FatalError."""
+        keys = [dedup_key(self._namespace, i) for i in ids]
+
+        def run():
+            return {i: int(record[2:]) / 1000 for i, record in zip(ids, mget(self._client, keys))
+                    if record and record.startswith(b"d ")}
+        return redis_call(run, WHAT, self._client)
+
     def _script_parts(self, ids: list[str]) -> list[tuple[list[str], list[str]]]:
         """``(ids, their record keys)`` per script call: up to CLAIM_CHUNK ids of one slot."""
         keyed = [(i, dedup_key(self._namespace, i)) for i in ids]

@@ -31,7 +31,8 @@ def site(tmp_path_factory) -> Path:
 
 def test_strict_build_has_every_page_and_the_generated_references(site):
     for page in ("index", "getting-started", "design", "deployment", "troubleshooting",
-                 "upgrading", "performance", "faq", "changelog", "reference/configuration",
+                 "upgrading", "performance", "faq", "changelog", "operations", "configuration",
+                 "security", "failover", "monitoring", "reference/configuration",
                  "reference/cli", "reference/metrics", "reference/performance-figures"):
         assert (site / f"{page}.html").is_file(), page
     config = (site / "reference" / "configuration.html").read_text(encoding="utf-8")
@@ -63,7 +64,7 @@ def test_optional_pages_show_once_they_exist(tmp_path):
 def _chromium() -> str:
     found = shutil.which("chromium") or shutil.which("chromium-browser")
     if not found:
-        pytest.fail("chromium is not installed: `apt-get install -y chromium` (.ci/run does)")
+        pytest.fail("chromium is not installed: `apt-get install -y chromium` (`make test` does)")
     return found
 
 

@@ -142,4 +142,4 @@ def test_spark_engine_without_pyspark_is_a_message(lab, tmp_path):
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr
     assert done.stderr.splitlines()[-1] == \
-        "cachesync: pyspark is not installed; it comes with pip install 'cachesync[spark]'"
+        "cachesync: pyspark is not installed; it comes with pip install 'cachesync-mysql[spark]'"

@@ -10,8 +10,10 @@ import urllib.request
 import pytest
 
 from cachesync.consumer.adapters.mysql_dedup import rows_sql
+from cachesync.schema.event import decode_record
 from cachesync.schema.gtid import GtidState, parse_gtid
-from tests.support import endpoints, http_get, metrics_showing, stack_command, start, wait_for
+from tests.support import (endpoints, http_get, metrics_showing, spawn, stack_command, start,
+                           wait_for)
 from tests.support.tables import USERS, USERS_DDL
 
 pytestmark = pytest.mark.integration
@@ -132,3 +134,26 @@ def test_sigterm_stops_direct_mode_cleanly_and_checkpoints(lab):
     assert proc.wait(60) == 0, lab.log(proc)
     assert insert_gtid in stored_gtid(lab)
     assert "tailer: 1 row events" in lab.log(proc)
+
+
+def test_moving_from_direct_mode_to_kafka_keeps_the_checkpoint(lab):
+    """The documented switch: stop `run --direct`, start the Kafka pipeline with the same
+    config. A change committed while nothing ran is applied through Kafka, and what direct
+    mode had applied is not published again (the tailer resumes from the same checkpoint)."""
+    lab.sql(USERS_DDL)
+    cfg = lab.write_config(USERS, consumer=MYSQL_DEDUP)
+    proc = start(lab, cfg, "run", "--direct")
+    lab.cache("user:1")
+    lab.sql("INSERT INTO users VALUES (1, 'a@x', 'Ada')")
+    wait_for(lambda: not lab.cached("user:1"), what="direct mode to apply the insert")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0, lab.log(proc)
+
+    lab.cache("user:2", "user:email:b@x")
+    lab.sql("INSERT INTO users VALUES (2, 'b@x', 'Bob')")      # while nothing runs
+    kafka = spawn(lab, cfg, "run")
+    wait_for(lambda: not lab.cached("user:2", "user:email:b@x"), 60,
+             what="the Kafka pipeline to apply the change made between the two")
+    published = [int(e.pk[0][1]) for r in lab.topic_records() for e in decode_record(r.value)]
+    assert published == [2], published
+    assert kafka.poll() is None, lab.log(kafka)

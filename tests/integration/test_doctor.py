@@ -15,7 +15,7 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata
 
-from cachesync.doctor import FAIL, PASS, WARN, skew_check
+from cachesync.doctor import FAIL, NOTE, PASS, WARN, skew_check
 from cachesync.producer_outbox.checkpoint import Checkpoint, MySQLCheckpointStore
 from cachesync.topics import admin_client, describe_topics
 from cachesync.wiring import mysql_params
@@ -59,7 +59,32 @@ def test_healthy_devstack_has_no_failure(lab, cfg):
     assert checks["binlog-settings"][0]["level"] == PASS
     assert checks["grants-state"][0]["level"] == PASS
     assert checks["grants-tables"][0]["level"] == PASS
-    assert code in (0, 5)
+    assert all(c["level"] in (PASS, NOTE) for cs in checks.values() for c in cs), checks
+    assert code == 0
+
+
+def test_a_new_pipeline_is_ready_to_run(lab, cfg):
+    """A new pipeline on a broker without topic auto-creation: topics that
+    kafka.create_topics makes at start, and a group that has never consumed, are NOTEs; the
+    exit is 0, so `cachesync doctor && cachesync run` works on a first start."""
+    bootstrap = start_variant("kafka-noauto")["DEVSTACK_KAFKA_NOAUTO_BOOTSTRAP_SERVERS"]
+    topic, dlq = f"cs.{lab.suffix}.new", f"cs.{lab.suffix}.new-dlq"
+    env = {"CACHESYNC_KAFKA_BOOTSTRAP_SERVERS": bootstrap, "CACHESYNC_KAFKA_TOPIC": topic,
+           "CACHESYNC_KAFKA_DEAD_LETTER_TOPIC": dlq, "CACHESYNC_KAFKA_CREATE_TOPICS": "true",
+           "CACHESYNC_KAFKA_GROUP_ID": f"new-{lab.suffix}"}
+    code, checks = doctor(lab, cfg, env)
+    assert [c["level"] for c in checks["topic"]] == [NOTE, NOTE], checks["topic"]
+    assert "kafka.create_topics" in checks["topic"][0]["detail"]
+    [group] = checks["consumer-group"]
+    assert group["level"] in (NOTE, PASS), group
+    assert all(c["level"] in (PASS, NOTE) for cs in checks.values() for c in cs), checks
+    assert code == 0
+    # the plain text says so too, and the shell rule holds
+    text = subprocess.run(f"{sys.executable} -m cachesync doctor -c {cfg} && echo READY",
+                          shell=True, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **lab.stack.env, **env})
+    assert text.stdout.rstrip().endswith("READY"), text.stdout + text.stderr
+    assert f"NOTE topic              {topic} does not exist yet" in text.stdout
 
 
 def test_binlog_row_image_not_full_fails(lab, cfg):
@@ -187,6 +212,12 @@ def test_group_with_lag_and_no_member_warns(lab, cfg):
     _, checks = doctor(lab, cfg, None, "--role", "consume")
     [check] = checks["consumer-group"]
     assert check["level"] == WARN and "1 record(s)" in check["detail"], check
+    # reading the end offsets logs nothing of kafka-python's (a group-less reader that
+    # commits nothing: no "group_id is None: disabling auto-commit")
+    text = subprocess.run([sys.executable, "-m", "cachesync", "doctor", "--role", "consume",
+                           "-c", cfg], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **lab.stack.env})
+    assert "1 record(s)" in text.stdout and text.stderr == "", text.stderr
 
 
 def test_unreachable_redis_fails(lab, cfg):
@@ -230,3 +261,17 @@ def test_acl_denying_the_tailer_write_warns(lab, cfg):
 def _denied(lab, cfg, env):
     result = doctor(lab, cfg, env, "--role", "tail")
     return result if result[1]["kafka-acls"][0]["level"] == WARN else None
+
+
+def test_direct_role_checks_mysql_and_redis_and_never_kafka(lab, cfg):
+    """`run --direct` needs no Kafka: with no broker at the configured address, `doctor`
+    fails on Kafka, and `doctor --role direct` checks the server, the grants and Redis only."""
+    no_kafka = {"CACHESYNC_KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1"}   # nothing listens there
+    code, everything = doctor(lab, cfg, no_kafka)
+    assert code == 6 and any(c["level"] == FAIL for c in everything["kafka"]), everything
+    code, checks = doctor(lab, cfg, no_kafka, "--role", "direct")
+    assert not {"kafka", "topic", "kafka-acls", "consumer-group"} & set(checks), checks
+    assert checks["binlog-settings"][0]["level"] == PASS
+    assert checks["redis"][0]["level"] == PASS and "first-start" in checks
+    assert all(c["level"] != FAIL for cs in checks.values() for c in cs), checks
+    assert code in (0, 5)

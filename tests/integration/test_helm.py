@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cachesync import config
+from cachesync import __version__, config
 from cachesync.http import parse_listen
 from cachesync.schema.errors import ConfigError
 
@@ -75,6 +75,8 @@ def test_every_role_renders_with_its_service_pdb_and_no_service_links(helm, tmp_
         assert pod["securityContext"]["runAsNonRoot"] and pod["securityContext"]["runAsUser"] == 10001
         [c] = pod["containers"]
         assert c["args"][0] == role
+        # the image the release workflow pushes, at the chart's appVersion
+        assert c["image"] == f"ghcr.io/cachesync/cachesync:{__version__}", c["image"]
         port = _check_env_and_config(c, pod, configmap, role, tmp_path / role)
         assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": port}
         assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": port}

@@ -8,6 +8,8 @@ import json
 import pathlib
 import re
 
+import pytest
+
 from bench.monitor import Workload
 from tests.support import add_config_sections, address, scrape, wait_for
 
@@ -17,10 +19,11 @@ MONITOR = {"sample_ratio": 1.0, "window_s": 3.0, "max_checks_per_s": 1000}
 ROWS = 200
 
 
-def start(lab, monitor=None):
+def start(lab, monitor=None, tailer=None):
     lab.sql("CREATE TABLE users (id INT PRIMARY KEY, name VARCHAR(50))")
     lab.sql("CREATE TABLE items (id INT PRIMARY KEY, price INT, name VARCHAR(50))")
-    cfg = add_config_sections(lab.write_config(TABLES), monitor={**MONITOR, **(monitor or {})})
+    cfg = add_config_sections(lab.write_config(TABLES, tailer=tailer),
+                              monitor={**MONITOR, **(monitor or {})})
     lab.start_tailer(cfg)
     return cfg
 
@@ -149,3 +152,53 @@ def test_a_blocked_monitor_drops_samples_and_never_holds_up_the_consumer(lab):
     assert ("items", "stale") not in c and ("items", "unsettled") not in c, c
     assert c["cachesync_monitor_check_errors_total"] == 0
     assert scrape(addr)[(dropped_name, (("reason", "queue_full"),))] == dropped0 + dropped
+
+
+def figure(addr: str, prefix: str) -> dict:
+    """The per-change figure a process exports: {(metric suffix, kind, label): value}."""
+    out = {}
+    for (name, labels), value in scrape(addr).items():
+        if name.startswith(prefix + "_changes") or name.startswith(prefix + "_commit_to_apply_q"):
+            d = dict(labels)
+            out[(name[len(prefix) + 1:], d["kind"], d.get("within") or d.get("quantile"))] = value
+    return out
+
+
+def test_the_monitor_states_the_per_change_figure_from_the_consumers_done_marks(lab):
+    """`cachesync monitor` times the consumer's applies by the dedup store's done marks and
+    exports and logs the share applied within 100 ms and 1 s and the percentiles, as the
+    consumer itself does."""
+    cfg = start(lab, tailer={"heartbeat_interval_s": 0.5})
+    consume, monitor = lab.spawn("consume", cfg), lab.spawn("monitor", cfg)
+    c_addr, m_addr = address(lab, consume), address(lab, monitor)
+    n = [0]
+
+    def counted():
+        n[0] += 1
+        lab.sql("INSERT INTO users VALUES (%s, 'w')", (n[0],))
+        f = figure(m_addr, "cachesync_monitor")
+        rows = f.get(("changes_total", "rows", None), 0)
+        beats = f.get(("changes_total", "heartbeats", None), 0)
+        return f if rows >= 20 and beats >= 3 else None
+    f = wait_for(counted, 180, interval=0.2, what="the monitor to time 20 row changes, 3 beats")
+    for kind in ("rows", "heartbeats"):
+        for within in ("100ms", "1s"):
+            ratio = f[("changes_within_ratio", kind, within)]
+            late = f[("changes_late_total", kind, within)]
+            total = f[("changes_total", kind, None)]
+            assert ratio == pytest.approx((total - late) / total), f
+        quantiles = [f[("commit_to_apply_quantile_seconds", kind, q)]
+                     for q in ("0.5", "0.99", "0.999")]
+        assert 0 <= quantiles[0] <= quantiles[1] <= quantiles[2] < 60, f
+    # heartbeats carry their exact write time: an idle devstack applies them within a second
+    assert f[("changes_within_ratio", "heartbeats", "1s")] > 0.5, f
+    c = figure(c_addr, "cachesync_consumer")               # the consumer states the same
+    assert c[("changes_total", "rows", None)] >= 20 and ("changes_within_ratio", "heartbeats",
+                                                          "1s") in c, c
+    monitor.terminate()                                   # SIGTERM: the figure is logged at exit
+    monitor.wait(60)
+    text = lab.log(monitor)
+    line = re.search(r"commit -> apply, heartbeats: ([\d,]+) changes: .*within 100ms.*"
+                     r"within 1s.*p50 [\d.]+ ms, p99 [\d.]+ ms, p99.9 [\d.]+ ms", text)
+    assert line, text[-3000:]
+    assert re.search(r"commit -> apply, rows: [\d,]+ changes: ", text), text[-3000:]

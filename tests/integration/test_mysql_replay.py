@@ -106,8 +106,8 @@ def test_compressed_transactions_are_decoded(replay, lab, reader):
     replay.write(mb.UPDATE_ROWS, [((1, "a@x"), (1, "b@x"))], compressed=True)
     wait_gone(lab, "user:1", "user:email:a@x", "user:email:b@x", "user:2", "user:3")
     wait_for(lambda: replay.checkpoint() == f"{UUID}:1-2", 60, what="the checkpoint at 1-2")
-    assert "binlog setting binlog_transaction_compression=ON: each transaction is one zstd" \
-        in lab.log(tailer)
+    [settings] = [line for line in lab.log(tailer).splitlines() if "binlog settings: " in line]
+    assert "binlog_transaction_compression=ON" in settings
 
 
 @pytest.mark.parametrize("reader", ["fast", "library"])

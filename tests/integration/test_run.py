@@ -27,6 +27,9 @@ def test_run_invalidates_through_kafka_and_stops_on_sigterm(lab):
     assert proc.wait(60) == 0, lab.log(proc)
     out = lab.log(proc)
     assert "consumer: 1 consumed, 1 applied" in out and "tailer: 1 row events" in out
+    # a quiet start: the server's binlog settings in one INFO line (each one's meaning at DEBUG)
+    assert len([line for line in out.splitlines() if "INFO" in line and "binlog setting" in line]) == 1
+    assert "binlog setting " not in out and "group_id is None" not in out
 
 
 def test_a_fatal_error_in_one_thread_stops_the_process_with_exit_3(lab):

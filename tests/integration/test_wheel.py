@@ -39,7 +39,7 @@ def wheel(tmp_path_factory) -> Path:
                                         if (ROOT / name).is_dir() else {}))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out),
                     str(src)], check=True, cwd=out)
-    (found,) = out.glob("cachesync-*.whl")
+    (found,) = out.glob("cachesync_mysql-*.whl")
     return found
 
 
@@ -116,7 +116,7 @@ def test_the_command_line_without_the_sidecar_extra_says_what_to_install(wheel, 
     done = subprocess.run([str(tmp_path / "venv" / "bin" / "cachesync"), "--help"],
                           capture_output=True, text=True)
     assert done.returncode == 2
-    assert "pip install 'cachesync[sidecar]'" in done.stderr
+    assert "pip install 'cachesync-mysql[sidecar]'" in done.stderr
 
 
 def test_the_dockerfile_copies_what_the_wheel_is_built_from():

@@ -3,9 +3,8 @@
 No recording of these exact transactions exists, so the bytes are built from MySQL's
 documented format (the MySQL source, libs/mysql/binlog/event: control_events.h,
 rows_event.h, statement_events.h; the MySQL Serialization Library page for the tagged
-GTID event and tagged GTID sets). Where a recording exists it is used instead: the
-compressed transaction payload in tests/support/recorded.py comes from a real MySQL 8.0.27
-server (go-mysql's replication tests).
+GTID event and tagged GTID sets). Bytes real servers wrote are read from the shared test
+data folder instead (tests/support/shared.py), never copied here.
 
 Every builder returns an event *body* (post-header + payload); ``Binlog`` adds the
 19-byte common header, the end position and the CRC32 checksum, as a server writes them.
@@ -29,12 +28,26 @@ HEARTBEAT = 27
 LONG, VARCHAR, LONGLONG = 3, 15, 8
 HEADER_LEN = 19
 SERVER_VERSION = "8.4.3"
-# post-header lengths a MySQL 8.4 server declares in its format description, by type - 1
-# (the 8.0.27 server's list from go-mysql's recorded event, plus 0 for GTID_TAGGED_LOG_EVENT)
-POST_HEADER_LENGTHS = bytes([
-    0x38, 0x0d, 0x00, 0x08, 0x00, 0x12, 0x00, 0x04, 0x04, 0x04, 0x04, 0x12, 0x00, 0x00,
-    0x5c, 0x00, 0x04, 0x1a, 0x08, 0x00, 0x00, 0x00, 0x08, 0x08, 0x08, 0x02, 0x00, 0x00,
-    0x00, 0x0a, 0x0a, 0x0a, 0x19, 0x19, 0x00, 0x12, 0x34, 0x00, 0x0a, 0x28, 0x00, 0x00])
+# post-header lengths a MySQL 8.4/9.x server declares in its format description, by type - 1,
+# each the length its event class in libs/mysql/binlog/event declares (0: none, or an event
+# type the server no longer writes); tests/unit/test_binlog_framing.py checks them against the
+# format descriptions real 9.0.1 and 9.6.0 servers wrote
+_EVENT_TYPES = 42
+_POST_HEADER = {
+    QUERY: 13,                  # Query_event: thread id, time, db length, error, status length
+    ROTATE: 8,                  # position
+    9: 4, 11: 4, 17: 4,         # APPEND_BLOCK, DELETE_FILE, BEGIN_LOAD_QUERY: file id
+    FORMAT_DESCRIPTION: 2 + 50 + 4 + 1 + _EVENT_TYPES,   # version, server, time, header, these
+    18: 13 + 4 + 4 + 4 + 1,     # EXECUTE_LOAD_QUERY: Query_event's, file id, start, end, dup
+    TABLE_MAP: 8,               # table id (6), flags (2)
+    26: 2,                      # INCIDENT: the incident number
+    WRITE_ROWS: 10, UPDATE_ROWS: 10, DELETE_ROWS: 10, 39: 10,  # table id, flags, extra length
+    GTID: 42, ANONYMOUS_GTID: 42,   # flags, sid, gno, lt type, last committed, sequence number
+    36: 18,                     # TRANSACTION_CONTEXT
+    37: 52,                     # VIEW_CHANGE
+    TRANSACTION_PAYLOAD: 40,
+}
+POST_HEADER_LENGTHS = bytes(_POST_HEADER.get(t, 0) for t in range(1, _EVENT_TYPES + 1))
 CHECKSUM_CRC32 = 1
 STMT_END_F = 1
 
@@ -210,8 +223,10 @@ def payload(inner: list[tuple[int, bytes]], server_id: int = 1) -> bytes:
 
 
 def _field(kind: int, value: int) -> bytes:
-    width = max(1, (value.bit_length() + 7) // 8)
-    return lenenc(kind) + lenenc(width) + value.to_bytes(width, "little")
+    """One payload header field as Transaction_payload_event writes it: type, length and
+    value each a length-encoded integer (the length counts the value's bytes)."""
+    data = lenenc(value)
+    return lenenc(kind) + lenenc(len(data)) + data
 
 
 @dataclass

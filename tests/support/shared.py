@@ -26,7 +26,7 @@ def shared_dir() -> pathlib.Path:
                "to the folder that holds realbinlog/ and recorded/")
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(why)
-        pytest.skip(why)
+        pytest.skip(why, allow_module_level=True)
     return path
 
 
@@ -40,11 +40,15 @@ def shared_file(*parts: str) -> pathlib.Path:
 
 def recorded(name: str) -> dict:
     """A recorded JSON file of ``recorded/``, bytes (``{"hex": ...}``) turned back into bytes
-    and lists into tuples."""
+    and lists, at any depth, into tuples."""
     return json.loads(shared_file("recorded", name).read_text(), object_hook=_bytes_back)
 
 
 def _bytes_back(obj: dict):
     if set(obj) == {"hex"}:
         return bytes.fromhex(obj["hex"])
-    return {k: tuple(v) if isinstance(v, list) else v for k, v in obj.items()}
+    return {k: _tuples(v) for k, v in obj.items()}
+
+
+def _tuples(value):
+    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value

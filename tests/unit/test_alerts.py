@@ -106,7 +106,7 @@ tests:
 def _promtool() -> str:
     path = shutil.which("promtool")
     if path is None:
-        pytest.fail("promtool is missing: apt-get install prometheus (.ci/run installs it)")
+        pytest.fail("promtool is missing: apt-get install prometheus (`make test` installs it)")
     return path
 
 

@@ -208,3 +208,50 @@ def test_report_renders_every_strategy_and_fault_class():
     assert "| lag window (median) | 380.5 ms |" in text
     assert "| none | **cachesync** | yes | met (zero) | a (1.2 %) | 0 |" in text
     assert "| lag through the replica's tailer (p50 / max) | 90.4 / 327.1 ms |" in text
+
+
+# -- the large cells' verdicts ---------------------------------------------------------------
+def test_supersessions_map_each_value_to_the_commit_that_replaced_it():
+    base = {1: (0, 10), 2: (5, 20)}
+    changes = [(1, 2, 12, 2.0), (1, 1, 11, 1.0), (2, 6, 21, 1.5)]     # any order
+    assert measure.supersessions(base, changes) == {10: 1.0, 11: 2.0, 20: 1.5}
+
+
+def test_stale_reads_are_judged_strictly_and_beyond_the_lag_and_outage_reads_apart():
+    superseded = {10: 1.0, 11: 2.0}
+    times = [0.5, 1.2, 1.8, 2.05, 3.0, 4.0]
+    values = [10, 10, 10, 11, 12, 10]      # fresh, stale 0.2, stale 0.8, stale 0.05, fresh, 3.0
+    c = measure.stale_read_counts(times, values, superseded, window=0.5)
+    assert (c["reads"], c["stale"], c["stale_beyond_lag"], c["skipped"]) == (6, 4, 2, 0)
+    c = measure.stale_read_counts(times, values, superseded, 0.5, skip=[(3.5, 4.5), (1.7, 1.9)])
+    assert (c["reads"], c["stale"], c["stale_beyond_lag"]) == (4, 2, 0)
+    assert (c["skipped"], c["stale_in_skip"], c["stale_beyond_lag_in_skip"]) == (2, 2, 2)
+
+
+def test_an_outage_moves_the_deadline_of_the_changes_it_delayed():
+    outages = [(10.0, 15.0), (15.5, 20.0)]                   # chained: 15.5 < 15.0 + 1
+    due = measure.deadlines([1.0, 9.5, 12.0, 25.0], outages, grace=1.0)
+    assert due == [(2.0, False), (21.0, True), (21.0, True), (26.0, False)]
+    assert measure.merged([(3, 4), (1, 2), (1.5, 2.5)]) == [(1, 2.5), (3, 4)]
+
+
+def test_a_read_figure_is_nines_or_the_three_over_n_bound():
+    f = measure.read_figure({"reads": 10_000_000, "stale": 6, "stale_beyond_lag": 0})
+    assert f["stale"]["nines"] == round(-math.log10(6e-7), 2)
+    assert f["beyond_lag"]["nines"] is None and f["beyond_lag"]["upper_bound"] == 3e-7
+
+
+def test_the_kill_class_checks_every_invalidation_against_its_outage():
+    from bench.consistency import large
+    from bench.consistency.load import NEVER
+    outages = [("kafka", 10.0, 30.0)]
+    pairs = [(1.0, 1.05), (9.8, 30.9), (20.0, 31.5), (40.0, 40.2), (41.0, NEVER)]
+    clear, check = large.outage_check(pairs, outages)
+    assert clear == [(1.0, 1.05), (40.0, 40.2), (41.0, NEVER)]
+    assert check["changes_delayed_by_an_outage"] == 2
+    assert check["missed_deadline"] == 2 and check["never_applied"] == 1
+    assert check["worst_miss_ms"] == 500.0
+    assert check["landed_by_deadline"] == 3                  # 31.5 > 31.0, NEVER > 42.0
+    assert large.read_skips(pairs, outages) == [(10.0, 31.5)]
+    figures = large.change_figures(pairs, end=50.0)
+    assert figures["never_applied"] == 1 and figures["within"]["1s"]["failed"] == 3

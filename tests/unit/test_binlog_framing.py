@@ -1,7 +1,7 @@
 """Compressed events expanded, every event type ruled on, tagged GTID events parsed (pure).
 
-The MySQL transaction payload is the one a real MySQL 8.0.27 wrote (tests/support/recorded.py,
-from go-mysql's tests); MariaDB's compressed events are built from MariaDB's documented layout
+MySQL transaction payloads are those real MySQL 8.0.27, 8.0.28 and 8.0.32 servers wrote (read from
+the shared test data folder: recorded/ and realbinlog/, sources in their READMEs); MariaDB's compressed events are built from MariaDB's documented layout
 here and read from the real MariaDB in tests/integration/test_binlog_compression.py.
 """
 
@@ -19,9 +19,15 @@ from cachesync.producer_outbox.eventtypes import (DECODED, EXPANDED, NO_ROWS, TA
 from cachesync.producer_outbox.framing import UndecodedEvent, own_event, parse_tagged_gtid
 from cachesync.schema.gtid import MYSQL, Gtid
 from tests.support import mysqlbinlog as mb
-from tests.support.recorded import MYSQL_8027_INNER_TYPES, MYSQL_8027_ZSTD_PAYLOAD
+from tests.support.shared import recorded, shared_file
 
 UUID = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
+
+
+def mysql_8027():
+    """(zstd payload, inner event types) MySQL 8.0.27 wrote (go-mysql's recording)."""
+    data = recorded("mysql-8.0.27-zstd-payload.json")
+    return data["MYSQL_8027_ZSTD_PAYLOAD"], data["MYSQL_8027_INNER_TYPES"]
 
 
 def packet(etype: int, body: bytes, end: int = 1000, checksum: bool = True, flags: int = 0):
@@ -43,17 +49,58 @@ def check_packet(raw: bytes, checksum: bool) -> None:
 
 @pytest.mark.parametrize("checksum", [True, False])
 def test_a_recorded_mysql_payload_expands_into_its_events(checksum):
-    raw = packet(mb.TRANSACTION_PAYLOAD, payload_body(MYSQL_8027_ZSTD_PAYLOAD, 2442), end=5000,
+    payload, inner = mysql_8027()
+    raw = packet(mb.TRANSACTION_PAYLOAD, payload_body(payload, 2442), end=5000,
                  checksum=checksum)
     assert expandable(raw)
     events = expand(raw, checksum)
-    assert tuple(e[5] for e in events) == MYSQL_8027_INNER_TYPES
+    assert tuple(e[5] for e in events) == inner
     for e in events:
         check_packet(e, checksum)
     # the position stays before the transaction until its last event (XID), which ends
     # where the payload ends
     ends = [struct.unpack_from("<I", e, 14)[0] for e in events]
     assert ends == [0] * 7 + [5000]
+
+
+def _real_payloads(name: str) -> list[bytes]:
+    """The TRANSACTION_PAYLOAD_EVENTs of a binlog file a real server wrote, as packets."""
+    data = shared_file("realbinlog", name).read_bytes()
+    out, at = [], 4
+    while at < len(data):
+        size = struct.unpack_from("<I", data, at + 9)[0]
+        if data[at + 4] == mb.TRANSACTION_PAYLOAD:
+            out.append(b"\x00" + data[at:at + size])
+        at += size
+    return out
+
+
+@pytest.mark.parametrize("name, inner", [
+    # MySQL 8.0.28 (mysql-binlog-connector-java's test data): BEGIN, map, UPDATE v2, XID;
+    # its header says 960 bytes uncompressed as fc c0 03
+    ("mysql-bin.compressed", (2, 19, 31, 16)),
+    # MySQL 8.0.32 (rust_mysql_common's test data): BEGIN, map, WRITE v2, XID
+    ("transaction_compression.000001", (2, 19, 30, 16)),
+])
+def test_payloads_real_servers_wrote_expand_with_their_length_encoded_header(name, inner):
+    (raw,) = _real_payloads(name)
+    events = expand(raw, True)
+    assert tuple(e[5] for e in events) == inner
+    for e in events:
+        check_packet(e, True)
+
+
+@pytest.mark.parametrize("name", ["vector.binlog", "binlog_transaction_with_GTID_TAG.000001"])
+def test_the_test_writer_declares_the_post_header_lengths_mysql_9_servers_wrote(name):
+    data = shared_file("realbinlog", name).read_bytes()
+    size = struct.unpack_from("<I", data, 4 + 9)[0]
+    body = data[4 + mb.HEADER_LEN:4 + size - 5]     # up to the checksum algorithm and CRC32
+    assert body[57:] == mb.POST_HEADER_LENGTHS
+
+
+def test_a_header_field_value_is_a_length_encoded_integer():
+    assert mb._field(3, 960) == b"\x03\x03\xfc\xc0\x03"
+    assert mb._field(2, 0) == b"\x02\x01\x00"
 
 
 def test_a_built_payload_gives_back_the_plain_events():
@@ -67,14 +114,16 @@ def test_a_built_payload_gives_back_the_plain_events():
 
 
 @pytest.mark.parametrize("body, message", [
-    (payload_body(b"not zstd at all", 10), "zstd"),
-    (payload_body(MYSQL_8027_ZSTD_PAYLOAD, 2441), "the event says 2441"),
-    (payload_body(b"xx", 2, kind=1), "binlog_transaction_compression=OFF"),
-    (mb._field(1, 3), "no end mark"),
+    (lambda: payload_body(b"not zstd at all", 10), "zstd"),
+    (lambda: payload_body(mysql_8027()[0], 2441), "the event says 2441"),
+    (lambda: payload_body(b"xx", 2, kind=1), "binlog_transaction_compression=OFF"),
+    (lambda: mb._field(1, 3), "no end mark"),
+    (lambda: b"\x03\x02\xfc\xc0", "cut short"),
+    (lambda: b"\x03\x03\x05\x00\x00\x00", "holds a 1-byte value"),
 ])
 def test_a_payload_that_cannot_be_expanded_exactly_is_an_error(body, message):
     with pytest.raises(CompressedEventError, match=message):
-        expand(packet(mb.TRANSACTION_PAYLOAD, body), True)
+        expand(packet(mb.TRANSACTION_PAYLOAD, body()), True)
 
 
 def test_a_payload_with_a_truncated_inner_event_is_an_error():

@@ -3,7 +3,7 @@
 import pytest
 
 from cachesync.producer_outbox.binlog_settings import (DEGRADED, OK, TABLE_LEVEL,
-                                                       settings_report)
+                                                       settings_report, summary)
 from cachesync.producer_outbox.preflight import ServerInfo
 
 MYSQL = {"binlog_format": "ROW", "binlog_row_image": "FULL", "binlog_row_metadata": "FULL",
@@ -46,3 +46,12 @@ def test_the_server_info_reports_its_settings():
     info = ServerInfo("mariadb", 1, None, MARIADB, ())
     assert [r.name for r in info.binlog_settings()][:3] == [
         "binlog_format", "binlog_row_image", "binlog_row_metadata"]
+
+
+def test_the_start_summary_is_one_line_naming_the_degraded_settings():
+    line = summary(settings_report("mariadb", MARIADB))
+    assert "\n" not in line and line.startswith("binlog settings: binlog_format=ROW, ")
+    assert "log_bin_compress=ON" in line
+    assert line.endswith("; degraded: gtid_strict_mode (`cachesync doctor` names the fix)")
+    healthy = summary(settings_report("mysql", {**MYSQL, "binlog_row_value_options": None}))
+    assert "degraded" not in healthy and "binlog_row_value_options" not in healthy

@@ -19,7 +19,7 @@ from cachesync.schema import jsonfast
 from cachesync.schema.event import encode
 from cachesync.schema.ids import MAX_ROWS_PER_TXN
 from cachesync.schema.keys import kafka_key
-from tests.support.mysql_json import RECORDED_DOCS
+from tests.support.shared import recorded
 
 try:
     from cachesync import _speedups
@@ -147,7 +147,8 @@ def test_a_commit_time_python_writes_with_an_exponent_leaves_the_row_to_python()
 
 def test_recorded_mysql_json_documents_as_column_text():
     """The JSON texts the tailer gives MySQL JSON columns (documents recorded from MySQL)."""
-    for i, (_, text) in enumerate(RECORDED_DOCS):
+    docs = recorded("mysql-binary-json.json")["RECORDED_DOCS"]
+    for i, (_, text) in enumerate(docs):
         assert same(CTX, i, "app", "docs", "insert", "id", None, {"id": i, "doc": text})
 
 

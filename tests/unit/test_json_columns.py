@@ -1,7 +1,7 @@
 """MySQL JSON columns through both readers and the tailer (jsoncolumns, fastrows, jsonrows).
 
 Row events are real pymysqlreplication events around recorded bytes (sources in
-tests/support/mysql_json.py) or, where marked "built", bytes made from MySQL's
+the shared folder's recorded/mysql-binary-json.json, sources in its README) or, where marked "built", bytes made from MySQL's
 documented row and diff formats. No server: the tailer runs on its in-memory ports.
 """
 
@@ -28,9 +28,16 @@ from cachesync.schema.event import INVALIDATE_ONLY
 from cachesync.schema.mapping import parse_mappings
 from tests.support.binlog import COMMIT_TS, MYSQL, UUID, _Checkpoints, _Publisher, _Stream
 from tests.support.binlog import mysql_gtid, table_map, xid
-from tests.support.mysql_json import (PARTIAL_AFTER_COLUMNS, PARTIAL_AFTER_IMAGE,
-                                      RECORDED_DOCS, RECORDED_ROWS)
+from tests.support.shared import recorded
 from tests.unit.test_fastrows_unit import check, column, event
+
+# recorded from real MySQL servers (shared recorded/, sources in its README); a module
+# without the shared folder skips (fails under CI)
+_RECORDED = recorded("mysql-binary-json.json")
+PARTIAL_AFTER_COLUMNS = _RECORDED["PARTIAL_AFTER_COLUMNS"]
+PARTIAL_AFTER_IMAGE = _RECORDED["PARTIAL_AFTER_IMAGE"]
+RECORDED_DOCS = _RECORDED["RECORDED_DOCS"]
+RECORDED_ROWS = _RECORDED["RECORDED_ROWS"]
 
 I = FIELD_TYPE    # noqa: E741
 

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from cachesync import config
+from cachesync import DISTRIBUTION, __version__, config
 from cachesync.healthcheck import check, ports
 from cachesync.http import OpsServer, parse_listen
 
@@ -121,9 +121,9 @@ def test_the_image_gets_the_compiled_hot_paths_and_no_compiler():
                             flags=re.M)[1:]
     assert build.startswith(" AS build") and re.search(r"apt-get install .*\bgcc\b", build)
     assert 'pip wheel --no-cache-dir --wheel-dir /wheels ".[sidecar,aws]"' in build
-    assert "ls /wheels/cachesync-*-cp311-*.whl" in build
+    assert "ls /wheels/cachesync_mysql-*-cp311-*.whl" in build
     assert "--mount=type=bind,from=build,source=/wheels,target=/wheels" in image
-    assert '--no-index --find-links /wheels "cachesync[sidecar,aws]"' in image
+    assert '--no-index --find-links /wheels "cachesync-mysql[sidecar,aws]"' in image
     assert "event.ACCELERATED and partition.ACCELERATED" in image
     assert "gcc" not in image and "apt-get" not in image
 
@@ -134,22 +134,43 @@ NOT_IN_THE_IMAGE = {"spark"}
 
 
 def test_the_image_installs_every_extra_the_sidecar_asks_for():
-    """Every extra that a message of the code tells the operator to install (``pip install
-    'cachesync[sidecar,aws]'``: botocore for Amazon MSK with IAM) is in both stages' install
-    lines, which name the same extras, and the image imports what the aws extra brings."""
+    """Every extra that a message of the code tells the operator to install
+    (``install_hint("sidecar,aws")``: botocore for Amazon MSK with IAM) is in both stages'
+    install lines, which name the same extras, and the image imports what the aws extra
+    brings."""
     sources = [p for d in ("cachesync", "consumer", "producer_outbox", "schema")
                for p in (ROOT / d).rglob("*.py")]
     asked = {extra for p in sources
-             for group in re.findall(r"cachesync\[([a-z_,{}]+)\]", p.read_text())
+             for group in re.findall(r"install_hint\([\"']([a-z_,]+)[\"']\)", p.read_text())
              for extra in group.split(",") if "{" not in extra}
     assert {"sidecar", "aws"} <= asked
     text = (ROOT / "Dockerfile").read_text()
     build = re.search(r'pip wheel [^\n]*"\.\[([a-z,]+)\]"', text)
-    image = re.search(r'pip install [^\n]*"cachesync\[([a-z,]+)\]"', text)
+    image = re.search(rf'pip install [^\n]*"{DISTRIBUTION}\[([a-z,]+)\]"', text)
     assert build and image
     assert set(build.group(1).split(",")) == set(image.group(1).split(",")) \
         == asked - NOT_IN_THE_IMAGE
     assert 'python -c "import botocore.session"' in text
+
+
+IMAGE = "ghcr.io/cachesync/cachesync"
+
+
+def test_manifests_and_chart_default_to_the_released_image_of_this_version():
+    """The raw manifests, the Spark application and the chart name the image the release
+    workflow pushes, at the chart's appVersion, which is the package's version."""
+    chart = yaml.safe_load((ROOT / "deploy" / "helm" / "cachesync" / "Chart.yaml").read_text())
+    values = yaml.safe_load((ROOT / "deploy" / "helm" / "cachesync" / "values.yaml").read_text())
+    assert chart["appVersion"] == chart["version"] == __version__
+    assert values["image"]["repository"] == IMAGE and values["image"]["tag"] == ""
+    assert {container(name)["image"] for name in DEPLOYMENTS} == {f"{IMAGE}:{__version__}"}
+    [spark] = [d for d in DOCS if d["kind"] == "SparkApplication"]
+    assert spark["spec"]["image"] == f"{IMAGE}-spark:{__version__}"
+    # the release workflow pushes both, to ghcr.io under the repository's owner (cachesync)
+    workflow = (ROOT / ".github" / "workflows" / "release.yml").read_text()
+    owner = "ghcr.io/${{ steps.names.outputs.owner }}"
+    assert f"{owner}/cachesync:${{{{ env.VERSION }}}}" in workflow
+    assert f"{owner}/cachesync-spark:${{{{ env.VERSION }}}}" in workflow
 
 
 def test_the_example_secret_holds_no_real_value():

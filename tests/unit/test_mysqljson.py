@@ -1,6 +1,7 @@
 """MySQL binary JSON -> the server's text, and partial JSON diffs (producer_outbox.mysqljson).
 
-Recorded bytes come from tests/support/mysql_json.py (sources named there). Cases marked
+Recorded bytes come from the shared folder's recorded/mysql-binary-json.json (sources in its
+README). Cases marked
 "built" are bytes made here from MySQL's documented binary format (json_binary.h,
 json_diff.cc) because no recording of them exists; the expected text follows
 ``Json_wrapper::to_string`` in sql-common/json_dom.cc.
@@ -14,7 +15,14 @@ import struct
 import pytest
 
 from cachesync.producer_outbox import mysqljson as mj
-from tests.support.mysql_json import DOUBLE_VECTORS, RECORDED_A_1234, RECORDED_DOCS
+from tests.support.shared import recorded
+
+# recorded from real MySQL servers (shared recorded/, sources in its README); a module
+# without the shared folder skips (fails under CI)
+_RECORDED = recorded("mysql-binary-json.json")
+DOUBLE_VECTORS = _RECORDED["DOUBLE_VECTORS"]
+RECORDED_A_1234 = _RECORDED["RECORDED_A_1234"]
+RECORDED_DOCS = _RECORDED["RECORDED_DOCS"]
 
 
 @pytest.mark.parametrize("data, text", RECORDED_DOCS, ids=[t[:40] for _, t in RECORDED_DOCS])

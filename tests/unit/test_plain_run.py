@@ -27,7 +27,8 @@ from cachesync.producer_outbox.rowevents import row_images
 from cachesync.producer_outbox.rows import TxnContext
 from cachesync.schema.values import canonical_text, to_json
 from tests.unit.test_fastrows_unit import LAYOUT, column, row_image
-from tests.unit.test_scan_group import GTID, TABLE_MAP, XID, event, gtid_body, packets
+from tests.unit.test_scan_group import (GTID, TABLE_MAP, XID, event, gtid_body, packets,
+                                       with_crc)
 
 speedups = pytest.importorskip("cachesync._speedups", reason="the C accelerator is not built")
 pytestmark = pytest.mark.skipif(hotpath.compiled_run() is None,
@@ -62,7 +63,7 @@ def transaction(gno: int, middle: list[bytes], domain: int = 0) -> list[bytes]:
 def run(payloads: list[bytes], plans: dict, domains: dict | None = None, ordinal: int = 0,
         checksum: bool = False):
     if checksum:
-        payloads = [p + b"\xAA\xBB\xCC\xDD" for p in payloads]
+        payloads = [with_crc(p) for p in payloads]
     consts = ("gtid", SERVER, ordinal, MAX_RECORD_BYTES, to_json, canonical_text, Record,
               checksum, POST_OK)
     return speedups.plain_run(packets(payloads), 0, 1, 256, plans, domains or {}, consts)
@@ -162,6 +163,14 @@ def test_the_run_reports_positions_gtids_and_ordinals():
         ctx, 0, "db", "t", "insert", "long", None, {"long": 5, "s": "hi"}, MAX_RECORD_BYTES,
         None))
     assert run(payloads, plans, {0: 5}, ordinal=40, checksum=True)[3] == records
+    # a byte of the second transaction's rows changed: its CRC32 fails, the run stops before
+    # it (the per-event path names the error); changed in the first, the run takes none
+    for index, taken in ((len(payloads) // 2 + 2, 1), (2, None)):
+        damaged = [with_crc(p) for p in payloads]
+        damaged[index] = damaged[index][:-9] + bytes([damaged[index][-9] ^ 1]) + damaged[index][-8:]
+        found = speedups.plain_run(packets(damaged), 0, 1, 256, plans, {0: 5}, (
+            "gtid", SERVER, 40, MAX_RECORD_BYTES, to_json, canonical_text, Record, True, POST_OK))
+        assert (found and found[2]) == taken
 
 
 def test_unmapped_tables_make_no_records_and_annotations_are_skipped():

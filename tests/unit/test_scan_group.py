@@ -8,7 +8,9 @@ tests/integration/test_hotpath_differential.py.
 
 from __future__ import annotations
 
+import random
 import struct
+import zlib
 
 import pytest
 
@@ -56,7 +58,7 @@ def test_a_whole_common_group_is_framed(middle):
     payloads = txn(*middle)
     lead = packets([event(HEARTBEAT, b"x" * 5)], seq=250)      # bytes before pos are skipped
     data = lead + packets(payloads, seq=251)
-    end, seq, frames = scan_group(data, len(lead), 251)
+    end, seq, frames = scan_group(data, len(lead), 251, False)
     assert end == len(data) and seq == (251 + len(payloads)) % 256
     assert [data[start:stop] for *_, start, stop in frames] == payloads
     assert [f[0] for f in frames] == [p[5] for p in payloads]
@@ -67,7 +69,7 @@ def test_a_whole_common_group_is_framed(middle):
 def test_the_frames_end_at_the_xid_and_leave_what_follows():
     payloads = txn(TABLE, ROWS)
     data = packets(payloads + [event(GTID, gtid_body(10))])
-    end, seq, frames = scan_group(data, 0, 1)
+    end, seq, frames = scan_group(data, 0, 1, False)
     assert end == len(packets(payloads)) and seq == 1 + len(payloads) and len(frames) == 4
 
 
@@ -87,32 +89,62 @@ def test_the_frames_end_at_the_xid_and_leave_what_follows():
     txn(TABLE, ROWS)[:-1] + [event(XID, b"\x00" * 3)],    # an XID too short
 ])
 def test_anything_else_is_left_to_the_event_by_event_path(payloads):
-    assert scan_group(packets(payloads), 0, 1) is None
+    assert scan_group(packets(payloads), 0, 1, False) is None
 
 
 def test_a_group_the_buffer_cuts_short_or_out_of_sequence_is_not_framed():
     data = packets(txn(TABLE, ROWS))
-    assert scan_group(data[:-1], 0, 1) is None
-    assert scan_group(data[:len(data) - 10], 0, 1) is None
-    assert scan_group(data, 0, 2) is None                 # the connection checks the sequence
-    assert scan_group(data, len(data), 1) is None
-    assert scan_group(b"", 0, 0) is None
+    assert scan_group(data[:-1], 0, 1, False) is None
+    assert scan_group(data[:len(data) - 10], 0, 1, False) is None
+    assert scan_group(data, 0, 2, False) is None          # the connection checks the sequence
+    assert scan_group(data, len(data), 1, False) is None
+    assert scan_group(b"", 0, 0, False) is None
 
 
 def test_sequence_numbers_wrap():
     payloads = txn(TABLE, ROWS)
-    end, seq, frames = scan_group(packets(payloads, seq=254), 0, 254)
+    end, seq, frames = scan_group(packets(payloads, seq=254), 0, 254, False)
     assert seq == (254 + 4) % 256 and len(frames) == 4
 
 
 def test_a_continued_packet_is_not_framed():
     big = event(WRITE_V1, b"\x01" * (0xFFFFFF - 20))       # payload of exactly 0xFFFFFF bytes
     data = packets(txn(TABLE, big))
-    assert scan_group(data, 0, 1) is None
+    assert scan_group(data, 0, 1, False) is None
 
 
 def test_bad_arguments_raise():
     with pytest.raises(TypeError):
-        scan_group(bytearray(b"xx"), 0, 0)
+        scan_group(bytearray(b"xx"), 0, 0, False)
     with pytest.raises(TypeError):
-        scan_group(b"xx", 0)
+        scan_group(b"xx", 0, 0)
+
+
+def with_crc(payload: bytes) -> bytes:
+    """The packet payload with the CRC32 a server appends under binlog_checksum=CRC32."""
+    return payload + struct.pack("<I", zlib.crc32(payload[1:]))
+
+
+def test_events_whose_checksums_verify_are_framed():
+    payloads = [with_crc(p) for p in txn(TABLE, ROWS)]
+    end, seq, frames = scan_group(packets(payloads), 0, 1, True)
+    assert [packets(payloads)[start:stop] for *_, start, stop in frames] == payloads
+
+
+@pytest.mark.parametrize("event_index", range(4))
+@pytest.mark.parametrize("at", [1, 6, 20, -1])      # header, body, the checksum itself
+def test_an_event_whose_checksum_fails_is_left_to_the_event_by_event_path(event_index, at):
+    """The per-event path verifies it again and names the error (producer_outbox/checksums)."""
+    payloads = [with_crc(p) for p in txn(TABLE, ROWS)]
+    bad = bytearray(payloads[event_index])
+    bad[at] ^= 0x10
+    payloads[event_index] = bytes(bad)
+    assert scan_group(packets(payloads), 0, 1, True) is None
+
+
+def test_the_compiled_crc32_is_zlibs():
+    rng = random.Random(43)
+    for size in [*range(0, 40), 255, 256, 1000, 65537]:
+        data = rng.randbytes(size)
+        assert speedups.crc32(data) == zlib.crc32(data), size
+    assert speedups.crc32(memoryview(b"x" * 100)[3:50]) == zlib.crc32(b"x" * 47)

@@ -1,0 +1,143 @@
+"""``python -m bench --only consistency_nines``: the consistency lab's large cells, in nines.
+
+The crash, outside-writes and kill classes, each with cachesync (delete mode +
+``read_through``), plain cache-aside and double delete at >= 10^7 reads, >= 10^5 writes and
+10^4 rows read with Zipf skew per cell (``--quick``: 3 * 10^5 reads, 3,000 writes, 1,000
+rows). See :mod:`bench.consistency.large` for what is measured. The other fault classes
+stay in the small lab (``--only consistency``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from bench.common import ROOT, Sandbox, log, wait_for
+from bench.consistency import large, plot
+from bench.consistency.chaos import await_ready
+from bench.consistency.faults import OUTSIDE_SHARE, P_FAULT
+from bench.consistency.load import FILL_DELAY_S, PIPELINE
+from bench.consistency.strategies import BY_NAME, DOUBLE_DELETE_S, TTL_S
+from bench.failover import _stack_sh
+
+NAME = "consistency_nines"
+PLOT = {"full": Path("docs") / "consistency-lab.png",
+        "quick": Path("bench") / "results" / "consistency-nines-quick.png"}
+NOTIFY = "Kg"      # keyspace notifications of generic commands (DEL, UNLINK): the markers
+
+
+class Pipeline:
+    """cachesync's tail and consume for the cachesync cells, restartable by the injector."""
+
+    def __init__(self, box: Sandbox):
+        self.box, self.stack_sh = box, _stack_sh
+        path = box.write_config(large.tables_config(box.db, box.prefix), topic=box.new_topic(3),
+                                # a free port each: /readyz tells the injector it is back
+                                metrics={"listen": "127.0.0.1:0"},
+                                # static membership, as a pod runs it: a consumer restarted
+                                # under its id takes its partitions back without a rebalance
+                                kafka={"group_instance_id": f"nines-{box.suffix}-consume"})
+        self.configs = {"tail": path, "consume": path}
+        self.procs = {c: box.spawn(c, path) for c in ("tail", "consume")}
+        self.faults_made = 0      # the kill class's faults so far (their cycle spans cells)
+        for proc in self.procs.values():
+            await_ready(box, proc)
+
+    def check_alive(self) -> None:
+        for command, proc in self.procs.items():
+            if proc.poll() is not None:
+                raise RuntimeError(f"cachesync {command} exited ({proc.returncode}):\n"
+                                   f"{self.box.proc_log(proc)}")
+
+
+def run(stack, quick: bool, runs: int = 1) -> dict:
+    """Every large class and strategy once (``runs`` is ignored: one cell is 10^7 reads)."""
+    mode = "quick" if quick else "full"
+    size = large.SIZES[mode]
+    box = Sandbox(stack, "nines")
+    r = stack.redis()
+    notify = r.config_get("notify-keyspace-events")["notify-keyspace-events"]
+    r.config_set("notify-keyspace-events", "".join(sorted(set(notify) | set(NOTIFY))))
+    try:
+        large.create(box, size["rows"])
+        pipeline = Pipeline(box)
+        _warm_up(box)
+        classes = {}
+        chosen = os.environ.get("BENCH_NINES_CLASSES")       # e.g. "kill": a subset
+        for n, faults in enumerate(large.CLASSES):
+            if chosen and faults.name not in chosen.split(","):
+                continue
+            classes[faults.name] = _run_class(box, pipeline, faults, size, seed=n)
+        return _document(size, classes, ROOT / PLOT[mode])
+    finally:
+        r.config_set("notify-keyspace-events", notify)
+        box.cleanup()
+
+
+def _run_class(box, pipeline: Pipeline, faults, size: dict, seed: int) -> dict:
+    out, window = {}, None
+    for strategy in large.STRATEGIES:            # cachesync first: its lag is the window
+        cell = large.LargeCell(box, pipeline, strategy, faults, size, seed)
+        raw = cell.run()
+        t_end = time.perf_counter()
+        if window is None:
+            window = large.class_window(raw)
+        out[strategy] = large.verdict(raw, window, t_end)
+        pipeline.check_alive()
+        f = out[strategy]
+        log(f"consistency_nines: {faults.name:>14} {strategy:>15}: {f['reads']:,} reads "
+            f"({f['per_read']['stale']['failed']} stale, "
+            f"{f['per_read']['beyond_lag']['failed']} beyond the lag), {f['writes']:,} writes, "
+            f"within 1 s {f['per_change']['within']['1s']['ratio']:.6f}, "
+            f"p99.9 {f['per_change']['p99.9_ms']} ms, {f['stale_keys_after']} stale keys left, "
+            f"{f['seconds']} s")
+    return out
+
+
+def _warm_up(box: Sandbox) -> None:
+    """Until cachesync applies a change (the tailer may still be connecting)."""
+    r = box.stack.redis()
+    table = large.TABLES["cachesync"]
+    marker = large.marker_template(box.prefix)
+    with box.stack.admin(box.db) as conn, conn.cursor() as cur:
+        deadline = time.perf_counter() + 120
+        while True:
+            cur.execute(f"SELECT seq FROM `{table}` WHERE id = 0")
+            (seq,), = cur.fetchall()
+            r.set(marker.format(id=0, seq=seq + 1), b"1", ex=TTL_S)
+            cur.execute(f"UPDATE `{table}` SET seq = seq + 1 WHERE id = 0")
+            try:
+                wait_for(lambda: not r.exists(marker.format(id=0, seq=seq + 1)), 3,
+                         "warm-up", interval=0.01)
+                return
+            except TimeoutError:
+                if time.perf_counter() > deadline:
+                    raise RuntimeError("cachesync never applied a change in 120 s") from None
+
+
+def _document(size: dict, classes: dict, plot_to: Path) -> dict:
+    strategies = {s: BY_NAME[s].label for s in large.STRATEGIES}
+    plot_path = plot.draw_nines(classes, strategies, plot_to)
+    return {
+        "description": "large cells: per change, the share of invalidations applied within "
+                       "100 ms and 1 s of the commit (nines, p99.9); per read, stale reads and "
+                       "stale reads beyond the lag (cachesync's longest commit -> invalidation "
+                       "of the class, outside outages) in nines; stale keys left; 95 % upper "
+                       "bounds 3/n where none failed",
+        "params": {**size, "pipeline_gets": PIPELINE, "fault_p": P_FAULT,
+                   "outside_share": OUTSIDE_SHARE, "fill_delay_max_ms": FILL_DELAY_S * 1000,
+                   "ttl_s": TTL_S, "double_delete_ms": DOUBLE_DELETE_S * 1000,
+                   "commit_time": "taken just before COMMIT is sent (conservative for both "
+                                  "the lag and the stale reads)",
+                   "cachesync_apply_time": "when the lab saw cachesync unlink the change's "
+                                           "marker key (keyspace notification)",
+                   "app_apply_time": "when the writer's post-commit DEL returned (double "
+                                     "delete: the delayed one); never after a crash or an "
+                                     "outside write"},
+        "fault_classes": {f.name: f.what for f in large.CLASSES},
+        "strategies": strategies,
+        "classes": classes,
+        "plot": str(plot_path.relative_to(ROOT)) if plot_path and plot_path.is_relative_to(ROOT)
+        else (str(plot_path) if plot_path else None),
+    }
