@@ -27,6 +27,8 @@ def render(doc: dict) -> str:
         rows += _lag(b["lag"])
     if "soak" in b:
         rows += _soak(b["soak"])
+    if "head_cost" in b:
+        rows += _head_cost(b["head_cost"])
     if not rows:
         return ""
     head = ("figure", "cachesync (median)", "baseline, same run (median)", "target", "before")
@@ -133,4 +135,28 @@ def _soak(s: dict) -> list:
         peaks = ", ".join(f"{n} +{mb} MB" for n, mb in big["peak_above_before_mb"].items())
         out.append((f"one {big['rows']:,}-row transaction", f"applied in {big['applied_s']} s; "
                     f"peak RSS {peaks}", "-", "bounded memory", "-"))
+    return out
+
+
+def _head_cost(h: dict) -> list:
+    """CPU per commit beside mariadbd's: at most it at 1,000/s and up, twice it at 100/s;
+    idle, at most 1 % of a core per process; p50 <= 15 ms and p99 <= 50 ms throughout."""
+    out = []
+    for config, fig in h.get("configs", {}).items():
+        for rate, f in fig["rates"].items():
+            m = f["median"]
+            if rate == "0":
+                worst = max((m.get(f"{n}_core_pct") or 0) for n in fig["processes"])
+                out.append((f"{config} idle", f"{m['sidecar_core_pct']} % of a core",
+                            f"mariadbd {m.get('mariadbd_core_pct')} %",
+                            f"<= 1 % per process: {_met(worst <= 1)}", "-"))
+                continue
+            bound = 2 if float(rate) < 1000 else 1
+            ratio, p50, p99 = m["sidecar_x_mariadbd"], m["p50_ms"], m["p99_ms"]
+            lag = None if p50 is None or p99 is None else p50 <= 15 and p99 <= 50
+            out.append((f"{config} at {rate}/s (achieved {_n(m['achieved_rate'])}/s)",
+                        f"{_n(m['sidecar_us'])} us/commit = {ratio}x; p50 {p50} / p99 {p99} ms",
+                        f"mariadbd {_n(m['mariadbd_us'])} us/commit, broker {_n(m['kafka_us'])}",
+                        f"<= {bound}x: {_met(None if ratio is None else ratio <= bound)}; "
+                        f"lag: {_met(lag)}", "-"))
     return out

@@ -596,7 +596,10 @@ class ConsumerSettings(_Validated):
     SECTION = "consumer"
     batch_size: int = setting(2000, "events per poll (fewer records when they are packed) and "
                               "per dedup round trip", lo=1, hi=1_000_000)
-    poll_timeout_s: float = setting(0.2, "poll wait", **POSITIVE)
+    poll_timeout_s: float = setting(
+        1.0, "the longest a poll waits when no record arrives (it returns as soon as one does; "
+        "sooner when a delayed second delete or the dedup purge is due): how often an idle "
+        "consumer wakes, and how long a stop may wait for the poll in progress", **POSITIVE)
     offset_commit: str = setting(
         "async", "how a batch's offsets are committed, always after its cache writes and dedup "
         "confirm: `async` sends the commit and goes on to the next poll without waiting for the "
@@ -605,6 +608,13 @@ class ConsumerSettings(_Validated):
         "after a broker restart, and at shutdown, the consumer waits again), so a crash can leave the last few batches to be delivered again, which "
         "the dedup store skips as duplicates; `sync` waits for every reply",
         choices=("async", "sync"))
+    offset_commit_interval_s: float = setting(
+        1.0, "offsets of the batches applied within this time of the last offset commit sent "
+        "are committed together, by the next batch or poll after it (one broker request "
+        "instead of one per batch: at the head of the binlog each commit is its own batch). A "
+        "crash or a partition handed to another consumer delivers up to this much again, "
+        "which the dedup store skips as duplicates; a clean stop commits them. `0`: every "
+        "batch's offsets as soon as it is applied", **NOT_NEGATIVE)
     overlap_batches: bool = setting(
         True, "poll, decode and plan the next batch while a worker thread applies the current "
         "one (its dedup claim, Redis writes and confirm); batches still reach Redis and the "

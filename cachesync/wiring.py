@@ -200,8 +200,10 @@ def source_params(settings: Settings) -> MySQLParams:
     return first_answering(source_candidates(mysql_params(settings), hosts))
 
 
-def build_dedup(settings: Settings):
-    """The dedup store ``consumer.dedup_store`` names; raises ConfigError for an unknown one."""
+def build_dedup(settings: Settings, cache=None):
+    """The dedup store ``consumer.dedup_store`` names; raises ConfigError for an unknown one.
+    ``cache`` (a RedisCache on the same settings): the Redis store may then claim, invalidate
+    and confirm a batch in one round trip."""
     c = settings.consumer
     if c.dedup_store == "mysql":
         from cachesync.consumer.adapters.mysql_dedup import MySQLDedupStore
@@ -218,7 +220,8 @@ def build_dedup(settings: Settings):
         from cachesync.consumer.adapters.redis_dedup import RedisDedupStore
         return RedisDedupStore("", settings.dedup_namespace, c.dedup_retention_s,
                                client=redis_client(settings, writer_timeout_s(settings)),
-                               wait=replica_wait(settings))
+                               wait=replica_wait(settings),
+                               leases=None if cache is None else cache.leases)
     raise ConfigError(f"consumer.dedup_store: expected 'mysql' or 'redis', got {c.dedup_store!r}")
 
 
@@ -243,11 +246,13 @@ def build_engine(settings: Settings, on_batch=None, source=None, dead_letters=No
     from cachesync.consumer.adapters.kafka_source import KafkaSource
     from cachesync.consumer.engine import PythonEngine
     k = settings.kafka
+    cache = build_cache(settings)
     return PythonEngine(
         source=source or KafkaSource(k.bootstrap_servers, k.topic, k.group_id,
                                      group=kafka_group(settings), security=consumer_options(k),
-                                     async_commit=settings.consumer.offset_commit == "async"),
-        dedup=build_dedup(settings), cache=build_cache(settings),
+                                     async_commit=settings.consumer.offset_commit == "async",
+                                     commit_interval_s=settings.consumer.offset_commit_interval_s),
+        dedup=build_dedup(settings, cache), cache=cache,
         dead_letters=dead_letters or build_dead_letters(settings),
         mappings=mappings(settings), options=settings.consumer, on_batch=on_batch, hooks=hooks,
         table_jobs=build_table_jobs(settings))

@@ -122,7 +122,10 @@ class Applier:
         self._salvage(plan.salvaged, result)
         by_id = {ep.event.id: ep for ep in plan.events}
         scanned = self._scanned_apart(plan, decoded)
-        claims = self._claim_all([i for i in by_id if i not in scanned], result,
+        pending, unlinked = [i for i in by_id if i not in scanned], []
+        if self._unlinks_with_claim(plan):
+            unlinked, pending = self._claim_unlink(pending, by_id, result)
+        claims = self._claim_all(pending, result,
                                  {i: ep.event.source.commit_ts for i, ep in by_id.items()})
         if scanned:         # in batch order, the table events among the claimed rows
             claimed = {i for _, ids in claims for i in ids}
@@ -130,6 +133,8 @@ class Applier:
         else:
             result.applied = [by_id[i] for _, ids in claims for i in ids]
         self._write(result, scanned)
+        if unlinked:
+            result.applied = [*(by_id[i] for i in unlinked), *result.applied]
         for token, ids in claims:
             if token is not None:
                 self.call("dedup confirm", lambda t=token, i=ids: self._dedup.confirm(t, i))
@@ -193,10 +198,14 @@ class Applier:
             s.keys_written += done.applied
             s.fenced += done.refused
             self._count_backwards(applied, done.backwards)
+        self._observe(applied)
+
+    def _observe(self, applied: list[EventPlan]) -> None:
+        """Count what the applied events could not do exactly."""
         self.tables.observe(applied)
         for ep in applied:
-            s.oversized += ep.oversized
-            s.unversioned += ep.unversioned
+            self.stats.oversized += ep.oversized
+            self.stats.unversioned += ep.unversioned
 
     def _delete(self, keys: list[str], result: BatchResult) -> None:
         if keys:
@@ -217,6 +226,29 @@ class Applier:
             table_of = {w.key: ep.event.qualified_table for ep in applied for w in ep.writes}
             for key in keys:
                 self.tables.backwards(table_of.get(key, "?"), [key])
+
+    def _unlinks_with_claim(self, plan: Plan) -> bool:
+        """True when the dedup store can claim, invalidate and confirm the batch in one
+        round trip: it shares the cache's Redis server, and the batch only deletes keys
+        (no fenced writes, no table-level event)."""
+        return (getattr(self._dedup, "unlinks", False)
+                and all(not ep.writes and ep.table is None for ep in plan.events))
+
+    def _claim_unlink(self, ids: list[str], by_id: Mapping[str, EventPlan],
+                      result: BatchResult) -> tuple[list[str], list[str]]:
+        """Claim, invalidate and confirm ``ids`` in one call: ``(applied, busy)``; the busy
+        ones go the usual way (claim, wait for the lease, apply, confirm)."""
+        if not ids:
+            return [], []
+        lease = self._settings.claim_lease_s
+        states, existed = self.call("dedup claim and invalidate", lambda: self._dedup.claim_unlink(
+            [(i, by_id[i].keys) for i in ids], lease))
+        decision = decide(ids, states)
+        result.duplicates += decision.duplicates
+        result.keys_existed += existed
+        self.stats.keys_deleted += existed
+        self._observe([by_id[i] for i in decision.apply])
+        return list(decision.apply), list(decision.busy)
 
     def _claim_all(self, ids: list[str], result: BatchResult, commit_ts: Mapping[str, float]
                    ) -> list[tuple[str | None, list[str]]]:

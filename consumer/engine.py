@@ -104,10 +104,17 @@ class PythonEngine:
         """One poll, applied and committed; None when the poll was empty."""
         self.hooks.tick()
         self._release()
-        records = self._poll(self._opts.poll_timeout_s)
+        records = self._poll(self._wait_s())
         if not records:
             return None
         return self._finish(records, self.applier.apply(records))
+
+    def _wait_s(self) -> float:
+        """How long a poll may wait for records (it returns as soon as some arrive):
+        ``consumer.poll_timeout_s``, or less when a hook's next tick is due sooner. With
+        nothing arriving, the loop wakes only for that (no fixed beat while idle)."""
+        due = self.hooks.due_in()
+        return self._opts.poll_timeout_s if due is None else min(self._opts.poll_timeout_s, due)
 
     def _poll(self, timeout_s: float) -> list:
         # batch_size counts events; a packed record carries many of them
@@ -156,7 +163,9 @@ class PythonEngine:
         decodes and plans; the worker only runs ``Applier.apply`` on what was prepared.
         When a poll came back full (a backlog: more records are waiting), the next batch
         is polled and prepared while the worker applies this one, and handed over only
-        once this one is done and committed. The cache, the dedup store and the hooks
+        once this one is done and committed; a batch from a poll that came back short is
+        applied on this thread (the worker is idle then, and a hand-off would cost two
+        wake-ups per batch). The cache, the dedup store and the hooks
         therefore see every batch in order, one at a time, exactly as ``step`` does: what
         overlaps is this thread's Python with the worker's waits for Redis and MySQL. A
         poll that came back short (no backlog) waits for its batch before polling again,
@@ -169,7 +178,7 @@ class PythonEngine:
             try:
                 while not self._stop.is_set():
                     # with a batch in flight, take only what has arrived: its result is next
-                    records = self._poll(0.0 if flight else self._opts.poll_timeout_s)
+                    records = self._poll(0.0 if flight else self._wait_s())
                     prepared = self.applier.prepare(records) if records else None
                     if prepared is not None:      # sizes the next poll (packed records)
                         self._events_per_record = max(1, prepared.decoded.widest)
@@ -180,11 +189,13 @@ class PythonEngine:
                     self._release()
                     if not records:
                         continue
-                    future = worker.submit(self.applier.apply, records, prepared)
                     if len(records) >= self._asked:
-                        flight = (records, future)
+                        flight = (records, worker.submit(self.applier.apply, records, prepared))
                     else:
-                        self._finish(records, future.result())
+                        # no backlog: nothing to overlap, so no hand-off to the worker and
+                        # back (two wake-ups and GIL hand-offs per batch, at the head of the
+                        # binlog one per commit)
+                        self._finish(records, self.applier.apply(records, prepared))
             except Stopped:
                 pass
             except BaseException:

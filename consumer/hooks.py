@@ -32,6 +32,11 @@ class Hook:
     def tick(self) -> None:
         """Between batches: run what is due."""
 
+    def due_in(self) -> float | None:
+        """Seconds until ``tick`` has work to do (None: none scheduled), so that a loop with
+        nothing to poll can wait that long instead of ticking on a fixed beat."""
+        return None
+
     def after_batch(self, result: BatchResult) -> None:
         """After a batch was applied (and, in the Kafka loop, committed)."""
 
@@ -48,6 +53,10 @@ class Hooks(Hook):
     def tick(self) -> None:
         for hook in self.hooks:
             hook.tick()
+
+    def due_in(self) -> float | None:
+        due = [d for d in (hook.due_in() for hook in self.hooks) if d is not None]
+        return min(due) if due else None
 
     def after_batch(self, result: BatchResult) -> None:
         for hook in self.hooks:
@@ -92,6 +101,10 @@ class DelayedDeletes(Hook):
                     self._seq += 1
                     heapq.heappush(self._due, (now + ep.double_delete_s, self._seq, list(ep.keys)))
 
+    def due_in(self) -> float | None:
+        with self._lock:
+            return max(0.0, self._due[0][0] - self._clock()) if self._due else None
+
     def tick(self) -> None:
         keys = self._take(force=False)
         if keys:
@@ -124,6 +137,11 @@ class DedupPurge(Hook):
                  clock: Callable[[], float] = time.monotonic):
         self._dedup, self._settings, self._stats, self._clock = dedup, settings, stats, clock
         self._next = clock() + settings.purge_interval_s
+
+    def due_in(self) -> float | None:
+        if self._settings.purge_interval_s <= 0:
+            return None
+        return max(0.0, self._next - self._clock())
 
     def tick(self) -> None:
         s = self._settings

@@ -61,7 +61,10 @@ class KafkaPublisher:
                        delivery_timeout_ms=DELIVERY_TIMEOUT_MS,
                        # default 30 s: slow to see a broker back (see the consumer's
                        # RECONNECT_BACKOFF_MAX_MS, consumer/adapters/kafka_source.py)
-                       reconnect_backoff_max_ms=500)
+                       reconnect_backoff_max_ms=500,
+                       # kafka-python's own sensors, recorded per request and record and
+                       # read by nothing here
+                       metrics_enabled=False)
         return KafkaProducer(
             bootstrap_servers=bootstrap_servers.split(","), client_id=client_id,
             acks="all", enable_idempotence=True, max_in_flight_requests_per_connection=5,

@@ -127,23 +127,38 @@ class KafkaSource:
     moved or is still loading) went on for ``RETRIABLE_COMMIT_FAILURES_S`` without a
     confirmed commit, or while ``MAX_COMMITS_IN_FLIGHT`` are unanswered; ``close`` commits
     what is not confirmed yet for the partitions still assigned.
+
+    With ``commit_interval_s``, a commit within that time of the last request sent only
+    records its offsets; the next commit or poll after the interval sends them all in one
+    request (at the head of the binlog every commit is its own batch, and an offset commit
+    per batch was a broker request per commit). A crash then delivers up to that much more
+    again, skipped as duplicates; the offsets of a partition revoked before they went out
+    are its next owner's to deliver again, likewise; ``close`` sends them.
     """
 
     def __init__(self, bootstrap_servers: str, topic: str, group_id: str,
                  *, auto_offset_reset: str = "earliest", client_id: str = "cachesync-consumer",
                  group: dict | None = None, security: Mapping | None = None,
-                 async_commit: bool = True):
+                 async_commit: bool = True, commit_interval_s: float = 0.0,
+                 clock=time.monotonic):
         """``group``: :func:`group_config` (its defaults when None); ``security``: the
-        client's security options (cachesync.kafka_security.client_security)."""
+        client's security options (cachesync.kafka_security.client_security);
+        ``commit_interval_s``: offsets committed within this time of the last commit sent
+        wait and go out together (see the class)."""
         self._instance = (group or {}).get("group_instance_id")
         self._commits = _CommitTracker(async_commit)
+        self._interval_s, self._clock = commit_interval_s, clock
+        self._sent_at: float | None = None      # when the last commit request went out
         try:
             with refused_login_is_fatal(bootstrap_servers):
                 tunable = dict(max_partition_fetch_bytes=4 * 1024 * 1024,
                                # what one poll can hold at most, whatever the records pack
                                # (50 MB by default)
                                fetch_max_bytes=16 * 1024 * 1024,
-                               reconnect_backoff_max_ms=RECONNECT_BACKOFF_MAX_MS)
+                               reconnect_backoff_max_ms=RECONNECT_BACKOFF_MAX_MS,
+                               # kafka-python's own sensors, recorded per request and
+                               # record and read by nothing here
+                               metrics_enabled=False)
                 self._consumer = KafkaConsumer(
                     bootstrap_servers=bootstrap_servers.split(","), group_id=group_id,
                     client_id=client_id, enable_auto_commit=False,
@@ -170,6 +185,8 @@ class KafkaSource:
             time.sleep(TOPIC_POLL_S)
 
     def poll(self, max_records: int, timeout_s: float) -> list[Record]:
+        if self._commits.due and self._interval_over():
+            self._send(self._commits.due)
         try:
             polled = self._consumer.poll(timeout_ms=int(timeout_s * 1000), max_records=max_records)
         except FencedInstanceIdError as e:
@@ -190,35 +207,50 @@ class KafkaSource:
 
     def commit(self, offsets: Mapping[tuple[str, int], int]) -> None:
         """Commit ``offsets`` ({(topic, partition): next offset}), asynchronously when the
-        source commits that way and nothing is wrong (see the class)."""
+        source commits that way and nothing is wrong, together with later ones when the
+        last commit went out less than ``commit_interval_s`` ago (see the class)."""
         commits = self._commits
         if commits.fenced is not None:
             raise self._fenced(commits.fenced)
+        for (t, p), o in offsets.items():
+            tp = TopicPartition(t, p)
+            commits.due[tp] = max(o, commits.due.get(tp, -1))
+        if self._interval_over():
+            self._send(commits.due)
+
+    def _interval_over(self) -> bool:
+        return self._sent_at is None or self._clock() - self._sent_at >= self._interval_s
+
+    def _send(self, due: dict) -> None:
+        """One commit request for the ``due`` offsets, which it empties once sent."""
+        commits = self._commits
         # only the partitions this member still owns: a poll since the batch was read may
         # have handed some to another member (the overlapped engine polls ahead), whose
         # offsets a late commit would move back (the batch's work is done: its records,
         # delivered to the new owner, are skipped as duplicates)
         assigned = self._consumer.assignment()
-        tps = {tp: OffsetAndMetadata(o, "", -1) for tp, o in
-               ((TopicPartition(t, p), o) for (t, p), o in offsets.items()) if tp in assigned}
+        tps = {tp: OffsetAndMetadata(o, "", -1) for tp, o in due.items() if tp in assigned}
         for tp, o in commits.refused.items():   # refused by a rebalance, not covered yet
             if tp in assigned and tp not in tps:
                 tps[tp] = OffsetAndMetadata(o, "", -1)
         if not tps:
+            due.clear()
             return
         if not commits.may_go_async():
             self._commit_sync(tps)
-            return
-        try:
-            self._consumer.commit_async(tps, callback=commits.answered)
-        except FencedInstanceIdError as e:
-            # kafka-python raises it here (before running any callback) once an earlier
-            # asynchronous commit was refused as fenced
-            commits.fenced = e
-            raise self._fenced(e) from e
-        except KafkaError as e:
-            raise RetryableError(f"Kafka offset commit failed: {e}") from e
-        commits.sent(tps)
+        else:
+            try:
+                self._consumer.commit_async(tps, callback=commits.answered)
+            except FencedInstanceIdError as e:
+                # kafka-python raises it here (before running any callback) once an earlier
+                # asynchronous commit was refused as fenced
+                commits.fenced = e
+                raise self._fenced(e) from e
+            except KafkaError as e:
+                raise RetryableError(f"Kafka offset commit failed: {e}") from e
+            commits.sent(tps)
+        due.clear()
+        self._sent_at = self._clock()
 
     def _commit_sync(self, tps: dict, timeout_ms: int | None = None) -> None:
         try:
@@ -239,6 +271,7 @@ class KafkaSource:
         close the consumer; a commit that fails here is only logged (see the class)."""
         try:
             pending = self._commits.unconfirmed(self._consumer.assignment())
+            pending.update(self._commits.waiting(self._consumer.assignment()))
             if pending and self._commits.fenced is None:
                 self._commit_sync(pending, CLOSE_COMMIT_TIMEOUT_MS)
         except (KafkaError, RetryableError, FatalError) as e:
@@ -273,6 +306,7 @@ class _CommitTracker:
         # confirmed (None: the last one answered was confirmed), and the last failure's time
         self.failing_for: float | None = None
         self._last_failure = 0.0
+        self.due: dict[TopicPartition, int] = {}         # offsets to commit, not sent yet
         self.asked: dict[TopicPartition, int] = {}       # newest offset sent, per partition
         self.done: dict[TopicPartition, int] = {}        # newest offset confirmed
         self.in_flight = 0
@@ -350,6 +384,11 @@ class _CommitTracker:
         return {tp: OffsetAndMetadata(o, "", -1) for tp, o in self.asked.items()
                 if tp in assigned and self.done.get(tp, -1) < o}
 
+    def waiting(self, assigned) -> dict:
+        """The offsets not sent yet (commit_interval_s), of the ``assigned`` partitions."""
+        return {tp: OffsetAndMetadata(o, "", -1) for tp, o in self.due.items()
+                if tp in assigned}
+
     def forget(self, partitions) -> None:
         """Partitions this member no longer owns: their offsets are the next owner's."""
         lost = [tp for tp in partitions if tp in self.refused]
@@ -357,6 +396,7 @@ class _CommitTracker:
             _lost_to_rebalance(f"{len(lost)} revoked partition(s) with a refused commit not "
                                "covered by a later one")
         for tp in partitions:
+            self.due.pop(tp, None)
             self.asked.pop(tp, None)
             self.done.pop(tp, None)
             self.refused.pop(tp, None)

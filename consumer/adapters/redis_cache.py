@@ -69,10 +69,11 @@ class RedisCache:
         def fill(pipe):
             for group in per_slot(keys, self._cluster):
                 queue_unlink(pipe, group)
-                queue_unlink(pipe, self._leases(group))
+                queue_unlink(pipe, self.leases(group))
         return sum(run_pipeline(self._client, fill, wait=self._wait)[::2])
 
-    def _leases(self, keys: Sequence) -> list:
+    def leases(self, keys: Sequence) -> list:
+        """The fill-lease keys an invalidation of ``keys`` deletes with them."""
         leases = lease_keys(keys)
         if self._legacy:
             leases += [legacy_lease_key(k) for k in keys]

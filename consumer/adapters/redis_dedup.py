@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import redis
 
@@ -43,7 +43,11 @@ _STATES = {b"owned": ClaimState.OWNED, b"done": ClaimState.DONE, b"busy": ClaimS
 
 class RedisDedupStore:
     def __init__(self, url: str, namespace: str, retention_s: float,
-                 client: redis.Redis | None = None, wait: ReplicaWait | None = None):
+                 client: redis.Redis | None = None, wait: ReplicaWait | None = None,
+                 leases: Callable[[Sequence[str]], list[str]] | None = None):
+        """``leases``: the fill-lease keys of cache keys (RedisCache.leases), when the cache
+        is on this store's Redis server: then ``claim_unlink`` is offered (not on a cluster,
+        where one script cannot reach every key)."""
         self._client = client or redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
         self._wait = wait           # redis.wait_replicas, after every pipeline that writes
         self._namespace = namespace
@@ -58,6 +62,41 @@ class RedisDedupStore:
         self._failed: tuple[tuple[str, ...], str] | None = None
         self._retention = self._client.register_script(resource_text("lua/dedup_retention.lua"))
         self._renewed_at: float | None = None     # time.monotonic() of the last renewal
+        self._leases = None if self._cluster else leases
+        self._unlink = self._client.register_script(resource_text("lua/dedup_unlink.lua"))
+
+    @property
+    def unlinks(self) -> bool:
+        """True when ``claim_unlink`` can invalidate the cache (it shares this server)."""
+        return self._leases is not None
+
+    def claim_unlink(self, changes: Sequence[tuple[str, Sequence[str]]], lease_s: float
+                     ) -> tuple[Mapping[str, ClaimState], int]:
+        """Claim each ``(id, cache keys)``, UNLINK the keys (and their fill leases) of those
+        that are ours and confirm them, in one script call per CLAIM_CHUNK ids (one
+        pipelined round trip): ``(state per id, cache keys that existed)``. OWNED means
+        applied and confirmed; DONE a duplicate; BUSY untouched. Raises RetryableError /
+        FatalError; a retry after a lost reply finds the ids applied by the first call DONE."""
+        token = uuid.uuid4().hex
+        changes = list(dict((i, keys) for i, keys in changes).items())
+        calls = []
+        for part in chunks(changes, CLAIM_CHUNK):
+            keys, args = [], [token, max(1, int(lease_s * 1000)), self._retention_ms]
+            for msg_id, cache_keys in part:
+                leases = self._leases(list(cache_keys))      # a list: named in one call
+                keys += [dedup_key(self._namespace, msg_id), *cache_keys, *leases]
+                args += [len(cache_keys), len(leases)]
+            calls.append((part, keys, args))
+
+        def run():
+            self._renew_retention()
+            answers = run_pipeline(self._client, lambda pipe: [
+                queue_script(pipe, self._unlink, keys, args) for _, keys, args in calls],
+                [self._unlink], self._wait)
+            states = {i: _STATES[a] for (part, _, _), answer in zip(calls, answers)
+                      for (i, _), a in zip(part, answer)}
+            return states, sum(int(answer[-1]) for answer in answers)
+        return redis_call(run, WHAT)
 
     def claim(self, ids: Sequence[str], lease_s: float,
               commit_ts: Mapping[str, float] | None = None) -> tuple[str, Mapping[str, ClaimState]]:

@@ -489,3 +489,70 @@ def test_compact_needs_alter_and_drop_and_says_so(stack):
             store.claim(["x"], lease_s=30, commit_ts={"x": time.time()})
     finally:
         store.close()
+
+
+# -- claim, invalidate and confirm in one call (a store on the cache's own server) ------------
+
+@pytest.fixture
+def unlinking(stack):
+    """(store, other store of the namespace, raw client, key prefix) on the devstack Redis,
+    the stores given the cache's lease keys; the test's keys are removed afterwards."""
+    from cachesync.consumer.adapters.redis_cache import RedisCache
+    url, ns = stack.env["CACHESYNC_REDIS_URL"], f"contract-{uuid.uuid4().hex[:8]}"
+    cache = RedisCache(url)
+    stores = [RedisDedupStore(url, ns, retention_s=3600, leases=cache.leases) for _ in range(2)]
+    client, prefix = redis.Redis.from_url(url), f"contract:{ns}:"
+    yield stores[0], stores[1], client, prefix
+    for pattern in (f"*{prefix}*", f"cachesync:dedup:{ns}:*"):
+        for key in client.scan_iter(match=pattern, count=1000):
+            client.unlink(key)
+    for closing in (*stores, cache):
+        closing.close()
+    client.close()
+
+
+def test_claim_unlink_applies_new_ids_and_confirms_them_in_one_call(unlinking):
+    from cachesync.schema.keys import lease_key
+    store, other, client, p = unlinking
+    assert store.unlinks
+    for key in (f"{p}a", f"{p}b", lease_key(f"{p}b")):
+        client.set(key, b"cached")
+    states, existed = store.claim_unlink([("1", [f"{p}a", f"{p}b"]), ("2", [f"{p}c"])], 30)
+    assert dict(states) == {"1": O, "2": O} and existed == 2
+    assert client.exists(f"{p}a", f"{p}b", lease_key(f"{p}b")) == 0
+    assert dict(other.claim(["1", "2"], lease_s=30)[1]) == {"1": D, "2": D}   # confirmed
+    assert store.counts() == {"claimed": 0, "done": 2}
+
+
+def test_claim_unlink_leaves_the_keys_of_duplicates_and_busy_ids_alone(unlinking):
+    store, other, client, p = unlinking
+    token, _ = other.claim(["done"], lease_s=30)
+    other.confirm(token, ["done"])
+    other.claim(["busy"], lease_s=30)
+    other.claim(["expired"], lease_s=0.2)
+    time.sleep(0.3)   # the lease is measured by the server's clock: let it pass
+    for name in ("done", "busy", "expired", "new"):
+        client.set(f"{p}{name}", b"cached")
+    states, existed = store.claim_unlink([(n, [f"{p}{n}"]) for n in ("done", "busy", "expired",
+                                                                     "new")], 30)
+    assert dict(states) == {"done": D, "busy": B, "expired": O, "new": O} and existed == 2
+    assert [client.exists(f"{p}{n}") for n in ("done", "busy", "expired", "new")] == [1, 1, 0, 0]
+    assert dict(other.claim(["expired", "new"], lease_s=30)[1]) == {"expired": D, "new": D}
+
+
+def test_claim_unlink_takes_batches_larger_than_one_script_call(unlinking):
+    store, _, client, p = unlinking
+    n = redis_dedup.CLAIM_CHUNK * 2 + 7
+    client.mset({f"{p}{i}": b"cached" for i in range(n)})
+    states, existed = store.claim_unlink([(str(i), [f"{p}{i}"]) for i in range(n)], 30)
+    assert set(states.values()) == {O} and len(states) == n and existed == n
+    assert store.counts() == {"claimed": 0, "done": n}
+
+
+def test_a_store_on_a_cluster_does_not_claim_unlink():
+    store = RedisDedupStore("", "contract-x", retention_s=3600, client=redis_cluster(),
+                            leases=lambda keys: [])
+    try:
+        assert not store.unlinks
+    finally:
+        store.close()

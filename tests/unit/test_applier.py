@@ -9,6 +9,7 @@ import pytest
 from cachesync.config import ConsumerSettings
 from cachesync.consumer.adapters.memory import MemoryCache, MemoryDeadLetters, MemoryDedupStore
 from cachesync.consumer.applier import Applier, Stats
+from cachesync.consumer.core.dedup import ClaimState
 from cachesync.consumer.core.delivery import decode_records
 from cachesync.consumer.core.offsets import Record
 from cachesync.schema.errors import DecodeError, FatalError, RetryableError
@@ -183,3 +184,58 @@ def test_purge_in_batches_stops_at_a_short_batch_or_the_bound(rows, batch, max_b
         seen.append(limit)
         return n
     assert purge_in_batches(purge, batch, max_batches) == total and len(seen) == calls
+
+
+class UnlinkingStore(MemoryDedupStore):
+    """The in-memory store with the Redis store's one-call claim, invalidate and confirm
+    (over a MemoryCache standing for the server they share); counts the calls."""
+
+    unlinks = True
+
+    def __init__(self, cache: MemoryCache):
+        super().__init__()
+        self.cache, self.calls = cache, []
+
+    def claim_unlink(self, changes, lease_s):
+        self.calls.append([i for i, _ in changes])
+        token, states = self.claim([i for i, _ in changes], lease_s)
+        ours = [i for i, _ in changes if states[i].value == "owned"]
+        existed = self.cache.delete([k for i, keys in changes if i in ours for k in keys])
+        self.confirm(token, ours)
+        return states, existed
+
+
+def test_a_delete_only_batch_is_claimed_invalidated_and_confirmed_in_one_call():
+    cache = cached(1, 2)
+    store = UnlinkingStore(cache)
+    token, _ = store.claim(["dup"], 30)
+    store.confirm(token, ["dup"])
+    applier = Applier(cache, MAPPINGS, dedup=store)
+    result = applier.apply([record(0, change("a", 1)), record(1, change("dup", 2)),
+                            record(2, change("b", 3))])
+    assert store.calls == [["a", "dup", "b"]]
+    assert [ep.event.id for ep in result.applied] == ["a", "b"]
+    assert list(result.duplicates) == ["dup"] and result.keys_existed == 1
+    assert "user:2" in cache.data and applier.stats.keys_deleted == 1
+    assert dict(store.claim(["a", "b"], 30)[1]) == {"a": ClaimState.DONE, "b": ClaimState.DONE}
+
+
+def test_ids_busy_in_the_one_call_go_the_usual_way_once_their_lease_is_over():
+    cache = cached(1, 2)
+    store = UnlinkingStore(cache)
+    store.claim(["b"], 0.05)                     # another consumer's claim, soon expired
+    applier = Applier(cache, MAPPINGS, dedup=store, retry=FAST)
+    result = applier.apply([record(0, change("a", 1)), record(1, change("b", 2))])
+    assert store.calls == [["a", "b"]]
+    assert sorted(ep.event.id for ep in result.applied) == ["a", "b"]
+    assert "user:1" not in cache.data and "user:2" not in cache.data
+
+
+def test_a_batch_with_fenced_writes_is_not_applied_in_one_call():
+    mappings = parse_mappings({"shop.users": {"keys": ["user:{id}"], "mode": "update",
+                                              "value_columns": ["id"]}})
+    cache = MemoryCache()
+    store = UnlinkingStore(cache)
+    Applier(cache, mappings, dedup=store).apply([record(0, change("a", 1))])
+    assert cache.data["user:1"] == '{"id":1}'
+    assert store.calls == [] and store.counts()["done"] == 1

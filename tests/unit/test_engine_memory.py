@@ -1,5 +1,7 @@
 """The python engine's protocol over the in-memory adapters (the real ones are in integration)."""
 
+import pytest
+
 from cachesync.consumer.adapters.memory import MemoryCache, MemoryDeadLetters, MemoryDedupStore, MemorySource
 from cachesync.config import ConsumerSettings
 from cachesync.consumer.engine import PythonEngine
@@ -122,3 +124,43 @@ def test_the_periodic_purge_runs_on_its_interval_and_is_bounded():
     clock.now += 300
     engine.step()
     assert engine.stats.purged == 25 and not dedup.rows
+
+
+class TimedSource(MemorySource):
+    """Records the timeout of every poll."""
+
+    def __init__(self, records=()):
+        super().__init__(records)
+        self.timeouts = []
+
+    def poll(self, max_records, timeout_s):
+        self.timeouts.append(timeout_s)
+        return super().poll(max_records, timeout_s)
+
+
+def test_an_idle_poll_waits_until_the_next_hook_is_due_and_no_longer():
+    m = parse_mappings({"shop.users": {"keys": ["user:{id}"], "double_delete": 0.5}})
+    clock, source = Clock(), TimedSource([record(0, change("a", 1))])
+    options = ConsumerSettings(poll_timeout_s=1.0, purge_interval_s=0)
+    engine = PythonEngine(source, MemoryDedupStore(), MemoryCache(), MemoryDeadLetters(), m,
+                          options=options, clock=clock)
+    engine.step()                               # nothing due before it: the whole wait
+    clock.now += 0.2
+    engine.step()                               # the second delete is due in 0.3 s
+    clock.now += 0.4
+    engine.step()                               # it runs before the poll: nothing due after it
+    assert source.timeouts == pytest.approx([1.0, 0.3, 1.0])
+    assert engine.stats.double_deletes == 1
+
+
+def test_the_dedup_purge_bounds_an_idle_poll_too():
+    clock, source = Clock(), TimedSource()
+    dedup = MemoryDedupStore()
+    engine = PythonEngine(source, dedup, MemoryCache(), MemoryDeadLetters(),
+                          parse_mappings({"shop.users": {"keys": ["user:{id}"]}}),
+                          options=ConsumerSettings(poll_timeout_s=5.0, purge_interval_s=2.0),
+                          clock=clock)
+    engine.step()
+    clock.now += 1.5
+    engine.step()
+    assert source.timeouts == pytest.approx([2.0, 0.5])

@@ -67,11 +67,12 @@ def source_with(error, async_commit=False):
     return source_on(Refusing(error), async_commit)
 
 
-def source_on(consumer, async_commit=True, clock=None):
+def source_on(consumer, async_commit=True, clock=None, interval_s=0.0):
     source = KafkaSource.__new__(KafkaSource)      # no broker: only the commits are exercised
     source._consumer = consumer
     source._commits = _CommitTracker(async_commit, **({"clock": clock} if clock else {}))
     source._instance = None
+    source._interval_s, source._clock, source._sent_at = interval_s, clock or (lambda: 0.0), None
     return source
 
 
@@ -357,3 +358,58 @@ def test_a_refused_offset_goes_out_again_with_the_next_commit():
     assert consumer.async_[-1] == {T0: 3, T1: 7}
     consumer.answer()
     assert source._commits.refused == {}
+
+
+class Polled(Recording):
+    def poll(self, timeout_ms, max_records):
+        return {}
+
+
+def test_commits_within_the_interval_go_out_together_with_the_next_poll_after_it():
+    now = [100.0]
+    consumer = Polled()
+    source = source_on(consumer, clock=lambda: now[0], interval_s=1.0)
+    source.commit({("t", 0): 5})                   # the first one goes at once
+    now[0] += 0.3
+    source.commit({("t", 0): 7})
+    source.commit({("t", 1): 2})
+    source.poll(10, 0.0)
+    assert consumer.async_ == [{T0: 5}]            # within the interval: recorded only
+    now[0] += 0.8
+    source.poll(10, 0.0)                           # the interval is over: one request
+    assert consumer.async_ == [{T0: 5}, {T0: 7, T1: 2}]
+    source.poll(10, 0.0)
+    assert len(consumer.async_) == 2               # nothing new, nothing sent
+
+
+def test_a_commit_after_the_interval_takes_the_waiting_offsets_along():
+    now = [0.0]
+    consumer = Recording()
+    source = source_on(consumer, clock=lambda: now[0], interval_s=1.0)
+    source.commit({("t", 0): 5})
+    source.commit({("t", 0): 6})
+    now[0] = 1.5
+    source.commit({("t", 1): 3})
+    assert consumer.async_ == [{T0: 5}, {T0: 6, T1: 3}]
+
+
+def test_close_commits_the_offsets_still_waiting_for_the_interval():
+    consumer = Recording()
+    source = source_on(consumer, clock=lambda: 0.0, interval_s=1.0)
+    source.commit({("t", 0): 5})
+    consumer.answer()
+    source.commit({("t", 0): 9})
+    source.close()
+    assert consumer.sync == [({T0: 9}, 5000)] and consumer.closed
+
+
+def test_offsets_waiting_for_the_interval_are_dropped_with_a_revoked_partition():
+    consumer = Recording()
+    source = source_on(consumer, clock=lambda: 0.0, interval_s=1.0)
+    source.commit({("t", 0): 5})
+    consumer.answer()
+    source.commit({("t", 0): 9, ("t", 1): 4})
+    _Forget(source._commits).on_partitions_revoked([T0])
+    consumer.assigned = {T1}
+    source.close()
+    assert consumer.sync == [({T1: 4}, 5000)]
