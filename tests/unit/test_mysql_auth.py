@@ -63,7 +63,7 @@ def test_pymysql_completes_caching_sha2_full_authentication_on_plain_text():
 
 
 def test_the_sidecar_extra_installs_cryptography():
-    requires = importlib.metadata.requires("cachesync")
+    requires = importlib.metadata.requires(cachesync.DISTRIBUTION)
     assert any(r.startswith("cryptography") and 'extra == "sidecar"' in r for r in requires)
     assert _auth._have_cryptography
 
