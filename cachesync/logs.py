@@ -92,7 +92,21 @@ class LibraryRepeats(logging.Filter):
             self._seen[key] = [now, 0]
         if held:
             record.msg = f"{record.msg} [{held} more like this in the last {self._window:.0f}s]"
+        if record.exc_info:
+            _exception_in_one_line(record)
         return True
+
+
+def _exception_in_one_line(record: logging.LogRecord) -> None:
+    """A library's exception as ``(Type: message)`` after its message instead of a traceback
+    (kafka-python logs socket errors of a closing client with theirs): a user reads one line,
+    and ``--log-level debug`` still shows the traceback."""
+    kind, error = record.exc_info[0], record.exc_info[1]
+    what = kind.__name__ if kind is not None else "error"
+    record.msg = f"{record.getMessage()} ({what}: {error})" if error is not None else \
+        f"{record.getMessage()} ({what})"
+    record.args = None
+    record.exc_info = record.exc_text = None
 
 
 def setup(level: str = "INFO", json_format: bool = False, role: str = "") -> None:

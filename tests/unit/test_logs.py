@@ -112,3 +112,20 @@ def test_a_child_process_logs_as_its_parent():
     seen = []
     _json_lines("tail", lambda: seen.append(logs.current_setup()))
     assert seen == [("INFO", True, "tail")]
+
+
+def test_a_library_exception_is_one_line_and_ours_keep_their_traceback():
+    try:
+        raise ConnectionResetError("peer closed 50% of it")
+    except ConnectionResetError:
+        import sys
+        exc = sys.exc_info()
+    f = logs.LibraryRepeats()
+    library = logging.LogRecord("kafka.net.transport", logging.ERROR, __file__, 1,
+                                "%s: Error receiving network data closing socket", ("conn",), exc)
+    assert f.filter(library)
+    assert library.exc_info is None and library.getMessage() == (
+        "conn: Error receiving network data closing socket "
+        "(ConnectionResetError: peer closed 50% of it)")
+    ours = logging.LogRecord("cachesync.consumer", logging.ERROR, __file__, 1, "failed", (), exc)
+    assert f.filter(ours) and ours.exc_info is exc
