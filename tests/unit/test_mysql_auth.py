@@ -13,6 +13,8 @@ from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from pymysql import _auth
 from pymysql.protocol import MysqlPacket
 
+import cachesync
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PASSWORD = b"caching-sha2-Pw"
 SALT = bytes(range(1, 21))                      # the server's 20-byte nonce
