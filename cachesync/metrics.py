@@ -103,6 +103,11 @@ TAILER_COUNTERS = {
                                                "excluding a mapped schema, accounts that may "
                                                "set sql_log_bin=0), each named in a WARNING",
                                                "unlogged_risks"),
+    "cachesync_tailer_schema_read_failures": ("Reads of information_schema (column types, "
+                                              "foreign keys) that failed, each named in a "
+                                              "WARNING: until a later read succeeds, what was "
+                                              "known before is used",
+                                              "schema_read_failures"),
     "cachesync_tailer_outbox_events": ("Outbox events published from the binlog "
                                        "(tailer.outbox_tables)", "outbox_events"),
     "cachesync_tailer_outbox_rows_invalid": ("Outbox rows published without their payload or "

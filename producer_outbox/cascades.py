@@ -46,6 +46,11 @@ class Cascades:
     def version(self) -> int:
         return self._fks.version
 
+    @property
+    def read_failures(self) -> int:
+        """Reads of the foreign keys that failed (each a WARNING)."""
+        return self._fks.failures
+
     def after_ddl(self, query: str) -> None:
         self._fks.after_ddl(query)
 

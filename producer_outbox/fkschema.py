@@ -18,6 +18,7 @@ import pymysql
 
 from cachesync.producer_outbox.foreignkeys import UNKNOWN, CascadeGraph, ForeignKey
 from cachesync.producer_outbox.matched import SYSTEM_SCHEMAS
+from cachesync.producer_outbox.statements import clean
 
 log = logging.getLogger("cachesync.producer_outbox.tailer")
 
@@ -36,8 +37,11 @@ FOREIGN_KEYS = (
     + ", ".join(f"'{s}'" for s in SYSTEM_SCHEMAS) + ") "
     "ORDER BY k.constraint_schema, k.table_name, k.constraint_name, k.ordinal_position")
 NATIVE_SETTING = "innodb_native_foreign_keys"
-# DDL that can add, drop or change a foreign key, or the tables one names
-_FK_DDL = re.compile(r"^\s*(?:ALTER|CREATE|DROP|RENAME)\b", re.I)
+# DDL that can add, drop or change a foreign key, or the tables one names (comments removed
+# first: tools such as gh-ost and mysqldump lead their statements with one)
+_FK_DDL = re.compile(r"^(?:ALTER\s+(?:ONLINE\s+|IGNORE\s+)*TABLE|CREATE\s+(?:OR\s+REPLACE\s+)?"
+                     r"(?:TEMPORARY\s+)?TABLE|DROP\s+(?:TEMPORARY\s+)?TABLES?|RENAME\s+TABLES?|"
+                     r"DROP\s+(?:SCHEMA|DATABASE))\b", re.I)
 
 
 def read_foreign_keys(conn) -> list[ForeignKey]:
@@ -91,7 +95,8 @@ class ForeignKeys:
         self._connect, self._mapped = connect, mapped
         self.graph = CascadeGraph((), mapped)
         self.logged: bool | None = None     # the server logs cascaded rows (see module)
-        self.version = 0
+        self.version = 0        # counts changes of what is known: derived plans are stale
+        self.failures = 0       # reads that failed (WARNING each; a metric counts them)
 
     @property
     def active(self) -> bool:
@@ -99,20 +104,26 @@ class ForeignKeys:
         return self.logged is not True and bool(self.graph.sources)
 
     def load(self) -> None:
-        """Read the foreign keys and the setting; a failure keeps what was known (WARNING)."""
-        self.version += 1
+        """Read the foreign keys and the setting; a failure keeps what was known (WARNING and
+        ``failures``). ``version`` moves only when what is known changed."""
         try:
             conn = self._connect()
             try:
                 fks = read_foreign_keys(conn)
-                self.logged = cascades_logged(conn)
+                logged = cascades_logged(conn)
             finally:
                 conn.close()
         except pymysql.err.MySQLError as e:
+            self.failures += 1
             log.warning("could not read the foreign keys from information_schema (%s): "
-                        "cascades into mapped tables are invalidated as known before", e)
+                        "cascades into mapped tables are invalidated as known before "
+                        "(%d foreign key(s) known)", e, len(self.graph.foreign_keys))
             return
-        self.graph = CascadeGraph(fks, self._mapped)
+        graph, known = CascadeGraph(fks, self._mapped), (self.graph, self.logged)
+        self.graph, self.logged = graph, logged
+        if self.version and _same(known, (graph, logged)):
+            return      # what compiled plans derived from holds; nothing new to announce
+        self.version += 1
         log.info("foreign keys: %d read, %d cascading, %d cascade source table(s) of mapped "
                  "tables", len(fks), len(self.graph.foreign_keys), len(self.graph.sources))
         self.announce()
@@ -130,6 +141,12 @@ class ForeignKeys:
 
     def after_ddl(self, query: str) -> None:
         """Reload after a DDL statement that can add, drop or change a foreign key (or the
-        tables one names): ALTER, CREATE, DROP, RENAME."""
-        if _FK_DDL.match(query):
+        tables one names): ALTER, CREATE, DROP and RENAME TABLE, DROP DATABASE."""
+        if _FK_DDL.match(clean(query)):
             self.load()
+
+
+def _same(a: tuple[CascadeGraph, bool | None], b: tuple[CascadeGraph, bool | None]) -> bool:
+    """Whether two (graph, logged) loads cascade the same foreign keys from the same sources."""
+    (ga, la), (gb, lb) = a, b
+    return (ga.foreign_keys, ga.sources, la) == (gb.foreign_keys, gb.sources, lb)

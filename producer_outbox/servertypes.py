@@ -36,6 +36,7 @@ class ColumnTypes:
         self._types: dict[tuple[str, str], ServerTypes] = {}
         self._versioned: dict[tuple[str, str], Versioning] = {}
         self.version = 0        # counts loads: what was derived from older types is stale
+        self.failures = 0       # reads that failed (WARNING each; a metric counts them)
 
     def of(self, db: str, table: str) -> ServerTypes:
         """The table's types; read on first use for a table the settings do not name (one
@@ -68,9 +69,11 @@ class ColumnTypes:
             finally:
                 conn.close()
         except pymysql.err.MySQLError as e:
+            self.failures += 1
             log.warning("could not read the column types of %s from information_schema (%s): "
                         "INET4/INET6/UUID key columns render as 0x-hex and system-versioned "
-                        "tables are read as ordinary ones until the next DDL naming the table", ", ".join(f"{d}.{t}" for d, t in pairs), e)
+                        "tables are read as ordinary ones until the next DDL naming the table",
+                        ", ".join(f"{d}.{t}" for d, t in pairs), e)
             for db, table in pairs:     # unknown ones are not asked again for every event
                 self._types.setdefault((db.lower(), table.lower()), ())
             return

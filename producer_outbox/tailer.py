@@ -101,6 +101,13 @@ class Tailer:
         cascades = self.encoder.cascades
         return cascades.cascade_tables if cascades is not None else 0
 
+    @property
+    def schema_read_failures(self) -> int:
+        """information_schema reads (column types, foreign keys) that failed."""
+        types, cascades = self.encoder.types, self.encoder.cascades
+        return ((types.failures if types is not None else 0)
+                + (cascades.read_failures if cascades is not None else 0))
+
     def __init__(self, mysql: MySQLParams, publisher: Publisher, checkpoints: CheckpointStore,
                  mappings: MappingSet, options: TailerOptions):
         self._mysql, self._publisher, self._checkpoints = mysql, publisher, checkpoints

@@ -5,15 +5,17 @@ tested here only)."""
 
 from __future__ import annotations
 
+import pymysql
 import pytest
 
 from cachesync.producer_outbox.cascades import FK_CASCADE, Cascades
-from cachesync.producer_outbox.fkschema import logged_by_setting
+from cachesync.producer_outbox.fkschema import ForeignKeys, logged_by_setting
 from cachesync.producer_outbox.foreignkeys import DELETE, UPDATE, CascadeGraph, ForeignKey
 from cachesync.producer_outbox.ports import Record, TableEvent
 from cachesync.producer_outbox.rows import TxnContext
 from cachesync.schema.event import decode
 from cachesync.schema.mapping import parse_mappings
+from tests.support.fakedb import FakeConnection
 
 
 def fk(child, cols, parent, pcols, on_delete="CASCADE", on_update="RESTRICT", name=None):
@@ -132,3 +134,95 @@ def test_rows_that_cannot_be_decoded_invalidate_every_table_their_changes_could_
     # every mapped table below (even child, whose keys a decoded row would have rendered)
     assert {(i.change.table, i.change.reason) for i in out} == {
         ("child", FK_CASCADE), ("nullchild", FK_CASCADE), ("leaf", FK_CASCADE)}
+
+
+class _Schema(FakeConnection):
+    """information_schema's foreign keys (``server.rows``, one tuple per key column) and the
+    native-foreign-keys setting (absent); ``server.down`` makes every read fail."""
+
+    def __init__(self, server):
+        self.server = server
+
+    def execute(self, sql, args=None):
+        self.sql = sql
+        self.server.reads += "referential_constraints" in sql
+
+    def fetchall(self):
+        return list(self.server.rows)
+
+    def fetchone(self):
+        return None
+
+    def commit(self):
+        pass
+
+    def close(self):
+        pass
+
+
+class _Server:
+    def __init__(self):
+        self.rows, self.reads, self.down = [], 0, False
+
+    def connect(self):
+        if self.down:
+            raise pymysql.err.OperationalError(2003, "down")
+        return _Schema(self)
+
+
+ORDER_FK = ("app", "fk_order", "order_items", "order_id", "app", "orders", "id", "CASCADE",
+            "RESTRICT")
+
+
+def _loaded():
+    server = _Server()
+    fks = ForeignKeys(server.connect, lambda db, table: table == "order_items")
+    fks.load()
+    return server, fks
+
+
+@pytest.mark.parametrize("ddl", [
+    "ALTER TABLE order_items ADD FOREIGN KEY (order_id) REFERENCES orders (id) ON DELETE CASCADE",
+    "/* gh-ost */ ALTER TABLE order_items ADD CONSTRAINT f FOREIGN KEY (order_id) "
+    "REFERENCES orders (id) ON DELETE CASCADE",
+    "/*!40101 ALTER TABLE order_items ADD FOREIGN KEY (order_id) REFERENCES orders (id) */",
+    "-- deploy 7\nCREATE TABLE order_items (order_id INT, "
+    "FOREIGN KEY (order_id) REFERENCES orders (id))",
+    "DROP TABLE IF EXISTS orders", "RENAME TABLE orders TO orders_old", "DROP DATABASE app"])
+def test_table_ddl_reloads_the_foreign_keys_whatever_comment_leads_it(ddl):
+    server, fks = _loaded()
+    assert fks.graph.foreign_keys == () and server.reads == 1
+    server.rows = [ORDER_FK]
+    fks.after_ddl(ddl)
+    assert server.reads == 2 and [fk.name for fk in fks.graph.foreign_keys] == ["fk_order"]
+    assert fks.graph.is_source("app", "orders") and fks.version == 2
+
+
+@pytest.mark.parametrize("ddl", ["ALTER USER app IDENTIFIED BY 'x'", "CREATE USER b",
+                                 "DROP VIEW v", "CREATE INDEX i ON t (a)", "ALTER EVENT e DISABLE"])
+def test_ddl_that_names_no_table_reads_nothing(ddl):
+    server, fks = _loaded()
+    fks.after_ddl(ddl)
+    assert server.reads == 1
+
+
+def test_a_reload_that_finds_the_same_foreign_keys_keeps_the_plans_and_says_nothing(caplog):
+    server, fks = _loaded()
+    server.rows = [ORDER_FK]
+    fks.after_ddl("ALTER TABLE order_items ADD x INT")
+    assert fks.version == 2 and "changes rows of app.order_items" in caplog.text
+    caplog.clear()
+    fks.after_ddl("ALTER TABLE order_items ADD y INT")
+    assert server.reads == 3 and fks.version == 2 and caplog.text == ""
+
+
+def test_a_failed_read_is_counted_and_keeps_what_was_known(caplog):
+    server, fks = _loaded()
+    server.rows = [ORDER_FK]
+    fks.after_ddl("ALTER TABLE order_items ADD x INT")
+    server.down = True
+    fks.after_ddl("ALTER TABLE order_items DROP FOREIGN KEY fk_order")
+    assert fks.failures == 1 and fks.version == 2
+    assert [fk.name for fk in fks.graph.foreign_keys] == ["fk_order"]
+    assert "could not read the foreign keys" in caplog.text
+    assert "(1 foreign key(s) known)" in caplog.text
