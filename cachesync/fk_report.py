@@ -3,7 +3,9 @@ each one, and what cachesync does about it."""
 
 from __future__ import annotations
 
-from cachesync.producer_outbox.fkschema import NATIVE_SETTING, cascades_logged, read_foreign_keys
+from cachesync.producer_outbox.cascades import rendered_templates
+from cachesync.producer_outbox.fkschema import (NATIVE_SETTING, cascades_logged, keyed,
+                                                read_foreign_keys)
 from cachesync.producer_outbox.foreignkeys import CascadeGraph, ForeignKey
 from cachesync.schema.mapping import MappingSet
 
@@ -13,11 +15,8 @@ RULES_GRANT = ("GRANT REFERENCES ON <db>.* TO the cachesync user: MariaDB shows 
 
 def cascading_keys(conn, mappings: MappingSet) -> tuple[list[tuple[ForeignKey, tuple]], bool | None]:
     """(each cascading foreign key with the mapped tables it reaches, whether the server logs
-    cascaded rows)."""
-    def mapped(db: str, table: str) -> bool:
-        mapping = mappings.get(db, table)
-        return mapping is not None and bool(mapping.keys)
-    graph = CascadeGraph(read_foreign_keys(conn), mapped)
+    cascaded rows), as the tailer reads them."""
+    graph = CascadeGraph(read_foreign_keys(conn), keyed(mappings))
     return graph.into_mapped(), cascades_logged(conn)
 
 
@@ -28,12 +27,9 @@ def what_cachesync_does(fk: ForeignKey, tables: tuple, logged: bool | None,
     if logged is True:
         return (f"{fk.describe()}: the server logs the rows it changes ({NATIVE_SETTING}=OFF); "
                 f"{names} follow from their own row events")
-    rendered = []
-    for db, table in tables:
-        mapping = mappings.get(db, table)
-        if mapping is not None and (db.lower(), table.lower()) == (fk.child[0].lower(),
-                                                                   fk.child[1].lower()):
-            rendered += [t.text for t in mapping.keys if set(t.fields) <= set(fk.child_columns)]
+    child = mappings.get(*fk.child) if (fk.child[0].lower(), fk.child[1].lower()) in {
+        (d.lower(), t.lower()) for d, t in tables} else None
+    rendered = [t.text for t in rendered_templates(child, fk)] if child is not None else []
     how = ("keys rendered from the parent's row for " + ", ".join(rendered) + "; every other "
            "template" if rendered else "every template")
     rules = "" if fk.rules_known else " (rules not readable: taken as CASCADE)"

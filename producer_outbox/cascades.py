@@ -38,6 +38,7 @@ class Cascades:
         """``foreign_keys``: a ``fkschema.ForeignKeys`` (graph, logged, version)."""
         self._fks, self._mappings = foreign_keys, mappings
         self._txn: tuple = (None, set())     # (txn context, tables invalidated in it)
+        self._plans: tuple = (None, {})      # (foreign-key version, hit -> _plan)
         self.cascade_rows = 0       # parent rows whose change cascaded into a mapped table
         self.cascade_tables = 0     # table-level events a cascade caused
         self.cascade_keys = 0       # child events whose keys were rendered from the parent
@@ -87,26 +88,37 @@ class Cascades:
         return index
 
     def _hit(self, ctx, db, table, hit: Hit, before, after, index: int, out: list) -> int:
-        mapping = self._mappings.get(*hit.table)
-        if mapping is None or not mapping.keys:
-            return index
-        fk_columns = set(hit.fk.child_columns)
-        rendered = [t for t in mapping.keys if set(t.fields) <= fk_columns] \
-            if hit.depth == 1 else []
-        values = _parent_values(hit, before, after) if rendered else []
+        mapping, exact, fields = self._plan(hit)
+        values = _parent_values(hit, before, after) if exact else []
         for image in values:
-            index = self._rendered(ctx, hit, mapping, image, index, out)
+            index = self._rendered(ctx, hit, fields, image, index, out)
         # a template the parent's image cannot render, or no value to render it from
-        if len(rendered) < len(mapping.keys) or not values:
+        if not exact or exact < len(mapping.keys) or not values:
             index = self._whole_table(ctx, f"{db}.{table}", hit, index, out)
         return index
 
-    def _rendered(self, ctx, hit: Hit, mapping, image: dict, index: int, out: list) -> int:
+    def _plan(self, hit: Hit) -> tuple:
+        """(the child's mapping, how many of its templates the parent's image renders, the
+        fields its events carry) of a hit: the same for every row, so worked out once per
+        foreign-key load."""
+        if self._plans[0] != self._fks.version:
+            self._plans = (self._fks.version, {})
+        key = (hit.table, hit.fk, hit.depth)
+        plan = self._plans[1].get(key)
+        if plan is None:
+            mapping = self._mappings.get(*hit.table)    # the graph reaches mapped tables only
+            keys = mapping.keys if mapping is not None else ()
+            fields = {f for t in keys for f in t.fields}
+            if keys and mapping.version_column:
+                fields.add(mapping.version_column)
+            exact = len(rendered_templates(mapping, hit.fk)) if keys and hit.depth == 1 else 0
+            plan = self._plans[1][key] = (mapping, exact, frozenset(fields))
+        return plan
+
+    def _rendered(self, ctx, hit: Hit, fields: frozenset, image: dict, index: int,
+                  out: list) -> int:
         """A delete event of the child table keyed by the referencing columns only."""
-        fields = {f for t in mapping.keys for f in t.fields}
-        if mapping.version_column:
-            fields.add(mapping.version_column)
-        absent = sorted(fields - set(image))
+        absent = sorted(fields - image.keys())
         db, table = hit.table
         change = row_change(ctx, index, db, table, DELETE, tuple(image), image, None)
         change = with_extra(change, {ABSENT: {"before": absent, "after": []},
@@ -130,12 +142,18 @@ class Cascades:
         return index + 1
 
 
+def rendered_templates(mapping, fk) -> list:
+    """The key templates of ``fk``'s child table that use only the foreign key's columns: a
+    cascade renders them exactly from the parent's row; every other one is invalidated at
+    table level."""
+    columns = set(fk.child_columns)
+    return [t for t in mapping.keys if set(t.fields) <= columns]
+
+
 def _parent_values(hit: Hit, before, after) -> list[dict]:
     """The child's referencing values the parent's images give (depth 1 only): the before
     image's (the rows that referenced it), and for an update the after image's too (the rows
     an ON UPDATE CASCADE moved there). None when a value is missing or NULL."""
-    if hit.depth != 1:
-        return []
     out = []
     for image in (before, after if hit.change == UPDATE and after is not None else None):
         if image is None:

@@ -44,6 +44,14 @@ _FK_DDL = re.compile(r"^(?:ALTER\s+(?:ONLINE\s+|IGNORE\s+)*TABLE|CREATE\s+(?:OR\
                      r"DROP\s+(?:SCHEMA|DATABASE))\b", re.I)
 
 
+def keyed(mappings) -> Callable[[str, str], bool]:
+    """The tables a cascade matters for: mapped, with key templates."""
+    def mapped(db: str, table: str) -> bool:
+        mapping = mappings.get(db, table)
+        return mapping is not None and bool(mapping.keys)
+    return mapped
+
+
 def read_foreign_keys(conn) -> list[ForeignKey]:
     """Every foreign key of the server's non-system schemas (one round trip)."""
     with conn.cursor() as cur:
@@ -97,11 +105,6 @@ class ForeignKeys:
         self.logged: bool | None = None     # the server logs cascaded rows (see module)
         self.version = 0        # counts changes of what is known: derived plans are stale
         self.failures = 0       # reads that failed (WARNING each; a metric counts them)
-
-    @property
-    def active(self) -> bool:
-        """Whether cascades must be derived from the parents' rows (not logged by the server)."""
-        return self.logged is not True and bool(self.graph.sources)
 
     def load(self) -> None:
         """Read the foreign keys and the setting; a failure keeps what was known (WARNING and

@@ -87,6 +87,8 @@ class CascadeGraph:
         for fk in self.foreign_keys:
             self._children.setdefault(_key(fk.parent), []).append(fk)
         self._reached: dict[tuple[Table, Change], tuple[Hit, ...]] = {}
+        self._referenced = {parent: frozenset(c for fk in fks for c in fk.parent_columns)
+                            for parent, fks in self._children.items()}
         self._sources = self._find_sources()
 
     @property
@@ -99,8 +101,7 @@ class CascadeGraph:
 
     def referenced(self, db: str, table: str) -> frozenset[str]:
         """The columns of ``table`` that cascading foreign keys reference."""
-        return frozenset(c for fk in self._children.get((db.lower(), table.lower()), ())
-                         for c in fk.parent_columns)
+        return self._referenced.get((db.lower(), table.lower()), frozenset())
 
     def row_change(self, db: str, table: str, op: str, before: Mapping | None,
                    after: Mapping | None) -> Change | None:

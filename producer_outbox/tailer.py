@@ -23,7 +23,7 @@ from cachesync.producer_outbox.binlog_source import _SECRETS, _binlog_status  # 
 from cachesync.producer_outbox.cascades import Cascades
 from cachesync.producer_outbox.checkpoint import Checkpoint
 from cachesync.producer_outbox.dumpstream import reader_kind
-from cachesync.producer_outbox.fkschema import ForeignKeys
+from cachesync.producer_outbox.fkschema import ForeignKeys, keyed
 from cachesync.producer_outbox.matched import MatchedTables
 from cachesync.producer_outbox.mysql import MySQLParams
 from cachesync.producer_outbox.outbox_binlog import OutboxRouter
@@ -201,10 +201,7 @@ class Tailer:
 
     def _cascades(self) -> Cascades:
         """The foreign keys that cascade into mapped tables, read now (and after DDL)."""
-        def mapped(db: str, table: str) -> bool:
-            mapping = self._mappings.get(db, table)
-            return mapping is not None and bool(mapping.keys)
-        keys = ForeignKeys(self._mysql.connect, mapped)
+        keys = ForeignKeys(self._mysql.connect, keyed(self._mappings))
         keys.load()
         return Cascades(keys, self._mappings)
 
