@@ -21,10 +21,10 @@ PARTITION, TABLESPACE, IGNORE_UNIQUE, REPAIR = ("partition", "tablespace", "alte
 
 _COMMENTS = re.compile(r"/\*(?!!).*?\*/|--[^\n]*|#[^\n]*", re.S)
 _VERSIONED_COMMENT = re.compile(r"/\*!\d*\s?(.*?)\*/", re.S)
-_IDENT = r"(?:`(?:[^`]|``)+`|[A-Za-z0-9_$]+)"
-_NAME = re.compile(rf"({_IDENT})(?:\s*\.\s*({_IDENT}))?")
+IDENT = r"(?:`(?:[^`]|``)+`|[A-Za-z0-9_$]+)"
+_NAME = re.compile(rf"({IDENT})(?:\s*\.\s*({IDENT}))?")
 _ALTER_RENAME = re.compile(r"\bRENAME\s+(?!(?:COLUMN|INDEX|KEY|CONSTRAINT)\b)", re.I)
-_DROP_DATABASE = re.compile(rf"^DROP\s+(?:SCHEMA|DATABASE)\s+(?:IF\s+EXISTS\s+)?({_IDENT})", re.I)
+_DROP_DATABASE = re.compile(rf"^DROP\s+(?:SCHEMA|DATABASE)\s+(?:IF\s+EXISTS\s+)?({IDENT})", re.I)
 _KINDS = [
     (re.compile(r"^TRUNCATE\b", re.I), TRUNCATE),
     (re.compile(r"^DROP\s+(?:SCHEMA|DATABASE)\b", re.I), DROP_DATABASE),
@@ -70,7 +70,7 @@ _IGNORE_UNIQUE = re.compile(r"^ALTER\s+(?:ONLINE\s+)?IGNORE\b.*\bADD\s+(?:CONSTR
                             r"(?:UNIQUE|PRIMARY)\b", re.I | re.S)
 _ALTER_TABLE = re.compile(r"^ALTER\s+(?:ONLINE\s+|IGNORE\s+)*TABLE\b", re.I)
 _ALTER_HEAD = re.compile(rf"^ALTER\s+(?:ONLINE\s+|IGNORE\s+)*TABLE\s+(?:IF\s+EXISTS\s+)?"
-                         rf"{_IDENT}(?:\s*\.\s*{_IDENT})?\s*", re.I)
+                         rf"{IDENT}(?:\s*\.\s*{IDENT})?\s*", re.I)
 _REPAIR = re.compile(r"^REPAIR\s+(?:NO_WRITE_TO_BINLOG\s+|LOCAL\s+)?TABLES?\b", re.I)
 _LITERALS = re.compile(r"`(?:[^`]|``)*`|'(?:[^'\\]|\\.|'')*'|\"(?:[^\"\\]|\\.)*\"", re.S)
 

@@ -25,11 +25,15 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from cachesync.producer_outbox.statements import IDENT
+
 TIMESTAMP, TRX_ID = "timestamp", "trx_id"
 # row_end of a current row: TIMESTAMP(6)'s maximum (2106 from MariaDB 11.5 on 64-bit
 # servers, 2038 before and on 32-bit ones), or the largest transaction id
 # (transaction-precise versioning, BIGINT UNSIGNED).
 TIMESTAMP_MAXIMA = frozenset({"2038-01-19 03:14:07.999999", "2106-02-07 06:28:15.999999"})
+_MAXIMA_DATETIMES = frozenset(datetime.datetime.strptime(m, "%Y-%m-%d %H:%M:%S.%f")
+                              for m in TIMESTAMP_MAXIMA)
 TRX_ID_MAXIMUM = 2 ** 64 - 1
 
 
@@ -52,7 +56,7 @@ class Versioning:
         if self.kind == TRX_ID:
             return value == TRX_ID_MAXIMUM
         if isinstance(value, datetime.datetime):
-            value = value.strftime("%Y-%m-%d %H:%M:%S.%f")
+            return value.replace(tzinfo=None) in _MAXIMA_DATETIMES
         return isinstance(value, str) and value in TIMESTAMP_MAXIMA
 
     def declared_key(self, primary_key: Any) -> Any:
@@ -87,9 +91,8 @@ class Versioning:
 
 # -- application-time periods ---------------------------------------------------------------
 
-_PERIOD = re.compile(r"PERIOD\s+FOR\s+(`(?:[^`]|``)+`|\w+)\s*\(\s*(`(?:[^`]|``)+`|\w+)\s*,\s*"
-                     r"(`(?:[^`]|``)+`|\w+)\s*\)", re.I)
-_WITHOUT_OVERLAPS = re.compile(r",\s*(`(?:[^`]|``)+`|\w+)\s+WITHOUT\s+OVERLAPS\b", re.I)
+_PERIOD = re.compile(rf"PERIOD\s+FOR\s+({IDENT})\s*\(\s*({IDENT})\s*,\s*({IDENT})\s*\)", re.I)
+_WITHOUT_OVERLAPS = re.compile(rf",\s*({IDENT})\s+WITHOUT\s+OVERLAPS\b", re.I)
 
 
 def overlap_periods(create_table: str) -> tuple[tuple[str, str, str], ...]:
