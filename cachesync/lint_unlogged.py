@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from cachesync.producer_outbox.preflight import binlog_status
+from cachesync.producer_outbox.preflight import binlog_status, server_flavor
 from cachesync.producer_outbox.unlogged import read_risks
 from cachesync.producer_outbox.versioning import overlap_periods
 from cachesync.schema.mapping import MappingSet
@@ -18,9 +18,9 @@ from cachesync.schema.mapping import MappingSet
 
 def unlogged_findings(conn, mappings: MappingSet, finding) -> list:
     """One finding per way the mapped tables may change without binlog events."""
-    schemas = {m.db for m in mappings.tables.values() if m.keys}
     return [finding("unlogged-changes", "(server)", f"{r.line()}; fix: {r.fix}")
-            for r in read_risks(conn, _flavor(conn), schemas, binlog_status)]
+            for r in read_risks(conn, server_flavor(conn), mappings.keyed_schemas(),
+                                binlog_status)]
 
 
 def period_findings(conn, mappings: MappingSet, finding) -> list:
@@ -39,12 +39,6 @@ def period_findings(conn, mappings: MappingSet, finding) -> list:
                         f"several; put {{{start}}} or {{{end}}} in the template, or use "
                         "delete mode")))
     return out
-
-
-def _flavor(conn) -> str:
-    with conn.cursor() as cur:
-        cur.execute("SELECT VERSION()")
-        return "mariadb" if "mariadb" in cur.fetchone()[0].lower() else "mysql"
 
 
 def _create_table(conn, db: str, table: str) -> str:

@@ -83,12 +83,24 @@ def global_privileges(grants: tuple[str, ...]) -> set[str]:
     return out
 
 
+def flavor_of(version: str) -> str:
+    """"mariadb" or "mysql", from ``SELECT VERSION()``."""
+    return "mariadb" if "mariadb" in version.lower() else "mysql"
+
+
+def server_flavor(conn) -> str:
+    """The flavor of the server of ``conn`` (one query)."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT VERSION()")
+        return flavor_of(cur.fetchone()[0])
+
+
 def read_server_info(conn) -> ServerInfo:
     """Query variables and grants over an open pymysql connection."""
     with conn.cursor() as cur:
         cur.execute("SELECT VERSION(), @@server_id")
         version, server_id = cur.fetchone()
-        flavor = "mariadb" if "mariadb" in version.lower() else "mysql"
+        flavor = flavor_of(version)
         uuid = None
         if flavor == "mysql":
             cur.execute("SELECT @@server_uuid")

@@ -220,7 +220,7 @@ class Tailer:
     def _name_unlogged(self, info: ServerInfo) -> int:
         """WARNING for each way mapped tables may change without the binlog saying so
         (``unlogged``); how many. A server that does not answer is said, not fatal."""
-        schemas = {db for db, _ in self._matched.statement_tables()}
+        schemas = self._mappings.keyed_schemas()
         try:
             conn = self._mysql.connect(database=None)
             try:

@@ -315,6 +315,15 @@ class MappingSet:
         return MappingSet({n: change(m) for n, m in self.tables.items()},
                           tuple((p, change(m)) for p, m in self.patterns))
 
+    def keyed_schemas(self) -> set[str]:
+        """The databases whose tables' changes reach the cache: of exact entries with key
+        templates, of such patterns whose database part is literal, and of the tables
+        patterns have matched so far."""
+        dbs = {m.db for m in self.tables.values() if m.keys}
+        dbs |= {p.glob[0] for p, m in self.patterns
+                if m.keys and p.glob is not None and not set("*?[") & set(p.glob[0])}
+        return dbs | {m.db for m in self.resolved() if m.keys}
+
     @property
     def schemas(self) -> tuple[str, ...]:
         return tuple(sorted({m.db for m in self.tables.values()}))

@@ -109,11 +109,7 @@ def _tables_readable(grants, settings: Settings, db: str) -> bool:
 def mapped_databases(settings: Settings) -> set[str]:
     """The databases of exact entries and of glob patterns whose database part is literal
     (the live tables of others are only visible with SELECT on them)."""
-    dbs = {m.db for m in settings.tables.tables.values() if m.keys}
-    dbs |= {p.glob[0] for p, _ in settings.tables.patterns
-            if p.glob is not None and not set("*?[") & set(p.glob[0])}
-    dbs |= {m.db for m in settings.tables.resolved()}
-    return dbs - {settings.mysql.state_db}
+    return settings.tables.keyed_schemas() - {settings.mysql.state_db}
 
 
 def unlogged_checks(conn, info, settings: Settings) -> list[Check]:
