@@ -29,7 +29,7 @@ from kafka import KafkaConsumer
 
 from bench.common import Sandbox, Stack
 from bench.consumer import populate, prefill
-from cachesync.collector import paced
+from cachesync.runtime.gc_pacing import paced
 from cachesync.consumer.spark.applier import ApplyConfig, consume_arrow
 from cachesync.wiring import build_engine
 

@@ -20,14 +20,14 @@ import time
 from collections import Counter
 from typing import Any, Callable, Iterable, Mapping
 
-from cachesync.config import MonitorSettings, Settings
+from cachesync.runtime.config import MonitorSettings, Settings
 from cachesync.consumer.applier import BatchResult
 from cachesync.consumer.consistency import (STALE, RateLimit, Sample, judge, keys_to_read,
                                             next_step, row_identity, sampled)
 from cachesync.consumer.core.plan import EventPlan
 from cachesync.consumer.hooks import Hook
 from cachesync.consumer.ports import CacheReader
-from cachesync.producer_outbox.mysql import Session
+from cachesync.runtime.mysql import Session
 from cachesync.schema.errors import CachesyncError, FatalError
 from cachesync.schema.keytext import server_text_sql, value_from_text
 from cachesync.schema.mapping import MappingSet, TableMapping

@@ -16,7 +16,7 @@ from typing import Callable
 
 import click
 
-from cachesync import logs
+from cachesync.runtime import logs
 
 log = logging.getLogger("cachesync.progress")
 INTERVAL_S = 5.0

@@ -12,7 +12,7 @@ import logging
 import threading
 from typing import Callable
 
-from cachesync.producer_outbox.leader import CHECK_EVERY_S, TailerLock
+from cachesync.producer_outbox.binlog.leader import CHECK_EVERY_S, TailerLock
 from cachesync.schema.errors import FatalError, RetryableError
 from cachesync.supervisor import RestartingTailer
 

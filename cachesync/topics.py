@@ -12,8 +12,8 @@ from kafka import KafkaAdminClient
 from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
-from cachesync.config import Settings
-from cachesync.kafka_security import client_security
+from cachesync.runtime.config import Settings
+from cachesync.runtime.kafka_security import client_security
 from cachesync.schema.errors import FatalError, RetryableError
 
 log = logging.getLogger("cachesync.topics")

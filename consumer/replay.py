@@ -21,11 +21,11 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
-from cachesync.config import ConsumerSettings
+from cachesync.runtime.config import ConsumerSettings
 from cachesync.consumer.adapters.memory import MemoryCache
 from cachesync.consumer.applier import Applier
 from cachesync.consumer.core.offsets import Record
-from cachesync.consumer.core.tablejobs import job_id
+from cachesync.consumer.core.table_jobs import job_id
 from cachesync.consumer.ports import CacheWriter
 from cachesync.schema.mapping import MappingSet
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Mapping
 
 from cachesync.consumer.core.plan import event_keys
-from cachesync.producer_outbox.rows import TxnContext, row_change
+from cachesync.producer_outbox.decode.rows import TxnContext, row_change
 from cachesync.schema.errors import FatalError
 from cachesync.schema.gtid import GtidState
 from cachesync.schema.ids import MAX_ROWS_PER_TXN, binlog_version, file_pos_ordinal

@@ -16,7 +16,7 @@ event is encoded; consumer, replay and explain then only see values whose
 Where the server has no text (binary strings, BIT, GEOMETRY) the forms are fixed
 here and documented in the key-text table of the docs. MariaDB's INET4, INET6 and
 UUID reach the binlog as BINARY(4/16); the tailer learns their type from the table's
-definition (``producer_outbox.servertypes``) and renders the server's text.
+definition (``producer_outbox.decode.servertypes``) and renders the server's text.
 """
 
 from __future__ import annotations

@@ -8,9 +8,9 @@ from contextlib import nullcontext
 
 import click
 
-from cachesync import logs
+from cachesync.runtime import logs
 from cachesync.commands.common import handle_errors, settings_options
-from cachesync.config import Settings
+from cachesync.runtime.config import Settings
 from cachesync.progress import Progress
 from cachesync import wiring
 from cachesync.schema.sqlnames import quote

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from cachesync import startup
+from cachesync.runtime import startup
 from cachesync.commands import consume_spark
 from cachesync.doctor import start_checks
 from cachesync.commands.common import handle_errors, log, on_termination, settings_options

@@ -7,11 +7,11 @@ from contextlib import contextmanager
 import click
 
 from cachesync.commands.common import log, on_termination
-from cachesync.config import Settings
+from cachesync.runtime.config import Settings
 from cachesync.consumer.applier import Stats
 from cachesync.consumer.hooks import DedupPurge, DelayedDeletes, Hooks, Ticker
 from cachesync.consumer.spark import DEFAULT_MAX_OFFSETS
-from cachesync.kafka_security import spark_kafka_options
+from cachesync.runtime.kafka_security import spark_kafka_options
 from cachesync.operate import consumer_ops, monitor_hook
 from cachesync.wiring import build_cache, build_dedup
 

@@ -8,10 +8,10 @@ from contextlib import nullcontext
 
 import click
 
-from cachesync import logs
+from cachesync.runtime import logs
 from cachesync.commands.common import handle_errors, settings_options
 from cachesync.progress import Progress
-from cachesync.config import Settings
+from cachesync.runtime.config import Settings
 from cachesync.wiring import build_cache, mappings as configured_mappings, range_reader
 
 
@@ -110,7 +110,7 @@ def _replay_spark(settings, mappings, ranges, tables, dry_run, rate, master, spa
     from cachesync.consumer.spark.applier import ReplayConfig
     from cachesync.consumer.spark.replay import replay_spark
     from cachesync.consumer.spark.session import spark_session
-    from cachesync.kafka_security import spark_kafka_options
+    from cachesync.runtime.kafka_security import spark_kafka_options
     with spark_session("cachesync-replay", master) if spark is None else nullcontext(spark) as session:
         # Tasks run at most defaultParallelism at a time: each gets its share of the rate.
         per_task = rate / session.sparkContext.defaultParallelism if rate else None

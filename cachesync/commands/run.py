@@ -11,7 +11,7 @@ from cachesync.doctor import start_checks
 from cachesync.commands.common import handle_errors, log, on_termination, settings_options
 from cachesync.direct_ops import DirectOps
 from cachesync.http import parse_listen
-from cachesync.metrics import Cumulative
+from cachesync.runtime.metrics import Cumulative
 from cachesync.operate import consumer_ops, monitor_hook, tail_ops
 from cachesync.standby import ActiveStandby
 from cachesync.supervisor import run_together

@@ -14,7 +14,7 @@ import click
 from cachesync import wiring
 from cachesync.commands.audit import table_source
 from cachesync.commands.common import handle_errors, log, settings_options
-from cachesync.config import Settings
+from cachesync.runtime.config import Settings
 from cachesync.consumer.prefill import RowReader, prefill_chunk
 from cachesync.consumer.replay import RateLimiter
 from cachesync.consumer.snapshot import (SnapshotReport, TableSummary, check_tombstone_window,

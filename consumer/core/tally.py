@@ -1,7 +1,7 @@
 """Per-table counts and rate-limited warnings for what the consumer could not apply exactly.
 
 No silent staleness: a key skipped, invalidated instead of written, or left to a dead
-letter is counted per table (``cachesync.metrics`` exports the counts) and logged as a
+letter is counted per table (``cachesync.runtime.metrics`` exports the counts) and logged as a
 WARNING naming the table and the reason, at most once per ``WARN_INTERVAL_S`` per
 (table, reason), with the number of repeats it stood for.
 """

@@ -21,14 +21,14 @@ from dataclasses import asdict, dataclass, field
 from itertools import islice
 from typing import Iterable, Iterator
 
-from cachesync.collector import paced
+from cachesync.runtime.gc_pacing import paced
 from cachesync.consumer.applier import Applier, Stats
 from cachesync.consumer.core.offsets import commit_offsets
 from cachesync.consumer.spark.bundle import keep_zip_directories
 from cachesync.consumer.spark.records import arrow_records, to_record
 from cachesync.consumer.spark.table_events import finish_scans, task_table_scans
 from cachesync.schema.mapping import MappingSet
-from cachesync.zipnative import accelerator
+from cachesync.runtime.zipnative import accelerator
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ AUDIT_TIMEOUT_S = 10.0      # one MGET or pipelined HGETALL of a chunk
 class ApplyConfig:
     """Everything a task needs: the Settings (pickled to the workers with the job)."""
 
-    settings: "Settings"  # noqa: F821 (cachesync.config.Settings)
+    settings: "Settings"  # noqa: F821 (cachesync.runtime.config.Settings)
     # Identifies one engine run: worker processes keep that run's connections under it.
     token: str = field(default_factory=lambda: uuid.uuid4().hex)
 
@@ -146,7 +146,7 @@ def consume_records(records: Iterable, config: ApplyConfig, batch_id: int) -> It
     each). Transient errors are retried and never skipped; anything else fails the
     task, so Spark does not commit the batch and runs it again.
     """
-    from cachesync.metrics import lag_batch
+    from cachesync.runtime.metrics import lag_batch
     keep_zip_directories()
     clock = TaskClock()
     worker, stats, lag, offsets, plans = _worker(config), Stats(), [], {}, []
@@ -157,7 +157,7 @@ def consume_records(records: Iterable, config: ApplyConfig, batch_id: int) -> It
                       stats=stats, stop=stop, table_jobs=scans)
     applied_at = 0.0
     chunks = _chunks(iter(records), c.batch_size)
-    # the garbage collector paced as in the python engine's loop (cachesync.collector): at
+    # the garbage collector paced as in the python engine's loop (cachesync.runtime.gc_pacing): at
     # CPython's pace it walked the task's live records, events and plans again and again
     try:
         with paced():
@@ -265,7 +265,7 @@ class ReplayConfig:
     """What a replay task needs; ``settings=None`` is a dry run (counts, touches nothing)."""
 
     mappings: MappingSet
-    settings: "Settings | None"  # noqa: F821 (cachesync.config.Settings): builds the cache
+    settings: "Settings | None"  # noqa: F821 (cachesync.runtime.config.Settings): builds the cache
     tables: tuple[str, ...] = ()
     rate_per_task: float | None = None
     batch_size: int = 2000
@@ -311,7 +311,7 @@ def _replay_cache(config: ReplayConfig):
 @dataclass(frozen=True)
 class AuditConfig:
     mapping: "TableMapping"  # noqa: F821 (cachesync.schema.mapping.TableMapping, pickled)
-    settings: "Settings"     # noqa: F821 (cachesync.config.Settings): the Redis client
+    settings: "Settings"     # noqa: F821 (cachesync.runtime.config.Settings): the Redis client
     chunk: int = 500
     # column -> data_type when the rows hold key texts (audit.read_table): turned back into
     # the values the tailer publishes (schema.keytext.value_from_text); empty: rows as read

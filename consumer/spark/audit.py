@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from cachesync.config import mask_url
+from cachesync.runtime.config import mask_url
 from cachesync.consumer.audit import STALE, AuditReport
 from cachesync.consumer.spark.applier import AuditConfig, audit_partition
 from cachesync.consumer.spark.replay import _Progress
