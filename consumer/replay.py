@@ -31,7 +31,7 @@ from cachesync.schema.mapping import MappingSet
 
 _PARTITION_OFFSETS = re.compile(r"^\d+:\d+(,\d+:\d+)*$")
 KEEP_JOBS = 100_000         # table events remembered as scanned (a replay range's worth)
-log = logging.getLogger("cachesync.replay")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from cachesync.consumer.core.table_jobs import JobState, TopicPartition, job_id
 from cachesync.consumer.core.writes import padded
 from cachesync.schema.retry import RetryPolicy, Stopped, call
 
-log = logging.getLogger("cachesync.consumer")
+log = logging.getLogger(__name__)
 
 # how long a scan is its owner's without a renewal (the engine passes consumer.claim_lease_s:
 # a crashed owner's scan is taken over as soon as its claims are); renewed every third of it

@@ -45,7 +45,7 @@ from cachesync.schema.values import canonical_text, to_json
 from cachesync.schema.ids import file_pos_ordinal
 from cachesync.schema.mapping import MappingSet
 
-log = logging.getLogger("cachesync.producer_outbox.tailer")
+log = logging.getLogger(__name__)
 
 STREAM_HEARTBEAT_S = 1.0    # the binlog stream's heartbeat period (the server's, not our row's)
 # transactions the fast reader already buffered that go out as one Group (one tracker entry,

@@ -15,7 +15,7 @@ from cachesync import install_hint
 from cachesync.schema.errors import ConfigError, FatalError, RetryableError
 
 EXIT_RUNTIME, EXIT_CONFIG, EXIT_NOT_READY = 1, 2, 3
-log = logging.getLogger("cachesync")
+log = logging.getLogger(__name__)
 
 
 def load_options(fn):

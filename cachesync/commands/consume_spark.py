@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 from contextlib import contextmanager
 
 import click
 
-from cachesync.commands.common import log, on_termination
+from cachesync.commands.common import on_termination
 from cachesync.runtime.config import Settings
 from cachesync.consumer.applier import Stats
 from cachesync.consumer.hooks import DedupPurge, DelayedDeletes, Hooks, Ticker
@@ -14,6 +15,8 @@ from cachesync.consumer.spark import DEFAULT_MAX_OFFSETS
 from cachesync.runtime.kafka_security import spark_kafka_options
 from cachesync.operate import consumer_ops, monitor_hook
 from cachesync.wiring import build_cache, build_dedup
+
+log = logging.getLogger(__name__)
 
 DEFAULT_TRIGGER = "0.5s"
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
 import click
 
-from cachesync.commands.common import handle_errors, log, on_termination, settings_options
+from cachesync.commands.common import handle_errors, on_termination, settings_options
 from cachesync.runtime.config import Settings
 from cachesync.consumer.core.delivery import decode_records
 from cachesync.consumer.core.offsets import commit_offsets
@@ -23,6 +24,8 @@ from cachesync.consumer.adapters.kafka_source import KafkaSource
 from cachesync.runtime.kafka_security import consumer_options
 from cachesync.schema.event import HEARTBEAT_KIND
 from cachesync.schema.retry import RetryPolicy, Stopped, call
+
+log = logging.getLogger(__name__)
 
 POLL_RECORDS = 500
 GROUP_SUFFIX = "-monitor"

@@ -4,6 +4,7 @@ and fill the missing keys of delete-mode tables with ``prefill`` by read_through
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import time
 from contextlib import nullcontext
@@ -13,7 +14,7 @@ import click
 
 from cachesync import wiring
 from cachesync.commands.audit import table_source
-from cachesync.commands.common import handle_errors, log, settings_options
+from cachesync.commands.common import handle_errors, settings_options
 from cachesync.runtime.config import Settings
 from cachesync.consumer.prefill import RowReader, prefill_chunk
 from cachesync.consumer.replay import RateLimiter
@@ -21,6 +22,8 @@ from cachesync.consumer.snapshot import (SnapshotReport, TableSummary, check_tom
                                          read_watermark, snapshot_writes)
 from cachesync.schema.keytext import server_text_sql
 from cachesync.schema.sqlnames import quote
+
+log = logging.getLogger(__name__)
 
 
 @click.command("snapshot")

@@ -18,7 +18,7 @@ from cachesync.doctor.mysql import mysql_checks
 from cachesync.doctor.services import (first_start_check, has_checkpoint, mysql_clock,
                                        redis_check, skew_check)
 
-log = logging.getLogger("cachesync.doctor")
+log = logging.getLogger(__name__)
 
 
 def unsafe_settings(settings: Settings) -> list[str]:

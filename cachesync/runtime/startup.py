@@ -20,7 +20,7 @@ import threading
 import time
 from typing import Callable
 
-log = logging.getLogger("cachesync.runtime.startup")
+log = logging.getLogger(__name__)
 
 _lock = threading.Lock()
 _marks: dict[str, float] = {}

@@ -14,7 +14,7 @@ import time
 from collections import Counter
 from typing import Callable, Iterable
 
-log = logging.getLogger("cachesync.consumer")
+log = logging.getLogger(__name__)
 
 WARN_INTERVAL_S = 60.0
 # counter name -> metric help; labels: table, and reason where one counter has several

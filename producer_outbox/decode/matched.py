@@ -12,7 +12,7 @@ import logging
 
 from cachesync.schema.mapping import MappingSet, TableMapping
 
-log = logging.getLogger("cachesync.tailer")
+log = logging.getLogger(__name__)
 
 # the tables a pattern may match: not the server's own schemas
 SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")

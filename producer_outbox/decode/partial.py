@@ -22,7 +22,7 @@ from cachesync.producer_outbox.decode.rows import (TxnContext, invalidate_only, 
 from cachesync.producer_outbox.binlog.statements import TableChange
 from cachesync.schema.event import ChangeEvent
 
-log = logging.getLogger("cachesync.producer_outbox.tailer")
+log = logging.getLogger(__name__)
 
 
 class PartialRows:

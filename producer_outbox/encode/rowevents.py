@@ -42,7 +42,7 @@ from cachesync.schema.event import HEARTBEAT_KIND, HEARTBEAT_TABLE, encode
 from cachesync.schema.keys import kafka_key
 from cachesync.schema.mapping import MappingSet
 
-log = logging.getLogger("cachesync.producer_outbox.tailer")
+log = logging.getLogger(__name__)
 
 ROW_EVENTS = {WriteRowsEvent: "insert", UpdateRowsEvent: "update", DeleteRowsEvent: "delete",
               PartialUpdateRowsEvent: "update"}   # MySQL binlog_row_value_options=PARTIAL_JSON

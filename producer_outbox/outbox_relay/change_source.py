@@ -24,7 +24,7 @@ from cachesync.producer_outbox.decode.rows import TxnContext
 from cachesync.schema.event import encode
 from cachesync.schema.retry import purge_in_batches
 
-log = logging.getLogger("cachesync.producer_outbox.outbox_relay.relay")
+log = logging.getLogger(__name__)
 
 KAFKA_SLOW_S = 5.0          # a row unconfirmed for longer than this is worth a log line
 WAIT_LOG_EVERY_S = 5.0

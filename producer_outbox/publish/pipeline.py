@@ -35,7 +35,7 @@ from cachesync.schema.errors import FatalError, RetryableError
 from cachesync.schema.event import encode
 from cachesync.schema.keys import kafka_key
 
-log = logging.getLogger("cachesync.producer_outbox.tailer")
+log = logging.getLogger(__name__)
 
 DRAIN_TIMEOUT_S = 30        # a clean stop waits this long for the last acknowledgements
 # A healthy Kafka client settles (acks or fails) every send within its delivery timeout;

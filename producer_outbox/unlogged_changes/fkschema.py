@@ -19,7 +19,7 @@ import pymysql
 from cachesync.producer_outbox.unlogged_changes.foreignkeys import UNKNOWN, CascadeGraph, ForeignKey
 from cachesync.producer_outbox.decode.matched import SYSTEM_SCHEMAS
 
-log = logging.getLogger("cachesync.producer_outbox.tailer")
+log = logging.getLogger(__name__)
 
 # KEY_COLUMN_USAGE lists a foreign key to an account with SELECT on its table;
 # REFERENTIAL_CONSTRAINTS (the ON DELETE / ON UPDATE rules) only to one with another
