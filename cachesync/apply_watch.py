@@ -18,9 +18,8 @@ from collections import deque
 from typing import Callable, Iterable
 
 from cachesync.runtime.metrics import HEARTBEATS, ROWS, ChangeFigures
-from cachesync.producer_outbox.binlog.heartbeat import beat_time
 from cachesync.schema.errors import CachesyncError
-from cachesync.schema.event import HEARTBEAT_KIND
+from cachesync.schema.event import HEARTBEAT_KIND, beat_time
 
 log = logging.getLogger(__name__)
 

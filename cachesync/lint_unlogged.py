@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from cachesync.producer_outbox.binlog.preflight import binlog_status
+from cachesync.runtime.mysql import binlog_status
 from cachesync.producer_outbox.unlogged_changes.risks import read_risks
 from cachesync.producer_outbox.decode.versioning import overlap_periods
 from cachesync.schema.mapping import MappingSet

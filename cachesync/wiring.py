@@ -8,7 +8,7 @@ the components as they are.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from cachesync.runtime.config import Settings, host_list
@@ -229,6 +229,39 @@ def build_dead_letters(settings: Settings) -> KafkaDeadLetters:
     from cachesync.consumer.adapters.kafka_source import KafkaDeadLetters
     k = settings.kafka
     return KafkaDeadLetters(k.bootstrap_servers, k.dead_letter_topic, producer_options(k))
+
+
+@dataclass(frozen=True)
+class SettingsAdapters:
+    """This module's adapters for one Settings, as one picklable object
+    (``consumer.ports.Adapters``): what the Spark engine's tasks build theirs with on the
+    executors, so that the engine does not import the application."""
+
+    settings: Settings
+
+    def mappings(self) -> MappingSet:
+        return mappings(self.settings)
+
+    def cache(self):
+        return build_cache(self.settings)
+
+    def cache_reader(self, timeout_s: float = ADAPTER_TIMEOUT_S):
+        return build_cache_reader(self.settings, timeout_s)
+
+    def dedup(self):
+        return build_dedup(self.settings)
+
+    def table_jobs(self):
+        return build_table_jobs(self.settings)
+
+    def dead_letters(self):
+        return build_dead_letters(self.settings)
+
+    def mysql(self, database: str) -> MySQLParams:
+        return mysql_params(self.settings, database)
+
+    def replace_settings(self, settings: Settings) -> "SettingsAdapters":
+        return replace(self, settings=settings)
 
 
 def kafka_group(settings: Settings) -> dict:

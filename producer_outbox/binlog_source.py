@@ -33,7 +33,7 @@ from cachesync.producer_outbox.ports import (PULSE, Begin, Change, Commit, Decid
                                              Hold, Prepared, Record, Release, TableEvent,
                                              Unhold)
 from cachesync.producer_outbox.binlog.preflight import ServerInfo
-from cachesync.producer_outbox.binlog.preflight import binlog_status as _binlog_status
+from cachesync.runtime.mysql import binlog_status as _binlog_status
 from cachesync.producer_outbox.encode.rowevents import NO_PLAN, ROW_EVENTS, RowEncoder
 from cachesync.producer_outbox.decode.rows import TxnContext
 from cachesync.producer_outbox.binlog.statements import (STATEMENT, TableChange, statement_kind,

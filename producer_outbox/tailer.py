@@ -19,13 +19,13 @@ from cachesync.runtime.config import TailerSettings
 from cachesync.producer_outbox.binlog import settings as binlog_settings
 from cachesync.producer_outbox.binlog_source import (STREAM_HEARTBEAT_S, BinlogSource,
                                                      current_position, open_stream)
-from cachesync.producer_outbox.binlog_source import _SECRETS, _binlog_status  # noqa: F401
+from cachesync.producer_outbox.binlog_source import _SECRETS  # noqa: F401
 from cachesync.producer_outbox.unlogged_changes.cascades import Cascades
 from cachesync.producer_outbox.binlog.checkpoint import Checkpoint
 from cachesync.producer_outbox.binlog.dumpstream import reader_kind
 from cachesync.producer_outbox.unlogged_changes.fkschema import ForeignKeys
 from cachesync.producer_outbox.decode.matched import MatchedTables
-from cachesync.runtime.mysql import MySQLParams
+from cachesync.runtime.mysql import MySQLParams, binlog_status
 from cachesync.producer_outbox.decode.outbox_binlog import OutboxRouter
 from cachesync.producer_outbox.publish.pipeline import Pipeline
 from cachesync.producer_outbox.ports import CheckpointStore, Publisher
@@ -220,7 +220,7 @@ class Tailer:
         try:
             conn = self._mysql.connect(database=None)
             try:
-                risks = read_risks(conn, info.flavor, schemas, _binlog_status)
+                risks = read_risks(conn, info.flavor, schemas, binlog_status)
             finally:
                 conn.close()
         except Exception as e:      # pymysql's errors: the check is advice, the tailer goes on

@@ -22,6 +22,7 @@ definition (``producer_outbox.decode.servertypes``) and renders the server's tex
 from __future__ import annotations
 
 import datetime as dt
+import json
 import math
 from dataclasses import dataclass
 from decimal import Decimal
@@ -307,3 +308,12 @@ def value_from_text(text: str | None, data_type: str) -> Any:
     if kind in _FLOAT_TYPES:
         return float(text)
     return text
+
+
+def row_value(text: str | None, data_type: str) -> Any:
+    """A column's text as MySQL reads it -> the value the tailer publishes for it (the
+    consistency monitor, snapshot and prefill compare and write what the tailer would): JSON
+    as its document, which is what the binlog carries, the rest by :func:`value_from_text`."""
+    if text is not None and data_type.lower() == "json":
+        return json.loads(text)
+    return value_from_text(text, data_type)

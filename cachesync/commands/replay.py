@@ -12,7 +12,7 @@ from cachesync.runtime import logs
 from cachesync.commands.common import handle_errors, settings_options
 from cachesync.progress import Progress
 from cachesync.runtime.config import Settings
-from cachesync.wiring import build_cache, mappings as configured_mappings, range_reader
+from cachesync.wiring import SettingsAdapters, build_cache, mappings as configured_mappings, range_reader
 
 
 class _BoundType(click.ParamType):
@@ -114,7 +114,7 @@ def _replay_spark(settings, mappings, ranges, tables, dry_run, rate, master, spa
     with spark_session("cachesync-replay", master) if spark is None else nullcontext(spark) as session:
         # Tasks run at most defaultParallelism at a time: each gets its share of the rate.
         per_task = rate / session.sparkContext.defaultParallelism if rate else None
-        config = ReplayConfig(mappings, None if dry_run else settings, tables,
+        config = ReplayConfig(mappings, None if dry_run else SettingsAdapters(settings), tables,
                               per_task, settings.consumer.batch_size)
         return replay_spark(session, settings.kafka.bootstrap_servers, settings.kafka.topic,
                             ranges, config, progress, kafka_options=spark_kafka_options(settings.kafka))

@@ -131,14 +131,16 @@ def _spark(settings, source, mapping, watermark, dry_run, rate, partitions, mast
            progress) -> TableSummary:
     from cachesync.consumer.spark.session import spark_session
     from cachesync.consumer.spark.snapshot import snapshot_spark
+    from cachesync.wiring import SettingsAdapters
     with spark_session("cachesync-snapshot", master) if spark is None else nullcontext(spark) as s:
-        return snapshot_spark(s, source, mapping, watermark, None if dry_run else settings,
+        adapters = None if dry_run else SettingsAdapters(settings)
+        return snapshot_spark(s, source, mapping, watermark, adapters,
                               partitions, rate, progress)
 
 
 def _python(settings, source, mapping, watermark, dry_run, rate, chunk, hooks,
             progress) -> TableSummary:
-    from cachesync.monitor import row_value
+    from cachesync.schema.keytext import row_value
     types = dict(source.columns)
     total, limiter = TableSummary(mapping.table), RateLimiter(rate)
     cache = None if dry_run else wiring.build_cache(settings)

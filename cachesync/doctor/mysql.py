@@ -10,8 +10,9 @@ from cachesync.fk_report import RULES_GRANT, cascading_keys, what_cachesync_does
 from cachesync.runtime.grants import STATE_PRIVILEGES, missing
 from cachesync.producer_outbox.binlog.settings import DEGRADED
 from cachesync.producer_outbox.binlog.preflight import (REPLICA_VARIABLES, REQUIRED_PRIVILEGES,
-                                                 REQUIRED_VARIABLES, binlog_status,
-                                                 global_privileges, problems, read_server_info)
+                                                        REQUIRED_VARIABLES, global_privileges,
+                                                        problems, read_server_info)
+from cachesync.runtime.mysql import binlog_status
 from cachesync.producer_outbox.unlogged_changes.risks import read_risks
 
 

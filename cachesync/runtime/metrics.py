@@ -22,8 +22,7 @@ from prometheus_client import CollectorRegistry, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from cachesync.consumer.core.nines import LagFigures
-from cachesync.producer_outbox.binlog.heartbeat import beat_time
-from cachesync.schema.event import HEARTBEAT_KIND
+from cachesync.schema.event import HEARTBEAT_KIND, beat_time
 
 log = logging.getLogger(__name__)
 

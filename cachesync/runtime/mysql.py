@@ -165,3 +165,19 @@ def close_quietly(conn: pymysql.connections.Connection | None) -> None:
             conn.close()
         except pymysql.err.Error:
             pass
+
+
+_ER_PARSE_ERROR = 1064
+
+
+def binlog_status(cur):
+    """(file, position, do_db, ignore_db, ...) of the server's binlog: SHOW BINARY LOG STATUS
+    (MySQL >= 8.2; 8.4 removed SHOW MASTER STATUS), else SHOW MASTER STATUS (MariaDB, older
+    MySQL)."""
+    try:
+        cur.execute("SHOW BINARY LOG STATUS")
+    except pymysql.err.ProgrammingError as e:
+        if not e.args or e.args[0] != _ER_PARSE_ERROR:
+            raise
+        cur.execute("SHOW MASTER STATUS")
+    return cur.fetchone()

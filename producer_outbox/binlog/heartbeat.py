@@ -14,7 +14,6 @@ import logging
 import threading
 import time
 from dataclasses import replace
-from typing import Any, Mapping
 
 from cachesync.runtime.mysql import Session, ensure_state_tables
 from cachesync.schema.errors import ConfigError, FatalError, RetryableError
@@ -36,13 +35,6 @@ def with_heartbeat(mappings: MappingSet, state_db: str) -> MappingSet:
                           "heartbeat table; its rows are lag probes, never cache keys")
     name = heartbeat_table(state_db)
     return replace(mappings, tables={**mappings.tables, name: TableMapping(table=name, keys=())})
-
-
-def beat_time(after: Mapping[str, Any] | None) -> float | None:
-    """The heartbeat's write time in epoch seconds (microsecond precision), or None."""
-    if not after or after.get("beat_us") is None:
-        return None
-    return int(after["beat_us"]) / 1e6
 
 
 class HeartbeatWriter:

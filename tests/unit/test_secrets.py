@@ -96,8 +96,9 @@ def _dataclasses_holding_secrets():
     return found
 
 
-# fields holding the loaded Settings, or one of its sections that holds a secret
-_HOLDERS = ("settings", "mysql", "kafka", "redis")
+# fields holding the loaded Settings (or the adapters' factory over it), or one of its
+# sections that holds a secret
+_HOLDERS = ("settings", "adapters", "mysql", "kafka", "redis")
 
 
 def _holds_secrets(cls) -> bool:
@@ -108,6 +109,9 @@ def _holds_secrets(cls) -> bool:
 def _secret_value(name: str, settings):
     if name == "settings":
         return settings
+    if name == "adapters":
+        from cachesync.wiring import SettingsAdapters
+        return SettingsAdapters(settings)
     if name in _HOLDERS:
         return getattr(settings, name)
     if "url" in name.lower():
@@ -145,7 +149,7 @@ def test_every_config_dataclass_masks_its_secrets(tmp_path, caplog):
             "cachesync.runtime.config.RedisSettings", "cachesync.runtime.config.Settings",
             "cachesync.consumer.spark.applier.ApplyConfig",
             "cachesync.consumer.spark.applier.AuditConfig",
-            "cachesync.consumer.spark.audit.TableSource",
+            "cachesync.consumer.spark.audit.TableSource", "cachesync.wiring.SettingsAdapters",
             "cachesync.runtime.mysql.MySQLParams"} <= set(classes)
     with caplog.at_level(logging.DEBUG, logger="test.secrets"):
         for name, cls in classes.items():
