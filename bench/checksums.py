@@ -21,7 +21,7 @@ import time
 import zlib
 
 from bench.common import log, ratio, shared_file, summarize
-from cachesync.producer_outbox.checksums import verify
+from cachesync.producer_outbox.binlog.checksums import verify
 
 NAME = "checksums"
 ROUNDS = {"full": 4000, "quick": 400}

@@ -22,7 +22,7 @@ from pathlib import Path
 import yaml
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 
-from cachesync import config
+from cachesync.runtime import config
 from cachesync.schema.event import decode_record
 from cachesync.schema.keys import (DEDUP_PREFIX, LEASE_PREFIX, TABLE_FENCE_PREFIX, TABLE_JOB_PREFIX,
                                     VERSION_PREFIX, dedup_retention_key)

@@ -28,8 +28,8 @@ from bench.common import OVERLAP, Sandbox, Worker, log, ratio, summarize, wait_f
 from cachesync.wiring import build_engine
 from cachesync.consumer.adapters.redis_cache import PIPELINE_CHUNK
 from cachesync.schema.keys import DEDUP_PREFIX as REDIS_DEDUP_PREFIX
-from cachesync.producer_outbox.packing import Packer
-from cachesync.producer_outbox.rows import TxnContext, row_change
+from cachesync.producer_outbox.encode.packing import Packer
+from cachesync.producer_outbox.decode.rows import TxnContext, row_change
 from cachesync.schema.event import encode
 from cachesync.schema.keys import kafka_key
 

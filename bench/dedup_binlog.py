@@ -37,10 +37,10 @@ import secrets
 import time
 
 from bench.common import Sandbox, Worker, log, ratio, summarize, topic_events, wait_for
-from cachesync.config import Secret
+from cachesync.runtime.config import Secret
 from cachesync.consumer.adapters.kafka_source import KafkaSource
 from cachesync.consumer.engine import PythonEngine
-from cachesync.kafka_security import client_security
+from cachesync.runtime.kafka_security import client_security
 from cachesync.schema.keys import DEDUP_PREFIX
 from cachesync.wiring import (build_cache, build_dead_letters, build_dedup, kafka_group,
                               mappings)

@@ -21,7 +21,7 @@ import time
 from bench.common import Sandbox, log, percentile, ratio
 from cachesync.consumer.adapters.mysql_dedup import MySQLDedupStore
 from cachesync.consumer.adapters.mysql_dedup_compact import CompactMySQLDedupStore
-from cachesync.producer_outbox.mysql import MySQLParams
+from cachesync.runtime.mysql import MySQLParams
 
 NAME = "dedup_layout"
 SIZES = {"full": 3_200_000, "quick": 100_000}     # records per layout

@@ -27,7 +27,7 @@ import pymysql
 from bench.common import Worker, log, wait_for
 from bench.lag import _alive, _checkpoint_stored
 from bench.start import start_steps
-from cachesync import config
+from cachesync.runtime import config
 
 PHASE_MAX_S = 600.0
 RECOVERY_TIMEOUT_S = 120.0

@@ -36,7 +36,7 @@ from redis.cluster import RedisCluster
 
 from bench.common import ROOT, Sandbox, Worker, log, median, percentile, wait_for
 from bench.lag import _alive, _checkpoint_stored
-from cachesync import config
+from cachesync.runtime import config
 from cachesync.consumer.adapters.redis_cluster import refresh
 
 NAME = "failover_redis_cluster"

@@ -1,7 +1,7 @@
 """What following foreign-key cascades costs: per cascaded parent row in the tailer, and on
 other tables' lag at N parent deletes per second, end to end.
 
-Per parent row (pure CPU, no server): the invalidations ``producer_outbox.cascades`` builds
+Per parent row (pure CPU, no server): the invalidations ``producer_outbox.unlogged_changes.cascades`` builds
 for a deleted parent row (keys of the FK-only template rendered from the parent, a
 table-level event for the child's other templates once per transaction), against the same
 row published as a plain row event of a mapped table (the baseline: what the tailer pays per
@@ -30,9 +30,9 @@ from bench.common import Sandbox, _quietly, log, median, ratio, summarize, wait_
 from bench.lag import DDL as LAG_DDL
 from bench.lag import Harness, _alive, _checkpoint_stored
 from bench.table_pipeline import _populate, _scan_calls
-from cachesync.producer_outbox.cascades import Cascades
-from cachesync.producer_outbox.foreignkeys import CascadeGraph, ForeignKey
-from cachesync.producer_outbox.rows import TxnContext, row_change
+from cachesync.producer_outbox.unlogged_changes.cascades import Cascades
+from cachesync.producer_outbox.unlogged_changes.foreignkeys import CascadeGraph, ForeignKey
+from cachesync.producer_outbox.decode.rows import TxnContext, row_change
 from cachesync.schema.event import encode
 from cachesync.schema.keys import kafka_key
 from cachesync.schema.mapping import parse_mappings

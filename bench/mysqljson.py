@@ -29,7 +29,7 @@ from pymysqlreplication.row_event import WriteRowsEvent
 from pymysqlreplication.table import Table
 
 from bench.common import log, ratio, shared_file, summarize
-from cachesync.producer_outbox import fastrows, jsoncolumns
+from cachesync.producer_outbox.decode import fastrows, jsoncolumns
 
 NAME = "mysqljson"
 SIZES = {"full": 20_000, "quick": 2_000}

@@ -27,15 +27,15 @@ from typing import Callable
 
 from bench.common import (Sandbox, Worker, log, percentile, ratio, summarize, topic_events,
                           wait_for)
-from cachesync.producer_outbox.checkpoint import Checkpoint, MySQLCheckpointStore
-from cachesync.producer_outbox.preflight import read_server_info
+from cachesync.producer_outbox.binlog.checkpoint import Checkpoint, MySQLCheckpointStore
+from cachesync.producer_outbox.binlog.preflight import read_server_info
 from cachesync.wiring import build_tailer, mysql_params
-from cachesync.producer_outbox.mysql import MySQLParams
+from cachesync.runtime.mysql import MySQLParams
 from cachesync.producer_outbox.outbox import OutboxRow, emit, ensure_outbox_table, event_kafka_key, to_event
-from cachesync.producer_outbox.publisher import KafkaPublisher
-from cachesync.config import RelaySettings
-from cachesync.producer_outbox.relay import Relay
-from cachesync.producer_outbox.relay_store import OutboxStore
+from cachesync.producer_outbox.publish.kafka_publisher import KafkaPublisher
+from cachesync.runtime.config import RelaySettings
+from cachesync.producer_outbox.outbox_relay.relay import Relay
+from cachesync.producer_outbox.outbox_relay.store import OutboxStore
 from cachesync.schema.event import PACK_PREFIX, decode_record, encode
 
 NAME = "outbox"

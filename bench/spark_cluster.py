@@ -157,7 +157,7 @@ def _warm_executor(spark) -> None:
 
 def _cluster() -> dict[str, str]:
     """Start the devstack's spark variant (idempotent); its facts from the env file."""
-    from cachesync import config
+    from cachesync.runtime import config
     from cachesync.devstack import default_env_file
     subprocess.run([str(ROOT / "devstack" / "stack.sh"), "up", "spark"], check=True,
                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)

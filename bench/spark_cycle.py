@@ -25,7 +25,7 @@ from bench.common import Sandbox, Stack, stat_cpu_s
 from bench.spark_cluster import _cluster, _warm_executor
 from cachesync.commands.consume_spark import build_spark_engine
 from cachesync.consumer.spark.session import spark_session
-from cachesync.producer_outbox.rows import TxnContext, row_change
+from cachesync.producer_outbox.decode.rows import TxnContext, row_change
 from cachesync.schema.event import encode
 from cachesync.schema.keys import kafka_key
 

@@ -29,8 +29,9 @@ from kafka import KafkaConsumer
 
 from bench.common import Sandbox, Stack
 from bench.consumer import populate, prefill
-from cachesync.collector import paced
+from cachesync.runtime.gc_pacing import paced
 from cachesync.consumer.spark.applier import ApplyConfig, consume_arrow
+from cachesync.wiring import SettingsAdapters
 from cachesync.wiring import build_engine
 
 HEADER = pa.struct([("key", pa.string()), ("value", pa.binary())])
@@ -113,10 +114,10 @@ def main(argv: list[str]) -> None:
             print(f"round {i + 1} engine: {events} events, {cpu:.3f} s CPU, "
                   f"{cpu / events * 1e6:.1f} us/event")
             populate(r, keys)
-            config = ApplyConfig(settings())
+            config = ApplyConfig(SettingsAdapters(settings()))
             list(consume_arrow(batches[:1], config, 0))         # warm: the code paths
             populate(r, keys)
-            config = ApplyConfig(settings())
+            config = ApplyConfig(SettingsAdapters(settings()))
             list(consume_arrow([], config, 0))                   # this run's adapters
             cpu, events, size = task_cpu(config, batches, prof if profile == "task" else None)
             print(f"round {i + 1} task:   {events} events, {cpu:.3f} s CPU, "

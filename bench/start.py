@@ -37,7 +37,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from bench.common import (Sandbox, baseline_tree, compile_tree, log, median, ratio, tree_commit,
                           wait_for)
 from bench.tailer import _append_time
-from cachesync.producer_outbox.rows import TxnContext, row_change
+from cachesync.producer_outbox.decode.rows import TxnContext, row_change
 from cachesync.schema.event import decode_record, encode
 from cachesync.schema.keys import kafka_key
 
@@ -196,7 +196,7 @@ class StartBench:
 
 
 def start_steps(proc) -> dict[str, float] | None:
-    """The ``start:`` lines (cachesync.startup) in a spawned process's log."""
+    """The ``start:`` lines (cachesync.runtime.startup) in a spawned process's log."""
     with open(proc.log_path) as f:
         return parse_start(f.read())
 

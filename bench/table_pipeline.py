@@ -38,7 +38,7 @@ import redis
 from bench.common import Sandbox, Worker, log, percentile, ratio, summarize, wait_for
 from cachesync.consumer.adapters.kafka_source import KafkaSource
 from cachesync.consumer.engine import PythonEngine
-from cachesync.kafka_security import client_security
+from cachesync.runtime.kafka_security import client_security
 from cachesync.wiring import (build_cache, build_dead_letters, build_dedup, build_table_jobs,
                               kafka_group, mappings)
 

@@ -16,7 +16,7 @@ the same binlog range twice, alternating which goes first:
   row ids, once each;
 * the same Tailer with ``pack_rows: 1`` (one record per row), reported beside it;
 * the same Tailer with the default settings but every row written by the Python path
-  (the compiled row writer and the compiled run, producer_outbox/hotpath.py, switched off),
+  (the compiled row writer and the compiled run, producer_outbox/encode/hotpath.py, switched off),
   beside it;
 * what users run: the ``cachesync tail --from-gtid`` process with the default settings
   (its metrics server on a free port), on a topic whose records carry the broker's append
@@ -45,11 +45,11 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 
 from bench import peers
 from bench.common import Sandbox, Worker, log, ratio, summarize, topic_events
-from cachesync.config import TailerSettings
+from cachesync.runtime.config import TailerSettings
 from cachesync.wiring import build_tailer, mysql_params
-from cachesync.producer_outbox import hotpath
-from cachesync.producer_outbox.checkpoint import Checkpoint, MySQLCheckpointStore
-from cachesync.producer_outbox.preflight import read_server_info
+from cachesync.producer_outbox.encode import hotpath
+from cachesync.producer_outbox.binlog.checkpoint import Checkpoint, MySQLCheckpointStore
+from cachesync.producer_outbox.binlog.preflight import read_server_info
 
 NAME = "tailer"
 SIZES = {"full": 200_000, "quick": 10_000}

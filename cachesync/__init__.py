@@ -14,5 +14,5 @@ def install_hint(extras: str = "") -> str:
 
 # Imported from a zip (a Spark executor's py-files): the C accelerator comes with it as data.
 if isinstance(__loader__, _zipimport.zipimporter):
-    from cachesync.zipnative import attach as _attach
+    from cachesync.runtime.zipnative import attach as _attach
     _attach(__path__, __loader__.archive)

@@ -365,7 +365,7 @@ crc16(const char *data, Py_ssize_t length)
 }
 
 /* CRC32 (zlib's crc32: reflected polynomial 0xEDB88320), the checksum a binlog event ends in
- * with binlog_checksum=CRC32 (producer_outbox/checksums.py); slice-by-8, so a 200-byte event
+ * with binlog_checksum=CRC32 (producer_outbox/binlog/checksums.py); slice-by-8, so a 200-byte event
  * costs some 100 ns */
 static uint32_t CRC32_TABLE[8][256];
 
@@ -554,7 +554,7 @@ fail:
 
 /* -- row_record ---------------------------------------------------------------------- */
 
-/* The tailer's per-row work in one call (producer_outbox/hotpath.py): from a decoded row,
+/* The tailer's per-row work in one call (producer_outbox/encode/hotpath.py): from a decoded row,
  * trimmed here to the columns the mapping keeps, to its Kafka key, its record bytes and its message id, exactly as
  * rows.row_change + keys.kafka_key + event.encode + ids.binlog_message_id produce them.
  * Whatever it does not render exactly as Python does (a float Python writes with an
@@ -1155,7 +1155,7 @@ row_record(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 
 /* ---- scan_group: one whole binlog event group from the dump stream's buffer --------------
  *
- * The fast reader (producer_outbox/dumpstream.py) calls this with its read buffer: when the
+ * The fast reader (producer_outbox/binlog/dumpstream.py) calls this with its read buffer: when the
  * bytes from ``pos`` hold, in complete packets with the expected sequence numbers, one
  * MariaDB event group of the common shape -- a GTID event (not standalone, not XA), then
  * annotate-rows, table-map and v1/v2 write/update/delete rows events, then an XID event --

@@ -5,7 +5,7 @@ consumer marks each message id done in the dedup store right after applying its 
 operations, and the Redis and MySQL stores record when (``d <done_ms>``; ``done_at``). The
 watch takes the changes the monitor reads (heartbeats, whose write times are exact, and the
 sampled row changes), looks their ids up once they are due, and adds ``done - commit`` to a
-:class:`~cachesync.metrics.ChangeFigures`: the consumer's commit -> apply lag from
+:class:`~cachesync.runtime.metrics.ChangeFigures`: the consumer's commit -> apply lag from
 production traffic, a little high (the mark follows the apply). A change still not done
 ``give_up_s`` after its commit is added with its lag so far: it counts as late at every bound.
 """
@@ -17,10 +17,9 @@ import time
 from collections import deque
 from typing import Callable, Iterable
 
-from cachesync.metrics import HEARTBEATS, ROWS, ChangeFigures
-from cachesync.producer_outbox.heartbeat import beat_time
+from cachesync.runtime.metrics import HEARTBEATS, ROWS, ChangeFigures
 from cachesync.schema.errors import CachesyncError
-from cachesync.schema.event import HEARTBEAT_KIND
+from cachesync.schema.event import HEARTBEAT_KIND, beat_time
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from kafka import KafkaAdminClient
 from kafka.errors import (CoordinatorLoadInProgressError, CoordinatorNotAvailableError,
                           NotCoordinatorError)
 
-from cachesync import config
+from cachesync.runtime import config
 
 _COORDINATOR_NOT_READY = (CoordinatorNotAvailableError, CoordinatorLoadInProgressError,
                           NotCoordinatorError)

@@ -11,8 +11,8 @@ from __future__ import annotations
 from contextlib import ExitStack
 from typing import Callable
 
-from cachesync.config import Settings
-from cachesync.metrics import TAILER_COUNTERS, ConsumerMetrics, counters
+from cachesync.runtime.config import Settings
+from cachesync.runtime.metrics import TAILER_COUNTERS, ConsumerMetrics, counters
 from cachesync.operate import Ops
 
 

@@ -3,10 +3,10 @@ each one, and what cachesync does about it."""
 
 from __future__ import annotations
 
-from cachesync.producer_outbox.cascades import rendered_templates
-from cachesync.producer_outbox.fkschema import (NATIVE_SETTING, cascades_logged, keyed,
-                                                read_foreign_keys)
-from cachesync.producer_outbox.foreignkeys import CascadeGraph, ForeignKey
+from cachesync.producer_outbox.unlogged_changes.cascades import rendered_templates
+from cachesync.producer_outbox.unlogged_changes.fkschema import (NATIVE_SETTING, cascades_logged,
+                                                                 keyed, read_foreign_keys)
+from cachesync.producer_outbox.unlogged_changes.foreignkeys import CascadeGraph, ForeignKey
 from cachesync.schema.mapping import MappingSet
 
 RULES_GRANT = ("GRANT REFERENCES ON <db>.* TO the cachesync user: MariaDB shows the ON DELETE/"

@@ -1,7 +1,7 @@
 """``lint``'s checks of changes the binlog does not carry as the cache needs them.
 
 * ``unlogged-changes``: binlog filters that exclude a mapped schema, accounts that may set
-  ``sql_log_bin=0`` (``producer_outbox.unlogged``);
+  ``sql_log_bin=0`` (``producer_outbox.unlogged_changes.risks``);
 * ``period-key``: an update-mode table with an application-time period under a ``WITHOUT
   OVERLAPS`` key (MariaDB): several rows share the other key columns, so a template
   without the period's start or end column renders one key for all of them, and an
@@ -10,9 +10,10 @@
 
 from __future__ import annotations
 
-from cachesync.producer_outbox.preflight import binlog_status, server_flavor
-from cachesync.producer_outbox.unlogged import read_risks
-from cachesync.producer_outbox.versioning import overlap_periods
+from cachesync.producer_outbox.binlog.preflight import server_flavor
+from cachesync.runtime.mysql import binlog_status
+from cachesync.producer_outbox.unlogged_changes.risks import read_risks
+from cachesync.producer_outbox.decode.versioning import overlap_periods
 from cachesync.schema.mapping import MappingSet
 
 

@@ -12,7 +12,6 @@ slow MySQL or Redis slows the checks, not the apply path. The decisions are made
 from __future__ import annotations
 
 import heapq
-import json
 import logging
 import queue
 import threading
@@ -20,16 +19,16 @@ import time
 from collections import Counter
 from typing import Any, Callable, Iterable, Mapping
 
-from cachesync.config import MonitorSettings, Settings
+from cachesync.runtime.config import MonitorSettings, Settings
 from cachesync.consumer.applier import BatchResult
 from cachesync.consumer.consistency import (STALE, RateLimit, Sample, judge, keys_to_read,
                                             next_step, row_identity, sampled)
 from cachesync.consumer.core.plan import EventPlan
 from cachesync.consumer.hooks import Hook
 from cachesync.consumer.ports import CacheReader
-from cachesync.producer_outbox.mysql import Session
+from cachesync.runtime.mysql import Session
 from cachesync.schema.errors import CachesyncError, FatalError
-from cachesync.schema.keytext import server_text_sql, value_from_text
+from cachesync.schema.keytext import row_value, server_text_sql
 from cachesync.schema.mapping import MappingSet, TableMapping
 from cachesync.schema.sqlnames import quote
 
@@ -64,7 +63,7 @@ class RowReader:
         found = self._session.run(lambda cur: _one(cur, sql, [v for _, v in pk]))
         if found is None:
             return None
-        return {c: _value(text, types[c]) for (c, _), text in zip(types.items(), found)}
+        return {c: row_value(text, types[c]) for (c, _), text in zip(types.items(), found)}
 
     def _columns(self, mapping: TableMapping) -> dict[str, str]:
         if mapping.table not in self._types:
@@ -93,16 +92,6 @@ def _one(cur, sql: str, params) -> tuple | None:
 def _all(cur, sql: str, params) -> tuple:
     cur.execute(sql, params)
     return cur.fetchall()
-
-
-def _value(text: str | None, data_type: str) -> Any:
-    # MySQL's JSON type reaches the binlog as a document, not as its text
-    if text is not None and data_type.lower() == "json":
-        return json.loads(text)
-    return value_from_text(text, data_type)
-
-
-row_value = _value     # a column's key text -> the value the tailer publishes (snapshot too)
 
 
 def read_values(cache: CacheReader, mapping: TableMapping, keys: list[str]) -> dict[str, Any]:

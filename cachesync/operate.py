@@ -13,17 +13,18 @@ from typing import Callable
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from cachesync import __version__, startup
-from cachesync.config import Settings
+from cachesync import __version__
+from cachesync.runtime import startup
+from cachesync.runtime.config import Settings
 from cachesync.http import OpsServer, parse_listen
-from cachesync.metrics import (RELAY_COUNTERS, TAILER_COUNTERS, CheckpointAge, ConsumerMetrics,
+from cachesync.runtime.metrics import (RELAY_COUNTERS, TAILER_COUNTERS, CheckpointAge, ConsumerMetrics,
                                Cumulative, MonitorCollector, binlog_format_row, counters,
                                heartbeat_gauge, info, relay_published,
                                process_collectors)
 from cachesync import wiring
 from cachesync.probes import (BinlogFormatWatch, KafkaOffsets, Prober, checkpoint_info,
                               record_applied_lag)
-from cachesync.producer_outbox.mysql import Session
+from cachesync.runtime.mysql import Session
 from cachesync.schema.errors import CachesyncError
 
 log = logging.getLogger(__name__)

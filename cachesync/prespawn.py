@@ -23,7 +23,7 @@ import os
 import subprocess
 import sys
 
-PUBLISHER_MODULE = "cachesync.producer_outbox.procpublisher"
+PUBLISHER_MODULE = "cachesync.producer_outbox.publish.process_publisher"
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from kafka.admin import OffsetSpec
 from kafka.errors import KafkaError
 
 from cachesync.consumer.adapters.kafka_source import RECONNECT_BACKOFF_MAX_MS
-from cachesync.producer_outbox.leader import lock_name
+from cachesync.producer_outbox.binlog.leader import lock_name
 from cachesync.schema.errors import RetryableError
 
 log = logging.getLogger(__name__)

@@ -16,9 +16,9 @@ from typing import Callable
 
 import click
 
-from cachesync import logs
+from cachesync.runtime import logs
 
-log = logging.getLogger("cachesync.progress")
+log = logging.getLogger(__name__)
 INTERVAL_S = 5.0
 COUNTER_REDRAW_S = 0.2      # a running count on a terminal redraws at most this often
 

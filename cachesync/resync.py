@@ -13,10 +13,10 @@ import logging
 from dataclasses import dataclass, field
 from typing import Callable
 
-from cachesync.config import Settings
+from cachesync.runtime.config import Settings
 from cachesync.consumer.core.writes import padded
-from cachesync.producer_outbox.binlog_read import LostPositionError
-from cachesync.producer_outbox.checkpoint import Checkpoint, MySQLCheckpointStore
+from cachesync.producer_outbox.binlog.reading import LostPositionError
+from cachesync.producer_outbox.binlog.checkpoint import Checkpoint, MySQLCheckpointStore
 from cachesync.schema.gtid import GtidState
 from cachesync.schema.ids import binlog_version, file_pos_ordinal
 from cachesync.schema.mapping import MappingSet, TableMapping

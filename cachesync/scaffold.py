@@ -12,7 +12,7 @@ import fnmatch
 import re
 from collections import defaultdict
 
-from cachesync.producer_outbox.matched import SYSTEM_SCHEMAS
+from cachesync.producer_outbox.decode.matched import SYSTEM_SCHEMAS
 from cachesync.schema.key_formats import spring_key
 from cachesync.schema.patterns import is_shadow_table
 
@@ -197,7 +197,7 @@ def _quote(name: str) -> str:
 def unreadable(conn, databases: list[str], schema: dict) -> list[str]:
     """Why each of ``databases`` shows no table: the account's missing SELECT (with the
     GRANT that gives it), or that the database has none the account can see."""
-    from cachesync.grants import missing
+    from cachesync.runtime.grants import missing
     seen = {db for db, _ in schema}
     empty = [db for db in databases if db not in seen]
     if not empty:

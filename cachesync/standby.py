@@ -12,11 +12,11 @@ import logging
 import threading
 from typing import Callable
 
-from cachesync.producer_outbox.leader import CHECK_EVERY_S, TailerLock
+from cachesync.producer_outbox.binlog.leader import CHECK_EVERY_S, TailerLock
 from cachesync.schema.errors import FatalError, RetryableError
 from cachesync.supervisor import RestartingTailer
 
-log = logging.getLogger("cachesync")
+log = logging.getLogger(__name__)
 
 
 def while_held(lock: TailerLock, build: Callable[[], object]) -> Callable[[], object]:

@@ -14,7 +14,7 @@ from typing import Callable, Protocol
 from cachesync.schema.retry import RetryPolicy, Stopped, call
 from cachesync.schema.errors import ConfigError, FatalError, RetryableError
 
-log = logging.getLogger("cachesync")
+log = logging.getLogger(__name__)
 
 RESTART_POLICY = RetryPolicy(base_s=0.5, cap_s=30.0)
 JOIN_TIMEOUT_S = 60.0

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from cachesync.producer_outbox.matched import EXISTING_TABLES
+from cachesync.producer_outbox.decode.matched import EXISTING_TABLES
 from cachesync.schema.mapping import TABLE_FIELDS, MappingSet, TableMapping, instantiate
 
 # the name a pattern's templates are shown with when no table matches it (offline)

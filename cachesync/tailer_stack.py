@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from cachesync import startup
-from cachesync.config import Settings
+from cachesync.runtime import startup
+from cachesync.runtime.config import Settings
 from cachesync.resync import ResyncingTailer
 from cachesync.standby import ActiveStandby, while_held
 from cachesync.supervisor import RestartingTailer

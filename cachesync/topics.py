@@ -12,11 +12,11 @@ from kafka import KafkaAdminClient
 from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
-from cachesync.config import Settings
-from cachesync.kafka_security import client_security
+from cachesync.runtime.config import Settings
+from cachesync.runtime.kafka_security import client_security
 from cachesync.schema.errors import FatalError, RetryableError
 
-log = logging.getLogger("cachesync.topics")
+log = logging.getLogger(__name__)
 
 ADMIN_TIMEOUT_MS = 10_000
 VISIBLE_POLL_S = 0.1     # how often a created topic's metadata is asked for until it shows

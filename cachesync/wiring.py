@@ -8,13 +8,13 @@ the components as they are.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from cachesync.config import Settings, host_list
-from cachesync.kafka_login import refused_login_is_fatal
-from cachesync.kafka_security import admin_options, consumer_options, producer_options
-from cachesync.producer_outbox.mysql import MySQLParams, Session, ensure_state_tables
+from cachesync.runtime.config import Settings, host_list
+from cachesync.runtime.kafka_login import refused_login_is_fatal
+from cachesync.runtime.kafka_security import admin_options, consumer_options, producer_options
+from cachesync.runtime.mysql import MySQLParams, Session, ensure_state_tables
 from cachesync.schema.errors import ConfigError
 from cachesync.schema.mapping import MappingSet
 
@@ -28,10 +28,10 @@ if TYPE_CHECKING:
     from cachesync.consumer.adapters.redis_table_jobs import RedisTableJobs
     from cachesync.consumer.engine import PythonEngine
     from cachesync.probes import KafkaOffsets
-    from cachesync.producer_outbox.checkpoint import Checkpoint
-    from cachesync.producer_outbox.heartbeat import HeartbeatWriter
-    from cachesync.producer_outbox.leader import TailerLock
-    from cachesync.producer_outbox.relay import Relay
+    from cachesync.producer_outbox.binlog.checkpoint import Checkpoint
+    from cachesync.producer_outbox.binlog.heartbeat import HeartbeatWriter
+    from cachesync.producer_outbox.binlog.leader import TailerLock
+    from cachesync.producer_outbox.outbox_relay.relay import Relay
     from cachesync.producer_outbox.tailer import Tailer
 
 
@@ -69,8 +69,8 @@ def system_ca() -> str:
 
 
 def mappings(settings: Settings) -> MappingSet:
-    """The configured tables plus the internal heartbeat table (see cachesync.producer_outbox.heartbeat)."""
-    from cachesync.producer_outbox.heartbeat import with_heartbeat
+    """The configured tables plus the internal heartbeat table (see cachesync.producer_outbox.binlog.heartbeat)."""
+    from cachesync.producer_outbox.binlog.heartbeat import with_heartbeat
     return with_heartbeat(settings.tables, settings.mysql.state_db)
 
 
@@ -157,7 +157,7 @@ def range_reader(settings: Settings, **options) -> KafkaConsumer:
 
 
 def build_heartbeat(settings: Settings) -> HeartbeatWriter:
-    from cachesync.producer_outbox.heartbeat import HeartbeatWriter
+    from cachesync.producer_outbox.binlog.heartbeat import HeartbeatWriter
     t = settings.tailer
     return HeartbeatWriter(mysql_params(settings).connect, t.name, t.heartbeat_interval_s)
 
@@ -177,7 +177,7 @@ def build_cache_reader(settings: Settings, timeout_s: float = ADAPTER_TIMEOUT_S)
 
 def build_tailer_lock(settings: Settings) -> TailerLock:
     """The named lock that makes one of the tailers named ``tailer.name`` the active one."""
-    from cachesync.producer_outbox.leader import TailerLock
+    from cachesync.producer_outbox.binlog.leader import TailerLock
     return TailerLock(mysql_params(settings).connect, settings.tailer.name,
                       settings.tailer.lock_lease_s)
 
@@ -185,7 +185,7 @@ def build_tailer_lock(settings: Settings) -> TailerLock:
 def tailer_preflight(settings: Settings):
     """A check of the binlog source's settings and the user's grants (raises FatalError,
     RetryableError when no source answers)."""
-    from cachesync.producer_outbox.preflight import check_server
+    from cachesync.producer_outbox.binlog.preflight import check_server
     return lambda: check_server(source_params(settings).connect,
                                 replica=bool(settings.tailer.source_hosts))
 
@@ -193,7 +193,7 @@ def tailer_preflight(settings: Settings):
 def source_params(settings: Settings) -> MySQLParams:
     """The server whose binlog the tailer reads: the first of ``tailer.source_hosts`` that
     answers, else ``mysql.host`` (raises RetryableError when none answers, FatalError)."""
-    from cachesync.producer_outbox.source import first_answering, source_candidates
+    from cachesync.producer_outbox.binlog.server_choice import first_answering, source_candidates
     if not settings.tailer.source_hosts:
         return mysql_params(settings)
     hosts = host_list(settings.tailer.source_hosts, settings.mysql.port)
@@ -229,6 +229,39 @@ def build_dead_letters(settings: Settings) -> KafkaDeadLetters:
     from cachesync.consumer.adapters.kafka_source import KafkaDeadLetters
     k = settings.kafka
     return KafkaDeadLetters(k.bootstrap_servers, k.dead_letter_topic, producer_options(k))
+
+
+@dataclass(frozen=True)
+class SettingsAdapters:
+    """This module's adapters for one Settings, as one picklable object
+    (``consumer.ports.Adapters``): what the Spark engine's tasks build theirs with on the
+    executors, so that the engine does not import the application."""
+
+    settings: Settings
+
+    def mappings(self) -> MappingSet:
+        return mappings(self.settings)
+
+    def cache(self):
+        return build_cache(self.settings)
+
+    def cache_reader(self, timeout_s: float = ADAPTER_TIMEOUT_S):
+        return build_cache_reader(self.settings, timeout_s)
+
+    def dedup(self):
+        return build_dedup(self.settings)
+
+    def table_jobs(self):
+        return build_table_jobs(self.settings)
+
+    def dead_letters(self):
+        return build_dead_letters(self.settings)
+
+    def mysql(self, database: str) -> MySQLParams:
+        return mysql_params(self.settings, database)
+
+    def replace_settings(self, settings: Settings) -> "SettingsAdapters":
+        return replace(self, settings=settings)
 
 
 def kafka_group(settings: Settings) -> dict:
@@ -269,11 +302,11 @@ def start_publisher(settings: Settings):
     """The tailer's Kafka publisher (``tailer.publisher``: its own process, or a thread),
     started in a thread of its own (StartingPublisher): the first send waits for it."""
     from cachesync import prespawn
-    from cachesync.producer_outbox.publisher import KafkaPublisher, delivery_timeout_s
-    from cachesync.producer_outbox.starting_publisher import StartingPublisher
+    from cachesync.producer_outbox.publish.kafka_publisher import KafkaPublisher, delivery_timeout_s
+    from cachesync.producer_outbox.publish.starting_publisher import StartingPublisher
     bootstrap, security = settings.kafka.bootstrap_servers, producer_options(settings.kafka)
     if settings.tailer.publisher == "process":
-        from cachesync.producer_outbox.procpublisher import ProcessPublisher
+        from cachesync.producer_outbox.publish.process_publisher import ProcessPublisher
         child = prespawn.take("publisher")      # started with the command, if it was
         return StartingPublisher(lambda: ProcessPublisher(bootstrap, security=security,
                                                           child=child),
@@ -289,8 +322,8 @@ def build_tailer(settings: Settings, start: Checkpoint | None = None, publisher=
     ``start`` overrides the stored checkpoint (``tail --from-...``); ``started``: a
     :func:`start_publisher` to publish with (default: one started now, beside the tailer's
     preflight and binlog connect)."""
-    from cachesync.producer_outbox.checkpoint import MySQLCheckpointStore
-    from cachesync.producer_outbox.heartbeat import own_rows_only
+    from cachesync.producer_outbox.binlog.checkpoint import MySQLCheckpointStore
+    from cachesync.producer_outbox.binlog.heartbeat import own_rows_only
     # the binlog reader needs compiled libraries (zstandard) that Spark executors, which
     # import this module for the consumer's adapters, may not have
     from cachesync.producer_outbox.tailer import Tailer, TailerOptions
@@ -328,9 +361,9 @@ def build_direct(settings: Settings, on_batch=None):
 
 def build_relay(settings: Settings) -> Relay:
     """The outbox relay for ``relay.outbox_db``; raises ConfigError if it is not set."""
-    from cachesync.producer_outbox.publisher import KafkaPublisher
-    from cachesync.producer_outbox.relay import Relay
-    from cachesync.producer_outbox.relay_store import OutboxStore
+    from cachesync.producer_outbox.publish.kafka_publisher import KafkaPublisher
+    from cachesync.producer_outbox.outbox_relay.relay import Relay
+    from cachesync.producer_outbox.outbox_relay.store import OutboxStore
     r, m = settings.relay, settings.mysql
     if not r.outbox_db:
         raise ConfigError("relay.outbox_db is required: the application database holding "

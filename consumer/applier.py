@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, NamedTuple, Sequence
 
-from cachesync.config import ConsumerSettings
+from cachesync.runtime.config import ConsumerSettings
 from cachesync.consumer.core.dedup import decide
 from cachesync.consumer.core.delivery import Decoded, decode_records
 from cachesync.consumer.core.offsets import Record

@@ -18,12 +18,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Callable, Sequence
 
-from cachesync import startup
-from cachesync.collector import paced
-from cachesync.config import ConsumerSettings
+from cachesync.runtime import startup
+from cachesync.runtime.gc_pacing import paced
+from cachesync.runtime.config import ConsumerSettings
 from cachesync.consumer.applier import Applier, BatchResult, Stats
 from cachesync.consumer.core.offsets import commit_offsets
-from cachesync.consumer.core.tablejobs import held_back
+from cachesync.consumer.core.table_jobs import held_back
 from cachesync.consumer.hooks import Hook, Hooks, consumer_hooks
 from cachesync.consumer.ports import CacheWriter, DeadLetters, DedupStore, Source
 from cachesync.consumer.table_jobs import TableInvalidator, paced_by
@@ -80,7 +80,7 @@ class PythonEngine:
 
     def run(self) -> None:
         """Consume until stop(); transient errors are retried forever, fatal ones raise.
-        The collector is paced for the loop while it runs (cachesync.collector).
+        The collector is paced for the loop while it runs (cachesync.runtime.gc_pacing).
 
         With ``consumer.overlap_batches`` (the default) a worker thread applies each
         batch while this thread polls, decodes and plans the next one (``_overlapped``);

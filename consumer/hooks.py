@@ -14,7 +14,7 @@ import threading
 import time
 from typing import Callable, Iterable
 
-from cachesync.config import ConsumerSettings
+from cachesync.runtime.config import ConsumerSettings
 from cachesync.consumer.applier import BatchResult, Stats
 from cachesync.consumer.ports import CacheWriter, DedupStore
 from cachesync.schema.errors import RetryableError

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator, Mapping, NamedTuple, Protocol, Sequence
+from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Protocol, Sequence
 
 from cachesync.consumer.core.dedup import ClaimState
 from cachesync.consumer.core.offsets import Record
@@ -92,6 +92,32 @@ class DeadLetters(Protocol):
     def send(self, record: Record, reason: str, detail: str) -> None: ...
 
     def flush(self) -> None: ...
+
+
+class Adapters(Protocol):
+    """The adapters an engine builds where it runs, from ``settings`` (the application's
+    factory, picklable: a Spark task builds its own on an executor), so that an engine never
+    imports the application that configures it."""
+
+    settings: Any
+
+    def mappings(self) -> Any: ...
+
+    def cache(self) -> CacheWriter: ...
+
+    def cache_reader(self, timeout_s: float) -> CacheReader: ...
+
+    def dedup(self) -> DedupStore: ...
+
+    def table_jobs(self) -> Any: ...
+
+    def dead_letters(self) -> DeadLetters: ...
+
+    def mysql(self, database: str) -> Any:
+        """The MySQL connection parameters (``.connect()``) of ``database``."""
+
+    def replace_settings(self, settings) -> "Adapters":
+        """The same factory over other settings."""
 
 
 def chunks(items: Sequence, size: int) -> Iterable[Sequence]:

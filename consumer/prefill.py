@@ -81,7 +81,7 @@ ROW = "cachesync_row"
 class RowReader:
     """``Reread`` on a connection in autocommit (each SELECT a fresh read, never a snapshot
     taken before the leases): the rows by primary key, each column as its key text turned
-    into the value the tailer publishes (``cachesync.monitor.row_value``)."""
+    into the value the tailer publishes (``cachesync.schema.keytext.row_value``)."""
 
     def __init__(self, conn, table: str, pk: tuple[str, ...], columns: Sequence[tuple[str, str]]):
         self._conn, self._pk, self._types = conn, pk, dict(columns)
@@ -93,7 +93,7 @@ class RowReader:
         self._one = one if len(pk) == 1 else f"({one})"
 
     def __call__(self, keys: Sequence[tuple]) -> list[Row]:
-        from cachesync.monitor import row_value
+        from cachesync.schema.keytext import row_value
         sql = f"{self._select}{self._target} IN ({', '.join([self._one] * len(keys))})"
         with self._conn.cursor() as cur:
             cur.execute(sql, [v for key in keys for v in key])

@@ -21,17 +21,17 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
-from cachesync.config import ConsumerSettings
+from cachesync.runtime.config import ConsumerSettings
 from cachesync.consumer.adapters.memory import MemoryCache
 from cachesync.consumer.applier import Applier
 from cachesync.consumer.core.offsets import Record
-from cachesync.consumer.core.tablejobs import job_id
+from cachesync.consumer.core.table_jobs import job_id
 from cachesync.consumer.ports import CacheWriter
 from cachesync.schema.mapping import MappingSet
 
 _PARTITION_OFFSETS = re.compile(r"^\d+:\d+(,\d+:\d+)*$")
 KEEP_JOBS = 100_000         # table events remembered as scanned (a replay range's worth)
-log = logging.getLogger("cachesync.replay")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

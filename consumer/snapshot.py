@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Mapping
 
 from cachesync.consumer.core.plan import event_keys
-from cachesync.producer_outbox.rows import TxnContext, row_change
+from cachesync.producer_outbox.decode.rows import TxnContext, row_change
 from cachesync.schema.errors import FatalError
 from cachesync.schema.gtid import GtidState
 from cachesync.schema.ids import MAX_ROWS_PER_TXN, binlog_version, file_pos_ordinal
@@ -61,8 +61,8 @@ def read_watermark(cur) -> Watermark:
         position = executed if str(mode).upper() == "ON" else ""
     if position:
         return Watermark(position, GtidState.parse(position).ordinal, time.time())
-    from cachesync.producer_outbox.tailer import _binlog_status
-    row = _binlog_status(cur)
+    from cachesync.runtime.mysql import binlog_status
+    row = binlog_status(cur)
     if row is None:
         raise FatalError("binary logging is off (SHOW BINARY LOG STATUS is empty): a "
                          "snapshot needs a binlog position to fence against")

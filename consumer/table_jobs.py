@@ -5,7 +5,7 @@ partition as a copy of one event. ``TableInvalidator.submit`` (called by the app
 batch order) stores the table fence at once (update mode: from then on a write of an older
 row of the table is a delete) and hands the scan of the table's keys to a worker thread, so
 the rows of every other table keep flowing meanwhile. The copies share one scan: the first
-one's (``consumer.core.tablejobs.job_id``); the others, here or in another consumer of the
+one's (``consumer.core.table_jobs.job_id``); the others, here or in another consumer of the
 group, wait for its record in the job store (``RedisTableJobs``) to say done. Different events of one table that arrive while
 its scan runs share the next scan (``consumer.core.scan_queue.ScanQueue``), whose end records
 each of them as done.
@@ -34,11 +34,11 @@ from typing import Callable
 from cachesync.consumer.core.plan import EventPlan
 from cachesync.consumer.core.scan_pace import ScanPace
 from cachesync.consumer.core.scan_queue import ScanQueue
-from cachesync.consumer.core.tablejobs import JobState, TopicPartition, job_id
+from cachesync.consumer.core.table_jobs import JobState, TopicPartition, job_id
 from cachesync.consumer.core.writes import padded
 from cachesync.schema.retry import RetryPolicy, Stopped, call
 
-log = logging.getLogger("cachesync.consumer")
+log = logging.getLogger(__name__)
 
 # how long a scan is its owner's without a renewal (the engine passes consumer.claim_lease_s:
 # a crashed owner's scan is taken over as soon as its claims are); renewed every third of it

@@ -20,32 +20,32 @@ from pymysqlreplication.event import (GtidEvent, HeartbeatLogEvent, MariadbGtidE
                                       QueryEvent, RotateEvent, XAPrepareEvent, XidEvent)
 from pymysqlreplication.row_event import TableMapEvent
 
-from cachesync.producer_outbox.altercolumns import (ALTER_COLUMNS, altered_table,
+from cachesync.producer_outbox.unlogged_changes.altercolumns import (ALTER_COLUMNS, altered_table,
                                                     column_changes, concerns)
-from cachesync.producer_outbox.binlog_read import TableMaps, read_events
-from cachesync.producer_outbox.checkpoint import Checkpoint
-from cachesync.producer_outbox import hotpath
-from cachesync.producer_outbox.dumpstream import (DumpStreamReader, FastGroup,
+from cachesync.producer_outbox.binlog.reading import TableMaps, read_events
+from cachesync.producer_outbox.binlog.checkpoint import Checkpoint
+from cachesync.producer_outbox.encode import hotpath
+from cachesync.producer_outbox.binlog.dumpstream import (DumpStreamReader, FastGroup,
                                                   FastTableMapEvent, PlainRun, reader_kind)
-from cachesync.producer_outbox.framing import LibraryStreamReader, UndecodedEvent
-from cachesync.producer_outbox.matched import MatchedTables
+from cachesync.producer_outbox.binlog.framing import LibraryStreamReader, UndecodedEvent
+from cachesync.producer_outbox.decode.matched import MatchedTables
 from cachesync.producer_outbox.ports import (PULSE, Begin, Change, Commit, Decide, Group,
                                              Hold, Prepared, Record, Release, TableEvent,
                                              Unhold)
-from cachesync.producer_outbox.preflight import ServerInfo
-from cachesync.producer_outbox.preflight import binlog_status as _binlog_status
-from cachesync.producer_outbox.rowevents import NO_PLAN, ROW_EVENTS, RowEncoder
-from cachesync.producer_outbox.rows import TxnContext
-from cachesync.producer_outbox.statements import (STATEMENT, TableChange, statement_kind,
+from cachesync.producer_outbox.binlog.preflight import ServerInfo
+from cachesync.runtime.mysql import binlog_status as _binlog_status
+from cachesync.producer_outbox.encode.rowevents import NO_PLAN, ROW_EVENTS, RowEncoder
+from cachesync.producer_outbox.decode.rows import TxnContext
+from cachesync.producer_outbox.binlog.statements import (STATEMENT, TableChange, statement_kind,
                                                   table_changes)
-from cachesync.producer_outbox.xa import FL_PREPARED_XA, xa_statement
+from cachesync.producer_outbox.binlog.xa import FL_PREPARED_XA, xa_statement
 from cachesync.schema.errors import FatalError, RetryableError
 from cachesync.schema.gtid import MARIADB, Gtid, GtidState, parse_gtid
 from cachesync.schema.values import canonical_text, to_json
 from cachesync.schema.ids import file_pos_ordinal
 from cachesync.schema.mapping import MappingSet
 
-log = logging.getLogger("cachesync.producer_outbox.tailer")
+log = logging.getLogger(__name__)
 
 STREAM_HEARTBEAT_S = 1.0    # the binlog stream's heartbeat period (the server's, not our row's)
 # transactions the fast reader already buffered that go out as one Group (one tracker entry,

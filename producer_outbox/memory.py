@@ -16,7 +16,7 @@ from cachesync.producer_outbox.ports import Change
 from cachesync.schema.partition import partition_for
 
 if TYPE_CHECKING:       # checkpoint.py holds the MySQL store too
-    from cachesync.producer_outbox.checkpoint import Checkpoint
+    from cachesync.producer_outbox.binlog.checkpoint import Checkpoint
 
 
 @dataclass(frozen=True)

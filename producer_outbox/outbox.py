@@ -6,7 +6,7 @@
          keys=[f"leaderboard:{board_id}", "page:home"])
     conn.commit()          # business rows and the outbox row commit (or roll back) together
 
-The relay (cachesync.producer_outbox.relay) publishes committed rows to Kafka; the consumer
+The relay (cachesync.producer_outbox.outbox_relay.relay) publishes committed rows to Kafka; the consumer
 deletes the explicit ``keys`` that the mapping's ``explicit_keys`` for ``<db>.<aggregate_type>``
 allows (and keys rendered from ``payload`` when that table has templates); it dead-letters
 an event with any other key (cachesync.schema.trust). Everything is validated before the
@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from cachesync.producer_outbox.mysql import execute_script
+from cachesync.runtime.mysql import execute_script
 from cachesync.schema import resource_text
 from cachesync.schema.errors import CachesyncError
 from cachesync.schema.event import ChangeEvent, Source

@@ -3,7 +3,7 @@ publisher and moves a checkpoint store (pure: no I/O import).
 
 A source (``producer_outbox.binlog_source``, the outbox relay's ``relay_source``, or
 ``memory.MemorySource`` in tests) yields the items below in commit order;
-``producer_outbox.pipeline.Pipeline`` packs and sends the records, tracks the
+``producer_outbox.publish.pipeline.Pipeline`` packs and sends the records, tracks the
 acknowledgements and saves progress only for groups whose every record Kafka
 acknowledged (a resume position only past them all: ``CheckpointStore``). A group is ``Begin`` ... ``Commit``; the items
 between are its records and table-level events, and, for an XA transaction, what the
@@ -19,11 +19,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple, Protocol, Sequence, Union
 
-from cachesync.producer_outbox.rows import TxnContext
-from cachesync.producer_outbox.statements import TableChange
+from cachesync.producer_outbox.decode.rows import TxnContext
+from cachesync.producer_outbox.binlog.statements import TableChange
 
 if TYPE_CHECKING:       # checkpoint.py holds the MySQL store too: no I/O import here
-    from cachesync.producer_outbox.checkpoint import Checkpoint
+    from cachesync.producer_outbox.binlog.checkpoint import Checkpoint
 
 
 # Begin, Record and Commit are named tuples: one per row or per transaction, they cost a

@@ -13,28 +13,28 @@ import logging
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping
 
-from cachesync import startup
-from cachesync.collector import paced
-from cachesync.config import TailerSettings
-from cachesync.producer_outbox import binlog_settings
+from cachesync.runtime import startup
+from cachesync.runtime.gc_pacing import paced
+from cachesync.runtime.config import TailerSettings
+from cachesync.producer_outbox.binlog import settings as binlog_settings
 from cachesync.producer_outbox.binlog_source import (STREAM_HEARTBEAT_S, BinlogSource,
                                                      current_position, open_stream)
-from cachesync.producer_outbox.binlog_source import _SECRETS, _binlog_status  # noqa: F401
-from cachesync.producer_outbox.cascades import Cascades
-from cachesync.producer_outbox.checkpoint import Checkpoint
-from cachesync.producer_outbox.dumpstream import reader_kind
-from cachesync.producer_outbox.fkschema import ForeignKeys, keyed
-from cachesync.producer_outbox.matched import MatchedTables
-from cachesync.producer_outbox.mysql import MySQLParams
-from cachesync.producer_outbox.outbox_binlog import OutboxRouter
-from cachesync.producer_outbox.pipeline import Pipeline
+from cachesync.producer_outbox.binlog_source import _SECRETS  # noqa: F401
+from cachesync.producer_outbox.unlogged_changes.cascades import Cascades
+from cachesync.producer_outbox.binlog.checkpoint import Checkpoint
+from cachesync.producer_outbox.binlog.dumpstream import reader_kind
+from cachesync.producer_outbox.unlogged_changes.fkschema import ForeignKeys, keyed
+from cachesync.producer_outbox.decode.matched import MatchedTables
+from cachesync.runtime.mysql import MySQLParams, binlog_status
+from cachesync.producer_outbox.decode.outbox_binlog import OutboxRouter
+from cachesync.producer_outbox.publish.pipeline import Pipeline
 from cachesync.producer_outbox.ports import CheckpointStore, Publisher
-from cachesync.producer_outbox.preflight import ServerInfo, check_server
-from cachesync.producer_outbox.publisher import MAX_RECORD_BYTES
-from cachesync.producer_outbox.rowevents import RowEncoder
-from cachesync.producer_outbox.servertypes import ColumnTypes
-from cachesync.producer_outbox.source import check_resumable
-from cachesync.producer_outbox.unlogged import read_risks
+from cachesync.producer_outbox.binlog.preflight import ServerInfo, check_server
+from cachesync.producer_outbox.publish.kafka_publisher import MAX_RECORD_BYTES
+from cachesync.producer_outbox.encode.rowevents import RowEncoder
+from cachesync.producer_outbox.decode.servertypes import ColumnTypes
+from cachesync.producer_outbox.binlog.server_choice import check_resumable
+from cachesync.producer_outbox.unlogged_changes.risks import read_risks
 from cachesync.schema.mapping import MappingSet
 
 log = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ class TailerOptions:
     topic: str
     settings: TailerSettings = TailerSettings()
     # (db, table, row image) -> False drops the row; used to publish only this
-    # tailer's own heartbeat row (cachesync.producer_outbox.heartbeat.own_rows_only)
+    # tailer's own heartbeat row (cachesync.producer_outbox.binlog.heartbeat.own_rows_only)
     row_filter: Callable[[str, str, Mapping[str, Any]], bool] | None = None
     heartbeat_s: float = STREAM_HEARTBEAT_S
     start: Checkpoint | None = None     # tail from here instead of the stored checkpoint
@@ -162,7 +162,7 @@ class Tailer:
     def run(self) -> None:
         """Tail until stop(); raises RetryableError/FatalError when publishing fails. The
         checkpoint store, and the publisher if the tailer owns it, are closed at the end.
-        The collector is paced for the loop while it runs (cachesync.collector)."""
+        The collector is paced for the loop while it runs (cachesync.runtime.gc_pacing)."""
         try:
             with paced():
                 self._run()
@@ -224,7 +224,7 @@ class Tailer:
         try:
             conn = self._mysql.connect(database=None)
             try:
-                risks = read_risks(conn, info.flavor, schemas, _binlog_status)
+                risks = read_risks(conn, info.flavor, schemas, binlog_status)
             finally:
                 conn.close()
         except Exception as e:      # pymysql's errors: the check is advice, the tailer goes on

@@ -323,3 +323,10 @@ def _row_from_json(row: Any) -> dict | None:
         return row
     plain = _PLAIN
     return {k: v if type(v) in plain else from_json(v) for k, v in row.items()}
+
+
+def beat_time(after: Mapping[str, Any] | None) -> float | None:
+    """A heartbeat event's write time in epoch seconds (microsecond precision), or None."""
+    if not after or after.get("beat_us") is None:
+        return None
+    return int(after["beat_us"]) / 1e6

@@ -110,5 +110,5 @@ TABLE_JOB_PREFIX = "cachesync:tablejob:"
 
 def table_job_key(namespace: str, job_id: str) -> str:
     """``cachesync:tablejob:<ns>:<job id>``: the state of one table-level event's scan, shared
-    by the consumers of a group (consumer.core.tablejobs.job_id)."""
+    by the consumers of a group (consumer.core.table_jobs.job_id)."""
     return f"{TABLE_JOB_PREFIX}{namespace}:{job_id}"

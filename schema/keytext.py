@@ -16,12 +16,13 @@ event is encoded; consumer, replay and explain then only see values whose
 Where the server has no text (binary strings, BIT, GEOMETRY) the forms are fixed
 here and documented in the key-text table of the docs. MariaDB's INET4, INET6 and
 UUID reach the binlog as BINARY(4/16); the tailer learns their type from the table's
-definition (``producer_outbox.servertypes``) and renders the server's text.
+definition (``producer_outbox.decode.servertypes``) and renders the server's text.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import math
 from dataclasses import dataclass
 from decimal import Decimal
@@ -307,3 +308,12 @@ def value_from_text(text: str | None, data_type: str) -> Any:
     if kind in _FLOAT_TYPES:
         return float(text)
     return text
+
+
+def row_value(text: str | None, data_type: str) -> Any:
+    """A column's text as MySQL reads it -> the value the tailer publishes for it (the
+    consistency monitor, snapshot and prefill compare and write what the tailer would): JSON
+    as its document, which is what the binlog carries, the rest by :func:`value_from_text`."""
+    if text is not None and data_type.lower() == "json":
+        return json.loads(text)
+    return value_from_text(text, data_type)

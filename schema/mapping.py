@@ -1,6 +1,6 @@
 """The mapping-config model: which Redis keys a table's rows map to, and how to treat them.
 
-Parsed from plain data (the YAML loader lives in ``cachesync.config``); every
+Parsed from plain data (the YAML loader lives in ``cachesync.runtime.config``); every
 error names the source, the table and the field.
 """
 

@@ -15,7 +15,7 @@ from typing import Callable, TypeVar
 
 from cachesync.schema.errors import RetryableError
 
-log = logging.getLogger("cachesync.retry")
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 

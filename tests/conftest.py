@@ -12,8 +12,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 @pytest.fixture(autouse=True)
 def _one_start_per_test():
-    """``cachesync.startup`` records one process's start; each test's commands start anew."""
-    from cachesync import startup
+    """``cachesync.runtime.startup`` records one process's start; each test's commands start anew."""
+    from cachesync.runtime import startup
     startup.reset()
 
 

@@ -28,7 +28,7 @@ from bench.consistency.strategies import (APP, CACHESYNC, CACHESYNC_DOUBLE_DELET
                                           headline, tables_config)
 from bench.consistency.workload import (FILL_DELAY_S, PROBES, REPLICA_WAIT_S, Cell, Databases,
                                         probe)
-from cachesync import config
+from cachesync.runtime import config
 
 NAME = "consistency"
 ROWS = 32

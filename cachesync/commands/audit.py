@@ -8,9 +8,9 @@ from contextlib import nullcontext
 
 import click
 
-from cachesync import logs
+from cachesync.runtime import logs
 from cachesync.commands.common import handle_errors, settings_options
-from cachesync.config import Settings
+from cachesync.runtime.config import Settings
 from cachesync.progress import Progress
 from cachesync import wiring
 from cachesync.schema.sqlnames import quote
@@ -64,7 +64,8 @@ def run_audit(settings: Settings, table: str, repair: bool = False, sample: int 
                 else nullcontext(spark) as session:
             total = min(sample, source.rows) if sample else source.rows
             with Progress(f"audit {table} (rows)", total, show=show_progress) as bar:
-                report, to_repair = audit_table(session, source, mapping, settings, partitions,
+                report, to_repair = audit_table(session, source, mapping,
+                                                wiring.SettingsAdapters(settings), partitions,
                                                 sample, scan=_scanner(settings, mapping),
                                                 progress=bar.update)
         if repair and to_repair:

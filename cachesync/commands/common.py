@@ -10,16 +10,17 @@ import sys
 
 import click
 
-from cachesync import config, install_hint, logs, startup
+from cachesync.runtime import config, logs, startup
+from cachesync import install_hint
 from cachesync.schema.errors import ConfigError, FatalError, RetryableError
 
 EXIT_RUNTIME, EXIT_CONFIG, EXIT_NOT_READY = 1, 2, 3
-log = logging.getLogger("cachesync")
+log = logging.getLogger(__name__)
 
 
 def load_options(fn):
     """--config and --env-file; the command gets ``load()``, which returns the settings and
-    where each value came from (see :func:`cachesync.config.load_with_origins`)."""
+    where each value came from (see :func:`cachesync.runtime.config.load_with_origins`)."""
     @click.option("--config", "-c", "config_path", type=click.Path(dir_okay=False),
                   envvar="CACHESYNC_CONFIG", show_envvar=True,
                   help="YAML settings file (tables, mysql, kafka, redis, ...).")

@@ -17,7 +17,7 @@ def command() -> None:
 @command.command("schema")
 def schema() -> None:
     """Print the JSON Schema of the settings file (for editors: yaml-language-server)."""
-    from cachesync.config_schema import json_schema
+    from cachesync.runtime.config_schema import json_schema
     click.echo(json.dumps(json_schema(), indent=2))
 
 
@@ -27,7 +27,7 @@ def schema() -> None:
 def show(load, as_json) -> None:
     """Print the effective settings, secrets masked, and where each value came from
     (default, the file, or the environment variable that set it)."""
-    from cachesync.config_schema import effective
+    from cachesync.runtime.config_schema import effective
     with handle_errors():
         settings, origins = load()
     view = effective(settings, origins)

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import logging
+
 import click
 
-from cachesync import startup
+from cachesync.runtime import startup
 from cachesync.commands import consume_spark
 from cachesync.doctor import start_checks
-from cachesync.commands.common import handle_errors, log, on_termination, settings_options
+from cachesync.commands.common import handle_errors, on_termination, settings_options
 from cachesync.operate import consumer_ops, monitor_hook
 from cachesync.wiring import build_engine
+
+log = logging.getLogger(__name__)
 
 
 @click.command("consume")

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import logging
 from contextlib import contextmanager
 
 import click
 
-from cachesync.commands.common import log, on_termination
-from cachesync.config import Settings
+from cachesync.commands.common import on_termination
+from cachesync.runtime.config import Settings
 from cachesync.consumer.applier import Stats
 from cachesync.consumer.hooks import DedupPurge, DelayedDeletes, Hooks, Ticker
 from cachesync.consumer.spark import DEFAULT_MAX_OFFSETS
-from cachesync.kafka_security import spark_kafka_options
+from cachesync.runtime.kafka_security import spark_kafka_options
 from cachesync.operate import consumer_ops, monitor_hook
-from cachesync.wiring import build_cache, build_dedup
+from cachesync.wiring import SettingsAdapters, build_cache, build_dedup
+
+log = logging.getLogger(__name__)
 
 DEFAULT_TRIGGER = "0.5s"
 
@@ -61,7 +64,7 @@ def build_spark_engine(settings: Settings, spark, checkpoint_location: str,
     stats = Stats()
     driver_hooks = Hooks([DelayedDeletes(build_cache(settings), stats), *hooks])
     return SparkEngine(spark, settings.kafka.bootstrap_servers, settings.kafka.topic,
-                       ApplyConfig(settings),
+                       ApplyConfig(SettingsAdapters(settings)),
                        StreamOptions(checkpoint_location, max_offsets_per_trigger, trigger,
                                      per_slot=per_slot, transfer=transfer),
                        on_batch=on_batch, kafka_options=spark_kafka_options(settings.kafka),

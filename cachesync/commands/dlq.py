@@ -8,7 +8,7 @@ import click
 
 from cachesync.commands.common import handle_errors, settings_options
 from cachesync.consumer.adapters.dlq_tools import read_dead_letters, replay_dead_letters
-from cachesync.kafka_security import client_security
+from cachesync.runtime.kafka_security import client_security
 from cachesync.progress import Progress
 
 

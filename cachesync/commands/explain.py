@@ -78,7 +78,7 @@ def _usage(message: str) -> None:
 
 def _list_tables(settings) -> None:
     """Each entry and the live tables it maps (a pattern: every match, exact names win)."""
-    from cachesync.producer_outbox.mysql import classify
+    from cachesync.runtime.mysql import classify
     from cachesync.table_matching import existing_tables, matches_by_entry
     from cachesync.wiring import mysql_params
     import pymysql

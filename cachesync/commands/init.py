@@ -38,7 +38,7 @@ def command(databases, output: str, env_file, framework, strict: bool) -> None:
     is reached with the CACHESYNC_MYSQL_* settings. A database without a table to read
     names the grant it lacks. Lint's warnings are printed; exit 4 on them with --strict.
     """
-    from cachesync import config
+    from cachesync.runtime import config
     from cachesync.scaffold import propose, read_schema, render, unreadable, visible_databases
     from cachesync.wiring import mysql_params
     with handle_errors():

@@ -14,7 +14,7 @@ from cachesync.lint_keys import live_column_types
 from cachesync.lint_unlogged import period_findings, unlogged_findings
 from cachesync.table_matching import existing_tables, lint_view, matches_by_entry
 from cachesync.wiring import build_cache_reader, mysql_params
-from cachesync.producer_outbox.mysql import classify
+from cachesync.runtime.mysql import classify
 
 EXIT_FINDINGS = 4
 

@@ -2,27 +2,30 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
 import click
 
-from cachesync.commands.common import handle_errors, log, on_termination, settings_options
-from cachesync.config import Settings
+from cachesync.commands.common import handle_errors, on_termination, settings_options
+from cachesync.runtime.config import Settings
 from cachesync.consumer.core.delivery import decode_records
 from cachesync.consumer.core.offsets import commit_offsets
 from cachesync.consumer.consistency import sampled
 from cachesync.consumer.core.plan import plan_batch
 from cachesync.apply_watch import ApplyWatch
 from cachesync.consumer.core.nines import summary
-from cachesync.metrics import ChangeFiguresCollector, MonitorCollector
+from cachesync.runtime.metrics import ChangeFiguresCollector, MonitorCollector
 from cachesync.monitor import build_monitor
 from cachesync.operate import Ops
 from cachesync import wiring
 from cachesync.consumer.adapters.kafka_source import KafkaSource
-from cachesync.kafka_security import consumer_options
+from cachesync.runtime.kafka_security import consumer_options
 from cachesync.schema.event import HEARTBEAT_KIND
 from cachesync.schema.retry import RetryPolicy, Stopped, call
+
+log = logging.getLogger(__name__)
 
 POLL_RECORDS = 500
 GROUP_SUFFIX = "-monitor"

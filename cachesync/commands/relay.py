@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import logging
+
 import click
 
 from cachesync.progress import Progress
-from cachesync.commands.common import handle_errors, log, on_termination, settings_options
+from cachesync.commands.common import handle_errors, on_termination, settings_options
 from cachesync.operate import relay_ops
 from cachesync.wiring import build_relay
+
+log = logging.getLogger(__name__)
 
 
 @click.command("relay")

@@ -8,11 +8,11 @@ from contextlib import nullcontext
 
 import click
 
-from cachesync import logs
+from cachesync.runtime import logs
 from cachesync.commands.common import handle_errors, settings_options
 from cachesync.progress import Progress
-from cachesync.config import Settings
-from cachesync.wiring import build_cache, mappings as configured_mappings, range_reader
+from cachesync.runtime.config import Settings
+from cachesync.wiring import SettingsAdapters, build_cache, mappings as configured_mappings, range_reader
 
 
 class _BoundType(click.ParamType):
@@ -110,11 +110,11 @@ def _replay_spark(settings, mappings, ranges, tables, dry_run, rate, master, spa
     from cachesync.consumer.spark.applier import ReplayConfig
     from cachesync.consumer.spark.replay import replay_spark
     from cachesync.consumer.spark.session import spark_session
-    from cachesync.kafka_security import spark_kafka_options
+    from cachesync.runtime.kafka_security import spark_kafka_options
     with spark_session("cachesync-replay", master) if spark is None else nullcontext(spark) as session:
         # Tasks run at most defaultParallelism at a time: each gets its share of the rate.
         per_task = rate / session.sparkContext.defaultParallelism if rate else None
-        config = ReplayConfig(mappings, None if dry_run else settings, tables,
+        config = ReplayConfig(mappings, None if dry_run else SettingsAdapters(settings), tables,
                               per_task, settings.consumer.batch_size)
         return replay_spark(session, settings.kafka.bootstrap_servers, settings.kafka.topic,
                             ranges, config, progress, kafka_options=spark_kafka_options(settings.kafka))

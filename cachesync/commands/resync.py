@@ -6,7 +6,7 @@ import json
 
 import click
 
-from cachesync import logs
+from cachesync.runtime import logs
 from cachesync.commands.common import handle_errors, settings_options
 from cachesync.progress import Progress
 

@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
+import logging
 from contextlib import ExitStack
 from dataclasses import replace
 
 import click
 
 from cachesync.doctor import start_checks
-from cachesync.commands.common import handle_errors, log, on_termination, settings_options
+from cachesync.commands.common import handle_errors, on_termination, settings_options
 from cachesync.direct_ops import DirectOps
 from cachesync.http import parse_listen
-from cachesync.metrics import Cumulative
+from cachesync.runtime.metrics import Cumulative
 from cachesync.operate import consumer_ops, monitor_hook, tail_ops
 from cachesync.standby import ActiveStandby
 from cachesync.supervisor import run_together
 from cachesync.tailer_stack import tailer_stack
 from cachesync.wiring import build_direct, build_engine, build_tailer
+
+log = logging.getLogger(__name__)
 
 
 @click.command("run")

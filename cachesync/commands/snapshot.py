@@ -4,6 +4,7 @@ and fill the missing keys of delete-mode tables with ``prefill`` by read_through
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import time
 from contextlib import nullcontext
@@ -13,14 +14,16 @@ import click
 
 from cachesync import wiring
 from cachesync.commands.audit import table_source
-from cachesync.commands.common import handle_errors, log, settings_options
-from cachesync.config import Settings
+from cachesync.commands.common import handle_errors, settings_options
+from cachesync.runtime.config import Settings
 from cachesync.consumer.prefill import RowReader, prefill_chunk
 from cachesync.consumer.replay import RateLimiter
 from cachesync.consumer.snapshot import (SnapshotReport, TableSummary, check_tombstone_window,
                                          read_watermark, snapshot_writes)
 from cachesync.schema.keytext import server_text_sql
 from cachesync.schema.sqlnames import quote
+
+log = logging.getLogger(__name__)
 
 
 @click.command("snapshot")
@@ -128,14 +131,16 @@ def _spark(settings, source, mapping, watermark, dry_run, rate, partitions, mast
            progress) -> TableSummary:
     from cachesync.consumer.spark.session import spark_session
     from cachesync.consumer.spark.snapshot import snapshot_spark
+    from cachesync.wiring import SettingsAdapters
     with spark_session("cachesync-snapshot", master) if spark is None else nullcontext(spark) as s:
-        return snapshot_spark(s, source, mapping, watermark, None if dry_run else settings,
+        adapters = None if dry_run else SettingsAdapters(settings)
+        return snapshot_spark(s, source, mapping, watermark, adapters,
                               partitions, rate, progress)
 
 
 def _python(settings, source, mapping, watermark, dry_run, rate, chunk, hooks,
             progress) -> TableSummary:
-    from cachesync.monitor import row_value
+    from cachesync.schema.keytext import row_value
     types = dict(source.columns)
     total, limiter = TableSummary(mapping.table), RateLimiter(rate)
     cache = None if dry_run else wiring.build_cache(settings)

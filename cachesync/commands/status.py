@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from cachesync import logs
+from cachesync.runtime import logs
 from cachesync.commands.common import EXIT_RUNTIME, handle_errors, settings_options
 from cachesync import wiring
 from cachesync.probes import applied_lag, checkpoint_info

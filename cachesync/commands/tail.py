@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import logging
+
 import click
 
-from cachesync import startup
+from cachesync.runtime import startup
 from cachesync.doctor import start_checks
-from cachesync.commands.common import handle_errors, log, on_termination, settings_options
-from cachesync.metrics import Cumulative, tailer_active
+from cachesync.commands.common import handle_errors, on_termination, settings_options
+from cachesync.runtime.metrics import Cumulative, tailer_active
 from cachesync.operate import tail_ops
-from cachesync.producer_outbox.checkpoint import Checkpoint
+from cachesync.producer_outbox.binlog.checkpoint import Checkpoint
 from cachesync.tailer_stack import tailer_stack
 from cachesync.wiring import build_tailer, start_publisher
+
+log = logging.getLogger(__name__)
 
 
 @click.command("tail")

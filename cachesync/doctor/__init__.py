@@ -1,7 +1,7 @@
 """``cachesync doctor``: everything that can be checked before running, each a PASS, NOTE,
 WARN or FAIL with the fix. ``tail`` and ``consume`` run the same checks at start and log what
 is not PASS (a NOTE at INFO, the others as a WARNING); the server's settings and grants stay the tailer's preflight
-(``producer_outbox.preflight``), whose functions these checks reuse.
+(``producer_outbox.binlog.preflight``), whose functions these checks reuse.
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 import logging
 import time
 
-from cachesync import startup
-from cachesync.config import Settings
+from cachesync.runtime import startup
+from cachesync.runtime.config import Settings
 from cachesync.doctor.check import (EXIT_CODES, FAIL, LEVELS, NOTE, PASS, WARN, Check,  # noqa: F401
                                     guard, worst)
 from cachesync.doctor.kafka import acls_or_hidden, group_check, topic_checks
@@ -18,7 +18,7 @@ from cachesync.doctor.mysql import mysql_checks
 from cachesync.doctor.services import (first_start_check, has_checkpoint, mysql_clock,
                                        redis_check, skew_check)
 
-log = logging.getLogger("cachesync.doctor")
+log = logging.getLogger(__name__)
 
 
 def unsafe_settings(settings: Settings) -> list[str]:

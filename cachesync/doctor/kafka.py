@@ -6,7 +6,7 @@ from __future__ import annotations
 from kafka.errors import (CoordinatorLoadInProgressError, CoordinatorNotAvailableError,
                           GroupIdNotFoundError, NotCoordinatorError)
 
-from cachesync.config import Settings
+from cachesync.runtime.config import Settings
 from cachesync.doctor.check import FAIL, NOTE, PASS, WARN, Check
 
 COORDINATOR_NOT_READY = (CoordinatorNotAvailableError, CoordinatorLoadInProgressError,

@@ -1,18 +1,19 @@
 """MySQL checks: binlog settings and grants (the tailer's preflight functions), the
 account's other grants, GTID mode, binlog retention against the checkpoint, changes of
-mapped tables the binlog would not carry (``producer_outbox.unlogged``)."""
+mapped tables the binlog would not carry (``producer_outbox.unlogged_changes.risks``)."""
 
 from __future__ import annotations
 
-from cachesync.config import Settings
+from cachesync.runtime.config import Settings
 from cachesync.doctor.check import FAIL, GRANT_LINE, PASS, WARN, Check, guard
 from cachesync.fk_report import RULES_GRANT, cascading_keys, what_cachesync_does
-from cachesync.grants import STATE_PRIVILEGES, missing
-from cachesync.producer_outbox.binlog_settings import DEGRADED
-from cachesync.producer_outbox.preflight import (REPLICA_VARIABLES, REQUIRED_PRIVILEGES,
-                                                 REQUIRED_VARIABLES, binlog_status,
-                                                 global_privileges, problems, read_server_info)
-from cachesync.producer_outbox.unlogged import read_risks
+from cachesync.runtime.grants import STATE_PRIVILEGES, missing
+from cachesync.producer_outbox.binlog.settings import DEGRADED
+from cachesync.producer_outbox.binlog.preflight import (REPLICA_VARIABLES, REQUIRED_PRIVILEGES,
+                                                        REQUIRED_VARIABLES, global_privileges,
+                                                        problems, read_server_info)
+from cachesync.runtime.mysql import binlog_status
+from cachesync.producer_outbox.unlogged_changes.risks import read_risks
 
 
 def mysql_checks(settings: Settings, connect, state_connect) -> list[Check]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from cachesync.config import Settings
+from cachesync.runtime.config import Settings
 from cachesync.doctor.check import FAIL, MAX_SKEW_S, PASS, WARN, Check
 
 

@@ -18,7 +18,7 @@ from typing import Callable, Iterator, Mapping
 from kafka import KafkaConsumer, KafkaProducer, OffsetAndMetadata, TopicPartition
 from kafka.errors import KafkaError
 
-from cachesync.kafka_login import refused_login_is_fatal
+from cachesync.runtime.kafka_login import refused_login_is_fatal
 from cachesync.schema.errors import RetryableError
 
 HEADER_FIELDS = ("reason", "detail", "topic", "partition", "offset", "pack_index", "attempts", "id")

@@ -16,7 +16,7 @@ from kafka.errors import (CommitFailedError, FencedInstanceIdError, IllegalGener
 from kafka.structs import OffsetAndMetadata
 
 from cachesync.consumer.core.offsets import Record
-from cachesync.kafka_login import refused_login_is_fatal
+from cachesync.runtime.kafka_login import refused_login_is_fatal
 from cachesync.schema.errors import ConfigError, FatalError, RetryableError
 
 log = logging.getLogger(__name__)
@@ -34,7 +34,7 @@ _REBALANCING = (CommitFailedError, RebalanceInProgressError, IllegalGenerationEr
 # metadata refresh, which brings the partitions' new leader epoch the fetches wait for,
 # keeps the same backoff even once a connection is up again (a consumer fetched 1.1 s after
 # it had reconnected, with 1 s). 500 ms: two refused connects a second per client are
-# no reconnect storm. The tailer's publisher uses the same (producer_outbox/publisher.py).
+# no reconnect storm. The tailer's publisher uses the same (producer_outbox/publish/kafka_publisher.py).
 RECONNECT_BACKOFF_MAX_MS = 500
 
 # Asynchronous offset commits (consumer.offset_commit: async) not yet answered at most; one
@@ -142,7 +142,7 @@ class KafkaSource:
                  async_commit: bool = True, commit_interval_s: float = 0.0,
                  clock=time.monotonic):
         """``group``: :func:`group_config` (its defaults when None); ``security``: the
-        client's security options (cachesync.kafka_security.client_security);
+        client's security options (cachesync.runtime.kafka_security.client_security);
         ``commit_interval_s``: offsets committed within this time of the last commit sent
         wait and go out together (see the class)."""
         self._instance = (group or {}).get("group_instance_id")

@@ -9,7 +9,7 @@ from typing import Iterator, Mapping, Sequence
 
 from cachesync.consumer.core.dedup import ClaimState
 from cachesync.consumer.core.offsets import Record
-from cachesync.consumer.core.tablejobs import JobState
+from cachesync.consumer.core.table_jobs import JobState
 from cachesync.consumer.core.writes import (APPLIED, BACKWARDS, KIND_DELETE, CacheWrite, fence,
                                             fence_by_table)
 from cachesync.schema.keys import INTERNAL_PREFIX

@@ -11,7 +11,7 @@ import pymysql
 
 from cachesync.consumer.core.dedup import ClaimState
 from cachesync.consumer.ports import chunks
-from cachesync.producer_outbox.mysql import MySQLParams, Session, ensure_state_tables
+from cachesync.runtime.mysql import MySQLParams, Session, ensure_state_tables
 from cachesync.schema.errors import FatalError
 
 # Bounds the size of one statement; a batch of N ids costs ceil(N / this) round trips.

@@ -19,10 +19,10 @@ from typing import Mapping, Sequence
 
 import pymysql
 
-from cachesync.grants import missing
+from cachesync.runtime.grants import missing
 from cachesync.consumer.core.dedup import ClaimState
 from cachesync.consumer.ports import chunks
-from cachesync.producer_outbox.mysql import MySQLParams, Session, execute_script
+from cachesync.runtime.mysql import MySQLParams, Session, execute_script
 from cachesync.schema import resource_text
 from cachesync.schema.errors import FatalError
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import redis
 
 from cachesync.consumer.adapters.redis_cache import redis_call
-from cachesync.consumer.core.tablejobs import JobState
+from cachesync.consumer.core.table_jobs import JobState
 from cachesync.schema import resource_text
 from cachesync.schema.keys import table_job_key
 

@@ -1,7 +1,7 @@
 """Per-table counts and rate-limited warnings for what the consumer could not apply exactly.
 
 No silent staleness: a key skipped, invalidated instead of written, or left to a dead
-letter is counted per table (``cachesync.metrics`` exports the counts) and logged as a
+letter is counted per table (``cachesync.runtime.metrics`` exports the counts) and logged as a
 WARNING naming the table and the reason, at most once per ``WARN_INTERVAL_S`` per
 (table, reason), with the number of repeats it stood for.
 """
@@ -14,7 +14,7 @@ import time
 from collections import Counter
 from typing import Callable, Iterable
 
-log = logging.getLogger("cachesync.consumer")
+log = logging.getLogger(__name__)
 
 WARN_INTERVAL_S = 60.0
 # counter name -> metric help; labels: table, and reason where one counter has several

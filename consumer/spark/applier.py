@@ -3,7 +3,8 @@
 A Spark task gets one or more Kafka partitions' slices of a micro-batch, each in offset
 order. It runs the shared applier (``cachesync.consumer.applier``: decode -> plan ->
 claim -> apply -> confirm -> dead letters) on them, with adapters built by the same factories
-as every other engine (``cachesync.wiring``) from the pickled Settings. The side jobs
+as every other engine, through the pickled ``consumer.ports.Adapters`` the application passes
+(``cachesync.wiring.SettingsAdapters``). The side jobs
 run on the driver, never in a worker's thread (an executor may be lost at any time):
 each task returns what they need — the lag samples, and the plans of the events the
 delayed second deletes and the consistency monitor act on. Spark, not Kafka's group,
@@ -21,14 +22,15 @@ from dataclasses import asdict, dataclass, field
 from itertools import islice
 from typing import Iterable, Iterator
 
-from cachesync.collector import paced
+from cachesync.runtime.gc_pacing import paced
 from cachesync.consumer.applier import Applier, Stats
 from cachesync.consumer.core.offsets import commit_offsets
+from cachesync.consumer.ports import Adapters
 from cachesync.consumer.spark.bundle import keep_zip_directories
 from cachesync.consumer.spark.records import arrow_records, to_record
 from cachesync.consumer.spark.table_events import finish_scans, task_table_scans
 from cachesync.schema.mapping import MappingSet
-from cachesync.zipnative import accelerator
+from cachesync.runtime.zipnative import accelerator
 
 log = logging.getLogger(__name__)
 
@@ -37,23 +39,28 @@ AUDIT_TIMEOUT_S = 10.0      # one MGET or pipelined HGETALL of a chunk
 
 @dataclass(frozen=True)
 class ApplyConfig:
-    """Everything a task needs: the Settings (pickled to the workers with the job)."""
+    """Everything a task needs: the adapters' factory and its Settings (pickled to the workers
+    with the job)."""
 
-    settings: "Settings"  # noqa: F821 (cachesync.config.Settings)
+    adapters: Adapters
     # Identifies one engine run: worker processes keep that run's connections under it.
     token: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    @property
+    def settings(self):
+        return self.adapters.settings
 
 
 class _LazyDeadLetters:
     """The dead-letter producer, created on the first poison record rather than per task."""
 
-    def __init__(self, settings):
-        self._settings, self._producer = settings, None
+    def __init__(self, adapters: Adapters):
+        self._adapters, self._producer = adapters, None
 
     def send(self, record, reason: str, detail: str) -> None:
         if self._producer is None:
-            from cachesync.wiring import build_dead_letters
-            self._producer = build_dead_letters(_codec_here(self._settings))
+            adapters = self._adapters
+            self._producer = adapters.replace_settings(_codec_here(adapters.settings)).dead_letters()
         self._producer.send(record, reason, detail)
 
     def flush(self) -> None:
@@ -86,12 +93,11 @@ class _Worker:
     """One engine run's adapters in a worker process (Spark reuses its Python workers,
     spark.python.worker.reuse, so connections are opened once per worker)."""
 
-    def __init__(self, settings):
-        from cachesync import wiring
-        self.settings, self.mappings = settings, wiring.mappings(settings)
-        self.cache, self.dedup = wiring.build_cache(settings), wiring.build_dedup(settings)
-        self.table_jobs = wiring.build_table_jobs(settings)     # one scan per table event
-        self.dead_letters = _LazyDeadLetters(settings)
+    def __init__(self, adapters: Adapters):
+        self.settings, self.mappings = adapters.settings, adapters.mappings()
+        self.cache, self.dedup = adapters.cache(), adapters.dedup()
+        self.table_jobs = adapters.table_jobs()     # one scan per table event
+        self.dead_letters = _LazyDeadLetters(adapters)
 
 
 # per engine run (its token), in this worker process: a consume run's _Worker, or a
@@ -102,7 +108,7 @@ _WORKERS: dict[str, object] = {}
 def _worker(config: ApplyConfig) -> _Worker:
     found = _WORKERS.get(config.token)
     if found is None:
-        found = _WORKERS[config.token] = _Worker(config.settings)
+        found = _WORKERS[config.token] = _Worker(config.adapters)
     return found
 
 
@@ -146,7 +152,7 @@ def consume_records(records: Iterable, config: ApplyConfig, batch_id: int) -> It
     each). Transient errors are retried and never skipped; anything else fails the
     task, so Spark does not commit the batch and runs it again.
     """
-    from cachesync.metrics import lag_batch
+    from cachesync.runtime.metrics import lag_batch
     keep_zip_directories()
     clock = TaskClock()
     worker, stats, lag, offsets, plans = _worker(config), Stats(), [], {}, []
@@ -157,7 +163,7 @@ def consume_records(records: Iterable, config: ApplyConfig, batch_id: int) -> It
                       stats=stats, stop=stop, table_jobs=scans)
     applied_at = 0.0
     chunks = _chunks(iter(records), c.batch_size)
-    # the garbage collector paced as in the python engine's loop (cachesync.collector): at
+    # the garbage collector paced as in the python engine's loop (cachesync.runtime.gc_pacing): at
     # CPython's pace it walked the task's live records, events and plans again and again
     try:
         with paced():
@@ -262,10 +268,10 @@ def _chunks(records: Iterable, size: int) -> Iterator[list]:
 
 @dataclass(frozen=True)
 class ReplayConfig:
-    """What a replay task needs; ``settings=None`` is a dry run (counts, touches nothing)."""
+    """What a replay task needs; ``adapters=None`` is a dry run (counts, touches nothing)."""
 
     mappings: MappingSet
-    settings: "Settings | None"  # noqa: F821 (cachesync.config.Settings): builds the cache
+    adapters: Adapters | None    # builds the cache
     tables: tuple[str, ...] = ()
     rate_per_task: float | None = None
     batch_size: int = 2000
@@ -285,7 +291,7 @@ def replay_partition(rows: Iterable, config: ReplayConfig, progress) -> Iterator
     """
     from cachesync.consumer.replay import RateLimiter, ReplayApplier
     keep_zip_directories()
-    cache = None if config.settings is None else _replay_cache(config)
+    cache = None if config.adapters is None else _replay_cache(config)
     applier = ReplayApplier(config.mappings, cache, config.tables, config.batch_size)
     limiter = RateLimiter(config.rate_per_task)
     for chunk in _chunks(map(to_record, rows), config.batch_size):
@@ -303,15 +309,14 @@ def replay_partition(rows: Iterable, config: ReplayConfig, progress) -> Iterator
 def _replay_cache(config: ReplayConfig):
     found = _WORKERS.get(config.token)
     if found is None:
-        from cachesync.wiring import build_cache
-        found = _WORKERS[config.token] = build_cache(config.settings)
+        found = _WORKERS[config.token] = config.adapters.cache()
     return found
 
 
 @dataclass(frozen=True)
 class AuditConfig:
     mapping: "TableMapping"  # noqa: F821 (cachesync.schema.mapping.TableMapping, pickled)
-    settings: "Settings"     # noqa: F821 (cachesync.config.Settings): the Redis client
+    adapters: Adapters       # the Redis client
     chunk: int = 500
     # column -> data_type when the rows hold key texts (audit.read_table): turned back into
     # the values the tailer publishes (schema.keytext.value_from_text); empty: rows as read
@@ -326,9 +331,8 @@ def audit_partition(rows: Iterable, config: AuditConfig, rows_read) -> Iterator[
     """
     from cachesync.consumer.audit import expected_entries, verdict
     from cachesync.schema.keytext import value_from_text
-    from cachesync.wiring import build_cache_reader
     keep_zip_directories()
-    cache = build_cache_reader(config.settings, AUDIT_TIMEOUT_S)
+    cache = config.adapters.cache_reader(AUDIT_TIMEOUT_S)
     types = config.types
     seen = 0
     try:
@@ -359,12 +363,12 @@ def _judge(cache, mapping, entries, verdict) -> Iterator[tuple[str, str]]:
 
 @dataclass(frozen=True)
 class SnapshotConfig:
-    """What a snapshot task needs; ``settings=None`` is a dry run (renders, writes nothing)."""
+    """What a snapshot task needs; ``adapters=None`` is a dry run (renders, writes nothing)."""
 
     mapping: "TableMapping"  # noqa: F821 (cachesync.schema.mapping.TableMapping)
     pk: tuple[str, ...]
     watermark: "Watermark"   # noqa: F821 (cachesync.consumer.snapshot.Watermark)
-    settings: "Settings | None"  # noqa: F821
+    adapters: Adapters | None
     types: dict = field(default_factory=dict)    # column -> data_type (rows hold key texts)
     chunk: int = 1000
     rate_per_task: float | None = None
@@ -376,9 +380,9 @@ def snapshot_partition(rows: Iterable, config: SnapshotConfig, progress) -> Iter
     ``(rows, keys, written, refused, skipped)``. ``progress``: a Spark accumulator of rows."""
     from cachesync.consumer.replay import RateLimiter
     from cachesync.consumer.snapshot import TableSummary, check_tombstone_window, snapshot_writes
-    from cachesync.monitor import row_value
+    from cachesync.schema.keytext import row_value
     keep_zip_directories()
-    cache = None if config.settings is None else _replay_cache(config)
+    cache = None if config.adapters is None else _replay_cache(config)
     limiter, total = RateLimiter(config.rate_per_task), TableSummary(config.mapping.table)
     values = (({c: row_value(v, config.types[c]) if c in config.types else v
                 for c, v in row.asDict().items()}) for row in rows)

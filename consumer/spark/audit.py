@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from cachesync.config import mask_url
+from cachesync.runtime.config import mask_url
 from cachesync.consumer.audit import STALE, AuditReport
 from cachesync.consumer.spark.applier import AuditConfig, audit_partition
 from cachesync.consumer.spark.replay import _Progress
@@ -67,10 +67,11 @@ def read_table(spark, source: TableSource, partitions: int):
     return spark.read.jdbc(source.url, quoted, predicates=predicates, properties=props)
 
 
-def audit_table(spark, source: TableSource, mapping, settings, partitions: int = 4,
+def audit_table(spark, source: TableSource, mapping, adapters, partitions: int = 4,
                 sample: int | None = None, scan=None,
                 progress: Callable[[int], None] = lambda n: None) -> tuple[AuditReport, list[str]]:
-    """Returns the report and every key to repair (stale values and extra keys).
+    """Returns the report and every key to repair (stale values and extra keys); the tasks
+    read Redis through ``adapters`` (``consumer.ports.Adapters``).
 
     ``scan(glob)`` iterates the Redis keys matching a glob (SCAN); extra keys are those
     matching one of the table's templates that no row renders. Not looked for when
@@ -83,7 +84,7 @@ def audit_table(spark, source: TableSource, mapping, settings, partitions: int =
     if sample:
         fraction = min(1.0, 1.5 * sample / max(source.rows, 1))
         frame = frame.sample(fraction=fraction, seed=7).limit(sample)
-    config = AuditConfig(mapping, settings, types=dict(source.columns))
+    config = AuditConfig(mapping, adapters, types=dict(source.columns))
     rows_read = spark.sparkContext.accumulator(0)
     judged = spark.createDataFrame(
         frame.rdd.mapPartitions(lambda rows: audit_partition(rows, config, rows_read)),

@@ -7,7 +7,7 @@ Compiled modules cannot be imported from a zip; they are left out, and the optio
 (hiredis, orjson, crc32c) fall back to pure Python on executors that lack them. The one
 exception is cachesync's own C accelerator: the driver's build goes in as data
 (``cachesync.native/``), and an executor whose Python can load it uses it
-(``cachesync/zipnative.py``), so driver and executors run the same compiled code.
+(``cachesync/runtime/zipnative.py``), so driver and executors run the same compiled code.
 The zip is built from the driver's own installation, so driver and executors always run
 the same code; it is cached by content under ``directory``.
 
@@ -71,8 +71,8 @@ def package_files(name: str) -> Iterator[tuple[Path, str]]:
 
 def native_files() -> list[tuple[Path, str]]:
     """The driver's build of ``cachesync._speedups`` as ``(file, name in the zip)``, for
-    cachesync.zipnative to load on the executors; none when the driver runs without it."""
-    from cachesync.zipnative import MODULE, NATIVE_DIR
+    cachesync.runtime.zipnative to load on the executors; none when the driver runs without it."""
+    from cachesync.runtime.zipnative import MODULE, NATIVE_DIR
     try:
         spec = importlib.util.find_spec(f"cachesync.{MODULE}")
     except ImportError:

@@ -16,12 +16,11 @@ def prefill_partition(rows: Iterable, config: SnapshotConfig, progress) -> Itera
     from cachesync.consumer.prefill import RowReader, prefill_chunk
     from cachesync.consumer.replay import RateLimiter
     from cachesync.consumer.snapshot import TableSummary
-    from cachesync.monitor import row_value
-    from cachesync.wiring import mysql_params
+    from cachesync.schema.keytext import row_value
     keep_zip_directories()
-    m, dry_run = config.mapping, config.settings is None
+    m, dry_run = config.mapping, config.adapters is None
     cache = None if dry_run else _replay_cache(config)
-    conn = None if dry_run else mysql_params(config.settings, m.db).connect(autocommit=True)
+    conn = None if dry_run else config.adapters.mysql(m.db).connect(autocommit=True)
     reader = None if dry_run else RowReader(conn, m.name, config.pk, tuple(config.types.items()))
     limiter, total = RateLimiter(config.rate_per_task), TableSummary(m.table)
     values = (({c: row_value(v, config.types[c]) if c in config.types else v

@@ -13,16 +13,17 @@ from cachesync.consumer.spark.audit import PARTITION_COLUMN, TableSource, read_t
 from cachesync.consumer.spark.prefill import prefill_partition
 from cachesync.consumer.spark.replay import _Progress
 
-def snapshot_spark(spark, source: TableSource, mapping, watermark: Watermark, settings,
+def snapshot_spark(spark, source: TableSource, mapping, watermark: Watermark, adapters,
                    partitions: int, rate: float | None = None,
                    progress: Callable[[int], None] = lambda n: None) -> TableSummary:
-    """Fill ``mapping``'s keys from ``source``; ``settings=None`` is a dry run. ``rate``:
+    """Fill ``mapping``'s keys from ``source``; the tasks write through ``adapters``
+    (``consumer.ports.Adapters``), None is a dry run. ``rate``:
     rows per second over all tasks."""
     frame = read_table(spark, source, partitions)
     if PARTITION_COLUMN in frame.columns:
         frame = frame.drop(PARTITION_COLUMN)
     per_task = rate / max(1, min(partitions, spark.sparkContext.defaultParallelism)) if rate else None
-    config = SnapshotConfig(mapping, source.pk, watermark, settings, dict(source.columns),
+    config = SnapshotConfig(mapping, source.pk, watermark, adapters, dict(source.columns),
                             rate_per_task=per_task)
     read = spark.sparkContext.accumulator(0)
     task = snapshot_partition if mapping.updates else prefill_partition

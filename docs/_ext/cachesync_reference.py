@@ -1,6 +1,6 @@
 """The reference pages, generated from the code's own declarations so they cannot drift.
 
-* configuration: the settings dataclasses of ``cachesync.config`` (each field's ``doc``,
+* configuration: the settings dataclasses of ``cachesync.runtime.config`` (each field's ``doc``,
   default, secret flag) and the table-entry fields of ``cachesync.schema.mapping``;
 * CLI: the click commands of ``cachesync.cli``;
 * metrics: the metric families the sidecar's registries expose.
@@ -25,7 +25,7 @@ file first (variables already set win). Every value is checked when the settings
 ranges, finite numbers, ports, non-empty lists, identifiers) and every error names the field;
 secrets never appear in logs.
 
-This page is generated from the settings declarations in `cachesync/config.py`.
+This page is generated from the settings declarations in `cachesync/runtime/config.py`.
 """
 
 
@@ -50,7 +50,7 @@ def default_text(f: dataclasses.Field) -> str:
 
 def configuration_markdown() -> str:
     """The configuration reference page (Markdown)."""
-    from cachesync import config
+    from cachesync.runtime import config
     from cachesync.schema import mapping
 
     out = [CONFIG_INTRO]
@@ -206,7 +206,7 @@ def metrics_markdown(root: Path | None = None) -> str:
     """The metrics reference page."""
     root = root or Path(__file__).resolve().parents[2]
     out = [METRICS_INTRO, "| metric | meaning |", "|---|---|"]
-    from cachesync import metrics
+    from cachesync.runtime import metrics
 
     deprecated = set(getattr(metrics, "DEPRECATED_ALIASES", {}).values())
     for m in metric_definitions(root):
@@ -220,8 +220,8 @@ def metrics_markdown(root: Path | None = None) -> str:
 
 
 def _deprecated_aliases(types: dict[str, str]) -> list[str]:
-    """Old names still exported beside their new ones (``cachesync.metrics.DEPRECATED_ALIASES``)."""
-    from cachesync import metrics
+    """Old names still exported beside their new ones (``cachesync.runtime.metrics.DEPRECATED_ALIASES``)."""
+    from cachesync.runtime import metrics
 
     aliases = getattr(metrics, "DEPRECATED_ALIASES", {})
     if not aliases:

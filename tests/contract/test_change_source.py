@@ -18,19 +18,19 @@ from typing import Callable
 
 import pytest
 
-from cachesync import config
-from cachesync.config import RelaySettings, TailerSettings
+from cachesync.runtime import config
+from cachesync.runtime.config import RelaySettings, TailerSettings
 from cachesync.producer_outbox.binlog_source import current_position, open_stream
-from cachesync.producer_outbox.checkpoint import Checkpoint
+from cachesync.producer_outbox.binlog.checkpoint import Checkpoint
 from cachesync.producer_outbox.memory import MemoryCheckpointStore, MemoryPublisher, MemorySource
 from cachesync.producer_outbox.outbox import emit
-from cachesync.producer_outbox.pipeline import Pipeline
+from cachesync.producer_outbox.publish.pipeline import Pipeline
 from cachesync.producer_outbox.ports import (PULSE, Begin, Commit, Group, Pulse, Record,
                                              TableEvent)
-from cachesync.producer_outbox.relay_source import OutboxSource
-from cachesync.producer_outbox.relay_store import OutboxStore
-from cachesync.producer_outbox.rows import TxnContext
-from cachesync.producer_outbox.statements import TableChange
+from cachesync.producer_outbox.outbox_relay.change_source import OutboxSource
+from cachesync.producer_outbox.outbox_relay.store import OutboxStore
+from cachesync.producer_outbox.decode.rows import TxnContext
+from cachesync.producer_outbox.binlog.statements import TableChange
 from cachesync.schema.event import decode
 from tests.support import prepare_outbox
 from tests.support.tables import USERS, USERS_DDL

@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 from cachesync.consumer.adapters.mysql_dedup import MySQLDedupStore
-from cachesync.producer_outbox.mysql import MySQLParams
+from cachesync.runtime.mysql import MySQLParams
 from cachesync.schema.errors import FatalError
 
 pytestmark = pytest.mark.integration

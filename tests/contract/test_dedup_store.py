@@ -17,7 +17,7 @@ from cachesync.consumer.adapters import redis_dedup
 from cachesync.consumer.adapters.redis_dedup import RedisDedupStore
 from cachesync.consumer.hooks import purge_dedup
 from cachesync.consumer.core.dedup import ClaimState
-from cachesync.producer_outbox.mysql import MySQLParams
+from cachesync.runtime.mysql import MySQLParams
 from cachesync.schema.errors import FatalError, RetryableError
 from cachesync.schema.keys import dedup_key, dedup_retention_key
 from tests.support.variants import redis_cluster

@@ -14,13 +14,13 @@ import uuid
 
 import pytest
 
-from cachesync.producer_outbox.checkpoint import Checkpoint, MySQLCheckpointStore
+from cachesync.producer_outbox.binlog.checkpoint import Checkpoint, MySQLCheckpointStore
 from cachesync.producer_outbox.memory import MemoryCheckpointStore, MemoryPublisher
-from cachesync.producer_outbox.mysql import MySQLParams
+from cachesync.runtime.mysql import MySQLParams
 from cachesync.producer_outbox.outbox import emit
-from cachesync.producer_outbox.procpublisher import ProcessPublisher
-from cachesync.producer_outbox.publisher import KafkaPublisher
-from cachesync.producer_outbox.relay_store import OutboxCheckpoints, OutboxMark, OutboxStore
+from cachesync.producer_outbox.publish.process_publisher import ProcessPublisher
+from cachesync.producer_outbox.publish.kafka_publisher import KafkaPublisher
+from cachesync.producer_outbox.outbox_relay.store import OutboxCheckpoints, OutboxMark, OutboxStore
 from cachesync.schema.partition import partition_for
 from tests.support import create_topics, prepare_outbox, wait_for
 

@@ -7,7 +7,7 @@ import re
 
 import yaml
 
-from cachesync import config
+from cachesync.runtime import config
 from tests.docs.snippets import doc_files, snippets
 
 

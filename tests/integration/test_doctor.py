@@ -16,7 +16,7 @@ from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata
 
 from cachesync.doctor import FAIL, NOTE, PASS, WARN, skew_check
-from cachesync.producer_outbox.checkpoint import Checkpoint, MySQLCheckpointStore
+from cachesync.producer_outbox.binlog.checkpoint import Checkpoint, MySQLCheckpointStore
 from cachesync.topics import admin_client, describe_topics
 from cachesync.wiring import mysql_params
 from tests.support import spawn, wait_for

@@ -20,8 +20,9 @@ from pymysqlreplication.event import (HeartbeatLogEvent, MariadbGtidEvent, Query
 from pymysqlreplication.row_event import (DeleteRowsEvent, RowsEvent, TableMapEvent,
                                           UpdateRowsEvent, WriteRowsEvent)
 
-from cachesync.producer_outbox import dumpstream, hotpath
-from cachesync.producer_outbox.dumpstream import DumpStreamReader
+from cachesync.producer_outbox.binlog import dumpstream
+from cachesync.producer_outbox.encode import hotpath
+from cachesync.producer_outbox.binlog.dumpstream import DumpStreamReader
 from tests.support.columns import (COLUMNS, INSERT, random_rows, scratch_database,
                                    special_rows, write_range as write)
 from tests.support.compare import difference
@@ -161,7 +162,7 @@ def test_fast_reader_yields_what_the_library_yields(stack, db):
 
 def test_a_killed_dump_connection_resumes_where_it_stopped(stack, db, caplog):
     # the library's reconnect warning, whatever level an earlier in-process command left its
-    # logger at (cachesync.logs.setup quiets the libraries' loggers)
+    # logger at (cachesync.runtime.logs.setup quiets the libraries' loggers)
     caplog.set_level(logging.WARNING, logger="pymysqlreplication")
     start, _ = write(stack, db, [
         "CREATE TABLE plain (id BIGINT PRIMARY KEY, a INT NOT NULL)",

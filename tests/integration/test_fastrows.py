@@ -15,7 +15,7 @@ import pytest
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from cachesync.producer_outbox import fastrows
+from cachesync.producer_outbox.decode import fastrows
 from tests.support.columns import (COLUMNS, INSERT, _datetime, _decimal, random_rows,
                                    scratch_database, special_rows, write)
 from tests.support.compare import difference

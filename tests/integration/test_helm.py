@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cachesync import __version__, config
+from cachesync import __version__
+from cachesync.runtime import config
 from cachesync.http import parse_listen
 from cachesync.schema.errors import ConfigError
 

@@ -4,7 +4,7 @@ Rows of many shapes (every common column type, NULLs, text that needs escaping, 
 and missing primary keys, temporal and floating key columns, doubles Python writes with an
 exponent, single-row transactions of tables the compiled run decodes) are written once;
 the Tailer then reads the same range twice, with a compiled step (the row writer of
-producer_outbox/hotpath.py, the framing of whole transactions, the compiled run of buffered
+producer_outbox/encode/hotpath.py, the framing of whole transactions, the compiled run of buffered
 ones) and with it switched off, and the two runs must publish the same records: key,
 bytes, id and partition, in order.
 """
@@ -16,9 +16,10 @@ import time
 
 import pytest
 
-from cachesync.producer_outbox import dumpstream, hotpath
-from cachesync.producer_outbox.checkpoint import Checkpoint
-from cachesync.producer_outbox.preflight import read_server_info
+from cachesync.producer_outbox.binlog import dumpstream
+from cachesync.producer_outbox.encode import hotpath
+from cachesync.producer_outbox.binlog.checkpoint import Checkpoint
+from cachesync.producer_outbox.binlog.preflight import read_server_info
 from cachesync.wiring import build_tailer
 
 pytestmark = [pytest.mark.integration,

@@ -28,8 +28,8 @@ from kafka.protocol.metadata.api_versions import ApiVersionsResponse
 from kafka.protocol.sasl import (SaslAuthenticateRequest, SaslAuthenticateResponse,
                                  SaslHandshakeResponse)
 
-from cachesync.config import KafkaSettings
-from cachesync.kafka_security import consumer_options
+from cachesync.runtime.config import KafkaSettings
+from cachesync.runtime.kafka_security import consumer_options
 
 pytestmark = pytest.mark.integration
 

@@ -14,13 +14,13 @@ import time
 
 import pytest
 
-from cachesync import config
+from cachesync.runtime import config
 from cachesync.commands.replay import run_replay
 from cachesync.consumer.replay import parse_bound
-from cachesync.kafka_security import client_security
-from cachesync.producer_outbox.heartbeat import with_heartbeat
-from cachesync.producer_outbox.publisher import KafkaPublisher
-from cachesync.producer_outbox.rows import TxnContext, row_change
+from cachesync.runtime.kafka_security import client_security
+from cachesync.producer_outbox.binlog.heartbeat import with_heartbeat
+from cachesync.producer_outbox.publish.kafka_publisher import KafkaPublisher
+from cachesync.producer_outbox.decode.rows import TxnContext, row_change
 from cachesync.schema.event import encode
 from cachesync.schema.keys import kafka_key
 from cachesync.wiring import build_engine

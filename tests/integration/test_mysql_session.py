@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from cachesync.producer_outbox.mysql import Session
+from cachesync.runtime.mysql import Session
 
 pytestmark = pytest.mark.integration
 

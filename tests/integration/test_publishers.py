@@ -1,5 +1,5 @@
 """The tailer's two publishers on the real broker: in the tailer's process (``thread``) and in
-a child process (``process``, producer_outbox/procpublisher.py). One contract for both."""
+a child process (``process``, producer_outbox/publish/process_publisher.py). One contract for both."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import threading
 import pytest
 from kafka.errors import KafkaError, MessageSizeTooLargeError
 
-from cachesync.producer_outbox.procpublisher import ProcessPublisher, PublisherProcessError
-from cachesync.producer_outbox.publisher import KafkaPublisher, is_permanent
+from cachesync.producer_outbox.publish.process_publisher import ProcessPublisher, PublisherProcessError
+from cachesync.producer_outbox.publish.kafka_publisher import KafkaPublisher, is_permanent
 from cachesync.schema.errors import RetryableError
 from tests.support import wait_for
 from tests.support.tables import USERS, USERS_DDL
@@ -110,7 +110,7 @@ def test_the_child_outlives_a_process_group_sigterm_and_ends_with_close(lab):
     publisher = ProcessPublisher(lab.stack.bootstrap)
     pid = child_pid(publisher)
     with open(f"/proc/{pid}/cmdline", "rb") as f:    # nothing but the module on its command line
-        assert f.read().split(b"\0")[1:3] == [b"-m", b"cachesync.producer_outbox.procpublisher"]
+        assert f.read().split(b"\0")[1:3] == [b"-m", b"cachesync.producer_outbox.publish.process_publisher"]
     os.kill(pid, signal.SIGTERM)     # what a service manager sends every process of the group
     os.kill(pid, signal.SIGINT)      # and a terminal's Ctrl-C
     seen = Callbacks()
@@ -176,8 +176,8 @@ def test_cachesync_tail_publishes_through_either_and_leaves_no_process_behind(la
 
 def test_the_child_is_told_the_parents_log_level_format_and_role():
     import logging
-    from cachesync import logs
-    from cachesync.producer_outbox.procpublisher import _log_setup
+    from cachesync.runtime import logs
+    from cachesync.producer_outbox.publish.process_publisher import _log_setup
     root = logging.getLogger()
     saved = root.handlers[:], root.level
     try:
@@ -193,7 +193,7 @@ def test_the_child_is_told_the_parents_log_level_format_and_role():
 def test_a_tailer_closes_the_publisher_process_it_made_when_it_ends(lab, ends):
     """A restarted tailer is a new one with a new publisher: the old one's child must not
     stay behind (a clean stop, and a run that fails, here at its preflight)."""
-    from cachesync import config
+    from cachesync.runtime import config
     from cachesync.wiring import build_tailer
     lab.sql(USERS_DDL)
     cfg = lab.write_config(USERS)

@@ -14,7 +14,8 @@ from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 from redis.sentinel import MasterNotFoundError, Sentinel
 
-from cachesync import config, wiring
+from cachesync.runtime import config
+from cachesync import wiring
 
 from tests.support.variants import addresses, start
 from tests.support import wait_for

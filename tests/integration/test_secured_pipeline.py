@@ -11,7 +11,7 @@ import pathlib
 
 import pytest
 
-from cachesync import config
+from cachesync.runtime import config
 from tests.support import spawn, wait_for
 from tests.support.variants import use_kafka_sasl, use_mariadb_tls, use_redis_tls
 

@@ -31,7 +31,7 @@ from cachesync.schema.keys import DEDUP_PREFIX as REDIS_DEDUP_PREFIX
 from cachesync.consumer.applier import Stats
 from cachesync.consumer.adapters.mysql_dedup import rows_sql
 from cachesync.consumer.replay import parse_bound
-from cachesync.producer_outbox.rows import TxnContext, row_change
+from cachesync.producer_outbox.decode.rows import TxnContext, row_change
 from cachesync.schema.event import encode
 from cachesync.schema.keys import kafka_key
 from tests.support import add_config_sections, address, scrape, status_json, wait_for

@@ -40,7 +40,7 @@ def test_tail_publishes_through_the_process_it_started_with_its_command_line(lab
                                       lab.log(tail)), 60, what="the start line")
     [child] = children(tail.pid)        # the publisher, and no other
     cmdline = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
-    assert b"cachesync.producer_outbox.procpublisher" in cmdline
+    assert b"cachesync.producer_outbox.publish.process_publisher" in cmdline
     since_launch_s = (started_ticks(child) - started_ticks(tail.pid)) / os.sysconf("SC_CLK_TCK")
     # started before the command's imports were done: by the launcher, not by the tailer
     assert since_launch_s < float(line.group(1)), (since_launch_s, line.group(0))

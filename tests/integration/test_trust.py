@@ -12,6 +12,7 @@ from kafka import KafkaProducer
 from pyspark.sql import Row
 
 from cachesync.consumer.spark.applier import ApplyConfig, consume_partition
+from cachesync.wiring import SettingsAdapters
 from cachesync.schema.event import ChangeEvent, Source, encode
 from tests.support import wait_for
 
@@ -116,7 +117,7 @@ def test_spark_partition_applier_dead_letters_each_untrusted_record(lab):
     rows = [Row(topic=lab.topic, partition=0, offset=i, key=bytearray(b"k"),
                 value=bytearray(value), headers=[], timestamp_ms=0)    # KAFKA_SELECT's order
             for i, value in enumerate(records)]
-    [out] = consume_partition(rows, ApplyConfig(lab.settings(cfg)), batch_id=0)
+    [out] = consume_partition(rows, ApplyConfig(SettingsAdapters(lab.settings(cfg))), batch_id=0)
     assert out["stats"]["dead_lettered"] == 4 and out["stats"]["applied"] == 1
     wait_for(lambda: len(lab.topic_records(lab.dlq)) == 4, 60, what="four dead letters")
     assert dead_reasons(lab) == EXPECTED_REASONS

@@ -21,7 +21,7 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 from kafka.errors import TopicAlreadyExistsError
 
-from cachesync import config
+from cachesync.runtime import config
 from cachesync.consumer.adapters.mysql_dedup import rows_sql
 from cachesync.schema.event import ChangeEvent, decode_record, pack_elements
 from cachesync.schema.keys import kafka_key

@@ -15,7 +15,7 @@ import uuid
 from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, XidEvent
 from pymysqlreplication.row_event import TableMapEvent, UpdateRowsEvent
 
-from cachesync.producer_outbox.preflight import ServerInfo
+from cachesync.producer_outbox.binlog.preflight import ServerInfo
 from cachesync.schema.event import decode
 from cachesync.schema.mapping import parse_mappings
 

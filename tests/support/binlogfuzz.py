@@ -35,11 +35,11 @@ from dataclasses import dataclass
 from pymysqlreplication.row_event import TableMapEvent
 
 from cachesync.producer_outbox.binlog_source import BinlogSource, open_stream
-from cachesync.producer_outbox.checkpoint import Checkpoint
-from cachesync.producer_outbox.matched import MatchedTables
+from cachesync.producer_outbox.binlog.checkpoint import Checkpoint
+from cachesync.producer_outbox.decode.matched import MatchedTables
 from cachesync.producer_outbox.ports import Group, Record, TableEvent
-from cachesync.producer_outbox.preflight import ServerInfo
-from cachesync.producer_outbox.rowevents import RowEncoder
+from cachesync.producer_outbox.binlog.preflight import ServerInfo
+from cachesync.producer_outbox.encode.rowevents import RowEncoder
 from cachesync.schema.errors import CachesyncError
 from cachesync.schema.mapping import parse_mappings
 from tests.support import mysqlbinlog as mb

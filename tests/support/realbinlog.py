@@ -17,11 +17,11 @@ import struct
 from dataclasses import dataclass, field
 
 from cachesync.producer_outbox.binlog_source import BinlogSource, open_stream
-from cachesync.producer_outbox.checkpoint import Checkpoint
-from cachesync.producer_outbox.matched import MatchedTables
+from cachesync.producer_outbox.binlog.checkpoint import Checkpoint
+from cachesync.producer_outbox.decode.matched import MatchedTables
 from cachesync.producer_outbox.ports import Group, Record, TableEvent
-from cachesync.producer_outbox.preflight import ServerInfo
-from cachesync.producer_outbox.rowevents import RowEncoder
+from cachesync.producer_outbox.binlog.preflight import ServerInfo
+from cachesync.producer_outbox.encode.rowevents import RowEncoder
 from cachesync.schema.event import decode_record
 from cachesync.schema.mapping import parse_mappings
 from tests.support.replay_primary import ReplayPrimary

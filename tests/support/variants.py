@@ -15,9 +15,9 @@ import pytest
 import redis
 from redis.cluster import RedisCluster
 
-from cachesync import config
+from cachesync.runtime import config
 from cachesync.devstack import default_env_file
-from cachesync.kafka_security import client_security
+from cachesync.runtime.kafka_security import client_security
 from tests.support import create_topics, stack_command
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

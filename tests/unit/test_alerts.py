@@ -135,7 +135,7 @@ def test_every_alert_has_a_promtool_test():
 
 
 def test_every_metric_the_rules_use_is_exported():
-    from cachesync import metrics
+    from cachesync.runtime import metrics
     source = Path(metrics.__file__).read_text()
     used = set(re.findall(r"\bcachesync_[a-z_]+", RULES.read_text()))
     for name in used:

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from cachesync.config import ConsumerSettings
+from cachesync.runtime.config import ConsumerSettings
 from cachesync.consumer.adapters.memory import MemoryCache, MemoryDeadLetters, MemoryDedupStore
 from cachesync.consumer.applier import Applier, Stats
 from cachesync.consumer.core.dedup import ClaimState

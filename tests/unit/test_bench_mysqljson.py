@@ -3,7 +3,7 @@
 from pymysqlreplication.packet import BinLogPacketWrapper
 
 from bench import mysqljson
-from cachesync.producer_outbox import jsoncolumns
+from cachesync.producer_outbox.decode import jsoncolumns
 from tests.support.shared import shared_dir
 
 shared_dir()     # the documents are read from the shared folder: skip (fail under CI) without it

@@ -13,10 +13,10 @@ import zlib
 import pytest
 import zstandard
 
-from cachesync.producer_outbox.compressed import CompressedEventError, expand, expandable
-from cachesync.producer_outbox.eventtypes import (DECODED, EXPANDED, NO_ROWS, TABLE_LEVEL, TYPES,
+from cachesync.producer_outbox.binlog.compressed import CompressedEventError, expand, expandable
+from cachesync.producer_outbox.binlog.eventtypes import (DECODED, EXPANDED, NO_ROWS, TABLE_LEVEL, TYPES,
                                                   event_type, is_own)
-from cachesync.producer_outbox.framing import UndecodedEvent, own_event, parse_tagged_gtid
+from cachesync.producer_outbox.binlog.framing import UndecodedEvent, own_event, parse_tagged_gtid
 from cachesync.schema.gtid import MYSQL, Gtid
 from tests.support import mysqlbinlog as mb
 from tests.support.shared import recorded, shared_file

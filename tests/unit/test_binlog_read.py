@@ -5,13 +5,13 @@ import pymysql
 import pytest
 from pymysqlreplication.row_event import WriteRowsEvent
 
-from cachesync.producer_outbox.binlog_read import LostPositionError, TableMaps, read_events
-from cachesync.producer_outbox.checkpoint import Checkpoint
+from cachesync.producer_outbox.binlog.reading import LostPositionError, TableMaps, read_events
+from cachesync.producer_outbox.binlog.checkpoint import Checkpoint
 from cachesync.schema.errors import FatalError, RetryableError
 from tests.support.binlog import (MARIADB, _Checkpoints, _Publisher, _Stream, MAPPINGS,
                                          mariadb_gtid, rows, table_map, u, xid)
-from cachesync.producer_outbox.mysql import MySQLParams
-from cachesync.config import TailerSettings
+from cachesync.runtime.mysql import MySQLParams
+from cachesync.runtime.config import TailerSettings
 from cachesync.producer_outbox.tailer import Tailer, TailerOptions
 
 

@@ -1,10 +1,10 @@
-"""producer_outbox.binlog_settings: every binlog-shaping setting and what cachesync does (pure)."""
+"""producer_outbox.binlog.settings: every binlog-shaping setting and what cachesync does (pure)."""
 
 import pytest
 
-from cachesync.producer_outbox.binlog_settings import (DEGRADED, OK, TABLE_LEVEL,
+from cachesync.producer_outbox.binlog.settings import (DEGRADED, OK, TABLE_LEVEL,
                                                        settings_report, summary)
-from cachesync.producer_outbox.preflight import ServerInfo
+from cachesync.producer_outbox.binlog.preflight import ServerInfo
 
 MYSQL = {"binlog_format": "ROW", "binlog_row_image": "FULL", "binlog_row_metadata": "FULL",
          "binlog_transaction_compression": "ON", "binlog_row_value_options": "PARTIAL_JSON",

@@ -1,4 +1,4 @@
-"""Binlog event checksums (producer_outbox/checksums.py) over binlog files real servers wrote.
+"""Binlog event checksums (producer_outbox/binlog/checksums.py) over binlog files real servers wrote.
 
 Every event of every file of the shared ``realbinlog/`` folder that carries CRC32 checksums
 verifies, the FORMAT_DESCRIPTION events of the five files copied while the server was still
@@ -18,7 +18,7 @@ import zlib
 
 import pytest
 
-from cachesync.producer_outbox.checksums import (FORMAT_DESCRIPTION, LOG_EVENT_BINLOG_IN_USE_F,
+from cachesync.producer_outbox.binlog.checksums import (FORMAT_DESCRIPTION, LOG_EVENT_BINLOG_IN_USE_F,
                                                  BinlogChecksumError, verify)
 from tests.support import realbinlog as rb
 from tests.unit.test_realbinlog import GO, _named
@@ -80,7 +80,7 @@ def test_a_changed_byte_is_a_named_error(at):
 
 def test_the_one_call_check_agrees_with_computing_the_checksum():
     """verify's shortcut (module comment) against the plain computation, any length."""
-    from cachesync.producer_outbox import checksums
+    from cachesync.producer_outbox.binlog import checksums
     assert zlib.crc32(b"\0", checksums._PAST_OK_BYTE) == 0
     for size in range(0, 300, 7):
         event = bytes((i * 37 + size) & 0xFF for i in range(19 + size))

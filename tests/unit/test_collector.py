@@ -7,8 +7,8 @@ import weakref
 
 import pytest
 
-from cachesync import collector
-from cachesync.collector import OLDER_THRESHOLDS, YOUNG_THRESHOLD, paced
+from cachesync.runtime import gc_pacing as collector
+from cachesync.runtime.gc_pacing import OLDER_THRESHOLDS, YOUNG_THRESHOLD, paced
 from cachesync.consumer.adapters.memory import (MemoryCache, MemoryDeadLetters,
                                                 MemoryDedupStore, MemorySource)
 from cachesync.consumer.engine import PythonEngine

@@ -5,7 +5,7 @@ import re
 
 import yaml
 
-from cachesync import config
+from cachesync.runtime import config
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
@@ -126,13 +126,13 @@ def test_every_bind_mount_exists_in_the_repository():
 def test_the_dashboard_queries_only_metrics_cachesync_exports():
     import json
 
-    from cachesync import metrics
+    from cachesync.runtime import metrics
     dash = json.loads((ROOT / "docker" / "grafana" / "dashboards" / "cachesync.json").read_text())
     exported = {f"{n}_total" for n in (*metrics.CONSUMER_COUNTERS, *metrics.TAILER_COUNTERS,
                                        *metrics.RELAY_COUNTERS)} | set(metrics.MONITOR_METRICS)
     gauges = {"cachesync_consumer_commit_to_apply_seconds", "cachesync_consumer_last_commit_to_apply_seconds",
               "cachesync_tailer_checkpoint_age_seconds", "cachesync_consumer_kafka_lag_messages"}
-    src = (ROOT / "cachesync" / "metrics.py").read_text()
+    src = (ROOT / "cachesync" / "runtime" / "metrics.py").read_text()
     assert all(f'"{g}"' in src for g in gauges)
     exported |= gauges | {"cachesync_consumer_commit_to_apply_seconds_bucket"}
     used = {m for p in dash["panels"] for t in p["targets"]
@@ -143,7 +143,7 @@ def test_the_dashboard_queries_only_metrics_cachesync_exports():
 def test_the_dashboard_shows_consistency_nines_from_the_monitors_checks():
     import json
 
-    from cachesync.metrics import MonitorCollector
+    from cachesync.runtime.metrics import MonitorCollector
     dash = json.loads((ROOT / "docker" / "grafana" / "dashboards" / "cachesync.json").read_text())
     nines = [t["expr"] for p in dash["panels"] if "nines" in p["title"].lower()
              for t in p["targets"]]

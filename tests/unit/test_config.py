@@ -1,6 +1,6 @@
 import pytest
 
-from cachesync.config import load, mask_url
+from cachesync.runtime.config import load, mask_url
 from cachesync.schema.errors import ConfigError
 
 YAML = """
@@ -98,7 +98,7 @@ def test_file_values_are_checked_too_and_name_the_file_and_field(tmp_path):
 
 
 def test_sections_built_in_code_are_checked_too():
-    from cachesync.config import ConsumerSettings, TailerSettings
+    from cachesync.runtime.config import ConsumerSettings, TailerSettings
     with pytest.raises(ConfigError, match=r"consumer.poll_timeout_s: expected a finite number"):
         ConsumerSettings(poll_timeout_s=float("inf"))
     with pytest.raises(ConfigError, match=r"tailer.pack_bytes: expected a number from 1,024"):

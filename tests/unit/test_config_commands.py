@@ -11,7 +11,7 @@ import yaml
 from click.testing import CliRunner
 
 from cachesync.cli import cli
-from cachesync.config_schema import json_schema
+from cachesync.runtime.config_schema import json_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 

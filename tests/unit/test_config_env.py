@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from cachesync.config import load, load_with_origins, section_fields
-from cachesync.config_env import OTHER_VARIABLES, service_links
+from cachesync.runtime.config import load, load_with_origins, section_fields
+from cachesync.runtime.config_env import OTHER_VARIABLES, service_links
 from cachesync.schema.errors import ConfigError
 
 TABLES = "tables: {shop.users: {keys: ['user:{id}']}}\n"

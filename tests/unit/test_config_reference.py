@@ -1,6 +1,6 @@
 """The configuration reference is generated from the settings declarations: every setting
 carries its doc text, and the generated page shows every field with its declared default and
-nothing that does not exist (settings are declared once, in cachesync.config)."""
+nothing that does not exist (settings are declared once, in cachesync.runtime.config)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from cachesync import config
+from cachesync.runtime import config
 from cachesync.schema import mapping
 
 _EXT = pathlib.Path(__file__).resolve().parents[2] / "docs" / "_ext" / "cachesync_reference.py"

@@ -3,8 +3,8 @@ options every python and Spark Kafka client is given), mysql.ssl_*, redis.sentin
 
 import pytest
 
-from cachesync.config import KafkaSettings, Secret, load
-from cachesync.kafka_security import client_security, spark_kafka_options
+from cachesync.runtime.config import KafkaSettings, Secret, load
+from cachesync.runtime.kafka_security import client_security, spark_kafka_options
 from cachesync.schema.errors import ConfigError
 
 YAML = """
@@ -91,7 +91,7 @@ def test_a_boolean_setting_refuses_what_is_not_one(tmp_path):
 # ---------------------------------------------------------------- mysql.ssl_*
 def test_mysql_tls_reaches_pymysql_the_binlog_stream_and_jdbc():
     from cachesync.commands.audit import jdbc_tls
-    from cachesync.config import MySQLSettings
+    from cachesync.runtime.config import MySQLSettings
     plain = MySQLSettings()
     assert _params(plain).tls == () and jdbc_tls(plain) == ""
     assert "ssl_ca" not in _params(plain).client_options()
@@ -106,7 +106,7 @@ def test_mysql_tls_reaches_pymysql_the_binlog_stream_and_jdbc():
 
 
 def _params(m):
-    from cachesync.producer_outbox.mysql import MySQLParams
+    from cachesync.runtime.mysql import MySQLParams
     from cachesync.wiring import tls_options
     return MySQLParams(m.host, m.port, m.user, "pw", tls=tls_options(m))
 
@@ -116,7 +116,7 @@ def _params(m):
     ({"ssl_cert": "/c", "ssl_key": "/k"}, "mysql.ssl_ca: required with mysql.ssl_cert"),
 ])
 def test_incomplete_mysql_tls_settings_are_refused(values, message):
-    from cachesync.config import MySQLSettings
+    from cachesync.runtime.config import MySQLSettings
     with pytest.raises(ConfigError, match=message):
         MySQLSettings(**values)
 
@@ -127,13 +127,13 @@ def test_incomplete_mysql_tls_settings_are_refused(values, message):
     ({"sentinels": "s1", "master_name": "m"}, "redis.sentinels: expected host:port"),
 ])
 def test_incomplete_sentinel_settings_are_refused(values, message):
-    from cachesync.config import RedisSettings
+    from cachesync.runtime.config import RedisSettings
     with pytest.raises(ConfigError, match=message):
         RedisSettings(**values)
 
 
 def test_sentinel_settings_show_in_the_repr_without_the_password():
-    from cachesync.config import RedisSettings
+    from cachesync.runtime.config import RedisSettings
     r = RedisSettings(url=Secret("redis://app:hunter2@x/0"), sentinels="s1:26379,s2:26379",
                       master_name="cachesync")
     assert "hunter2" not in repr(r) and "s2:26379" in repr(r) and "'cachesync'" in repr(r)
@@ -142,7 +142,7 @@ def test_sentinel_settings_show_in_the_repr_without_the_password():
 def test_kafka_admin_configuration_dump_never_shows_the_sasl_password(caplog):
     import logging
 
-    import cachesync.kafka_login  # noqa: F401  (installs the filter, as wiring does)
+    import cachesync.runtime.kafka_login  # noqa: F401  (installs the filter, as wiring does)
     with caplog.at_level(logging.DEBUG, logger="kafka.admin.client"):
         logging.getLogger("kafka.admin.client").debug(
             "Starting KafkaAdminClient with configuration: %s", {"sasl_plain_password": "s3cr3t"})

@@ -112,7 +112,7 @@ def test_a_key_is_stale_only_when_the_row_stood_still_for_a_window(sample, befor
 @pytest.mark.parametrize("monitor", [{"enabled": False}, {"sample_ratio": 0.0}])
 def test_a_monitor_that_checks_nothing_is_not_built(monitor, tmp_path):
     # no thread, no connection, no metrics: consume runs exactly as without the monitor
-    from cachesync.config import load
+    from cachesync.runtime.config import load
     from cachesync.operate import monitor_hook
     path = tmp_path / "c.yaml"
     path.write_text(json.dumps({"tables": {"app.users": {"keys": ["user:{id}"]}},
@@ -145,7 +145,7 @@ class _HeldReader:
 def test_a_sample_being_checked_stays_pending_until_its_result_is_counted():
     """A scrape that reads ``pending`` 0 must find every result in the counts: the sample in
     hand (taken off the queue, its rows being read) is still pending."""
-    from cachesync.config import MonitorSettings
+    from cachesync.runtime.config import MonitorSettings
     from cachesync.consumer.adapters.memory import MemoryCache
     from cachesync.consumer.core.plan import EventPlan
     from cachesync.devstack import wait_for

@@ -9,7 +9,7 @@ import pytest
 from cachesync.consumer.adapters.mysql_dedup_compact import (
     WINDOWS_AHEAD, CompactMySQLDedupStore, boundary, commit_ms, namespace_bytes, new_token, record_id, window_end,
     windows_to_add, windows_to_drop)
-from cachesync.producer_outbox.mysql import MySQLParams
+from cachesync.runtime.mysql import MySQLParams
 from cachesync.schema.errors import FatalError
 from tests.support.fakedb import FakeConnection
 

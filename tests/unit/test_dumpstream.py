@@ -14,14 +14,14 @@ import pymysql
 import pytest
 from pymysqlreplication.row_event import WriteRowsEvent
 
-from cachesync.config import TailerSettings
-from cachesync.producer_outbox.checkpoint import Checkpoint
-from cachesync.producer_outbox.dumpstream import (_BODY, DumpConnection, DumpStreamReader,
+from cachesync.runtime.config import TailerSettings
+from cachesync.producer_outbox.binlog.checkpoint import Checkpoint
+from cachesync.producer_outbox.binlog.dumpstream import (_BODY, DumpConnection, DumpStreamReader,
                                                   reader_kind)
-from cachesync.producer_outbox.eventtypes import length_encoded as _length_coded
-from cachesync.producer_outbox.mysql import MySQLParams
-from cachesync.producer_outbox import packing as packing_module
-from cachesync.producer_outbox import pipeline as pipeline_module
+from cachesync.producer_outbox.binlog.eventtypes import length_encoded as _length_coded
+from cachesync.runtime.mysql import MySQLParams
+from cachesync.producer_outbox.encode import packing as packing_module
+from cachesync.producer_outbox.publish import pipeline as pipeline_module
 from cachesync.producer_outbox.tailer import Tailer, TailerOptions
 from cachesync.schema.event import decode_record
 from cachesync.schema.gtid import parse_gtid

@@ -3,7 +3,7 @@
 import pytest
 
 from cachesync.consumer.adapters.memory import MemoryCache, MemoryDeadLetters, MemoryDedupStore, MemorySource
-from cachesync.config import ConsumerSettings
+from cachesync.runtime.config import ConsumerSettings
 from cachesync.consumer.engine import PythonEngine
 from cachesync.schema.event import ChangeEvent, Source, encode
 from cachesync.schema.mapping import parse_mappings

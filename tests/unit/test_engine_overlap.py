@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from cachesync.config import ConsumerSettings
+from cachesync.runtime.config import ConsumerSettings
 from cachesync.consumer.adapters.memory import (MemoryCache, MemoryDeadLetters, MemoryDedupStore,
                                                 MemorySource)
 from cachesync.consumer.engine import PythonEngine

@@ -93,7 +93,7 @@ def test_out_of_range_floats_and_huge_integers_decode_exactly(parser):
 
 
 def test_row_change_builds_the_same_event_as_the_constructor():
-    from cachesync.producer_outbox.rows import TxnContext, row_change
+    from cachesync.producer_outbox.decode.rows import TxnContext, row_change
     from cachesync.schema.ids import binlog_message_id, binlog_version
     ctx = TxnContext("mariadb:1", "0-1-9", 9, 1700000000.25)
     built = row_change(ctx, 4, "shop", "users", "update", "id", {"id": 1, "e": "a"}, {"id": 1, "e": "b"})

@@ -15,7 +15,7 @@ from cachesync.consumer.core.plan import plan_batch
 from cachesync.consumer.core.tally import TableTally
 from cachesync.consumer.core.writes import APPLIED, BACKWARDS, REFUSED, CacheWrite, fence, padded
 from cachesync.consumer.engine import PythonEngine
-from cachesync.metrics import ConsumerMetrics
+from cachesync.runtime.metrics import ConsumerMetrics
 from cachesync.schema.event import ChangeEvent, Source, encode
 from cachesync.schema.mapping import parse_mappings
 

@@ -8,7 +8,7 @@ import pathlib
 import pytest
 import yaml
 
-from cachesync import config
+from cachesync.runtime import config
 from cachesync.doctor import unsafe_settings
 from cachesync.explain import lint
 

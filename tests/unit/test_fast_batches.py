@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from cachesync.producer_outbox import binlog_source
 from cachesync.producer_outbox.binlog_source import BinlogSource
-from cachesync.producer_outbox.checkpoint import Checkpoint
-from cachesync.producer_outbox.dumpstream import (DumpStreamReader, FastGroup,
+from cachesync.producer_outbox.binlog.checkpoint import Checkpoint
+from cachesync.producer_outbox.binlog.dumpstream import (DumpStreamReader, FastGroup,
                                                   FastTableMapEvent, FastWriteRowsEvent,
                                                   FastXidEvent)
 from cachesync.producer_outbox.ports import Commit, Group, Record, TableEvent
-from cachesync.producer_outbox.preflight import ServerInfo
-from cachesync.producer_outbox.statements import TableChange
+from cachesync.producer_outbox.binlog.preflight import ServerInfo
+from cachesync.producer_outbox.binlog.statements import TableChange
 from cachesync.schema.mapping import MappingSet
 
 INFO = ServerInfo("mariadb", 1, None, {}, ())

@@ -23,7 +23,7 @@ from pymysqlreplication.packet import BinLogPacketWrapper
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 from pymysqlreplication.table import Table
 
-from cachesync.producer_outbox import fastrows, keycolumns
+from cachesync.producer_outbox.decode import fastrows, keycolumns
 from tests.support.compare import difference
 
 EVENT_TYPES = {WriteRowsEvent: BINLOG.WRITE_ROWS_EVENT_V2,

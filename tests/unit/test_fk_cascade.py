@@ -8,11 +8,11 @@ from __future__ import annotations
 import pymysql
 import pytest
 
-from cachesync.producer_outbox.cascades import FK_CASCADE, Cascades
-from cachesync.producer_outbox.fkschema import ForeignKeys, logged_by_setting
-from cachesync.producer_outbox.foreignkeys import DELETE, UPDATE, CascadeGraph, ForeignKey
+from cachesync.producer_outbox.unlogged_changes.cascades import FK_CASCADE, Cascades
+from cachesync.producer_outbox.unlogged_changes.fkschema import ForeignKeys, logged_by_setting
+from cachesync.producer_outbox.unlogged_changes.foreignkeys import DELETE, UPDATE, CascadeGraph, ForeignKey
 from cachesync.producer_outbox.ports import Record, TableEvent
-from cachesync.producer_outbox.rows import TxnContext
+from cachesync.producer_outbox.decode.rows import TxnContext
 from cachesync.schema.event import decode
 from cachesync.schema.mapping import parse_mappings
 from tests.support.fakedb import FakeConnection

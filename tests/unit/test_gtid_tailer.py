@@ -7,9 +7,9 @@ import pytest
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from cachesync.producer_outbox.binlog_source import current_position, open_stream
-from cachesync.producer_outbox.checkpoint import Checkpoint
-from cachesync.producer_outbox.mysql import MySQLParams
-from cachesync.config import TailerSettings
+from cachesync.producer_outbox.binlog.checkpoint import Checkpoint
+from cachesync.runtime.mysql import MySQLParams
+from cachesync.runtime.config import TailerSettings
 from cachesync.producer_outbox.tailer import Tailer, TailerOptions
 from cachesync.schema.errors import RetryableError
 from cachesync.schema.ids import binlog_message_id, binlog_version

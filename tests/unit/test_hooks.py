@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from cachesync.config import ConsumerSettings
+from cachesync.runtime.config import ConsumerSettings
 from cachesync.consumer.adapters.memory import MemoryCache, MemoryDedupStore
 from cachesync.consumer.applier import Applier, Stats
 from cachesync.consumer.hooks import DedupPurge, DelayedDeletes, Hook, Ticker, consumer_hooks

@@ -1,4 +1,4 @@
-"""The compiled row writer (cachesync._speedups.row_record, producer_outbox/hotpath.py) against
+"""The compiled row writer (cachesync._speedups.row_record, producer_outbox/encode/hotpath.py) against
 the tailer's Python path (rows.row_change + keys.kafka_key + event.encode), row by row: where
 the compiled one answers, its key, record bytes and id are the Python path's, byte for byte;
 where the Python path raises or decides (oversize), it answers None."""
@@ -13,8 +13,8 @@ import random
 
 import pytest
 
-from cachesync.producer_outbox import hotpath
-from cachesync.producer_outbox.rows import TxnContext, row_change, trim_image
+from cachesync.producer_outbox.encode import hotpath
+from cachesync.producer_outbox.decode.rows import TxnContext, row_change, trim_image
 from cachesync.schema import jsonfast
 from cachesync.schema.event import encode
 from cachesync.schema.ids import MAX_ROWS_PER_TXN

@@ -2,7 +2,7 @@
 
 import pytest
 
-from cachesync.producer_outbox.inflight import InflightTracker
+from cachesync.producer_outbox.publish.inflight import InflightTracker
 
 
 @pytest.mark.parametrize("script, expected", [

@@ -17,12 +17,12 @@ from pymysqlreplication.packet import BinLogPacketWrapper
 from pymysqlreplication.row_event import PartialUpdateRowsEvent, UpdateRowsEvent, WriteRowsEvent
 from pymysqlreplication.table import Table
 
-from cachesync.config import TailerSettings
-from cachesync.producer_outbox import fastrows, jsoncolumns
-from cachesync.producer_outbox import mysqljson as mj
-from cachesync.producer_outbox.checkpoint import Checkpoint
-from cachesync.producer_outbox.images import ABSENT, PARTIAL_IMAGE, known_images
-from cachesync.producer_outbox.mysql import MySQLParams
+from cachesync.runtime.config import TailerSettings
+from cachesync.producer_outbox.decode import fastrows, jsoncolumns
+from cachesync.producer_outbox.decode import mysqljson as mj
+from cachesync.producer_outbox.binlog.checkpoint import Checkpoint
+from cachesync.producer_outbox.decode.images import ABSENT, PARTIAL_IMAGE, known_images
+from cachesync.runtime.mysql import MySQLParams
 from cachesync.producer_outbox.tailer import Tailer, TailerOptions
 from cachesync.schema.event import INVALIDATE_ONLY
 from cachesync.schema.mapping import parse_mappings

@@ -13,7 +13,8 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from cachesync import DISTRIBUTION, __version__, config
+from cachesync import DISTRIBUTION, __version__
+from cachesync.runtime import config
 from cachesync.healthcheck import check, ports
 from cachesync.http import OpsServer, parse_listen
 

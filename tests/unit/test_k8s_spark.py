@@ -11,7 +11,7 @@ import re
 import yaml
 from click.testing import CliRunner
 
-from cachesync import config
+from cachesync.runtime import config
 from cachesync.commands.consume import command as consume
 from cachesync.consumer.spark.submit import check_conf
 

@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-from cachesync.config import KafkaSettings
-from cachesync.kafka_oauth import TokenCommand, TokenFile, parse_extensions, token_expiry
-from cachesync.kafka_security import client_security, spark_kafka_options
+from cachesync.runtime.config import KafkaSettings
+from cachesync.runtime.kafka_oauth import TokenCommand, TokenFile, parse_extensions, token_expiry
+from cachesync.runtime.kafka_security import client_security, spark_kafka_options
 from cachesync.schema.errors import ConfigError
 
 
@@ -192,7 +192,7 @@ def test_kafka_pythons_debug_dumps_never_show_the_sasl_bytes(caplog):
     """kafka-python logs each request and its raw bytes at DEBUG: the SASL login (password,
     OAuth token) must not reach the log."""
     import logging
-    import cachesync.kafka_login  # noqa: F401  (installs the filters)
+    import cachesync.runtime.kafka_login  # noqa: F401  (installs the filters)
     caplog.set_level(logging.DEBUG, logger="kafka")
     parser, conn = logging.getLogger("kafka.protocol.parser"), logging.getLogger("kafka.net.connection")
     parser.debug("%s Send: %r", "node=1", b"\x01auth=Bearer eyJsecret.token.\x01\x01")
@@ -204,7 +204,7 @@ def test_kafka_pythons_debug_dumps_never_show_the_sasl_bytes(caplog):
 
 
 def test_a_token_command_that_hangs_is_killed_whole_and_its_arguments_stay_out(monkeypatch):
-    monkeypatch.setattr("cachesync.kafka_oauth.COMMAND_TIMEOUT_S", 0.5)
+    monkeypatch.setattr("cachesync.runtime.kafka_oauth.COMMAND_TIMEOUT_S", 0.5)
     # the shell starts a child (sleep) that would outlive a kill of the shell alone
     # a duration of this run's own: another run of this test on the host has its sleep too
     seconds = f"31.{os.getpid()}"

@@ -5,8 +5,8 @@ import pickle
 
 import pytest
 
-from cachesync.config import KafkaSettings, Properties, load
-from cachesync.kafka_security import admin_options, consumer_options, producer_options
+from cachesync.runtime.config import KafkaSettings, Properties, load
+from cachesync.runtime.kafka_security import admin_options, consumer_options, producer_options
 from cachesync.schema.errors import ConfigError
 
 

@@ -4,7 +4,7 @@ templates a `framework:` section turns into those keys, and `init --framework`'s
 import pytest
 import yaml
 
-from cachesync import config
+from cachesync.runtime import config
 from cachesync.scaffold import BOOKKEEPING, propose, render
 from cachesync.schema.errors import ConfigError
 from cachesync.schema.key_formats import FRAMEWORKS, KeyFormat, spring_key

@@ -9,8 +9,8 @@ import pytest
 from pymysqlreplication.constants import FIELD_TYPE
 from pymysqlreplication.row_event import UpdateRowsEvent, WriteRowsEvent
 
-from cachesync.producer_outbox import fastrows
-from cachesync.producer_outbox.libraryrows import MalformedRowsError, library_rows
+from cachesync.producer_outbox.decode import fastrows
+from cachesync.producer_outbox.binlog.libraryrows import MalformedRowsError, library_rows
 from tests.unit.test_fastrows_unit import column, event
 
 COLUMNS = [column("id", FIELD_TYPE.LONG), column("n", FIELD_TYPE.TINY)]
@@ -72,7 +72,7 @@ def _packet(etype: int, body: bytes) -> bytes:
 
 
 def test_a_rows_event_the_library_cannot_construct_is_an_undecoded_event_of_its_table():
-    from cachesync.producer_outbox.framing import RowsGuarded, UndecodedEvent
+    from cachesync.producer_outbox.binlog.framing import RowsGuarded, UndecodedEvent
 
     class Reader(RowsGuarded, _Failing):
         pass

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import logging
 
-from cachesync import logs
+from cachesync.runtime import logs
 
 
 class Clock:

@@ -11,11 +11,11 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from cachesync.http import OpsServer, parse_listen
-from cachesync.metrics import ConsumerMetrics, Cumulative
+from cachesync.runtime.metrics import ConsumerMetrics, Cumulative
 from cachesync.consumer.core.plan import EventPlan, plan_batch
-from cachesync.producer_outbox.heartbeat import own_rows_only, with_heartbeat
+from cachesync.producer_outbox.binlog.heartbeat import own_rows_only, with_heartbeat
 from cachesync.schema.errors import ConfigError
-from cachesync.producer_outbox.rows import TxnContext, row_change
+from cachesync.producer_outbox.decode.rows import TxnContext, row_change
 from cachesync.schema.event import ChangeEvent, Source, decode, encode
 from cachesync.schema.mapping import parse_mappings
 
@@ -72,7 +72,7 @@ def test_lag_uses_commit_time_and_the_heartbeats_microsecond_time():
 def test_a_spark_tasks_lag_batch_records_what_its_samples_would():
     """A Spark task ships each chunk's lags as one LagBatch (commit times per kind); the
     driver's metrics come out as from one LagSample per event, heartbeats included."""
-    from cachesync.metrics import lag_batch, lag_samples
+    from cachesync.runtime.metrics import lag_batch, lag_samples
     hb = event("cachesync", "cachesync_heartbeat", commit_ts=100.0, kind="heartbeat",
                after={"name": "t1", "beat_us": 100_400_000})
     batch = Batch([event(commit_ts=100.0), hb, event(commit_ts=99.0, kind="outbox"),
@@ -99,7 +99,7 @@ def test_observing_many_lags_at_once_records_what_observing_each_does():
     value."""
     import random
     from prometheus_client import Histogram
-    from cachesync.metrics import LAG_BUCKETS, observe_all
+    from cachesync.runtime.metrics import LAG_BUCKETS, observe_all
     rng = random.Random(7)
     values = ([rng.expovariate(4.0) for _ in range(5000)] + list(LAG_BUCKETS[:-1])
               + [0.0, 0.0, 1e9])
@@ -251,7 +251,7 @@ class Monitor:
 def test_renamed_metrics_keep_their_old_names_for_one_version():
     """Every name in DEPRECATED_ALIASES that a registry exports under its new name is also
     exported under the old one, with the same samples and a help text naming the new one."""
-    from cachesync.metrics import (DEPRECATED_ALIASES, CheckpointAge, MonitorCollector,
+    from cachesync.runtime.metrics import (DEPRECATED_ALIASES, CheckpointAge, MonitorCollector,
                                    binlog_format_row)
     reg = CollectorRegistry()
     cm = ConsumerMetrics(reg, lambda: Stats(), tables=lambda: Tally(), scans=lambda: ())
@@ -284,7 +284,7 @@ def test_renamed_metrics_keep_their_old_names_for_one_version():
 def test_every_exported_name_has_its_role_after_cachesync():
     """cachesync_<role>_...: the consumer's, the tailer's, the relay's, the monitor's, or the
     process-wide cachesync_info; old names only as deprecated aliases."""
-    from cachesync.metrics import DEPRECATED_ALIASES, MonitorCollector
+    from cachesync.runtime.metrics import DEPRECATED_ALIASES, MonitorCollector
     reg = CollectorRegistry()
     ConsumerMetrics(reg, lambda: Stats(), tables=lambda: Tally(), scans=lambda: ())
     reg.register(MonitorCollector(Monitor()))

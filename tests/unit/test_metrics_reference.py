@@ -9,7 +9,7 @@ import pathlib
 
 from prometheus_client import CollectorRegistry
 
-from cachesync import metrics
+from cachesync.runtime import metrics
 
 _EXT = pathlib.Path(__file__).resolve().parents[2] / "docs" / "_ext" / "cachesync_reference.py"
 

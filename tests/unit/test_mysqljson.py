@@ -1,4 +1,4 @@
-"""MySQL binary JSON -> the server's text, and partial JSON diffs (producer_outbox.mysqljson).
+"""MySQL binary JSON -> the server's text, and partial JSON diffs (producer_outbox.decode.mysqljson).
 
 Recorded bytes come from the shared folder's recorded/mysql-binary-json.json (sources in its
 README). Cases marked
@@ -14,7 +14,7 @@ import struct
 
 import pytest
 
-from cachesync.producer_outbox import mysqljson as mj
+from cachesync.producer_outbox.decode import mysqljson as mj
 from tests.support.shared import recorded
 
 # recorded from real MySQL servers (shared recorded/, sources in its README); a module

@@ -13,13 +13,13 @@ from kafka.errors import KafkaTimeoutError
 from cachesync.consumer.core.plan import plan_batch
 from cachesync.producer_outbox.outbox import (MAX_PAYLOAD_BYTES, OutboxError, OutboxRow, event_kafka_key,
                                     outbox_values, to_event)
-from cachesync.config import RelaySettings, TailerSettings
+from cachesync.runtime.config import RelaySettings, TailerSettings
 from cachesync.producer_outbox.memory import MemoryPublisher, MemorySource
-from cachesync.producer_outbox.pipeline import DELIVERY_TIMEOUT_S, WEDGED_MARGIN_S, Pipeline
+from cachesync.producer_outbox.publish.pipeline import DELIVERY_TIMEOUT_S, WEDGED_MARGIN_S, Pipeline
 from cachesync.producer_outbox.ports import Begin, Commit
-from cachesync.producer_outbox.relay import Relay
-from cachesync.producer_outbox.relay_source import OutboxSource, _warn_due
-from cachesync.producer_outbox.relay_store import OutboxCheckpoints
+from cachesync.producer_outbox.outbox_relay.relay import Relay
+from cachesync.producer_outbox.outbox_relay.change_source import OutboxSource, _warn_due
+from cachesync.producer_outbox.outbox_relay.store import OutboxCheckpoints
 from cachesync.schema.errors import ConfigError, FatalError, RetryableError
 from cachesync.schema.retry import RetryPolicy
 from tests.support import wait_for
@@ -269,7 +269,7 @@ def test_rows_leased_again_warn_once_per_round_naming_the_most_retried(caplog):
     leased = [OutboxRow(**{**ROW.__dict__, "seq": i, "event_id": f"{i:032x}", "attempts": a})
               for i, a in enumerate([1, 3, 6, 4])]
     source, _ = outbox_ports(FakeStore(leased), warn_after_attempts=3)
-    with caplog.at_level(logging.WARNING, logger="cachesync.producer_outbox.relay"):
+    with caplog.at_level(logging.WARNING, logger="cachesync.producer_outbox.outbox_relay.relay"):
         source.poll()
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert warnings == [f"2 outbox event(s) leased again without a confirmed publish; the most "
@@ -281,7 +281,7 @@ def test_a_row_that_cannot_be_encoded_stays_unpublished_with_a_warning_and_a_cou
     bad = OutboxRow(**{**ROW.__dict__, "payload": "{not json"})
     store = FakeStore([bad, *rows(1)])
     source, _ = outbox_ports(store, poll_interval_s=0.01)
-    with caplog.at_level(logging.WARNING, logger="cachesync.producer_outbox.relay"):
+    with caplog.at_level(logging.WARNING, logger="cachesync.producer_outbox.outbox_relay.relay"):
         items = list(islice(source.changes(), 4))
     assert [type(i).__name__ for i in items] == ["Begin", "Record", "Commit", "Pulse"]
     assert items[1].msg_id == ids(1)[0] and source.unconfirmed == 1

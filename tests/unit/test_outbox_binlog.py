@@ -7,9 +7,9 @@ import logging
 
 import pytest
 
-from cachesync import config
+from cachesync.runtime import config
 from cachesync.producer_outbox.outbox import OutboxRow, event_kafka_key, to_event
-from cachesync.producer_outbox.outbox_binlog import OutboxRouter
+from cachesync.producer_outbox.decode.outbox_binlog import OutboxRouter
 from cachesync.schema.errors import ConfigError, FatalError
 from cachesync.schema.event import decode, encode
 

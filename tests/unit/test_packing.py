@@ -8,11 +8,11 @@ from kafka.partitioner.default import murmur2 as kafka_murmur2
 
 from cachesync.consumer.adapters.memory import MemoryCache, MemoryDeadLetters, MemoryDedupStore, MemorySource
 from cachesync.consumer.core.offsets import Record
-from cachesync.config import ConsumerSettings, TailerSettings
+from cachesync.runtime.config import ConsumerSettings, TailerSettings
 from cachesync.consumer.engine import PythonEngine
-from cachesync.producer_outbox.checkpoint import Checkpoint
-from cachesync.producer_outbox.mysql import MySQLParams
-from cachesync.producer_outbox.packing import Packer
+from cachesync.producer_outbox.binlog.checkpoint import Checkpoint
+from cachesync.runtime.mysql import MySQLParams
+from cachesync.producer_outbox.encode.packing import Packer
 from cachesync.producer_outbox.tailer import Tailer, TailerOptions
 from pymysqlreplication.row_event import UpdateRowsEvent, WriteRowsEvent
 from cachesync.schema.errors import DecodeError

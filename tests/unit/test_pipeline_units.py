@@ -6,15 +6,15 @@ from __future__ import annotations
 import pytest
 from kafka.errors import KafkaTimeoutError, MessageSizeTooLargeError
 
-from cachesync.config import TailerSettings
-from cachesync.producer_outbox.checkpoint import Checkpoint
+from cachesync.runtime.config import TailerSettings
+from cachesync.producer_outbox.binlog.checkpoint import Checkpoint
 from cachesync.producer_outbox.memory import MemoryCheckpointStore, MemoryPublisher, MemorySource
-from cachesync.producer_outbox.pipeline import (DELIVERY_TIMEOUT_S, WEDGED_MARGIN_S, Pipeline,
+from cachesync.producer_outbox.publish.pipeline import (DELIVERY_TIMEOUT_S, WEDGED_MARGIN_S, Pipeline,
                                                PublisherWedged)
 from cachesync.producer_outbox.ports import (PULSE, Begin, Commit, Decide, Group, Hold,
                                              Prepared, Record, Release, TableEvent)
-from cachesync.producer_outbox.rows import TxnContext
-from cachesync.producer_outbox.statements import TableChange
+from cachesync.producer_outbox.decode.rows import TxnContext
+from cachesync.producer_outbox.binlog.statements import TableChange
 from cachesync.schema.errors import FatalError, RetryableError
 from cachesync.schema.event import PACK_PREFIX, decode
 
@@ -362,7 +362,7 @@ def test_a_flush_that_fails_otherwise_keeps_its_own_error():
 def test_closing_a_producer_with_unsettled_sends_force_closes_its_sender():
     """kafka-python's close() flushes first and raises on its timeout before it force-closes
     the I/O thread; KafkaPublisher.close then force-closes it (its batches fail) itself."""
-    from cachesync.producer_outbox.publisher import KafkaPublisher
+    from cachesync.producer_outbox.publish.kafka_publisher import KafkaPublisher
     calls = []
 
     class Sender:

@@ -20,11 +20,12 @@ import pytest
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 from pymysqlreplication.table import Table
 
-from cachesync.producer_outbox import fastrows, hotpath
+from cachesync.producer_outbox.decode import fastrows
+from cachesync.producer_outbox.encode import hotpath
 from cachesync.producer_outbox.ports import Record
-from cachesync.producer_outbox.publisher import MAX_RECORD_BYTES
-from cachesync.producer_outbox.rowevents import row_images
-from cachesync.producer_outbox.rows import TxnContext
+from cachesync.producer_outbox.publish.kafka_publisher import MAX_RECORD_BYTES
+from cachesync.producer_outbox.encode.rowevents import row_images
+from cachesync.producer_outbox.decode.rows import TxnContext
 from cachesync.schema.values import canonical_text, to_json
 from tests.unit.test_fastrows_unit import LAYOUT, column, row_image
 from tests.unit.test_scan_group import (GTID, TABLE_MAP, XID, event, gtid_body, packets,

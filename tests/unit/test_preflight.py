@@ -1,6 +1,6 @@
 import pytest
 
-from cachesync.producer_outbox.preflight import ServerInfo, problems
+from cachesync.producer_outbox.binlog.preflight import ServerInfo, problems
 
 GOOD_VARS = {"log_bin": "ON", "binlog_format": "ROW", "binlog_row_image": "FULL",
              "binlog_row_metadata": "FULL"}

@@ -11,24 +11,24 @@ FORBIDDEN = {"pymysql", "redis", "kafka", "pyspark", "pymysqlreplication", "sock
              "requests", "urllib", "http", "subprocess", "sqlalchemy"}
 PURE_PACKAGES = ["schema", "consumer/core"]
 # modules outside those packages whose docstring says they are pure (or import no I/O)
-PURE_MODULES = ["cachesync/explain.py", "cachesync/grants.py", "consumer/audit.py", "consumer/consistency.py",
-                "producer_outbox/altercolumns.py", "producer_outbox/binlog_settings.py",
-                "producer_outbox/checksums.py",
-                "producer_outbox/compressed.py", "producer_outbox/tablemaps.py",
-                "producer_outbox/eventtypes.py", "producer_outbox/foreignkeys.py",
-                "producer_outbox/images.py",
-                "producer_outbox/inflight.py", "producer_outbox/memory.py",
-                "producer_outbox/mysqljson.py",
-                "producer_outbox/outbox_binlog.py", "producer_outbox/packing.py",
+PURE_MODULES = ["cachesync/explain.py", "cachesync/runtime/grants.py", "consumer/audit.py", "consumer/consistency.py",
+                "producer_outbox/unlogged_changes/altercolumns.py", "producer_outbox/binlog/settings.py",
+                "producer_outbox/binlog/checksums.py",
+                "producer_outbox/binlog/compressed.py", "producer_outbox/binlog/tablemaps.py",
+                "producer_outbox/binlog/eventtypes.py", "producer_outbox/unlogged_changes/foreignkeys.py",
+                "producer_outbox/decode/images.py",
+                "producer_outbox/publish/inflight.py", "producer_outbox/memory.py",
+                "producer_outbox/decode/mysqljson.py",
+                "producer_outbox/decode/outbox_binlog.py", "producer_outbox/encode/packing.py",
                 "producer_outbox/ports.py",
-                "producer_outbox/rows.py", "producer_outbox/serverversion.py",
-                "producer_outbox/statements.py",
-                "producer_outbox/unlogged.py", "producer_outbox/versioning.py",
-                "producer_outbox/xa.py"]
+                "producer_outbox/decode/rows.py", "producer_outbox/binlog/serverversion.py",
+                "producer_outbox/binlog/statements.py",
+                "producer_outbox/unlogged_changes/risks.py", "producer_outbox/decode/versioning.py",
+                "producer_outbox/binlog/xa.py"]
 # docstrings that use the word without claiming it for the module
 NOT_A_CLAIM = {"consumer/__init__.py",    # "pure core, adapters, engines": the package's parts
                "consumer/spark/bundle.py", "consumer/spark/submit.py",   # "pure-Python libraries"
-               "cachesync/zipnative.py"}      # "the pure-Python code runs" (vs the C accelerator)
+               "cachesync/runtime/zipnative.py"}      # "the pure-Python code runs" (vs the C accelerator)
 CLAIM = re.compile(r"\bpure\b|no I/O", re.IGNORECASE)
 
 

@@ -35,7 +35,7 @@ GO = {f["file"]: f for f in json.loads(
 
 # file -> (error class, text in its message): what the tailer stops with, and why that is right
 # (none today: MySQL 5.1.34sp1's version text, which the library cannot parse, is read as
-# MySQL reads it, producer_outbox/serverversion.py)
+# MySQL reads it, producer_outbox/binlog/serverversion.py)
 NAMED_ERRORS: dict[str, tuple[str, str]] = {}
 READERS = ("fast", "library")
 # Where go-mysql's JSON text is not MySQL's: the text MySQL's CAST(col AS CHAR) prints

@@ -9,7 +9,7 @@ import redis
 from hypothesis import given, strategies as st
 from redis.crc import key_slot as redis_py_slot
 
-from cachesync.config import RedisSettings, Secret, load
+from cachesync.runtime.config import RedisSettings, Secret, load
 from cachesync.consumer.adapters.redis_cache import redis_call
 from cachesync.consumer.adapters.redis_cluster import ReplicaWait, check_wait
 from cachesync.schema.errors import ConfigError, RetryableError

@@ -7,8 +7,8 @@ import ipaddress
 
 import pytest
 
-from cachesync.producer_outbox.images import RowImages, absent_columns, known_images
-from cachesync.producer_outbox.keycolumns import time2_delta
+from cachesync.producer_outbox.decode.images import RowImages, absent_columns, known_images
+from cachesync.producer_outbox.decode.keycolumns import time2_delta
 from cachesync.schema.keytext import inet4_text, inet6_text, time_text, uuid_text
 from tests.support.fakedb import FakeConnection
 
@@ -102,7 +102,7 @@ def test_inet4_and_uuid_text():
 
 
 def test_source_id_enters_message_ids_only_when_set():
-    from cachesync.producer_outbox.rows import TxnContext, row_change, table_change
+    from cachesync.producer_outbox.decode.rows import TxnContext, row_change, table_change
     one = TxnContext("mariadb:1", "0-1-42", 42, 0.0, gtid=True)
     named_a = TxnContext("mariadb:1", "0-1-42", 42, 0.0, gtid=True, cluster="east")
     named_b = TxnContext("mariadb:9", "0-1-42", 42, 0.0, gtid=True, cluster="west")
@@ -134,9 +134,9 @@ def _partial(event, bitmap: bytes, bitmap2: bytes | None = None):
 
 
 def _tail(events, row_filter=None):
-    from cachesync.config import TailerSettings
-    from cachesync.producer_outbox.checkpoint import Checkpoint
-    from cachesync.producer_outbox.mysql import MySQLParams
+    from cachesync.runtime.config import TailerSettings
+    from cachesync.producer_outbox.binlog.checkpoint import Checkpoint
+    from cachesync.runtime.mysql import MySQLParams
     from cachesync.producer_outbox.tailer import Tailer, TailerOptions
     from tests.support.binlog import MAPPINGS, MARIADB, _Checkpoints, _Stream, with_table_maps
 
@@ -183,7 +183,7 @@ def test_a_row_filter_sees_the_trimmed_rows_of_the_tables_it_names(tables, publi
 
 
 def test_the_heartbeat_filter_names_its_table():
-    from cachesync.producer_outbox.heartbeat import own_rows_only
+    from cachesync.producer_outbox.binlog.heartbeat import own_rows_only
     from cachesync.schema.event import HEARTBEAT_TABLE
     keep = own_rows_only("state", "me")
     assert keep.tables == {("state", HEARTBEAT_TABLE)}
@@ -260,7 +260,7 @@ class _Conn(FakeConnection):
 
 
 def test_column_types_are_read_at_start_on_first_use_and_after_ddl():
-    from cachesync.producer_outbox.servertypes import ColumnTypes
+    from cachesync.producer_outbox.decode.servertypes import ColumnTypes
     queries = []
     types = ColumnTypes(lambda: _Conn([("d", "T", "Ip", "inet6")], queries), [("d", "t")])
     types.load()
@@ -275,7 +275,7 @@ def test_column_types_are_read_at_start_on_first_use_and_after_ddl():
 def test_column_types_unreadable_keep_what_is_known_and_are_not_asked_per_event():
     import pymysql
 
-    from cachesync.producer_outbox.servertypes import ColumnTypes
+    from cachesync.producer_outbox.decode.servertypes import ColumnTypes
     attempts = []
 
     def down():
@@ -293,11 +293,11 @@ def test_a_rows_event_plan_is_reused_per_table_map_and_made_again_after_a_types_
     table): the key text then follows the new types."""
     from pymysqlreplication.row_event import WriteRowsEvent
 
-    from cachesync.producer_outbox import rowevents
-    from cachesync.producer_outbox.matched import MatchedTables
-    from cachesync.producer_outbox.rowevents import RowEncoder
-    from cachesync.producer_outbox.rows import TxnContext
-    from cachesync.producer_outbox.servertypes import ColumnTypes
+    from cachesync.producer_outbox.encode import rowevents
+    from cachesync.producer_outbox.decode.matched import MatchedTables
+    from cachesync.producer_outbox.encode.rowevents import RowEncoder
+    from cachesync.producer_outbox.decode.rows import TxnContext
+    from cachesync.producer_outbox.decode.servertypes import ColumnTypes
     from tests.support.binlog import MAPPINGS, rows, u
 
     asked = []

@@ -50,7 +50,7 @@ def test_lint_says_key_columns_are_always_watched():
 
 
 def test_grants_per_database_and_table():
-    from cachesync.grants import missing, privileges_on
+    from cachesync.runtime.grants import missing, privileges_on
     grants = ["GRANT REPLICATION SLAVE ON *.* TO `c`@`%`",
               "GRANT SELECT, INSERT ON `cachesync`.* TO `c`@`%`",
               "GRANT SELECT ON `shop\\_%`.* TO `c`@`%`",

@@ -11,7 +11,7 @@ from cachesync.consumer.applier import Stats
 from cachesync.consumer.core.plan import EventPlan
 from cachesync.consumer.core.scan_pace import MAX_PAUSE_S, ScanPace
 from cachesync.consumer.table_jobs import TableInvalidator
-from cachesync.producer_outbox.rows import TxnContext, table_change
+from cachesync.producer_outbox.decode.rows import TxnContext, table_change
 from cachesync.schema.mapping import parse_mappings
 
 
@@ -86,7 +86,7 @@ def test_the_invalidator_pauses_as_its_pace_says_and_counts_it():
 
 
 def test_the_pauses_are_a_metric_per_table():
-    from cachesync.metrics import TableScanCollector
+    from cachesync.runtime.metrics import TableScanCollector
     from cachesync.consumer.table_jobs import TableScan
     scan = TableScan("job", "app.users", "truncate", started=0.0, keys=5, finished=3.0,
                      paused=1.5)

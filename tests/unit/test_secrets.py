@@ -13,10 +13,10 @@ import subprocess
 import sys
 import threading
 
-from cachesync import config, logs
-from cachesync.kafka_security import spark_kafka_options
+from cachesync.runtime import config, logs
+from cachesync.runtime.kafka_security import spark_kafka_options
 from cachesync.wiring import mysql_params
-from cachesync.producer_outbox.heartbeat import HeartbeatWriter
+from cachesync.producer_outbox.binlog.heartbeat import HeartbeatWriter
 
 PASSWORD = "s3cr3t-Pw-4f9a"
 REDIS_PASSWORD = "r3dis-Pw-77c1"
@@ -96,8 +96,9 @@ def _dataclasses_holding_secrets():
     return found
 
 
-# fields holding the loaded Settings, or one of its sections that holds a secret
-_HOLDERS = ("settings", "mysql", "kafka", "redis")
+# fields holding the loaded Settings (or the adapters' factory over it), or one of its
+# sections that holds a secret
+_HOLDERS = ("settings", "adapters", "mysql", "kafka", "redis")
 
 
 def _holds_secrets(cls) -> bool:
@@ -108,6 +109,9 @@ def _holds_secrets(cls) -> bool:
 def _secret_value(name: str, settings):
     if name == "settings":
         return settings
+    if name == "adapters":
+        from cachesync.wiring import SettingsAdapters
+        return SettingsAdapters(settings)
     if name in _HOLDERS:
         return getattr(settings, name)
     if "url" in name.lower():
@@ -141,12 +145,12 @@ def test_every_config_dataclass_masks_its_secrets(tmp_path, caplog):
     settings = config.load(write_config(tmp_path), env)
     classes = _dataclasses_holding_secrets()
     # the walk finds the known holders (a rename must not make this test vacuous)
-    assert {"cachesync.config.MySQLSettings", "cachesync.config.KafkaSettings",
-            "cachesync.config.RedisSettings", "cachesync.config.Settings",
+    assert {"cachesync.runtime.config.MySQLSettings", "cachesync.runtime.config.KafkaSettings",
+            "cachesync.runtime.config.RedisSettings", "cachesync.runtime.config.Settings",
             "cachesync.consumer.spark.applier.ApplyConfig",
             "cachesync.consumer.spark.applier.AuditConfig",
-            "cachesync.consumer.spark.audit.TableSource",
-            "cachesync.producer_outbox.mysql.MySQLParams"} <= set(classes)
+            "cachesync.consumer.spark.audit.TableSource", "cachesync.wiring.SettingsAdapters",
+            "cachesync.runtime.mysql.MySQLParams"} <= set(classes)
     with caplog.at_level(logging.DEBUG, logger="test.secrets"):
         for name, cls in classes.items():
             obj = _instance(cls, settings)

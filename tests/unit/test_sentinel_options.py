@@ -2,7 +2,7 @@
 
 import pytest
 
-from cachesync import config
+from cachesync.runtime import config
 from cachesync.schema.errors import ConfigError
 from cachesync.wiring import sentinel_options
 

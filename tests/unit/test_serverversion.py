@@ -1,5 +1,5 @@
 """Format descriptions whose server version the binlog library cannot parse
-(producer_outbox/serverversion.py), on the ones real servers wrote (shared realbinlog/).
+(producer_outbox/binlog/serverversion.py), on the ones real servers wrote (shared realbinlog/).
 
 MySQL 5.1.34sp1 wrote ``5.1.34sp1-enterprise-gpl-advanced-log`` (canal-parse-mysql-bin.*);
 it is read as MySQL reads it (5.1.34). Every other file's format description is left as it
@@ -16,8 +16,8 @@ from pymysql.protocol import MysqlPacket
 from pymysqlreplication.event import FormatDescriptionEvent
 from pymysqlreplication.packet import BinLogPacketWrapper
 
-from cachesync.producer_outbox.checksums import verify
-from cachesync.producer_outbox.serverversion import FORMAT_DESCRIPTION, readable
+from cachesync.producer_outbox.binlog.checksums import verify
+from cachesync.producer_outbox.binlog.serverversion import FORMAT_DESCRIPTION, readable
 from tests.support import realbinlog as rb
 
 

@@ -9,11 +9,11 @@ from pymysqlreplication.row_event import WriteRowsEvent
 
 from cachesync.consumer.core.plan import event_keys
 from cachesync.consumer.core.writes import KIND_DELETE
-from cachesync.producer_outbox.checkpoint import Checkpoint
-from cachesync.producer_outbox.mysql import MySQLParams
-from cachesync.producer_outbox.rows import (TxnContext, invalidate_only, key_columns,
+from cachesync.producer_outbox.binlog.checkpoint import Checkpoint
+from cachesync.runtime.mysql import MySQLParams
+from cachesync.producer_outbox.decode.rows import (TxnContext, invalidate_only, key_columns,
                                             needed_columns, row_change)
-from cachesync.config import TailerSettings
+from cachesync.runtime.config import TailerSettings
 from cachesync.producer_outbox.tailer import Tailer, TailerOptions
 from cachesync.schema.errors import FatalError, RetryableError
 from cachesync.schema.event import decode, encode
@@ -105,7 +105,7 @@ def test_permanent_kafka_errors_are_fatal_not_retried(publisher, expected):
      "CACHESYNC_TAILER_XA_BUFFER_ROWS: expected a number of at least 1, got 0"),
 ])
 def test_issue_12_settings_are_validated(tmp_path, env, message):
-    from cachesync.config import load
+    from cachesync.runtime.config import load
     from cachesync.schema.errors import ConfigError
     path = tmp_path / "c.yaml"
     path.write_text('tables: {shop.users: {keys: ["user:{id}"]}}\n')

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from cachesync import config
-from cachesync.producer_outbox.checkpoint import Checkpoint
-from cachesync.producer_outbox.preflight import ServerInfo, problems
-from cachesync.producer_outbox.source import check_resumable, first_answering
+from cachesync.runtime import config
+from cachesync.producer_outbox.binlog.checkpoint import Checkpoint
+from cachesync.producer_outbox.binlog.preflight import ServerInfo, problems
+from cachesync.producer_outbox.binlog.server_choice import check_resumable, first_answering
 from cachesync.schema.errors import ConfigError, FatalError, RetryableError
 
 

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from cachesync.config import MonitorSettings
+from cachesync.runtime.config import MonitorSettings
 from cachesync.consumer.core.plan import plan_batch
 from cachesync.consumer.snapshot import Watermark, check_tombstone_window, snapshot_writes
 from cachesync.consumer.spark.applier import driver_plans
 from cachesync.consumer.spark.bundle import build_bundle, native_files
 from cachesync.consumer.spark.stream import AVAILABLE_NOW, StreamOptions, parse_trigger
 from cachesync.consumer.spark.submit import SubmitPlan, ship_config, submit_argv
-from cachesync.producer_outbox.rows import TxnContext, row_change
+from cachesync.producer_outbox.decode.rows import TxnContext, row_change
 from cachesync.schema.errors import ConfigError, FatalError
 from cachesync.schema.ids import binlog_version
 from cachesync.schema.mapping import parse_mappings
@@ -92,7 +92,7 @@ def test_the_bundle_holds_cachesync_and_its_pure_libraries_and_is_reused(tmp_pat
                    "cachesync/consumer/spark/applier.py", "cachesync/producer_outbox/tailer.py",
                    "redis/__init__.py", "kafka/__init__.py", "pymysql/__init__.py"):
         assert module in names, module
-    # compiled modules only as the C accelerator's data (cachesync.zipnative), never importable
+    # compiled modules only as the C accelerator's data (cachesync.runtime.zipnative), never importable
     assert [n for n in names if n.endswith(".so")] == [n for name, n in native_files()]
     assert not [n for n in names if n.startswith("cachesync/schema/") and "/schema/schema" in n]
 
@@ -102,7 +102,7 @@ def test_the_bundle_holds_cachesync_and_its_pure_libraries_and_is_reused(tmp_pat
 _NATIVE_SCRIPT = """
 import sys
 sys.path.insert(1, sys.argv[1])
-import cachesync, cachesync.zipnative as native
+import cachesync, cachesync.runtime.zipnative as native
 from cachesync.schema import event, partition
 from cachesync.consumer.core import plan
 print(cachesync.__file__.startswith(sys.argv[1]), event.ACCELERATED, partition.ACCELERATED,
@@ -132,7 +132,7 @@ def test_an_executor_loads_the_drivers_compiled_build_from_the_bundle(tmp_path):
 
 def test_an_executor_without_a_loadable_build_runs_pure_python(tmp_path, monkeypatch):
     import cachesync.consumer.spark.bundle as bundle
-    from cachesync.zipnative import NATIVE_DIR
+    from cachesync.runtime.zipnative import NATIVE_DIR
     # a build for another Python (its suffix is not one this Python loads)
     other = tmp_path / "_speedups.cpython-39-other.so"
     other.write_bytes(b"not loadable here")

@@ -3,7 +3,7 @@
 import time
 
 from cachesync.commands.consume_spark import dedup_purge
-from cachesync.config import load
+from cachesync.runtime.config import load
 from cachesync.consumer.adapters.memory import MemoryDedupStore
 from cachesync.consumer.applier import Stats
 from cachesync.devstack import wait_for

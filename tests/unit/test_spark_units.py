@@ -11,7 +11,7 @@ from cachesync.consumer.audit import CONSISTENT, MISSING, STALE, UNVERIFIED, exp
 from cachesync.consumer.core.offsets import Record
 from cachesync.consumer.replay import Bound, RateLimiter, ReplayApplier, invalidate_only, parse_bound
 from cachesync.consumer.spark.records import KAFKA_SELECT, arrow_records, to_record
-from cachesync.producer_outbox.rows import TxnContext, row_change
+from cachesync.producer_outbox.decode.rows import TxnContext, row_change
 from cachesync.schema.event import encode
 from cachesync.schema.mapping import parse_mappings
 

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from cachesync.producer_outbox.binlog_read import LostPositionError
+from cachesync.producer_outbox.binlog.reading import LostPositionError
 from cachesync.schema.errors import FatalError, RetryableError
 from cachesync.standby import ActiveStandby, while_held
 from cachesync.supervisor import RestartingTailer

@@ -13,9 +13,10 @@ import time
 import click
 import pytest
 
-from cachesync import prespawn, startup
+from cachesync import prespawn
+from cachesync.runtime import startup
 from cachesync.cli import COMMANDS, cli
-from cachesync.producer_outbox.starting_publisher import StartingPublisher
+from cachesync.producer_outbox.publish.starting_publisher import StartingPublisher
 
 # what no consume or tail start may load: other engines, docs tools, other commands
 NEVER = ("pyspark", "py4j", "sphinx", "matplotlib", "cachesync.consumer.spark.stream",
@@ -60,7 +61,7 @@ def test_the_start_path_imports_only_what_the_command_needs(command):
 
 
 def test_the_last_step_logs_every_step_since_launch_once(caplog):
-    caplog.set_level(logging.INFO, "cachesync.startup")
+    caplog.set_level(logging.INFO, "cachesync.runtime.startup")
     startup.mark("unit-a")
     startup.mark("unit-a")              # the first time counts
     startup.done("unit-done")
@@ -134,7 +135,7 @@ def test_connections_without_tls_options_share_one_tls_context():
     """pymysql's PREFERRED mode (no TLS option) gets one context per process; a connection
     with TLS options builds its own, verifying as configured."""
     import ssl
-    from cachesync.producer_outbox.mysql import _Connection
+    from cachesync.runtime.mysql import _Connection
     conn = _Connection.__new__(_Connection)        # no server: only the context is built
     first, second = conn._create_ssl_ctx({}), conn._create_ssl_ctx({})
     assert first is second and first.verify_mode == ssl.CERT_NONE
@@ -151,7 +152,7 @@ def test_tail_starts_its_publisher_process_with_the_command_line(monkeypatch):
     for argv in (["cachesync", "consume"], ["cachesync", "tail", "--help"], ["cachesync"],
                  ["cachesync", "run", "tail"]):
         prespawn.for_command(argv)
-    from cachesync.producer_outbox import procpublisher
+    from cachesync.producer_outbox.publish import process_publisher as procpublisher
     assert started == [("publisher", procpublisher.__name__)]
 
 

@@ -8,8 +8,8 @@ from cachesync.consumer.core.offsets import Record
 from cachesync.consumer.core.plan import event_keys, split_at_tables
 from cachesync.consumer.core.writes import KIND_DELETE, KIND_JSON, CacheWrite, fence_by_table, padded
 from cachesync.consumer.engine import PythonEngine
-from cachesync.producer_outbox.rows import TxnContext, row_change, table_change
-from cachesync.producer_outbox.statements import table_changes
+from cachesync.producer_outbox.decode.rows import TxnContext, row_change, table_change
+from cachesync.producer_outbox.binlog.statements import table_changes
 from cachesync.schema import event as event_module
 from cachesync.schema.errors import DecodeError
 from cachesync.schema.event import decode, encode
@@ -156,9 +156,9 @@ def test_engine_truncate_removes_the_tables_keys_and_an_older_update_stays_out()
     assert engine.stats.table_keys_deleted == 4      # user:1, user:email:a, order:1, order:5
 
 
-# -- ALTERs that rewrite column values: whom they concern (producer_outbox.altercolumns) ----
+# -- ALTERs that rewrite column values: whom they concern (producer_outbox.unlogged_changes.altercolumns) ----
 
-from cachesync.producer_outbox.altercolumns import altered_table, column_changes, concerns  # noqa: E402
+from cachesync.producer_outbox.unlogged_changes.altercolumns import altered_table, column_changes, concerns  # noqa: E402
 from cachesync.schema.mapping import parse_mappings  # noqa: E402
 
 _ALTER_MAPPINGS = parse_mappings({

@@ -5,7 +5,7 @@ import yaml
 
 from cachesync.consumer.core.plan import plan_batch
 from cachesync.consumer.core.tally import UNWATCHED, TableTally
-from cachesync.producer_outbox.statements import table_changes
+from cachesync.producer_outbox.binlog.statements import table_changes
 from cachesync.schema.errors import ConfigError
 from cachesync.schema.mapping import AmbiguousTableError, parse_mappings
 from cachesync.schema.patterns import TablePattern, globs_overlap
@@ -147,7 +147,7 @@ def test_statements_name_pattern_tables_not_seen_yet():
 
 def test_the_settings_schema_accepts_patterns_and_filters():
     import jsonschema
-    from cachesync.config_schema import json_schema
+    from cachesync.runtime.config_schema import json_schema
     doc = {"tables": {"app.user_*": {"keys": ["user:{_table}:{id}"], "ignore_columns": ["hits"]},
                       r"re:t_\d+\.orders": {"keys": ["o:{_db}:{id}"], "watch_columns": ["total"]},
                       "app.users": {"keys": ["u:{id}"]}}}
@@ -156,7 +156,7 @@ def test_the_settings_schema_accepts_patterns_and_filters():
 
 
 def test_resync_scans_shards_with_the_same_keys_once(tmp_path):
-    from cachesync import config
+    from cachesync.runtime import config
     from cachesync.resync import resync_tables
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump({"tables": {

@@ -6,13 +6,13 @@ import threading
 
 import pytest
 
-from cachesync.config import ConsumerSettings
+from cachesync.runtime.config import ConsumerSettings
 from cachesync.consumer.adapters.memory import (MemoryCache, MemoryDeadLetters, MemoryDedupStore,
                                                 MemorySource, MemoryTableJobs)
 from cachesync.consumer.core.offsets import Record
-from cachesync.consumer.core.tablejobs import JobState, held_back, job_id
+from cachesync.consumer.core.table_jobs import JobState, held_back, job_id
 from cachesync.consumer.engine import PythonEngine
-from cachesync.producer_outbox.rows import TxnContext, row_change, table_change
+from cachesync.producer_outbox.decode.rows import TxnContext, row_change, table_change
 from cachesync.schema.event import encode
 from cachesync.schema.mapping import parse_mappings
 

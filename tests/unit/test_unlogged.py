@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cachesync.producer_outbox.unlogged import (BINLOG_FILTER, SQL_LOG_BIN, excluded_schemas,
+from cachesync.producer_outbox.unlogged_changes.risks import (BINLOG_FILTER, SQL_LOG_BIN, excluded_schemas,
                                                 filter_risks, log_bin_risks, read_risks)
 from tests.support.fakedb import FakeConnection
 

@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from cachesync.producer_outbox.versioning import TRX_ID, TRX_ID_MAXIMUM, Versioning
+from cachesync.producer_outbox.decode.versioning import TRX_ID, TRX_ID_MAXIMUM, Versioning
 
 IMPLICIT = Versioning("row_start", "row_end", hidden=frozenset({"row_start", "row_end"}))
 END_2038, END_2106 = "2038-01-19 03:14:07.999999", "2106-02-07 06:28:15.999999"
@@ -73,9 +73,9 @@ def _encode(mode: str, events, **spec):
 
     from pymysqlreplication.constants import FIELD_TYPE
 
-    from cachesync.producer_outbox.matched import MatchedTables
-    from cachesync.producer_outbox.rowevents import RowEncoder
-    from cachesync.producer_outbox.rows import TxnContext
+    from cachesync.producer_outbox.decode.matched import MatchedTables
+    from cachesync.producer_outbox.encode.rowevents import RowEncoder
+    from cachesync.producer_outbox.decode.rows import TxnContext
     from cachesync.schema.event import decode
     from cachesync.schema.mapping import parse_mappings
 
@@ -127,7 +127,7 @@ def test_delete_mode_invalidates_both_images_keyed_by_the_declared_key():
 
 
 def test_periods_under_a_without_overlaps_key_are_found_in_show_create_table():
-    from cachesync.producer_outbox.versioning import overlap_periods
+    from cachesync.producer_outbox.decode.versioning import overlap_periods
     create = ("CREATE TABLE `ap` (\n  `id` int(11) NOT NULL,\n  `s` date NOT NULL,\n"
               "  `e` date NOT NULL,\n  PERIOD FOR `p` (`s`, `e`),\n"
               "  PRIMARY KEY (`id`,`p` WITHOUT OVERLAPS)\n) ENGINE=InnoDB")

@@ -2,7 +2,7 @@
 
 import pytest
 
-from cachesync.producer_outbox.xa import XaGroup, xa_statement
+from cachesync.producer_outbox.binlog.xa import XaGroup, xa_statement
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -34,9 +34,9 @@ def test_a_group_over_its_bound_keeps_only_its_tables():
 from pymysqlreplication.event import QueryEvent, XAPrepareEvent  # noqa: E402
 from pymysqlreplication.row_event import WriteRowsEvent  # noqa: E402
 
-from cachesync.producer_outbox.checkpoint import Checkpoint  # noqa: E402
-from cachesync.producer_outbox.mysql import MySQLParams  # noqa: E402
-from cachesync.config import TailerSettings
+from cachesync.producer_outbox.binlog.checkpoint import Checkpoint  # noqa: E402
+from cachesync.runtime.mysql import MySQLParams  # noqa: E402
+from cachesync.runtime.config import TailerSettings
 from cachesync.producer_outbox.tailer import Tailer, TailerOptions  # noqa: E402
 from tests.support.binlog import (MAPPINGS, MARIADB, _Checkpoints, _Publisher,  # noqa: E402
                                          _Stream, mariadb_gtid, rows, u, with_table_maps)

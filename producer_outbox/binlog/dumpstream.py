@@ -1,0 +1,608 @@
+"""A faster binlog reader: the dump stream's hot events parsed directly, the rest by the library.
+
+python-mysql-replication builds every event through pymysql's packet reader (two buffered
+reads per packet), a ``BinLogPacketWrapper`` and an event class whose constructor parses
+field by field; a single-row transaction is five such events (GTID, annotate, table map,
+rows, XID). ``DumpStreamReader`` is a ``BinLogStreamReader`` whose stream connection reads
+whole socket chunks and splits the packets itself, and whose ``fetchone`` handles the hot
+events with ``struct`` on the raw packet:
+
+* MariaDB GTID and XID events become the library's event classes (subclasses built without
+  their constructors, same attributes the tailer reads);
+* annotate-rows, binlog-checkpoint and GTID-list events are skipped, as the library skips
+  them when they are not in ``only_events`` (the tailer never lists them);
+* a table map whose bytes were seen before (same table id, same columns and metadata) reuses
+  the library's ``Table`` parsed from the first one; a new one goes through the library;
+* row events (v1, and v2 without extra data) decode their rows lazily with the table's
+  generated decoder (``fastrows.table_decoder``);
+* a whole MariaDB transaction of these events (GTID, table maps, rows, XID) that the read
+  buffer holds is framed by one compiled call (``cachesync._speedups.scan_group``) and
+  returned as one ``FastGroup`` holding the same event objects; where the compiled scan
+  does not apply (another event inside, a group cut by the buffer's end, an event whose
+  CRC32 fails, which the per-event path then names (``checksums``), a table map not
+  seen before, a table the generated decoders do not cover, ``CACHESYNC_NO_SPEEDUPS``),
+  the events come one by one as before.
+
+Everything else (QUERY, ROTATE, FORMAT_DESCRIPTION, heartbeats, XA_PREPARE, MySQL GTIDs, rows
+of tables the generated decoders do not cover, unknown types) is handed back, raw packet and
+all, to the library's own ``fetchone``, which therefore keeps doing exactly what it does
+today: checksum setting, rotates and their table-map reset, reconnects after a lost
+connection, the server's errors (a purged position), EOF.
+
+``reader_kind`` picks this reader or the plain library (``tailer.reader``; ``auto`` is this
+one): the same tests run on both.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import select
+import struct
+from typing import Callable
+
+import pymysql
+from pymysql.constants import CR
+from pymysql.protocol import MysqlPacket
+from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.event import MariadbGtidEvent, XidEvent
+from pymysqlreplication.packet import BinLogPacketWrapper
+from pymysqlreplication.row_event import (DeleteRowsEvent, TableMapEvent, UpdateRowsEvent,
+                                          WriteRowsEvent)
+
+from cachesync.producer_outbox.binlog.eventtypes import is_own, length_encoded
+from cachesync.producer_outbox.decode.fastrows import GIVE_UP, table_decoder
+from cachesync.producer_outbox.encode.hotpath import NO_SPEEDUPS
+from cachesync.producer_outbox.binlog.libraryrows import library_rows
+from cachesync.producer_outbox.binlog.framing import (FramedConnection, GtidPositioned, RowsGuarded,
+                                               own_event)
+from cachesync.schema.gtid import MARIADB, Gtid
+
+try:
+    from cachesync._speedups import scan_group as _scan_group
+except ImportError:          # no C compiler at install: every event takes the per-event path
+    _scan_group = None
+
+READERS = ("auto", "fast", "library")
+
+# Binlog event types (MySQL/MariaDB log_event.h)
+_XID, _TABLE_MAP = 16, 19
+_ROWS_V1 = {23: WriteRowsEvent, 24: UpdateRowsEvent, 25: DeleteRowsEvent}
+_ROWS_V2 = {30: WriteRowsEvent, 31: UpdateRowsEvent, 32: DeleteRowsEvent}
+_MARIADB_ANNOTATE, _MARIADB_CHECKPOINT, _MARIADB_GTID, _MARIADB_GTID_LIST = 160, 161, 162, 163
+_SKIPPED = frozenset((_MARIADB_ANNOTATE, _MARIADB_CHECKPOINT, _MARIADB_GTID_LIST))
+_HOT = frozenset((_XID, _TABLE_MAP, _MARIADB_GTID, *_ROWS_V1, *_ROWS_V2, *_SKIPPED))
+_COM_BINLOG_DUMP, _COM_BINLOG_DUMP_GTID = 0x12, 0x1E
+_MAX_PACKET = 0xFFFFFF          # a payload this long continues in the next packet
+_CHUNK = 1 << 18                # bytes asked of the socket per read
+_TABLE_CACHE = 4096             # table-map bodies remembered (cleared when full)
+
+_HEADER = struct.Struct("<IBIIIH")      # after the OK byte: timestamp, type, server, size, next, flags
+_U16, _U32, _U64 = struct.Struct("<H"), struct.Struct("<I"), struct.Struct("<Q")
+_GTID_BODY = struct.Struct("<QIB")      # MariaDB GTID: seq_no, domain_id, flags
+_BODY = 20                              # OK byte + 19-byte header
+
+
+def reader_kind(setting: str) -> str:
+    """``fast`` or ``library`` for the ``tailer.reader`` setting; raises ValueError."""
+    if setting not in READERS:
+        raise ValueError(f"tailer.reader must be one of {', '.join(READERS)}, not {setting!r}")
+    return "library" if setting == "library" else "fast"
+
+
+class _Hot(Exception):
+    """Raised inside the library's fetchone: the next packet is one the fast path handles."""
+
+    def __init__(self, raw: bytes):
+        super().__init__()
+        self.raw = raw
+
+
+class DumpConnection(FramedConnection):
+    """pymysql connection that, once the binlog dump started, reads packets in whole chunks.
+
+    Before the dump command everything is pymysql's own. After it, ``next_raw`` returns
+    each packet's payload (compressed events expanded, framing.FramedConnection);
+    ``_read_packet`` (what the library calls) returns the packet ``handoff`` gave it, or the
+    next one from the socket, or raises ``_Hot`` for one the reader handles itself.
+    """
+
+    dumping = False
+    handoff: bytes | None = None
+    handoff_error: Exception | None = None
+    on_idle: Callable[[], None] | None = None   # called before blocking on an empty buffer
+    idle_wait_s = 0.0     # how long the socket may stay silent before on_idle is called
+
+    def _write_bytes(self, data) -> None:
+        if len(data) > 4 and data[4] in (_COM_BINLOG_DUMP, _COM_BINLOG_DUMP_GTID):
+            self._buf, self._pos = b"", 0
+        super()._write_bytes(data)
+
+    def _read_packet(self, packet_type=MysqlPacket):
+        if not self.dumping:
+            return super()._read_packet(packet_type)
+        if self.handoff_error is not None:
+            error, self.handoff_error = self.handoff_error, None
+            raise error
+        raw, self.handoff = self.handoff, None
+        if raw is None:
+            raw = self.next_raw()
+            if len(raw) >= _BODY and raw[0] == 0 and (
+                    raw[5] in _HOT or is_own(raw[5], raw[18] | raw[19] << 8)):
+                raise _Hot(raw)
+        self.last_raw = raw
+        packet = packet_type(raw, self.encoding)
+        if packet.is_error_packet():
+            packet.raise_for_error()
+        return packet
+
+    def _wire_raw(self) -> bytes:
+        """The next packet's payload; raises pymysql's OperationalError when the connection is lost."""
+        buf, pos = self._buf, self._pos
+        if len(buf) - pos >= 4:
+            length = buf[pos] | buf[pos + 1] << 8 | buf[pos + 2] << 16
+            end = pos + 4 + length
+            if end <= len(buf) and length < _MAX_PACKET:
+                self._check_seq(buf[pos + 3])
+                self._pos = end
+                return buf[pos + 4:end]
+        return self._next_raw_slow()
+
+    def _next_raw_slow(self) -> bytes:
+        """A packet not wholly buffered (or continued): read until it is."""
+        parts = []
+        while True:
+            header = self._take(4, between_packets=not parts)
+            length = header[0] | header[1] << 8 | header[2] << 16
+            self._check_seq(header[3])
+            parts.append(self._take(length, between_packets=False))
+            if length < _MAX_PACKET:
+                return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def _take(self, n: int, between_packets: bool) -> bytes:
+        """``n`` bytes; ``between_packets``: no packet is partly read (the stream may be idle)."""
+        while len(self._buf) - self._pos < n:
+            self._fill(between_packets and self._pos == len(self._buf))
+        start = self._pos
+        self._pos += n
+        return self._buf[start:self._pos]
+
+    def _fill(self, maybe_idle: bool) -> None:
+        if maybe_idle and self.on_idle is not None and not self._arrives():
+            self.on_idle()
+        try:
+            chunk = self._rfile.read1(_CHUNK)
+        except OSError as e:
+            if e.errno == errno.EINTR:
+                return
+            self._force_close()
+            raise pymysql.err.OperationalError(
+                CR.CR_SERVER_LOST, f"Lost connection to MySQL server during query ({e})") from e
+        if not chunk:
+            self._force_close()
+            raise pymysql.err.OperationalError(CR.CR_SERVER_LOST,
+                                               "Lost connection to MySQL server during query")
+        self._buf = self._buf[self._pos:] + chunk
+        self._pos = 0
+
+    def _arrives(self) -> bool:
+        """Whether more bytes arrive within ``idle_wait_s`` (a reader that drained the
+        socket mid-burst should not be taken for idle)."""
+        sock = self._sock
+        if sock is None or self.idle_wait_s <= 0:
+            return False
+        if getattr(sock, "pending", None) is not None and sock.pending():   # TLS: decrypted bytes
+            return True
+        try:
+            return bool(select.select([sock], [], [], self.idle_wait_s)[0])
+        except (OSError, ValueError):
+            return True          # let the read report the failure
+
+    def _check_seq(self, seq: int) -> None:
+        if seq != self._next_seq_id:
+            self._force_close()
+            if seq == 0:    # MariaDB sends an error packet with sequence 0 when shutting down
+                raise pymysql.err.OperationalError(
+                    CR.CR_SERVER_LOST, "Lost connection to MySQL server during query")
+            raise pymysql.err.InternalError(
+                f"Packet sequence number wrong - got {seq} expected {self._next_seq_id}")
+        self._next_seq_id = (seq + 1) % 256
+
+
+# -- the hot events, as the library's classes -------------------------------------------
+
+class FastGtidEvent(MariadbGtidEvent):
+    """A MariaDB GTID event read by the fast path (constructor not run); ``parsed`` is its
+    GTID as ``schema.gtid.parse_gtid`` reads ``gtid``, so the tailer does not parse it again."""
+
+    def __init__(self):   # noqa: D107 -- the library's needs a packet wrapper
+        pass
+
+
+class FastXidEvent(XidEvent):
+    """An XID event read by the fast path."""
+
+    def __init__(self):
+        pass
+
+
+class FastTableMapEvent(TableMapEvent):
+    """A table map whose table was parsed by the library from an identical earlier map."""
+
+    def __init__(self):
+        pass
+
+
+class _FastRows:
+    """Row events read by the fast path; ``rows`` decodes with the generated decoder,
+    falling back to the library's event built from the same packet."""
+
+    def __init__(self):
+        pass
+
+    @property
+    def rows(self) -> list[dict]:
+        """The rows by the generated decoder, else (bytes it does not read as the library
+        does, rows that overrun the packet: None) by the library, in a bounded loop."""
+        decoder, raw, start, end = self._decode
+        try:
+            rows = decoder(raw, start, end)
+        except GIVE_UP:
+            rows = None
+        return rows if rows is not None else library_rows(self._library_event())
+
+    def _library_event(self):
+        return self._reader.library_event(raw=self._decode[1], kind=self._kind,
+                                          table_map={self.table_id: self._table})
+
+
+class FastWriteRowsEvent(_FastRows, WriteRowsEvent):
+    pass
+
+
+class FastUpdateRowsEvent(_FastRows, UpdateRowsEvent):
+    pass
+
+
+class FastDeleteRowsEvent(_FastRows, DeleteRowsEvent):
+    pass
+
+
+# fast row event class -> the library's class it stands for
+FAST_ROW_EVENTS = {FastWriteRowsEvent: WriteRowsEvent, FastUpdateRowsEvent: UpdateRowsEvent,
+                   FastDeleteRowsEvent: DeleteRowsEvent}
+_FAST_OF = {lib: fast for fast, lib in FAST_ROW_EVENTS.items()}
+
+
+class FastGroup:
+    """One MariaDB transaction framed at once: its GTID event, its table-map and rows
+    events, its XID event, each with the binlog position after it (``*_pos``, ``events``
+    holds (position, event) pairs)."""
+
+    __slots__ = ("gtid", "gtid_pos", "events", "xid", "xid_pos")
+
+    def __init__(self, gtid: FastGtidEvent, gtid_pos: int, events: list, xid: FastXidEvent,
+                 xid_pos: int):
+        self.gtid, self.gtid_pos, self.events = gtid, gtid_pos, events
+        self.xid, self.xid_pos = xid, xid_pos
+
+
+class PlainRun:
+    """Consecutive MariaDB transactions the compiled run (``_speedups.plain_run``) took
+    from the read buffer whole: their records, the state's ordinal after them, the last
+    (server id, seq_no) per GTID domain, the first one's (GTID text, timestamp, ordinal),
+    the binlog position after the last, and how many there were."""
+
+    __slots__ = ("records", "ordinal", "gtids", "first", "xid_pos", "taken")
+
+    def __init__(self, records: list, ordinal: int, gtids: dict, first: tuple, xid_pos: int,
+                 taken: int):
+        self.records, self.ordinal, self.gtids = records, ordinal, gtids
+        self.first, self.xid_pos, self.taken = first, xid_pos, taken
+
+
+class DumpStreamReader(GtidPositioned, RowsGuarded, BinLogStreamReader):
+    """``BinLogStreamReader`` with the hot events parsed from the raw packets (module doc).
+
+    ``on_idle`` (settable): called when every received byte was read and nothing more
+    arrived within ``idle_wait_s``, before the reader waits for the server, e.g. to flush
+    what the caller batches. ``groups`` (settable, off by default): ``fetchone`` may return
+    a whole transaction as one FastGroup (the binlog source reads them). ``plain``
+    (settable, with ``groups``): called first, returns a PlainRun of the transactions the
+    compiled run took from the buffer (``plain_run``), or None.
+    """
+
+    signals_idle = True
+
+    def __init__(self, *args, **kwargs):
+        if kwargs.get("pymysql_wrapper") or kwargs.get("end_log_pos") or kwargs.get(
+                "skip_to_timestamp") or kwargs.get("only_tables") or kwargs.get("only_schemas"):
+            raise ValueError("DumpStreamReader does not support pymysql_wrapper, end_log_pos, "
+                             "skip_to_timestamp or table/schema filters")
+        kwargs["pymysql_wrapper"] = self._connection
+        super().__init__(*args, **kwargs)
+        allowed = frozenset(kwargs.get("only_events") or ())
+        self._fast_allowed = frozenset(f for f, lib in _LIBRARY_CLASS.items() if lib in allowed)
+        # whole groups at once: compiled, switched on, every one of their event types asked
+        # for (the tailer asks for all)
+        self._scan = (_scan_group if _scan_group is not None and not os.environ.get(NO_SPEEDUPS)
+                      and self._fast_allowed >= _GROUP_CLASSES else None)
+        # table-map body -> the fields of its FastTableMapEvent (the library's Table parsed
+        # from the first map of these bytes among them)
+        self._tables: dict[bytes, dict] = {}
+        # (table id, class, bitmaps, columns) -> (the Table, the fields and the decoder
+        # every rows event of that shape shares)
+        self._row_shapes: dict[tuple, tuple] = {}
+        self.on_idle: Callable[[], None] | None = None
+        self.idle_wait_s = 0.0
+        self.groups = False
+        self.plain: Callable[[], PlainRun | None] | None = None
+        self._post_ok: tuple = (object(), 0)    # (the post-header lengths, their mask)
+
+    def _connection(self, **settings) -> DumpConnection:
+        conn = DumpConnection(**settings)
+        conn.on_idle, conn.idle_wait_s = self._idle, self.idle_wait_s
+        return self._framed(conn)
+
+    def _idle(self) -> None:
+        if self.on_idle is not None:
+            self.on_idle()
+
+    def fetchone(self):
+        """The next event, or a FastGroup of a whole transaction (module doc)."""
+        if self.groups and self._scan is not None:
+            group = (self.plain and self.plain()) or self._group()
+            if group is not None:
+                return group
+        raw = None
+        while True:
+            if raw is None:
+                raw = self._next_raw()
+            if raw is not None:
+                event = self._fast_event(raw)
+                if event is not None:
+                    raw = None
+                    if event is _SKIP:
+                        continue
+                    return event
+                self._stream_connection.handoff = raw     # the library reads this one
+                raw = None
+            try:
+                event = super().fetchone()
+            except _Hot as hot:
+                raw = hot.raw
+                continue
+            if type(event) is TableMapEvent:
+                self._remember(event)
+            return event
+
+    def _next_raw(self) -> bytes | None:
+        """The next packet if the dump is running (None: let the library connect or fail)."""
+        conn = self._stream_connection if self._BinLogStreamReader__connected_stream else None
+        if conn is None or not conn.dumping:
+            return None
+        try:
+            return conn.next_raw()
+        except pymysql.err.MySQLError as e:
+            conn.handoff_error = e      # raised where the library reads: it reconnects or raises
+            return None
+
+    def buffered_group(self) -> FastGroup | None:
+        """The next transaction as ``fetchone`` returns it with ``groups`` on, if the read
+        buffer already holds all of it in the common shape; else None, nothing consumed.
+        Never waits for the server (the binlog source takes what is buffered at once)."""
+        if not self.groups or self._scan is None:
+            return None
+        return self._group()
+
+    def plain_run(self, run: Callable, max_txns: int, plans: dict, domains: dict,
+                  consts: tuple) -> PlainRun | bool | None:
+        """``run`` (``_speedups.plain_run``) over the read buffer: the whole transactions of
+        the common shape it takes (up to ``max_txns``), their packets consumed; when it
+        takes none (nothing consumed), False if the buffer held one, else None. ``plans``,
+        ``domains`` and the first seven ``consts`` as plain_run takes them; the reader adds
+        its checksum and post-header lengths."""
+        conn = self._stream_connection if self._BinLogStreamReader__connected_stream else None
+        if (conn is None or not conn.dumping or conn.handoff is not None
+                or conn.handoff_error is not None or conn._expanded):
+            return None
+        found = run(conn._buf, conn._pos, conn._next_seq_id, max_txns, plans, domains,
+                    (*consts, self._BinLogStreamReader__use_checksum, self._rows_post_ok()))
+        if not found:
+            return found
+        end, seq, taken, records, ordinal, gtids, first, xid_pos = found
+        conn._pos, conn._next_seq_id = end, seq
+        self.log_pos = xid_pos
+        return PlainRun(records, ordinal, gtids, first, xid_pos, taken)
+
+    def _rows_post_ok(self) -> int:
+        """The rows event types whose post-header the server declares as ``_rows`` reads
+        it, as a bit mask by type (worked out again when the server declares anew)."""
+        lengths = self._BinLogStreamReader__post_header_lengths
+        if self._post_ok[0] is not lengths:
+            self._post_ok = (lengths, sum(1 << etype for etype, size in _ROWS_POST_HEADER.items()
+                                          if self._post_header_len(etype) == size))
+        return self._post_ok[1]
+
+    def _group(self) -> FastGroup | None:
+        """The next transaction as a FastGroup if the buffer holds all of it in the common
+        shape (``scan_group``), its packets consumed; else None, nothing consumed."""
+        conn = self._stream_connection if self._BinLogStreamReader__connected_stream else None
+        if (conn is None or not conn.dumping or conn.handoff is not None
+                or conn.handoff_error is not None or conn._expanded):
+            return None
+        buf = conn._buf
+        found = self._scan(buf, conn._pos, conn._next_seq_id, conn.checksum)
+        if found is None:
+            return None
+        end, seq, frames = found
+        events = []
+        gtid = gtid_pos = None
+        for etype, timestamp, server_id, log_pos, _flags, start, stop in frames:
+            if etype == _MARIADB_ANNOTATE:
+                continue
+            if gtid is None:
+                gtid, gtid_pos = self._gtid(buf, timestamp, server_id, start + _BODY), log_pos
+            elif etype == _XID:
+                xid = FastXidEvent()
+                xid.timestamp, xid.xid = timestamp, _U64.unpack_from(buf, start + _BODY)[0]
+                conn._pos, conn._next_seq_id = end, seq
+                self.log_pos = log_pos
+                return FastGroup(gtid, gtid_pos, events, xid, log_pos)
+            else:
+                raw = buf[start:stop]
+                event = (self._table_map(raw, timestamp) if etype == _TABLE_MAP
+                         else self._rows(raw, etype, timestamp))
+                if event is None or type(event) not in self._fast_allowed:
+                    return None     # a table map not seen yet, a table without decoders
+                events.append((log_pos, event))
+        return None
+
+    def _remember(self, event: TableMapEvent) -> None:
+        """Keep the Table the library parsed, under the bytes of its map."""
+        raw = event.packet.packet._data
+        if len(self._tables) >= _TABLE_CACHE:
+            self._tables.clear()
+        table = self.table_map[event.table_id]
+        # the fields of every FastTableMapEvent of these bytes (their timestamps differ)
+        body = raw[_BODY:self._body_end(raw)]
+        self._tables[body] = {
+            "table_id": event.table_id, "schema": table.schema, "table": table.table,
+            "table_obj": table, "columns": table.columns, "primary_key": table.primary_key,
+            "body": body}
+
+    def _body_end(self, raw: bytes) -> int:
+        return len(raw) - 4 if self._BinLogStreamReader__use_checksum else len(raw)
+
+    def _fast_event(self, raw: bytes):
+        """The event of ``raw`` (or _SKIP), or None: the library handles it."""
+        if len(raw) < _BODY or raw[0] != 0:
+            return None
+        etype = raw[5]
+        timestamp, _type, server_id, _size, log_pos, flags = _HEADER.unpack_from(raw, 1)
+        if etype not in _HOT:
+            if not is_own(etype, flags):
+                return None
+            event = own_event(raw, self._BinLogStreamReader__use_checksum)
+            if log_pos:
+                self.log_pos = log_pos
+            return event            # whatever only_events says: never filtered out
+        if etype in _SKIPPED:
+            event = _SKIP
+        elif etype == _MARIADB_GTID:
+            event = self._gtid(raw, timestamp, server_id)
+        elif etype == _XID:
+            event = FastXidEvent()
+            event.timestamp, event.xid = timestamp, _U64.unpack_from(raw, _BODY)[0]
+        elif etype == _TABLE_MAP:
+            event = self._table_map(raw, timestamp)
+        else:
+            event = self._rows(raw, etype, timestamp)
+        if event is None:
+            return None
+        if log_pos:
+            self.log_pos = log_pos
+        if event is not _SKIP and type(event) not in self._fast_allowed:
+            return _SKIP      # parsed (a table map still counts) but not asked for
+        return event
+
+    @staticmethod
+    def _gtid(raw: bytes, timestamp: int, server_id: int, at: int = _BODY) -> FastGtidEvent:
+        """The GTID event whose body starts at ``raw[at]``."""
+        event = FastGtidEvent()
+        seq, domain, flags = _GTID_BODY.unpack_from(raw, at)
+        event.timestamp, event.server_id, event.gtid_seq_no = timestamp, server_id, seq
+        event.domain_id, event.flags = domain, flags
+        event.gtid = f"{domain}-{server_id}-{seq}"
+        event.parsed = Gtid(MARIADB, str(domain), seq, server_id)   # what parse_gtid(gtid) gives
+        return event
+
+    def _table_map(self, raw: bytes, timestamp: int) -> FastTableMapEvent | None:
+        fields = self._tables.get(raw[_BODY:self._body_end(raw)])
+        if fields is None:
+            return None
+        self.table_map[fields["table_id"]] = fields["table_obj"]
+        event = FastTableMapEvent()
+        event.__dict__.update(fields)
+        event.timestamp = timestamp
+        return event
+
+    def _rows(self, raw: bytes, etype: int, timestamp: int) -> _FastRows | None:
+        """A row event on the fast path, or None (another layout or table: the library)."""
+        kind = _ROWS_V1.get(etype)
+        pos = _BODY + 8             # table id (6), flags (2)
+        if kind is None:
+            kind = _ROWS_V2[etype]
+            if _U16.unpack_from(raw, pos)[0] != 2:     # extra row info: the library reads it
+                return None
+            pos += 2
+        if self._post_header_len(etype) != pos - _BODY:
+            return None
+        table_id = int.from_bytes(raw[_BODY:_BODY + 6], "little")
+        table = self.table_map.get(table_id)
+        if table is None:
+            return None
+        try:
+            columns, pos = length_encoded(raw, pos)
+        except ValueError:      # not a well-formed rows event: the library reads it
+            return None
+        width = (columns + 7) >> 3
+        bitmap, pos = raw[pos:pos + width], pos + width
+        bitmap2 = None
+        if kind is UpdateRowsEvent:
+            bitmap2, pos = raw[pos:pos + width], pos + width
+        shape = self._row_shapes.get((table_id, kind, bitmap, bitmap2, columns))
+        if shape is None or shape[0] is not table:
+            shape = self._row_shape(table_id, table, kind, bitmap, bitmap2, columns)
+            if shape is None:
+                return None
+        event = _FAST_OF[kind]()
+        event.__dict__.update(shape[1])
+        event.timestamp, event.table_map = timestamp, self.table_map
+        event._decode = (shape[2], raw, pos, self._body_end(raw))
+        return event
+
+    def _row_shape(self, table_id: int, table, kind, bitmap: bytes, bitmap2: bytes | None,
+                   columns: int) -> tuple | None:
+        """(table, the fields every rows event of this shape has, its generated decoder),
+        remembered; None where the generated decoders do not cover it."""
+        decoder = table_decoder(table, kind, bitmap, bitmap2, False, columns)
+        if decoder is None:
+            return None
+        fields = {"table_id": table_id, "_table": table, "_kind": kind, "schema": table.schema,
+                  "table": table.table, "primary_key": table.primary_key,
+                  "columns": table.columns, "number_of_columns": columns,
+                  "columns_present_bitmap": bitmap, "_reader": self,
+                  # an update's after image (partial images)
+                  "columns_present_bitmap2": bitmap2}
+        if len(self._row_shapes) >= _TABLE_CACHE:
+            self._row_shapes.clear()
+        shape = self._row_shapes[(table_id, kind, bitmap, bitmap2, columns)] = (
+            table, fields, decoder)
+        return shape
+
+    def _post_header_len(self, etype: int) -> int | None:
+        """The post-header length the server declared for ``etype`` (None: not declared)."""
+        lengths = self._BinLogStreamReader__post_header_lengths
+        if not lengths or etype - 1 >= len(lengths):
+            return _ROWS_POST_HEADER[etype]
+        return lengths[etype - 1]
+
+    def library_event(self, raw: bytes, kind, table_map: dict):
+        """The library's event for ``raw`` (a packet payload), built as its fetchone does."""
+        r = "_BinLogStreamReader__"
+        wrapper = BinLogPacketWrapper(
+            MysqlPacket(raw, "utf8"), table_map, self._ctl_connection, self.mysql_version,
+            getattr(self, r + "use_checksum"), frozenset((kind,)), None, None, None, None,
+            getattr(self, r + "freeze_schema"), getattr(self, r + "ignore_decode_errors"),
+            getattr(self, r + "verify_checksum"), getattr(self, r + "optional_meta_data"),
+            getattr(self, r + "enable_logging"), getattr(self, r + "use_column_name_cache"),
+            getattr(self, r + "post_header_lengths"))
+        return wrapper.event
+
+
+_SKIP = object()
+_GROUP_CLASSES = frozenset((FastGtidEvent, FastXidEvent, FastTableMapEvent, *FAST_ROW_EVENTS))
+_LIBRARY_CLASS = {FastGtidEvent: MariadbGtidEvent, FastXidEvent: XidEvent,
+                  FastTableMapEvent: TableMapEvent, **FAST_ROW_EVENTS}
+_ROWS_POST_HEADER = {**dict.fromkeys(_ROWS_V1, 8), **dict.fromkeys(_ROWS_V2, 10)}

@@ -1,0 +1,1 @@
+"""The outbox relay: committed outbox rows published to Kafka."""

@@ -1,0 +1,68 @@
+"""A publisher started in a thread, so that a tailer's start does not wait for it.
+
+Starting the Kafka publisher (the child process's interpreter and kafka-python, the
+bootstrap) takes as long as the tailer's own start (preflight, checkpoint, column types, the
+binlog connect). ``StartingPublisher`` runs the two side by side: the first call that needs
+the publisher waits for it, and raises what its start raised (RetryableError: Kafka
+unreachable; FatalError: login refused), so the tailer stops before it reads a record it
+could not send, exactly as if the publisher had failed to start first.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Callable
+
+from cachesync.runtime import startup
+
+
+class StartingPublisher:
+    """The publisher ``start()`` returns, started in a daemon thread at construction."""
+
+    def __init__(self, start: Callable[[], object], delivery_timeout_s: float | None = None):
+        """``delivery_timeout_s``: the started publisher's (the pipeline's wedge check)."""
+        self.delivery_timeout_s = delivery_timeout_s
+        self._ready = threading.Event()
+        self._publisher: object | None = None
+        self._error: BaseException | None = None
+        threading.Thread(target=self._start, args=(start,), name="cachesync-publisher-start",
+                         daemon=True).start()
+
+    def _start(self, start: Callable[[], object]) -> None:
+        try:
+            self._publisher = start()
+            startup.mark("publisher")
+        except BaseException as e:       # raised again in the tailer's thread, at first use
+            self._error = e
+        finally:
+            self._ready.set()
+
+    def started(self):
+        """The publisher, once started; raises what its start raised."""
+        self._ready.wait()
+        if self._error is not None:
+            raise self._error
+        publisher = self._publisher
+        # from now on the tailer calls the publisher itself: nothing is added per record
+        self.send, self.partitions, self.flush = publisher.send, publisher.partitions, publisher.flush
+        return publisher
+
+    def send(self, *args, **kwargs) -> None:
+        self.started().send(*args, **kwargs)
+
+    def partitions(self, topic: str) -> list[int]:
+        return self.started().partitions(topic)
+
+    def flush(self, *args, **kwargs) -> None:
+        self.started().flush(*args, **kwargs)
+
+    def close(self, *args, **kwargs) -> None:
+        """Close the publisher once its start ended (nothing to close if it failed)."""
+        self._ready.wait()
+        if self._publisher is not None:
+            self._publisher.close(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        state = (repr(self._publisher) if self._publisher is not None else
+                 "failed" if self._error is not None else "starting")
+        return f"StartingPublisher({state})"
