@@ -1292,14 +1292,16 @@ scan_group(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 #define PR_MAX_MAPS 64                /* table maps in one transaction (more: Python) */
 #define PR_MAX_DOMAINS 16             /* GTID domains in one run (more: Python) */
 
-enum { PC_INT = 1, PC_REAL, PC_YEAR, PC_STRING, PC_FIXED, PC_ENUM, PC_DATETIME2,
-       PC_TIMESTAMP2, PC_TIME2, PC_DECIMAL };
+/* the column kinds of a plan: producer_outbox/rowdecode.py's Kind, which says what a and b are */
+enum { PC_INT = 1, PC_REAL, PC_YEAR, PC_STRING, PC_DATE, PC_ENUM, PC_DATETIME2,
+       PC_TIMESTAMP2, PC_TIME2, PC_DECIMAL, PC_SET, PC_BIT };
 
 typedef struct {
     int type, a, b;       /* see compile_plan */
     PyObject *name;       /* kept: the image's key; NULL: stepped over, checked only */
     PyObject *codec;      /* PC_STRING: the Python codec (str), or NULL: the bytes */
     const char *codec_text;
+    PyObject *values;     /* PC_ENUM, PC_SET: the tuple of the column's values, else NULL */
 } PlanColumn;
 
 typedef struct {
@@ -1328,6 +1330,7 @@ plan_free(PyObject *capsule)
     for (Py_ssize_t i = 0; i < plan->ncols; i++) {
         Py_XDECREF(plan->cols[i].name);
         Py_XDECREF(plan->cols[i].codec);
+        Py_XDECREF(plan->cols[i].values);
     }
     PyMem_Free(plan);
 }
@@ -1339,13 +1342,32 @@ decimal_width(int precision, int decimals)
     return (whole / 9) * 4 + DIG2BYTES[whole % 9] + (decimals / 9) * 4 + DIG2BYTES[decimals % 9];
 }
 
+/* whether the compiled implementation reads a column of this spec: its kind's parameters
+ * in range, and decoded (named) only where read_value decodes that kind */
+static int
+plan_column_ok(const PlanColumn *c)
+{
+    int kept = c->name != NULL;
+    switch (c->type) {
+    case PC_INT: return c->a == 1 || c->a == 2 || c->a == 3 || c->a == 4 || c->a == 8;
+    case PC_REAL: return c->a == 4 || c->a == 8;
+    case PC_YEAR: return 1;
+    case PC_STRING: return c->a >= 1 && c->a <= 8;
+    case PC_DATE: return !kept && c->a == 3;
+    case PC_ENUM: return !kept && c->a >= 1 && c->a <= 8 && c->b >= 0;
+    case PC_SET: return !kept && c->a >= 1 && c->a <= 8;
+    case PC_BIT: return !kept && c->a >= 1 && c->a <= 8;
+    case PC_DATETIME2: case PC_TIMESTAMP2: case PC_TIME2: return !kept && c->a >= 0 && c->a <= 6;
+    case PC_DECIMAL: return !kept && c->a > 0 && c->a <= 65 && c->b >= 0 && c->b <= c->a;
+    default: return 0;
+    }
+}
+
 /* compile_plan(db, table, kind, primary_key, columns) -> capsule; columns: a tuple of
- * (type, a, b, name or None, codec or None) per column of the table, in order:
- *   PC_INT a = bytes (1, 2, 3, 4, 8), b = unsigned;  PC_REAL a = 4 (FLOAT) or 8 (DOUBLE);
- *   PC_YEAR;  PC_STRING a = length bytes (1-4), codec: decoded (strict), None: the bytes;
- *   PC_FIXED a = bytes;  PC_ENUM a = bytes, b = how many values;  PC_DATETIME2,
- *   PC_TIMESTAMP2, PC_TIME2 a = fsp;  PC_DECIMAL a = precision, b = decimals.
- * Only PC_INT, PC_REAL, PC_YEAR and PC_STRING columns may be kept (a name). */
+ * (kind, a, b, name or None, codec or None, values or None) per column of the table, in
+ * order, as producer_outbox/rowdecode.py's compiled_columns makes it from the column plan.
+ * A column is named when the mapping keeps it (decoded), else stepped over (checked only).
+ * ValueError for a spec it does not know (plan_column_ok). */
 static PyObject *
 compile_plan(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -1374,12 +1396,13 @@ compile_plan(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *spec = PyTuple_GET_ITEM(columns, i);
         PlanColumn *c = &plan->cols[i];
-        PyObject *name, *codec;
-        if (!PyTuple_CheckExact(spec) || !PyArg_ParseTuple(spec, "iiiOO", &c->type, &c->a, &c->b, &name, &codec))
+        PyObject *name, *codec, *values = Py_None;
+        if (!PyTuple_CheckExact(spec)
+                || !PyArg_ParseTuple(spec, "iiiOO|O", &c->type, &c->a, &c->b, &name, &codec, &values))
             goto bad;
         plan->ncols = i + 1;
         if (name != Py_None) {
-            if (!PyUnicode_CheckExact(name) || c->type > PC_STRING)
+            if (!PyUnicode_CheckExact(name))
                 goto bad;
             c->name = Py_NewRef(name);
         }
@@ -1390,19 +1413,13 @@ compile_plan(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             if ((c->codec_text = PyUnicode_AsUTF8(codec)) == NULL)
                 goto fail;
         }
-        int ok;
-        switch (c->type) {
-        case PC_INT: ok = c->a == 1 || c->a == 2 || c->a == 3 || c->a == 4 || c->a == 8; break;
-        case PC_REAL: ok = c->a == 4 || c->a == 8; break;
-        case PC_YEAR: ok = 1; break;
-        case PC_STRING: ok = c->a >= 1 && c->a <= 4; break;
-        case PC_FIXED: ok = c->a >= 0 && c->a <= 8; break;
-        case PC_ENUM: ok = (c->a == 1 || c->a == 2) && c->b >= 0; break;
-        case PC_DATETIME2: case PC_TIMESTAMP2: case PC_TIME2: ok = c->a >= 0 && c->a <= 6; break;
-        case PC_DECIMAL: ok = c->a > 0 && c->a <= 65 && c->b >= 0 && c->b <= c->a; break;
-        default: ok = 0;
+        if (values != Py_None) {
+            if (!PyTuple_CheckExact(values) || PyTuple_GET_SIZE(values) != c->b
+                    || (c->type != PC_ENUM && c->type != PC_SET))
+                goto bad;
+            c->values = Py_NewRef(values);
         }
-        if (!ok)
+        if (!plan_column_ok(c))
             goto bad;
     }
     plan->ncols = n;
@@ -1522,7 +1539,7 @@ read_value(const PlanColumn *c, const unsigned char *p, Py_ssize_t *pos, Py_ssiz
         }
         break;
     }
-    case PC_FIXED:
+    case PC_DATE: case PC_SET: case PC_BIT:
         width = c->a;
         if (left < width)
             return RD_STOP;
