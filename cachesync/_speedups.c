@@ -25,6 +25,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <datetime.h>
 #include <stdint.h>
 #include <string.h>
 #include <math.h>
@@ -1342,23 +1343,36 @@ decimal_width(int precision, int decimals)
     return (whole / 9) * 4 + DIG2BYTES[whole % 9] + (decimals / 9) * 4 + DIG2BYTES[decimals % 9];
 }
 
-/* whether the compiled implementation reads a column of this spec: its kind's parameters
- * in range, and decoded (named) only where read_value decodes that kind */
+static PyObject *DECIMAL_TYPE;        /* decimal.Decimal, imported with the first DECIMAL plan */
+
+static PyObject *
+decimal_type(void)
+{
+    if (DECIMAL_TYPE == NULL) {
+        PyObject *module = PyImport_ImportModule("decimal");
+        if (module != NULL) {
+            DECIMAL_TYPE = PyObject_GetAttrString(module, "Decimal");
+            Py_DECREF(module);
+        }
+    }
+    return DECIMAL_TYPE;
+}
+
+/* whether the compiled implementation reads a column of this spec (its kind's parameters in
+ * range); with read_value below, the C place of a column kind */
 static int
 plan_column_ok(const PlanColumn *c)
 {
-    int kept = c->name != NULL;
     switch (c->type) {
     case PC_INT: return c->a == 1 || c->a == 2 || c->a == 3 || c->a == 4 || c->a == 8;
     case PC_REAL: return c->a == 4 || c->a == 8;
     case PC_YEAR: return 1;
     case PC_STRING: return c->a >= 1 && c->a <= 8;
-    case PC_DATE: return !kept && c->a == 3;
-    case PC_ENUM: return !kept && c->a >= 1 && c->a <= 8 && c->b >= 0;
-    case PC_SET: return !kept && c->a >= 1 && c->a <= 8;
-    case PC_BIT: return !kept && c->a >= 1 && c->a <= 8;
-    case PC_DATETIME2: case PC_TIMESTAMP2: case PC_TIME2: return !kept && c->a >= 0 && c->a <= 6;
-    case PC_DECIMAL: return !kept && c->a > 0 && c->a <= 65 && c->b >= 0 && c->b <= c->a;
+    case PC_DATE: return c->a == 3;
+    case PC_ENUM: case PC_SET: return c->a >= 1 && c->a <= 8 && c->values != NULL;
+    case PC_BIT: return c->a >= 1 && c->a <= 8 && c->b >= 1 && c->b <= 8 * c->a;
+    case PC_DATETIME2: case PC_TIMESTAMP2: case PC_TIME2: return c->a >= 0 && c->a <= 6;
+    case PC_DECIMAL: return c->a > 0 && c->a <= 65 && c->b >= 0 && c->b <= c->a && decimal_type() != NULL;
     default: return 0;
     }
 }
@@ -1419,8 +1433,11 @@ compile_plan(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                 goto bad;
             c->values = Py_NewRef(values);
         }
-        if (!plan_column_ok(c))
+        if (!plan_column_ok(c)) {
+            if (PyErr_Occurred())
+                goto fail;
             goto bad;
+        }
     }
     plan->ncols = n;
     return capsule;
@@ -1461,6 +1478,95 @@ fraction_micro(int fsp, long long value)
         value = value / 10;           /* int(value / 10): truncates toward zero */
     static const long long scale[7] = {1, 100000, 10000, 1000, 100, 10, 1};
     return value * scale[fsp];
+}
+
+/* a date (fsp < 0) or datetime Python cannot hold ('0000-00-00', a zero month or day) as the
+ * server's text, as keycolumns.zero_date_text and zero_datetime_text write it, once the
+ * constructor's ValueError is cleared; parts: year, month, day, hour, minute, second, micro */
+static PyObject *
+server_text(const int parts[7], int fsp)
+{
+    if (!PyErr_ExceptionMatches(PyExc_ValueError))
+        return NULL;
+    PyErr_Clear();
+    char text[48];
+    int n = snprintf(text, sizeof text, "%04d-%02d-%02d", parts[0], parts[1], parts[2]);
+    if (fsp >= 0)
+        n += snprintf(text + n, sizeof text - (size_t)n, " %02d:%02d:%02d.%06d", parts[3],
+                      parts[4], parts[5], parts[6]) - (fsp ? 6 - fsp : 7);
+    return PyUnicode_FromStringAndSize(text, n);
+}
+
+/* the SET column's members whose bit is set, or None ("empty set") when none is */
+static PyObject *
+set_members(const PlanColumn *c, uint64_t mask)
+{
+    PyObject *set = PySet_New(NULL);
+    if (set == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < c->b && i < 64; i++)
+        if (mask >> i & 1 && PySet_Add(set, PyTuple_GET_ITEM(c->values, i)) < 0) {
+            Py_DECREF(set);
+            return NULL;
+        }
+    if (PySet_GET_SIZE(set) == 0) {
+        Py_DECREF(set);
+        return Py_NewRef(Py_None);
+    }
+    return set;
+}
+
+/* a BIT(bits) value as '0'/'1' text, most significant first */
+static PyObject *
+bit_text(uint64_t value, int bits)
+{
+    char text[64];
+    for (int i = 0; i < bits; i++)
+        text[i] = (char)('0' + (value >> (bits - 1 - i) & 1));
+    return PyUnicode_FromStringAndSize(text, bits);
+}
+
+/* datetime.utcfromtimestamp(seconds) plus micro microseconds (a naive datetime) */
+static PyObject *
+utc_datetime(int32_t seconds, int micro)
+{
+    long long days = seconds >= 0 ? seconds / 86400 : -((-(long long)seconds + 86399) / 86400);
+    long long rest = (long long)seconds - days * 86400;
+    /* the civil date of a day count from 1970-01-01 (H. Hinnant's days_from_civil, inverted) */
+    long long z = days + 719468;
+    long long era = (z >= 0 ? z : z - 146096) / 146097;
+    long long doe = z - era * 146097;
+    long long yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    long long doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    long long mp = (5 * doy + 2) / 153;
+    int day = (int)(doy - (153 * mp + 2) / 5 + 1);
+    int month = (int)(mp < 10 ? mp + 3 : mp - 9);
+    int year = (int)(yoe + era * 400 + (month <= 2));
+    return PyDateTime_FromDateAndTime(year, month, day, (int)(rest / 3600), (int)(rest / 60 % 60),
+                                      (int)(rest % 60), micro);
+}
+
+/* a TIME2 value from its 3-byte integer part and fraction (fb bytes), as
+ * keycolumns.time2_delta reads it (-00:00:00.000001 included) */
+static PyObject *
+time2_delta(long long int_raw, long long frac, int fb)
+{
+    static const long long FRAC_SCALE[4] = {0, 10000, 100, 1};
+    long long intpart = int_raw - 0x800000;
+    if ((fb == 1 || fb == 2) && intpart < 0 && frac) {
+        intpart += 1;
+        frac -= 1LL << (8 * fb);
+    }
+    long long packed = intpart * (1LL << 24) + frac * FRAC_SCALE[fb];
+    long long tmp = packed < 0 ? -packed : packed, hms = tmp >> 24;
+    long long us = ((hms >> 12 & 1023) * 3600 + (hms >> 6 & 63) * 60 + (hms & 63)) * 1000000LL
+                   + (tmp & 0xFFFFFF);
+    if (packed < 0)
+        us = -us;
+    const long long DAY = 86400LL * 1000000LL;
+    long long days = us >= 0 ? us / DAY : -((-us + DAY - 1) / DAY);
+    long long rest = us - days * DAY;
+    return PyDelta_FromDSU((int)days, (int)(rest / 1000000), (int)(rest % 1000000));
 }
 
 /* one column's value at p[*pos] (end: where the rows end): *out set (new reference) when
@@ -1539,25 +1645,60 @@ read_value(const PlanColumn *c, const unsigned char *p, Py_ssize_t *pos, Py_ssiz
         }
         break;
     }
-    case PC_DATE: case PC_SET: case PC_BIT:
-        width = c->a;
+    case PC_DATE:
+        width = 3;
         if (left < width)
             return RD_STOP;
+        if (c->name != NULL) {
+            uint32_t t = (uint32_t)le_uint(v, 3);
+            int parts[7] = {(int)(t >> 9 & 0x7FFF), (int)(t >> 5 & 15), (int)(t & 31)};
+            *out = PyDate_FromDate(parts[0], parts[1], parts[2]);
+            if (*out == NULL)
+                *out = server_text(parts, -1);
+        }
         break;
     case PC_ENUM:
         width = c->a;
         if (left < width)
             return RD_STOP;
-        if (le_uint(v, c->a) >= (uint64_t)c->b)
+        uint64_t index = le_uint(v, c->a);
+        if (index >= (uint64_t)c->b)
             return RD_STOP;           /* the decoder's IndexError */
+        if (c->name != NULL)
+            *out = Py_NewRef(PyTuple_GET_ITEM(c->values, (Py_ssize_t)index));
+        break;
+    case PC_SET:
+        width = c->a;
+        if (left < width)
+            return RD_STOP;
+        if (c->name != NULL)
+            *out = set_members(c, le_uint(v, c->a));
+        break;
+    case PC_BIT:
+        width = c->a;
+        if (left < width)
+            return RD_STOP;
+        if (c->name != NULL)
+            *out = bit_text(be_uint(v, c->a), c->b);
         break;
     case PC_DATETIME2: {
         int fb = FSP_BYTES[c->a];
         width = 5 + fb;
         if (left < width)
             return RD_STOP;
-        if (c->a && fraction_micro(c->a, (long long)be_uint(v + 5, fb)) > 999999)
+        long long micro = c->a ? fraction_micro(c->a, (long long)be_uint(v + 5, fb)) : 0;
+        if (micro > 999999)
             return RD_STOP;
+        if (c->name != NULL) {
+            uint64_t x = be_uint(v, 5);
+            unsigned ym = (unsigned)(x >> 22 & 0x1FFFF);
+            int parts[7] = {(int)(ym / 13), (int)(ym % 13), (int)(x >> 17 & 31), (int)(x >> 12 & 31),
+                            (int)(x >> 6 & 63), (int)(x & 63), (int)micro};
+            *out = PyDateTime_FromDateAndTime(parts[0], parts[1], parts[2], parts[3], parts[4],
+                                              parts[5], parts[6]);
+            if (*out == NULL)
+                *out = server_text(parts, c->a);
+        }
         break;
     }
     case PC_TIMESTAMP2: {
@@ -1565,20 +1706,26 @@ read_value(const PlanColumn *c, const unsigned char *p, Py_ssize_t *pos, Py_ssiz
         width = 4 + fb;
         if (left < width)
             return RD_STOP;
+        long long micro = 0;
         if (c->a) {                   /* the fraction read signed, as the library does */
             long long f = (long long)be_uint(v + 4, fb);
             if (f & (1LL << (8 * fb - 1)))
                 f -= 1LL << (8 * fb);
-            long long micro = fraction_micro(c->a, f);
+            micro = fraction_micro(c->a, f);
             if (micro < 0 || micro >= 1000000)
                 return RD_STOP;
         }
+        if (c->name != NULL)
+            *out = utc_datetime((int32_t)(uint32_t)be_uint(v, 4), (int)micro);
         break;
     }
     case PC_TIME2:
         width = 3 + FSP_BYTES[c->a];
         if (left < width)
             return RD_STOP;
+        if (c->name != NULL)
+            *out = time2_delta((long long)be_uint(v, 3), (long long)be_uint(v + 3, FSP_BYTES[c->a]),
+                               FSP_BYTES[c->a]);
         break;
     case PC_DECIMAL: {
         int precision = c->a, decimals = c->b;
@@ -1593,6 +1740,10 @@ read_value(const PlanColumn *c, const unsigned char *p, Py_ssize_t *pos, Py_ssiz
         const unsigned char *q = v;
         uint32_t sign_bit = 1u << (8 * sizes[0] - 1);
         int negative = !(q[0] & 0x80);
+        char text[72];                /* sign, 65 digits, the point */
+        int n = 0, done = 0;
+        if (negative)
+            text[n++] = '-';
         for (int k = 0; k < parts; k++) {
             uint32_t g = (uint32_t)be_uint(q, sizes[k]);
             q += sizes[k];
@@ -1602,6 +1753,21 @@ read_value(const PlanColumn *c, const unsigned char *p, Py_ssize_t *pos, Py_ssiz
                 g ^= (uint32_t)((1ULL << (8 * sizes[k])) - 1);
             if (g >= POW10[digits[k]])
                 return RD_STOP;       /* the decoder's "digit group out of range" */
+            if (done == whole && decimals)
+                text[n++] = '.';
+            for (int d = digits[k] - 1; d >= 0; d--, g /= 10)
+                text[n + d] = (char)('0' + g % 10);
+            n += digits[k];
+            done += digits[k];
+        }
+        if (c->name != NULL) {
+            /* the Decimal of the digits with exponent -decimals, negated (zero too) when
+             * negative: what the decoder builds, and what Decimal makes of this text */
+            PyObject *t = PyUnicode_FromStringAndSize(text, n);
+            if (t == NULL)
+                return RD_ERROR;
+            *out = PyObject_CallOneArg(DECIMAL_TYPE, t);
+            Py_DECREF(t);
         }
         break;
     }
@@ -2051,6 +2217,9 @@ PyInit__speedups(void)
         if (OP_TEXT[i] == NULL && (OP_TEXT[i] = PyUnicode_InternFromString(ops[i])) == NULL)
             return NULL;
     if (EMPTY_TEXT == NULL && (EMPTY_TEXT = PyUnicode_FromString("")) == NULL)
+        return NULL;
+    PyDateTime_IMPORT;
+    if (PyDateTimeAPI == NULL)
         return NULL;
     return PyModuleDef_Init(&module);
 }

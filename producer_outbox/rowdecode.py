@@ -130,22 +130,19 @@ def table_plan(columns) -> tuple[ColumnPlan, ...] | None:
     return None if None in plan else plan
 
 
-# Kinds the compiled implementation decodes when the mapping keeps the column; the others
-# it steps over (with the same checks), and a table keeping one is decoded by the twin.
-COMPILED_KEEPS = frozenset({Kind.INT, Kind.REAL, Kind.YEAR, Kind.STRING})
+# The kinds the compiled implementation reads. A JSON column (MySQL's binary JSON, whose
+# decoder is jsoncolumns, in Python) leaves its table to the twin.
+COMPILED_KINDS = frozenset(Kind) - {Kind.JSON}
 
 
 def compiled_columns(plan: tuple[ColumnPlan, ...], keep) -> tuple | None:
     """``plan`` as ``_speedups.compile_plan`` takes it: the columns in ``keep`` (None: all)
-    named, the others stepped over; None where the twin must decode the table (a kept
-    column of a kind the compiled implementation does not decode, or a JSON column)."""
-    out = []
-    for c in plan:
-        kept = keep is None or c.name in keep
-        if c.kind == Kind.JSON or (kept and c.kind not in COMPILED_KEEPS):
-            return None
-        out.append((int(c.kind), c.a, c.b, c.name if kept else None, c.codec, c.values))
-    return tuple(out)
+    named (decoded), the others stepped over with the same checks; None where the twin
+    decodes the table (a kind the compiled implementation does not read)."""
+    if any(c.kind not in COMPILED_KINDS for c in plan):
+        return None
+    return tuple((int(c.kind), c.a, c.b, c.name if keep is None or c.name in keep else None,
+                  c.codec, c.values) for c in plan)
 
 
 # -- the Python twin: how its generated code reads each kind -------------------------------
