@@ -1,38 +1,15 @@
-"""Fast row decoding for binlog row events, specialised per table.
+"""The row decoder's Python implementation: a function generated from a table's column plan.
 
 python-mysql-replication decodes ``RowsEvent.rows`` column by column through a
 generic type dispatch (``RowsEvent._read_column_data``), which costs tens of
 microseconds per row. ``decode_rows`` returns the same rows, built by a Python
-function generated for the table's column layout: straight-line code, no type
-dispatch at run time, fixed-width columns read at precomputed offsets by one
-``struct`` call per run of them (per byte order).
-
-Row event body layout (what ``RowsEvent._fetch_rows`` reads), repeated until the
-event ends; an update row carries two images (before, then after), each with the
-columns-present bitmap of its own (``columns_present_bitmap`` / ``..._bitmap2``,
-already read by the event's constructor)::
-
-    null bitmap   ceil(popcount(columns-present bitmap) / 8) bytes; bit k (LSB first)
-                  set = the k-th *present* column is NULL and has no value bytes
-    values        one per present, non-NULL column, in column order:
-      TINY/SHORT/INT24/LONG/LONGLONG  1/2/3/4/8 bytes little-endian
-      FLOAT/DOUBLE                    4/8 bytes IEEE little-endian
-      YEAR                            1 byte, year - 1900
-      DATE                            3 bytes little-endian: year << 9 | month << 5 | day
-      DATETIME2                       5 bytes big-endian: sign bit, year*13+month (17 bits),
-                                      day (5), hour (5), minute (6), second (6); then fraction
-      TIMESTAMP2                      4 bytes big-endian seconds since the epoch; then fraction
-      TIME2                           3 bytes big-endian: sign bit, unused bit, hour (10),
-                                      minute (6), second (6), offset by 0x800000; then fraction
-      fraction (fsp 1-2/3-4/5-6)      1/2/3 bytes big-endian (read signed, as the library does)
-      NEWDECIMAL                      MySQL's packed decimal: 9 digits per 4 bytes, sign in
-                                      the top bit of the first byte, negatives complemented
-      ENUM/SET                        1-2 / 1-8 bytes little-endian index / bit mask
-      BIT(M)                          ceil(M / 8) bytes big-endian
-      VARCHAR/CHAR                    1-byte length if max_length <= 255 else 2, then bytes
-      BLOB/TEXT (and MariaDB JSON)    length_size-byte length (1-4), then bytes
-      JSON (MySQL)                    length_size-byte length, then MySQL's binary JSON,
-                                      decoded to the server's text (``jsoncolumns``)
+function generated from the table's column plan (``rowdecode``: the one design the
+compiled run reads too; ``rowdecode.reader`` says what the code does per kind):
+straight-line code, no type dispatch at run time, fixed-width columns read at
+precomputed offsets by one ``struct`` call per run of them (per byte order). An update
+row carries two images (before, then after), each with the columns-present bitmap of
+its own (``columns_present_bitmap`` / ``..._bitmap2``, already read by the event's
+constructor).
 
 A PARTIAL_UPDATE_ROWS_EVENT (``binlog_row_value_options=PARTIAL_JSON``) is an update
 whose after image starts with the value options and one partial bit per JSON column of
