@@ -1299,6 +1299,7 @@ enum { PC_INT = 1, PC_REAL, PC_YEAR, PC_STRING, PC_DATE, PC_ENUM, PC_DATETIME2,
 
 typedef struct {
     int type, a, b;       /* see compile_plan */
+    Py_ssize_t width;     /* the value's bytes (PC_STRING: its length's), plan_column_width */
     PyObject *name;       /* kept: the image's key; NULL: stepped over, checked only */
     PyObject *codec;      /* PC_STRING: the Python codec (str), or NULL: the bytes */
     const char *codec_text;
@@ -1358,22 +1359,31 @@ decimal_type(void)
     return DECIMAL_TYPE;
 }
 
-/* whether the compiled implementation reads a column of this spec (its kind's parameters in
- * range); with read_value below, the C place of a column kind */
-static int
-plan_column_ok(const PlanColumn *c)
+/* the bytes of a value of this spec (PC_STRING: of its length), or -1 where the compiled
+ * implementation does not read such a column (a kind or parameters out of its range); with
+ * read_value below, the C place of a column kind */
+static Py_ssize_t
+plan_column_width(const PlanColumn *c)
 {
+    int a = c->a, fsp = a >= 0 && a <= 6;
     switch (c->type) {
-    case PC_INT: return c->a == 1 || c->a == 2 || c->a == 3 || c->a == 4 || c->a == 8;
-    case PC_REAL: return c->a == 4 || c->a == 8;
+    case PC_INT: return a == 1 || a == 2 || a == 3 || a == 4 || a == 8 ? a : -1;
+    case PC_REAL: return a == 4 || a == 8 ? a : -1;
     case PC_YEAR: return 1;
-    case PC_STRING: return c->a >= 1 && c->a <= 8;
-    case PC_DATE: return c->a == 3;
-    case PC_ENUM: case PC_SET: return c->a >= 1 && c->a <= 8 && c->values != NULL;
-    case PC_BIT: return c->a >= 1 && c->a <= 8 && c->b >= 1 && c->b <= 8 * c->a;
-    case PC_DATETIME2: case PC_TIMESTAMP2: case PC_TIME2: return c->a >= 0 && c->a <= 6;
-    case PC_DECIMAL: return c->a > 0 && c->a <= 65 && c->b >= 0 && c->b <= c->a && decimal_type() != NULL;
-    default: return 0;
+    case PC_DATE: return a == 3 ? 3 : -1;
+    case PC_STRING: case PC_ENUM: case PC_SET: case PC_BIT:
+        if (a < 1 || a > 8 || ((c->type == PC_ENUM || c->type == PC_SET) && c->values == NULL)
+                || (c->type == PC_BIT && (c->b < 1 || c->b > 8 * a)))
+            return -1;
+        return a;
+    case PC_DATETIME2: return fsp ? 5 + FSP_BYTES[a] : -1;
+    case PC_TIMESTAMP2: return fsp ? 4 + FSP_BYTES[a] : -1;
+    case PC_TIME2: return fsp ? 3 + FSP_BYTES[a] : -1;
+    case PC_DECIMAL:
+        if (a <= 0 || a > 65 || c->b < 0 || c->b > a || decimal_type() == NULL)
+            return -1;
+        return decimal_width(a, c->b);
+    default: return -1;
     }
 }
 
@@ -1381,7 +1391,7 @@ plan_column_ok(const PlanColumn *c)
  * (kind, a, b, name or None, codec or None, values or None) per column of the table, in
  * order, as producer_outbox/rowdecode.py's compiled_columns makes it from the column plan.
  * A column is named when the mapping keeps it (decoded), else stepped over (checked only).
- * ValueError for a spec it does not know (plan_column_ok). */
+ * ValueError for a spec it does not know (plan_column_width). */
 static PyObject *
 compile_plan(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -1433,7 +1443,7 @@ compile_plan(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                 goto bad;
             c->values = Py_NewRef(values);
         }
-        if (!plan_column_ok(c)) {
+        if ((c->width = plan_column_width(c)) < 0) {
             if (PyErr_Occurred())
                 goto fail;
             goto bad;
@@ -1577,13 +1587,12 @@ read_value(const PlanColumn *c, const unsigned char *p, Py_ssize_t *pos, Py_ssiz
 {
     Py_ssize_t at = *pos, left = end - at;
     const unsigned char *v = p + at;
-    Py_ssize_t width;
+    Py_ssize_t width = c->width;
     *out = NULL;
+    if (left < width)
+        return RD_STOP;
     switch (c->type) {
     case PC_INT:
-        width = c->a;
-        if (left < width)
-            return RD_STOP;
         if (c->name != NULL) {
             uint64_t u = le_uint(v, c->a);
             if (c->b)
@@ -1596,9 +1605,6 @@ read_value(const PlanColumn *c, const unsigned char *p, Py_ssize_t *pos, Py_ssiz
         }
         break;
     case PC_REAL:
-        width = c->a;
-        if (left < width)
-            return RD_STOP;
         if (c->name != NULL) {
             uint64_t u = le_uint(v, c->a);       /* IEEE, little-endian in the binlog */
             if (c->a == 4) {
@@ -1614,19 +1620,14 @@ read_value(const PlanColumn *c, const unsigned char *p, Py_ssize_t *pos, Py_ssiz
         }
         break;
     case PC_YEAR:
-        width = 1;
-        if (left < 1)
-            return RD_STOP;
         if (c->name != NULL)
             *out = PyLong_FromLong(v[0] + 1900L);
         break;
     case PC_STRING: {
-        if (left < c->a)
-            return RD_STOP;
         uint64_t n = le_uint(v, c->a);
         if ((uint64_t)(left - c->a) < n)
             return RD_STOP;
-        width = c->a + (Py_ssize_t)n;
+        width += (Py_ssize_t)n;
         const char *text = (const char *)v + c->a;
         if (c->codec != NULL) {       /* checked even when not kept: the decoder decodes it */
             PyObject *s = PyUnicode_Decode(text, (Py_ssize_t)n, c->codec_text, "strict");
@@ -1646,9 +1647,6 @@ read_value(const PlanColumn *c, const unsigned char *p, Py_ssize_t *pos, Py_ssiz
         break;
     }
     case PC_DATE:
-        width = 3;
-        if (left < width)
-            return RD_STOP;
         if (c->name != NULL) {
             uint32_t t = (uint32_t)le_uint(v, 3);
             int parts[7] = {(int)(t >> 9 & 0x7FFF), (int)(t >> 5 & 15), (int)(t & 31)};
@@ -1657,35 +1655,24 @@ read_value(const PlanColumn *c, const unsigned char *p, Py_ssize_t *pos, Py_ssiz
                 *out = server_text(parts, -1);
         }
         break;
-    case PC_ENUM:
-        width = c->a;
-        if (left < width)
-            return RD_STOP;
+    case PC_ENUM: {
         uint64_t index = le_uint(v, c->a);
         if (index >= (uint64_t)c->b)
             return RD_STOP;           /* the decoder's IndexError */
         if (c->name != NULL)
             *out = Py_NewRef(PyTuple_GET_ITEM(c->values, (Py_ssize_t)index));
         break;
+    }
     case PC_SET:
-        width = c->a;
-        if (left < width)
-            return RD_STOP;
         if (c->name != NULL)
             *out = set_members(c, le_uint(v, c->a));
         break;
     case PC_BIT:
-        width = c->a;
-        if (left < width)
-            return RD_STOP;
         if (c->name != NULL)
             *out = bit_text(be_uint(v, c->a), c->b);
         break;
     case PC_DATETIME2: {
         int fb = FSP_BYTES[c->a];
-        width = 5 + fb;
-        if (left < width)
-            return RD_STOP;
         long long micro = c->a ? fraction_micro(c->a, (long long)be_uint(v + 5, fb)) : 0;
         if (micro > 999999)
             return RD_STOP;
@@ -1703,9 +1690,6 @@ read_value(const PlanColumn *c, const unsigned char *p, Py_ssize_t *pos, Py_ssiz
     }
     case PC_TIMESTAMP2: {
         int fb = FSP_BYTES[c->a];
-        width = 4 + fb;
-        if (left < width)
-            return RD_STOP;
         long long micro = 0;
         if (c->a) {                   /* the fraction read signed, as the library does */
             long long f = (long long)be_uint(v + 4, fb);
@@ -1720,9 +1704,6 @@ read_value(const PlanColumn *c, const unsigned char *p, Py_ssize_t *pos, Py_ssiz
         break;
     }
     case PC_TIME2:
-        width = 3 + FSP_BYTES[c->a];
-        if (left < width)
-            return RD_STOP;
         if (c->name != NULL)
             *out = time2_delta((long long)be_uint(v, 3), (long long)be_uint(v + 3, FSP_BYTES[c->a]),
                                FSP_BYTES[c->a]);
@@ -1734,9 +1715,6 @@ read_value(const PlanColumn *c, const unsigned char *p, Py_ssize_t *pos, Py_ssiz
         if (DIG2BYTES[whole % 9]) { sizes[parts] = DIG2BYTES[whole % 9]; digits[parts++] = whole % 9; }
         for (int g = 0; g < whole / 9 + decimals / 9; g++) { sizes[parts] = 4; digits[parts++] = 9; }
         if (DIG2BYTES[decimals % 9]) { sizes[parts] = DIG2BYTES[decimals % 9]; digits[parts++] = decimals % 9; }
-        width = decimal_width(precision, decimals);
-        if (left < width)
-            return RD_STOP;
         const unsigned char *q = v;
         uint32_t sign_bit = 1u << (8 * sizes[0] - 1);
         int negative = !(q[0] & 0x80);

@@ -17,7 +17,7 @@ from pymysqlreplication.constants import FIELD_TYPE as I
 from pymysqlreplication.row_event import WriteRowsEvent
 from pymysqlreplication.table import Table
 
-from cachesync.producer_outbox import fastrows, rowdecode
+from cachesync.producer_outbox import fastrows, hotpath, rowdecode
 from cachesync.producer_outbox.rowdecode import COMPILED_KINDS, Kind
 from cachesync.producer_outbox.rows import TxnContext
 from tests.unit.test_fastrows_unit import LAYOUT, column, gen_any, row_image
@@ -40,6 +40,8 @@ def test_every_kind_the_compiled_run_reads_has_columns_in_the_differential_layou
     assert COMPILED_KINDS == set(Kind) - {Kind.JSON}
 
 
+@pytest.mark.skipif(hotpath.compiled_run() is None,
+                    reason="the compiled run is not built or switched off")
 @pytest.mark.parametrize("kind", sorted(COMPILED_KINDS), ids=lambda k: k.name)
 def test_the_compiled_run_writes_the_python_paths_records_for_every_kind(kind):
     """Each column of the kind, kept by the mapping, through both implementations."""
