@@ -72,7 +72,8 @@ class Kind(enum.IntEnum):
 
 
 class ColumnPlan(NamedTuple):
-    """One column of a table's plan (the C form is its first five fields and ``values``)."""
+    """One column of a table's plan (``compiled_columns`` hands it to C as a tuple, ``name``
+    None where the mapping does not keep the column)."""
     kind: Kind
     a: int
     b: int

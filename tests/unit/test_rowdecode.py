@@ -100,7 +100,7 @@ def test_an_unnamed_column_leaves_the_table_to_the_library():
 def test_the_plan_kinds_are_the_c_kinds():
     """compile_plan takes every kind by its number, with the parameters column_plan gives."""
     for col, _ in LAYOUT:
-        spec = rowdecode.column_plan(col)
-        speedups.compile_plan("db", "t", "binlog", "long", rowdecode.compiled_columns((spec,), None))
+        specs = rowdecode.compiled_columns((rowdecode.column_plan(col),), None)
+        assert speedups.compile_plan("db", "t", "binlog", "long", specs) is not None
     with pytest.raises(ValueError, match="column spec"):    # out of range: refused, not misread
         speedups.compile_plan("db", "t", "binlog", "long", ((int(Kind.DATE), 4, 0, "d", None),))
