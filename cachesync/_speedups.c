@@ -25,6 +25,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <datetime.h>
 #include <stdint.h>
 #include <string.h>
 #include <math.h>
@@ -1292,14 +1293,17 @@ scan_group(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 #define PR_MAX_MAPS 64                /* table maps in one transaction (more: Python) */
 #define PR_MAX_DOMAINS 16             /* GTID domains in one run (more: Python) */
 
-enum { PC_INT = 1, PC_REAL, PC_YEAR, PC_STRING, PC_FIXED, PC_ENUM, PC_DATETIME2,
-       PC_TIMESTAMP2, PC_TIME2, PC_DECIMAL };
+/* the column kinds of a plan: producer_outbox/decode/rowdecode.py's Kind, which says what a and b are */
+enum { PC_INT = 1, PC_REAL, PC_YEAR, PC_STRING, PC_DATE, PC_ENUM, PC_DATETIME2,
+       PC_TIMESTAMP2, PC_TIME2, PC_DECIMAL, PC_SET, PC_BIT };
 
 typedef struct {
     int type, a, b;       /* see compile_plan */
+    Py_ssize_t width;     /* the value's bytes (PC_STRING: its length's), plan_column_width */
     PyObject *name;       /* kept: the image's key; NULL: stepped over, checked only */
     PyObject *codec;      /* PC_STRING: the Python codec (str), or NULL: the bytes */
     const char *codec_text;
+    PyObject *values;     /* PC_ENUM, PC_SET: the tuple of the column's values, else NULL */
 } PlanColumn;
 
 typedef struct {
@@ -1328,6 +1332,7 @@ plan_free(PyObject *capsule)
     for (Py_ssize_t i = 0; i < plan->ncols; i++) {
         Py_XDECREF(plan->cols[i].name);
         Py_XDECREF(plan->cols[i].codec);
+        Py_XDECREF(plan->cols[i].values);
     }
     PyMem_Free(plan);
 }
@@ -1339,13 +1344,54 @@ decimal_width(int precision, int decimals)
     return (whole / 9) * 4 + DIG2BYTES[whole % 9] + (decimals / 9) * 4 + DIG2BYTES[decimals % 9];
 }
 
+static PyObject *DECIMAL_TYPE;        /* decimal.Decimal, imported with the first DECIMAL plan */
+
+static PyObject *
+decimal_type(void)
+{
+    if (DECIMAL_TYPE == NULL) {
+        PyObject *module = PyImport_ImportModule("decimal");
+        if (module != NULL) {
+            DECIMAL_TYPE = PyObject_GetAttrString(module, "Decimal");
+            Py_DECREF(module);
+        }
+    }
+    return DECIMAL_TYPE;
+}
+
+/* the bytes of a value of this spec (PC_STRING: of its length), or -1 where the compiled
+ * implementation does not read such a column (a kind or parameters out of its range); with
+ * read_value below, the C place of a column kind */
+static Py_ssize_t
+plan_column_width(const PlanColumn *c)
+{
+    int a = c->a, fsp = a >= 0 && a <= 6;
+    switch (c->type) {
+    case PC_INT: return a == 1 || a == 2 || a == 3 || a == 4 || a == 8 ? a : -1;
+    case PC_REAL: return a == 4 || a == 8 ? a : -1;
+    case PC_YEAR: return 1;
+    case PC_DATE: return a == 3 ? 3 : -1;
+    case PC_STRING: case PC_ENUM: case PC_SET: case PC_BIT:
+        if (a < 1 || a > 8 || ((c->type == PC_ENUM || c->type == PC_SET) && c->values == NULL)
+                || (c->type == PC_BIT && (c->b < 1 || c->b > 8 * a)))
+            return -1;
+        return a;
+    case PC_DATETIME2: return fsp ? 5 + FSP_BYTES[a] : -1;
+    case PC_TIMESTAMP2: return fsp ? 4 + FSP_BYTES[a] : -1;
+    case PC_TIME2: return fsp ? 3 + FSP_BYTES[a] : -1;
+    case PC_DECIMAL:
+        if (a <= 0 || a > 65 || c->b < 0 || c->b > a || decimal_type() == NULL)
+            return -1;
+        return decimal_width(a, c->b);
+    default: return -1;
+    }
+}
+
 /* compile_plan(db, table, kind, primary_key, columns) -> capsule; columns: a tuple of
- * (type, a, b, name or None, codec or None) per column of the table, in order:
- *   PC_INT a = bytes (1, 2, 3, 4, 8), b = unsigned;  PC_REAL a = 4 (FLOAT) or 8 (DOUBLE);
- *   PC_YEAR;  PC_STRING a = length bytes (1-4), codec: decoded (strict), None: the bytes;
- *   PC_FIXED a = bytes;  PC_ENUM a = bytes, b = how many values;  PC_DATETIME2,
- *   PC_TIMESTAMP2, PC_TIME2 a = fsp;  PC_DECIMAL a = precision, b = decimals.
- * Only PC_INT, PC_REAL, PC_YEAR and PC_STRING columns may be kept (a name). */
+ * (kind, a, b, name or None, codec or None, values or None) per column of the table, in
+ * order, as producer_outbox/decode/rowdecode.py's compiled_columns makes it from the column plan.
+ * A column is named when the mapping keeps it (decoded), else stepped over (checked only).
+ * ValueError for a spec it does not know (plan_column_width). */
 static PyObject *
 compile_plan(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -1374,12 +1420,13 @@ compile_plan(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *spec = PyTuple_GET_ITEM(columns, i);
         PlanColumn *c = &plan->cols[i];
-        PyObject *name, *codec;
-        if (!PyTuple_CheckExact(spec) || !PyArg_ParseTuple(spec, "iiiOO", &c->type, &c->a, &c->b, &name, &codec))
+        PyObject *name, *codec, *values = Py_None;
+        if (!PyTuple_CheckExact(spec)
+                || !PyArg_ParseTuple(spec, "iiiOO|O", &c->type, &c->a, &c->b, &name, &codec, &values))
             goto bad;
         plan->ncols = i + 1;
         if (name != Py_None) {
-            if (!PyUnicode_CheckExact(name) || c->type > PC_STRING)
+            if (!PyUnicode_CheckExact(name))
                 goto bad;
             c->name = Py_NewRef(name);
         }
@@ -1390,20 +1437,17 @@ compile_plan(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             if ((c->codec_text = PyUnicode_AsUTF8(codec)) == NULL)
                 goto fail;
         }
-        int ok;
-        switch (c->type) {
-        case PC_INT: ok = c->a == 1 || c->a == 2 || c->a == 3 || c->a == 4 || c->a == 8; break;
-        case PC_REAL: ok = c->a == 4 || c->a == 8; break;
-        case PC_YEAR: ok = 1; break;
-        case PC_STRING: ok = c->a >= 1 && c->a <= 4; break;
-        case PC_FIXED: ok = c->a >= 0 && c->a <= 8; break;
-        case PC_ENUM: ok = (c->a == 1 || c->a == 2) && c->b >= 0; break;
-        case PC_DATETIME2: case PC_TIMESTAMP2: case PC_TIME2: ok = c->a >= 0 && c->a <= 6; break;
-        case PC_DECIMAL: ok = c->a > 0 && c->a <= 65 && c->b >= 0 && c->b <= c->a; break;
-        default: ok = 0;
+        if (values != Py_None) {
+            if (!PyTuple_CheckExact(values) || PyTuple_GET_SIZE(values) != c->b
+                    || (c->type != PC_ENUM && c->type != PC_SET))
+                goto bad;
+            c->values = Py_NewRef(values);
         }
-        if (!ok)
+        if ((c->width = plan_column_width(c)) < 0) {
+            if (PyErr_Occurred())
+                goto fail;
             goto bad;
+        }
     }
     plan->ncols = n;
     return capsule;
@@ -1446,6 +1490,95 @@ fraction_micro(int fsp, long long value)
     return value * scale[fsp];
 }
 
+/* a date (fsp < 0) or datetime Python cannot hold ('0000-00-00', a zero month or day) as the
+ * server's text, as keycolumns.zero_date_text and zero_datetime_text write it, once the
+ * constructor's ValueError is cleared; parts: year, month, day, hour, minute, second, micro */
+static PyObject *
+server_text(const int parts[7], int fsp)
+{
+    if (!PyErr_ExceptionMatches(PyExc_ValueError))
+        return NULL;
+    PyErr_Clear();
+    char text[48];
+    int n = snprintf(text, sizeof text, "%04d-%02d-%02d", parts[0], parts[1], parts[2]);
+    if (fsp >= 0)
+        n += snprintf(text + n, sizeof text - (size_t)n, " %02d:%02d:%02d.%06d", parts[3],
+                      parts[4], parts[5], parts[6]) - (fsp ? 6 - fsp : 7);
+    return PyUnicode_FromStringAndSize(text, n);
+}
+
+/* the SET column's members whose bit is set, or None ("empty set") when none is */
+static PyObject *
+set_members(const PlanColumn *c, uint64_t mask)
+{
+    PyObject *set = PySet_New(NULL);
+    if (set == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < c->b && i < 64; i++)
+        if (mask >> i & 1 && PySet_Add(set, PyTuple_GET_ITEM(c->values, i)) < 0) {
+            Py_DECREF(set);
+            return NULL;
+        }
+    if (PySet_GET_SIZE(set) == 0) {
+        Py_DECREF(set);
+        return Py_NewRef(Py_None);
+    }
+    return set;
+}
+
+/* a BIT(bits) value as '0'/'1' text, most significant first */
+static PyObject *
+bit_text(uint64_t value, int bits)
+{
+    char text[64];
+    for (int i = 0; i < bits; i++)
+        text[i] = (char)('0' + (value >> (bits - 1 - i) & 1));
+    return PyUnicode_FromStringAndSize(text, bits);
+}
+
+/* datetime.utcfromtimestamp(seconds) plus micro microseconds (a naive datetime) */
+static PyObject *
+utc_datetime(int32_t seconds, int micro)
+{
+    long long days = seconds >= 0 ? seconds / 86400 : -((-(long long)seconds + 86399) / 86400);
+    long long rest = (long long)seconds - days * 86400;
+    /* the civil date of a day count from 1970-01-01 (H. Hinnant's days_from_civil, inverted) */
+    long long z = days + 719468;
+    long long era = (z >= 0 ? z : z - 146096) / 146097;
+    long long doe = z - era * 146097;
+    long long yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    long long doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    long long mp = (5 * doy + 2) / 153;
+    int day = (int)(doy - (153 * mp + 2) / 5 + 1);
+    int month = (int)(mp < 10 ? mp + 3 : mp - 9);
+    int year = (int)(yoe + era * 400 + (month <= 2));
+    return PyDateTime_FromDateAndTime(year, month, day, (int)(rest / 3600), (int)(rest / 60 % 60),
+                                      (int)(rest % 60), micro);
+}
+
+/* a TIME2 value from its 3-byte integer part and fraction (fb bytes), as
+ * keycolumns.time2_delta reads it (-00:00:00.000001 included) */
+static PyObject *
+time2_delta(long long int_raw, long long frac, int fb)
+{
+    static const long long FRAC_SCALE[4] = {0, 10000, 100, 1};
+    long long intpart = int_raw - 0x800000;
+    if ((fb == 1 || fb == 2) && intpart < 0 && frac) {
+        intpart += 1;
+        frac -= 1LL << (8 * fb);
+    }
+    long long packed = intpart * (1LL << 24) + frac * FRAC_SCALE[fb];
+    long long tmp = packed < 0 ? -packed : packed, hms = tmp >> 24;
+    long long us = ((hms >> 12 & 1023) * 3600 + (hms >> 6 & 63) * 60 + (hms & 63)) * 1000000LL
+                   + (tmp & 0xFFFFFF);
+    if (packed < 0)
+        us = -us;
+    const long long DAY = 86400LL * 1000000LL;
+    long long days = us >= 0 ? us / DAY : -((-us + DAY - 1) / DAY);
+    long long rest = us - days * DAY;
+    return PyDelta_FromDSU((int)days, (int)(rest / 1000000), (int)(rest % 1000000));
+}
+
 /* one column's value at p[*pos] (end: where the rows end): *out set (new reference) when
  * the column is kept; a value Python's decoder would not give returns RD_STOP */
 static int
@@ -1454,13 +1587,12 @@ read_value(const PlanColumn *c, const unsigned char *p, Py_ssize_t *pos, Py_ssiz
 {
     Py_ssize_t at = *pos, left = end - at;
     const unsigned char *v = p + at;
-    Py_ssize_t width;
+    Py_ssize_t width = c->width;
     *out = NULL;
+    if (left < width)
+        return RD_STOP;
     switch (c->type) {
     case PC_INT:
-        width = c->a;
-        if (left < width)
-            return RD_STOP;
         if (c->name != NULL) {
             uint64_t u = le_uint(v, c->a);
             if (c->b)
@@ -1473,9 +1605,6 @@ read_value(const PlanColumn *c, const unsigned char *p, Py_ssize_t *pos, Py_ssiz
         }
         break;
     case PC_REAL:
-        width = c->a;
-        if (left < width)
-            return RD_STOP;
         if (c->name != NULL) {
             uint64_t u = le_uint(v, c->a);       /* IEEE, little-endian in the binlog */
             if (c->a == 4) {
@@ -1491,19 +1620,14 @@ read_value(const PlanColumn *c, const unsigned char *p, Py_ssize_t *pos, Py_ssiz
         }
         break;
     case PC_YEAR:
-        width = 1;
-        if (left < 1)
-            return RD_STOP;
         if (c->name != NULL)
             *out = PyLong_FromLong(v[0] + 1900L);
         break;
     case PC_STRING: {
-        if (left < c->a)
-            return RD_STOP;
         uint64_t n = le_uint(v, c->a);
         if ((uint64_t)(left - c->a) < n)
             return RD_STOP;
-        width = c->a + (Py_ssize_t)n;
+        width += (Py_ssize_t)n;
         const char *text = (const char *)v + c->a;
         if (c->codec != NULL) {       /* checked even when not kept: the decoder decodes it */
             PyObject *s = PyUnicode_Decode(text, (Py_ssize_t)n, c->codec_text, "strict");
@@ -1522,46 +1646,67 @@ read_value(const PlanColumn *c, const unsigned char *p, Py_ssize_t *pos, Py_ssiz
         }
         break;
     }
-    case PC_FIXED:
-        width = c->a;
-        if (left < width)
-            return RD_STOP;
+    case PC_DATE:
+        if (c->name != NULL) {
+            uint32_t t = (uint32_t)le_uint(v, 3);
+            int parts[7] = {(int)(t >> 9 & 0x7FFF), (int)(t >> 5 & 15), (int)(t & 31)};
+            *out = PyDate_FromDate(parts[0], parts[1], parts[2]);
+            if (*out == NULL)
+                *out = server_text(parts, -1);
+        }
         break;
-    case PC_ENUM:
-        width = c->a;
-        if (left < width)
-            return RD_STOP;
-        if (le_uint(v, c->a) >= (uint64_t)c->b)
+    case PC_ENUM: {
+        uint64_t index = le_uint(v, c->a);
+        if (index >= (uint64_t)c->b)
             return RD_STOP;           /* the decoder's IndexError */
+        if (c->name != NULL)
+            *out = Py_NewRef(PyTuple_GET_ITEM(c->values, (Py_ssize_t)index));
+        break;
+    }
+    case PC_SET:
+        if (c->name != NULL)
+            *out = set_members(c, le_uint(v, c->a));
+        break;
+    case PC_BIT:
+        if (c->name != NULL)
+            *out = bit_text(be_uint(v, c->a), c->b);
         break;
     case PC_DATETIME2: {
         int fb = FSP_BYTES[c->a];
-        width = 5 + fb;
-        if (left < width)
+        long long micro = c->a ? fraction_micro(c->a, (long long)be_uint(v + 5, fb)) : 0;
+        if (micro > 999999)
             return RD_STOP;
-        if (c->a && fraction_micro(c->a, (long long)be_uint(v + 5, fb)) > 999999)
-            return RD_STOP;
+        if (c->name != NULL) {
+            uint64_t x = be_uint(v, 5);
+            unsigned ym = (unsigned)(x >> 22 & 0x1FFFF);
+            int parts[7] = {(int)(ym / 13), (int)(ym % 13), (int)(x >> 17 & 31), (int)(x >> 12 & 31),
+                            (int)(x >> 6 & 63), (int)(x & 63), (int)micro};
+            *out = PyDateTime_FromDateAndTime(parts[0], parts[1], parts[2], parts[3], parts[4],
+                                              parts[5], parts[6]);
+            if (*out == NULL)
+                *out = server_text(parts, c->a);
+        }
         break;
     }
     case PC_TIMESTAMP2: {
         int fb = FSP_BYTES[c->a];
-        width = 4 + fb;
-        if (left < width)
-            return RD_STOP;
+        long long micro = 0;
         if (c->a) {                   /* the fraction read signed, as the library does */
             long long f = (long long)be_uint(v + 4, fb);
             if (f & (1LL << (8 * fb - 1)))
                 f -= 1LL << (8 * fb);
-            long long micro = fraction_micro(c->a, f);
+            micro = fraction_micro(c->a, f);
             if (micro < 0 || micro >= 1000000)
                 return RD_STOP;
         }
+        if (c->name != NULL)
+            *out = utc_datetime((int32_t)(uint32_t)be_uint(v, 4), (int)micro);
         break;
     }
     case PC_TIME2:
-        width = 3 + FSP_BYTES[c->a];
-        if (left < width)
-            return RD_STOP;
+        if (c->name != NULL)
+            *out = time2_delta((long long)be_uint(v, 3), (long long)be_uint(v + 3, FSP_BYTES[c->a]),
+                               FSP_BYTES[c->a]);
         break;
     case PC_DECIMAL: {
         int precision = c->a, decimals = c->b;
@@ -1570,12 +1715,13 @@ read_value(const PlanColumn *c, const unsigned char *p, Py_ssize_t *pos, Py_ssiz
         if (DIG2BYTES[whole % 9]) { sizes[parts] = DIG2BYTES[whole % 9]; digits[parts++] = whole % 9; }
         for (int g = 0; g < whole / 9 + decimals / 9; g++) { sizes[parts] = 4; digits[parts++] = 9; }
         if (DIG2BYTES[decimals % 9]) { sizes[parts] = DIG2BYTES[decimals % 9]; digits[parts++] = decimals % 9; }
-        width = decimal_width(precision, decimals);
-        if (left < width)
-            return RD_STOP;
         const unsigned char *q = v;
         uint32_t sign_bit = 1u << (8 * sizes[0] - 1);
         int negative = !(q[0] & 0x80);
+        char text[72];                /* sign, 65 digits, the point */
+        int n = 0, done = 0;
+        if (negative)
+            text[n++] = '-';
         for (int k = 0; k < parts; k++) {
             uint32_t g = (uint32_t)be_uint(q, sizes[k]);
             q += sizes[k];
@@ -1585,6 +1731,21 @@ read_value(const PlanColumn *c, const unsigned char *p, Py_ssize_t *pos, Py_ssiz
                 g ^= (uint32_t)((1ULL << (8 * sizes[k])) - 1);
             if (g >= POW10[digits[k]])
                 return RD_STOP;       /* the decoder's "digit group out of range" */
+            if (done == whole && decimals)
+                text[n++] = '.';
+            for (int d = digits[k] - 1; d >= 0; d--, g /= 10)
+                text[n + d] = (char)('0' + g % 10);
+            n += digits[k];
+            done += digits[k];
+        }
+        if (c->name != NULL) {
+            /* the Decimal of the digits with exponent -decimals, negated (zero too) when
+             * negative: what the decoder builds, and what Decimal makes of this text */
+            PyObject *t = PyUnicode_FromStringAndSize(text, n);
+            if (t == NULL)
+                return RD_ERROR;
+            *out = PyObject_CallOneArg(DECIMAL_TYPE, t);
+            Py_DECREF(t);
         }
         break;
     }
@@ -2034,6 +2195,9 @@ PyInit__speedups(void)
         if (OP_TEXT[i] == NULL && (OP_TEXT[i] = PyUnicode_InternFromString(ops[i])) == NULL)
             return NULL;
     if (EMPTY_TEXT == NULL && (EMPTY_TEXT = PyUnicode_FromString("")) == NULL)
+        return NULL;
+    PyDateTime_IMPORT;
+    if (PyDateTimeAPI == NULL)
         return NULL;
     return PyModuleDef_Init(&module);
 }

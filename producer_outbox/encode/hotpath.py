@@ -18,7 +18,8 @@ A differential test (tests/unit/test_hotpath.py) holds it to the Python path's b
 
 ``compiled_run`` goes one step further for whole transactions the fast reader's buffer
 holds (``_speedups.plain_run``, called by ``binlog_source``): it decodes their rows from
-the buffer by a plan per table map (``RowEncoder.compiled_plan``) and writes every record
+the buffer by the table map's column plan (``rowdecode``, ``RowEncoder.compiled_plan``), the
+same plan the Python decoder (``fastrows``) is generated from, and writes every record
 with the same code, stopping before any transaction the Python path must decide. The
 differential tests (tests/unit/test_plain_run.py, the integration one) hold it to the
 Python path's records.

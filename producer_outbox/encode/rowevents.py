@@ -24,8 +24,9 @@ from pymysqlreplication.row_event import (DeleteRowsEvent, PartialUpdateRowsEven
 
 from cachesync.producer_outbox.binlog.reading import DECODE_ERRORS, decode_error
 from cachesync.producer_outbox.binlog.dumpstream import FAST_ROW_EVENTS
-from cachesync.producer_outbox.decode.fastrows import compiled_columns, decode_rows
+from cachesync.producer_outbox.decode.fastrows import decode_rows
 from cachesync.producer_outbox.encode import hotpath
+from cachesync.producer_outbox.decode import rowdecode
 from cachesync.producer_outbox.decode.images import event_absence, known_images
 from cachesync.producer_outbox.decode.jsoncolumns import resolve_partial, unknown_after
 from cachesync.producer_outbox.decode.keycolumns import key_images, kept_specs, table_specs
@@ -265,7 +266,8 @@ class RowEncoder:
         if specs or row_filter is not None or absent[0] or absent[1] or versioned is not None \
                 or unnamed:
             return NO_PLAN
-        columns = compiled_columns(table_obj.columns, keep)
+        columns = rowdecode.table_plan(table_obj.columns)
+        columns = None if columns is None else rowdecode.compiled_columns(columns, keep)
         if columns is None:
             return NO_PLAN
         kind = HEARTBEAT_KIND if event.table == HEARTBEAT_TABLE else "binlog"

@@ -20,7 +20,7 @@ import pytest
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 from pymysqlreplication.table import Table
 
-from cachesync.producer_outbox.decode import fastrows
+from cachesync.producer_outbox.decode import fastrows, rowdecode
 from cachesync.producer_outbox.encode import hotpath
 from cachesync.producer_outbox.ports import Record
 from cachesync.producer_outbox.publish.kafka_publisher import MAX_RECORD_BYTES
@@ -40,7 +40,7 @@ OPS = {WRITE: (WriteRowsEvent, "insert"), UPDATE: (UpdateRowsEvent, "update"),
        DELETE: (DeleteRowsEvent, "delete")}
 POST_OK = sum(1 << t for t in (23, 24, 25, 30, 31, 32))
 SERVER, TABLE_ID = "mariadb:1", 7
-DECODED = {fastrows._PC_INT, fastrows._PC_REAL, fastrows._PC_YEAR, fastrows._PC_STRING}
+DECODED = rowdecode.COMPILED_KINDS
 MAP_BODY = TABLE_ID.to_bytes(6, "little") + b"\x00\x00\x02db\x00\x01t\x00"
 
 
@@ -71,7 +71,7 @@ def run(payloads: list[bytes], plans: dict, domains: dict | None = None, ordinal
 
 
 def plan_of(columns, keep, pk="long"):
-    specs = fastrows.compiled_columns(columns, keep)
+    specs = rowdecode.compiled_columns(rowdecode.table_plan(columns), keep)
     assert specs is not None
     return speedups.compile_plan("db", "t", "binlog", pk, specs)
 
@@ -103,8 +103,7 @@ def python_records(columns, keep, etype: int, body: bytes, ctx: TxnContext, pk="
 
 def _kept(rng, columns) -> frozenset:
     """The primary key and a random share of the columns the compiled run decodes."""
-    decodable = [c.name for c in columns if (spec := fastrows.compiled_columns([c], None))
-                 and spec[0][0] in DECODED]
+    decodable = [c.name for c in columns if rowdecode.column_plan(c).kind in DECODED]
     return frozenset({"long", *rng.sample(decodable, rng.randint(0, len(decodable)))})
 
 
@@ -216,5 +215,5 @@ def test_what_the_python_path_decides_stops_the_run_before_its_transaction(case)
 def test_compile_plan_refuses_what_it_does_not_know():
     with pytest.raises(ValueError, match="column spec"):
         speedups.compile_plan("db", "t", "binlog", "id", ((99, 0, 0, None, None),))
-    with pytest.raises(ValueError, match="column spec"):    # a kept kind it only steps over
-        speedups.compile_plan("db", "t", "binlog", "id", ((fastrows._PC_DECIMAL, 10, 2, "d", None),))
+    with pytest.raises(ValueError, match="column spec"):    # a kind only the twin reads
+        speedups.compile_plan("db", "t", "binlog", "id", ((rowdecode.Kind.JSON, 4, 0, "j", None),))
