@@ -25,13 +25,13 @@ from cachesync.producer_outbox.altercolumns import (ALTER_COLUMNS, altered_table
 from cachesync.producer_outbox.binlog_read import TableMaps, read_events
 from cachesync.producer_outbox.checkpoint import Checkpoint
 from cachesync.producer_outbox import hotpath
-from cachesync.producer_outbox.dumpstream import (DumpStreamReader, FastGroup,
+from cachesync.producer_outbox.dumpstream import (IDLE, DumpStreamReader, FastGroup,
                                                   FastTableMapEvent, PlainRun, reader_kind)
 from cachesync.producer_outbox.framing import LibraryStreamReader, UndecodedEvent
 from cachesync.producer_outbox.matched import MatchedTables
-from cachesync.producer_outbox.ports import (PULSE, Begin, Change, Commit, Decide, Group,
-                                             Hold, Prepared, Record, Release, TableEvent,
-                                             Unhold)
+from cachesync.producer_outbox.ports import (IDLE as IDLE_ITEM, PULSE, Begin, Change, Commit,
+                                             Decide, Group, Hold, Prepared, Record, Release,
+                                             TableEvent, Unhold)
 from cachesync.producer_outbox.preflight import ServerInfo
 from cachesync.producer_outbox.preflight import binlog_status as _binlog_status
 from cachesync.producer_outbox.rowevents import NO_PLAN, ROW_EVENTS, RowEncoder
@@ -67,7 +67,8 @@ _GTID_EVENTS = (GtidEvent, MariadbGtidEvent)
 class BinlogSource:
     """Committed groups of one binlog stream from ``start``; ``changes()`` raises
     RetryableError when the stream is cut inside a group, FatalError for an unreadable
-    start, and the decode error of ``binlog_read`` for bytes no reader can decode."""
+    start, and the decode error of ``binlog_read`` for bytes no reader can decode.
+    ``changes()`` yields ``IDLE`` where the stream says it is idle (``signals_idle``)."""
 
     def __init__(self, stream, info: ServerInfo, start: Checkpoint, mappings: MappingSet,
                  matched: MatchedTables, encoder: RowEncoder, cluster: str = ""):
@@ -75,8 +76,15 @@ class BinlogSource:
         self._mappings, self._matched, self._encoder = mappings, matched, encoder
         self._cluster = cluster
         self._identity = info.identity      # read twice per transaction
-        if hasattr(stream, "groups"):       # the fast reader: whole transactions at once
-            stream.groups = True
+        try:
+            self._gtids: GtidState | None = GtidState.parse(start.gtid)
+            self._bad_start = None
+        except ValueError as e:             # raised by changes(), as every start problem
+            self._gtids, self._bad_start = None, e
+        self._ctx: TxnContext | None = None     # the open group, None between groups
+        self._index = 0                         # the next row index of the open group
+        self._xa: str | None = None             # the open group is XA (its xid, once known)
+        self._event_pos: int | None = None      # the event being encoded (inside a FastGroup)
         # the compiled run (``_speedups.plain_run``): table-map body -> its plan (a capsule,
         # or None: no mapping names the table), and the bodies left to Python (NO_PLAN)
         self._run = hotpath.compiled_run() if hasattr(stream, "plain_run") else None
@@ -84,51 +92,38 @@ class BinlogSource:
         self._no_plan: set[bytes] = set()
         self._plans_version = (0, 0)
         self._plain_skip = 0    # transactions left to Python before the compiled run again
-        if self._run is not None:
-            stream.plain = self._plain
         # the message ids' scope of every GTID transaction (TxnContext.id_scope)
         self._scope = TxnContext(self._identity, "", 0, 0.0, gtid=True, cluster=cluster).id_scope
         self.plain_txns = 0             # transactions the compiled run took
         self.versions_not_newer = 0     # GTIDs that did not advance the history (versions)
         self.undecoded_events = 0       # events with rows cachesync cannot decode: table level
 
-    # -- idleness (the fast reader says when it has nothing buffered) --------------------
     @property
     def signals_idle(self) -> bool:
+        """Whether ``changes()`` yields IDLE when the stream has nothing buffered."""
         return getattr(self._stream, "signals_idle", False)
-
-    @property
-    def on_idle(self):
-        return getattr(self._stream, "on_idle", None)
-
-    @on_idle.setter
-    def on_idle(self, callback) -> None:
-        self._stream.on_idle = callback
-
-    @property
-    def idle_wait_s(self) -> float:
-        return self._stream.idle_wait_s
-
-    @idle_wait_s.setter
-    def idle_wait_s(self, seconds: float) -> None:
-        self._stream.idle_wait_s = seconds
 
     def close(self) -> None:
         self._stream.close()
 
     # -- the groups -----------------------------------------------------------------------
     def changes(self) -> Iterator[Change]:
-        try:
-            self._gtids = GtidState.parse(self._start.gtid)
-        except ValueError as e:
-            raise FatalError(f"stored checkpoint has an unreadable GTID state: {e}") from e
-        self._ctx: TxnContext | None = None     # the open group, None between groups
-        self._index = 0                         # the next row index of the open group
-        self._xa: str | None = None             # the open group is XA (its xid, once known)
+        if self._bad_start is not None:
+            raise FatalError(f"stored checkpoint has an unreadable GTID state: "
+                             f"{self._bad_start}") from self._bad_start
         maps = TableMaps()
-        for event in read_events(self._stream, self._where):
-            if type(event) is PlainRun:         # whole transactions, records written in C
-                yield self._plain_group(event)
+        events = read_events(self._stream, self._where)
+        while True:
+            if self._run is not None:           # whole transactions, records written in C
+                run = self._plain()
+                if run is not None:
+                    yield self._plain_group(run)
+                    continue
+            event = next(events, None)
+            if event is None:
+                return
+            if event is IDLE:                   # the reader has nothing buffered
+                yield IDLE_ITEM
                 continue
             if type(event) is FastGroup:        # a whole transaction framed at once
                 yield from self._fast_group(event, maps)
@@ -201,9 +196,9 @@ class BinlogSource:
         yield commit
 
     def _plain(self) -> PlainRun | None:
-        """The stream's ``plain`` callback: the buffered transactions the compiled run takes
-        whole, once a table map of theirs has a plan; None otherwise (the reader frames the
-        next transaction as before)."""
+        """The buffered transactions the compiled run takes whole, once a table map of
+        theirs has a plan; None otherwise (the reader frames the next transaction as
+        before)."""
         types, cascades = self._encoder.types, self._encoder.cascades
         # a DDL reloaded the types or the foreign keys: plans again
         version = (types.version if types is not None else 0,
@@ -256,18 +251,17 @@ class BinlogSource:
 
     def _fast_txn(self, group: FastGroup, maps: TableMaps, out: list) -> tuple[TxnContext, bool]:
         """One framed transaction's items appended to ``out``: its context, and whether
-        they are records only. The stream's log_pos is set per event (where errors and
-        file:pos contexts point) and left after its XID."""
-        stream = self._stream
+        they are records only. Errors and file:pos contexts point at each event
+        (``_event_pos``); the stream is after its XID."""
         maps.reset()
-        stream.log_pos = group.gtid_pos
+        self._event_pos = group.gtid_pos
         ctx = self._ctx = self._gtid_context(group.gtid)
         self._index = 0
         encode, where = self._encoder.rows_to_records, self._where
         plain = True
         bodies = {} if self._run is not None else None    # table id -> its map's body
         for log_pos, event in group.events:
-            stream.log_pos = log_pos
+            self._event_pos = log_pos
             if type(event) is FastTableMapEvent:
                 maps.add(event.table_id, event.schema, event.table)
                 if bodies is not None:
@@ -281,7 +275,7 @@ class BinlogSource:
             out += items
             if bodies is not None and plain:
                 self._learn_plan(bodies[event.table_id], event, schema, table)
-        stream.log_pos = group.xid_pos
+        self._event_pos = None
         maps.reset()
         self._ctx = None        # closed; the Commit after the last one carries the checkpoint
         return ctx, plain
@@ -299,13 +293,15 @@ class BinlogSource:
             # python-mysql-replication reconnects on its own from auto_position;
             # keep it at the last group boundary so a dropped connection
             # resumes here instead of replaying everything since start.
-            stream.auto_position = cp.gtid
+            stream.resume_from(cp.gtid)
         self._ctx = None
         return Commit(cp)
 
     def _where(self) -> str:
         stream = self._stream
-        return f"{stream.log_file}:{stream.log_pos}" if stream.log_file else self._start.describe()
+        if not stream.log_file:
+            return self._start.describe()
+        return f"{stream.log_file}:{self._event_pos or stream.log_pos}"
 
     def _gtid(self, event) -> Begin:
         return self._begin(self._gtid_context(event))
@@ -460,9 +456,12 @@ class BinlogSource:
 
 
 def open_stream(client_options: dict, server_id: int, reader: str, info: ServerInfo,
-                start: Checkpoint, heartbeat_s: float = STREAM_HEARTBEAT_S, blocking: bool = True):
-    """The binlog stream from ``start``: our fast reader or the library's (``reader``);
-    ``blocking=False`` ends at the end of the server's binlog (a whole file read once)."""
+                start: Checkpoint, heartbeat_s: float = STREAM_HEARTBEAT_S, blocking: bool = True,
+                idle_wait_s: float = 0.0):
+    """The binlog stream from ``start``: our fast reader (whole transactions at once) or the
+    library's (``reader``); ``blocking=False`` ends at the end of the server's binlog (a
+    whole file read once). ``idle_wait_s`` above 0: the fast reader yields IDLE when the
+    server stayed silent that long with nothing buffered (the library's never does)."""
     kwargs = {}
     if start.gtid is not None:
         # MariaDB: @slave_connect_state; MySQL: COM_BINLOG_DUMP_GTID with the GTID set.
@@ -470,8 +469,9 @@ def open_stream(client_options: dict, server_id: int, reader: str, info: ServerI
     else:
         kwargs.update(log_file=start.log_file, log_pos=start.log_pos, resume_stream=True,
                       is_mariadb=info.flavor == "mariadb")
-    fast = reader_kind(reader) == "fast"
-    return (DumpStreamReader if fast else LibraryStreamReader)(
+    if reader_kind(reader) == "fast":
+        kwargs.update(groups=True, idle_wait_s=idle_wait_s)
+    return (DumpStreamReader if "groups" in kwargs else LibraryStreamReader)(
         connection_settings=client_options, server_id=server_id, blocking=blocking,
         # No only_schemas/only_tables: the library would drop the table maps of the
         # tables it filters and decode a reused table id with a stale map

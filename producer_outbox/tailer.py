@@ -27,6 +27,7 @@ from cachesync.producer_outbox.fkschema import ForeignKeys
 from cachesync.producer_outbox.matched import MatchedTables
 from cachesync.producer_outbox.mysql import MySQLParams
 from cachesync.producer_outbox.outbox_binlog import OutboxRouter
+from cachesync.producer_outbox.packing import PACK_LINGER_S
 from cachesync.producer_outbox.pipeline import Pipeline
 from cachesync.producer_outbox.ports import CheckpointStore, Publisher
 from cachesync.producer_outbox.preflight import ServerInfo, check_server
@@ -181,10 +182,12 @@ class Tailer:
         log.info("tailer starting at %s (server %s, tables %s, %s binlog reader)",
                  start.describe(), info.identity, ", ".join(m.table for m in self._mappings.entries),
                  reader_kind(t.reader))
+        # packs span transactions when the reader says it is idle (sent then, or after
+        # PACK_LINGER_S while busy)
         stream = open_stream(self._mysql.client_options(), t.server_id, t.reader, info, start,
-                             self._opts.heartbeat_s)
+                             self._opts.heartbeat_s,
+                             idle_wait_s=PACK_LINGER_S if t.pack_rows > 1 else 0.0)
         source = self.binlog_source(stream, info, start)
-        self.pipeline.attach(source)
         startup.done("first binlog read")
         try:
             self.pipeline.run(source)
