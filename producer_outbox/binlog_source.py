@@ -15,7 +15,6 @@ import logging
 import re
 from typing import Callable, Iterator
 
-import pymysql
 from pymysqlreplication.event import (GtidEvent, HeartbeatLogEvent, MariadbGtidEvent,
                                       QueryEvent, RotateEvent, XAPrepareEvent, XidEvent)
 from pymysqlreplication.row_event import TableMapEvent
@@ -24,6 +23,7 @@ from cachesync.producer_outbox.altercolumns import (ALTER_COLUMNS, altered_table
                                                     column_changes, concerns)
 from cachesync.producer_outbox.binlog_read import TableMaps, read_events
 from cachesync.producer_outbox.checkpoint import Checkpoint
+from cachesync.producer_outbox.compiled_runs import FAST_BATCH, CompiledRuns
 from cachesync.producer_outbox import hotpath
 from cachesync.producer_outbox.dumpstream import (IDLE, DumpStreamReader, FastGroup,
                                                   FastTableMapEvent, PlainRun, reader_kind)
@@ -34,27 +34,19 @@ from cachesync.producer_outbox.ports import (IDLE as IDLE_ITEM, PULSE, Begin, Ch
                                              TableEvent, Unhold)
 from cachesync.producer_outbox.preflight import ServerInfo
 from cachesync.producer_outbox.preflight import binlog_status as _binlog_status
-from cachesync.producer_outbox.rowevents import NO_PLAN, ROW_EVENTS, RowEncoder
+from cachesync.producer_outbox.rowevents import ROW_EVENTS, RowEncoder
 from cachesync.producer_outbox.rows import TxnContext
 from cachesync.producer_outbox.statements import (STATEMENT, TableChange, statement_kind,
                                                   table_changes)
 from cachesync.producer_outbox.xa import FL_PREPARED_XA, xa_statement
 from cachesync.schema.errors import FatalError, RetryableError
 from cachesync.schema.gtid import MARIADB, Gtid, GtidState, parse_gtid
-from cachesync.schema.values import canonical_text, to_json
 from cachesync.schema.ids import file_pos_ordinal
 from cachesync.schema.mapping import MappingSet
 
 log = logging.getLogger("cachesync.producer_outbox.tailer")
 
 STREAM_HEARTBEAT_S = 1.0    # the binlog stream's heartbeat period (the server's, not our row's)
-# transactions the fast reader already buffered that go out as one Group (one tracker entry,
-# one checkpoint): bounded so a stop or a checkpoint save is never far
-FAST_BATCH = 256
-PLAN_CACHE = 4096       # table maps the compiled run keeps a plan for (cleared when full)
-# transactions read by the Python path after the compiled run refused one, before it is
-# asked again: a table it cannot write costs it little
-PLAIN_SKIP = 16
 _TXN_MARKERS = {"BEGIN", "COMMIT"}
 # passwords in account statements (CREATE/ALTER USER ... IDENTIFIED BY, SET PASSWORD) never
 # reach the log
@@ -85,18 +77,17 @@ class BinlogSource:
         self._index = 0                         # the next row index of the open group
         self._xa: str | None = None             # the open group is XA (its xid, once known)
         self._event_pos: int | None = None      # the event being encoded (inside a FastGroup)
-        # the compiled run (``_speedups.plain_run``): table-map body -> its plan (a capsule,
-        # or None: no mapping names the table), and the bodies left to Python (NO_PLAN)
-        self._run = hotpath.compiled_run() if hasattr(stream, "plain_run") else None
-        self._plans: dict[bytes, object] = {}
-        self._no_plan: set[bytes] = set()
-        self._plans_version = (0, 0)
-        self._plain_skip = 0    # transactions left to Python before the compiled run again
-        # the message ids' scope of every GTID transaction (TxnContext.id_scope)
-        self._scope = TxnContext(self._identity, "", 0, 0.0, gtid=True, cluster=cluster).id_scope
-        self.plain_txns = 0             # transactions the compiled run took
+        # whole transactions written in C from the fast reader's buffer (where compiled)
+        run = hotpath.compiled_run() if hasattr(stream, "plain_run") else None
+        self._runs = (CompiledRuns(run, stream, encoder, self._identity, cluster)
+                      if run is not None else None)
         self.versions_not_newer = 0     # GTIDs that did not advance the history (versions)
         self.undecoded_events = 0       # events with rows cachesync cannot decode: table level
+
+    @property
+    def plain_txns(self) -> int:
+        """Transactions the compiled run took."""
+        return self._runs.taken if self._runs is not None else 0
 
     @property
     def signals_idle(self) -> bool:
@@ -114,8 +105,8 @@ class BinlogSource:
         maps = TableMaps()
         events = read_events(self._stream, self._where)
         while True:
-            if self._run is not None:           # whole transactions, records written in C
-                run = self._plain()
+            if self._runs is not None and self._ctx is None and self._xa is None:
+                run = self._runs.take(self._gtids)      # whole transactions, written in C
                 if run is not None:
                     yield self._plain_group(run)
                     continue
@@ -174,15 +165,16 @@ class BinlogSource:
         event (the group's end does what a Pulse does). One group for several
         transactions keeps at-least-once: the checkpoint moves past all of them or none."""
         buffered = getattr(self._stream, "buffered_group", None)
+        runs = self._runs
         out: list = []
         first, plain = None, True
         for taken in range(1, FAST_BATCH + 1):
             ctx, only_records = self._fast_txn(group, maps, out)
             first, plain = first or ctx, plain and only_records
-            if self._plain_skip:
-                self._plain_skip -= 1
+            if runs is not None:
+                runs.passed()
             if (not plain or taken == FAST_BATCH or buffered is None
-                    or (self._plans and not self._plain_skip)):   # the compiled run next
+                    or (runs is not None and runs.wanted())):   # the compiled run next
                 break
             group = buffered()
             if group is None:
@@ -195,59 +187,16 @@ class BinlogSource:
         yield from out
         yield commit
 
-    def _plain(self) -> PlainRun | None:
-        """The buffered transactions the compiled run takes whole, once a table map of
-        theirs has a plan; None otherwise (the reader frames the next transaction as
-        before)."""
-        types, cascades = self._encoder.types, self._encoder.cascades
-        # a DDL reloaded the types or the foreign keys: plans again
-        version = (types.version if types is not None else 0,
-                   cascades.version if cascades is not None else 0)
-        if version != self._plans_version:
-            self._plans.clear()
-            self._no_plan.clear()
-            self._plans_version = version
-        gtids = self._gtids
-        if (not self._plans or self._ctx is not None or self._encoder.xa_tables is not None
-                or gtids.flavor not in (None, MARIADB)):
-            return None
-        if self._plain_skip:        # it just refused a transaction: Python reads the next ones
-            self._plain_skip -= 1
-            return None
-        found = self._stream.plain_run(
-            self._run[1], FAST_BATCH, self._plans, gtids.last_per_domain(),
-            (self._scope, self._identity, gtids.ordinal, self._encoder.max_record_bytes,
-             to_json, canonical_text, Record))
-        if found is False:
-            self._plain_skip = PLAIN_SKIP
-            return None
-        return found
-
     def _plain_group(self, run: PlainRun) -> Group:
         """The transactions of a PlainRun as one Group, the GTID state moved past them."""
         for domain, (server_id, seq) in run.gtids.items():
             self._gtids.add(Gtid(MARIADB, str(domain), seq, server_id))
         if self._gtids.ordinal != run.ordinal:      # the compiled run counts as GtidState does
             raise AssertionError(f"compiled run ordinal {run.ordinal} != {self._gtids.ordinal}")
-        self.plain_txns += run.taken
         text, timestamp, ordinal = run.first
         ctx = TxnContext(self._identity, text, ordinal, float(timestamp), gtid=True,
                          cluster=self._cluster)
         return Group(ctx, run.records, self._commit().checkpoint)
-
-    def _learn_plan(self, body: bytes, event, schema: str, table: str) -> None:
-        """Remember what the compiled run does with this table map's rows (once per body)."""
-        if body in self._plans or body in self._no_plan:
-            return
-        if len(self._plans) + len(self._no_plan) >= PLAN_CACHE:
-            self._plans.clear()
-            self._no_plan.clear()
-        plan = self._encoder.compiled_plan(event, schema, table)
-        if plan is NO_PLAN:
-            self._no_plan.add(body)
-        else:
-            self._plans[body] = plan
-            self._plain_skip = 0
 
     def _fast_txn(self, group: FastGroup, maps: TableMaps, out: list) -> tuple[TxnContext, bool]:
         """One framed transaction's items appended to ``out``: its context, and whether
@@ -259,7 +208,8 @@ class BinlogSource:
         self._index = 0
         encode, where = self._encoder.rows_to_records, self._where
         plain = True
-        bodies = {} if self._run is not None else None    # table id -> its map's body
+        runs = self._runs
+        bodies = {} if runs is not None else None    # table id -> its map's body
         for log_pos, event in group.events:
             self._event_pos = log_pos
             if type(event) is FastTableMapEvent:
@@ -274,7 +224,7 @@ class BinlogSource:
                     plain = False
             out += items
             if bodies is not None and plain:
-                self._learn_plan(bodies[event.table_id], event, schema, table)
+                runs.learn(bodies[event.table_id], event, schema, table)
         self._event_pos = None
         maps.reset()
         self._ctx = None        # closed; the Commit after the last one carries the checkpoint
@@ -358,14 +308,14 @@ class BinlogSource:
 
     # -- XA ---------------------------------------------------------------------------------
     def _hold(self, xid: str) -> Iterator[Change]:
-        self._xa, self._encoder.xa_tables = xid, {}
+        self._xa = xid
+        self._encoder.hold_xa()
         yield Hold()
 
     def _xa_done(self) -> tuple[tuple[str, str], ...]:
         """The tables the XA group's rows touched; the group is no longer held."""
-        tables = tuple(self._encoder.xa_tables or ())
-        self._xa, self._encoder.xa_tables = None, None
-        return tables
+        self._xa = None
+        return self._encoder.end_xa()
 
     def _xa_prepare(self, event) -> Iterator[Change]:
         """XA_PREPARE_LOG_EVENT: the held group is prepared (or, one-phase, committed)."""
