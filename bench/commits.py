@@ -14,6 +14,8 @@ import select
 import time
 from collections import deque
 
+from cachesync.runtime.library_adapter import connection_socket
+
 COM_QUERY = 0x03
 OK, ERR = 0x00, 0xFF
 
@@ -62,7 +64,7 @@ class Committer:
     """
 
     def __init__(self, connections: list):
-        self._conns = {c._sock.fileno(): c for c in connections}
+        self._conns = {connection_socket(c).fileno(): c for c in connections}
         self._idle = deque(self._conns)
         self._busy: dict[int, tuple[object, float]] = {}      # fd -> (token, sent at)
         self._buf: dict[int, bytes] = dict.fromkeys(self._conns, b"")
@@ -82,7 +84,7 @@ class Committer:
         """Send ``packet`` (``query_packet``) on an idle connection; ``token`` comes back
         from ``wait`` with its commit. Raises IndexError when none is idle."""
         fd = self._idle.popleft()
-        self._conns[fd]._sock.sendall(packet)
+        connection_socket(self._conns[fd]).sendall(packet)
         self._busy[fd] = (token, time.perf_counter())
 
     def wait(self, timeout: float) -> list[tuple[object, float, float]]:
@@ -90,7 +92,7 @@ class Committer:
         times. Raises CommitError on an error reply, ConnectionError on a closed socket."""
         done = []
         for fd, _events in self._poll.poll(max(0.0, timeout)):
-            chunk = self._conns[fd]._sock.recv(65536)
+            chunk = connection_socket(self._conns[fd]).recv(65536)
             if not chunk:
                 raise ConnectionError("MySQL closed a writer connection")
             now = time.perf_counter()

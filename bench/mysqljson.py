@@ -30,6 +30,7 @@ from pymysqlreplication.table import Table
 
 from bench.common import log, ratio, shared_file, summarize
 from cachesync.producer_outbox.decode import fastrows, jsoncolumns
+from cachesync.runtime.library_adapter import bare_rows_event, bare_wrapper
 
 NAME = "mysqljson"
 SIZES = {"full": 20_000, "quick": 2_000}
@@ -72,18 +73,11 @@ def rows_section(n: int) -> bytes:
 
 def write_event(body: bytes) -> WriteRowsEvent:
     """The library's WRITE_ROWS event positioned at its rows, as the stream reader hands it."""
-    wrapper = BinLogPacketWrapper.__new__(BinLogPacketWrapper)
-    wrapper.__dict__.update(packet=MysqlPacket(body + b"\0\0\0\0", "utf8"), read_bytes=0,
-                            _BinLogPacketWrapper__data_buffer=b"", event_type=30)
-    ev = WriteRowsEvent.__new__(WriteRowsEvent)
-    ev.__dict__.update(
-        packet=wrapper, table_map={7: Table(7, "bench", "docs", COLUMNS)}, table_id=7,
+    wrapper = bare_wrapper(MysqlPacket(body + b"\0\0\0\0", "utf8"), event_type=30)
+    return bare_rows_event(
+        WriteRowsEvent, wrapper, table_map={7: Table(7, "bench", "docs", COLUMNS)}, table_id=7,
         schema="bench", table="docs", columns=COLUMNS, number_of_columns=len(COLUMNS),
-        event_type=30, event_size=len(body), complete=True, _ignore_decode_errors=False,
-        _ctl_connection=None, columns_present_bitmap=b"\x07", _RowsEvent__rows=None,
-        _RowsEvent__none_sources={}, _RowsEvent__use_column_name_cache=False,
-        _RowsEvent__enable_logging=False)
-    return ev
+        event_type=30, event_size=len(body), complete=True, columns_present_bitmap=b"\x07")
 
 
 def _timed(decode, body: bytes, n: int) -> float:

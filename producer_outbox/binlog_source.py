@@ -15,7 +15,6 @@ import logging
 import re
 from typing import Callable, Iterator
 
-import pymysql
 from pymysqlreplication.event import (GtidEvent, HeartbeatLogEvent, MariadbGtidEvent,
                                       QueryEvent, RotateEvent, XAPrepareEvent, XidEvent)
 from pymysqlreplication.row_event import TableMapEvent
@@ -24,37 +23,30 @@ from cachesync.producer_outbox.unlogged_changes.altercolumns import (ALTER_COLUM
                                                     column_changes, concerns)
 from cachesync.producer_outbox.binlog.reading import TableMaps, read_events
 from cachesync.producer_outbox.binlog.checkpoint import Checkpoint
+from cachesync.producer_outbox.compiled_runs import FAST_BATCH, CompiledRuns
 from cachesync.producer_outbox.encode import hotpath
-from cachesync.producer_outbox.binlog.dumpstream import (DumpStreamReader, FastGroup,
+from cachesync.producer_outbox.binlog.dumpstream import (IDLE, DumpStreamReader, FastGroup,
                                                   FastTableMapEvent, PlainRun, reader_kind)
 from cachesync.producer_outbox.binlog.framing import LibraryStreamReader, UndecodedEvent
 from cachesync.producer_outbox.decode.matched import MatchedTables
-from cachesync.producer_outbox.ports import (PULSE, Begin, Change, Commit, Decide, Group,
-                                             Hold, Prepared, Record, Release, TableEvent,
-                                             Unhold)
+from cachesync.producer_outbox.ports import (IDLE as IDLE_ITEM, PULSE, Begin, Change, Commit,
+                                             Decide, Group, Hold, Prepared, Record, Release,
+                                             TableEvent, Unhold)
 from cachesync.producer_outbox.binlog.preflight import ServerInfo
-from cachesync.runtime.mysql import binlog_status as _binlog_status
-from cachesync.producer_outbox.encode.rowevents import NO_PLAN, ROW_EVENTS, RowEncoder
+from cachesync.runtime.mysql import binlog_status
+from cachesync.producer_outbox.encode.rowevents import ROW_EVENTS, RowEncoder
 from cachesync.producer_outbox.decode.rows import TxnContext
 from cachesync.producer_outbox.binlog.statements import (STATEMENT, TableChange, statement_kind,
                                                   table_changes)
 from cachesync.producer_outbox.binlog.xa import FL_PREPARED_XA, xa_statement
 from cachesync.schema.errors import FatalError, RetryableError
 from cachesync.schema.gtid import MARIADB, Gtid, GtidState, parse_gtid
-from cachesync.schema.values import canonical_text, to_json
 from cachesync.schema.ids import file_pos_ordinal
 from cachesync.schema.mapping import MappingSet
 
 log = logging.getLogger(__name__)
 
 STREAM_HEARTBEAT_S = 1.0    # the binlog stream's heartbeat period (the server's, not our row's)
-# transactions the fast reader already buffered that go out as one Group (one tracker entry,
-# one checkpoint): bounded so a stop or a checkpoint save is never far
-FAST_BATCH = 256
-PLAN_CACHE = 4096       # table maps the compiled run keeps a plan for (cleared when full)
-# transactions read by the Python path after the compiled run refused one, before it is
-# asked again: a table it cannot write costs it little
-PLAIN_SKIP = 16
 _TXN_MARKERS = {"BEGIN", "COMMIT"}
 # passwords in account statements (CREATE/ALTER USER ... IDENTIFIED BY, SET PASSWORD) never
 # reach the log
@@ -67,7 +59,8 @@ _GTID_EVENTS = (GtidEvent, MariadbGtidEvent)
 class BinlogSource:
     """Committed groups of one binlog stream from ``start``; ``changes()`` raises
     RetryableError when the stream is cut inside a group, FatalError for an unreadable
-    start, and the decode error of ``binlog_read`` for bytes no reader can decode."""
+    start, and the decode error of ``binlog_read`` for bytes no reader can decode.
+    ``changes()`` yields ``IDLE`` where the stream says it is idle (``signals_idle``)."""
 
     def __init__(self, stream, info: ServerInfo, start: Checkpoint, mappings: MappingSet,
                  matched: MatchedTables, encoder: RowEncoder, cluster: str = ""):
@@ -75,60 +68,53 @@ class BinlogSource:
         self._mappings, self._matched, self._encoder = mappings, matched, encoder
         self._cluster = cluster
         self._identity = info.identity      # read twice per transaction
-        if hasattr(stream, "groups"):       # the fast reader: whole transactions at once
-            stream.groups = True
-        # the compiled run (``_speedups.plain_run``): table-map body -> its plan (a capsule,
-        # or None: no mapping names the table), and the bodies left to Python (NO_PLAN)
-        self._run = hotpath.compiled_run() if hasattr(stream, "plain_run") else None
-        self._plans: dict[bytes, object] = {}
-        self._no_plan: set[bytes] = set()
-        self._plans_version = (0, 0)
-        self._plain_skip = 0    # transactions left to Python before the compiled run again
-        if self._run is not None:
-            stream.plain = self._plain
-        # the message ids' scope of every GTID transaction (TxnContext.id_scope)
-        self._scope = TxnContext(self._identity, "", 0, 0.0, gtid=True, cluster=cluster).id_scope
-        self.plain_txns = 0             # transactions the compiled run took
+        try:
+            self._gtids: GtidState | None = GtidState.parse(start.gtid)
+            self._bad_start = None
+        except ValueError as e:             # raised by changes(), as every start problem
+            self._gtids, self._bad_start = None, e
+        self._ctx: TxnContext | None = None     # the open group, None between groups
+        self._index = 0                         # the next row index of the open group
+        self._xa: str | None = None             # the open group is XA (its xid, once known)
+        self._event_pos: int | None = None      # the event being encoded (inside a FastGroup)
+        # whole transactions written in C from the fast reader's buffer (where compiled)
+        run = hotpath.compiled_run() if hasattr(stream, "plain_run") else None
+        self._runs = (CompiledRuns(run, stream, encoder, self._identity, cluster)
+                      if run is not None else None)
         self.versions_not_newer = 0     # GTIDs that did not advance the history (versions)
         self.undecoded_events = 0       # events with rows cachesync cannot decode: table level
 
-    # -- idleness (the fast reader says when it has nothing buffered) --------------------
+    @property
+    def plain_txns(self) -> int:
+        """Transactions the compiled run took."""
+        return self._runs.taken if self._runs is not None else 0
+
     @property
     def signals_idle(self) -> bool:
+        """Whether ``changes()`` yields IDLE when the stream has nothing buffered."""
         return getattr(self._stream, "signals_idle", False)
-
-    @property
-    def on_idle(self):
-        return getattr(self._stream, "on_idle", None)
-
-    @on_idle.setter
-    def on_idle(self, callback) -> None:
-        self._stream.on_idle = callback
-
-    @property
-    def idle_wait_s(self) -> float:
-        return self._stream.idle_wait_s
-
-    @idle_wait_s.setter
-    def idle_wait_s(self, seconds: float) -> None:
-        self._stream.idle_wait_s = seconds
 
     def close(self) -> None:
         self._stream.close()
 
     # -- the groups -----------------------------------------------------------------------
     def changes(self) -> Iterator[Change]:
-        try:
-            self._gtids = GtidState.parse(self._start.gtid)
-        except ValueError as e:
-            raise FatalError(f"stored checkpoint has an unreadable GTID state: {e}") from e
-        self._ctx: TxnContext | None = None     # the open group, None between groups
-        self._index = 0                         # the next row index of the open group
-        self._xa: str | None = None             # the open group is XA (its xid, once known)
+        if self._bad_start is not None:
+            raise FatalError(f"stored checkpoint has an unreadable GTID state: "
+                             f"{self._bad_start}") from self._bad_start
         maps = TableMaps()
-        for event in read_events(self._stream, self._where):
-            if type(event) is PlainRun:         # whole transactions, records written in C
-                yield self._plain_group(event)
+        events = read_events(self._stream, self._where)
+        while True:
+            if self._runs is not None and self._ctx is None and self._xa is None:
+                run = self._runs.take(self._gtids)      # whole transactions, written in C
+                if run is not None:
+                    yield self._plain_group(run)
+                    continue
+            event = next(events, None)
+            if event is None:
+                return
+            if event is IDLE:                   # the reader has nothing buffered
+                yield IDLE_ITEM
                 continue
             if type(event) is FastGroup:        # a whole transaction framed at once
                 yield from self._fast_group(event, maps)
@@ -179,15 +165,16 @@ class BinlogSource:
         event (the group's end does what a Pulse does). One group for several
         transactions keeps at-least-once: the checkpoint moves past all of them or none."""
         buffered = getattr(self._stream, "buffered_group", None)
+        runs = self._runs
         out: list = []
         first, plain = None, True
         for taken in range(1, FAST_BATCH + 1):
             ctx, only_records = self._fast_txn(group, maps, out)
             first, plain = first or ctx, plain and only_records
-            if self._plain_skip:
-                self._plain_skip -= 1
+            if runs is not None:
+                runs.passed()
             if (not plain or taken == FAST_BATCH or buffered is None
-                    or (self._plans and not self._plain_skip)):   # the compiled run next
+                    or (runs is not None and runs.wanted())):   # the compiled run next
                 break
             group = buffered()
             if group is None:
@@ -200,74 +187,31 @@ class BinlogSource:
         yield from out
         yield commit
 
-    def _plain(self) -> PlainRun | None:
-        """The stream's ``plain`` callback: the buffered transactions the compiled run takes
-        whole, once a table map of theirs has a plan; None otherwise (the reader frames the
-        next transaction as before)."""
-        types, cascades = self._encoder.types, self._encoder.cascades
-        # a DDL reloaded the types or the foreign keys: plans again
-        version = (types.version if types is not None else 0,
-                   cascades.version if cascades is not None else 0)
-        if version != self._plans_version:
-            self._plans.clear()
-            self._no_plan.clear()
-            self._plans_version = version
-        gtids = self._gtids
-        if (not self._plans or self._ctx is not None or self._encoder.xa_tables is not None
-                or gtids.flavor not in (None, MARIADB)):
-            return None
-        if self._plain_skip:        # it just refused a transaction: Python reads the next ones
-            self._plain_skip -= 1
-            return None
-        found = self._stream.plain_run(
-            self._run[1], FAST_BATCH, self._plans, gtids.last_per_domain(),
-            (self._scope, self._identity, gtids.ordinal, self._encoder.max_record_bytes,
-             to_json, canonical_text, Record))
-        if found is False:
-            self._plain_skip = PLAIN_SKIP
-            return None
-        return found
-
     def _plain_group(self, run: PlainRun) -> Group:
         """The transactions of a PlainRun as one Group, the GTID state moved past them."""
         for domain, (server_id, seq) in run.gtids.items():
             self._gtids.add(Gtid(MARIADB, str(domain), seq, server_id))
         if self._gtids.ordinal != run.ordinal:      # the compiled run counts as GtidState does
             raise AssertionError(f"compiled run ordinal {run.ordinal} != {self._gtids.ordinal}")
-        self.plain_txns += run.taken
         text, timestamp, ordinal = run.first
         ctx = TxnContext(self._identity, text, ordinal, float(timestamp), gtid=True,
                          cluster=self._cluster)
         return Group(ctx, run.records, self._commit().checkpoint)
 
-    def _learn_plan(self, body: bytes, event, schema: str, table: str) -> None:
-        """Remember what the compiled run does with this table map's rows (once per body)."""
-        if body in self._plans or body in self._no_plan:
-            return
-        if len(self._plans) + len(self._no_plan) >= PLAN_CACHE:
-            self._plans.clear()
-            self._no_plan.clear()
-        plan = self._encoder.compiled_plan(event, schema, table)
-        if plan is NO_PLAN:
-            self._no_plan.add(body)
-        else:
-            self._plans[body] = plan
-            self._plain_skip = 0
-
     def _fast_txn(self, group: FastGroup, maps: TableMaps, out: list) -> tuple[TxnContext, bool]:
         """One framed transaction's items appended to ``out``: its context, and whether
-        they are records only. The stream's log_pos is set per event (where errors and
-        file:pos contexts point) and left after its XID."""
-        stream = self._stream
+        they are records only. Errors and file:pos contexts point at each event
+        (``_event_pos``); the stream is after its XID."""
         maps.reset()
-        stream.log_pos = group.gtid_pos
+        self._event_pos = group.gtid_pos
         ctx = self._ctx = self._gtid_context(group.gtid)
         self._index = 0
         encode, where = self._encoder.rows_to_records, self._where
         plain = True
-        bodies = {} if self._run is not None else None    # table id -> its map's body
+        runs = self._runs
+        bodies = {} if runs is not None else None    # table id -> its map's body
         for log_pos, event in group.events:
-            stream.log_pos = log_pos
+            self._event_pos = log_pos
             if type(event) is FastTableMapEvent:
                 maps.add(event.table_id, event.schema, event.table)
                 if bodies is not None:
@@ -280,8 +224,8 @@ class BinlogSource:
                     plain = False
             out += items
             if bodies is not None and plain:
-                self._learn_plan(bodies[event.table_id], event, schema, table)
-        stream.log_pos = group.xid_pos
+                runs.learn(bodies[event.table_id], event, schema, table)
+        self._event_pos = None
         maps.reset()
         self._ctx = None        # closed; the Commit after the last one carries the checkpoint
         return ctx, plain
@@ -299,13 +243,15 @@ class BinlogSource:
             # python-mysql-replication reconnects on its own from auto_position;
             # keep it at the last group boundary so a dropped connection
             # resumes here instead of replaying everything since start.
-            stream.auto_position = cp.gtid
+            stream.resume_from(cp.gtid)
         self._ctx = None
         return Commit(cp)
 
     def _where(self) -> str:
         stream = self._stream
-        return f"{stream.log_file}:{stream.log_pos}" if stream.log_file else self._start.describe()
+        if not stream.log_file:
+            return self._start.describe()
+        return f"{stream.log_file}:{self._event_pos or stream.log_pos}"
 
     def _gtid(self, event) -> Begin:
         return self._begin(self._gtid_context(event))
@@ -362,14 +308,14 @@ class BinlogSource:
 
     # -- XA ---------------------------------------------------------------------------------
     def _hold(self, xid: str) -> Iterator[Change]:
-        self._xa, self._encoder.xa_tables = xid, {}
+        self._xa = xid
+        self._encoder.hold_xa()
         yield Hold()
 
     def _xa_done(self) -> tuple[tuple[str, str], ...]:
         """The tables the XA group's rows touched; the group is no longer held."""
-        tables = tuple(self._encoder.xa_tables or ())
-        self._xa, self._encoder.xa_tables = None, None
-        return tables
+        self._xa = None
+        return self._encoder.end_xa()
 
     def _xa_prepare(self, event) -> Iterator[Change]:
         """XA_PREPARE_LOG_EVENT: the held group is prepared (or, one-phase, committed)."""
@@ -460,9 +406,12 @@ class BinlogSource:
 
 
 def open_stream(client_options: dict, server_id: int, reader: str, info: ServerInfo,
-                start: Checkpoint, heartbeat_s: float = STREAM_HEARTBEAT_S, blocking: bool = True):
-    """The binlog stream from ``start``: our fast reader or the library's (``reader``);
-    ``blocking=False`` ends at the end of the server's binlog (a whole file read once)."""
+                start: Checkpoint, heartbeat_s: float = STREAM_HEARTBEAT_S, blocking: bool = True,
+                idle_wait_s: float = 0.0):
+    """The binlog stream from ``start``: our fast reader (whole transactions at once) or the
+    library's (``reader``); ``blocking=False`` ends at the end of the server's binlog (a
+    whole file read once). ``idle_wait_s`` above 0: the fast reader yields IDLE when the
+    server stayed silent that long with nothing buffered (the library's never does)."""
     kwargs = {}
     if start.gtid is not None:
         # MariaDB: @slave_connect_state; MySQL: COM_BINLOG_DUMP_GTID with the GTID set.
@@ -470,8 +419,9 @@ def open_stream(client_options: dict, server_id: int, reader: str, info: ServerI
     else:
         kwargs.update(log_file=start.log_file, log_pos=start.log_pos, resume_stream=True,
                       is_mariadb=info.flavor == "mariadb")
-    fast = reader_kind(reader) == "fast"
-    return (DumpStreamReader if fast else LibraryStreamReader)(
+    if reader_kind(reader) == "fast":
+        kwargs.update(groups=True, idle_wait_s=idle_wait_s)
+    return (DumpStreamReader if "groups" in kwargs else LibraryStreamReader)(
         connection_settings=client_options, server_id=server_id, blocking=blocking,
         # No only_schemas/only_tables: the library would drop the table maps of the
         # tables it filters and decode a reused table id with a stale map
@@ -497,7 +447,7 @@ def current_position(connect: Callable, info: ServerInfo) -> Checkpoint:
                 mode, executed = cur.fetchone()
                 if str(mode).upper() == "ON":
                     gtid = str(GtidState.parse(executed)) or None
-            row = _binlog_status(cur)
+            row = binlog_status(cur)
     finally:
         conn.close()
     if row is None:

@@ -134,8 +134,18 @@ class Pulse:
 
 PULSE = Pulse()
 
+
+@dataclass(frozen=True, slots=True)
+class Idle:
+    """The source has nothing buffered and its server said nothing for a moment: the
+    pipeline sends what it batched (packs that span groups), then does what a Pulse does.
+    Only a source that ``signals_idle`` yields it."""
+
+
+IDLE = Idle()
+
 Change = Union[Begin, Record, TableEvent, Commit, Group, Hold, Release, Unhold, Prepared, Decide,
-               Pulse]
+               Pulse, Idle]
 
 
 class ChangeSource(Protocol):
@@ -152,12 +162,10 @@ class ChangeSource(Protocol):
 
 
 class IdleSignals(Protocol):
-    """A source that says when it has nothing buffered: the pipeline closes its packs then
-    (packs span transactions only with such a source)."""
+    """A source that says when it has nothing buffered (it yields ``IDLE``): the pipeline
+    closes its packs then (packs span transactions only with such a source)."""
 
     signals_idle: bool
-    on_idle: Callable[[], None] | None
-    idle_wait_s: float
 
 
 class Publisher(Protocol):

@@ -19,7 +19,6 @@ from cachesync.runtime.config import TailerSettings
 from cachesync.producer_outbox.binlog import settings as binlog_settings
 from cachesync.producer_outbox.binlog_source import (STREAM_HEARTBEAT_S, BinlogSource,
                                                      current_position, open_stream)
-from cachesync.producer_outbox.binlog_source import _SECRETS  # noqa: F401
 from cachesync.producer_outbox.unlogged_changes.cascades import Cascades
 from cachesync.producer_outbox.binlog.checkpoint import Checkpoint
 from cachesync.producer_outbox.binlog.dumpstream import reader_kind
@@ -27,6 +26,7 @@ from cachesync.producer_outbox.unlogged_changes.fkschema import ForeignKeys, key
 from cachesync.producer_outbox.decode.matched import MatchedTables
 from cachesync.runtime.mysql import MySQLParams, binlog_status
 from cachesync.producer_outbox.decode.outbox_binlog import OutboxRouter
+from cachesync.producer_outbox.encode.packing import PACK_LINGER_S
 from cachesync.producer_outbox.publish.pipeline import Pipeline
 from cachesync.producer_outbox.ports import CheckpointStore, Publisher
 from cachesync.producer_outbox.binlog.preflight import ServerInfo, check_server
@@ -92,13 +92,13 @@ class Tailer:
     @property
     def fk_cascade_rows(self) -> int:
         """Parent rows whose unlogged foreign-key cascade reached a mapped table."""
-        cascades = self.encoder.cascades
+        cascades = self.encoder.cascades if self.encoder is not None else None
         return cascades.cascade_rows if cascades is not None else 0
 
     @property
     def fk_cascade_tables(self) -> int:
         """Table-level events foreign-key cascades caused."""
-        cascades = self.encoder.cascades
+        cascades = self.encoder.cascades if self.encoder is not None else None
         return cascades.cascade_tables if cascades is not None else 0
 
     @property
@@ -114,9 +114,9 @@ class Tailer:
         self._mappings, self._opts = mappings, options
         self._matched = MatchedTables(mappings)    # exact and pattern-matched tables
         self.pipeline = Pipeline(publisher, checkpoints, options.topic, options.settings)
-        self.encoder = RowEncoder(mappings, self._matched, row_filter=options.row_filter,
-                                  max_record_bytes=options.max_record_bytes)
-        self.source: BinlogSource | None = None     # the run's, for its counters
+        # the run's read path (``_assemble``), for their counters
+        self.encoder: RowEncoder | None = None
+        self.source: BinlogSource | None = None
         self.unlogged_risks = 0     # what may change mapped tables unlogged (named at start)
 
     @property
@@ -126,12 +126,14 @@ class Tailer:
     @property
     def outbox_events(self) -> int:
         """Outbox events published from the binlog (tailer.outbox_tables)."""
-        return self.encoder.outbox.events if self.encoder.outbox is not None else 0
+        outbox = self.encoder.outbox if self.encoder is not None else None
+        return outbox.events if outbox is not None else 0
 
     @property
     def outbox_invalid(self) -> int:
         """Outbox rows published without a payload or keys that were not valid JSON."""
-        return self.encoder.outbox.invalid if self.encoder.outbox is not None else 0
+        outbox = self.encoder.outbox if self.encoder is not None else None
+        return outbox.invalid if outbox is not None else 0
 
     def stop(self) -> None:
         self.pipeline.stop()
@@ -153,8 +155,14 @@ class Tailer:
             finally:
                 conn.close()
 
-    def binlog_source(self, stream, info: ServerInfo, start: Checkpoint) -> BinlogSource:
-        """The change source of ``stream`` (read from ``start``) with this tailer's mappings."""
+    def binlog_source(self, stream, info: ServerInfo, start: Checkpoint,
+                      encoder: RowEncoder | None = None) -> BinlogSource:
+        """The change source of ``stream`` (read from ``start``) with this tailer's mappings,
+        its rows encoded by ``encoder`` (default: one without the server's column types,
+        foreign keys and outbox tables)."""
+        self.encoder = encoder or RowEncoder(self._mappings, self._matched,
+                                             row_filter=self._opts.row_filter,
+                                             max_record_bytes=self._opts.max_record_bytes)
         self.source = BinlogSource(stream, info, start, self._mappings, self._matched,
                                    self.encoder, cluster=self._opts.cluster)
         return self.source
@@ -180,24 +188,38 @@ class Tailer:
         self.unlogged_risks = self._name_unlogged(info)
         start = self._start_position(info)
         self.pipeline.start_at(start)
-        self.encoder.outbox = self._outbox_router(info)
-        self.encoder.types = ColumnTypes(self._mysql.connect, self._matched.statement_tables())
-        self.encoder.types.load()
-        self.encoder.cascades = self._cascades()
-        t = self._opts.settings
-        log.info("tailer starting at %s (server %s, tables %s, %s binlog reader)",
-                 start.describe(), info.identity, ", ".join(m.table for m in self._mappings.entries),
-                 reader_kind(t.reader))
-        stream = open_stream(self._mysql.client_options(), t.server_id, t.reader, info, start,
-                             self._opts.heartbeat_s)
-        source = self.binlog_source(stream, info, start)
-        self.pipeline.attach(source)
+        source = self._assemble(info, start)
         startup.done("first binlog read")
         try:
             self.pipeline.run(source)
         finally:
             source.close()
             self.pipeline.drain()
+
+    def _assemble(self, info: ServerInfo, start: Checkpoint) -> BinlogSource:
+        """The read path, built in one place from the bottom up: the binlog stream (reader
+        and framing), the row encoder with what the server says (column types, foreign
+        keys, outbox tables), and the change source over both, which the pipeline runs."""
+        encoder = RowEncoder(self._mappings, self._matched, row_filter=self._opts.row_filter,
+                             max_record_bytes=self._opts.max_record_bytes,
+                             outbox=self._outbox_router(info), types=self._column_types(),
+                             cascades=self._cascades())
+        t = self._opts.settings
+        log.info("tailer starting at %s (server %s, tables %s, %s binlog reader)",
+                 start.describe(), info.identity, ", ".join(m.table for m in self._mappings.entries),
+                 reader_kind(t.reader))
+        # packs span transactions when the reader says it is idle (sent then, or after
+        # PACK_LINGER_S while busy)
+        stream = open_stream(self._mysql.client_options(), t.server_id, t.reader, info, start,
+                             self._opts.heartbeat_s,
+                             idle_wait_s=PACK_LINGER_S if t.pack_rows > 1 else 0.0)
+        return self.binlog_source(stream, info, start, encoder)
+
+    def _column_types(self) -> ColumnTypes:
+        """The mapped tables' column types, read now (and after DDL)."""
+        types = ColumnTypes(self._mysql.connect, self._matched.statement_tables())
+        types.load()
+        return types
 
     def _cascades(self) -> Cascades:
         """The foreign keys that cascade into mapped tables, read now (and after DDL)."""

@@ -8,6 +8,7 @@ from typing import Callable
 
 import pymysql
 
+from cachesync.runtime.library_adapter import TlsContextConnection
 from cachesync.schema import resource_text
 from cachesync.schema.errors import FatalError, RetryableError
 
@@ -17,7 +18,7 @@ _TRANSIENT_CODES = {2002, 2003, 2006, 2013, 2055, 1205, 1213, 1040, 1053}
 _FATAL_CODES = {1044, 1045, 1049, 1142, 1143, 1227, 1370}
 
 
-class _Connection(pymysql.connections.Connection):
+class _Connection(TlsContextConnection):
     """pymysql's connection, with one TLS context per process for its PREFERRED mode.
 
     Given no TLS option, pymysql (1.1 on) still tries TLS when the server offers it, without
@@ -30,11 +31,11 @@ class _Connection(pymysql.connections.Connection):
 
     _preferred: ssl.SSLContext | None = None
 
-    def _create_ssl_ctx(self, sslp):
+    def ssl_context(self, sslp):
         if sslp != {}:
-            return super()._create_ssl_ctx(sslp)
+            return super().ssl_context(sslp)
         if _Connection._preferred is None:       # a race builds two equal contexts: harmless
-            _Connection._preferred = super()._create_ssl_ctx(sslp)
+            _Connection._preferred = super().ssl_context(sslp)
         return _Connection._preferred
 
 

@@ -46,13 +46,15 @@ from pymysql.constants import CR
 from pymysql.protocol import MysqlPacket
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import MariadbGtidEvent, XidEvent
-from pymysqlreplication.packet import BinLogPacketWrapper
 from pymysqlreplication.row_event import (DeleteRowsEvent, TableMapEvent, UpdateRowsEvent,
                                           WriteRowsEvent)
 
 from cachesync.producer_outbox.binlog.eventtypes import is_own, length_encoded
 from cachesync.producer_outbox.decode.fastrows import GIVE_UP, table_decoder
 from cachesync.producer_outbox.encode.hotpath import NO_SPEEDUPS
+from cachesync.runtime.library_adapter import (library_event, packet_bytes,
+                                                       post_header_lengths, stream_connection,
+                                                       uses_checksum)
 from cachesync.producer_outbox.binlog.libraryrows import library_rows
 from cachesync.producer_outbox.binlog.framing import (FramedConnection, GtidPositioned, RowsGuarded,
                                                own_event)
@@ -98,29 +100,52 @@ class _Hot(Exception):
         self.raw = raw
 
 
+class _Idle(Exception):
+    """Raised inside a read (the library's fetchone included), before any byte of the next
+    packet is taken: the socket stayed silent for ``idle_wait_s``; ``fetchone`` returns IDLE."""
+
+
+class Idle:
+    """What ``DumpStreamReader.fetchone`` returns when every byte received was read and
+    nothing more arrived within its ``idle_wait_s``: the caller may flush what it batches;
+    the next ``fetchone`` waits for the server."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "IDLE"
+
+
+IDLE = Idle()
+
+
 class DumpConnection(FramedConnection):
     """pymysql connection that, once the binlog dump started, reads packets in whole chunks.
 
     Before the dump command everything is pymysql's own. After it, ``next_raw`` returns
     each packet's payload (compressed events expanded, framing.FramedConnection);
-    ``_read_packet`` (what the library calls) returns the packet ``handoff`` gave it, or the
+    ``read_packet`` (what the library calls) returns the packet ``handoff`` gave it, or the
     next one from the socket, or raises ``_Hot`` for one the reader handles itself.
+    With ``idle_wait_s`` above 0, a read that finds the buffer empty and the socket silent
+    that long raises ``_Idle`` once (nothing consumed), then waits.
     """
 
     dumping = False
     handoff: bytes | None = None
     handoff_error: Exception | None = None
-    on_idle: Callable[[], None] | None = None   # called before blocking on an empty buffer
-    idle_wait_s = 0.0     # how long the socket may stay silent before on_idle is called
+    idle_wait_s = 0.0     # how long the socket may stay silent before a read says idle
+    seq = 0               # the sequence number of the next packet from the server
+    _idle_said = False    # idleness was said since the last bytes arrived
 
-    def _write_bytes(self, data) -> None:
+    def write_bytes(self, data) -> None:
         if len(data) > 4 and data[4] in (_COM_BINLOG_DUMP, _COM_BINLOG_DUMP_GTID):
             self._buf, self._pos = b"", 0
-        super()._write_bytes(data)
+            self.seq = (data[3] + 1) % 256      # the server's replies follow the command's
+        super().write_bytes(data)
 
-    def _read_packet(self, packet_type=MysqlPacket):
+    def read_packet(self, packet_type=MysqlPacket):
         if not self.dumping:
-            return super()._read_packet(packet_type)
+            return self.pymysql_read_packet(packet_type)
         if self.handoff_error is not None:
             error, self.handoff_error = self.handoff_error, None
             raise error
@@ -168,28 +193,30 @@ class DumpConnection(FramedConnection):
         return self._buf[start:self._pos]
 
     def _fill(self, maybe_idle: bool) -> None:
-        if maybe_idle and self.on_idle is not None and not self._arrives():
-            self.on_idle()
+        if maybe_idle and self.idle_wait_s > 0 and not self._idle_said and not self._arrives():
+            self._idle_said = True
+            raise _Idle()
         try:
-            chunk = self._rfile.read1(_CHUNK)
+            chunk = self.read_chunk(_CHUNK)
         except OSError as e:
             if e.errno == errno.EINTR:
                 return
-            self._force_close()
+            self.force_close()
             raise pymysql.err.OperationalError(
                 CR.CR_SERVER_LOST, f"Lost connection to MySQL server during query ({e})") from e
         if not chunk:
-            self._force_close()
+            self.force_close()
             raise pymysql.err.OperationalError(CR.CR_SERVER_LOST,
                                                "Lost connection to MySQL server during query")
         self._buf = self._buf[self._pos:] + chunk
         self._pos = 0
+        self._idle_said = False
 
     def _arrives(self) -> bool:
         """Whether more bytes arrive within ``idle_wait_s`` (a reader that drained the
         socket mid-burst should not be taken for idle)."""
-        sock = self._sock
-        if sock is None or self.idle_wait_s <= 0:
+        sock = self.raw_socket()
+        if sock is None:
             return False
         if getattr(sock, "pending", None) is not None and sock.pending():   # TLS: decrypted bytes
             return True
@@ -199,14 +226,14 @@ class DumpConnection(FramedConnection):
             return True          # let the read report the failure
 
     def _check_seq(self, seq: int) -> None:
-        if seq != self._next_seq_id:
-            self._force_close()
+        if seq != self.seq:
+            self.force_close()
             if seq == 0:    # MariaDB sends an error packet with sequence 0 when shutting down
                 raise pymysql.err.OperationalError(
                     CR.CR_SERVER_LOST, "Lost connection to MySQL server during query")
             raise pymysql.err.InternalError(
-                f"Packet sequence number wrong - got {seq} expected {self._next_seq_id}")
-        self._next_seq_id = (seq + 1) % 256
+                f"Packet sequence number wrong - got {seq} expected {self.seq}")
+        self.seq = (seq + 1) % 256
 
 
 # -- the hot events, as the library's classes -------------------------------------------
@@ -304,22 +331,20 @@ class PlainRun:
 class DumpStreamReader(GtidPositioned, RowsGuarded, BinLogStreamReader):
     """``BinLogStreamReader`` with the hot events parsed from the raw packets (module doc).
 
-    ``on_idle`` (settable): called when every received byte was read and nothing more
-    arrived within ``idle_wait_s``, before the reader waits for the server, e.g. to flush
-    what the caller batches. ``groups`` (settable, off by default): ``fetchone`` may return
-    a whole transaction as one FastGroup (the binlog source reads them). ``plain``
-    (settable, with ``groups``): called first, returns a PlainRun of the transactions the
-    compiled run took from the buffer (``plain_run``), or None.
+    ``idle_wait_s`` (above 0): ``fetchone`` returns IDLE when every received byte was read
+    and nothing more arrived within that time, before it waits for the server (the caller
+    may flush what it batches). ``groups``: ``fetchone`` may return a whole transaction as
+    one FastGroup (the binlog source reads them), and ``plain_run`` takes whole
+    transactions for the compiled run.
     """
 
-    signals_idle = True
-
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, idle_wait_s: float = 0.0, groups: bool = False, **kwargs):
         if kwargs.get("pymysql_wrapper") or kwargs.get("end_log_pos") or kwargs.get(
                 "skip_to_timestamp") or kwargs.get("only_tables") or kwargs.get("only_schemas"):
             raise ValueError("DumpStreamReader does not support pymysql_wrapper, end_log_pos, "
                              "skip_to_timestamp or table/schema filters")
         kwargs["pymysql_wrapper"] = self._connection
+        self.idle_wait_s, self.groups = idle_wait_s, groups
         super().__init__(*args, **kwargs)
         allowed = frozenset(kwargs.get("only_events") or ())
         self._fast_allowed = frozenset(f for f, lib in _LIBRARY_CLASS.items() if lib in allowed)
@@ -333,27 +358,29 @@ class DumpStreamReader(GtidPositioned, RowsGuarded, BinLogStreamReader):
         # (table id, class, bitmaps, columns) -> (the Table, the fields and the decoder
         # every rows event of that shape shares)
         self._row_shapes: dict[tuple, tuple] = {}
-        self.on_idle: Callable[[], None] | None = None
-        self.idle_wait_s = 0.0
-        self.groups = False
-        self.plain: Callable[[], PlainRun | None] | None = None
         self._post_ok: tuple = (object(), 0)    # (the post-header lengths, their mask)
+
+    @property
+    def signals_idle(self) -> bool:
+        """Whether ``fetchone`` may return IDLE."""
+        return self.idle_wait_s > 0
 
     def _connection(self, **settings) -> DumpConnection:
         conn = DumpConnection(**settings)
-        conn.on_idle, conn.idle_wait_s = self._idle, self.idle_wait_s
+        conn.idle_wait_s = self.idle_wait_s
         return self._framed(conn)
 
-    def _idle(self) -> None:
-        if self.on_idle is not None:
-            self.on_idle()
-
     def fetchone(self):
-        """The next event, or a FastGroup of a whole transaction (module doc)."""
-        if self.groups and self._scan is not None:
-            group = (self.plain and self.plain()) or self._group()
-            if group is not None:
-                return group
+        """The next event, a FastGroup of a whole transaction, or IDLE (class doc)."""
+        group = self._group()
+        if group is not None:
+            return group
+        try:
+            return self._fetch_event()
+        except _Idle:
+            return IDLE
+
+    def _fetch_event(self):
         raw = None
         while True:
             if raw is None:
@@ -365,7 +392,7 @@ class DumpStreamReader(GtidPositioned, RowsGuarded, BinLogStreamReader):
                     if event is _SKIP:
                         continue
                     return event
-                self._stream_connection.handoff = raw     # the library reads this one
+                stream_connection(self).handoff = raw     # the library reads this one
                 raw = None
             try:
                 event = super().fetchone()
@@ -378,7 +405,7 @@ class DumpStreamReader(GtidPositioned, RowsGuarded, BinLogStreamReader):
 
     def _next_raw(self) -> bytes | None:
         """The next packet if the dump is running (None: let the library connect or fail)."""
-        conn = self._stream_connection if self._BinLogStreamReader__connected_stream else None
+        conn = stream_connection(self)
         if conn is None or not conn.dumping:
             return None
         try:
@@ -391,8 +418,6 @@ class DumpStreamReader(GtidPositioned, RowsGuarded, BinLogStreamReader):
         """The next transaction as ``fetchone`` returns it with ``groups`` on, if the read
         buffer already holds all of it in the common shape; else None, nothing consumed.
         Never waits for the server (the binlog source takes what is buffered at once)."""
-        if not self.groups or self._scan is None:
-            return None
         return self._group()
 
     def plain_run(self, run: Callable, max_txns: int, plans: dict, domains: dict,
@@ -401,24 +426,23 @@ class DumpStreamReader(GtidPositioned, RowsGuarded, BinLogStreamReader):
         the common shape it takes (up to ``max_txns``), their packets consumed; when it
         takes none (nothing consumed), False if the buffer held one, else None. ``plans``,
         ``domains`` and the first seven ``consts`` as plain_run takes them; the reader adds
-        its checksum and post-header lengths."""
-        conn = self._stream_connection if self._BinLogStreamReader__connected_stream else None
-        if (conn is None or not conn.dumping or conn.handoff is not None
-                or conn.handoff_error is not None or conn._expanded):
+        its checksum and post-header lengths. None without ``groups``."""
+        conn = self._buffered_connection()
+        if conn is None:
             return None
-        found = run(conn._buf, conn._pos, conn._next_seq_id, max_txns, plans, domains,
-                    (*consts, self._BinLogStreamReader__use_checksum, self._rows_post_ok()))
+        found = run(conn._buf, conn._pos, conn.seq, max_txns, plans, domains,
+                    (*consts, uses_checksum(self), self._rows_post_ok()))
         if not found:
             return found
         end, seq, taken, records, ordinal, gtids, first, xid_pos = found
-        conn._pos, conn._next_seq_id = end, seq
+        conn._pos, conn.seq = end, seq
         self.log_pos = xid_pos
         return PlainRun(records, ordinal, gtids, first, xid_pos, taken)
 
     def _rows_post_ok(self) -> int:
         """The rows event types whose post-header the server declares as ``_rows`` reads
         it, as a bit mask by type (worked out again when the server declares anew)."""
-        lengths = self._BinLogStreamReader__post_header_lengths
+        lengths = post_header_lengths(self)
         if self._post_ok[0] is not lengths:
             self._post_ok = (lengths, sum(1 << etype for etype, size in _ROWS_POST_HEADER.items()
                                           if self._post_header_len(etype) == size))
@@ -427,12 +451,11 @@ class DumpStreamReader(GtidPositioned, RowsGuarded, BinLogStreamReader):
     def _group(self) -> FastGroup | None:
         """The next transaction as a FastGroup if the buffer holds all of it in the common
         shape (``scan_group``), its packets consumed; else None, nothing consumed."""
-        conn = self._stream_connection if self._BinLogStreamReader__connected_stream else None
-        if (conn is None or not conn.dumping or conn.handoff is not None
-                or conn.handoff_error is not None or conn._expanded):
+        conn = self._buffered_connection()
+        if conn is None:
             return None
         buf = conn._buf
-        found = self._scan(buf, conn._pos, conn._next_seq_id, conn.checksum)
+        found = self._scan(buf, conn._pos, conn.seq, conn.checksum)
         if found is None:
             return None
         end, seq, frames = found
@@ -446,7 +469,7 @@ class DumpStreamReader(GtidPositioned, RowsGuarded, BinLogStreamReader):
             elif etype == _XID:
                 xid = FastXidEvent()
                 xid.timestamp, xid.xid = timestamp, _U64.unpack_from(buf, start + _BODY)[0]
-                conn._pos, conn._next_seq_id = end, seq
+                conn._pos, conn.seq = end, seq
                 self.log_pos = log_pos
                 return FastGroup(gtid, gtid_pos, events, xid, log_pos)
             else:
@@ -458,9 +481,20 @@ class DumpStreamReader(GtidPositioned, RowsGuarded, BinLogStreamReader):
                 events.append((log_pos, event))
         return None
 
+    def _buffered_connection(self) -> DumpConnection | None:
+        """The dump connection when whole transactions may be taken from its read buffer
+        (``groups``, compiled, nothing handed to the library or expanded pending)."""
+        if not self.groups or self._scan is None:
+            return None
+        conn = stream_connection(self)
+        if (conn is None or not conn.dumping or conn.handoff is not None
+                or conn.handoff_error is not None or conn._expanded):
+            return None
+        return conn
+
     def _remember(self, event: TableMapEvent) -> None:
         """Keep the Table the library parsed, under the bytes of its map."""
-        raw = event.packet.packet._data
+        raw = packet_bytes(event.packet.packet)
         if len(self._tables) >= _TABLE_CACHE:
             self._tables.clear()
         table = self.table_map[event.table_id]
@@ -472,7 +506,7 @@ class DumpStreamReader(GtidPositioned, RowsGuarded, BinLogStreamReader):
             "body": body}
 
     def _body_end(self, raw: bytes) -> int:
-        return len(raw) - 4 if self._BinLogStreamReader__use_checksum else len(raw)
+        return len(raw) - 4 if uses_checksum(self) else len(raw)
 
     def _fast_event(self, raw: bytes):
         """The event of ``raw`` (or _SKIP), or None: the library handles it."""
@@ -483,7 +517,7 @@ class DumpStreamReader(GtidPositioned, RowsGuarded, BinLogStreamReader):
         if etype not in _HOT:
             if not is_own(etype, flags):
                 return None
-            event = own_event(raw, self._BinLogStreamReader__use_checksum)
+            event = own_event(raw, uses_checksum(self))
             if log_pos:
                 self.log_pos = log_pos
             return event            # whatever only_events says: never filtered out
@@ -583,22 +617,14 @@ class DumpStreamReader(GtidPositioned, RowsGuarded, BinLogStreamReader):
 
     def _post_header_len(self, etype: int) -> int | None:
         """The post-header length the server declared for ``etype`` (None: not declared)."""
-        lengths = self._BinLogStreamReader__post_header_lengths
+        lengths = post_header_lengths(self)
         if not lengths or etype - 1 >= len(lengths):
             return _ROWS_POST_HEADER[etype]
         return lengths[etype - 1]
 
     def library_event(self, raw: bytes, kind, table_map: dict):
         """The library's event for ``raw`` (a packet payload), built as its fetchone does."""
-        r = "_BinLogStreamReader__"
-        wrapper = BinLogPacketWrapper(
-            MysqlPacket(raw, "utf8"), table_map, self._ctl_connection, self.mysql_version,
-            getattr(self, r + "use_checksum"), frozenset((kind,)), None, None, None, None,
-            getattr(self, r + "freeze_schema"), getattr(self, r + "ignore_decode_errors"),
-            getattr(self, r + "verify_checksum"), getattr(self, r + "optional_meta_data"),
-            getattr(self, r + "enable_logging"), getattr(self, r + "use_column_name_cache"),
-            getattr(self, r + "post_header_lengths"))
-        return wrapper.event
+        return library_event(self, raw, kind, table_map)
 
 
 _SKIP = object()

@@ -29,7 +29,6 @@ import uuid as uuidlib
 from collections import deque
 from dataclasses import dataclass
 
-import pymysql
 from pymysql.protocol import MysqlPacket
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import GtidEvent
@@ -38,6 +37,8 @@ from cachesync.producer_outbox.binlog.reading import DECODE_ERRORS
 from cachesync.producer_outbox.binlog.checksums import verify
 from cachesync.producer_outbox.binlog.compressed import expand
 from cachesync.producer_outbox.binlog.eventtypes import EXPANDED_TYPES, event_type, is_own
+from cachesync.runtime.library_adapter import (PacketConnection, opened_connection,
+                                                       packet_bytes)
 from cachesync.producer_outbox.binlog.serverversion import FORMAT_DESCRIPTION
 from cachesync.producer_outbox.binlog.serverversion import readable as readable_version
 from cachesync.producer_outbox.binlog.tablemaps import TABLE_MAP, readable
@@ -65,7 +66,7 @@ class OwnEvent(Exception):
         self.raw = raw
 
 
-class FramedConnection(pymysql.connections.Connection):
+class FramedConnection(PacketConnection):
     """A pymysql connection that expands compressed events and marks cachesync's own."""
 
     dumping = False
@@ -74,7 +75,7 @@ class FramedConnection(pymysql.connections.Connection):
     last_raw: bytes | None = None   # the packet the library read last (RowsGuarded)
     _expanded: deque[bytes] | None = None     # events of an expanded one, not read yet
 
-    def _write_bytes(self, data) -> None:
+    def write_bytes(self, data) -> None:
         if len(data) > 4 and data[4] in (COM_BINLOG_DUMP, COM_BINLOG_DUMP_GTID):
             self.dumping = True
             self._expanded = deque()
@@ -82,7 +83,7 @@ class FramedConnection(pymysql.connections.Connection):
                 data = _dump_gtid(bytes(data), self.gtid_set())
         elif len(data) > 4 and data[4] == COM_QUERY and b"@master_binlog_checksum" in data:
             self.checksum = True
-        super()._write_bytes(data)
+        self.pymysql_write_bytes(data)
 
     def next_raw(self) -> bytes:
         """The next packet payload, compressed events expanded; raises BinlogChecksumError
@@ -107,11 +108,11 @@ class FramedConnection(pymysql.connections.Connection):
 
     def _wire_raw(self) -> bytes:
         """The next packet from the server (pymysql's reading; error packets raise)."""
-        return super()._read_packet(MysqlPacket)._data
+        return packet_bytes(self.pymysql_read_packet(MysqlPacket))
 
-    def _read_packet(self, packet_type=MysqlPacket):
+    def read_packet(self, packet_type=MysqlPacket):
         if not self.dumping:
-            return super()._read_packet(packet_type)
+            return self.pymysql_read_packet(packet_type)
         raw = self.last_raw = self.next_raw()
         if len(raw) >= _BODY and raw[0] == 0 and is_own(raw[5], _flags(raw)):
             raise OwnEvent(raw)
@@ -241,6 +242,10 @@ class GtidPositioned:
     def auto_position(self, text) -> None:
         self._auto_position_text = text
 
+    def resume_from(self, gtid: str) -> None:
+        """Reconnect (after a lost connection) from the GTID state ``gtid``."""
+        self.auto_position = gtid
+
     def _framed(self, conn: FramedConnection) -> FramedConnection:
         conn.gtid_set = lambda: GtidState.parse(self._auto_position_text)
         return conn
@@ -259,13 +264,13 @@ class RowsGuarded:
     other event the library cannot decode raises, as before."""
 
     def fetchone(self):
-        conn = getattr(self, "_stream_connection", None)     # (none before the first connect)
+        conn = opened_connection(self)     # (none before the first connect)
         if conn is not None:
             conn.last_raw = None
         try:
             return super().fetchone()
         except DECODE_ERRORS as e:
-            raw = getattr(getattr(self, "_stream_connection", None), "last_raw", None)
+            raw = getattr(opened_connection(self), "last_raw", None)
             if raw is None or len(raw) < _BODY + 6 or raw[0] != 0 or raw[5] not in LIBRARY_ROWS:
                 raise
             timestamp, code, server_id, _size, log_pos, _ = _HEADER.unpack_from(raw, 1)
@@ -288,7 +293,7 @@ class LibraryStreamReader(GtidPositioned, RowsGuarded, BinLogStreamReader):
         try:
             return super().fetchone()
         except OwnEvent as own:
-            event = own_event(own.raw, self._stream_connection.checksum)
+            event = own_event(own.raw, opened_connection(self).checksum)
             if getattr(event, "log_pos", 0):
                 self.log_pos = event.log_pos
             return event

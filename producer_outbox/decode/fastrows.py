@@ -31,10 +31,11 @@ such dates). Where the library would raise (undecodable text, a truncated event)
 or where only a corrupt event could take the fast path off the library's results,
 ``decode_rows`` returns None instead.
 
-It reads the library's internals: the packet's ``_data``/``_position``, the
-wrapper's ``read_bytes`` and unread buffer, the event's columns-present bitmaps
-and ``_ignore_decode_errors``; the tests compare it with the library on real
-and synthetic events, which is what to rerun when upgrading the library.
+It reads the library's internals (through ``library_adapter``): the packet's
+bytes and position, the wrapper's ``read_bytes`` and unread buffer, the event's
+columns-present bitmaps and ``ignore_decode_errors``; the tests compare it with
+the library on real and synthetic events, which is what to rerun when upgrading
+the library.
 
 Caching: a decoder depends on the table's columns (types, metadata, names,
 charsets: everything ``Column`` holds), the event type, its columns-present
@@ -56,6 +57,8 @@ from pymysqlreplication.constants import NONE_SOURCE
 from pymysqlreplication.row_event import (DeleteRowsEvent, PartialUpdateRowsEvent,
                                           UpdateRowsEvent, WriteRowsEvent)
 
+from cachesync.runtime.library_adapter import (has_unread, ignores_decode_errors,
+                                                       packet_bytes, packet_position)
 from cachesync.producer_outbox.decode.rowdecode import (AS_IS, JSON_DOC, RUNTIME, UINT_LE, Field,
                                                  Kind, json_partial, reader, table_plan)
 
@@ -90,17 +93,17 @@ def decode_rows(event) -> list[dict] | None:
     if kind not in _IMAGE_KEYS or not event.complete:
         return None
     wrapper = event.packet
-    if wrapper._BinLogPacketWrapper__data_buffer:   # bytes pushed back by `unread`
+    if has_unread(wrapper):     # bytes pushed back by `unread`
         return None
     decoder = table_decoder(event.table_map[event.table_id], kind, event.columns_present_bitmap,
                             getattr(event, "columns_present_bitmap2", None),
-                            event._ignore_decode_errors, event.number_of_columns)
+                            ignores_decode_errors(event), event.number_of_columns)
     if decoder is None:
         return None
     packet = wrapper.packet
-    start = packet._position
+    start = packet_position(packet)
     try:
-        return decoder(packet._data, start, start + event.event_size - wrapper.read_bytes)
+        return decoder(packet_bytes(packet), start, start + event.event_size - wrapper.read_bytes)
     except GIVE_UP:
         return None
 

@@ -24,6 +24,8 @@ import datetime
 from pymysqlreplication.constants import FIELD_TYPE
 from pymysqlreplication.row_event import RowsEvent
 
+from cachesync.runtime.library_adapter import (add_fsp_to_time, ignores_decode_errors,
+                                                       read_fsp, replace_value_readers)
 from cachesync.schema import keytext
 from cachesync.schema.keytext import ColumnSpec, key_values
 
@@ -148,8 +150,8 @@ def _read_datetime2(self, column):
     try:
         value = datetime.datetime(*parts)
     except ValueError:                   # zero parts, or an invalid date the server allowed
-        return zero_datetime_text(*parts, self._RowsEvent__read_fsp(column), column.fsp)
-    return self._RowsEvent__add_fsp_to_time(value, column)
+        return zero_datetime_text(*parts, read_fsp(self, column), column.fsp)
+    return add_fsp_to_time(self, value, column)
 
 
 # TIME2 (MySQL/MariaDB ``my_time_packed_from_binary``): 3 bytes of integer part offset by
@@ -191,7 +193,7 @@ def text_codec(charset: str) -> str:
 def _read_string(self, size, column):
     """As the library's ``__read_string``, with :func:`text_codec` (bytes without a codec)."""
     raw = self.packet.read_length_coded_pascal_string(size)
-    errors = "ignore" if self._ignore_decode_errors else "strict"
+    errors = "ignore" if ignores_decode_errors(self) else "strict"
     if column.character_set_name is None:
         return raw.decode(errors=errors)
     try:
@@ -203,10 +205,7 @@ def _read_string(self, size, column):
 def install_readers() -> None:
     """Patch the library's DATE, DATETIME2, TIME2 and string readers (see the module).
     Idempotent."""
-    RowsEvent._RowsEvent__read_date = _read_date
-    RowsEvent._RowsEvent__read_datetime2 = _read_datetime2
-    RowsEvent._RowsEvent__read_string = _read_string
-    RowsEvent._RowsEvent__read_time2 = _read_time2
+    replace_value_readers(_read_date, _read_datetime2, _read_string, _read_time2)
 
 
 # Installed at import, before any event is decoded: fastrows reproduces the patched

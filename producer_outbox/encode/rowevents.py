@@ -88,7 +88,8 @@ class RowEncoder:
 
     def __init__(self, mappings: MappingSet, matched: MatchedTables, *,
                  row_filter: RowFilter | None = None, max_record_bytes: int = MAX_RECORD_BYTES,
-                 outbox: OutboxRouter | None = None, types: ColumnTypes | None = None):
+                 outbox: OutboxRouter | None = None, types: ColumnTypes | None = None,
+                 cascades=None):
         self._mappings, self._matched = mappings, matched
         self._row_filter, self.max_record_bytes = row_filter, max_record_bytes
         self.outbox, self.types = outbox, types
@@ -104,7 +105,16 @@ class RowEncoder:
         self.json_unknown = 0   # updates whose partial JSON after value could not be computed
         self.undecodable_rows = 0   # rows events whose bytes could not be decoded: table level
         self.whole_tables: tuple = (None, set())   # (txn context, tables invalidated in it)
-        self.cascades = None    # a cascades.Cascades: foreign keys the server does not log
+        self.cascades = cascades    # a cascades.Cascades: foreign keys the server does not log
+
+    def hold_xa(self) -> None:
+        """An XA group starts: note the tables its rows touch (``end_xa``)."""
+        self.xa_tables = {}
+
+    def end_xa(self) -> tuple[tuple[str, str], ...]:
+        """The tables the XA group's rows touched; the group is no longer held."""
+        tables, self.xa_tables = tuple(self.xa_tables or ()), None
+        return tables
 
     def rows_to_records(self, event, ctx: TxnContext, row_index: int, schema: str, table: str,
                         where: Callable[[], str]) -> tuple[list[Change], int]:

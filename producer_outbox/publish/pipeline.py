@@ -25,8 +25,8 @@ from cachesync.producer_outbox.binlog.checkpoint import Checkpoint
 from cachesync.producer_outbox.publish.inflight import InflightTracker
 from cachesync.producer_outbox.encode.packing import PACK_LINGER_S, Pack, Packer
 from cachesync.producer_outbox.ports import (Begin, ChangeSource, CheckpointStore, Commit,
-                                             Decide, Group, Hold, Prepared, Publisher, Pulse,
-                                             Record, Release, TableEvent, Unhold)
+                                             Decide, Group, Hold, Idle, Prepared, Publisher,
+                                             Pulse, Record, Release, TableEvent, Unhold)
 from cachesync.producer_outbox.publish.kafka_publisher import DELIVERY_TIMEOUT_MS, is_permanent
 from cachesync.producer_outbox.decode.rows import STATEMENT_EXCERPT, TxnContext, table_change
 from cachesync.producer_outbox.binlog.statements import TableChange
@@ -91,17 +91,13 @@ class Pipeline:
         self._checkpoints.save(checkpoint)
         self.committed = checkpoint
 
-    def attach(self, source) -> None:
-        """Packs span groups when the source says when it is idle (the fast reader)."""
-        if self._packer is not None and getattr(source, "signals_idle", False):
-            self._span = True
-            source.on_idle, source.idle_wait_s = self.flush_packs, PACK_LINGER_S
-
     def run(self, source: ChangeSource) -> None:
         """Publish the source's changes until it ends or stop(); raises RetryableError or
         FatalError when publishing fails (the checkpoint stays before the failed record).
-        The checkpoint is saved (every checkpoint_interval_s) and a stop seen at a Commit or
-        a Pulse (ports.Pulse)."""
+        The checkpoint is saved (every checkpoint_interval_s) and a stop seen at a Commit,
+        a Pulse or an Idle (ports). Packs span groups when the source says when it is idle
+        (``signals_idle``: it yields ``Idle``, where they are sent)."""
+        self._span = self._packer is not None and getattr(source, "signals_idle", False)
         save_every, last_save = self._settings.checkpoint_interval_s, time.monotonic()
         handlers = self._handlers()
         record = self._record
@@ -113,7 +109,8 @@ class Pipeline:
                 record(item)
                 continue
             handlers[kind](item)
-            if kind is Pulse or kind is Commit or kind is Group:  # after each source event
+            if kind is Pulse or kind is Commit or kind is Group or kind is Idle:
+                # after each source event
                 if time.monotonic() - last_save >= save_every:
                     self.save_checkpoint()
                     last_save = time.monotonic()
@@ -126,7 +123,8 @@ class Pipeline:
         return {Begin: self._begin, Record: self._record, TableEvent: self._table_event,
                 Commit: self._commit, Group: self._group, Hold: self._hold,
                 Release: self._release_one_phase, Unhold: self._unhold,
-                Prepared: self._prepare, Decide: self._decide, Pulse: nothing}
+                Prepared: self._prepare, Decide: self._decide, Pulse: nothing,
+                Idle: lambda _item: self.flush_packs()}
 
     # -- groups -------------------------------------------------------------------------
     def _begin(self, _item: Begin) -> None:

@@ -37,8 +37,9 @@ def db(stack):
         yield name
 
 
-def open_stream(stack, reader_class, start, only_events):
-    """A blocking ``reader_class`` stream from binlog position ``start`` as cachesync's user."""
+def open_stream(stack, reader_class, start, only_events, **options):
+    """A blocking ``reader_class`` stream from binlog position ``start`` as cachesync's user
+    (``options``: the reader's own, e.g. the fast reader's ``groups``)."""
     env = stack.env
     with open(env["CACHESYNC_MYSQL_PASSWORD_FILE"], encoding="utf-8") as f:
         password = f.read().strip()
@@ -49,7 +50,8 @@ def open_stream(stack, reader_class, start, only_events):
                              "port": int(env["CACHESYNC_MYSQL_PORT"]),
                              "user": env["CACHESYNC_MYSQL_USER"], "password": password},
         server_id=random.randint(10 ** 6, 2 ** 31 - 1), log_file=start[0], log_pos=start[1],
-        resume_stream=True, blocking=True, slave_heartbeat=1.0, only_events=only_events)
+        resume_stream=True, blocking=True, slave_heartbeat=1.0, only_events=only_events,
+        **options)
 
 
 def read(stack, reader_class, start, end, groups: list | None = None) -> list[tuple]:
@@ -57,9 +59,8 @@ def read(stack, reader_class, start, end, groups: list | None = None) -> list[tu
     described by what the tailer reads of it, with the stream's position after it.
     ``groups``: the fast reader returns whole transactions (FastGroup), each counted there
     (its size) and described as the events it holds."""
-    stream = open_stream(stack, reader_class, start, ONLY_EVENTS)
-    if groups is not None:
-        stream.groups = True
+    stream = open_stream(stack, reader_class, start, ONLY_EVENTS,
+                         **({"groups": True} if groups is not None else {}))
     seen = []
     try:
         for event in stream:

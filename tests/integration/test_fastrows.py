@@ -16,6 +16,8 @@ from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from cachesync.producer_outbox.decode import fastrows
+from cachesync.runtime.library_adapter import (cache_rows, packet_position,
+                                                       set_packet_position)
 from tests.support.columns import (COLUMNS, INSERT, _datetime, _decimal, random_rows,
                                    scratch_database, special_rows, write)
 from tests.support.compare import difference
@@ -154,8 +156,9 @@ def test_ddl_mid_stream_rebuilds_the_decoder(stack, db):
 def _rewound(event, position):
     """Rewind ``event`` to its rows, as if just read: the library's cached rows dropped,
     and its table map new to decode_rows (each decode pays the first-sight lookup)."""
-    event.packet.packet._position, event.packet.read_bytes = position
-    event._RowsEvent__rows = None
+    set_packet_position(event.packet.packet, position[0])
+    event.packet.read_bytes = position[1]
+    cache_rows(event, None)
     event.table_map[event.table_id].__dict__.pop("_fastrows", None)
 
 
@@ -212,7 +215,7 @@ def test_speedup_over_the_library(stack, db):
     ])
     groups, rows = {}, {}
     for event in row_events(stack, db, start):
-        position = (event.packet.packet._position, event.packet.read_bytes)
+        position = (packet_position(event.packet.packet), event.packet.read_bytes)
         decoded = decode_both(event)[1]
         _rewound(event, position)
         single = decoded[0].get("values", {}).get("b") == "single"

@@ -15,6 +15,7 @@ import uuid
 from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, XidEvent
 from pymysqlreplication.row_event import TableMapEvent, UpdateRowsEvent
 
+from cachesync.runtime.library_adapter import cache_rows
 from cachesync.producer_outbox.binlog.preflight import ServerInfo
 from cachesync.schema.event import decode
 from cachesync.schema.mapping import parse_mappings
@@ -79,7 +80,7 @@ def rows(cls, *images, table="users"):
         decoded = [{"before_values": b, "after_values": a} for b, a in images]
     else:
         decoded = [{"values": v} for v in images]
-    event._RowsEvent__rows = decoded       # what RowsEvent.rows returns once fetched
+    cache_rows(event, decoded)             # what RowsEvent.rows returns once fetched
     event.complete = False                 # no packet behind it: fastrows steps aside
     event.table_id = TABLE_IDS[table]
     event.table_map = {event.table_id: types.SimpleNamespace(columns=[])}   # no typed columns
@@ -112,6 +113,9 @@ def u(i, email):
 class _Stream(list):
     """The reader's iteration plus the position attributes the tailer reads."""
     log_file, log_pos, auto_position = "binlog.000003", 4, None
+
+    def resume_from(self, gtid: str) -> None:
+        self.auto_position = gtid
 
 
 class _Publisher:

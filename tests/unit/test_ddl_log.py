@@ -2,7 +2,7 @@
 
 import pytest
 
-from cachesync.producer_outbox.tailer import _SECRETS
+from cachesync.producer_outbox.binlog_source import _SECRETS
 
 
 @pytest.mark.parametrize("statement, shown", [

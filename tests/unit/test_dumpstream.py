@@ -16,8 +16,8 @@ from pymysqlreplication.row_event import WriteRowsEvent
 
 from cachesync.runtime.config import TailerSettings
 from cachesync.producer_outbox.binlog.checkpoint import Checkpoint
-from cachesync.producer_outbox.binlog.dumpstream import (_BODY, DumpConnection, DumpStreamReader,
-                                                  reader_kind)
+from cachesync.producer_outbox.binlog.dumpstream import (_BODY, IDLE, DumpConnection, DumpStreamReader,
+                                                  _Idle, reader_kind)
 from cachesync.producer_outbox.binlog.eventtypes import length_encoded as _length_coded
 from cachesync.runtime.mysql import MySQLParams
 from cachesync.producer_outbox.encode import packing as packing_module
@@ -42,9 +42,9 @@ class _Chunks(io.RawIOBase):
 
 def connection(data: bytes, chunk: int) -> DumpConnection:
     conn = object.__new__(DumpConnection)      # no server: only the packet reader
-    conn._rfile = _Chunks([data[i:i + chunk] for i in range(0, len(data), chunk)])
-    conn._next_seq_id, conn._sock, conn.dumping, conn._buf, conn._pos = 1, None, True, b"", 0
-    conn._force_close = lambda: None
+    conn.read_chunk = _Chunks([data[i:i + chunk] for i in range(0, len(data), chunk)]).read1
+    conn.raw_socket, conn.force_close = lambda: None, lambda: None
+    conn.seq, conn.dumping, conn._buf, conn._pos = 1, True, b"", 0
     return conn
 
 
@@ -81,13 +81,18 @@ def test_a_sequence_gap_is_an_error_and_sequence_0_a_lost_server():
         conn.next_raw()
 
 
-def test_the_reader_is_idle_only_when_the_buffer_is_empty():
-    idle = []
+def test_the_reader_is_idle_only_when_the_buffer_is_empty_once_per_silence():
     conn = connection(packet(b"\x00a", 1) + packet(b"\x00b", 2), 5)   # b arrives in pieces
-    conn.on_idle = lambda: idle.append(conn._pos)
-    conn.next_raw()
-    conn.next_raw()
-    assert idle == [0]       # before the first read only; a half-read packet is not idle
+    conn.idle_wait_s = 0.01
+    with pytest.raises(_Idle):      # before the first read, nothing consumed
+        conn.next_raw()
+    assert conn._pos == 0 and conn._buf == b""
+    # then it waits for the server; a half-read packet is not idle
+    assert [conn.next_raw(), conn.next_raw()] == [b"\x00a", b"\x00b"]
+    with pytest.raises(_Idle):      # everything read: idle again, once
+        conn.next_raw()
+    with pytest.raises(pymysql.err.OperationalError, match="Lost connection"):
+        conn.next_raw()
 
 
 @pytest.mark.parametrize("domain,server,seq", [(0, 1, 42), (7, 4294967295, 2**64 - 1), (12, 3, 1)])
@@ -114,18 +119,9 @@ def test_reader_setting():
 # -- packs spanning transactions -------------------------------------------------------
 
 class _IdleStream(_Stream):
-    """A stream that says when it is idle: None items call ``on_idle`` instead of yielding."""
+    """A stream that says when it is idle (IDLE items), as the fast reader does."""
 
     signals_idle = True
-    on_idle = None
-    idle_wait_s = 0.0
-
-    def __iter__(self):
-        for item in list.__iter__(self):
-            if item is None:
-                self.on_idle()
-            else:
-                yield item
 
 
 class _HeldAcks:
@@ -160,13 +156,12 @@ def test_packs_span_transactions_and_the_checkpoint_waits_for_their_acks(monkeyp
     monkeypatch.setattr(pipeline_module, "time", frozen)
     monkeypatch.setattr(packing_module, "time", frozen)
     events = with_table_maps([e for seq in range(42, 52) for e in _txn(seq)])
-    stream = _IdleStream(events[:24] + [None] + events[24:])    # idle after 6 transactions
+    stream = _IdleStream(events[:24] + [IDLE] + events[24:])    # idle after 6 transactions
     publisher, checkpoints = _HeldAcks(), _Checkpoints()
     tailer = Tailer(MySQLParams("h", 1, "u", "p"), publisher, checkpoints,
                     parse_mappings({"app.users": {"keys": ["user:{id}"]}}),
                     TailerOptions("t", TailerSettings(checkpoint_interval_s=0, pack_rows=50)))
     source = tailer.binlog_source(stream, MARIADB, Checkpoint(MARIADB.identity, "0-1-41", "b.1", 4))
-    tailer.pipeline.attach(source)
     tailer.pipeline.run(source)
     # the idle stream sent the first 6 transactions' rows, in at most 3 records (partitions)
     sent = [e for record in publisher.records for e in record]

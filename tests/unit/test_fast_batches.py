@@ -48,10 +48,18 @@ class _Stream:
 
     def __iter__(self):
         while self._groups:
-            yield self._groups.pop(0)
+            yield self._next()
+
+    def _next(self) -> FastGroup:
+        group = self._groups.pop(0)
+        self.log_pos = group.xid_pos        # as the reader: after the group it hands over
+        return group
 
     def buffered_group(self):
-        return self._groups.pop(0) if self._groups else None
+        return self._next() if self._groups else None
+
+    def resume_from(self, gtid: str) -> None:
+        self.auto_position = gtid
 
 
 class _Encoder:

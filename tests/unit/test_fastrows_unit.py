@@ -19,11 +19,12 @@ import pytest
 from pymysql.protocol import MysqlPacket
 from pymysqlreplication.column import Column
 from pymysqlreplication.constants import BINLOG, FIELD_TYPE
-from pymysqlreplication.packet import BinLogPacketWrapper
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 from pymysqlreplication.table import Table
 
 from cachesync.producer_outbox.decode import fastrows, keycolumns
+from cachesync.runtime.library_adapter import (bare_rows_event, bare_wrapper,
+                                                       packet_position)
 from tests.support.compare import difference
 
 EVENT_TYPES = {WriteRowsEvent: BINLOG.WRITE_ROWS_EVENT_V2,
@@ -43,19 +44,14 @@ def column(name, type_, unsigned=False, charset=None, **metadata) -> Column:
 def event(cls, columns, body: bytes, bitmaps=None, ignore_decode_errors=False,
           table="t", packet_tail=b"\0\0\0\0"):
     """``cls`` positioned at its rows, as BinLogStreamReader hands it over."""
-    wrapper = BinLogPacketWrapper.__new__(BinLogPacketWrapper)
-    wrapper.__dict__.update(packet=MysqlPacket(body + packet_tail, "utf8"), read_bytes=0,
-                            _BinLogPacketWrapper__data_buffer=b"")
+    wrapper = bare_wrapper(MysqlPacket(body + packet_tail, "utf8"))
     full = bytes([0xFF]) * ((len(columns) + 7) // 8)
     bitmaps = bitmaps or [full, full]
-    ev = cls.__new__(cls)
-    ev.__dict__.update(
-        packet=wrapper, table_map={7: Table(7, "db", table, columns)}, table_id=7,
+    ev = bare_rows_event(
+        cls, wrapper, table_map={7: Table(7, "db", table, columns)}, table_id=7,
         schema="db", table=table, columns=columns, number_of_columns=len(columns),
         event_type=EVENT_TYPES[cls], event_size=len(body), complete=True,
-        _ignore_decode_errors=ignore_decode_errors, _ctl_connection=None,
-        columns_present_bitmap=bitmaps[0], _RowsEvent__rows=None, _RowsEvent__none_sources={},
-        _RowsEvent__use_column_name_cache=False, _RowsEvent__enable_logging=False)
+        columns_present_bitmap=bitmaps[0], ignore_decode_errors=ignore_decode_errors)
     if cls is UpdateRowsEvent:
         ev.columns_present_bitmap2 = bitmaps[1]
     return ev
@@ -65,7 +61,8 @@ def check(ev, must_decode: bool) -> str:
     """decode_rows(ev) is ev.rows (or None where allowed); says "decoded", "fell back"
     or "library raised"."""
     fast = fastrows.decode_rows(ev)
-    assert (ev.packet.packet._position, ev.packet.read_bytes) == (0, 0), "decode_rows consumed"
+    assert (packet_position(ev.packet.packet), ev.packet.read_bytes) == (0, 0), \
+        "decode_rows consumed"
     try:
         lib = ev.rows
     except Exception as e:   # the library rejects the bytes: the fast path must have too
@@ -334,7 +331,7 @@ def test_unsupported_columns_fall_back(type_, metadata):
     columns = [column("id", I.LONG), column("x", type_, **metadata)]
     ev = event(WriteRowsEvent, columns, b"\x02" + bytes(4), table=f"unsupported{type_}")
     assert fastrows.decode_rows(ev) is None
-    assert (ev.packet.packet._position, ev.packet.read_bytes) == (0, 0)
+    assert (packet_position(ev.packet.packet), ev.packet.read_bytes) == (0, 0)
     assert ev.rows[0]["values"]["id"] == 0
 
 

@@ -13,7 +13,6 @@ import struct
 import pytest
 from pymysql.protocol import MysqlPacket
 from pymysqlreplication.constants import BINLOG, FIELD_TYPE
-from pymysqlreplication.packet import BinLogPacketWrapper
 from pymysqlreplication.row_event import PartialUpdateRowsEvent, UpdateRowsEvent, WriteRowsEvent
 from pymysqlreplication.table import Table
 
@@ -22,6 +21,8 @@ from cachesync.producer_outbox.decode import fastrows, jsoncolumns
 from cachesync.producer_outbox.decode import mysqljson as mj
 from cachesync.producer_outbox.binlog.checkpoint import Checkpoint
 from cachesync.producer_outbox.decode.images import ABSENT, PARTIAL_IMAGE, known_images
+from cachesync.runtime.library_adapter import (bare_rows_event, bare_wrapper,
+                                                       packet_bytes, set_packet_bytes)
 from cachesync.runtime.mysql import MySQLParams
 from cachesync.producer_outbox.tailer import Tailer, TailerOptions
 from cachesync.schema.event import INVALIDATE_ONLY
@@ -81,21 +82,15 @@ def test_undecodable_json_is_a_decode_error_on_both_paths():
 def partial_event(columns, body: bytes, table: str = "p"):
     """A PARTIAL_UPDATE_ROWS_EVENT positioned at its rows (what the library builds for type 39
     in both readers: the fast reader hands that type to the library)."""
-    wrapper = BinLogPacketWrapper.__new__(BinLogPacketWrapper)
-    wrapper.__dict__.update(packet=MysqlPacket(body + b"\0\0\0\0", "utf8"), read_bytes=0,
-                            _BinLogPacketWrapper__data_buffer=b"",
-                            event_type=BINLOG.PARTIAL_UPDATE_ROWS_EVENT)
+    wrapper = bare_wrapper(MysqlPacket(body + b"\0\0\0\0", "utf8"),
+                           event_type=BINLOG.PARTIAL_UPDATE_ROWS_EVENT)
     full = bytes([0xFF]) * ((len(columns) + 7) // 8)
-    ev = PartialUpdateRowsEvent.__new__(PartialUpdateRowsEvent)
-    ev.__dict__.update(
-        packet=wrapper, table_map={7: Table(7, "app", table, columns)}, table_id=7,
-        schema="app", table=table, columns=columns, number_of_columns=len(columns),
+    return bare_rows_event(
+        PartialUpdateRowsEvent, wrapper, table_map={7: Table(7, "app", table, columns)},
+        table_id=7, schema="app", table=table, columns=columns, number_of_columns=len(columns),
         event_type=BINLOG.PARTIAL_UPDATE_ROWS_EVENT, event_size=len(body), complete=True,
-        _ignore_decode_errors=False, _ctl_connection=None, columns_present_bitmap=full,
-        columns_present_bitmap2=full, _RowsEvent__rows=None, _RowsEvent__none_sources={},
-        _RowsEvent__use_column_name_cache=False, _RowsEvent__enable_logging=False,
-        primary_key="id", timestamp=COMMIT_TS)
-    return ev
+        columns_present_bitmap=full, columns_present_bitmap2=full, primary_key="id",
+        timestamp=COMMIT_TS)
 
 
 def test_recorded_partial_after_image_with_empty_diffs_keeps_the_before_documents():
@@ -236,7 +231,7 @@ def test_a_diff_the_before_document_rejects_is_reported(caplog):
     """FULL before image whose document lacks the replaced member (built; MySQL's replica
     rejects the same diff): the value is unknown, keys invalidated, a WARNING names why."""
     ev = partial_update()
-    ev.packet.packet._data = ev.packet.packet._data.replace(b"$.a", b"$.q")
+    set_packet_bytes(ev.packet.packet, packet_bytes(ev.packet.packet).replace(b"$.a", b"$.q"))
     with caplog.at_level(logging.WARNING):
         sent, tailer = tail({"keys": ["p:{id}"], "mode": "update"}, ev)
     assert [(e.op, e.extra.get(INVALIDATE_ONLY)) for e in sent] == [("update", PARTIAL_IMAGE)]

@@ -55,14 +55,15 @@ def test_an_undecodable_rows_event_invalidates_its_table_and_the_tailer_goes_on(
 
 
 class _Failing:
-    """The library's reader, reading ``raw`` and failing to construct its event."""
+    """The library's reader, reading ``raw`` and failing to construct its event; its stream
+    connection is ``conn`` (the test points framing's ``opened_connection`` at it)."""
 
     def __init__(self, raw: bytes, error: Exception):
-        self._stream_connection = type("Conn", (), {"last_raw": None})()
+        self.conn = type("Conn", (), {"last_raw": None})()
         self._raw, self._error, self.log_pos = raw, error, 0
 
     def fetchone(self):
-        self._stream_connection.last_raw = self._raw
+        self.conn.last_raw = self._raw
         raise self._error
 
 
@@ -71,8 +72,11 @@ def _packet(etype: int, body: bytes) -> bytes:
     return b"\0" + struct.pack("<IBIIIH", 1_700_000_000, etype, 9, 19 + len(body), 4321, 0) + body
 
 
-def test_a_rows_event_the_library_cannot_construct_is_an_undecoded_event_of_its_table():
+def test_a_rows_event_the_library_cannot_construct_is_an_undecoded_event_of_its_table(
+        monkeypatch):
+    from cachesync.producer_outbox.binlog import framing
     from cachesync.producer_outbox.binlog.framing import RowsGuarded, UndecodedEvent
+    monkeypatch.setattr(framing, "opened_connection", lambda reader: reader.conn)
 
     class Reader(RowsGuarded, _Failing):
         pass

@@ -10,10 +10,11 @@ import pathlib
 import yaml
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
-from pymysql import _auth
 from pymysql.protocol import MysqlPacket
 
 import cachesync
+from cachesync.runtime.library_adapter import (AuthPeer, pymysql_auth,
+                                                       pymysql_has_cryptography)
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PASSWORD = b"caching-sha2-Pw"
@@ -21,14 +22,14 @@ SALT = bytes(range(1, 21))                      # the server's 20-byte nonce
 OK = b"\x00\x00\x00\x02\x00\x00\x00"
 
 
-class ScriptedServer:
+class ScriptedServer(AuthPeer):
     """The server side of a full caching_sha2 authentication on plain text: fast auth
     misses (the cache is empty), the client asks for the public key, then sends the
     password RSA-encrypted; the server decrypts and checks it."""
 
     def __init__(self):
         self.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        self.password, self.salt, self._secure, self.server_public_key = PASSWORD, None, False, None
+        self.password, self.salt, self.server_public_key = PASSWORD, None, None
         self.received: list[bytes] = []
         self._replies: list[bytes] = []
 
@@ -50,7 +51,7 @@ class ScriptedServer:
         mixed = self.key.decrypt(data, oaep)
         return bytes(b ^ SALT[i % len(SALT)] for i, b in enumerate(mixed))
 
-    def _read_packet(self) -> MysqlPacket:
+    def reply(self) -> MysqlPacket:
         return MysqlPacket(self._replies.pop(0), "utf8")
 
 
@@ -59,7 +60,7 @@ def test_pymysql_completes_caching_sha2_full_authentication_on_plain_text():
     switch = MysqlPacket(b"\xfecaching_sha2_password\0" + SALT + b"\0", "utf8")
     switch.advance(1)
     switch.read_string()                     # the plugin name, as pymysql reads it first
-    result = _auth.caching_sha2_password_auth(server, switch)
+    result = pymysql_auth.caching_sha2_password_auth(server, switch)
     assert result.is_ok_packet()
     assert server.received[1] == b"\x02" and len(server.received) == 3
 
@@ -67,7 +68,7 @@ def test_pymysql_completes_caching_sha2_full_authentication_on_plain_text():
 def test_the_sidecar_extra_installs_cryptography():
     requires = importlib.metadata.requires(cachesync.DISTRIBUTION)
     assert any(r.startswith("cryptography") and 'extra == "sidecar"' in r for r in requires)
-    assert _auth._have_cryptography
+    assert pymysql_has_cryptography()
 
 
 def test_compose_mysql_uses_caching_sha2_not_native_password():

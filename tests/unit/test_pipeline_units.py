@@ -70,7 +70,6 @@ class SpanningSource(MemorySource):
     """A source that says when it is idle (as the fast reader does): packs span groups."""
 
     signals_idle = True
-    on_idle, idle_wait_s = None, 0.0
 
 
 def big(n: int) -> Record:
@@ -102,7 +101,6 @@ def test_a_whole_group_item_publishes_and_checkpoints_as_its_begin_records_and_c
         publisher = MemoryPublisher(partitions=3, auto_ack=False)
         p, store = pipeline(publisher, pack_rows=100, pack_bytes=1024)
         source = SpanningSource(_as_items(whole))
-        p.attach(source)
         p.run(source)
         p.flush_packs()
         sent = list(publisher.sent)

@@ -137,9 +137,9 @@ def test_connections_without_tls_options_share_one_tls_context():
     import ssl
     from cachesync.runtime.mysql import _Connection
     conn = _Connection.__new__(_Connection)        # no server: only the context is built
-    first, second = conn._create_ssl_ctx({}), conn._create_ssl_ctx({})
+    first, second = conn.ssl_context({}), conn.ssl_context({})
     assert first is second and first.verify_mode == ssl.CERT_NONE
-    verified = conn._create_ssl_ctx({"ca": ssl.get_default_verify_paths().cafile,
+    verified = conn.ssl_context({"ca": ssl.get_default_verify_paths().cafile,
                                      "check_hostname": True, "verify_mode": True})
     assert verified is not first and verified.verify_mode == ssl.CERT_REQUIRED
 
