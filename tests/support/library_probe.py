@@ -1,6 +1,6 @@
 """What the binlog readers decode, as digests, under whichever library versions are importable.
 
-``python -m tests.support.library_probe [--site DIR] [--live JSON]`` prints one JSON
+``python -m tests.support.library_probe [--live JSON]`` prints one JSON
 document: the versions of python-mysql-replication and pymysql it imported, a digest of
 what ``BinlogSource`` made of every shared real binlog file with each reader (the fast
 reader, over the library's connection, and the library's reader), and, with ``--live``
@@ -8,9 +8,9 @@ reader, over the library's connection, and the library's reader), and, with ``--
 GTID states), a digest of the records read from that live server with each reader.
 
 tests/integration/test_library_versions.py runs it in throwaway virtualenvs holding the
-lowest and the highest versions the pins allow; ``--site`` adds the main environment's
-site-packages after the throwaway one's (cachesync and its other dependencies come from
-there, the two libraries from the throwaway environment).
+lowest and the highest versions the pins allow, which see the main environment's
+site-packages after their own (cachesync and its other dependencies come from there, the
+two libraries from the throwaway environment).
 """
 
 from __future__ import annotations
@@ -18,18 +18,14 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import site
 import sys
 import time
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--site", help="site-packages appended after this environment's own")
     parser.add_argument("--live", help="a live MariaDB range to read (JSON)")
     args = parser.parse_args(argv)
-    if args.site:
-        site.addsitedir(args.site)
     import pymysql
     import pymysqlreplication
     from importlib import metadata
