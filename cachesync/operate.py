@@ -165,7 +165,7 @@ def tail_ops(settings: Settings, tailers: Cumulative) -> Ops:
         if found:
             age.set(found[0].age_s)
         binlog_format.check(session)
-        kafka.depth(settings.kafka.topic)        # proves Kafka answers for our topic
+        kafka.check_topic(settings.kafka.topic)  # proves Kafka answers for our topic
 
     def checkpoint_fresh():
         # Without heartbeats an idle database leaves the checkpoint still: not a fault.
@@ -181,7 +181,7 @@ def relay_ops(settings: Settings, relay) -> Ops:
     counters(ops.registry, lambda: relay, RELAY_COUNTERS)
     relay_published(ops.registry, lambda: relay)
     kafka = ops.kafka()
-    return ops.start(lambda: kafka.depth(settings.kafka.topic), [])
+    return ops.start(lambda: kafka.check_topic(settings.kafka.topic), [])
 
 
 class _WarnOnce:

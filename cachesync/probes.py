@@ -49,28 +49,45 @@ class KafkaOffsets:
         return self._lag(topic, lambda admin: offsets)
 
     def _lag(self, topic: str, committed: Callable) -> dict[int, int]:
+        # the earliest offsets only of partitions with nothing committed: a probe runs every
+        # metrics.probe_interval_s in every process, and each request costs the client
         def work(admin):
-            ends = self._offsets(admin, topic, OffsetSpec.LATEST)
+            parts = self._partitions(admin, topic)
+            ends = self._offsets(admin, parts, OffsetSpec.LATEST)
             done = committed(admin)
-            starts = self._offsets(admin, topic, OffsetSpec.EARLIEST)
-            return {tp.partition: max(0, end - done.get(tp.partition, starts[tp]))
+            starts = self._offsets(admin, [tp for tp in parts if tp.partition not in done],
+                                   OffsetSpec.EARLIEST)
+            return {tp.partition: max(0, end - done.get(tp.partition, starts.get(tp, 0)))
                     for tp, end in ends.items()}
         return self._run(work)
 
     def depth(self, topic: str) -> int:
         """Records currently held by ``topic`` (end minus earliest offset, all partitions)."""
         def work(admin):
-            ends = self._offsets(admin, topic, OffsetSpec.LATEST)
-            starts = self._offsets(admin, topic, OffsetSpec.EARLIEST)
+            parts = self._partitions(admin, topic)
+            ends = self._offsets(admin, parts, OffsetSpec.LATEST)
+            starts = self._offsets(admin, parts, OffsetSpec.EARLIEST)
             return sum(ends[tp] - starts[tp] for tp in ends)
         return self._run(work)
 
-    def _offsets(self, admin, topic: str, spec: OffsetSpec) -> dict[TopicPartition, int]:
+    def check_topic(self, topic: str) -> None:
+        """Raises RetryableError unless Kafka answers with ``topic``'s partitions (one
+        metadata request)."""
+        self._run(lambda admin: self._partitions(admin, topic))
+
+    @staticmethod
+    def _partitions(admin, topic: str) -> list[TopicPartition]:
         described = admin.describe_topics([topic])
         parts = [p["partition_index"] for t in described for p in t.get("partitions") or []]
         if not parts:
             raise RetryableError(f"topic {topic!r} has no partitions (does it exist?)")
-        found = admin.list_partition_offsets({TopicPartition(topic, p): spec for p in parts},
+        return [TopicPartition(topic, p) for p in parts]
+
+    def _offsets(self, admin, parts: list[TopicPartition], spec: OffsetSpec
+                 ) -> dict[TopicPartition, int]:
+        if not parts:
+            return {}
+        found = admin.list_partition_offsets(dict.fromkeys(parts, spec),
                                              timeout_ms=self._timeout_ms)
         return {tp: o.offset for tp, o in found.items()}
 

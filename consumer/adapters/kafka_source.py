@@ -422,26 +422,42 @@ class _Forget(ConsumerRebalanceListener):
 
 
 class KafkaDeadLetters:
-    """Publishes poison records with their reason and origin; the value is the original bytes."""
+    """Publishes poison records with their reason and origin; the value is the original bytes.
+
+    The producer is made by the first ``flush`` that has a dead letter to send: most
+    consumers never dead-letter anything, and an idle producer is a network thread, a
+    connection and metadata refreshes in every consumer process.
+    """
 
     def __init__(self, bootstrap_servers: str, topic: str, security: Mapping | None = None):
-        self._topic = topic
-        with refused_login_is_fatal(bootstrap_servers):
-            self._producer = KafkaProducer(bootstrap_servers=bootstrap_servers.split(","),
-                                           acks="all", enable_idempotence=True,
-                                           client_id="cachesync-dlq",
-                                           **{"reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS,
-                                              **(security or {})})
-        self._pending: list = []   # ((record, reason, detail), future)
+        self._bootstrap, self._topic, self._security = bootstrap_servers, topic, security
+        self._producer: KafkaProducer | None = None
+        self._pending: list = []   # ((record, reason, detail), future, or None: not sent yet)
 
     def send(self, record: Record, reason: str, detail: str) -> None:
         log.warning("dead-lettering %s/%d/%d: %s", record.topic, record.partition,
                     record.offset, reason, extra={"partition": record.partition})
-        self._pending.append(((record, reason, detail), self._send(record, reason, detail)))
+        self._pending.append(((record, reason, detail), None))
 
     def _send(self, record: Record, reason: str, detail: str):
-        return self._producer.send(self._topic, key=record.key, value=record.value,
-                                   headers=dead_letter_headers(record, reason, detail))
+        return self._connected().send(self._topic, key=record.key, value=record.value,
+                                      headers=dead_letter_headers(record, reason, detail))
+
+    def _connected(self) -> KafkaProducer:
+        """The producer, made on first use; raises RetryableError while Kafka is unreachable,
+        FatalError if it refuses the login."""
+        if self._producer is None:
+            try:
+                with refused_login_is_fatal(self._bootstrap):
+                    self._producer = KafkaProducer(
+                        bootstrap_servers=self._bootstrap.split(","), acks="all",
+                        enable_idempotence=True, client_id="cachesync-dlq",
+                        **{"reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS,
+                           **(self._security or {})})
+            except KafkaError as e:
+                raise RetryableError(f"Kafka unavailable at {self._bootstrap} for dead letters: "
+                                     f"{e}") from e
+        return self._producer
 
     def flush(self) -> None:
         """Block until every dead letter is acknowledged; raises RetryableError otherwise.
@@ -449,6 +465,14 @@ class KafkaDeadLetters:
         Failed sends stay pending and are sent again by the next flush, so a retried
         batch cannot commit its offsets past a poison record that never reached the DLQ.
         """
+        if not self._pending:
+            return
+        for i, (letter, future) in enumerate(self._pending):
+            if future is None:
+                try:
+                    self._pending[i] = (letter, self._send(*letter))
+                except KafkaError as e:    # no metadata in time, buffer full: sent again later
+                    raise RetryableError(f"dead letter not sent: {e}") from e
         self._producer.flush(timeout=30)
         failed = []
         for letter, future in self._pending:
@@ -456,12 +480,13 @@ class KafkaDeadLetters:
                 future.get(timeout=0)
             except KafkaError as e:
                 failed.append((letter, e))
-        self._pending = [(letter, self._send(*letter)) for letter, _ in failed]
+        self._pending = [(letter, None) for letter, _ in failed]
         if failed:
             raise RetryableError(f"{len(failed)} dead letter(s) not acknowledged: {failed[0][1]}")
 
     def close(self) -> None:
-        self._producer.close(timeout=10)
+        if self._producer is not None:
+            self._producer.close(timeout=10)
 
 
 def dead_letter_headers(record: Record, reason: str, detail: str) -> list[tuple[str, bytes]]:

@@ -9,6 +9,12 @@ record were a tenth of the tailer's thread on single-row transactions); a child 
 runs the ``KafkaPublisher`` on the other core, and the acks come back on a second pipe to a
 reader thread that calls the callbacks, as the producer's own thread did.
 
+At the head of the binlog records come one at a time, and handing each to a writer thread
+(and each ack to the child's writer thread) cost a thread wake-up and a GIL hand-off per
+commit on each side. So a record (or an ack) that comes at least ``INLINE_GAP_S`` after the
+one before it, while the writer thread is idle with nothing queued, is written by the
+thread that has it; a burst still goes through the writer thread, one write per batch.
+
 Semantics are the in-process publisher's: a record is acknowledged only once Kafka
 acknowledged it (``acks=all``), ``flush`` returns once every record written before it was
 acknowledged and its callback ran, and an error reaches ``on_error`` as the Kafka error
@@ -32,6 +38,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from typing import Any, Callable, Mapping
 
 from kafka.errors import KafkaError
@@ -47,6 +54,9 @@ START_TIMEOUT_S = 120.0      # the child's start: the interpreter, kafka-python,
 REPLY_MARGIN_S = 10.0        # a bounded request (flush, close) waits this much longer for its reply
 EXIT_STATUS_WAIT_S = 5.0     # after the child's output ends: how long to wait for its exit status
 MAX_QUEUED = 10_000          # messages waiting for the writer thread; send() waits beyond it
+# a message this long after the one before it, with the writer thread idle and nothing
+# queued, is written by its own thread (no hand-off); closer ones are batched by the writer
+INLINE_GAP_S = 0.001
 
 
 class PublisherProcessError(RetryableError):
@@ -70,6 +80,7 @@ class ProcessPublisher:
         self._queued: list[tuple] = []               # messages for the writer thread, in order
         self._queue_ready = threading.Condition(threading.Lock())
         self._writer_idle = False
+        self._last_queued = 0.0                      # time.monotonic() of the last message
         self._stopping = False                       # _kill: the writer thread ends
         self._pending: dict[int, tuple[Callable[[], None], Callable[[Exception], None]]] = {}
         self._replies: dict[int, list] = {}          # request id -> [event, ok, value]
@@ -134,14 +145,29 @@ class ProcessPublisher:
                              ended=isinstance(e, BrokenPipeError)) from e
 
     def _enqueue(self, message: tuple) -> None:
-        """Queue ``message`` for the writer thread (after every message queued before it);
-        waits while MAX_QUEUED are waiting."""
+        """Queue ``message`` for the writer thread (after every message queued before it),
+        or write it here when it comes alone (see the module); waits while MAX_QUEUED are
+        waiting."""
         with self._queue_ready:
             while len(self._queued) >= MAX_QUEUED and self._dead is None and not self._stopping:
                 self._queue_ready.wait(1.0)
-            self._queued.append(message)
-            if self._writer_idle:
-                self._queue_ready.notify_all()
+            now = time.monotonic()
+            alone, self._last_queued = now - self._last_queued >= INLINE_GAP_S, now
+            if not (alone and self._writer_idle and not self._queued and self._dead is None
+                    and not self._stopping):
+                self._queued.append(message)
+                if self._writer_idle:
+                    self._queue_ready.notify_all()
+                return
+            try:
+                # under the queue's lock: a message queued after this one cannot overtake it
+                self._write(message)
+                return
+            except PublisherProcessError as e:
+                failed = e
+        self._fail_all(failed)          # its callbacks may send: not under the queue's lock
+        with self._queue_ready:
+            self._queue_ready.notify_all()    # the writer thread ends (the child is dead)
 
     def _write_loop(self) -> None:
         """Write the queued messages, what gathered meanwhile as one ("batch", [...])."""
@@ -319,12 +345,24 @@ class _Child:
         self._acks: list[int] = []
         self._queue: list[tuple] = []
         self._writing = self._broken = False
+        self._idle = False                 # the writer thread waits for work
+        self._last_ack = 0.0               # time.monotonic() of the last ack
         self._ready = threading.Condition(self._lock)     # the writer's work, and its progress
         self._publisher = None
         threading.Thread(target=self._writer, name="acks-writer", daemon=True).start()
 
     def ack(self, seq: int) -> None:
+        """Queue the ack for the writer thread, or write it here (on the producer's thread)
+        when it comes alone while the writer is idle (see the module)."""
         with self._lock:
+            now = time.monotonic()
+            alone, self._last_ack = now - self._last_ack >= INLINE_GAP_S, now
+            if alone and self._idle and not self._queue and not self._acks and not self._broken:
+                # under the lock: nothing queued after it is written before it
+                self._write(pickle.dumps(("ack", (seq,)), _PROTOCOL))
+                if self._broken:
+                    self._ready.notify_all()      # the writer thread ends
+                return
             self._acks.append(seq)
             self._ready.notify_all()
 
@@ -350,22 +388,32 @@ class _Child:
     def _writer(self) -> None:
         while True:
             with self._lock:
-                while not self._queue and not self._acks:
+                while not self._queue and not self._acks and not self._broken:
+                    self._idle = True
                     self._ready.wait()
+                self._idle = False
+                if self._broken:
+                    return
                 self._queue_acks()
                 batch, self._queue = self._queue, []
                 self._writing = True
-            data = b"".join(pickle.dumps(m, _PROTOCOL) for m in batch)
             try:
-                self._out.write(data)
-                self._out.flush()
-            except (OSError, ValueError):
-                self._broken = True
-                return             # the parent is gone: the main loop sees its input end
+                self._write(b"".join(pickle.dumps(m, _PROTOCOL) for m in batch))
             finally:
                 with self._lock:
                     self._writing = False
                     self._ready.notify_all()
+            if self._broken:
+                return
+
+    def _write(self, data: bytes) -> None:
+        """Write to the parent; a parent gone (the main loop sees its input end) marks the
+        output broken."""
+        try:
+            self._out.write(data)
+            self._out.flush()
+        except (OSError, ValueError):
+            self._broken = True
 
     def run(self) -> int:
         from cachesync.runtime.logs import setup

@@ -117,6 +117,26 @@ def test_one_partitions_records_keep_their_send_order(publisher):
     assert [r[3] for r in records(topic) if r[0] == 1] == [f"id-{n}" for n in range(20)]
 
 
+def test_records_alone_and_in_bursts_keep_their_order_and_are_acknowledged_once(publisher):
+    """At the head of the binlog each record comes alone (the process publisher writes it,
+    and its ack, without a hand-off to a writer thread); a backlog comes in bursts."""
+    made, topic, records = publisher
+    acks = Acks()
+    sent = 0
+    for burst in (1, 1, 10, 1, 1, 25, 1, 1):
+        for _ in range(burst):
+            acks.send(made, topic, sent, partition=1)
+            sent += 1
+        if burst == 1:      # acknowledged before the next: that one comes alone too
+            last = sent - 1
+            wait_for(lambda: last in acks.acked,
+                     what=f"record {last} acknowledged", timeout=60)
+    made.flush(timeout_s=30)
+    wait_for(lambda: len(acks.acked) == sent, what=f"{sent} acknowledgements", timeout=60)
+    assert sorted(acks.acked) == list(range(sent)) and acks.failed == []
+    assert [r[3] for r in records(topic) if r[0] == 1] == [f"id-{n}" for n in range(sent)]
+
+
 def _params(env: dict, database: str) -> MySQLParams:
     """The cachesync user's connection (least privilege, as the commands connect)."""
     with open(env["CACHESYNC_MYSQL_PASSWORD_FILE"]) as f:
