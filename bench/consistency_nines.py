@@ -39,6 +39,7 @@ class Pipeline:
                                 # under its id takes its partitions back without a rebalance
                                 kafka={"group_instance_id": f"nines-{box.suffix}-consume"})
         self.configs = {"tail": path, "consume": path}
+        self.probe_topic = box.new_topic(1)     # the injector's check that the broker serves
         self.procs = {c: box.spawn(c, path) for c in ("tail", "consume")}
         self.faults_made = 0      # the kill class's faults so far (their cycle spans cells)
         for proc in self.procs.values():
@@ -77,7 +78,10 @@ def run(stack, quick: bool, runs: int = 1) -> dict:
 
 def _run_class(box, pipeline: Pipeline, faults, size: dict, seed: int) -> dict:
     out, window = {}, None
+    chosen = os.environ.get("BENCH_NINES_STRATEGIES")    # e.g. "cachesync": a subset
     for strategy in large.STRATEGIES:            # cachesync first: its lag is the window
+        if chosen and strategy not in chosen.split(","):
+            continue
         cell = large.LargeCell(box, pipeline, strategy, faults, size, seed)
         raw = cell.run()
         t_end = time.perf_counter()

@@ -1,6 +1,7 @@
 """The large cells' load: reader and writer processes, cheap enough for 10^7 reads a cell.
 
-Readers pipeline plain GETs (commands packed once, replies parsed by hiredis) of rows drawn
+Readers send MGETs of PIPELINE keys (commands packed once, one reply parsed by hiredis per
+round trip: the cheapest way for Redis and the reader to serve a plain read) of rows drawn
 from a Zipf distribution; a miss goes to the process's fill threads, which fill as the
 strategy does (``read_through`` for cachesync, GET + SELECT + SET for the app strategies)
 after up to FILL_DELAY_S of application work. Nothing judges a read here: each read is kept
@@ -9,6 +10,12 @@ as (start time, value) and judged afterwards against the writers' commit history
 and record, per change, its row, seq, value, commit time and, for the app strategies, when
 their own post-commit delete returned (never, for a crashed writer or an outside write).
 
+The readers (with their fill threads) and the writers stand for application servers, which
+run on other hosts than the database and its sidecar: they run at a lower CPU priority
+(APP_NICE), so that on this one host they take the CPU the application's own hosts would
+give them without starving MariaDB, Redis, Kafka and cachesync. The keyspace watcher is the
+lab's clock for cachesync's applies and keeps the normal priority.
+
 Times are ``time.perf_counter()``: CLOCK_MONOTONIC, one clock for every process of the host.
 """
 
@@ -16,6 +23,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import os
 import pickle
 import queue
 import random
@@ -32,7 +40,8 @@ from bench.consistency.strategies import DOUBLE_DELETE_S, TTL_S
 from bench.consistency.workload import FILL_DELAY_S
 from cachesync.client import read_through
 
-PIPELINE = 200            # GETs per round trip
+PIPELINE = 200            # keys per MGET (one round trip)
+APP_NICE = 10             # the application's processes: below the services and cachesync
 FILL_QUEUE = 256          # misses waiting for a fill thread (the reader waits beyond)
 NEVER = float("inf")      # an invalidation that never came
 PACE_MARGIN = 1.1         # readers' pace above the reads the writes' length needs
@@ -51,15 +60,22 @@ def _mysql(spec: dict, autocommit: bool):
     return pymysql.connect(**spec["mysql"], autocommit=autocommit)
 
 
+def as_application() -> None:
+    """Lower this process's CPU priority to the application servers' (see the module)."""
+    os.nice(APP_NICE)
+
+
 # -- readers ---------------------------------------------------------------------------
 def read_process(spec: dict, n: int, start, stop, counts, out: str) -> None:
     """Read until ``stop``, keeping ``counts[n]`` at the reads made so far (hits; fills
     are added at the end); writes ``(times, values)`` arrays (hits and fills) to ``out``."""
+    as_application()
     rng = random.Random(spec["seed"] * 1000 + n)
     rows = range(spec["rows"])
     weights = zipf_weights(spec["rows"], spec["zipf_s"])
     keys = [_key(spec, row).encode() for row in rows]
-    packed = [b"*2\r\n$3\r\nGET\r\n$%d\r\n%s\r\n" % (len(k), k) for k in keys]
+    packed = [b"$%d\r\n%s\r\n" % (len(k), k) for k in keys]
+    mget = b"*%d\r\n$4\r\nMGET\r\n" % (PIPELINE + 1)
     misses: queue.Queue = queue.Queue(FILL_QUEUE)
     fills = [_Filler(spec, misses, rng.random()) for _ in range(spec["fill_threads"])]
     for f in fills:
@@ -78,9 +94,9 @@ def read_process(spec: dict, n: int, start, stop, counts, out: str) -> None:
             time.sleep(ahead)
         batch = rng.choices(rows, cum_weights=weights, k=PIPELINE)
         t0 = time.perf_counter()
-        conn.send_packed_command([b"".join([packed[i] for i in batch])], check_health=False)
-        for row in batch:
-            value = conn.read_response()
+        conn.send_packed_command([mget + b"".join([packed[i] for i in batch])],
+                                check_health=False)
+        for row, value in zip(batch, conn.read_response()):
             if value is None:
                 misses.put(row)
             else:
@@ -142,6 +158,7 @@ def write_process(spec: dict, faults: Faults, start, read_counts, out: str) -> N
     """Update rows at ``spec["write_rate"]`` until ``spec["writes"]`` updates are made and the
     readers made ``spec["reads"]`` reads (``read_counts``); writes the changes
     ``[row, seq, value, commit_t, applied_t]`` and the injected faults to ``out``."""
+    as_application()
     start.wait(120)
     state = _Writes(spec, lambda: sum(read_counts) >= spec["reads"])
     later = threading.Thread(target=state.delete_later, daemon=True)
