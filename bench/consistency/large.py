@@ -183,7 +183,7 @@ class LargeCell:
         run = os.path.join(self.box.stack.env["DEVSTACK_DIR"], "run")
         services = {name: pid_file(os.path.join(run, f"{name}.pid"))
                     for name in ("mariadb", "redis", "kafka")}
-        return {"readers (nice)": [p.pid for p in readers], "writer (nice)": [writer.pid],
+        return {"readers (nice)": [p.pid for p in readers], "writer": [writer.pid],
                 **({"watcher": [watcher.pid]} if watcher else {}),
                 **{f"cachesync {c}": [p.pid] for c, p in self.pipeline.procs.items()},
                 **{name: [pid] for name, pid in services.items() if pid}}

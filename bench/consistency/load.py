@@ -10,11 +10,12 @@ as (start time, value) and judged afterwards against the writers' commit history
 and record, per change, its row, seq, value, commit time and, for the app strategies, when
 their own post-commit delete returned (never, for a crashed writer or an outside write).
 
-The readers (with their fill threads) and the writers stand for application servers, which
-run on other hosts than the database and its sidecar: they run at a lower CPU priority
-(APP_NICE), so that on this one host they take the CPU the application's own hosts would
-give them without starving MariaDB, Redis, Kafka and cachesync. The keyspace watcher is the
-lab's clock for cachesync's applies and keeps the normal priority.
+The readers (with their fill threads) stand for application servers, which run on other
+hosts than the database and its sidecar: they run at a lower CPU priority (APP_NICE), so that
+on this one host the bulk of the application's CPU does not starve MariaDB, Redis, Kafka and
+cachesync. The writer keeps the normal priority: its pace is the cell's clock (a starved
+writer stretched a cell far beyond its 10^5 writes), and it takes a small share of the CPU.
+The keyspace watcher is the lab's clock for cachesync's applies and keeps it too.
 
 Times are ``time.perf_counter()``: CLOCK_MONOTONIC, one clock for every process of the host.
 """
@@ -61,7 +62,8 @@ def _mysql(spec: dict, autocommit: bool):
 
 
 def as_application() -> None:
-    """Lower this process's CPU priority to the application servers' (see the module)."""
+    """Lower this process's CPU priority to the application servers' (the readers; see the
+    module)."""
     os.nice(APP_NICE)
 
 
@@ -158,7 +160,6 @@ def write_process(spec: dict, faults: Faults, start, read_counts, out: str) -> N
     """Update rows at ``spec["write_rate"]`` until ``spec["writes"]`` updates are made and the
     readers made ``spec["reads"]`` reads (``read_counts``); writes the changes
     ``[row, seq, value, commit_t, applied_t]`` and the injected faults to ``out``."""
-    as_application()
     start.wait(120)
     state = _Writes(spec, lambda: sum(read_counts) >= spec["reads"])
     later = threading.Thread(target=state.delete_later, daemon=True)
