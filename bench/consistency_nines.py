@@ -17,7 +17,7 @@ from bench.common import ROOT, Sandbox, log, wait_for
 from bench.consistency import large, plot
 from bench.consistency.chaos import await_ready
 from bench.consistency.faults import OUTSIDE_SHARE, P_FAULT
-from bench.consistency.load import FILL_DELAY_S, PIPELINE
+from bench.consistency.load import APP_NICE, FILL_DELAY_S, PIPELINE
 from bench.consistency.strategies import BY_NAME, DOUBLE_DELETE_S, TTL_S
 from bench.failover import _stack_sh
 
@@ -129,7 +129,19 @@ def _document(size: dict, classes: dict, plot_to: Path) -> dict:
                        "stale reads beyond the lag (cachesync's longest commit -> invalidation "
                        "of the class, outside outages) in nines; stale keys left; 95 % upper "
                        "bounds 3/n where none failed",
-        "params": {**size, "pipeline_gets": PIPELINE, "fault_p": P_FAULT,
+        "params": {**size, "pipeline_gets": PIPELINE,
+                   "reads": f"MGET of {PIPELINE} keys per round trip; a miss is filled by the "
+                            "strategy's reader",
+                   "readers_nice": APP_NICE,
+                   "priorities": "the readers and their fill threads stand for application "
+                                 "servers on other hosts and run at nice "
+                                 f"{APP_NICE}; the writer, the keyspace watcher, cachesync, "
+                                 "MariaDB, Redis and Kafka at the normal priority",
+                   "outage": "from the SIGKILL (tail, consume) or the start of `stack.sh down "
+                             "kafka` until the component is up and serving: the replacement "
+                             "process answers /readyz with 200, the restarted broker "
+                             "acknowledged (acks=all) a record a new client produced",
+                   "fault_p": P_FAULT,
                    "outside_share": OUTSIDE_SHARE, "fill_delay_max_ms": FILL_DELAY_S * 1000,
                    "ttl_s": TTL_S, "double_delete_ms": DOUBLE_DELETE_S * 1000,
                    "commit_time": "taken just before COMMIT is sent (conservative for both "
