@@ -17,7 +17,7 @@ from bench.common import ROOT, Sandbox, log, wait_for
 from bench.consistency import large, plot
 from bench.consistency.chaos import await_ready
 from bench.consistency.faults import OUTSIDE_SHARE, P_FAULT
-from bench.consistency.load import APP_NICE, FILL_DELAY_S, PIPELINE
+from bench.consistency.load import FILL_DELAY_S, PIPELINE, READERS_NICE
 from bench.consistency.strategies import BY_NAME, DOUBLE_DELETE_S, TTL_S
 from bench.failover import _stack_sh
 
@@ -132,11 +132,11 @@ def _document(size: dict, classes: dict, plot_to: Path) -> dict:
         "params": {**size, "pipeline_gets": PIPELINE,
                    "reads": f"MGET of {PIPELINE} keys per round trip; a miss is filled by the "
                             "strategy's reader",
-                   "readers_nice": APP_NICE,
-                   "priorities": "the readers and their fill threads stand for application "
-                                 "servers on other hosts and run at nice "
-                                 f"{APP_NICE}; the writer, the keyspace watcher, cachesync, "
-                                 "MariaDB, Redis and Kafka at the normal priority",
+                   "readers_nice": READERS_NICE,
+                   "priorities": f"the readers and their fill threads at nice {READERS_NICE} "
+                                 "(BENCH_NINES_READERS_NICE); the writer, the keyspace "
+                                 "watcher, cachesync, MariaDB, Redis and Kafka at the normal "
+                                 "priority",
                    "outage": "from the SIGKILL (tail, consume) or the start of `stack.sh down "
                              "kafka` until the component is up and serving: the replacement "
                              "process answers /readyz with 200, the restarted broker "

@@ -27,7 +27,8 @@ from bench.consistency import measure
 from bench.consistency.chaos import ChaosInjector
 from bench.consistency.cpu import CpuSample, pid_file
 from bench.consistency.faults import OUTSIDE_SHARE, P_FAULT, Faults
-from bench.consistency.load import NEVER, load_result, read_process, watch_process, write_process
+from bench.consistency.load import (NEVER, READERS_NICE, load_result, read_process,
+                                   watch_process, write_process)
 from bench.consistency.strategies import BY_NAME
 from cachesync.consumer.core.nines import LagFigures
 
@@ -89,7 +90,7 @@ class LargeCell:
             password = f.read().strip()
         url = env["CACHESYNC_REDIS_URL"]
         cachesync = self.strategy.cachesync
-        return {**self.size, "seed": self.seed, "table": self.table, "cachesync": cachesync,
+        return {**self.size, "seed": self.seed, "readers_nice": READERS_NICE, "table": self.table, "cachesync": cachesync,
                 "template": f"{self.box.prefix}{self.table}:{{id}}",
                 "marker": marker_template(self.box.prefix) if cachesync else None,
                 "before": self.strategy.before, "after": self.strategy.after,
@@ -183,7 +184,7 @@ class LargeCell:
         run = os.path.join(self.box.stack.env["DEVSTACK_DIR"], "run")
         services = {name: pid_file(os.path.join(run, f"{name}.pid"))
                     for name in ("mariadb", "redis", "kafka")}
-        return {"readers (nice)": [p.pid for p in readers], "writer": [writer.pid],
+        return {"readers": [p.pid for p in readers], "writer": [writer.pid],
                 **({"watcher": [watcher.pid]} if watcher else {}),
                 **{f"cachesync {c}": [p.pid] for c, p in self.pipeline.procs.items()},
                 **{name: [pid] for name, pid in services.items() if pid}}

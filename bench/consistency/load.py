@@ -11,11 +11,13 @@ and record, per change, its row, seq, value, commit time and, for the app strate
 their own post-commit delete returned (never, for a crashed writer or an outside write).
 
 The readers (with their fill threads) stand for application servers, which run on other
-hosts than the database and its sidecar: they run at a lower CPU priority (APP_NICE), so that
-on this one host the bulk of the application's CPU does not starve MariaDB, Redis, Kafka and
-cachesync. The writer keeps the normal priority: its pace is the cell's clock (a starved
-writer stretched a cell far beyond its 10^5 writes), and it takes a small share of the CPU.
-The keyspace watcher is the lab's clock for cachesync's applies and keeps it too.
+hosts than the database and its sidecar: ``spec["readers_nice"]`` (READERS_NICE) lowers their
+CPU priority, so that on this one host the bulk of the application's CPU does not take the
+CPU of MariaDB, Redis, Kafka and cachesync. It is 0 by default: on a host that other jobs
+keep busy, niced readers get almost no CPU (4,200 reads/s at load average 35, so a cell of
+10^7 reads would take 40 minutes). The writer keeps the normal priority: its pace is the
+cell's clock (a niced writer stretched a cell far beyond its 10^5 writes). The keyspace
+watcher is the lab's clock for cachesync's applies and keeps it too.
 
 Times are ``time.perf_counter()``: CLOCK_MONOTONIC, one clock for every process of the host.
 """
@@ -42,7 +44,8 @@ from bench.consistency.workload import FILL_DELAY_S
 from cachesync.client import read_through
 
 PIPELINE = 200            # keys per MGET (one round trip)
-APP_NICE = 10             # the application's processes: below the services and cachesync
+# the readers' niceness (BENCH_NINES_READERS_NICE; see the module)
+READERS_NICE = int(os.environ.get("BENCH_NINES_READERS_NICE", "0"))
 FILL_QUEUE = 256          # misses waiting for a fill thread (the reader waits beyond)
 NEVER = float("inf")      # an invalidation that never came
 PACE_MARGIN = 1.1         # readers' pace above the reads the writes' length needs
@@ -61,17 +64,17 @@ def _mysql(spec: dict, autocommit: bool):
     return pymysql.connect(**spec["mysql"], autocommit=autocommit)
 
 
-def as_application() -> None:
-    """Lower this process's CPU priority to the application servers' (the readers; see the
-    module)."""
-    os.nice(APP_NICE)
+def as_application(spec: dict) -> None:
+    """Lower a reader's CPU priority by ``spec["readers_nice"]`` (see the module)."""
+    if spec["readers_nice"]:
+        os.nice(spec["readers_nice"])
 
 
 # -- readers ---------------------------------------------------------------------------
 def read_process(spec: dict, n: int, start, stop, counts, out: str) -> None:
     """Read until ``stop``, keeping ``counts[n]`` at the reads made so far (hits; fills
     are added at the end); writes ``(times, values)`` arrays (hits and fills) to ``out``."""
-    as_application()
+    as_application(spec)
     rng = random.Random(spec["seed"] * 1000 + n)
     rows = range(spec["rows"])
     weights = zipf_weights(spec["rows"], spec["zipf_s"])
