@@ -6,9 +6,9 @@ replacement is started at once; the Kafka broker is stopped and started with
 of ``stack.sh down kafka``) until the component is up and serving again: the replacement
 cachesync process answers ``/readyz`` with 200, or the restarted broker acknowledged
 (acks=all) a record a new client produced to the lab's probe topic. ``stack.sh up kafka``
-itself returns later (its own check starts a JVM tool); the next fault waits for it. Faults follow one another every
-``interval_s`` (a new one only once the last outage ended) until ``stop``; the cycle goes
-on where the previous cell's injector left it.
+itself returns later (its own check starts a JVM tool); the next fault waits for it. Faults
+follow one another every ``interval_s`` (a new one only once the last outage ended) until
+``stop``; the cycle goes on where the previous cell's injector left it.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Where a cell's CPU went: per process of the lab, CPU time and time spent waiting for a CPU.
 
 Read from ``/proc/<pid>/task/<tid>/schedstat`` (time on a CPU, time runnable but waiting
-on a run queue, both in ns, summed over the process's threads) every second of a cell. A process that waited long for a CPU was starved; the host's own CPU time
-(``/proc/stat``) says how much of the machine the lab's processes had at all (other users
-share it).
+on a run queue, both in ns, summed over the process's threads) every second of a cell. A
+process that waited long for a CPU was starved; the host's own CPU time (``/proc/stat``)
+says how much of the machine the lab's processes had at all (other users share it).
 """
 
 from __future__ import annotations
