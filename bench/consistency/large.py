@@ -90,7 +90,8 @@ class LargeCell:
             password = f.read().strip()
         url = env["CACHESYNC_REDIS_URL"]
         cachesync = self.strategy.cachesync
-        return {**self.size, "seed": self.seed, "readers_nice": READERS_NICE, "table": self.table, "cachesync": cachesync,
+        return {**self.size, "seed": self.seed, "readers_nice": READERS_NICE,
+                "table": self.table, "cachesync": cachesync,
                 "template": f"{self.box.prefix}{self.table}:{{id}}",
                 "marker": marker_template(self.box.prefix) if cachesync else None,
                 "before": self.strategy.before, "after": self.strategy.after,
