@@ -17,7 +17,7 @@ from bench.common import ROOT, Sandbox, log, wait_for
 from bench.consistency import large, plot
 from bench.consistency.chaos import await_ready
 from bench.consistency.faults import OUTSIDE_SHARE, P_FAULT
-from bench.consistency.load import FILL_DELAY_S, PIPELINE
+from bench.consistency.load import FILL_DELAY_S, PIPELINE, READERS_NICE
 from bench.consistency.strategies import BY_NAME, DOUBLE_DELETE_S, TTL_S
 from bench.failover import _stack_sh
 
@@ -39,6 +39,7 @@ class Pipeline:
                                 # under its id takes its partitions back without a rebalance
                                 kafka={"group_instance_id": f"nines-{box.suffix}-consume"})
         self.configs = {"tail": path, "consume": path}
+        self.probe_topic = box.new_topic(1)     # the injector's check that the broker serves
         self.procs = {c: box.spawn(c, path) for c in ("tail", "consume")}
         self.faults_made = 0      # the kill class's faults so far (their cycle spans cells)
         for proc in self.procs.values():
@@ -69,7 +70,9 @@ def run(stack, quick: bool, runs: int = 1) -> dict:
             if chosen and faults.name not in chosen.split(","):
                 continue
             classes[faults.name] = _run_class(box, pipeline, faults, size, seed=n)
-        return _document(size, classes, ROOT / PLOT[mode])
+        subset = chosen or os.environ.get("BENCH_NINES_STRATEGIES")
+        # a subset's plot never replaces the docs' one, drawn from every class and strategy
+        return _document(size, classes, ROOT / PLOT["quick" if subset else mode])
     finally:
         r.config_set("notify-keyspace-events", notify)
         box.cleanup()
@@ -77,7 +80,10 @@ def run(stack, quick: bool, runs: int = 1) -> dict:
 
 def _run_class(box, pipeline: Pipeline, faults, size: dict, seed: int) -> dict:
     out, window = {}, None
+    chosen = os.environ.get("BENCH_NINES_STRATEGIES")    # e.g. "cachesync": a subset
     for strategy in large.STRATEGIES:            # cachesync first: its lag is the window
+        if chosen and strategy not in chosen.split(","):
+            continue
         cell = large.LargeCell(box, pipeline, strategy, faults, size, seed)
         raw = cell.run()
         t_end = time.perf_counter()
@@ -117,7 +123,8 @@ def _warm_up(box: Sandbox) -> None:
 
 
 def _document(size: dict, classes: dict, plot_to: Path) -> dict:
-    strategies = {s: BY_NAME[s].label for s in large.STRATEGIES}
+    strategies = {s: BY_NAME[s].label for s in large.STRATEGIES       # those run
+                  if all(s in cells for cells in classes.values())}
     plot_path = plot.draw_nines(classes, strategies, plot_to)
     return {
         "description": "large cells: per change, the share of invalidations applied within "
@@ -125,7 +132,19 @@ def _document(size: dict, classes: dict, plot_to: Path) -> dict:
                        "stale reads beyond the lag (cachesync's longest commit -> invalidation "
                        "of the class, outside outages) in nines; stale keys left; 95 % upper "
                        "bounds 3/n where none failed",
-        "params": {**size, "pipeline_gets": PIPELINE, "fault_p": P_FAULT,
+        "params": {**size, "pipeline_gets": PIPELINE,
+                   "reads": f"MGET of {PIPELINE} keys per round trip; a miss is filled by the "
+                            "strategy's reader",
+                   "readers_nice": READERS_NICE,
+                   "priorities": f"the readers and their fill threads at nice {READERS_NICE} "
+                                 "(BENCH_NINES_READERS_NICE); the writer, the keyspace "
+                                 "watcher, cachesync, MariaDB, Redis and Kafka at the normal "
+                                 "priority",
+                   "outage": "from the SIGKILL (tail, consume) or the start of `stack.sh down "
+                             "kafka` until the component is up and serving: the replacement "
+                             "process answers /readyz with 200, the restarted broker "
+                             "acknowledged (acks=all) a record a new client produced",
+                   "fault_p": P_FAULT,
                    "outside_share": OUTSIDE_SHARE, "fill_delay_max_ms": FILL_DELAY_S * 1000,
                    "ttl_s": TTL_S, "double_delete_ms": DOUBLE_DELETE_S * 1000,
                    "commit_time": "taken just before COMMIT is sent (conservative for both "

@@ -520,7 +520,10 @@ def _first_produce(bootstrap: str, topic: str) -> float:
         try:
             producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all",
                                      reconnect_backoff_ms=20, reconnect_backoff_max_ms=20,
-                                     retry_backoff_ms=20, max_block_ms=2000)
+                                     retry_backoff_ms=20, max_block_ms=2000,
+                                     # plain: an idempotent one first asks a restarting
+                                     # broker for a producer id (seen hanging the probe)
+                                     enable_idempotence=False)
             producer.send(topic, b"probe").get(timeout=2)
             return time.perf_counter()
         except KafkaError:

@@ -2,11 +2,13 @@
 
 As the chaos tests do, on the real processes: ``tail`` and ``consume`` get SIGKILL and a
 replacement is started at once; the Kafka broker is stopped and started with
-``devstack/stack.sh down|up kafka``. Each fault is an outage window, from the kill until the
-component is back: a replacement cachesync process answers ``/readyz``, ``stack.sh up
-kafka`` returned (it waits until the broker serves). Faults follow one another every
-``interval_s`` (a new one only once the last outage ended) until ``stop``; the cycle goes
-on where the previous cell's injector left it.
+``devstack/stack.sh down|up kafka``. Each fault is an outage window, from the kill (the start
+of ``stack.sh down kafka``) until the component is up and serving again: the replacement
+cachesync process answers ``/readyz`` with 200, or the restarted broker acknowledged
+(acks=all) a record a new client produced to the lab's probe topic. ``stack.sh up kafka``
+itself returns later (its own check starts a JVM tool); the next fault waits for it. Faults
+follow one another every ``interval_s`` (a new one only once the last outage ended) until
+``stop``; the cycle goes on where the previous cell's injector left it.
 """
 
 from __future__ import annotations
@@ -14,12 +16,14 @@ from __future__ import annotations
 import json
 import re
 import signal
+import subprocess
 import threading
 import time
 import urllib.error
 import urllib.request
 
 from bench.common import log, wait_for
+from bench.failover import _first_produce, _port_open, _stack_sh_args, _stack_sh_env
 
 FAULTS = ("consume", "tail", "kafka")     # the cycle, in this order
 READY_TIMEOUT_S = 180.0
@@ -29,8 +33,9 @@ class ChaosInjector(threading.Thread):
     """Kills and restarts in a cycle; ``outages`` is [(what, start, end)] (perf_counter)."""
 
     def __init__(self, box, procs: dict, configs: dict, interval_s: float,
-                 stack_sh, first_after_s: float = 5.0, first: int = 0):
+                 stack_sh, probe_topic: str, first_after_s: float = 5.0, first: int = 0):
         super().__init__(name="chaos", daemon=True)
+        self.probe_topic = probe_topic      # the broker serves once a record to it is acked
         self.box, self.procs, self.configs = box, procs, configs
         self.interval_s, self.first_after_s, self.stack_sh = interval_s, first_after_s, stack_sh
         self.stop = threading.Event()
@@ -46,12 +51,11 @@ class ChaosInjector(threading.Thread):
             while not self.stop.is_set():
                 what = FAULTS[n % len(FAULTS)]
                 start = time.perf_counter()
-                self._kafka() if what == "kafka" else self._kill(what)
-                end = time.perf_counter()
+                end = self._kafka() if what == "kafka" else self._kill(what)
                 self.outages.append((what, start, end))
                 log(f"consistency: {what} down for {end - start:.1f} s")
                 n += 1
-                if self.stop.wait(max(0.0, self.interval_s - (end - start))):
+                if self.stop.wait(max(0.0, self.interval_s - (time.perf_counter() - start))):
                     return
         except BaseException as e:  # noqa: BLE001 - raised by check() in the lab's thread
             self.error = e
@@ -60,17 +64,30 @@ class ChaosInjector(threading.Thread):
         if self.error is not None:
             raise RuntimeError(f"the fault injector failed: {self.error}") from self.error
 
-    def _kill(self, command: str) -> None:
+    def _kill(self, command: str) -> float:
+        """Kill -9 and start a replacement; returns when it answered /readyz."""
         old = self.procs[command]
         old.send_signal(signal.SIGKILL)
         old.wait(30)
         new = self.box.spawn(command, self.configs[command])
         self.procs[command] = new
         await_ready(self.box, new)
+        return time.perf_counter()
 
-    def _kafka(self) -> None:
-        self.stack_sh(self.box.stack, "down", "kafka")
-        self.stack_sh(self.box.stack, "up", "kafka")
+    def _kafka(self) -> float:
+        """Stop and start the broker; returns when it first acknowledged a produce."""
+        stack = self.box.stack
+        self.stack_sh(stack, "down", "kafka")
+        up = subprocess.Popen(_stack_sh_args("up", "kafka"), env=_stack_sh_env(stack),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        # the port first (a client started against a closed port fails at once, in a loop)
+        wait_for(lambda: _port_open(stack.bootstrap), READY_TIMEOUT_S, "the broker's port",
+                 interval=0.05)
+        served = _first_produce(stack.bootstrap, self.probe_topic)
+        _, err = up.communicate(timeout=READY_TIMEOUT_S)
+        if up.returncode != 0:
+            raise RuntimeError(f"stack.sh up kafka failed: {err[-2000:]}")
+        return served
 
 
 def await_ready(box, proc) -> None:

@@ -25,8 +25,10 @@ import time
 from bench.common import Sandbox, wait_for
 from bench.consistency import measure
 from bench.consistency.chaos import ChaosInjector
+from bench.consistency.cpu import CpuSample, pid_file
 from bench.consistency.faults import OUTSIDE_SHARE, P_FAULT, Faults
-from bench.consistency.load import NEVER, load_result, read_process, watch_process, write_process
+from bench.consistency.load import (NEVER, READERS_NICE, load_result, read_process,
+                                   watch_process, write_process)
 from bench.consistency.strategies import BY_NAME
 from cachesync.consumer.core.nines import LagFigures
 
@@ -88,7 +90,8 @@ class LargeCell:
             password = f.read().strip()
         url = env["CACHESYNC_REDIS_URL"]
         cachesync = self.strategy.cachesync
-        return {**self.size, "seed": self.seed, "table": self.table, "cachesync": cachesync,
+        return {**self.size, "seed": self.seed, "readers_nice": READERS_NICE,
+                "table": self.table, "cachesync": cachesync,
                 "template": f"{self.box.prefix}{self.table}:{{id}}",
                 "marker": marker_template(self.box.prefix) if cachesync else None,
                 "before": self.strategy.before, "after": self.strategy.after,
@@ -141,7 +144,10 @@ class LargeCell:
         start.wait(120)
         load0, t0 = os.getloadavg(), time.perf_counter()
         chaos = self._chaos() if self.faults is KILL else None
-        writer.join()
+        cpu = CpuSample()
+        while writer.is_alive():       # the loaded part of the cell: its CPU, every second
+            cpu.update(self._pids(readers, writer, watcher), time.perf_counter())
+            writer.join(1.0)
         writes_done = time.perf_counter()
         if chaos is not None:
             chaos.stop.set()
@@ -170,14 +176,24 @@ class LargeCell:
         return {"base": base, "changes": written["changes"], "gone": gone, "reads": reads,
                 "injected": written["injected"], "left": left,
                 "outages": chaos.outages if chaos else [],
-                "seconds": t_end - t0, "write_seconds": writes_done - t0,
+                "seconds": t_end - t0, "write_seconds": writes_done - t0, "cpu": cpu.figures(),
                 "loadavg": {"start": [round(x, 2) for x in load0],
                             "end": [round(x, 2) for x in load1]}}
+
+    def _pids(self, readers, writer, watcher) -> dict[str, list[int]]:
+        """The lab's processes by role: the load, the watcher, cachesync, the services."""
+        run = os.path.join(self.box.stack.env["DEVSTACK_DIR"], "run")
+        services = {name: pid_file(os.path.join(run, f"{name}.pid"))
+                    for name in ("mariadb", "redis", "kafka")}
+        return {"readers": [p.pid for p in readers], "writer": [writer.pid],
+                **({"watcher": [watcher.pid]} if watcher else {}),
+                **{f"cachesync {c}": [p.pid] for c, p in self.pipeline.procs.items()},
+                **{name: [pid] for name, pid in services.items() if pid}}
 
     def _chaos(self) -> ChaosInjector:
         chaos = ChaosInjector(self.box, self.pipeline.procs, self.pipeline.configs,
                               self.size["kill_interval_s"], self.pipeline.stack_sh,
-                              first=self.pipeline.faults_made)
+                              self.pipeline.probe_topic, first=self.pipeline.faults_made)
         chaos.start()
         return chaos
 
@@ -251,15 +267,22 @@ def outage_check(pairs: list[tuple[float, float]], outages: list) -> tuple[list,
                            "of the outage that delayed it"}
 
 
-def read_skips(pairs: list[tuple[float, float]], outages: list) -> list[tuple[float, float]]:
-    """Per outage, the reads it may have made stale: from the kill until the last change
-    it delayed was applied (at least its end + GRACE_S)."""
-    spans = []
+def last_delayed(pairs: list[tuple[float, float]], outages: list) -> list[float | None]:
+    """Per outage, when the last change it delayed (committed from GRACE_S before the
+    kill until the outage ended) was applied; None if none was."""
+    out = []
     for _, start, end in outages:
         delayed = [applied for commit, applied in pairs
                    if start - measure.GRACE_S <= commit <= end and applied != NEVER]
-        spans.append((start, max([end + measure.GRACE_S, *delayed])))
-    return spans
+        out.append(max(delayed) if delayed else None)
+    return out
+
+
+def read_skips(pairs: list[tuple[float, float]], outages: list) -> list[tuple[float, float]]:
+    """Per outage, the reads it may have made stale: from the kill until the last change
+    it delayed was applied (at least its end + GRACE_S)."""
+    return [(start, max(end + measure.GRACE_S, last or end))
+            for (_, start, end), last in zip(outages, last_delayed(pairs, outages))]
 
 
 def verdict(raw: dict, window: float, t_end: float) -> dict:
@@ -280,7 +303,7 @@ def verdict(raw: dict, window: float, t_end: float) -> dict:
            "reads_per_s": round(n_reads / raw["seconds"]),
            "writes_per_s": round(len(pairs) / raw["write_seconds"], 1),
            "fills": fills, "miss_rate": round(fills / n_reads, 5) if n_reads else None,
-           "loadavg": raw["loadavg"], "injected": raw["injected"],
+           "loadavg": raw["loadavg"], "cpu": raw["cpu"], "injected": raw["injected"],
            "lag_window_ms": round(window * 1000, 1),
            "per_change": change_figures(pairs, t_end),
            "stale_keys_after": len(raw["left"])}
@@ -296,8 +319,11 @@ def verdict(raw: dict, window: float, t_end: float) -> dict:
                               "per_read": measure.read_figure(counts),
                               "read_windows_excluded_s": round(sum(b - a for a, b in
                                                                    measure.merged(skips)), 1)}
-    out["outages"] = [{"what": what, "seconds": round(end - start, 1)}
-                      for what, start, end in outages]
+    # how long after each outage ended its backlog took: the recovery the deadline bounds
+    out["outages"] = [{"what": what, "seconds": round(end - start, 1),
+                       "last_delayed_applied_after_end_s":
+                           round(last - end, 2) if last is not None else None}
+                      for (what, start, end), last in zip(outages, last_delayed(pairs, outages))]
     out["deadline_check"] = check
     return out
 

@@ -1,6 +1,7 @@
 """The large cells' load: reader and writer processes, cheap enough for 10^7 reads a cell.
 
-Readers pipeline plain GETs (commands packed once, replies parsed by hiredis) of rows drawn
+Readers send MGETs of PIPELINE keys (commands packed once, one reply parsed by hiredis per
+round trip: the cheapest way for Redis and the reader to serve a plain read) of rows drawn
 from a Zipf distribution; a miss goes to the process's fill threads, which fill as the
 strategy does (``read_through`` for cachesync, GET + SELECT + SET for the app strategies)
 after up to FILL_DELAY_S of application work. Nothing judges a read here: each read is kept
@@ -9,6 +10,15 @@ as (start time, value) and judged afterwards against the writers' commit history
 and record, per change, its row, seq, value, commit time and, for the app strategies, when
 their own post-commit delete returned (never, for a crashed writer or an outside write).
 
+The readers (with their fill threads) stand for application servers, which run on other
+hosts than the database and its sidecar: ``spec["readers_nice"]`` (READERS_NICE) lowers their
+CPU priority, so that on this one host the bulk of the application's CPU does not take the
+CPU of MariaDB, Redis, Kafka and cachesync. It is 0 by default: on a host that other jobs
+keep busy, niced readers get almost no CPU (4,200 reads/s at load average 35, so a cell of
+10^7 reads would take 40 minutes). The writer keeps the normal priority: its pace is the
+cell's clock (a niced writer stretched a cell far beyond its 10^5 writes). The keyspace
+watcher is the lab's clock for cachesync's applies and keeps it too.
+
 Times are ``time.perf_counter()``: CLOCK_MONOTONIC, one clock for every process of the host.
 """
 
@@ -16,6 +26,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import os
 import pickle
 import queue
 import random
@@ -32,7 +43,9 @@ from bench.consistency.strategies import DOUBLE_DELETE_S, TTL_S
 from bench.consistency.workload import FILL_DELAY_S
 from cachesync.client import read_through
 
-PIPELINE = 200            # GETs per round trip
+PIPELINE = 200            # keys per MGET (one round trip)
+# the readers' niceness (BENCH_NINES_READERS_NICE; see the module)
+READERS_NICE = int(os.environ.get("BENCH_NINES_READERS_NICE", "0"))
 FILL_QUEUE = 256          # misses waiting for a fill thread (the reader waits beyond)
 NEVER = float("inf")      # an invalidation that never came
 PACE_MARGIN = 1.1         # readers' pace above the reads the writes' length needs
@@ -51,15 +64,23 @@ def _mysql(spec: dict, autocommit: bool):
     return pymysql.connect(**spec["mysql"], autocommit=autocommit)
 
 
+def as_application(spec: dict) -> None:
+    """Lower a reader's CPU priority by ``spec["readers_nice"]`` (see the module)."""
+    if spec["readers_nice"]:
+        os.nice(spec["readers_nice"])
+
+
 # -- readers ---------------------------------------------------------------------------
 def read_process(spec: dict, n: int, start, stop, counts, out: str) -> None:
     """Read until ``stop``, keeping ``counts[n]`` at the reads made so far (hits; fills
     are added at the end); writes ``(times, values)`` arrays (hits and fills) to ``out``."""
+    as_application(spec)
     rng = random.Random(spec["seed"] * 1000 + n)
     rows = range(spec["rows"])
     weights = zipf_weights(spec["rows"], spec["zipf_s"])
     keys = [_key(spec, row).encode() for row in rows]
-    packed = [b"*2\r\n$3\r\nGET\r\n$%d\r\n%s\r\n" % (len(k), k) for k in keys]
+    packed = [b"$%d\r\n%s\r\n" % (len(k), k) for k in keys]
+    mget = b"*%d\r\n$4\r\nMGET\r\n" % (PIPELINE + 1)
     misses: queue.Queue = queue.Queue(FILL_QUEUE)
     fills = [_Filler(spec, misses, rng.random()) for _ in range(spec["fill_threads"])]
     for f in fills:
@@ -78,9 +99,9 @@ def read_process(spec: dict, n: int, start, stop, counts, out: str) -> None:
             time.sleep(ahead)
         batch = rng.choices(rows, cum_weights=weights, k=PIPELINE)
         t0 = time.perf_counter()
-        conn.send_packed_command([b"".join([packed[i] for i in batch])], check_health=False)
-        for row in batch:
-            value = conn.read_response()
+        conn.send_packed_command([mget + b"".join([packed[i] for i in batch])],
+                                check_health=False)
+        for row, value in zip(batch, conn.read_response()):
             if value is None:
                 misses.put(row)
             else:

@@ -101,13 +101,35 @@ def outages_markdown(lab: dict) -> str:
         if not o:
             continue
         within, check = o["per_change"]["within"], c["deadline_check"]
-        faults = ", ".join(f"{x['what']} {x['seconds']:g} s" for x in c["outages"])
+        faults = ", ".join(_fault(x) for x in c["outages"])
         lines.append(f"| {name} | {_share(within['100ms'])} | {_share(within['1s'])} "
                      f"| {_p999(o['per_change'])} "
                      f"| {_share(o['per_read']['beyond_lag'])} "
                      f"| {o['read_windows_excluded_s']:g} | {faults} "
                      f"| {check['landed_by_deadline']:,} of "
                      f"{check['landed_by_deadline'] + check['missed_deadline']:,} |")
+    return "\n".join(lines)
+
+
+def _fault(x: dict) -> str:
+    """``kafka 30.3 s (+0.52)``: the outage, and how long after its end the last change it
+    delayed was applied."""
+    after = x.get("last_delayed_applied_after_end_s")
+    return f"{x['what']} {x['seconds']:g} s" + (f" (+{after:g})" if after is not None else "")
+
+
+def cpu_markdown(lab: dict) -> str:
+    """Per class, cachesync's cell: each process's share of a CPU and of time queued for one."""
+    lines = ["| class | process | CPU (share of a core) | queued for a CPU | host busy |",
+             "|---|---|---|---|---|"]
+    for fault, cells in lab["classes"].items():
+        cpu = cells.get("cachesync", {}).get("cpu")
+        if not cpu:
+            continue
+        busy = f"{cpu['host_busy_cpu_s'] / cpu['seconds']:.2f} of {cpu['host_cpus']} cores"
+        for name, p in cpu["processes"].items():
+            lines.append(f"| {fault} | {name} | {p['cpu_share']:.2f} | {p['waited_share']:.2f} "
+                         f"| {busy} |")
     return "\n".join(lines)
 
 
@@ -133,7 +155,7 @@ def main(argv: list[str]) -> int:
     benchmarks = doc.get("benchmarks", {})
     if "consistency_nines" in benchmarks or "classes" in doc:
         lab = benchmarks.get("consistency_nines", doc)
-        print(nines_markdown(lab) + "\n\n" + outages_markdown(lab))
+        print(nines_markdown(lab) + "\n\n" + outages_markdown(lab) + "\n\n" + cpu_markdown(lab))
         return 0
     print(markdown(benchmarks.get("consistency", doc)))
     return 0

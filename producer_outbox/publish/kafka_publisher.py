@@ -19,6 +19,9 @@ log = logging.getLogger(__name__)
 # framing need the rest.
 MAX_RECORD_BYTES = 1_000_000
 DELIVERY_TIMEOUT_MS = 120_000   # the producer's (kafka-python's default too)
+# kafka-python's default is 30 s: slow to see a broker back; the same as the consumer's
+# (RECONNECT_BACKOFF_MAX_MS in consumer/adapters/kafka_source.py says why 100 ms)
+RECONNECT_BACKOFF_MAX_MS = 100
 # Errors retrying cannot fix: the same record or topic fails the same way again.
 PERMANENT_ERRORS = (MessageSizeTooLargeError, InvalidTopicError, AuthorizationError)
 
@@ -59,9 +62,7 @@ class KafkaPublisher:
     def _connect(bootstrap_servers, client_id, linger_ms, batch_size, security) -> KafkaProducer:
         tunable = dict(linger_ms=linger_ms, batch_size=batch_size, compression_type=None,
                        delivery_timeout_ms=DELIVERY_TIMEOUT_MS,
-                       # default 30 s: slow to see a broker back (see the consumer's
-                       # RECONNECT_BACKOFF_MAX_MS, consumer/adapters/kafka_source.py)
-                       reconnect_backoff_max_ms=500,
+                       reconnect_backoff_max_ms=RECONNECT_BACKOFF_MAX_MS,
                        # kafka-python's own sensors, recorded per request and record and
                        # read by nothing here
                        metrics_enabled=False)

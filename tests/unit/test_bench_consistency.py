@@ -255,3 +255,38 @@ def test_the_kill_class_checks_every_invalidation_against_its_outage():
     assert large.read_skips(pairs, outages) == [(10.0, 31.5)]
     figures = large.change_figures(pairs, end=50.0)
     assert figures["never_applied"] == 1 and figures["within"]["1s"]["failed"] == 3
+
+
+def test_each_outage_says_when_the_last_change_it_delayed_was_applied():
+    from bench.consistency import large
+    from bench.consistency.load import NEVER
+    outages = [("consume", 10.0, 12.0), ("kafka", 20.0, 30.0), ("tail", 40.0, 41.0)]
+    pairs = [(9.5, 12.3), (11.0, 12.2), (25.0, 30.6), (29.9, NEVER), (35.0, 35.1)]
+    assert large.last_delayed(pairs, outages) == [12.3, 30.6, None]
+    assert large.read_skips(pairs, outages) == [(10.0, 13.0), (20.0, 31.0), (40.0, 42.0)]
+
+
+def test_report_shows_each_outage_with_its_recovery_and_the_cpu_of_cachesyncs_cells():
+    from bench.consistency.report import cpu_markdown, _fault
+    assert _fault({"what": "kafka", "seconds": 30.3,
+                   "last_delayed_applied_after_end_s": 0.52}) == "kafka 30.3 s (+0.52)"
+    assert _fault({"what": "tail", "seconds": 2.0,
+                   "last_delayed_applied_after_end_s": None}) == "tail 2 s"
+    cpu = {"seconds": 100.0, "host_busy_cpu_s": 190.0, "host_cpus": 2,
+           "processes": {"cachesync consume": {"cpu_share": 0.31, "waited_share": 0.4}}}
+    text = cpu_markdown({"classes": {"crash": {"cachesync": {"cpu": cpu}, "a": {}}}})
+    assert "| crash | cachesync consume | 0.31 | 0.40 | 1.90 of 2 cores |" in text
+
+
+def test_a_cpu_sample_counts_each_thread_from_its_first_reading_to_its_last(monkeypatch):
+    from bench.consistency import cpu
+    readings = iter([{1: (1.0, 0.5), 2: (2.0, 0.0)},      # first: two threads
+                     {1: (1.5, 1.5)},                      # thread 2 ended: kept at its last
+                     {1: (3.0, 2.0), 3: (0.25, 0.25)}])    # a new thread counts from here
+    monkeypatch.setattr(cpu, "schedstat", lambda pid: next(readings))
+    monkeypatch.setattr(cpu, "host_busy", lambda: 0.0)
+    sample = cpu.CpuSample()
+    for now in (0.0, 1.0, 2.0):
+        sample.update({"p": [7]}, now)
+    p = sample.figures()["processes"]["p"]
+    assert (p["cpu_s"], p["waited_for_cpu_s"], p["cpu_share"]) == (2.0, 1.5, 1.0)
