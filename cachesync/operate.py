@@ -11,7 +11,7 @@ import logging
 import threading
 from typing import Callable
 
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import CollectorRegistry
 
 from cachesync import __version__
 from cachesync.runtime import startup

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from typing import Callable, Mapping
 
 from cachesync.consumer.replay import ReplayCounts

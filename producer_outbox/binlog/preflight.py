@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-import pymysql
 
 from cachesync.producer_outbox.binlog.settings import SETTING_NAMES, SettingReport, settings_report
 from cachesync.schema.errors import FatalError

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from tests.support import cli, start, wait_for
-from tests.support.django_shop import make_project, run
+from tests.support.django_shop import make_project
 
 pytestmark = pytest.mark.integration
 
