@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Literal, Mapping, Sequence
 
+from cachesync import speedups
 from cachesync.schema import jsonfast
 from cachesync.schema.errors import DecodeError
 from cachesync.schema.values import from_json, to_json
@@ -267,10 +268,8 @@ def _from_doc(doc: dict) -> ChangeEvent:
 # cachesync._speedups.event_from_doc (make install builds it): _from_doc of an envelope of
 # the plain shape (row op, plain values, no explicit keys, no extra), None for anything
 # else; the codec tests run with and without it (use_python).
-try:
-    from cachesync._speedups import event_from_doc as _compiled_from_doc
-except ImportError:                 # not built: _from_doc alone, same results
-    _compiled_from_doc = None
+# not built or switched off: _from_doc alone, same results
+_compiled_from_doc = getattr(speedups(), "event_from_doc", None)
 _from_plain_doc = _compiled_from_doc
 ACCELERATED = _from_plain_doc is not None
 

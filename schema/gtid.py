@@ -1,29 +1,9 @@
 """GTIDs and GTID states of both server flavors, pure: parse, merge, format.
 
-* MariaDB: a transaction is ``domain-server-seq`` (``0-1-42``); the replication state
-  is the last GTID per domain (``0-1-42,1-2-7``), which is what ``auto_position``
-  (``@slave_connect_state``) takes.
-* MySQL: a transaction is ``uuid:gno``, or ``uuid:tag:gno`` with a tag (8.3+); the state
-  is a GTID *set* of inclusive intervals per server uuid and tag (``uuid:1-5:7:tag:1-3,
-  uuid2:1-3``), what ``gtid_executed`` prints and what ``auto_position``
-  (COM_BINLOG_DUMP_GTID, ``encode_gtid_set``) takes.
-
-The tailer keeps one ``GtidState`` per stream, adds each transaction's GTID as it
-starts and stores ``str(state)`` in its checkpoint when the transaction is acked.
-The text forms are canonical (sorted, lower case, merged intervals) so that equal
-states always produce equal checkpoints.
-
-``ordinal`` numbers the state in the stream's history, and update-mode versions are built
-from it (schema.ids.binlog_version). It must keep growing across a failover, whichever
-server is read:
-
-* MariaDB: the sum of every domain's last seq_no. A promoted replica continues each
-  domain's numbering, and a transaction raises one domain's seq_no (strict GTID mode), so
-  the sum grows by at least one per transaction. With one domain it is the seq_no itself.
-* MySQL: the number of transactions in the set. A new primary numbers its own transactions
-  under its own uuid from 1, so a gno alone would go backwards; the count grows by one per
-  transaction whichever uuid (and tag: each tag numbers its own transactions from 1) wrote
-  it. With one uuid numbered from 1 and no tags it is the gno itself.
+The tailer keeps one GtidState per stream and stores its canonical text in the checkpoint; its
+ordinal numbers the state in the stream's history and keeps growing across a failover,
+whichever server is read (update-mode versions are built from it). The two flavors' forms and
+why the ordinal grows: docs/internals.md, "GTIDs and their ordinal".
 """
 
 from __future__ import annotations

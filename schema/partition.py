@@ -15,6 +15,8 @@ from __future__ import annotations
 import operator
 import struct
 
+from cachesync import speedups
+
 _M = 0x5BD1E995
 _MASK = 0xFFFFFFFF
 _SEED = 0x9747B28C
@@ -55,8 +57,7 @@ def py_partition_for(key: bytes, partitions: int, /) -> int:
     return (py_murmur2(key) & 0x7FFFFFFF) % partitions
 
 
-try:
-    from cachesync._speedups import murmur2, partition_for
-except ImportError:         # not built (no C compiler at install): the same functions in Python
-    murmur2, partition_for = py_murmur2, py_partition_for
+# not built (no C compiler at install) or switched off: the same functions in Python
+murmur2 = getattr(speedups(), "murmur2", py_murmur2)
+partition_for = getattr(speedups(), "partition_for", py_partition_for)
 ACCELERATED = murmur2 is not py_murmur2

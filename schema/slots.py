@@ -15,10 +15,11 @@ import binascii
 from functools import lru_cache
 from typing import Sequence
 
-try:
-    from cachesync._speedups import companions as _compiled_companions
-except ImportError:          # not built: the list comprehension below, same names
-    _compiled_companions = None
+from cachesync import speedups
+
+# not built or switched off: the list comprehension below, same names
+_built_companions = getattr(speedups(), "companions", None)
+_compiled_companions = _built_companions
 
 SLOTS = 16384
 MAX_TAG_LENGTH = 3      # strings of 3 characters reach every slot (1 or 2 reach only 3,510)
@@ -100,3 +101,11 @@ def companions(prefix: str, keys: Sequence[str | bytes]) -> list:
 
 
 ACCELERATED = _compiled_companions is not None
+
+
+def use_python(on: bool = True) -> None:
+    """Name every list of keys' companions in Python (``on``), or go back to the compiled
+    namer when built (and not switched off with CACHESYNC_NO_SPEEDUPS)."""
+    global _compiled_companions, ACCELERATED
+    _compiled_companions = None if on else _built_companions
+    ACCELERATED = _compiled_companions is not None

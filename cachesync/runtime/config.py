@@ -793,10 +793,12 @@ class Settings:
         return self.consumer.namespace or self.kafka.group_id
 
 
-_SECTIONS = {"mysql": MySQLSettings, "kafka": KafkaSettings, "redis": RedisSettings,
-             "tailer": TailerSettings, "consumer": ConsumerSettings, "relay": RelaySettings,
-             "metrics": MetricsSettings, "monitor": MonitorSettings, "source": SourceSettings,
-             "framework": FrameworkSettings}
+# the configuration's sections (YAML keys, CACHESYNC_<SECTION>_<FIELD>) and their settings
+# classes; ``tables`` is the mapping (schema.mapping)
+SECTIONS = {"mysql": MySQLSettings, "kafka": KafkaSettings, "redis": RedisSettings,
+            "tailer": TailerSettings, "consumer": ConsumerSettings, "relay": RelaySettings,
+            "metrics": MetricsSettings, "monitor": MonitorSettings, "source": SourceSettings,
+            "framework": FrameworkSettings}
 
 
 def load(path: str | os.PathLike | None, environ: Mapping[str, str] | None = None) -> Settings:
@@ -813,16 +815,16 @@ def load_with_origins(path: str | os.PathLike | None,
     source = str(path) if path else "<environment>"
     raw = _read_yaml(Path(path)) if path else {}
     problems: list[str] = []
-    unknown = set(raw) - set(_SECTIONS) - {"tables"}
+    unknown = set(raw) - set(SECTIONS) - {"tables"}
     if unknown:
         problems.append(f"{source}: unknown section(s) {sorted(unknown)}; "
-                        f"expected {sorted([*_SECTIONS, 'tables'])}")
+                        f"expected {sorted([*SECTIONS, 'tables'])}")
     problems += unknown_variables(environ, section_fields())
     links = service_links(environ)         # once: it scans the whole environment
     env = {k: v for k, v in environ.items() if k not in links}
     origins: dict[str, str] = {}
     sections = {name: _section(name, cls, raw.get(name) or {}, env, source, problems, origins)
-                for name, cls in _SECTIONS.items()}
+                for name, cls in SECTIONS.items()}
     framework = sections["framework"] or FrameworkSettings()
     tables = _tables(raw.get("tables"), source, problems, framework.keys)
     if not problems:
@@ -839,7 +841,7 @@ def load_section(name: str, environ: Mapping[str, str] | None = None):
     problems: list[str] = []
     links = service_links(environ)         # once: it scans the whole environment
     env = {k: v for k, v in environ.items() if k not in links}
-    section = _section(name, _SECTIONS[name], {}, env, "<environment>", problems, {})
+    section = _section(name, SECTIONS[name], {}, env, "<environment>", problems, {})
     if problems:
         raise ConfigError(_one_message(problems))
     return section
@@ -847,7 +849,7 @@ def load_section(name: str, environ: Mapping[str, str] | None = None):
 
 def section_fields() -> dict[str, list[str]]:
     """Every section's field names."""
-    return {name: [f.name for f in fields(cls)] for name, cls in _SECTIONS.items()}
+    return {name: [f.name for f in fields(cls)] for name, cls in SECTIONS.items()}
 
 
 def _collect(problems: list[str], fn, *args):

@@ -29,8 +29,9 @@ OTHER_VARIABLES = {
     "CACHESYNC_SPARK_EXECUTOR_PYTHON": "the executors' Python (spark-submit --executor-python)",
     "CACHESYNC_SPARK_TRIGGER": "the Spark query's trigger (consume --engine spark --trigger)",
     "CACHESYNC_PURE": "=1 builds the pure-Python wheel, without the C accelerator (setup.py)",
-    "CACHESYNC_NO_SPEEDUPS": "=1 makes the tailer write every row on its Python path, even "
-                             "with the C accelerator built",
+    "CACHESYNC_NO_SPEEDUPS": "=1 switches the C accelerator off: every compiled path (the "
+                             "tailer's rows, the consumer's keys, the event decoder, the "
+                             "partitioner) takes its pure-Python twin, with the same results",
     "CACHESYNC_SHARED": "the folder of binlogs and bytes other projects recorded, which the "
                         "tests and benchmarks read (default: the checkout's ../shared)",
 }

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import MISSING, fields
 from typing import Any
 
-from cachesync.runtime.config import _SECTIONS, Secret, Settings, mask_url
+from cachesync.runtime.config import SECTIONS, Secret, Settings, mask_url
 from cachesync.schema.mapping import _FIELDS as TABLE_FIELDS
 
 _TYPES = {"int": "integer", "float": "number", "bool": "boolean", "str": "string",
@@ -18,7 +18,7 @@ def json_schema() -> dict:
     bound; unknown sections and fields are refused, as ``cachesync`` refuses them."""
     sections = {name: {"type": "object", "additionalProperties": False,
                        "properties": {f.name: _field_schema(f) for f in fields(cls)}}
-                for name, cls in _SECTIONS.items()}
+                for name, cls in SECTIONS.items()}
     table = {"type": "object", "additionalProperties": False, "required": [],
              "properties": {name: {} for name in sorted(TABLE_FIELDS)}}
     sections["tables"] = {"type": "object", "minProperties": 1, "additionalProperties": table,
@@ -64,7 +64,7 @@ def _rule_schema(rule) -> dict:
 def effective(settings: Settings, origins: dict[str, str]) -> dict[str, dict[str, Any]]:
     """``{"mysql.port": {"value": 3306, "from": "default"}, ...}``; secrets masked."""
     out = {}
-    for name in _SECTIONS:
+    for name in SECTIONS:
         section = getattr(settings, name)
         for f in fields(section):
             key = f"{name}.{f.name}"

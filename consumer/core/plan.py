@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from cachesync import speedups
 from cachesync.consumer.core.delivery import Delivery
 from cachesync.consumer.core.writes import (KIND_DELETE, CacheWrite, merge_writes, render_value,
                                   version_text)
@@ -141,10 +142,17 @@ def event_keys(event: ChangeEvent, mappings: MappingSet) -> EventPlan:
 
 Rendered = list[tuple[KeyTemplate, str]]
 
-try:          # (head, field, tail) templates, str and int values; None for anything else
-    from cachesync._speedups import invalidation_keys as _compiled_keys
-except ImportError:            # not built: the general path renders every row
-    _compiled_keys = None
+# (head, field, tail) templates, str and int values; None for anything else. Not built or
+# switched off: the general path renders every row
+_built_keys = getattr(speedups(), "invalidation_keys", None)
+_compiled_keys = _built_keys
+
+
+def use_python(on: bool = True) -> None:
+    """Render every row's keys in Python (``on``), or go back to the compiled renderer when
+    built (and not switched off with CACHESYNC_NO_SPEEDUPS)."""
+    global _compiled_keys
+    _compiled_keys = None if on else _built_keys
 
 
 def _keys(rendered: Rendered) -> list[str]:

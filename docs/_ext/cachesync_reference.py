@@ -54,7 +54,7 @@ def configuration_markdown() -> str:
     from cachesync.schema import mapping
 
     out = [CONFIG_INTRO]
-    for section, cls in config._SECTIONS.items():
+    for section, cls in config.SECTIONS.items():
         out += [f"\n## `{section}`\n", "| setting | default | meaning |", "|---|---|---|"]
         for f in dataclasses.fields(cls):
             env = f"{config.ENV_PREFIX}{section.upper()}_{f.name.upper()}"

@@ -1,36 +1,11 @@
 """A faster binlog reader: the dump stream's hot events parsed directly, the rest by the library.
 
-python-mysql-replication builds every event through pymysql's packet reader (two buffered
-reads per packet), a ``BinLogPacketWrapper`` and an event class whose constructor parses
-field by field; a single-row transaction is five such events (GTID, annotate, table map,
-rows, XID). ``DumpStreamReader`` is a ``BinLogStreamReader`` whose stream connection reads
-whole socket chunks and splits the packets itself, and whose ``fetchone`` handles the hot
-events with ``struct`` on the raw packet:
-
-* MariaDB GTID and XID events become the library's event classes (subclasses built without
-  their constructors, same attributes the tailer reads);
-* annotate-rows, binlog-checkpoint and GTID-list events are skipped, as the library skips
-  them when they are not in ``only_events`` (the tailer never lists them);
-* a table map whose bytes were seen before (same table id, same columns and metadata) reuses
-  the library's ``Table`` parsed from the first one; a new one goes through the library;
-* row events (v1, and v2 without extra data) decode their rows lazily with the table's
-  generated decoder (``fastrows.table_decoder``);
-* a whole MariaDB transaction of these events (GTID, table maps, rows, XID) that the read
-  buffer holds is framed by one compiled call (``cachesync._speedups.scan_group``) and
-  returned as one ``FastGroup`` holding the same event objects; where the compiled scan
-  does not apply (another event inside, a group cut by the buffer's end, an event whose
-  CRC32 fails, which the per-event path then names (``checksums``), a table map not
-  seen before, a table the generated decoders do not cover, ``CACHESYNC_NO_SPEEDUPS``),
-  the events come one by one as before.
-
-Everything else (QUERY, ROTATE, FORMAT_DESCRIPTION, heartbeats, XA_PREPARE, MySQL GTIDs, rows
-of tables the generated decoders do not cover, unknown types) is handed back, raw packet and
-all, to the library's own ``fetchone``, which therefore keeps doing exactly what it does
-today: checksum setting, rotates and their table-map reset, reconnects after a lost
-connection, the server's errors (a purged position), EOF.
-
-``reader_kind`` picks this reader or the plain library (``tailer.reader``; ``auto`` is this
-one): the same tests run on both.
+``DumpStreamReader`` is a ``BinLogStreamReader`` that reads whole socket chunks, parses the hot
+events itself (MariaDB GTID and XID, table maps seen before, row events) and frames a whole
+buffered transaction with one compiled call where it can; everything else goes to the library's
+own ``fetchone`` unchanged. ``reader_kind`` picks this reader or the plain library
+(``tailer.reader``; ``auto`` is this one): the same tests run on both. What it parses, skips
+and hands back: docs/internals.md, "The dump stream reader".
 """
 
 from __future__ import annotations

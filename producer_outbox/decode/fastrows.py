@@ -1,51 +1,13 @@
 """The row decoder's Python implementation: a function generated from a table's column plan.
 
-python-mysql-replication decodes ``RowsEvent.rows`` column by column through a
-generic type dispatch (``RowsEvent._read_column_data``), which costs tens of
-microseconds per row. ``decode_rows`` returns the same rows, built by a Python
-function generated from the table's column plan (``rowdecode``: the one design the
-compiled run reads too; ``rowdecode.reader`` says what the code does per kind):
-straight-line code, no type dispatch at run time, fixed-width columns read at
-precomputed offsets by one ``struct`` call per run of them (per byte order). An update
-row carries two images (before, then after), each with the columns-present bitmap of
-its own (``columns_present_bitmap`` / ``..._bitmap2``, already read by the event's
-constructor).
-
-A PARTIAL_UPDATE_ROWS_EVENT (``binlog_row_value_options=PARTIAL_JSON``) is an update
-whose after image starts with the value options and one partial bit per JSON column of
-the table; a JSON value with its bit set is a diff vector (``mysqljson.JsonDiffs``), and
-the event's whole JSON values keep their documents for the diffs to apply to.
-
-Each generated decoder reproduces the library's results exactly, quirks
-included: YEAR 0 is 1900, a zero TIMESTAMP is 1970-01-01, strings are decoded with the Python
-codec of the column charset (``keycolumns.text_codec``: the library's, except
-utf16, utf32 and ucs2, big-endian as the server stores them) and stay bytes when
-there is no such codec (``binary``), except an empty one, which is '', BIT is a
-string of '0'/'1', an empty SET is None ("empty set"), and every row carries the
-library's ``none_sources`` dicts (``keycolumns.key_images`` turns these quirks into
-key text afterwards, for both paths). A DATE or DATETIME2 Python cannot hold (zero
-parts, or an invalid date the server allowed) is the server's text. Dates, TIME2 and
-strings are read as the library's readers once ``keycolumns.install_readers``
-patched them (at import of this module; the unpatched library returns None for
-such dates). Where the library would raise (undecodable text, a truncated event)
-or where only a corrupt event could take the fast path off the library's results,
-``decode_rows`` returns None instead.
-
-It reads the library's internals (through ``library_adapter``): the packet's
-bytes and position, the wrapper's ``read_bytes`` and unread buffer, the event's
-columns-present bitmaps and ``ignore_decode_errors``; the tests compare it with
-the library on real and synthetic events, which is what to rerun when upgrading
-the library.
-
-Caching: a decoder depends on the table's columns (types, metadata, names,
-charsets: everything ``Column`` holds), the event type, its columns-present
-bitmaps and the ``ignore_decode_errors`` setting. The library builds a new
-``Table`` (and new ``Column`` objects) for every TABLE_MAP event, i.e. for every
-transaction. The first time a ``Table`` is seen, its columns are compared with a
-snapshot of the layout last seen for that schema.table: equal, it shares that
-layout's decoders; different (a DDL happened), a new, empty set of decoders
-starts. The ``Table`` keeps its set in a ``_fastrows`` attribute, so its later
-events cost one dict lookup.
+``decode_rows`` returns the rows python-mysql-replication's ``RowsEvent.rows`` would, quirks
+included, built by a Python function generated from the table's column plan (``rowdecode``, the
+design the compiled run reads too; no type dispatch at run time), or None where the library would
+raise or only a corrupt event could take it off the library's results. It reads the library's
+internals through ``cachesync.runtime.library_adapter``; the tests compare it with the library
+on real and synthetic events, which is what to rerun when upgrading the library. The row
+layout, the quirks reproduced and how decoders are cached: docs/internals.md, "Row decoding per
+table".
 """
 
 from __future__ import annotations

@@ -1,35 +1,10 @@
 """MySQL's binary JSON (the JSON column in the binlog) and its partial-update diffs, pure.
 
-MySQL stores a JSON column in its own binary format (``sql-common/json_binary.cc``);
-the binlog carries those bytes. :func:`column_text` turns them into the text
-``CAST(col AS CHAR)`` prints on the server (``Json_wrapper::to_string``,
-``sql-common/json_dom.cc``), so that a key or a cached value built from the binlog
-is the text an application reads:
-
-* objects print their members sorted as the server sorts them (by key length in
-  bytes, then bytewise), as ``{"k": v, "k2": v2}``; arrays as ``[1, 2]``;
-* strings are quoted with ``"``, ``\\``, and the control characters below 0x20
-  escaped (``\\b \\f \\n \\r \\t``, the others ``\\u00xx``); nothing else is;
-* integers print as integers; a DOUBLE prints as ``my_gcvt`` writes it
-  (``strings/dtoa.cc``: the shortest digits that read back to the same double, fixed
-  notation unless the exponent is beyond 15 / below -14) with ``.0`` added when that
-  has neither ``.`` nor ``e`` (``1.0``, ``-0.0``, ``1e100``, ``0.000001``);
-* opaque values (a scalar of a SQL type inside the document): DECIMAL prints its digits
-  with its scale (``1.10``), DATE ``"2015-01-15"``, TIME ``"23:24:25.000000"``, DATETIME
-  and TIMESTAMP ``"2015-01-15 23:24:25.000000"`` (always 6 fraction digits), any other
-  type ``"base64:type<N>:<base64>"`` (MySQL's base64, a newline every 76 characters,
-  escaped like any string).
-
-With ``binlog_row_value_options=PARTIAL_JSON`` the after image of a JSON column an
-UPDATE changed with ``JSON_SET``/``JSON_REPLACE``/``JSON_REMOVE`` may be a diff vector
-(``Json_diff_vector::write_binary``, ``sql/json_diff.cc``): operations replace, insert
-or remove at a path. :func:`decode_diffs` reads one, :func:`apply_diffs` applies it to
-the before image's document exactly as the replica does (``apply_json_diffs``), or
-raises :class:`DiffRejected` where the replica would reject it.
-
-The document model: dict (object), list (array), str, int, float (DOUBLE), True,
-False, None (JSON null) and :class:`Scalar` (an opaque value, kept as its text).
-Raises :class:`JsonError` (a ValueError) on bytes that are not such a document.
+column_text turns a JSON column's binary value into the text CAST(col AS CHAR) prints on the
+server; decode_diffs reads a PARTIAL_JSON diff vector and apply_diffs applies it to the before
+image as the replica does, or raises DiffRejected where the replica would. Raises JsonError (a
+ValueError) on bytes that are not such a document. How the server prints each value, and the
+document model: docs/internals.md, "MySQL's binary JSON".
 """
 
 from __future__ import annotations

@@ -1,31 +1,11 @@
 """The tailer's per-row work, compiled: a decoded row -> (Kafka key, record bytes, message id).
 
-For every row of a mapped table the tailer builds a ChangeEvent (``rows.row_change``), its
-Kafka key (``keys.kafka_key``), its message id (``ids.binlog_message_id``) and its JSON
-(``event.encode``); on 20-80-row transactions that was over half of the tailer thread.
-``cachesync._speedups.row_record`` writes the same three values straight from the row's
-images, in C, without the intermediate objects, leaving out the columns the mapping does
-not keep as it writes (``rows.trim_image`` is then not needed for the row).
-
-It returns None, and the tailer takes its Python path for that row, wherever it would not
-produce exactly the Python path's bytes or where the Python path decides something: a
-float Python writes with an exponent (orjson and the stdlib differ there), NaN or an
-infinity, text UTF-8 cannot hold, a key column missing from the image or whose key text
-raises, a row index past the budget, a record over ``max_record_bytes`` (the Python path
-sends it invalidate-only, with its WARNING and counter). Rows with a partial image or
-partial JSON, outbox tables and filtered rows never reach it (the tailer's call site).
-A differential test (tests/unit/test_hotpath.py) holds it to the Python path's bytes.
-
-``compiled_run`` goes one step further for whole transactions the fast reader's buffer
-holds (``_speedups.plain_run``, called by ``binlog_source``): it decodes their rows from
-the buffer by the table map's column plan (``rowdecode``, ``RowEncoder.compiled_plan``), the
-same plan the Python decoder (``fastrows``) is generated from, and writes every record
-with the same code, stopping before any transaction the Python path must decide. The
-differential tests (tests/unit/test_plain_run.py, the integration one) hold it to the
-Python path's records.
-
-The compiled path is used when the extension is built (``make install``) and
-``CACHESYNC_NO_SPEEDUPS`` is not set; ``record`` and ``compiled_run()`` are None otherwise.
+``record`` (``cachesync._speedups.row_record``) writes a row's Kafka key, message id and record
+bytes exactly as the Python path does, or returns None and leaves the row to it;
+``compiled_run()`` decodes and writes whole buffered transactions. Both are None when the
+extension is not built or ``CACHESYNC_NO_SPEEDUPS`` is set, and differential tests hold them to
+the Python path's bytes. When each hands a row back: docs/internals.md, "The compiled row
+writer".
 """
 
 from __future__ import annotations

@@ -1,33 +1,9 @@
 """The tailer's Kafka producer in a child process: the same ``KafkaPublisher``, off the GIL.
 
-In one process the tailer's thread (binlog decode, events, packs) and kafka-python's
-sender thread (batches, requests, acks) take turns on one core; the sender was a fifth
-of the CPU and ``KafkaProducer.send`` another tenth of the tailer's thread. Here the
-parent queues each record for a writer thread, which writes what gathered while it wrote
-the last batch to a pipe as one message (one pickle, one write: a write and a flush per
-record were a tenth of the tailer's thread on single-row transactions); a child process
-runs the ``KafkaPublisher`` on the other core, and the acks come back on a second pipe to a
-reader thread that calls the callbacks, as the producer's own thread did.
-
-At the head of the binlog records come one at a time, and handing each to a writer thread
-(and each ack to the child's writer thread) cost a thread wake-up and a GIL hand-off per
-commit on each side. So a record (or an ack) that comes at least ``INLINE_GAP_S`` after the
-one before it, while the writer thread is idle with nothing queued, is written by the
-thread that has it; a burst still goes through the writer thread, one write per batch.
-
-Semantics are the in-process publisher's: a record is acknowledged only once Kafka
-acknowledged it (``acks=all``), ``flush`` returns once every record written before it was
-acknowledged and its callback ran, and an error reaches ``on_error`` as the Kafka error
-the producer raised. The pipe keeps order, so per-partition order is the producer's.
-
-The child exits when the parent closes it or goes away (its input pipe ends); it ignores
-SIGINT and SIGTERM, which a terminal or a service manager sends to the whole process
-group, so that the parent can drain before it stops. If the child dies, every record not
-acknowledged fails with a RetryableError: the tailer stops before its checkpoint passes
-them, and a restart re-publishes them.
-
-The settings (including credentials) travel over the pipe, never on the command line or
-in the environment.
+Its semantics are the in-process publisher's: a record is acknowledged only once Kafka
+acknowledged it, flush waits for every record written before it, per-partition order kept. If
+the child dies, every record not acknowledged fails with a RetryableError. Why and how:
+docs/internals.md, "The publisher in a child process".
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "deploy" / "helm" / "cachesync"
 EXAMPLE_SECRET = yaml.safe_load((ROOT / "deploy" / "k8s" / "secret.example.yaml").read_text())
 SETTINGS = {f"{config.ENV_PREFIX}{section.upper()}_{f.name.upper()}"
-            for section, cls in config._SECTIONS.items() for f in config.dataclasses.fields(cls)}
+            for section, cls in config.SECTIONS.items() for f in config.dataclasses.fields(cls)}
 ALL_ROLES = ["--set", "roles.relay.enabled=true", "--set", "roles.monitor.enabled=true",
              "--set", "config.relay.outbox_db=app", "--set", "serviceMonitor.enabled=true"]
 

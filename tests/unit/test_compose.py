@@ -15,7 +15,7 @@ SERVICES = COMPOSE["services"]
 def test_every_cachesync_variable_is_a_real_setting():
     env = SERVICES["cachesync-tail"]["environment"]
     fields = {f"{config.ENV_PREFIX}{section.upper()}_{f.name.upper()}"
-              for section, cls in config._SECTIONS.items() for f in config.dataclasses.fields(cls)}
+              for section, cls in config.SECTIONS.items() for f in config.dataclasses.fields(cls)}
     unknown = {k for k in env if k.startswith("CACHESYNC_") and k not in fields | {"CACHESYNC_CONFIG"}}
     assert unknown == set()
 
@@ -67,7 +67,7 @@ CACHESYNC_SERVICES = [n for n, s in SERVICES.items() if s.get("build")]
 
 def _setting_names() -> set[str]:
     return {f"{config.ENV_PREFIX}{section.upper()}_{f.name.upper()}"
-            for section, cls in config._SECTIONS.items() for f in config.dataclasses.fields(cls)}
+            for section, cls in config.SECTIONS.items() for f in config.dataclasses.fields(cls)}
 
 
 def test_every_cachesync_service_loads_its_settings_and_serves_metrics_where_published():

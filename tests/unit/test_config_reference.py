@@ -37,7 +37,7 @@ def _documented(page: str) -> dict[tuple[str, str], tuple[str, str]]:
 
 
 def _declared() -> dict[tuple[str, str], dataclasses.Field]:
-    return {(section, f.name): f for section, cls in config._SECTIONS.items()
+    return {(section, f.name): f for section, cls in config.SECTIONS.items()
             for f in dataclasses.fields(cls)}
 
 
@@ -55,7 +55,7 @@ def test_each_row_names_the_environment_variable_the_loader_reads(page, tmp_path
     for (section, name), (env, _) in _documented(page).items():
         # the loader reads <env>_FILE for exactly this field: an unreadable file is named
         problems: list[str] = []
-        config._section(section, config._SECTIONS[section], {}, {f"{env}_FILE": missing}, "t",
+        config._section(section, config.SECTIONS[section], {}, {f"{env}_FILE": missing}, "t",
                         problems, {})
         assert any(f"{env}_FILE: cannot read" in p for p in problems), (env, problems)
 

@@ -4,17 +4,15 @@ import json
 
 import pytest
 
+from cachesync import speedups
 from cachesync.schema import event as codec
 from cachesync.schema import jsonfast
 from cachesync.schema.errors import DecodeError
 from cachesync.schema.event import ChangeEvent, Source, decode, encode
 
-try:
-    from cachesync._speedups import event_from_doc as compiled_from_doc
-except ImportError:
-    compiled_from_doc = None
+compiled_from_doc = getattr(speedups(), "event_from_doc", None)
 NOT_BUILT = pytest.mark.skip(reason="cachesync._speedups is not built (no C compiler at "
-                                    "`make install`)")
+                                    "`make install`) or CACHESYNC_NO_SPEEDUPS is set")
 
 
 @pytest.fixture(autouse=True, params=["stdlib", "orjson"])
@@ -133,7 +131,7 @@ def _mutations(doc):
         yield {**doc, "b": {"id": 1, "v": value}}
 
 
-@pytest.mark.skipif(compiled_from_doc is None, reason="cachesync._speedups is not built")
+@pytest.mark.skipif(compiled_from_doc is None, reason="cachesync._speedups is not built or switched off")
 def test_the_compiled_builder_takes_only_what_python_builds_identically(parser):
     """The compiled builder returns the event the Python builder builds, field for field and
     type for type, or None (then Python decides, with its own errors); never an event where
@@ -161,7 +159,7 @@ def test_the_compiled_builder_takes_only_what_python_builds_identically(parser):
     assert built > 50                  # the plain shape is taken, not always left to Python
 
 
-@pytest.mark.skipif(compiled_from_doc is None, reason="cachesync._speedups is not built")
+@pytest.mark.skipif(compiled_from_doc is None, reason="cachesync._speedups is not built or switched off")
 def test_the_compiled_builder_leaves_a_dict_with_a_key_that_is_not_text_to_python(parser):
     """Only a JSON parser's dicts (text keys) are built in C: a key of another type could run
     its own __eq__ during a lookup and change the dict under the compiled builder."""

@@ -20,7 +20,11 @@ CONFIG = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlin
 def _installed_layout(into: pathlib.Path) -> pathlib.Path:
     """``into/cachesync`` with the folders as its subpackages (sources only)."""
     sources = shutil.ignore_patterns("__pycache__", "*.so", "*.c", "*.pyc")
-    shutil.copytree(ROOT / "cachesync", into / "cachesync", ignore=sources)
+
+    def package_sources(directory, names):      # and never the folders themselves, if linked in
+        top = set(FOLDERS) if pathlib.Path(directory) == ROOT / "cachesync" else set()
+        return sources(directory, names) | (top & set(names))
+    shutil.copytree(ROOT / "cachesync", into / "cachesync", ignore=package_sources)
     for name, folder in FOLDERS.items():
         shutil.copytree(ROOT / folder, into / "cachesync" / name, ignore=sources)
     return into
@@ -44,5 +48,6 @@ def test_every_application_module_is_in_the_contract():
     found = {f"cachesync.{p.stem if p.is_file() else p.name}"
              for p in (ROOT / "cachesync").iterdir()
              if (p.suffix == ".py" and p.stem != "__init__")
-             or (p.is_dir() and (p / "__init__.py").exists() and p.name != "runtime")}
+             or (p.is_dir() and (p / "__init__.py").exists()
+                 and p.name not in ("runtime", *FOLDERS))}
     assert found == set(application["forbidden_modules"])

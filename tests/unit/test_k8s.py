@@ -25,7 +25,7 @@ DEPLOYMENTS = {d["metadata"]["name"]: d for d in DOCS if d["kind"] == "Deploymen
 [CONFIGMAP] = [d for d in DOCS if d["kind"] == "ConfigMap"]
 [SECRET] = [d for d in DOCS if d["kind"] == "Secret"]
 SETTINGS = {f"{config.ENV_PREFIX}{section.upper()}_{f.name.upper()}"
-            for section, cls in config._SECTIONS.items() for f in config.dataclasses.fields(cls)}
+            for section, cls in config.SECTIONS.items() for f in config.dataclasses.fields(cls)}
 
 
 def container(name: str) -> dict:

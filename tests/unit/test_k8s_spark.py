@@ -22,7 +22,7 @@ K8S = [d for p in sorted((ROOT / "deploy" / "k8s").glob("*.yaml"))
 [CONFIGMAP] = [d for d in K8S if d["kind"] == "ConfigMap"]
 [SECRET] = [d for d in K8S if d["kind"] == "Secret"]
 SETTINGS = {f"{config.ENV_PREFIX}{section.upper()}_{f.name.upper()}"
-            for section, cls in config._SECTIONS.items() for f in config.dataclasses.fields(cls)}
+            for section, cls in config.SECTIONS.items() for f in config.dataclasses.fields(cls)}
 DOCKERFILE = (ROOT / "docker" / "spark" / "Dockerfile").read_text()
 
 

@@ -84,11 +84,10 @@ def _reference_keys(event, mapping):
 
 
 def _renderers():
-    from cachesync.consumer.core import plan
-    built = plan._compiled_keys is not None
+    from cachesync import speedups
     return [pytest.param(False, id="python"),
-            pytest.param(True, id="c", marks=[] if built else [pytest.mark.skip(
-                reason="cachesync._speedups is not built")])]
+            pytest.param(True, id="c", marks=[] if speedups() else [pytest.mark.skip(
+                reason="cachesync._speedups is not built or CACHESYNC_NO_SPEEDUPS is set")])]
 
 
 @pytest.mark.parametrize("templates", [["t:{a}", "t:{b}:{a}", "t:b:{b}", "{c}"],
@@ -96,7 +95,7 @@ def _renderers():
                          ids=["a two-field template", "one-field templates"])
 @pytest.mark.parametrize("compiled", _renderers())
 def test_the_delete_mode_fast_path_plans_what_the_general_path_plans(templates, compiled,
-                                                                    monkeypatch):
+                                                                    monkeypatch, request):
     """event_keys renders a delete-mode row without explicit keys of one-field templates in
     C when built; keys, NULL skips and the poison (its class and reason) must be the general
     path's."""
@@ -105,7 +104,8 @@ def test_the_delete_mode_fast_path_plans_what_the_general_path_plans(templates, 
     from cachesync.consumer.core.plan import event_keys
     taken = []
     if not compiled:
-        monkeypatch.setattr(plan, "_compiled_keys", None)
+        plan.use_python()
+        request.addfinalizer(lambda: plan.use_python(False))
     else:
         compiled_keys = plan._compiled_keys
 

@@ -114,8 +114,10 @@ print(native.accelerator())
 def _in_worker(bundle) -> list[str]:
     import subprocess
     import sys
+    import os
+    env = {k: v for k, v in os.environ.items() if k != "CACHESYNC_NO_SPEEDUPS"}   # the build in use
     return subprocess.run([sys.executable, "-I", "-S", "-c", _NATIVE_SCRIPT, str(bundle)],
-                          capture_output=True, text=True, check=True,
+                          capture_output=True, text=True, check=True, env=env,
                           cwd=bundle.parent).stdout.splitlines()
 
 

@@ -7,7 +7,7 @@ import weakref
 
 import pytest
 
-from cachesync.runtime import gc_pacing as collector
+from cachesync.runtime import gc_pacing
 from cachesync.runtime.gc_pacing import OLDER_THRESHOLDS, YOUNG_THRESHOLD, paced
 from cachesync.consumer.adapters.memory import (MemoryCache, MemoryDeadLetters,
                                                 MemoryDedupStore, MemorySource)
@@ -20,7 +20,7 @@ def default_thresholds():
     saved = gc.get_threshold()
     gc.set_threshold(700, 10, 10)
     yield
-    assert collector._users == 0
+    assert gc_pacing._users == 0
     gc.set_threshold(*saved)
 
 
