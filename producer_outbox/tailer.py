@@ -104,6 +104,8 @@ class Tailer:
     @property
     def schema_read_failures(self) -> int:
         """information_schema reads (column types, foreign keys) that failed."""
+        if self.encoder is None:
+            return 0
         types, cascades = self.encoder.types, self.encoder.cascades
         return ((types.failures if types is not None else 0)
                 + (cascades.read_failures if cascades is not None else 0))

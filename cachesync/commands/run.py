@@ -12,7 +12,7 @@ from cachesync.doctor import start_checks
 from cachesync.commands.common import handle_errors, on_termination, settings_options
 from cachesync.direct_ops import DirectOps
 from cachesync.http import parse_listen
-from cachesync.runtime.metrics import Cumulative
+from cachesync.runtime.metrics import tailer_totals
 from cachesync.operate import consumer_ops, monitor_hook, tail_ops
 from cachesync.standby import ActiveStandby
 from cachesync.supervisor import run_together
@@ -77,7 +77,7 @@ def _run_direct(settings) -> ActiveStandby:
 def _run_pipeline(settings) -> ActiveStandby:
     """Tailer -> Kafka and the consumer in two threads, each with its ops endpoint."""
     engine = None
-    tailers = Cumulative(("published",))
+    tailers = tailer_totals()
     with ExitStack() as closing:
         closing.callback(tail_ops(_tail_metrics(settings), tailers).close)
         ops, metrics = consumer_ops(settings, lambda: engine.stats if engine else None,

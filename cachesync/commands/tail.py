@@ -9,7 +9,7 @@ import click
 from cachesync.runtime import startup
 from cachesync.doctor import start_checks
 from cachesync.commands.common import handle_errors, on_termination, settings_options
-from cachesync.runtime.metrics import Cumulative, tailer_active
+from cachesync.runtime.metrics import tailer_active, tailer_totals
 from cachesync.operate import tail_ops
 from cachesync.producer_outbox.binlog.checkpoint import Checkpoint
 from cachesync.tailer_stack import tailer_stack
@@ -79,9 +79,7 @@ def command(settings, from_gtid, from_file, from_pos) -> None:
 def _tail(settings, start: Checkpoint | None, spare: list) -> None:
     """Checks, metrics and the tailer stack, run until stopped."""
     start_checks(settings, "tail")     # kafka.create_topics; doctor's checks once reading
-    tailers = Cumulative(("published", "table_events", "undecoded_events", "oversized",
-                          "versions_not_newer", "partial_rows", "unkeyable", "json_unknown",
-                          "undecodable_rows", "outbox_events", "outbox_invalid", "unlogged_risks"))
+    tailers = tailer_totals()
     ops = tail_ops(settings, tailers)
     startup.mark("metrics")
     first = [start]

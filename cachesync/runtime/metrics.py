@@ -351,6 +351,12 @@ class Cumulative:
             return self._done[attr] + getattr(self._current, attr, 0)
 
 
+def tailer_totals() -> Cumulative:
+    """The tailer counters of ``TAILER_COUNTERS`` summed over a command's successive
+    tailers: every one of them, so none reads 0 for want of being listed."""
+    return Cumulative(tuple(attr for _, attr in TAILER_COUNTERS.values()))
+
+
 class ConsumerMetrics:
     """The consumer's metrics; ``on_batch`` is the engine's hook."""
 

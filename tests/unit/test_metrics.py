@@ -157,6 +157,25 @@ def test_cumulative_sums_restarted_instances():
     assert c.published == 7
 
 
+def test_every_tailer_counter_is_summed_for_the_tail_and_run_commands():
+    """``tail`` and ``run`` export TAILER_COUNTERS from the tailers they restart: each counter
+    must read what the tailers counted, none 0 for want of being listed."""
+    from cachesync.runtime.metrics import TAILER_COUNTERS, counters, tailer_totals
+
+    class T:
+        pass
+    first, second = T(), T()
+    for n, (_, attr) in enumerate(TAILER_COUNTERS.values(), start=1):
+        setattr(first, attr, n)
+        setattr(second, attr, 100)
+    totals, registry = tailer_totals(), CollectorRegistry()
+    counters(registry, lambda: totals, TAILER_COUNTERS)
+    totals.track(first)
+    totals.track(second)
+    for n, name in enumerate(TAILER_COUNTERS, start=1):
+        assert registry.get_sample_value(f"{name}_total") == 100 + n, name
+
+
 def test_registries_are_per_process_objects_not_the_global_default():
     a, b = CollectorRegistry(), CollectorRegistry()
     ConsumerMetrics(a, lambda: Stats())
