@@ -103,11 +103,12 @@ class Tailer:
 
     @property
     def schema_read_failures(self) -> int:
-        """information_schema reads (column types, foreign keys) that failed."""
+        """Reads of the server's schema that failed: column types, foreign keys, and the
+        unlogged-change check at start (binlog filters, grants)."""
         if self.encoder is None:
-            return 0
+            return self._unlogged_check_failed
         types, cascades = self.encoder.types, self.encoder.cascades
-        return ((types.failures if types is not None else 0)
+        return (self._unlogged_check_failed + (types.failures if types is not None else 0)
                 + (cascades.read_failures if cascades is not None else 0))
 
     def __init__(self, mysql: MySQLParams, publisher: Publisher, checkpoints: CheckpointStore,
@@ -120,6 +121,7 @@ class Tailer:
         self.encoder: RowEncoder | None = None
         self.source: BinlogSource | None = None
         self.unlogged_risks = 0     # what may change mapped tables unlogged (named at start)
+        self._unlogged_check_failed = 0     # 1: that check could not run (WARNING)
 
     @property
     def committed(self) -> Checkpoint | None:
@@ -252,6 +254,7 @@ class Tailer:
             finally:
                 conn.close()
         except Exception as e:      # pymysql's errors: the check is advice, the tailer goes on
+            self._unlogged_check_failed = 1
             log.warning("could not check for changes the binlog does not carry (binlog "
                         "filters, accounts that may set sql_log_bin=0): %s", e)
             return 0

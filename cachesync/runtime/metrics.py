@@ -102,10 +102,11 @@ TAILER_COUNTERS = {
                                                "excluding a mapped schema, accounts that may "
                                                "set sql_log_bin=0), each named in a WARNING",
                                                "unlogged_risks"),
-    "cachesync_tailer_schema_read_failures": ("Reads of information_schema (column types, "
-                                              "foreign keys) that failed, each named in a "
-                                              "WARNING: until a later read succeeds, what was "
-                                              "known before is used",
+    "cachesync_tailer_schema_read_failures": ("Reads of the server's schema that failed, each "
+                                              "named in a WARNING: column types and foreign "
+                                              "keys (what was known before is used until a "
+                                              "later read succeeds), and the check at start "
+                                              "for changes the binlog does not carry",
                                               "schema_read_failures"),
     "cachesync_tailer_outbox_events": ("Outbox events published from the binlog "
                                        "(tailer.outbox_tables)", "outbox_events"),
