@@ -99,26 +99,25 @@ class TableInvalidator:
         """Fence the table now (update mode) and start or join the event's scan; ``origin``
         ((topic, partition), offset) of its record is held until the scan completes."""
         event, mapping = ep.event, ep.table
-        if mapping.updates:
-            fence = padded(event.version)
+        fence = padded(event.version) if mapping.updates else None
+        if fence is not None:
             self._call("redis table fence", lambda: self._cache.fence_table(mapping, fence))
         job = job_id(event)
         with self._lock:
             scan = self._scans.get(job)
             if scan is None or (scan.done.is_set() and scan.finished is None):
-                scan = self._coalesced(job, ep)
+                scan = self._coalesced(job, ep, fence)
             else:
                 scan.copies += 1
             if origin is not None and not scan.done.is_set():
                 self._holds.append((origin[0], origin[1], scan))
         self._stats.table_invalidations += 1
 
-    def _coalesced(self, job: str, ep: EventPlan) -> TableScan:
+    def _coalesced(self, job: str, ep: EventPlan, fence: str | None) -> TableScan:
         """The scan of a new table event (under the lock), as ``ScanQueue`` decides: the
         table's waiting scan, which starts after this event and so covers it, or a new one,
         started now or once the table's running scan ends."""
         event, mapping = ep.event, ep.table
-        fence = padded(event.version) if mapping.updates else None
         table = event.qualified_table
         admission = self._queue.add(table, job)
         scan = self._scans.get(admission.scan) if admission.scan != job else None
@@ -136,7 +135,7 @@ class TableInvalidator:
         return scan
 
     def _start(self, scan: TableScan) -> None:
-        self._pool.submit(self._run, scan, scan.mapping)
+        self._pool.submit(self._run, scan)
 
     def _starting(self, scan: TableScan) -> None:
         """The scan runs: later events of its table wait for the next one."""
@@ -188,7 +187,8 @@ class TableInvalidator:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
     # -- the worker ------------------------------------------------------------------
-    def _run(self, scan: TableScan, mapping) -> None:
+    def _run(self, scan: TableScan) -> None:
+        mapping = scan.mapping
         self._starting(scan)
         try:
             state, removed = self._begin(scan)
