@@ -37,6 +37,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 from bench.common import (ROOT, Sandbox, Worker, baseline_tree, compile_tree, log, median,
                           percentile, ratio, tree_commit, wait_for)
@@ -369,7 +370,7 @@ class FailoverBench:
             seconds=time.perf_counter() - t_back)
         log(f"failover: Kafka port open again at {back_at:%H:%M:%S.%f} UTC")  # for the logs
         ready = {}
-        probe = Worker(lambda: ready.update(produced=_first_produce(self.box.stack.bootstrap,
+        probe = Worker(lambda: ready.update(produced=first_produce(self.box.stack.bootstrap,
                                                                     self.probe_topic)),
                        "failover-broker-probe")
         probe.start()
@@ -507,14 +508,15 @@ def _stack_sh(stack, *args: str) -> None:
         raise RuntimeError(f"stack.sh {' '.join(args)} failed: {done.stderr[-2000:]}")
 
 
-def _first_produce(bootstrap: str, topic: str) -> float:
+def first_produce(bootstrap: str, topic: str, timeout_s: float = RECOVERY_TIMEOUT_S,
+                  clock: Callable[[], float] = time.perf_counter) -> float:
     """When a client that starts now, retrying every 20 ms, first has a record acknowledged
-    (acks=all) by the broker: how long the restarted broker itself takes to serve produce
-    requests, the floor of every client's recovery."""
+    (acks=all) by the broker (``clock``'s time): how long the restarted broker itself takes to
+    serve produce requests, the floor of every client's recovery."""
     from kafka import KafkaProducer
     from kafka.errors import KafkaError
 
-    deadline = time.perf_counter() + RECOVERY_TIMEOUT_S
+    deadline = clock() + timeout_s
     while True:
         producer = None
         try:
@@ -525,10 +527,11 @@ def _first_produce(bootstrap: str, topic: str) -> float:
                                      # broker for a producer id (seen hanging the probe)
                                      enable_idempotence=False)
             producer.send(topic, b"probe").get(timeout=2)
-            return time.perf_counter()
+            return clock()
         except KafkaError:
-            if time.perf_counter() > deadline:
+            if clock() > deadline:
                 raise
+            time.sleep(0.02)
         finally:
             if producer is not None:
                 try:

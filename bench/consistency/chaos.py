@@ -23,7 +23,7 @@ import urllib.error
 import urllib.request
 
 from bench.common import log, wait_for
-from bench.failover import _first_produce, _port_open, _stack_sh_args, _stack_sh_env
+from bench.failover import first_produce, _port_open, _stack_sh_args, _stack_sh_env
 
 FAULTS = ("consume", "tail", "kafka")     # the cycle, in this order
 READY_TIMEOUT_S = 180.0
@@ -83,7 +83,7 @@ class ChaosInjector(threading.Thread):
         # the port first (a client started against a closed port fails at once, in a loop)
         wait_for(lambda: _port_open(stack.bootstrap), READY_TIMEOUT_S, "the broker's port",
                  interval=0.05)
-        served = _first_produce(stack.bootstrap, self.probe_topic)
+        served = first_produce(stack.bootstrap, self.probe_topic)
         _, err = up.communicate(timeout=READY_TIMEOUT_S)
         if up.returncode != 0:
             raise RuntimeError(f"stack.sh up kafka failed: {err[-2000:]}")

@@ -13,39 +13,14 @@ import subprocess
 import time
 
 import pytest
-from kafka import KafkaProducer
-from kafka.errors import KafkaError
 
+from bench.failover import first_produce
 from tests.support import REPO, create_topics, stack_command, wait_for
 
 pytestmark = pytest.mark.integration
 
 ROWS = 50
 APPLIED_WITHIN_S = 5.0        # from the broker's first acknowledged produce to every key gone
-
-
-def first_produce(bootstrap: str, topic: str, timeout_s: float) -> float:
-    """When a client started now, retrying every 20 ms, first had a record acknowledged
-    (acks=all): the moment the broker serves (monotonic)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        producer = None
-        try:
-            producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all",
-                                     reconnect_backoff_ms=20, reconnect_backoff_max_ms=20,
-                                     retry_backoff_ms=20, max_block_ms=2000,
-                                     # plain: an idempotent one first asks a restarting
-                                     # broker for a producer id (seen hanging the probe)
-                                     enable_idempotence=False)
-            producer.send(topic, b"probe").get(timeout=2)
-            return time.monotonic()
-        except KafkaError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.02)
-        finally:
-            if producer is not None:
-                producer.close(timeout=0)
 
 
 def test_changes_made_while_the_broker_was_down_are_applied_soon_after_it_serves(lab):
@@ -68,7 +43,7 @@ def test_changes_made_while_the_broker_was_down_are_applied_soon_after_it_serves
     up = subprocess.Popen([os.path.join(REPO, "devstack", "stack.sh"), "up", "kafka"],
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        served = first_produce(lab.stack.bootstrap, probe_topic, 600)
+        served = first_produce(lab.stack.bootstrap, probe_topic, 600, clock=time.monotonic)
         gone = wait_for(lambda: not lab.redis.exists(*keys) and time.monotonic(), 120,
                         interval=0.02, what="every change of the outage applied")
     finally:
