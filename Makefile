@@ -87,7 +87,7 @@ dist: $(STAMP)
 	ls dist
 
 test: install test-tools
-	devstack/with-stack.sh $(BIN)/pytest -p no:cacheprovider tests
+	devstack/with-stack.sh $(BIN)/pytest -p no:cacheprovider --durations=40 tests
 
 # the integration tests again with python-mysql-replication reading every binlog event
 # (tailer.reader: library), the fast reader's fallback
@@ -97,7 +97,7 @@ test-library-reader: install
 # every test again with the C accelerator switched off: the Python path the tailer falls
 # back to where the extension is not built
 test-python-path: install test-tools
-	CACHESYNC_NO_SPEEDUPS=1 devstack/with-stack.sh $(BIN)/pytest -p no:cacheprovider tests
+	CACHESYNC_NO_SPEEDUPS=1 devstack/with-stack.sh $(BIN)/pytest -p no:cacheprovider --durations=40 tests
 
 # go-mysql's reading of every shared real binlog file, recorded once beside the differential
 # test (tests/unit/test_realbinlog.py), which compares the tailer's rows with it (needs Go;
