@@ -183,6 +183,8 @@ func jsonAsBlobs(tm *replication.TableMapEvent) *replication.TableMapEvent {
 }
 
 func (f *file) add(t replication.EventType, ev *replication.RowsEvent) {
+	raw := f.raw[ev]
+	delete(f.raw, ev)
 	if len(ev.Table.ColumnName) == 0 {
 		step := 1
 		if op(t) == "update" {
@@ -191,8 +193,7 @@ func (f *file) add(t replication.EventType, ev *replication.RowsEvent) {
 		f.Unnamed[fmt.Sprintf("%s.%s %s", ev.Table.Schema, ev.Table.Table, op(t))] += len(ev.Rows) / step
 		return
 	}
-	f.Rows = append(f.Rows, rows(t, ev, f.raw[ev])...)
-	delete(f.raw, ev)
+	f.Rows = append(f.Rows, rows(t, ev, raw)...)
 }
 
 func op(t replication.EventType) string {
