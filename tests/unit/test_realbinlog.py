@@ -39,18 +39,14 @@ NAMED_ERRORS: dict[str, tuple[str, str]] = {}
 READERS = ("fast", "library")
 
 
-def _named(f: dict) -> dict[str, str]:
-    """db.table -> a column, for the tables go-mysql found column names for."""
-    return {f"{r['db']}.{r['table']}": r["columns"][0] for r in f["rows"]}
-
-
 @pytest.fixture(scope="module")
 def outcomes(gomysql_reading):
     cache: dict = {}
 
     def get(name: str, reader: str) -> rb.Outcome:
         if (name, reader) not in cache:
-            cache[(name, reader)] = rb.read_file(name, reader, _named(gomysql_reading[name]))
+            named = rb.named_tables(gomysql_reading[name])
+            cache[(name, reader)] = rb.read_file(name, reader, named)
         return cache[(name, reader)]
     return get
 
