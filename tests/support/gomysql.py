@@ -52,13 +52,23 @@ def files() -> list[pathlib.Path]:
     return sorted(p for p in folder.iterdir() if p.name != "SOURCES.md")
 
 
+def _run(what: str, command: list[str], **options) -> subprocess.CompletedProcess:
+    """Runs ``command``; raises GoMysqlUnavailable naming ``what`` when it fails or hangs."""
+    try:
+        proc = subprocess.run(command, capture_output=True, timeout=BUILD_TIMEOUT_S, **options)
+    except subprocess.TimeoutExpired:
+        raise GoMysqlUnavailable(f"{what}: still running after {BUILD_TIMEOUT_S} s") from None
+    if proc.returncode != 0:
+        output = (proc.stdout + proc.stderr).decode(errors="replace")
+        raise GoMysqlUnavailable(f"{what} (exit {proc.returncode}):\n{output[-3000:]}")
+    return proc
+
+
 def go_command() -> str:
     """Raises GoMysqlUnavailable when devstack/tools/go-toolchain.py finds no Go."""
-    proc = subprocess.run([sys.executable, str(TOOLCHAIN), str(SOURCE / "go.mod")],
-                          capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
-    if proc.returncode != 0:
-        raise GoMysqlUnavailable(f"no Go to build go-mysql's reader with: {proc.stderr.strip()}")
-    return proc.stdout.strip()
+    proc = _run("no Go to build go-mysql's reader with",
+                [sys.executable, str(TOOLCHAIN), str(SOURCE / "go.mod")])
+    return proc.stdout.decode().strip()
 
 
 def binary() -> pathlib.Path:
@@ -74,12 +84,8 @@ def binary() -> pathlib.Path:
     if go.startswith(str(ROOT)):
         env.pop("GOROOT", None)         # the Go of build/go/ finds its own root
     partial = path.with_suffix(".partial")
-    proc = subprocess.run([go, "build", "-buildvcs=false", "-o", str(partial), "."],
-                          cwd=SOURCE, env=env, capture_output=True, text=True,
-                          timeout=BUILD_TIMEOUT_S)
-    if proc.returncode != 0:
-        raise GoMysqlUnavailable(f"building go-mysql's reader failed ({go} build):\n"
-                                 f"{(proc.stdout + proc.stderr)[-3000:]}")
+    _run(f"building go-mysql's reader failed ({go} build)",
+         [go, "build", "-buildvcs=false", "-o", str(partial), "."], cwd=SOURCE, env=env)
     partial.rename(path)
     return path
 
@@ -110,11 +116,8 @@ def reading_file() -> pathlib.Path:
 
 
 def _read(reader: pathlib.Path, paths: list[pathlib.Path], out: pathlib.Path) -> None:
-    proc = subprocess.run([str(reader), *map(str, paths)], capture_output=True,
-                          env={**os.environ, "TZ": "UTC"}, timeout=BUILD_TIMEOUT_S)
-    if proc.returncode != 0:
-        raise GoMysqlUnavailable(f"go-mysql's reader failed (exit {proc.returncode}):\n"
-                                 f"{proc.stderr.decode(errors='replace')[-3000:]}")
+    proc = _run("go-mysql's reader failed", [str(reader), *map(str, paths)],
+                env={**os.environ, "TZ": "UTC"})
     partial = out.with_suffix(".partial")
     partial.write_bytes(proc.stdout)
     partial.rename(out)
