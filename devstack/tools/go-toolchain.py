@@ -156,7 +156,7 @@ def installed_go(need: tuple[int, ...]) -> str:
         fcntl.flock(lock, fcntl.LOCK_EX)       # one download at a time
         if not go.exists():
             version = f"v0.0.1-{PINNED}.{plat}"
-            print(f"go-toolchain: downloading Go {PINNED} (golang.org/toolchain {version}) "
+            print(f"go-toolchain: downloading {PINNED} (golang.org/toolchain {version}) "
                   "from the module proxy", file=sys.stderr)
             data = download(version)
             got = dirhash(data)
