@@ -22,6 +22,7 @@ help:
 	@echo "make test-library-reader   the integration tests with tailer.reader: library"
 	@echo "make test-python-path      every test with the C accelerator switched off (CACHESYNC_NO_SPEEDUPS=1)"
 	@echo "make unit    pure unit tests only (no services)"
+	@echo "make gomysql-rows   go-mysql's reading of the shared real binlog files, into build/ (the tests make it on first use)"
 	@echo "make bench   benchmarks (JSON to bench/results/)"
 	@echo "make docs    the documentation site, strictly (docs/_build/html)"
 	@echo "make diagrams  the docs' SVG diagrams from their Graphviz sources (docs/diagrams/*.dot)"
@@ -99,15 +100,12 @@ test-library-reader: install
 test-python-path: install test-tools
 	CACHESYNC_NO_SPEEDUPS=1 devstack/with-stack.sh $(BIN)/pytest -p no:cacheprovider --durations=40 tests
 
-# go-mysql's reading of every shared real binlog file, recorded once beside the differential
-# test (tests/unit/test_realbinlog.py), which compares the tailer's rows with it (needs Go;
-# the module comes from the Go module proxy)
-SHARED ?= $(abspath ../shared)
-gomysql-rows:
-	cd tests/support/gomysql_rows && go build -o $(CURDIR)/.gomysql-rows .
-	cd $(SHARED)/realbinlog && TZ=UTC $(CURDIR)/.gomysql-rows $$(ls | grep -v SOURCES.md) \
-		> $(CURDIR)/tests/unit/realbinlog_gomysql.json
-	rm -f .gomysql-rows
+# go-mysql's reading of every shared real binlog file, which tests/unit/test_realbinlog.py
+# compares the tailer's rows with and makes itself on first use (tests/support/gomysql.py):
+# built with the Go on PATH when it is new enough, else the Go devstack/tools/go-toolchain.py
+# takes from the Go module proxy; binary and reading cached in build/gomysql-rows/
+gomysql-rows: install
+	$(BIN)/python -m tests.support.gomysql
 
 unit: install
 	$(BIN)/pytest tests/unit

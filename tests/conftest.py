@@ -52,3 +52,15 @@ def redis_server(request):
         client = redis_cluster()
     yield client
     client.close()
+
+
+@pytest.fixture(scope="session")
+def gomysql_reading():
+    """go-mysql's reading of every shared real binlog file (tests/support/gomysql.py), made
+    on first use: no Go to be had, a failed build or a failed run fails the tests that need
+    it, with the reason."""
+    from tests.support import gomysql
+    try:
+        return gomysql.reading()
+    except gomysql.GoMysqlUnavailable as e:
+        pytest.fail(str(e))

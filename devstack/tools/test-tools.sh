@@ -3,10 +3,13 @@
 # (Debian packages): promtool checks the shipped Prometheus alert rules (package prometheus,
 # tests/unit/test_alerts.py; the server draws the monitoring picture, tests/integration/
 # test_bench_dashboard.py); Chromium renders the docs site headless (tests/docs); Graphviz's dot
-# draws the docs' diagrams (tests/docs/test_diagrams.py). `make test`
+# draws the docs' diagrams (tests/docs/test_diagrams.py); Go builds go-mysql's reader of the
+# shared real binlog files (tests/support/gomysql.py): the go on PATH when it is new enough,
+# else Go from the Go module proxy into build/go/ (go-toolchain.py). `make test`
 # runs this before the tests, as `devstack/stack.sh up` installs MariaDB and Redis.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
+"$here/go-toolchain.py" >/dev/null
 missing=()
 command -v promtool >/dev/null || missing+=(prometheus)
 command -v chromium >/dev/null || command -v chromium-browser >/dev/null || missing+=(chromium)

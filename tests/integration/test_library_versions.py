@@ -119,8 +119,9 @@ def live(stack):
 
 
 @pytest.fixture(scope="module")
-def reference(live):
-    """What the main environment decodes."""
+def reference(live, gomysql_reading):
+    """What the main environment decodes (the real files' tables mapped by go-mysql's
+    reading, which the probes then read from its cache)."""
     shared_dir()
     return probe(sys.executable, live)
 

@@ -16,11 +16,11 @@ import pytest
 
 from tests.support import wait_for
 from tests.support import mysqlbinlog as mb
+from tests.support.binlog import UUID
 from tests.support.replay_primary import ReplayPrimary
 
 pytestmark = pytest.mark.integration
 
-UUID = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
 USERS = {"users": {"keys": ["user:{id}", "user:email:{email}"]}}
 
 

@@ -1,7 +1,7 @@
-"""Recorded binlog events for unit tests of the tailer, no server.
+"""Binlog events built for unit tests of the tailer, no server.
 
-GTID and XID events are built by python-mysql-replication's own classes from the
-bytes the server sends (post-header layout from the MySQL/MariaDB sources); row
+GTID and XID events are built by python-mysql-replication's own classes from bytes made
+here as the server sends them (post-header layout from the MySQL/MariaDB sources); row
 events carry the attributes the library exposes once it decoded a row (schema,
 table, primary_key, rows), because decoding rows needs a table map from a server.
 """
@@ -20,8 +20,9 @@ from cachesync.producer_outbox.binlog.preflight import ServerInfo
 from cachesync.schema.event import decode
 from cachesync.schema.mapping import parse_mappings
 
-UUID = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
-OTHER = "4c9e3dfc-9d25-11e9-8d2e-0242ac1cfd7e"
+# server UUIDs made up for these tests (UUID sorts before OTHER)
+UUID = "1c2d3e4f-5a6b-4c7d-8e9f-a0b1c2d3e4f5"
+OTHER = "6a7b8c9d-0e1f-4a2b-8c3d-4e5f6a7b8c9d"
 MYSQL = ServerInfo("mysql", 1, UUID, {}, ())
 MARIADB = ServerInfo("mariadb", 1, None, {}, ())
 MAPPINGS = parse_mappings({"app.users": {"keys": ["user:{id}", "user:email:{email}"]}})

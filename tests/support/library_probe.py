@@ -43,12 +43,12 @@ def main(argv=None) -> int:
 
 def real_files() -> dict[str, str]:
     """``name/reader`` -> digest of the rows, table-level events and error of each file."""
-    from tests.support import realbinlog as rb
-    from tests.unit.test_realbinlog import GO, _named
+    from tests.support import gomysql, realbinlog as rb
+    reading = gomysql.reading()         # made by the caller's test first: here, from cache
     digests = {}
     for name in rb.names():
         for reader in ("fast", "library"):
-            outcome = rb.read_file(name, reader, _named(GO[name]))
+            outcome = rb.read_file(name, reader, rb.named_tables(reading[name]))
             error = (type(outcome.error).__name__, str(outcome.error)) if outcome.error else None
             digests[f"{name}/{reader}"] = _digest([repr(outcome.rows), repr(outcome.tables),
                                                    repr(error)])

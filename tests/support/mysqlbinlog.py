@@ -216,10 +216,17 @@ def event(etype: int, body: bytes, log_pos: int, server_id: int = 1, timestamp: 
 def payload(inner: list[tuple[int, bytes]], server_id: int = 1) -> bytes:
     """TRANSACTION_PAYLOAD_EVENT body: the inner events (no checksum, end position 0, as
     MySQL copies them from the transaction cache) compressed with zstd, after the
-    type-length-value header fields (size, compression type 0 = zstd, uncompressed size)."""
+    header fields."""
     raw = b"".join(event(t, b, 0, server_id, checksum=False) for t, b in inner)
     data = zstandard.ZstdCompressor().compress(raw)
-    return (_field(1, len(data)) + _field(2, 0) + _field(3, len(raw)) + b"\0" + data)
+    return payload_header(len(data), len(raw)) + data
+
+
+def payload_header(size: int, uncompressed: int, kind: int = 0) -> bytes:
+    """The type-length-value header fields of a TRANSACTION_PAYLOAD_EVENT in the order
+    servers write them: compression type (0 = zstd), uncompressed size, payload size, then
+    the end mark."""
+    return _field(2, kind) + _field(3, uncompressed) + _field(1, size) + b"\0"
 
 
 def _field(kind: int, value: int) -> bytes:

@@ -103,6 +103,12 @@ class Outcome:
     error: Exception | None = None
 
 
+def named_tables(reading: dict) -> dict[str, str]:
+    """db.table -> a column, for the tables whose column names go-mysql's reading of a file
+    (tests/support/gomysql.py) found in their table maps."""
+    return {f"{r['db']}.{r['table']}": r["columns"][0] for r in reading["rows"]}
+
+
 def mappings_for(named: dict[str, str]):
     """Update mode (every column kept) for each ``db.table`` -> a key column; every other
     table through a pattern whose key column no table has."""

@@ -28,6 +28,7 @@ import uuid as uuidlib
 import zlib
 
 from tests.support import mysqlbinlog as mb
+from tests.support.binlog import UUID
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +41,7 @@ _LOG_EVENT_ARTIFICIAL_F = 0x20
 
 DEFAULT_VARIABLES = {
     "version": mb.SERVER_VERSION, "version_comment": "replay primary (cachesync tests)",
-    "server_id": "1", "server_uuid": "3e11fa47-71ca-11e1-9e33-c80aa9429562",
+    "server_id": "1", "server_uuid": UUID,
     "log_bin": "ON", "binlog_format": "ROW", "binlog_row_image": "FULL",
     "binlog_row_metadata": "FULL", "binlog_checksum": "CRC32", "gtid_mode": "ON",
     "enforce_gtid_consistency": "ON", "binlog_transaction_compression": "OFF",

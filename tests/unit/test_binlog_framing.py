@@ -1,8 +1,12 @@
 """Compressed events expanded, every event type ruled on, tagged GTID events parsed (pure).
 
-MySQL transaction payloads are those real MySQL 8.0.27, 8.0.28 and 8.0.32 servers wrote (read from
-the shared test data folder: recorded/ and realbinlog/, sources in their READMEs); MariaDB's compressed events are built from MariaDB's documented layout
-here and read from the real MariaDB in tests/integration/test_binlog_compression.py.
+MySQL transaction payloads are those real MySQL 8.0.27, 8.0.28 and 8.0.32 servers wrote, read
+from the shared test data folder (recorded/ and realbinlog/, sources in their READMEs); what
+they expand into is compared with go-mysql's reading of the same files (the
+``gomysql_reading`` fixture, tests/support/gomysql.py). MariaDB's compressed events are built
+from MariaDB's documented layout here and read from the real MariaDB in
+tests/integration/test_binlog_compression.py. Everything else is built here from the
+documented formats (tests/support/mysqlbinlog.py).
 """
 
 from __future__ import annotations
@@ -19,15 +23,23 @@ from cachesync.producer_outbox.binlog.eventtypes import (DECODED, EXPANDED, NO_R
 from cachesync.producer_outbox.binlog.framing import UndecodedEvent, own_event, parse_tagged_gtid
 from cachesync.schema.gtid import MYSQL, Gtid
 from tests.support import mysqlbinlog as mb
+from tests.support.binlog import UUID
 from tests.support.shared import recorded, shared_file
 
-UUID = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"      # a zstd frame's first bytes (RFC 8878)
+COMPRESSED_FILES = ["mysql-bin.compressed", "transaction_compression.000001"]
 
 
 def mysql_8027():
-    """(zstd payload, inner event types) MySQL 8.0.27 wrote (go-mysql's recording)."""
+    """(zstd payload, inner event types, uncompressed size) of the payload MySQL 8.0.27
+    wrote (recorded/, its README names the source)."""
     data = recorded("mysql-8.0.27-zstd-payload.json")
-    return data["MYSQL_8027_ZSTD_PAYLOAD"], data["MYSQL_8027_INNER_TYPES"]
+    payload = data["MYSQL_8027_ZSTD_PAYLOAD"]
+    return payload, data["MYSQL_8027_INNER_TYPES"], len(_decompressed(payload))
+
+
+def _decompressed(data: bytes) -> bytes:
+    return zstandard.ZstdDecompressor().decompressobj().decompress(data)
 
 
 def packet(etype: int, body: bytes, end: int = 1000, checksum: bool = True, flags: int = 0):
@@ -35,7 +47,7 @@ def packet(etype: int, body: bytes, end: int = 1000, checksum: bool = True, flag
 
 
 def payload_body(data: bytes, size: int, kind: int = 0) -> bytes:
-    return (mb._field(1, len(data)) + mb._field(2, kind) + mb._field(3, size) + b"\0" + data)
+    return mb.payload_header(len(data), size, kind) + data
 
 
 def check_packet(raw: bytes, checksum: bool) -> None:
@@ -49,8 +61,8 @@ def check_packet(raw: bytes, checksum: bool) -> None:
 
 @pytest.mark.parametrize("checksum", [True, False])
 def test_a_recorded_mysql_payload_expands_into_its_events(checksum):
-    payload, inner = mysql_8027()
-    raw = packet(mb.TRANSACTION_PAYLOAD, payload_body(payload, 2442), end=5000,
+    payload, inner, size = mysql_8027()
+    raw = packet(mb.TRANSACTION_PAYLOAD, payload_body(payload, size), end=5000,
                  checksum=checksum)
     assert expandable(raw)
     events = expand(raw, checksum)
@@ -60,7 +72,7 @@ def test_a_recorded_mysql_payload_expands_into_its_events(checksum):
     # the position stays before the transaction until its last event (XID), which ends
     # where the payload ends
     ends = [struct.unpack_from("<I", e, 14)[0] for e in events]
-    assert ends == [0] * 7 + [5000]
+    assert ends == [0] * (len(inner) - 1) + [5000]
 
 
 def _real_payloads(name: str) -> list[bytes]:
@@ -75,19 +87,27 @@ def _real_payloads(name: str) -> list[bytes]:
     return out
 
 
-@pytest.mark.parametrize("name, inner", [
-    # MySQL 8.0.28 (mysql-binlog-connector-java's test data): BEGIN, map, UPDATE v2, XID;
-    # its header says 960 bytes uncompressed as fc c0 03
-    ("mysql-bin.compressed", (2, 19, 31, 16)),
-    # MySQL 8.0.32 (rust_mysql_common's test data): BEGIN, map, WRITE v2, XID
-    ("transaction_compression.000001", (2, 19, 30, 16)),
-])
-def test_payloads_real_servers_wrote_expand_with_their_length_encoded_header(name, inner):
-    (raw,) = _real_payloads(name)
-    events = expand(raw, True)
-    assert tuple(e[5] for e in events) == inner
-    for e in events:
+@pytest.mark.parametrize("name", COMPRESSED_FILES)
+def test_payloads_real_servers_wrote_expand_as_go_mysql_expands_them(gomysql_reading, name):
+    """MySQL 8.0.28 and 8.0.32 (SOURCES.md): each payload's events, by type, are those
+    go-mysql expands it into; each is a whole event with its CRC32."""
+    payloads = _real_payloads(name)
+    expanded = [expand(raw, True) for raw in payloads]
+    assert [[e[5] for e in events] for events in expanded] == gomysql_reading[name]["payloads"]
+    assert payloads and all(expanded)
+    for e in (e for events in expanded for e in events):
         check_packet(e, True)
+
+
+@pytest.mark.parametrize("name", COMPRESSED_FILES)
+def test_the_test_writer_writes_the_payload_header_real_servers_wrote(name):
+    """The header fields ``mysqlbinlog.payload`` writes are the bytes the real servers wrote
+    before their payload (fields and order)."""
+    (raw,) = _real_payloads(name)
+    body = raw[1 + mb.HEADER_LEN:-4]               # after the OK byte and header, before CRC32
+    at = body.index(ZSTD_MAGIC)
+    data = body[at:]
+    assert body[:at] == mb.payload_header(len(data), len(_decompressed(data)))
 
 
 @pytest.mark.parametrize("name", ["vector.binlog", "binlog_transaction_with_GTID_TAG.000001"])
@@ -96,11 +116,6 @@ def test_the_test_writer_declares_the_post_header_lengths_mysql_9_servers_wrote(
     size = struct.unpack_from("<I", data, 4 + 9)[0]
     body = data[4 + mb.HEADER_LEN:4 + size - 5]     # up to the checksum algorithm and CRC32
     assert body[57:] == mb.POST_HEADER_LENGTHS
-
-
-def test_a_header_field_value_is_a_length_encoded_integer():
-    assert mb._field(3, 960) == b"\x03\x03\xfc\xc0\x03"
-    assert mb._field(2, 0) == b"\x02\x01\x00"
 
 
 def test_a_built_payload_gives_back_the_plain_events():
@@ -115,15 +130,22 @@ def test_a_built_payload_gives_back_the_plain_events():
 
 @pytest.mark.parametrize("body, message", [
     (lambda: payload_body(b"not zstd at all", 10), "zstd"),
-    (lambda: payload_body(mysql_8027()[0], 2441), "the event says 2441"),
     (lambda: payload_body(b"xx", 2, kind=1), "binlog_transaction_compression=OFF"),
     (lambda: mb._field(1, 3), "no end mark"),
-    (lambda: b"\x03\x02\xfc\xc0", "cut short"),
-    (lambda: b"\x03\x03\x05\x00\x00\x00", "holds a 1-byte value"),
+    # field 3 declares 2 value bytes; its length-encoded value needs 3
+    (lambda: mb.lenenc(3) + mb.lenenc(2) + mb.lenenc(1000)[:2], "cut short"),
+    # field 3 declares 3 value bytes; its length-encoded value is 1 byte
+    (lambda: mb.lenenc(3) + mb.lenenc(3) + mb.lenenc(5) + b"\0\0" + b"\0", "holds a 1-byte value"),
 ])
 def test_a_payload_that_cannot_be_expanded_exactly_is_an_error(body, message):
     with pytest.raises(CompressedEventError, match=message):
         expand(packet(mb.TRANSACTION_PAYLOAD, body()), True)
+
+
+def test_a_payload_whose_size_field_is_not_its_size_is_an_error():
+    payload, _, size = mysql_8027()
+    with pytest.raises(CompressedEventError, match=f"the event says {size - 1}"):
+        expand(packet(mb.TRANSACTION_PAYLOAD, payload_body(payload, size - 1)), True)
 
 
 def test_a_payload_with_a_truncated_inner_event_is_an_error():

@@ -21,7 +21,6 @@ import pytest
 from cachesync.producer_outbox.binlog.checksums import (FORMAT_DESCRIPTION, LOG_EVENT_BINLOG_IN_USE_F,
                                                  BinlogChecksumError, verify)
 from tests.support import realbinlog as rb
-from tests.unit.test_realbinlog import GO, _named
 
 CHECKSUMMED = [n for n in rb.names() if rb.RealFile(n, rb.split_events(rb.file_bytes(n))).checksum]
 ROWS = frozenset((23, 24, 25, 30, 31, 32))
@@ -116,13 +115,16 @@ DAMAGED = [
 
 @pytest.mark.parametrize("reader", ("fast", "library"))
 @pytest.mark.parametrize("name,kinds", DAMAGED)
-def test_the_tailer_stops_on_a_damaged_event_naming_its_position(name, kinds, reader):
+def test_the_tailer_stops_on_a_damaged_event_naming_its_position(gomysql_reading, name, kinds,
+                                                                reader):
     """The first event of ``kinds`` has a byte changed: every row of the file comes at or
-    after it, so none may be published; table-level events before it may."""
+    after it, so none may be published; table-level events before it may (tables mapped by
+    go-mysql's reading, as in tests/unit/test_realbinlog.py)."""
     start = _first(name, kinds)
     data = dict(_events(name))[start]
-    whole = rb.read_file(name, reader, _named(GO[name]))
-    damaged = rb.read_file(name, reader, _named(GO[name]),
+    named = rb.named_tables(gomysql_reading[name])
+    whole = rb.read_file(name, reader, named)
+    damaged = rb.read_file(name, reader, named,
                            replace={start: _flipped(data, len(data) // 2)})
     assert whole.error is None and (whole.rows or whole.tables)
     assert isinstance(damaged.error, BinlogChecksumError), damaged.error

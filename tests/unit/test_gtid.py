@@ -3,9 +3,7 @@
 import pytest
 
 from cachesync.schema.gtid import MARIADB, MYSQL, Gtid, GtidState, parse_gtid
-
-U1 = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
-U2 = "4c9e3dfc-9d25-11e9-8d2e-0242ac1cfd7e"
+from tests.support.binlog import OTHER as U2, UUID as U1
 
 
 @pytest.mark.parametrize("text, expected", [

@@ -1,4 +1,4 @@
-"""The tailer on recorded binlog events (tests/support/binlog), MySQL and MariaDB GTIDs, no server."""
+"""The tailer on built binlog events (tests/support/binlog), MySQL and MariaDB GTIDs, no server."""
 
 from dataclasses import replace
 
@@ -35,7 +35,7 @@ MYSQL_EVENTS = [
 ]
 
 
-def test_library_parses_the_recorded_gtid_bytes():
+def test_library_parses_the_built_gtid_bytes():
     assert mysql_gtid(UUID, 6).gtid == f"{UUID}:6"
     assert mariadb_gtid(0, 1, 42).gtid == "0-1-42"
 

@@ -19,6 +19,7 @@ from cachesync.schema import jsonfast
 from cachesync.schema.event import encode
 from cachesync.schema.ids import MAX_ROWS_PER_TXN
 from cachesync.schema.keys import kafka_key
+from tests.support.binlog import UUID
 from tests.support.shared import recorded
 
 try:
@@ -126,7 +127,7 @@ def test_a_row_over_the_record_limit_goes_to_the_python_path():
 
 
 @pytest.mark.parametrize("ctx", [
-    CTX, TxnContext("3e11fa47-71ca-11e1-9e33-c80aa9429562", "mysql-bin.000003:1234",
+    CTX, TxnContext(UUID, "mysql-bin.000003:1234",
                     (3 << 32) | 1234, 1_700_000_001.0),
     TxnContext("mariadb:1", "0-1-7", 7, 1_700_000_000.0, gtid=True, cluster="eu-1"),
     TxnContext("s", "0-1-9", (1 << 80) + 9, 0.5, gtid=True)])

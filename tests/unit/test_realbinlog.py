@@ -7,12 +7,13 @@ streamed byte for byte by a replay primary to ``binlog_source.open_stream`` and
 python-mysql-replication (``tailer.reader: library``); ``make test-python-path`` runs it
 again with ``CACHESYNC_NO_SPEEDUPS=1`` (no compiled path).
 
-The independent decoder is go-mysql's parser (``replication.NewBinlogParser``), its reading
-recorded once in ``realbinlog_gomysql.json`` beside this file by ``make gomysql-rows``
-(tests/support/gomysql_rows/, Go from the module proxy). Rules:
+The independent decoder is go-mysql's parser (``replication.NewBinlogParser``): its reading
+is made at test time (tests/support/gomysql.py: built with Go from the module proxy, cached
+under build/; the ``gomysql_reading`` fixture). Rules:
 
 * where a table map carries column names, every row's values match go-mysql's, compared as
-  text (``_text``: what ``CAST(col AS CHAR)`` shows, bytes where the column holds bytes);
+  text (``_text``: what ``CAST(col AS CHAR)`` shows, bytes where the column holds bytes;
+  a JSON column as the document MySQL prints, ``_mysql_json``);
 * where it does not, each such table is invalidated as a whole (``no_column_names``) and no
   row of it is published;
 * a file may end in a named cachesync error only where ``NAMED_ERRORS`` says so and why;
@@ -21,66 +22,51 @@ recorded once in ``realbinlog_gomysql.json`` beside this file by ``make gomysql-
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import decimal
 import json
-import pathlib
 
 import pytest
+from pymysqlreplication.constants import FIELD_TYPE
 
 from tests.support import realbinlog as rb
-
-GO = {f["file"]: f for f in json.loads(
-    (pathlib.Path(__file__).with_name("realbinlog_gomysql.json")).read_text())}
 
 # file -> (error class, text in its message): what the tailer stops with, and why that is right
 # (none today: MySQL 5.1.34sp1's version text, which the library cannot parse, is read as
 # MySQL reads it, producer_outbox/binlog/serverversion.py)
 NAMED_ERRORS: dict[str, tuple[str, str]] = {}
 READERS = ("fast", "library")
-# Where go-mysql's JSON text is not MySQL's: the text MySQL's CAST(col AS CHAR) prints
-# (sql-common/json_dom.cc Json_wrapper::to_string: an opaque VARCHAR as base64:type15:..,
-# a DATE without a time, a DECIMAL as a number; go-mysql prints the string, a DATETIME and
-# a string); (file, row) -> {column: MySQL's text}
-MYSQL_TEXT = {
-    ("json-opaque.binlog", 0): {"a": '{"a": "base64:type15:VQ=="}'},
-    ("json-opaque.binlog", 1): {"a": '{"b": "2012-03-18"}'},
-    ("json-opaque.binlog", 4): {"a": '{"d": 123.456}'},
-    ("json-opaque.binlog", 5): {"a": '{"e": 9.00}'},
-}
-
-
-def _named(f: dict) -> dict[str, str]:
-    """db.table -> a column, for the tables go-mysql found column names for."""
-    return {f"{r['db']}.{r['table']}": r["columns"][0] for r in f["rows"]}
 
 
 @pytest.fixture(scope="module")
-def outcomes():
+def outcomes(gomysql_reading):
     cache: dict = {}
 
     def get(name: str, reader: str) -> rb.Outcome:
         if (name, reader) not in cache:
-            cache[(name, reader)] = rb.read_file(name, reader, _named(GO[name]))
+            named = rb.named_tables(gomysql_reading[name])
+            cache[(name, reader)] = rb.read_file(name, reader, named)
         return cache[(name, reader)]
     return get
 
 
-def test_the_recording_covers_every_shared_file():
-    assert sorted(GO) == rb.names(), "run make gomysql-rows to record the new files"
-    assert all(not f.get("error") for f in GO.values())
+def test_go_mysql_read_every_shared_file(gomysql_reading):
+    assert sorted(gomysql_reading) == rb.names()
+    assert {name: f["error"] for name, f in gomysql_reading.items() if f.get("error")} == {}
 
 
 @pytest.mark.parametrize("reader", READERS)
-@pytest.mark.parametrize("name", sorted(GO))
-def test_a_real_binlog_file_decodes_as_go_mysql_reads_it(outcomes, name, reader):
-    got, want = outcomes(name, reader), GO[name]
+@pytest.mark.parametrize("name", rb.names())
+def test_a_real_binlog_file_decodes_as_go_mysql_reads_it(outcomes, gomysql_reading, name,
+                                                         reader):
+    got, want = outcomes(name, reader), gomysql_reading[name]
     if name in NAMED_ERRORS:
         kind, text = NAMED_ERRORS[name]
         assert type(got.error).__name__ == kind and text in str(got.error), got.error
         return
     assert got.error is None, f"{type(got.error).__name__}: {got.error}"
-    expected = [_go_row(r, MYSQL_TEXT.get((name, i), {})) for i, r in enumerate(want["rows"])]
+    expected = [_go_row(r) for r in want["rows"]]
     assert expected == [_row(e, x) for e, x in zip(got.rows, expected)]
     assert len(got.rows) == len(expected)
     unnamed = {key.split(" ")[0] for key in want["unnamed"]}
@@ -89,15 +75,39 @@ def test_a_real_binlog_file_decodes_as_go_mysql_reads_it(outcomes, name, reader)
     assert invalidated == unnamed
 
 
+@pytest.mark.parametrize("field_type, go_value, mysql_value", [
+    (FIELD_TYPE.VARCHAR, "xy", "base64:type15:eHk="),
+    (FIELD_TYPE.BLOB, "\x01\x02", "base64:type252:AQI="),
+    (FIELD_TYPE.DATE, "2024-02-29 00:00:00.000000", "2024-02-29"),
+    (FIELD_TYPE.DATETIME, "2024-02-29 00:00:00.000000", "2024-02-29 00:00:00.000000"),
+    (FIELD_TYPE.TIME, "-838:59:59.000000", "-838:59:59.000000"),
+    (FIELD_TYPE.NEWDECIMAL, "-0.50", decimal.Decimal("-0.50")),
+])
+def test_an_opaque_json_value_in_mysql_text(field_type, go_value, mysql_value):
+    """The rule ``_mysql_json`` applies to go-mysql's reading, on values made up here."""
+    doc = json.dumps({"k": [1, go_value]})
+    opaque = [{"path": ["k", 1], "type": field_type}]
+    assert _mysql_json(doc, opaque) == {"k": [1, mysql_value]}
+    assert _mysql_json(json.dumps(go_value), [{"path": [], "type": field_type}]) == mysql_value
+
+
 # -- the text both sides are compared in ----------------------------------------------------
 
-class _Json(str):
-    """A JSON column's text, compared as the document it holds."""
+class _Json:
+    """A JSON column's document: equal to a decoded column's text that holds it."""
+
+    def __init__(self, doc):
+        self.doc = doc
 
     def __eq__(self, other):
-        return isinstance(other, str) and _doc(self) == _doc(other)
+        if isinstance(other, _Json):
+            return self.doc == other.doc
+        return isinstance(other, str) and _doc(other) == self.doc
 
-    __hash__ = str.__hash__
+    __hash__ = None
+
+    def __repr__(self):
+        return f"_Json({self.doc!r})"
 
 
 def _doc(text: str):
@@ -107,12 +117,41 @@ def _doc(text: str):
         return text
 
 
-def _go_row(r: dict, mysql_text: dict) -> tuple:
+def _mysql_json(text: str, opaque: list[dict]):
+    """The document MySQL prints (``Json_wrapper::to_string``) for go-mysql's text of it and
+    the opaque values the reader found in its binary form (path, MySQL field type)."""
+    doc = _doc(text)
+    for value in opaque:
+        path = value["path"]
+        if not path:                    # the document is the opaque value
+            doc = _mysql_opaque(value["type"], doc)
+            continue
+        holder = doc
+        for key in path[:-1]:
+            holder = holder[key]
+        holder[path[-1]] = _mysql_opaque(value["type"], holder[path[-1]])
+    return doc
+
+
+def _mysql_opaque(field_type: int, go_value: str):
+    """MySQL's text of an opaque JSON value from go-mysql's (its decodeOpaque: a DECIMAL's
+    digits as a string, a DATE as a DATETIME, a TIME or DATETIME as MySQL prints them, any
+    other type's bytes as a string): a DECIMAL is a number, a DATE has no time, other types
+    are ``base64:type<N>:<bytes>``."""
+    if field_type == FIELD_TYPE.NEWDECIMAL:
+        return decimal.Decimal(go_value)
+    if field_type == FIELD_TYPE.DATE:
+        return go_value[:len("YYYY-MM-DD")]
+    if field_type in (FIELD_TYPE.TIME, FIELD_TYPE.DATETIME, FIELD_TYPE.TIMESTAMP):
+        return go_value
+    return f"base64:type{field_type}:{base64.b64encode(go_value.encode()).decode()}"
+
+
+def _go_row(r: dict) -> tuple:
     def image(values):
         if values is None:
             return None
-        return {c: mysql_text[c] if c in mysql_text else _go_text(v)
-                for c, v in zip(r["columns"], values)
+        return {c: _go_text(v) for c, v in zip(r["columns"], values)
                 if not (isinstance(v, dict) and v.get("absent"))}
     return (r["db"], r["table"], r["op"], image(r.get("before")), image(r.get("after")))
 
@@ -121,7 +160,7 @@ def _go_text(v):
     if isinstance(v, dict) and "hex" in v:
         return _text(bytes.fromhex(v["hex"]))
     if isinstance(v, dict) and "json" in v:
-        return _Json(v["json"])
+        return _Json(_mysql_json(v["json"], v.get("opaque", [])))
     return v
 
 

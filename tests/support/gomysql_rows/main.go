@@ -8,8 +8,10 @@
 // allows it: integers in decimal (unsigned columns as unsigned when the table map says so),
 // DECIMAL as go-mysql's string, floats in Go's shortest form, temporal values as go-mysql
 // formats them, strings and blobs as {"hex": ...} (the reader's test decides what is text),
-// JSON as its text, ENUM/SET as their number (go-mysql does not name them), NULL as null; a
-// column the row image leaves out is {"absent": true}.
+// JSON as {"json": its text} (with "opaque": where the document holds opaque values, and their
+// MySQL types, which go-mysql's text drops), ENUM/SET as their names where the table map
+// carries them, NULL as null; a column the row image leaves out is {"absent": true}. Each
+// TRANSACTION_PAYLOAD_EVENT is listed by the types of the events go-mysql expanded it into.
 //
 // Usage: gomysql-rows FILE... (a .gz file is gunzipped in memory). Run with TZ=UTC.
 package main
@@ -17,6 +19,7 @@ package main
 import (
 	"bytes"
 	"compress/gzip"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -27,6 +30,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-mysql-org/go-mysql/replication"
 )
 
@@ -48,7 +52,12 @@ type file struct {
 	// rows of table maps without column names, counted by "db.table op": only their number
 	// is compared (a reader turns them into table-level invalidations)
 	Unnamed map[string]int `json:"unnamed"`
-	Error   string         `json:"error,omitempty"`
+	// the event types of each TRANSACTION_PAYLOAD_EVENT's inner events, in order
+	Payloads [][]int `json:"payloads"`
+	Error    string  `json:"error,omitempty"`
+	// each rows event's images with JSON columns read as the BLOBs they are stored as (the
+	// binary documents), for opaques
+	raw map[*replication.RowsEvent][][]any
 }
 
 func main() {
@@ -64,7 +73,8 @@ func main() {
 }
 
 func parse(name string) (f file) {
-	f = file{File: filepath.Base(name), Rows: []row{}, Unnamed: map[string]int{}}
+	f = file{File: filepath.Base(name), Rows: []row{}, Unnamed: map[string]int{},
+		Payloads: [][]int{}, raw: map[*replication.RowsEvent][][]any{}}
 	data, err := os.ReadFile(name)
 	if err != nil {
 		f.Error = err.Error()
@@ -87,6 +97,7 @@ func parse(name string) (f file) {
 	}()
 	p := replication.NewBinlogParser()
 	p.SetVerifyChecksum(true)
+	p.SetRowsEventDecodeFunc(f.decodeRows)
 	if len(data) < 4 || !bytes.Equal(data[:4], replication.BinLogFileHeader) {
 		f.Error = "not a binlog file"
 		return
@@ -100,11 +111,14 @@ func parse(name string) (f file) {
 		case *replication.RowsEvent:
 			f.add(e.Header.EventType, ev)
 		case *replication.TransactionPayloadEvent:
+			types := []int{}
 			for _, inner := range ev.Events {
+				types = append(types, int(inner.Header.EventType))
 				if r, ok := inner.Event.(*replication.RowsEvent); ok {
 					f.add(inner.Header.EventType, r)
 				}
 			}
+			f.Payloads = append(f.Payloads, types)
 		}
 		return nil
 	})
@@ -128,7 +142,49 @@ func withoutInUseFlag(data []byte) []byte {
 	return out
 }
 
+// decodeRows decodes a rows event as go-mysql does, after decoding it once more with its JSON
+// columns typed as BLOBs of the same length size (the metadata of both), which gives each
+// JSON value's binary document. Not for partial JSON updates (their partial bits count the
+// JSON columns) nor the inner events of a transaction payload (go-mysql expands those with a
+// parser of its own): their documents are not kept.
+func (f *file) decodeRows(ev *replication.RowsEvent, data []byte) error {
+	pos, err := ev.DecodeHeader(data)
+	if err != nil {
+		return err
+	}
+	if blobs := jsonAsBlobs(ev.Table); blobs != nil && ev.Type() != replication.EnumRowsEventTypeUnknown {
+		table := ev.Table
+		ev.Table = blobs
+		err = ev.DecodeData(pos, data)
+		ev.Table = table
+		if err != nil {
+			return err
+		}
+		f.raw[ev] = ev.Rows
+	}
+	return ev.DecodeData(pos, data)
+}
+
+// jsonAsBlobs: a copy of the table map with its JSON columns typed BLOB, or nil without any
+func jsonAsBlobs(tm *replication.TableMapEvent) *replication.TableMapEvent {
+	types := append([]byte(nil), tm.ColumnType...)
+	found := false
+	for i, t := range types {
+		if isJSON(t) {
+			types[i], found = mysql.MYSQL_TYPE_BLOB, true
+		}
+	}
+	if !found {
+		return nil
+	}
+	out := *tm
+	out.ColumnType = types
+	return &out
+}
+
 func (f *file) add(t replication.EventType, ev *replication.RowsEvent) {
+	raw := f.raw[ev]
+	delete(f.raw, ev)
 	if len(ev.Table.ColumnName) == 0 {
 		step := 1
 		if op(t) == "update" {
@@ -137,7 +193,7 @@ func (f *file) add(t replication.EventType, ev *replication.RowsEvent) {
 		f.Unnamed[fmt.Sprintf("%s.%s %s", ev.Table.Schema, ev.Table.Table, op(t))] += len(ev.Rows) / step
 		return
 	}
-	f.Rows = append(f.Rows, rows(t, ev)...)
+	f.Rows = append(f.Rows, rows(t, ev, raw)...)
 }
 
 func op(t replication.EventType) string {
@@ -152,7 +208,7 @@ func op(t replication.EventType) string {
 	return "update"
 }
 
-func rows(t replication.EventType, ev *replication.RowsEvent) []row {
+func rows(t replication.EventType, ev *replication.RowsEvent, raw [][]any) []row {
 	tm := ev.Table
 	var names []*string
 	if len(tm.ColumnName) > 0 {
@@ -175,7 +231,7 @@ func rows(t replication.EventType, ev *replication.RowsEvent) []row {
 	}
 	for i := 0; i+step <= len(ev.Rows); i += step {
 		r := row{Db: string(tm.Schema), Table: string(tm.Table), Op: kind, Columns: names, Types: types}
-		first := values(ev.Rows[i], ev.SkippedColumns, i, tm.ColumnType, unsigned, names2)
+		first := values(ev.Rows[i], nth(raw, i), ev.SkippedColumns, i, tm.ColumnType, unsigned, names2)
 		switch kind {
 		case "insert":
 			r.After = first
@@ -183,7 +239,7 @@ func rows(t replication.EventType, ev *replication.RowsEvent) []row {
 			r.Before = first
 		default:
 			r.Before = first
-			r.After = values(ev.Rows[i+1], ev.SkippedColumns, i+1, tm.ColumnType, unsigned, names2)
+			r.After = values(ev.Rows[i+1], nth(raw, i+1), ev.SkippedColumns, i+1, tm.ColumnType, unsigned, names2)
 		}
 		out = append(out, r)
 	}
@@ -220,7 +276,14 @@ func labels(tm *replication.TableMapEvent) map[int]struct {
 	return out
 }
 
-func values(image []any, skipped [][]int, at int, types []byte, unsigned map[int]bool,
+func nth(images [][]any, i int) []any {
+	if i < len(images) {
+		return images[i]
+	}
+	return nil
+}
+
+func values(image, raw []any, skipped [][]int, at int, types []byte, unsigned map[int]bool,
 	named map[int]struct {
 		set   bool
 		names []string
@@ -243,7 +306,15 @@ func values(image []any, skipped [][]int, at int, types []byte, unsigned map[int
 				continue
 			}
 		}
-		out[i] = text(v, i < len(types) && isJSON(types[i]), unsigned[i])
+		js := i < len(types) && isJSON(types[i])
+		out[i] = text(v, js, unsigned[i])
+		if doc, ok := out[i].(map[string]any); ok && js && i < len(raw) {
+			if b, isBytes := raw[i].([]byte); isBytes {
+				if found := opaques(b); len(found) > 0 {
+					doc["opaque"] = found
+				}
+			}
+		}
 	}
 	return out
 }
@@ -298,12 +369,12 @@ func text(v any, js bool, unsigned bool) any {
 		return strconv.FormatFloat(x, 'g', -1, 64)
 	case string:
 		if js {
-			return map[string]string{"json": x}
+			return map[string]any{"json": x}
 		}
 		return map[string]string{"hex": hex.EncodeToString([]byte(x))}
 	case []byte:
 		if js {
-			return map[string]string{"json": string(x)}
+			return map[string]any{"json": string(x)}
 		}
 		return map[string]string{"hex": hex.EncodeToString(x)}
 	case time.Time:
@@ -312,4 +383,82 @@ func text(v any, js bool, unsigned bool) any {
 		return x.String()
 	}
 	return fmt.Sprintf("%T:%v", v, v)
+}
+
+// opaque is one opaque value of a binary JSON document (a MySQL field type and its bytes):
+// where it lies and its type, which MySQL's text of the document depends on and go-mysql's
+// text drops.
+type opaque struct {
+	Path []any `json:"path"` // object keys and array indexes from the document's root
+	Type int   `json:"type"` // the MySQL field type (MYSQL_TYPE_*)
+}
+
+// Binary JSON (MySQL's sql-common/json_binary.h): a type byte, then the value. An object or
+// an array is an element count and a byte size (2-byte fields when small, 4-byte when large),
+// an object's key entries (offset, 2-byte length), then a value entry per element: a type
+// byte and the value's offset from the container's start, or the value itself when it fits.
+const (
+	jsonSmallObject = 0x00
+	jsonLargeObject = 0x01
+	jsonSmallArray  = 0x02
+	jsonLargeArray  = 0x03
+	jsonLiteral     = 0x04
+	jsonInt16       = 0x05
+	jsonUint16      = 0x06
+	jsonInt32       = 0x07
+	jsonUint32      = 0x08
+	jsonOpaque      = 0x0f
+)
+
+// opaques: every opaque value of the binary document doc, in document order
+func opaques(doc []byte) []opaque {
+	var out []opaque
+	if len(doc) > 0 {
+		walk(doc[0], doc[1:], nil, &out)
+	}
+	return out
+}
+
+func walk(tp byte, data []byte, path []any, out *[]opaque) {
+	if tp == jsonOpaque {
+		*out = append(*out, opaque{Path: append([]any{}, path...), Type: int(data[0])})
+		return
+	}
+	if tp > jsonLargeArray {
+		return
+	}
+	small := tp == jsonSmallObject || tp == jsonSmallArray
+	object := tp == jsonSmallObject || tp == jsonLargeObject
+	size := 4
+	if small {
+		size = 2
+	}
+	count := int(uintN(data, size))
+	keys := 0
+	if object {
+		keys = count
+	}
+	valueEntries := 2*size + keys*(size+2)
+	for i := 0; i < count; i++ {
+		var key any = i
+		if object {
+			entry := 2*size + i*(size+2)
+			at := int(uintN(data[entry:], size))
+			key = string(data[at : at+int(uintN(data[entry+size:], 2))])
+		}
+		entry := valueEntries + i*(1+size)
+		t := data[entry]
+		if t == jsonLiteral || t == jsonInt16 || t == jsonUint16 ||
+			(!small && (t == jsonInt32 || t == jsonUint32)) {
+			continue // inlined in its entry: a scalar
+		}
+		walk(t, data[uintN(data[entry+1:], size):], append(path[:len(path):len(path)], key), out)
+	}
+}
+
+func uintN(data []byte, size int) uint32 {
+	if size == 2 {
+		return uint32(binary.LittleEndian.Uint16(data))
+	}
+	return binary.LittleEndian.Uint32(data)
 }
