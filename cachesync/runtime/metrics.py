@@ -105,8 +105,10 @@ TAILER_COUNTERS = {
     "cachesync_tailer_schema_read_failures": ("Reads of the server's schema that failed, each "
                                               "named in a WARNING: column types and foreign "
                                               "keys (what was known before is used until a "
-                                              "later read succeeds), and the check at start "
-                                              "for changes the binlog does not carry",
+                                              "later read succeeds; meanwhile update-mode rows "
+                                              "of a table whose types are unread are published "
+                                              "invalidate-only), and the check at start for "
+                                              "changes the binlog does not carry",
                                               "schema_read_failures"),
     "cachesync_tailer_outbox_events": ("Outbox events published from the binlog "
                                        "(tailer.outbox_tables)", "outbox_events"),
