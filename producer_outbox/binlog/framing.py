@@ -36,20 +36,18 @@ from pymysqlreplication.event import GtidEvent
 from cachesync.producer_outbox.binlog.reading import DECODE_ERRORS
 from cachesync.producer_outbox.binlog.checksums import verify
 from cachesync.producer_outbox.binlog.compressed import expand
-from cachesync.producer_outbox.binlog.eventtypes import EXPANDED_TYPES, event_type, is_own
+from cachesync.producer_outbox.binlog.eventtypes import (EXPANDED_TYPES, FORMAT_DESCRIPTION,
+                                                         GTID_TAGGED, LIBRARY_ROWS, TABLE_MAP,
+                                                         event_type, is_own)
+from cachesync.producer_outbox.binlog.packets import BODY, COMMON_HEADER, CRC
 from cachesync.runtime.library_adapter import (PacketConnection, opened_connection,
                                                        packet_bytes)
-from cachesync.producer_outbox.binlog.serverversion import FORMAT_DESCRIPTION
 from cachesync.producer_outbox.binlog.serverversion import readable as readable_version
-from cachesync.producer_outbox.binlog.tablemaps import TABLE_MAP, readable
+from cachesync.producer_outbox.binlog.tablemaps import readable
 from cachesync.schema.gtid import MYSQL, Gtid, GtidState, encode_gtid_set
 
 COM_QUERY, COM_BINLOG_DUMP, COM_BINLOG_DUMP_GTID = 0x03, 0x12, 0x1E
-GTID_TAGGED = 42
-LIBRARY_ROWS = frozenset((23, 24, 25, 30, 31, 32, 39))     # rows v1, v2, partial JSON update
 _REWRITTEN = frozenset((TABLE_MAP, FORMAT_DESCRIPTION))    # made readable for the library
-_HEADER = struct.Struct("<IBIIIH")      # after the OK byte: timestamp, type, server, size, next, flags
-_BODY = 20
 # COM_BINLOG_DUMP_GTID as the library writes it: command, flags (2), server id (4), name
 # size (4) = 3, name (3), position (8), data size (4), data
 _DUMP_GTID_FIXED = 1 + 2 + 4 + 4 + 3 + 8
@@ -114,7 +112,7 @@ class FramedConnection(PacketConnection):
         if not self.dumping:
             return self.pymysql_read_packet(packet_type)
         raw = self.last_raw = self.next_raw()
-        if len(raw) >= _BODY and raw[0] == 0 and is_own(raw[5], _flags(raw)):
+        if len(raw) >= BODY and raw[0] == 0 and is_own(raw[5], _flags(raw)):
             raise OwnEvent(raw)
         return packet_type(raw, self.encoding)
 
@@ -166,8 +164,8 @@ class UndecodedEvent:
 def own_event(raw: bytes, checksum: bool):
     """The TaggedGtidEvent or UndecodedEvent of packet ``raw``; raises ValueError for a
     tagged GTID event whose bytes do not parse."""
-    timestamp, code, server_id, _size, log_pos, flags = _HEADER.unpack_from(raw, 1)
-    body = raw[_BODY:len(raw) - 4] if checksum else raw[_BODY:]
+    timestamp, code, server_id, _size, log_pos, flags = COMMON_HEADER.unpack_from(raw, 1)
+    body = raw[BODY:len(raw) - CRC] if checksum else raw[BODY:]
     if code == GTID_TAGGED:
         return TaggedGtidEvent(parse_tagged_gtid(body), timestamp, server_id, log_pos)
     kind = event_type(code, flags)
@@ -271,13 +269,13 @@ class RowsGuarded:
             return super().fetchone()
         except DECODE_ERRORS as e:
             raw = getattr(opened_connection(self), "last_raw", None)
-            if raw is None or len(raw) < _BODY + 6 or raw[0] != 0 or raw[5] not in LIBRARY_ROWS:
+            if raw is None or len(raw) < BODY + 6 or raw[0] != 0 or raw[5] not in LIBRARY_ROWS:
                 raise
-            timestamp, code, server_id, _size, log_pos, _ = _HEADER.unpack_from(raw, 1)
+            timestamp, code, server_id, _size, log_pos, _ = COMMON_HEADER.unpack_from(raw, 1)
             self.log_pos = log_pos
             return UndecodedEvent(code, f"{event_type(code, 0).name} the library cannot read "
                                   f"({type(e).__name__}: {str(e)[:120]})",
-                                  int.from_bytes(raw[_BODY:_BODY + 6], "little"), timestamp,
+                                  int.from_bytes(raw[BODY:BODY + 6], "little"), timestamp,
                                   server_id, log_pos)
 
 
