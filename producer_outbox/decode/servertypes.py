@@ -15,6 +15,7 @@ The same reads find the MariaDB system-versioned tables and their period columns
 from __future__ import annotations
 
 import logging
+from contextlib import closing
 from typing import Callable, Iterable
 
 import pymysql
@@ -70,12 +71,8 @@ class ColumnTypes:
             return
         self.version += 1
         try:
-            conn = self._connect()
-            try:
-                with conn.cursor() as cur:
-                    found, versioned = _query(cur, pairs), _versioned(cur, pairs)
-            finally:
-                conn.close()
+            with closing(self._connect()) as conn, conn.cursor() as cur:
+                found, versioned = _query(cur, pairs), _versioned(cur, pairs)
         except pymysql.err.MySQLError as e:
             self.failures += 1
             log.warning("could not read the column types of %s from information_schema (%s): "
