@@ -48,6 +48,7 @@ from cachesync.schema.gtid import MYSQL, Gtid, GtidState, encode_gtid_set
 
 COM_QUERY, COM_BINLOG_DUMP, COM_BINLOG_DUMP_GTID = 0x03, 0x12, 0x1E
 _REWRITTEN = frozenset((TABLE_MAP, FORMAT_DESCRIPTION))    # made readable for the library
+_MAP_CACHE = 4096       # table-map bodies whose rewriting is remembered (cleared when full)
 # COM_BINLOG_DUMP_GTID as the library writes it: command, flags (2), server id (4), name
 # size (4) = 3, name (3), position (8), data size (4), data
 _DUMP_GTID_FIXED = 1 + 2 + 4 + 4 + 3 + 8
@@ -72,6 +73,7 @@ class FramedConnection(PacketConnection):
     gtid_set = None          # callable: the GtidState to send in COM_BINLOG_DUMP_GTID
     last_raw: bytes | None = None   # the packet the library read last (RowsGuarded)
     _expanded: deque[bytes] | None = None     # events of an expanded one, not read yet
+    _map_rewrites: dict[bytes, bool] | None = None    # table-map body -> readable() rewrites it
 
     def write_bytes(self, data) -> None:
         if len(data) > 4 and data[4] in (COM_BINLOG_DUMP, COM_BINLOG_DUMP_GTID):
@@ -96,13 +98,31 @@ class FramedConnection(PacketConnection):
             if len(raw) <= 5 or raw[5] not in EXPANDED_TYPES or raw[0] != 0:
                 if len(raw) <= 5 or raw[5] not in _REWRITTEN:
                     return raw
-                return (readable(raw, self.checksum) if raw[5] == TABLE_MAP
+                return (self._readable_map(raw) if raw[5] == TABLE_MAP
                         else readable_version(raw, self.checksum))
             if self._expanded is None:
                 self._expanded = deque()
             self._expanded.extend(readable(e, self.checksum) for e in expand(raw, self.checksum))
             if self._expanded:
                 return self._expanded.popleft()
+
+    def _readable_map(self, raw: bytes) -> bytes:
+        """``tablemaps.readable`` of a table-map packet. A table's map comes with each of its
+        transactions and almost none needs rewriting: whether one does is remembered per
+        body (without the header and checksum, which change with the position)."""
+        body = raw[BODY:len(raw) - CRC] if self.checksum else raw[BODY:]
+        rewrites = self._map_rewrites
+        if rewrites is None:
+            rewrites = self._map_rewrites = {}
+        known = rewrites.get(body)
+        if known is False:
+            return raw
+        out = readable(raw, self.checksum)
+        if known is None:
+            if len(rewrites) >= _MAP_CACHE:
+                rewrites.clear()
+            rewrites[body] = out is not raw
+        return out
 
     def _wire_raw(self) -> bytes:
         """The next packet from the server (pymysql's reading; error packets raise)."""
