@@ -77,14 +77,20 @@ class LagFigures:
         self.longest = 0.0
 
     def add(self, lags: Iterable[float]) -> None:
+        """Add a batch's lags (a negative lag counts as 0)."""
+        bounds, late, buckets = self.bounds, self.late, self._buckets
+        count, longest = self.count, self.longest
         for lag in lags:
-            lag = max(0.0, lag)
-            self.count += 1
-            for bound in self.bounds:
+            if not lag > 0.0:
+                lag = 0.0
+            count += 1
+            for bound in bounds:
                 if lag > bound:
-                    self.late[bound] += 1
-            self._buckets[_bucket(lag)] += 1
-            self.longest = max(self.longest, lag)
+                    late[bound] += 1
+            buckets[_bucket(lag)] += 1
+            if lag > longest:
+                longest = lag
+        self.count, self.longest = count, longest
 
     def merge(self, other: "LagFigures") -> None:
         """Add ``other``'s changes (same bounds) to these."""
