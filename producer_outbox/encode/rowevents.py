@@ -149,6 +149,8 @@ class RowEncoder:
             out, row_index = self._mapped(event, op, ctx, row_index, schema, table, where, [])
             return out, self.cascades.undecodable(ctx, schema, table, row_index, out)
         out, row_index = self._mapped(event, op, ctx, row_index, schema, table, where, [], rows)
+        if op == "insert":      # a new row cascades nothing (foreignkeys.row_change)
+            return out, row_index
         specs = table_specs(event.table_map[event.table_id],
                             self.types.of(schema, table) if self.types is not None else ())
         images = [row_images(op, key_images(row, specs)) for row in rows]
