@@ -14,7 +14,7 @@ once the dump started:
 * hands the events the library has no exact reading of to cachesync itself
   (``eventtypes.is_own``): a tagged GTID becomes a ``TaggedGtidEvent`` (a GtidEvent), any
   event that may carry rows cachesync cannot decode an ``UndecodedEvent``, which the tailer
-  turns into table-level invalidation. Everything else is the library's, as before.
+  turns into table-level invalidation. Everything else is the library's.
 * writes the GTID set of COM_BINLOG_DUMP_GTID itself (``schema.gtid.encode_gtid_set``), as
   the library's encoder knows no tags.
 
@@ -279,7 +279,7 @@ class RowsGuarded:
     malformed: a header, a bitmap or a count that does not fit the event) come back as an
     UndecodedEvent of their table id, which the tailer invalidates at table level, rather
     than as an error that would stop the tailer at that event after every restart. Any
-    other event the library cannot decode raises, as before."""
+    other event the library cannot decode raises the library's error."""
 
     def fetchone(self):
         conn = opened_connection(self)     # (none before the first connect)

@@ -18,7 +18,7 @@ follows MySQL's format would read it, for both readers (``framing.FramedConnecti
 
 Any other packet, or one these rules do not need to change, is returned as it is. Bytes
 that do not parse as a table map are returned as they are too: the library's reading then
-raises the decode error it always raised.
+raises its decode error.
 """
 
 from __future__ import annotations
