@@ -21,7 +21,7 @@ from typing import Callable, Iterator
 from prometheus_client import CollectorRegistry, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from cachesync.consumer.core.nines import LagFigures
+from cachesync.consumer.core.nines import QUANTILES, LagFigures, quantile_name
 from cachesync.schema.event import HEARTBEAT_KIND, beat_time
 
 log = logging.getLogger(__name__)
@@ -495,18 +495,14 @@ class ChangeFiguresCollector:
                 late.add_metric([kind, within], s["failed"])
                 if s["ratio"] is not None:
                     ratio.add_metric([kind, within], s["ratio"])
-            for name, value in fig.items():
-                if name.startswith("p") and name.endswith("_ms") and value is not None:
-                    quantile.add_metric([kind, _quantile_label(name)], value / 1000)
+            for q in QUANTILES:
+                value = fig[quantile_name(q)]
+                if value is not None:
+                    quantile.add_metric([kind, f"{q:g}"], value / 1000)
         yield from (total, late, ratio, quantile)
 
     def describe(self):
         return []
-
-
-def _quantile_label(name: str) -> str:
-    """``"p99.9_ms"`` -> ``"0.999"``."""
-    return f"{float(name[1:-3]) / 100:g}"
 
 
 @dataclass(frozen=True)
