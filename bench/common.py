@@ -11,6 +11,7 @@ import os
 import random
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -135,6 +136,13 @@ def busy_share(before: tuple[int, int], after: tuple[int, int]) -> float | None:
     """The share (0..1) of the host's CPU time busy between two :func:`host_cpu` readings."""
     total = after[1] - before[1]
     return round((after[0] - before[0]) / total, 3) if total > 0 else None
+
+
+def free_port() -> int:
+    """A TCP port free on the loopback now (for a child process to listen on)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def ratio(a, b):
