@@ -5,7 +5,8 @@ The per-row turn of a row into an event lives here, in this order: decode the ro
 key text (``keycolumns.key_images``), mark columns a partial row image left out
 (``images``/``partial``), trim to the columns the mapping needs (``rows``), drop the rows
 of the row filter, build the ChangeEvent with its deterministic id (``rows.row_change``),
-its Kafka key, and encode it (invalidate-only over the record limit). Rows of the
+its Kafka key, and encode it (invalidate-only over the record limit, or in update mode
+when the table's column types could not be read). Rows of the
 outbox tables read from the binlog go through ``outbox_binlog.OutboxRouter`` instead.
 
 ``RowEncoder.rows_to_records`` is the one call the binlog source makes per rows event.
