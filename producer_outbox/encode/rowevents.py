@@ -266,7 +266,8 @@ class RowEncoder:
         """How the compiled run (``binlog_source``, ``_speedups.plain_run``) writes the rows
         of this rows event's table map itself: a ``compile_plan`` capsule, None for a table
         no mapping names (its rows make no records), or NO_PLAN where this class decides
-        every row (no compiled run, an outbox table, key text corrected, a row filter, a
+        every row (no compiled run, an outbox table, a cascade source (inserts included:
+        one plan serves every rows event of a table map), key text corrected, a row filter, a
         partial image, a system-versioned table, rows that go out invalidate-only, a column the
         compiled run does not decode as the Python path does).
         Made once per table map, after ``rows_to_records`` took one of its events, so that a
