@@ -18,7 +18,7 @@ session's setting or one malformed event never stops the tailer.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, NamedTuple
 
 from pymysqlreplication.row_event import (DeleteRowsEvent, PartialUpdateRowsEvent,
                                           UpdateRowsEvent, WriteRowsEvent)
@@ -55,6 +55,19 @@ _PLAN_CACHE = 1024      # rows-event plans remembered (cleared when full)
 # so whether a logged row is the current one (system versioning) is unknown
 TYPES_UNREAD = "column_types_unread"
 NO_PLAN = object()      # compiled_plan: the compiled run leaves this table map to Python
+
+
+class RowsPlan(NamedTuple):
+    """What every rows event of one table map and columns-present bitmaps shares."""
+    mapping: Any                    # the table's mapping
+    keep: frozenset[str] | None     # the columns its images keep (None: all)
+    specs: tuple                    # the kept columns' key-text specs
+    absent: tuple                   # the columns each image (before, after) leaves out
+    row_filter: Any                 # the row filter, when it may drop rows of this table
+    versioned: Any                  # its system versioning, when its map has the period columns
+    unnamed: bool                   # its table map has no column names
+    inexact: str | None             # why its rows go out invalidate-only (None: exact)
+
 
 # (db, table, the row's image trimmed to the kept columns) -> publish it; a filter with a
 # ``tables`` attribute (a set of (db, table)) keeps every row of the other tables unseen
@@ -217,12 +230,9 @@ class RowEncoder:
             row_index = partial.finish(out, row_index)
         return out, row_index
 
-    def _plan(self, event, schema: str, table: str) -> tuple | None:
-        """What every rows event of this table map and columns-present bitmaps shares: (the
-        mapping, the columns its images keep, the kept columns' key-text specs, the columns
-        each image leaves out, the row filter, the table's system versioning when its table
-        map has the period columns, whether its table map has no column names, and why its
-        rows go out invalidate-only (None: exact)), or None for a table no mapping names.
+    def _plan(self, event, schema: str, table: str) -> RowsPlan | None:
+        """What every rows event of this table map and columns-present bitmaps shares, or
+        None for a table no mapping names.
         Cached per table map and bitmaps, and made again once the column types were
         reloaded (a DDL)."""
         table_obj = event.table_map.get(event.table_id)
@@ -254,9 +264,9 @@ class RowEncoder:
             # key text corrected only where a kept column needs it (trimmed columns never count)
             specs = kept_specs(table_obj, keep, types.of(schema, table) if types else ())
             unread = mapping.updates and types is not None and types.unread(schema, table)
-            plan = (mapping, keep, specs, event_absence(event, table_obj),
-                    self._filter_of(event.schema, event.table), versioned,
-                    unnamed_columns(table_obj), TYPES_UNREAD if unread else None)
+            plan = RowsPlan(mapping, keep, specs, event_absence(event, table_obj),
+                            self._filter_of(event.schema, event.table), versioned,
+                            unnamed_columns(table_obj), TYPES_UNREAD if unread else None)
         if len(self._plans) >= _PLAN_CACHE:
             self._plans.clear()
         self._plans[key] = (table_obj, types.version if types is not None else 0, plan)
