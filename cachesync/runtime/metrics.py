@@ -413,9 +413,8 @@ class ConsumerMetrics:
             for beat in batch.beats:
                 self._observe(beat)
                 self.changes.add(HEARTBEATS, [max(0.0, beat.applied_at - beat.committed)])
-            if batch.last is not None:
-                self.last_lag_s = max(0.0, applied_at - batch.last.committed)
-                self.last_lag.set(self.last_lag_s)
+            self.last_lag_s = max(0.0, applied_at - batch.last.committed)
+            self.last_lag.set(self.last_lag_s)
             self.last_apply_at = max(self.last_apply_at or 0.0, applied_at)
         except Exception:   # noqa: BLE001 - metrics must never stop consumption
             log.exception("could not record lag metrics for a batch")
