@@ -126,8 +126,9 @@ def stat_cpu_s(stat_path) -> float:
 
 def host_cpu() -> tuple[int, int]:
     """(busy, total) jiffies of every CPU of the host so far (/proc/stat): two readings give
-    the share of the host's CPU time that was busy between them (:func:`busy_share`)."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    the share of the host's CPU time that was busy between them (:func:`busy_share`). The
+    first eight fields: guest time (the last two) is already counted in user time."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
     idle = fields[3] + fields[4]                    # idle + iowait
     return sum(fields) - idle, sum(fields)
 
