@@ -121,8 +121,9 @@ def own_account(lab) -> tuple[str, dict]:
 
 
 def test_update_mode_publishes_keys_only_while_the_column_types_cannot_be_read(lab):
-    """The tailer's account is locked (MariaDB refuses its new connections, its binlog
-    connection goes on), so the read after ADD SYSTEM VERSIONING fails: whether the table is
+    """The tailer's account gets a statement time limit no read of information_schema meets
+    (MariaDB's MAX_STATEMENT_TIME, applied at connect: the open binlog and checkpoint
+    connections go on), so the read after ADD SYSTEM VERSIONING fails: whether the table is
     versioned is unknown, and its update-mode rows go out invalidate-only (the history row an
     UPDATE logs never overwrites the new value) until a later read succeeds."""
     lab.sql("CREATE TABLE items (id INT PRIMARY KEY, v INT, name VARCHAR(20))")
@@ -133,7 +134,7 @@ def test_update_mode_publishes_keys_only_while_the_column_types_cannot_be_read(l
         engine = lab.start_engine(cfg)
         lab.sql("INSERT INTO items (id, v, name) VALUES (1, 1, 'a'), (2, 1, 'b')")
         settle(lab, engine, 2)
-        lab.sql(f"ALTER USER {user}@'127.0.0.1' ACCOUNT LOCK")
+        lab.sql(f"ALTER USER {user}@'127.0.0.1' WITH MAX_STATEMENT_TIME 0.000001")
         lab.sql("ALTER TABLE items ADD SYSTEM VERSIONING")
         lab.sql("UPDATE items SET v = 2 WHERE id = 1")      # logs the history row beside it
         wait_for(lambda: not lab.redis.exists(f"{lab.prefix}item:1"), 90, what="item 1 removed")
@@ -151,7 +152,7 @@ def test_update_mode_publishes_keys_only_while_the_column_types_cannot_be_read(l
         wait_for(lambda: scrape(metrics)[("cachesync_tailer_schema_read_failures_total", ())]
                  == 2, what="two failed schema reads counted")
 
-        lab.sql(f"ALTER USER {user}@'127.0.0.1' ACCOUNT UNLOCK")
+        lab.sql(f"ALTER USER {user}@'127.0.0.1' WITH MAX_STATEMENT_TIME 0")
         lab.sql("ALTER TABLE items COMMENT 'read again'")    # names the table: read again
         lab.sql("UPDATE items SET v = 3 WHERE id = 1")
         lab.sql("INSERT INTO items (id, v, name) VALUES (9, 0, 'marker')")
