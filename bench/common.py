@@ -11,6 +11,7 @@ import os
 import random
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -125,8 +126,9 @@ def stat_cpu_s(stat_path) -> float:
 
 def host_cpu() -> tuple[int, int]:
     """(busy, total) jiffies of every CPU of the host so far (/proc/stat): two readings give
-    the share of the host's CPU time that was busy between them (:func:`busy_share`)."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    the share of the host's CPU time that was busy between them (:func:`busy_share`). The
+    first eight fields: guest time (the last two) is already counted in user time."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
     idle = fields[3] + fields[4]                    # idle + iowait
     return sum(fields) - idle, sum(fields)
 
@@ -135,6 +137,13 @@ def busy_share(before: tuple[int, int], after: tuple[int, int]) -> float | None:
     """The share (0..1) of the host's CPU time busy between two :func:`host_cpu` readings."""
     total = after[1] - before[1]
     return round((after[0] - before[0]) / total, 3) if total > 0 else None
+
+
+def free_port() -> int:
+    """A TCP port free on the loopback now (for a child process to listen on)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def ratio(a, b):

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import random
 import shutil
-import socket
 import subprocess
 import threading
 import time
@@ -23,7 +22,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from bench.common import ROOT, Sandbox, Worker, log
+from bench.common import ROOT, Sandbox, Worker, free_port, log
 from cachesync.client import read_through
 from cachesync.devstack import wait_for
 
@@ -60,7 +59,7 @@ def _run(box: Sandbox, prometheus: str, mode: str, picture: Path) -> dict:
     size = SIZES[mode]
     box.create_schema(DDL)
     _fill(box)
-    ports = {"tail": _free_port(), "consume": _free_port(), "prometheus": _free_port()}
+    ports = {"tail": free_port(), "consume": free_port(), "prometheus": free_port()}
     cfg = box.write_config(
         {f"{box.db}.users": {"keys": [box.prefix + "user:{id}"], "ttl": 3600}},
         topic=box.new_topic(), tailer={"heartbeat_interval_s": 1},
@@ -140,12 +139,6 @@ def _check_alive(box: Sandbox, procs) -> None:
 
 
 # -- Prometheus -----------------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _start_prometheus(box: Sandbox, binary: str, ports: dict) -> subprocess.Popen:
     config = box.tmp / "prometheus.yml"
     config.write_text(json.dumps({     # JSON is YAML

@@ -29,13 +29,12 @@ from __future__ import annotations
 import csv
 import os
 import resource
-import socket
 import subprocess
 import time
 from pathlib import Path
 
-from bench.common import (Sandbox, baseline_tree, busy_share, host_cpu, log, stat_cpu_s, summarize,
-                          tree_commit, wait_for)
+from bench.common import (Sandbox, baseline_tree, busy_share, free_port, host_cpu, log, stat_cpu_s,
+                          summarize, tree_commit, wait_for)
 from bench.lag import DDL, KEYS_PER_ROW, WRITER_NICE, Harness, _alive, _checkpoint_stored
 
 NAME = "head_cost"
@@ -244,7 +243,7 @@ class BrokerRequests:
             port = next((line.split("=")[1].strip() for line in status.splitlines()
                          if "jmxremote.port =" in line), None)
             if port is None:
-                port = str(_free_port())
+                port = str(free_port())
                 subprocess.run(["jcmd", str(pid), "ManagementAgent.start",
                                 f"jmxremote.port={port}", f"jmxremote.rmi.port={port}",
                                 "jmxremote.host=127.0.0.1", "jmxremote.authenticate=false",
@@ -271,12 +270,6 @@ class BrokerRequests:
             if request in out:
                 out[request] += float(value)
         return out
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _ratio(a: float, b: float):

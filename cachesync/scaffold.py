@@ -13,7 +13,7 @@ import re
 from collections import defaultdict
 
 from cachesync.producer_outbox.decode.matched import SYSTEM_SCHEMAS
-from cachesync.schema.key_formats import spring_key
+from cachesync.schema.key_formats import FRAMEWORK, plain_row_key
 from cachesync.schema.patterns import is_shadow_table
 
 _NUMBERED = re.compile(r"^(.*?)(\d+)$")
@@ -26,17 +26,7 @@ UNKEYABLE_TYPES = {"json", "geometry", "point", "linestring", "polygon", "blob",
 # application does not cache their rows by key, so `init --framework` leaves them out (and
 # lists them, so that one that is cached after all can be added by hand). Globs, compared
 # case-insensitively.
-BOOKKEEPING: dict[str, tuple[str, ...]] = {
-    "django": ("django_migrations", "django_session", "django_admin_log", "django_content_type",
-               "django_site", "django_cache*", "auth_*"),
-    "rails": ("schema_migrations", "ar_internal_metadata", "active_storage_*", "action_text_*",
-              "action_mailbox_*", "solid_queue_*", "solid_cache_*", "solid_cable_*"),
-    "laravel": ("migrations", "failed_jobs", "jobs", "job_batches", "password_reset_tokens",
-                "password_resets", "personal_access_tokens", "sessions", "cache", "cache_locks",
-                "telescope_*", "pulse_*"),
-    "spring": ("flyway_schema_history", "databasechangelog", "databasechangeloglock",
-               "spring_session", "spring_session_attributes", "batch_*", "qrtz_*", "shedlock"),
-}
+BOOKKEEPING: dict[str, tuple[str, ...]] = {n: f.bookkeeping for n, f in FRAMEWORK.items()}
 
 
 def is_bookkeeping(framework: str | None, table: str) -> bool:
@@ -47,15 +37,10 @@ def is_bookkeeping(framework: str | None, table: str) -> bool:
 
 def framework_key(framework: str | None, table: str, fields: list[str]) -> str:
     """The placeholder key of a table's row in ``framework``'s usual form, as the application
-    passes it to its cache (the key format adds prefixes and versions): Rails
-    ``Rails.cache.fetch(record)`` -> ``authors/1``; Spring ``@Cacheable("authors")`` ->
-    ``authors::1`` (``SimpleKey [a,b]`` for a composite key); else ``table:id``."""
+    passes it to its cache (the key format adds prefixes and versions); ``table:id`` without
+    one."""
     placeholders = ["{%s}" % f for f in fields]
-    if framework == "rails":
-        return f"{table}/" + "/".join(placeholders)
-    if framework == "spring":
-        return spring_key(table, placeholders)
-    return f"{table}:" + ":".join(placeholders)
+    return (FRAMEWORK[framework].row_key if framework else plain_row_key)(table, placeholders)
 
 
 def visible_databases(conn, state_db: str) -> tuple[str, ...]:
@@ -169,16 +154,6 @@ def render(entries: list[dict], unmappable: list[tuple[str, str]], databases: li
 
 
 # what each framework's section says (docs/frameworks.md tells where the values come from)
-_SECTION_HINTS = {
-    "django": ["  key_prefix: \"\"      # CACHES['default']['KEY_PREFIX']",
-               "  version: 1          # CACHES['default']['VERSION'] (or CACHESYNC_FRAMEWORK_VERSION)"],
-    "rails": ["  key_prefix: \"\"      # the cache store's namespace: (none: \"\")"],
-    "laravel": ["  connection_prefix: laravel_database_   # database.redis.options.prefix (REDIS_PREFIX)",
-                "  key_prefix: laravel_cache_           # cache.prefix (CACHE_PREFIX)"],
-    "spring": ["  key_prefix: \"\"      # spring.cache.redis.key-prefix (none: \"\")"],
-}
-
-
 def _framework_section(framework: str | None) -> list[str]:
     """The ``framework:`` section: keys are written as the application passes them to its
     cache; the key format adds the framework's prefixes and version."""
@@ -187,7 +162,7 @@ def _framework_section(framework: str | None) -> list[str]:
     return ["# Keys below are written as the application passes them to its cache; the",
             f"# {framework} key format adds its prefixes (and version). Framework caches hold",
             "# serialized objects: cachesync deletes their keys (mode: delete).",
-            "framework:", f"  key_format: {framework}", *_SECTION_HINTS[framework]]
+            "framework:", f"  key_format: {framework}", *FRAMEWORK[framework].settings]
 
 
 def _quote(name: str) -> str:

@@ -240,9 +240,8 @@ class Applier:
         ones go the usual way (claim, wait for the lease, apply, confirm)."""
         if not ids:
             return [], []
-        lease = self._settings.claim_lease_s
         states, existed = self.call("dedup claim and invalidate", lambda: self._dedup.claim_unlink(
-            [(i, by_id[i].keys) for i in ids], lease))
+            [(i, by_id[i].keys) for i in ids]))
         decision = decide(ids, states)
         result.duplicates += decision.duplicates
         result.keys_existed += existed

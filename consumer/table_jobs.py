@@ -62,7 +62,8 @@ class TableScan:
     reused: bool = False            # another consumer's scan did the work
     failure: BaseException | None = None    # what stopped it (not Stopped): raised by check()
     fence: str | None = None        # update mode: the event's padded version (newer keys stay)
-    copies: int = 1                 # partition copies of the event that waited for it here
+    copies: int = 1                 # events it covers: partition copies, and later events of
+    #                                 the table that waited for it
     joined: list = field(default_factory=list)  # later events of the table it covers (job ids)
     mapping: object = None          # the table's mapping (what the scan renders)
     paused: float = 0.0             # seconds the scan paused to leave Redis to the row stream
@@ -275,7 +276,7 @@ class TableInvalidator:
             self._stats.table_keys_deleted += removed
             log.warning("table-level change of %s (%s): invalidated every key of its templates, "
                         "%d removed in %.1fs (%.1fs of it paused to leave Redis to the row "
-                        "stream; %d partition copies)", scan.table, scan.reason, removed, took,
+                        "stream; %d table events covered)", scan.table, scan.reason, removed, took,
                         scan.paused, scan.copies)
 
     def _call(self, what: str, fn):

@@ -62,17 +62,23 @@ class TailerOptions:
 
 
 class _Count:
-    """A counter of one part of the tailer (0 before that part exists), read by metrics."""
+    """A counter of one part of the tailer (``path``: dotted attributes from the tailer; 0
+    before that part exists), read by metrics; ``name``: the part's name for it (default:
+    the tailer's)."""
 
-    def __init__(self, part: str):
-        self._part = part
+    def __init__(self, path: str, name: str | None = None):
+        self._path, self._name = path.split("."), name
 
     def __set_name__(self, owner, name: str) -> None:
-        self._name = name
+        self._name = self._name or name
 
     def __get__(self, tailer, owner=None):
-        part = getattr(tailer, self._part)
-        return getattr(part, self._name) if part is not None else 0
+        part = tailer
+        for attribute in self._path:
+            part = getattr(part, attribute)
+            if part is None:
+                return 0
+        return getattr(part, self._name)
 
 
 class Tailer:
@@ -88,18 +94,14 @@ class Tailer:
     undecodable_rows = _Count("encoder")    # rows events not decoded: table invalidated
     versions_not_newer = _Count("source")   # GTIDs that did not advance the history
     undecoded_events = _Count("source")     # events with rows cachesync cannot decode
-
-    @property
-    def fk_cascade_rows(self) -> int:
-        """Parent rows whose unlogged foreign-key cascade reached a mapped table."""
-        cascades = self.encoder.cascades if self.encoder is not None else None
-        return cascades.cascade_rows if cascades is not None else 0
-
-    @property
-    def fk_cascade_tables(self) -> int:
-        """Table-level events foreign-key cascades caused."""
-        cascades = self.encoder.cascades if self.encoder is not None else None
-        return cascades.cascade_tables if cascades is not None else 0
+    # parent rows whose unlogged foreign-key cascade reached a mapped table, and the
+    # table-level events cascades caused
+    fk_cascade_rows = _Count("encoder.cascades", "cascade_rows")
+    fk_cascade_tables = _Count("encoder.cascades", "cascade_tables")
+    # outbox events published from the binlog (tailer.outbox_tables), and outbox rows
+    # published without a payload or keys that were not valid JSON
+    outbox_events = _Count("encoder.outbox", "events")
+    outbox_invalid = _Count("encoder.outbox", "invalid")
 
     @property
     def schema_read_failures(self) -> int:
@@ -126,18 +128,6 @@ class Tailer:
     @property
     def committed(self) -> Checkpoint | None:
         return self.pipeline.committed
-
-    @property
-    def outbox_events(self) -> int:
-        """Outbox events published from the binlog (tailer.outbox_tables)."""
-        outbox = self.encoder.outbox if self.encoder is not None else None
-        return outbox.events if outbox is not None else 0
-
-    @property
-    def outbox_invalid(self) -> int:
-        """Outbox rows published without a payload or keys that were not valid JSON."""
-        outbox = self.encoder.outbox if self.encoder is not None else None
-        return outbox.invalid if outbox is not None else 0
 
     def stop(self) -> None:
         self.pipeline.stop()

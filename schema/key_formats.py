@@ -17,10 +17,7 @@ taken from the settings, so that a version bump is one setting and never orphans
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
-
-FRAMEWORKS = ("django", "rails", "laravel", "spring")
-FORMATS = ("plain", *FRAMEWORKS)
+from typing import Callable, Sequence
 
 
 @dataclass(frozen=True)
@@ -44,15 +41,25 @@ class KeyFormat:
     def full(self, key: str) -> str:
         """The Redis key of ``key`` (a template's text or a rendered key) as the framework's
         cache stores it."""
-        if self.name == "django":          # django.core.cache.backends.base.default_key_func
-            return f"{self.key_prefix}:{self.version}:{key}"
-        if self.name == "rails":           # ActiveSupport::Cache::Store#namespace_key
-            return f"{self.key_prefix}:{key}" if self.key_prefix else key
-        if self.name == "laravel":         # the Redis connection's prefix, then the store's
-            return f"{self.connection_prefix}{self.key_prefix}{key}"
-        if self.name == "spring":          # CacheKeyPrefix: [key-prefix]cacheName::key
-            return f"{self.key_prefix}{key}"
-        return key
+        framework = FRAMEWORK.get(self.name)
+        return key if framework is None else framework.stored(self, key)
+
+
+@dataclass(frozen=True)
+class Framework:
+    """What cachesync knows of one web framework's cache, in one place."""
+
+    name: str
+    stored: Callable[[KeyFormat, str], str]     # the Redis key its cache stores for a key
+    row_key: Callable[[str, list[str]], str]    # `init`'s key of a table's row (placeholders)
+    bookkeeping: tuple[str, ...]    # its own tables, left out by `init` (globs, any case)
+    settings: tuple[str, ...]       # `init`'s `framework:` lines: where the app sets them
+
+
+def plain_row_key(table: str, placeholders: list[str]) -> str:
+    """``table:id`` (``table:a:b`` for a composite key): `init`'s key of a row in the plain
+    form."""
+    return f"{table}:" + ":".join(placeholders)
 
 
 def spring_key(cache_name: str, args: Sequence[str]) -> str:
@@ -64,3 +71,47 @@ def spring_key(cache_name: str, args: Sequence[str]) -> str:
                          "(SimpleKey []) that no row can name")
     body = args[0] if len(args) == 1 else "SimpleKey [" + ",".join(args) + "]"
     return f"{cache_name}::{body}"
+
+
+FRAMEWORK: dict[str, Framework] = {f.name: f for f in (
+    Framework(
+        "django",
+        # django.core.cache.backends.base.default_key_func
+        lambda f, key: f"{f.key_prefix}:{f.version}:{key}",
+        plain_row_key,
+        ("django_migrations", "django_session", "django_admin_log", "django_content_type",
+         "django_site", "django_cache*", "auth_*"),
+        ("  key_prefix: \"\"      # CACHES['default']['KEY_PREFIX']",
+         "  version: 1          # CACHES['default']['VERSION'] (or CACHESYNC_FRAMEWORK_VERSION)")),
+    Framework(
+        "rails",
+        # ActiveSupport::Cache::Store#namespace_key
+        lambda f, key: f"{f.key_prefix}:{key}" if f.key_prefix else key,
+        # Rails.cache.fetch(record) -> authors/1
+        lambda table, placeholders: f"{table}/" + "/".join(placeholders),
+        ("schema_migrations", "ar_internal_metadata", "active_storage_*", "action_text_*",
+         "action_mailbox_*", "solid_queue_*", "solid_cache_*", "solid_cable_*"),
+        ("  key_prefix: \"\"      # the cache store's namespace: (none: \"\")",)),
+    Framework(
+        "laravel",
+        # the Redis connection's prefix, then the store's
+        lambda f, key: f"{f.connection_prefix}{f.key_prefix}{key}",
+        plain_row_key,
+        ("migrations", "failed_jobs", "jobs", "job_batches", "password_reset_tokens",
+         "password_resets", "personal_access_tokens", "sessions", "cache", "cache_locks",
+         "telescope_*", "pulse_*"),
+        ("  connection_prefix: laravel_database_   # database.redis.options.prefix (REDIS_PREFIX)",
+         "  key_prefix: laravel_cache_           # cache.prefix (CACHE_PREFIX)")),
+    Framework(
+        "spring",
+        # CacheKeyPrefix: [key-prefix]cacheName::key
+        lambda f, key: f"{f.key_prefix}{key}",
+        # @Cacheable("authors") -> authors::1 (SimpleKey [a,b] for a composite key)
+        spring_key,
+        ("flyway_schema_history", "databasechangelog", "databasechangeloglock",
+         "spring_session", "spring_session_attributes", "batch_*", "qrtz_*", "shedlock"),
+        ("  key_prefix: \"\"      # spring.cache.redis.key-prefix (none: \"\")",)),
+)}
+FRAMEWORKS = tuple(FRAMEWORK)
+FORMATS = ("plain", *FRAMEWORKS)
+

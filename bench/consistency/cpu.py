@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from bench.common import host_cpu
+
 NS = 1e9
 TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -34,9 +36,7 @@ def schedstat(pid: int) -> dict[int, tuple[float, float]]:
 
 def host_busy() -> float:
     """CPU seconds the whole host spent busy (every user), from ``/proc/stat``."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = fields[3] + fields[4]                 # idle + iowait
-    return (sum(fields[:8]) - idle) / TICKS
+    return host_cpu()[0] / TICKS
 
 
 def pid_file(path: str | Path) -> int | None:

@@ -21,7 +21,7 @@ from typing import Callable, Iterator
 from prometheus_client import CollectorRegistry, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from cachesync.consumer.core.nines import LagFigures
+from cachesync.consumer.core.nines import QUANTILES, LagFigures, quantile_name
 from cachesync.schema.event import HEARTBEAT_KIND, beat_time
 
 log = logging.getLogger(__name__)
@@ -105,8 +105,10 @@ TAILER_COUNTERS = {
     "cachesync_tailer_schema_read_failures": ("Reads of the server's schema that failed, each "
                                               "named in a WARNING: column types and foreign "
                                               "keys (what was known before is used until a "
-                                              "later read succeeds), and the check at start "
-                                              "for changes the binlog does not carry",
+                                              "later read succeeds; meanwhile update-mode rows "
+                                              "of a table whose types are unread are published "
+                                              "invalidate-only), and the check at start for "
+                                              "changes the binlog does not carry",
                                               "schema_read_failures"),
     "cachesync_tailer_outbox_events": ("Outbox events published from the binlog "
                                        "(tailer.outbox_tables)", "outbox_events"),
@@ -411,9 +413,8 @@ class ConsumerMetrics:
             for beat in batch.beats:
                 self._observe(beat)
                 self.changes.add(HEARTBEATS, [max(0.0, beat.applied_at - beat.committed)])
-            if batch.last is not None:
-                self.last_lag_s = max(0.0, applied_at - batch.last.committed)
-                self.last_lag.set(self.last_lag_s)
+            self.last_lag_s = max(0.0, applied_at - batch.last.committed)
+            self.last_lag.set(self.last_lag_s)
             self.last_apply_at = max(self.last_apply_at or 0.0, applied_at)
         except Exception:   # noqa: BLE001 - metrics must never stop consumption
             log.exception("could not record lag metrics for a batch")
@@ -493,18 +494,14 @@ class ChangeFiguresCollector:
                 late.add_metric([kind, within], s["failed"])
                 if s["ratio"] is not None:
                     ratio.add_metric([kind, within], s["ratio"])
-            for name, value in fig.items():
-                if name.startswith("p") and name.endswith("_ms") and value is not None:
-                    quantile.add_metric([kind, _quantile_label(name)], value / 1000)
+            for q in QUANTILES:
+                value = fig[quantile_name(q)]
+                if value is not None:
+                    quantile.add_metric([kind, f"{q:g}"], value / 1000)
         yield from (total, late, ratio, quantile)
 
     def describe(self):
         return []
-
-
-def _quantile_label(name: str) -> str:
-    """``"p99.9_ms"`` -> ``"0.999"``."""
-    return f"{float(name[1:-3]) / 100:g}"
 
 
 @dataclass(frozen=True)

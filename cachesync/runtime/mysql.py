@@ -26,7 +26,7 @@ class _Connection(TlsContextConnection):
     which loads the system's CA bundle it then does not use: 25-40 ms of CPU per connection,
     more than the connection itself, and a tailer's start opens about ten. The context is
     built as pymysql builds it, once. A connection with TLS options (mysql.ssl_*) builds its
-    own, as before.
+    own.
     """
 
     _preferred: ssl.SSLContext | None = None

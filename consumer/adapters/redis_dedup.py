@@ -70,18 +70,17 @@ class RedisDedupStore:
         """True when ``claim_unlink`` can invalidate the cache (it shares this server)."""
         return self._leases is not None
 
-    def claim_unlink(self, changes: Sequence[tuple[str, Sequence[str]]], lease_s: float
+    def claim_unlink(self, changes: Sequence[tuple[str, Sequence[str]]]
                      ) -> tuple[Mapping[str, ClaimState], int]:
         """Claim each ``(id, cache keys)``, UNLINK the keys (and their fill leases) of those
         that are ours and confirm them, in one script call per CLAIM_CHUNK ids (one
         pipelined round trip): ``(state per id, cache keys that existed)``. OWNED means
         applied and confirmed; DONE a duplicate; BUSY untouched. Raises RetryableError /
         FatalError; a retry after a lost reply finds the ids applied by the first call DONE."""
-        token = uuid.uuid4().hex
         changes = list(dict((i, keys) for i, keys in changes).items())
         calls = []
         for part in chunks(changes, CLAIM_CHUNK):
-            keys, args = [], [token, max(1, int(lease_s * 1000)), self._retention_ms]
+            keys, args = [], [self._retention_ms]
             for msg_id, cache_keys in part:
                 leases = self._leases(list(cache_keys))      # a list: named in one call
                 keys += [dedup_key(self._namespace, msg_id), *cache_keys, *leases]

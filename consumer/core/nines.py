@@ -54,6 +54,11 @@ def label(seconds: float) -> str:
     return f"{seconds:g}s" if seconds >= 1 else f"{seconds * 1000:g}ms"
 
 
+def quantile_name(q: float) -> str:
+    """The key of quantile ``q`` in :meth:`LagFigures.figures`: ``p99.9_ms`` for 0.999."""
+    return f"p{q * 100:g}_ms"
+
+
 def _bucket(lag: float) -> int:
     if lag <= FLOOR_S:
         return 0
@@ -77,14 +82,20 @@ class LagFigures:
         self.longest = 0.0
 
     def add(self, lags: Iterable[float]) -> None:
+        """Add a batch's lags (a negative lag counts as 0)."""
+        bounds, late, buckets = self.bounds, self.late, self._buckets
+        count, longest = self.count, self.longest
         for lag in lags:
-            lag = max(0.0, lag)
-            self.count += 1
-            for bound in self.bounds:
+            if not lag > 0.0:
+                lag = 0.0
+            count += 1
+            for bound in bounds:
                 if lag > bound:
-                    self.late[bound] += 1
-            self._buckets[_bucket(lag)] += 1
-            self.longest = max(self.longest, lag)
+                    late[bound] += 1
+            buckets[_bucket(lag)] += 1
+            if lag > longest:
+                longest = lag
+        self.count, self.longest = count, longest
 
     def merge(self, other: "LagFigures") -> None:
         """Add ``other``'s changes (same bounds) to these."""
@@ -114,7 +125,7 @@ class LagFigures:
                "within": {label(b): share(self.late[b], self.count) for b in self.bounds}}
         for q in QUANTILES:
             value = self.quantile(q)
-            out[f"p{q * 100:g}_ms"] = round(value * 1000, 1) if value is not None else None
+            out[quantile_name(q)] = round(value * 1000, 1) if value is not None else None
         out["max_ms"] = round(self.longest * 1000, 1) if self.count else None
         return out
 
@@ -129,6 +140,6 @@ def summary(figures: dict) -> str:
                       else f">= {s['nines_at_least']:g} nines, 95 % bound" if s["nines_at_least"]
                       else "none late")
         parts.append(f"{s['ratio'] * 100:.4g} % ({nines_text}) within {name}")
-    pct = ", ".join(f"{k[:-3]} {figures[k]:g} ms" for k in figures
-                    if k.startswith("p") and figures[k] is not None)
+    pct = ", ".join(f"{k[:-3]} {figures[k]:g} ms" for k in map(quantile_name, QUANTILES)
+                    if figures.get(k) is not None)
     return f"{figures['changes']:,} changes: " + "; ".join(parts) + (f"; {pct}" if pct else "")

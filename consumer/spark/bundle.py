@@ -15,7 +15,7 @@ Every module goes in with its bytecode beside it (``name.pyc``, which zipimport 
 without compiling): a Python worker that compiled cachesync and its libraries from the
 zip's sources spent seconds on it before its first record. The bytecode is the driver's
 Python version's; an executor on another version finds a foreign magic number and
-compiles the source, as before.
+compiles the source.
 
 On the executors, :func:`keep_zip_directories` stops every Spark task from re-reading the
 directories of the zips on the Python path (see there).

@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import zlib
 
+from cachesync.producer_outbox.binlog.eventtypes import FORMAT_DESCRIPTION
+from cachesync.producer_outbox.binlog.packets import BODY, CRC
 from cachesync.schema.errors import FatalError
 
-FORMAT_DESCRIPTION = 15
 LOG_EVENT_BINLOG_IN_USE_F = 0x1   # common header flag: the file was still being written
 _FLAGS = 18                       # the flags' low byte in a packet (OK byte + 17)
-_BODY = 20                        # OK byte + 19-byte common header
-_CRC = 4
 # One zlib.crc32 call per event, over the whole packet, without slicing it: the CRC32 of any
 # bytes followed by their own CRC32 (little-endian) is this constant, and a crc32 started from
 # _PAST_OK_BYTE is back at crc32's own start after the packet's leading 0 (OK) byte.
@@ -60,12 +59,12 @@ def verify(raw: bytes) -> None:
     """Raises BinlogChecksumError when the event packet ``raw`` (OK byte, event, CRC32)
     fails its checksum; any other packet (an error or EOF packet, one too short to hold an
     event) is left to the reader."""
-    if len(raw) < _BODY + _CRC or raw[0] != 0 or zlib.crc32(raw, _PAST_OK_BYTE) == _RESIDUE:
+    if len(raw) < BODY + CRC or raw[0] != 0 or zlib.crc32(raw, _PAST_OK_BYTE) == _RESIDUE:
         return
-    stored = int.from_bytes(raw[-_CRC:], "little")
-    computed = zlib.crc32(memoryview(raw)[1:-_CRC])
+    stored = int.from_bytes(raw[-CRC:], "little")
+    computed = zlib.crc32(memoryview(raw)[1:-CRC])
     if raw[5] == FORMAT_DESCRIPTION and raw[_FLAGS] & LOG_EVENT_BINLOG_IN_USE_F:
-        cleared = bytearray(raw[1:-_CRC])
+        cleared = bytearray(raw[1:-CRC])
         cleared[_FLAGS - 1] &= ~LOG_EVENT_BINLOG_IN_USE_F
         computed = zlib.crc32(cleared)
         if computed == stored:

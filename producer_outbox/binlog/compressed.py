@@ -26,12 +26,12 @@ import zlib
 
 import zstandard
 
-from cachesync.producer_outbox.binlog.eventtypes import EXPANDED_TYPES, length_encoded
+from cachesync.producer_outbox.binlog.eventtypes import (EXPANDED_TYPES, TRANSACTION_PAYLOAD,
+                                                         length_encoded)
+from cachesync.producer_outbox.binlog.packets import BODY, COMMON_HEADER, CRC, reseal
 
-TRANSACTION_PAYLOAD = 40
 _QUERY, _QUERY_COMPRESSED = 2, 165
-_HEADER = 19
-_BODY = 1 + _HEADER             # OK byte + common header
+_HEADER = COMMON_HEADER.size
 _ZSTD, _NONE = 0, 255
 # compressed type -> (plain type, post-header length, extra-data length field follows)
 _MARIADB = {165: (_QUERY, 13, False),
@@ -51,7 +51,7 @@ def expandable(raw: bytes) -> bool:
 
 def expand(raw: bytes, checksum: bool) -> list[bytes]:
     """The plain events a compressed event packet stands for, as packets (module doc)."""
-    body = raw[_BODY:len(raw) - 4] if checksum else raw[_BODY:]
+    body = raw[BODY:len(raw) - CRC] if checksum else raw[BODY:]
     if raw[5] == TRANSACTION_PAYLOAD:
         return _payload_events(raw, body, checksum)
     return [_mariadb_event(raw, body, checksum)]
@@ -85,7 +85,7 @@ def _payload_events(raw: bytes, body: bytes, checksum: bool) -> list[bytes]:
         at += size
     # inner events end at position 0 (the position stays at the payload's start) except the
     # last, which ends where the payload ends: a checkpoint after it is after the transaction
-    return [_packet(e, outer_end if i == len(events) - 1 else 0, checksum)
+    return [reseal(b"\x00" + e, checksum, outer_end if i == len(events) - 1 else 0)
             for i, e in enumerate(events)]
 
 
@@ -120,9 +120,9 @@ def _mariadb_event(raw: bytes, body: bytes, checksum: bool) -> bytes:
             at += struct.unpack_from("<H", body, 8)[0] - 2
         columns, at = _lenenc(body, at)
         at += ((columns + 7) >> 3) * (2 if etype in _UPDATES else 1)
-    header = bytearray(raw[1:_BODY])
-    header[4] = plain
-    return _packet(bytes(header) + body[:at] + _zlib_part(body[at:]), None, checksum)
+    packet = bytearray(raw[:BODY])
+    packet[5] = plain
+    return reseal(packet + body[:at] + _zlib_part(body[at:]), checksum)
 
 
 def _zlib_part(data: bytes) -> bytes:
@@ -141,18 +141,6 @@ def _zlib_part(data: bytes) -> bytes:
         raise CompressedEventError(f"compressed event: {len(out)} bytes uncompressed, "
                                    f"the event says {size}")
     return out
-
-
-def _packet(event: bytes, end: int | None, checksum: bool) -> bytes:
-    """``event`` (header + body, no checksum) as a packet: size fixed, end position set
-    (None: kept), CRC32 appended when the stream carries checksums."""
-    size = len(event) + (4 if checksum else 0)
-    head = event[:9] + struct.pack("<I", size)
-    head += struct.pack("<I", end) if end is not None else event[13:17]
-    data = head + event[17:]
-    if checksum:
-        data += struct.pack("<I", zlib.crc32(data) & 0xFFFFFFFF)
-    return b"\x00" + data
 
 
 def _lenenc(data: bytes, at: int) -> tuple[int, int]:

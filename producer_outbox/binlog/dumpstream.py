@@ -24,7 +24,8 @@ from pymysqlreplication.event import MariadbGtidEvent, XidEvent
 from pymysqlreplication.row_event import (DeleteRowsEvent, TableMapEvent, UpdateRowsEvent,
                                           WriteRowsEvent)
 
-from cachesync.producer_outbox.binlog.eventtypes import is_own, length_encoded
+from cachesync.producer_outbox.binlog.eventtypes import TABLE_MAP, is_own, length_encoded
+from cachesync.producer_outbox.binlog.packets import BODY, COMMON_HEADER
 from cachesync.producer_outbox.decode.fastrows import GIVE_UP, table_decoder
 from cachesync.producer_outbox.encode.hotpath import NO_SPEEDUPS
 from cachesync.runtime.library_adapter import (library_event, packet_bytes,
@@ -43,7 +44,7 @@ except ImportError:          # no C compiler at install: every event takes the p
 READERS = ("auto", "fast", "library")
 
 # Binlog event types (MySQL/MariaDB log_event.h)
-_XID, _TABLE_MAP = 16, 19
+_XID, _TABLE_MAP = 16, TABLE_MAP
 _ROWS_V1 = {23: WriteRowsEvent, 24: UpdateRowsEvent, 25: DeleteRowsEvent}
 _ROWS_V2 = {30: WriteRowsEvent, 31: UpdateRowsEvent, 32: DeleteRowsEvent}
 _MARIADB_ANNOTATE, _MARIADB_CHECKPOINT, _MARIADB_GTID, _MARIADB_GTID_LIST = 160, 161, 162, 163
@@ -54,10 +55,8 @@ _MAX_PACKET = 0xFFFFFF          # a payload this long continues in the next pack
 _CHUNK = 1 << 18                # bytes asked of the socket per read
 _TABLE_CACHE = 4096             # table-map bodies remembered (cleared when full)
 
-_HEADER = struct.Struct("<IBIIIH")      # after the OK byte: timestamp, type, server, size, next, flags
 _U16, _U32, _U64 = struct.Struct("<H"), struct.Struct("<I"), struct.Struct("<Q")
 _GTID_BODY = struct.Struct("<QIB")      # MariaDB GTID: seq_no, domain_id, flags
-_BODY = 20                              # OK byte + 19-byte header
 
 
 def reader_kind(setting: str) -> str:
@@ -127,7 +126,7 @@ class DumpConnection(FramedConnection):
         raw, self.handoff = self.handoff, None
         if raw is None:
             raw = self.next_raw()
-            if len(raw) >= _BODY and raw[0] == 0 and (
+            if len(raw) >= BODY and raw[0] == 0 and (
                     raw[5] in _HOT or is_own(raw[5], raw[18] | raw[19] << 8)):
                 raise _Hot(raw)
         self.last_raw = raw
@@ -440,10 +439,10 @@ class DumpStreamReader(GtidPositioned, RowsGuarded, BinLogStreamReader):
             if etype == _MARIADB_ANNOTATE:
                 continue
             if gtid is None:
-                gtid, gtid_pos = self._gtid(buf, timestamp, server_id, start + _BODY), log_pos
+                gtid, gtid_pos = self._gtid(buf, timestamp, server_id, start + BODY), log_pos
             elif etype == _XID:
                 xid = FastXidEvent()
-                xid.timestamp, xid.xid = timestamp, _U64.unpack_from(buf, start + _BODY)[0]
+                xid.timestamp, xid.xid = timestamp, _U64.unpack_from(buf, start + BODY)[0]
                 conn._pos, conn.seq = end, seq
                 self.log_pos = log_pos
                 return FastGroup(gtid, gtid_pos, events, xid, log_pos)
@@ -474,7 +473,7 @@ class DumpStreamReader(GtidPositioned, RowsGuarded, BinLogStreamReader):
             self._tables.clear()
         table = self.table_map[event.table_id]
         # the fields of every FastTableMapEvent of these bytes (their timestamps differ)
-        body = raw[_BODY:self._body_end(raw)]
+        body = raw[BODY:self._body_end(raw)]
         self._tables[body] = {
             "table_id": event.table_id, "schema": table.schema, "table": table.table,
             "table_obj": table, "columns": table.columns, "primary_key": table.primary_key,
@@ -485,10 +484,10 @@ class DumpStreamReader(GtidPositioned, RowsGuarded, BinLogStreamReader):
 
     def _fast_event(self, raw: bytes):
         """The event of ``raw`` (or _SKIP), or None: the library handles it."""
-        if len(raw) < _BODY or raw[0] != 0:
+        if len(raw) < BODY or raw[0] != 0:
             return None
         etype = raw[5]
-        timestamp, _type, server_id, _size, log_pos, flags = _HEADER.unpack_from(raw, 1)
+        timestamp, _type, server_id, _size, log_pos, flags = COMMON_HEADER.unpack_from(raw, 1)
         if etype not in _HOT:
             if not is_own(etype, flags):
                 return None
@@ -502,7 +501,7 @@ class DumpStreamReader(GtidPositioned, RowsGuarded, BinLogStreamReader):
             event = self._gtid(raw, timestamp, server_id)
         elif etype == _XID:
             event = FastXidEvent()
-            event.timestamp, event.xid = timestamp, _U64.unpack_from(raw, _BODY)[0]
+            event.timestamp, event.xid = timestamp, _U64.unpack_from(raw, BODY)[0]
         elif etype == _TABLE_MAP:
             event = self._table_map(raw, timestamp)
         else:
@@ -516,7 +515,7 @@ class DumpStreamReader(GtidPositioned, RowsGuarded, BinLogStreamReader):
         return event
 
     @staticmethod
-    def _gtid(raw: bytes, timestamp: int, server_id: int, at: int = _BODY) -> FastGtidEvent:
+    def _gtid(raw: bytes, timestamp: int, server_id: int, at: int = BODY) -> FastGtidEvent:
         """The GTID event whose body starts at ``raw[at]``."""
         event = FastGtidEvent()
         seq, domain, flags = _GTID_BODY.unpack_from(raw, at)
@@ -527,7 +526,7 @@ class DumpStreamReader(GtidPositioned, RowsGuarded, BinLogStreamReader):
         return event
 
     def _table_map(self, raw: bytes, timestamp: int) -> FastTableMapEvent | None:
-        fields = self._tables.get(raw[_BODY:self._body_end(raw)])
+        fields = self._tables.get(raw[BODY:self._body_end(raw)])
         if fields is None:
             return None
         self.table_map[fields["table_id"]] = fields["table_obj"]
@@ -539,15 +538,15 @@ class DumpStreamReader(GtidPositioned, RowsGuarded, BinLogStreamReader):
     def _rows(self, raw: bytes, etype: int, timestamp: int) -> _FastRows | None:
         """A row event on the fast path, or None (another layout or table: the library)."""
         kind = _ROWS_V1.get(etype)
-        pos = _BODY + 8             # table id (6), flags (2)
+        pos = BODY + 8             # table id (6), flags (2)
         if kind is None:
             kind = _ROWS_V2[etype]
             if _U16.unpack_from(raw, pos)[0] != 2:     # extra row info: the library reads it
                 return None
             pos += 2
-        if self._post_header_len(etype) != pos - _BODY:
+        if self._post_header_len(etype) != pos - BODY:
             return None
-        table_id = int.from_bytes(raw[_BODY:_BODY + 6], "little")
+        table_id = int.from_bytes(raw[BODY:BODY + 6], "little")
         table = self.table_map.get(table_id)
         if table is None:
             return None

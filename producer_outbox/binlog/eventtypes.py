@@ -94,7 +94,13 @@ _ALL = (
     EventType(171, "DELETE_ROWS_COMPRESSED_EVENT", EXPANDED),
 )
 TYPES: dict[int, EventType] = {t.code: t for t in _ALL}
+_CODES = {t.name: t.code for t in _ALL}
+FORMAT_DESCRIPTION, TABLE_MAP = _CODES["FORMAT_DESCRIPTION_EVENT"], _CODES["TABLE_MAP_EVENT"]
+TRANSACTION_PAYLOAD, GTID_TAGGED = _CODES["TRANSACTION_PAYLOAD_EVENT"], _CODES["GTID_TAGGED_LOG_EVENT"]
 EXPANDED_TYPES = frozenset(t.code for t in _ALL if t.outcome == EXPANDED)
+# the rows events the binlog library reads: v1, v2 and MySQL's partial JSON update
+LIBRARY_ROWS = frozenset(t.code for t in _ALL if t.outcome == DECODED
+                         and t.name.endswith(("_ROWS_EVENT", "_ROWS_EVENT_V1")))
 
 
 def event_type(code: int, flags: int) -> EventType:
@@ -112,7 +118,7 @@ _OWN_TABLE = bytearray(256)
 for _code in range(256):
     if _code not in TYPES:
         _OWN_TABLE[_code] = 2
-    elif TYPES[_code].outcome == TABLE_LEVEL or _code == 42:
+    elif TYPES[_code].outcome == TABLE_LEVEL or _code == GTID_TAGGED:
         _OWN_TABLE[_code] = 1
 OWN_TABLE = bytes(_OWN_TABLE)
 

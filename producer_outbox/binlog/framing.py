@@ -14,7 +14,7 @@ once the dump started:
 * hands the events the library has no exact reading of to cachesync itself
   (``eventtypes.is_own``): a tagged GTID becomes a ``TaggedGtidEvent`` (a GtidEvent), any
   event that may carry rows cachesync cannot decode an ``UndecodedEvent``, which the tailer
-  turns into table-level invalidation. Everything else is the library's, as before.
+  turns into table-level invalidation. Everything else is the library's.
 * writes the GTID set of COM_BINLOG_DUMP_GTID itself (``schema.gtid.encode_gtid_set``), as
   the library's encoder knows no tags.
 
@@ -36,20 +36,19 @@ from pymysqlreplication.event import GtidEvent
 from cachesync.producer_outbox.binlog.reading import DECODE_ERRORS
 from cachesync.producer_outbox.binlog.checksums import verify
 from cachesync.producer_outbox.binlog.compressed import expand
-from cachesync.producer_outbox.binlog.eventtypes import EXPANDED_TYPES, event_type, is_own
+from cachesync.producer_outbox.binlog.eventtypes import (EXPANDED_TYPES, FORMAT_DESCRIPTION,
+                                                         GTID_TAGGED, LIBRARY_ROWS, TABLE_MAP,
+                                                         event_type, is_own)
+from cachesync.producer_outbox.binlog.packets import BODY, COMMON_HEADER, CRC
 from cachesync.runtime.library_adapter import (PacketConnection, opened_connection,
                                                        packet_bytes)
-from cachesync.producer_outbox.binlog.serverversion import FORMAT_DESCRIPTION
 from cachesync.producer_outbox.binlog.serverversion import readable as readable_version
-from cachesync.producer_outbox.binlog.tablemaps import TABLE_MAP, readable
+from cachesync.producer_outbox.binlog.tablemaps import readable
 from cachesync.schema.gtid import MYSQL, Gtid, GtidState, encode_gtid_set
 
 COM_QUERY, COM_BINLOG_DUMP, COM_BINLOG_DUMP_GTID = 0x03, 0x12, 0x1E
-GTID_TAGGED = 42
-LIBRARY_ROWS = frozenset((23, 24, 25, 30, 31, 32, 39))     # rows v1, v2, partial JSON update
 _REWRITTEN = frozenset((TABLE_MAP, FORMAT_DESCRIPTION))    # made readable for the library
-_HEADER = struct.Struct("<IBIIIH")      # after the OK byte: timestamp, type, server, size, next, flags
-_BODY = 20
+_MAP_CACHE = 4096       # table-map bodies whose rewriting is remembered (cleared when full)
 # COM_BINLOG_DUMP_GTID as the library writes it: command, flags (2), server id (4), name
 # size (4) = 3, name (3), position (8), data size (4), data
 _DUMP_GTID_FIXED = 1 + 2 + 4 + 4 + 3 + 8
@@ -74,6 +73,7 @@ class FramedConnection(PacketConnection):
     gtid_set = None          # callable: the GtidState to send in COM_BINLOG_DUMP_GTID
     last_raw: bytes | None = None   # the packet the library read last (RowsGuarded)
     _expanded: deque[bytes] | None = None     # events of an expanded one, not read yet
+    _map_rewrites: dict[bytes, bool] | None = None    # table-map body -> readable() rewrites it
 
     def write_bytes(self, data) -> None:
         if len(data) > 4 and data[4] in (COM_BINLOG_DUMP, COM_BINLOG_DUMP_GTID):
@@ -98,13 +98,31 @@ class FramedConnection(PacketConnection):
             if len(raw) <= 5 or raw[5] not in EXPANDED_TYPES or raw[0] != 0:
                 if len(raw) <= 5 or raw[5] not in _REWRITTEN:
                     return raw
-                return (readable(raw, self.checksum) if raw[5] == TABLE_MAP
+                return (self._readable_map(raw) if raw[5] == TABLE_MAP
                         else readable_version(raw, self.checksum))
             if self._expanded is None:
                 self._expanded = deque()
             self._expanded.extend(readable(e, self.checksum) for e in expand(raw, self.checksum))
             if self._expanded:
                 return self._expanded.popleft()
+
+    def _readable_map(self, raw: bytes) -> bytes:
+        """``tablemaps.readable`` of a table-map packet. A table's map comes with each of its
+        transactions and almost none needs rewriting: whether one does is remembered per
+        body (without the header and checksum, which change with the position)."""
+        body = raw[BODY:len(raw) - CRC] if self.checksum else raw[BODY:]
+        rewrites = self._map_rewrites
+        if rewrites is None:
+            rewrites = self._map_rewrites = {}
+        known = rewrites.get(body)
+        if known is False:
+            return raw
+        out = readable(raw, self.checksum)
+        if known is None:
+            if len(rewrites) >= _MAP_CACHE:
+                rewrites.clear()
+            rewrites[body] = out is not raw
+        return out
 
     def _wire_raw(self) -> bytes:
         """The next packet from the server (pymysql's reading; error packets raise)."""
@@ -114,7 +132,7 @@ class FramedConnection(PacketConnection):
         if not self.dumping:
             return self.pymysql_read_packet(packet_type)
         raw = self.last_raw = self.next_raw()
-        if len(raw) >= _BODY and raw[0] == 0 and is_own(raw[5], _flags(raw)):
+        if len(raw) >= BODY and raw[0] == 0 and is_own(raw[5], _flags(raw)):
             raise OwnEvent(raw)
         return packet_type(raw, self.encoding)
 
@@ -166,8 +184,8 @@ class UndecodedEvent:
 def own_event(raw: bytes, checksum: bool):
     """The TaggedGtidEvent or UndecodedEvent of packet ``raw``; raises ValueError for a
     tagged GTID event whose bytes do not parse."""
-    timestamp, code, server_id, _size, log_pos, flags = _HEADER.unpack_from(raw, 1)
-    body = raw[_BODY:len(raw) - 4] if checksum else raw[_BODY:]
+    timestamp, code, server_id, _size, log_pos, flags = COMMON_HEADER.unpack_from(raw, 1)
+    body = raw[BODY:len(raw) - CRC] if checksum else raw[BODY:]
     if code == GTID_TAGGED:
         return TaggedGtidEvent(parse_tagged_gtid(body), timestamp, server_id, log_pos)
     kind = event_type(code, flags)
@@ -261,7 +279,7 @@ class RowsGuarded:
     malformed: a header, a bitmap or a count that does not fit the event) come back as an
     UndecodedEvent of their table id, which the tailer invalidates at table level, rather
     than as an error that would stop the tailer at that event after every restart. Any
-    other event the library cannot decode raises, as before."""
+    other event the library cannot decode raises the library's error."""
 
     def fetchone(self):
         conn = opened_connection(self)     # (none before the first connect)
@@ -271,13 +289,13 @@ class RowsGuarded:
             return super().fetchone()
         except DECODE_ERRORS as e:
             raw = getattr(opened_connection(self), "last_raw", None)
-            if raw is None or len(raw) < _BODY + 6 or raw[0] != 0 or raw[5] not in LIBRARY_ROWS:
+            if raw is None or len(raw) < BODY + 6 or raw[0] != 0 or raw[5] not in LIBRARY_ROWS:
                 raise
-            timestamp, code, server_id, _size, log_pos, _ = _HEADER.unpack_from(raw, 1)
+            timestamp, code, server_id, _size, log_pos, _ = COMMON_HEADER.unpack_from(raw, 1)
             self.log_pos = log_pos
             return UndecodedEvent(code, f"{event_type(code, 0).name} the library cannot read "
                                   f"({type(e).__name__}: {str(e)[:120]})",
-                                  int.from_bytes(raw[_BODY:_BODY + 6], "little"), timestamp,
+                                  int.from_bytes(raw[BODY:BODY + 6], "little"), timestamp,
                                   server_id, log_pos)
 
 

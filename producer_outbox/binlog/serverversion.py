@@ -14,11 +14,11 @@ text whose parts do not each start with digits is returned unchanged.
 from __future__ import annotations
 
 import re
-import struct
-import zlib
 
-FORMAT_DESCRIPTION = 15
-_VERSION = slice(20 + 2, 20 + 2 + 50)     # OK byte, header, binlog version (2), text (50)
+from cachesync.producer_outbox.binlog.eventtypes import FORMAT_DESCRIPTION
+from cachesync.producer_outbox.binlog.packets import BODY, CRC, sealed
+
+_VERSION = slice(BODY + 2, BODY + 2 + 50)     # OK byte, header, binlog version (2), text (50)
 _LEADING_DIGITS = re.compile(r"\d+")
 _VERSION_PART = re.compile(r"\d+[0-9A-Za-z]*")     # leading digits, then letters or digits
 
@@ -33,8 +33,6 @@ def readable(raw: bytes, checksum: bool) -> bytes:
     if all(part.isdigit() for part in parts) or not all(_VERSION_PART.fullmatch(p) for p in parts):
         return raw          # read as it is, or not a version text at all: the library decides
     plain = ".".join(_LEADING_DIGITS.match(part).group() for part in parts)
-    event = bytearray(raw)
+    event = bytearray(raw[:-CRC] if checksum else raw)
     event[_VERSION] = (plain + dash + rest).encode("latin-1")[:50].ljust(50, b"\0")
-    if checksum:
-        event[-4:] = struct.pack("<I", zlib.crc32(event[1:-4]) & 0xFFFFFFFF)
-    return bytes(event)
+    return sealed(event, checksum)

@@ -112,7 +112,7 @@ def table_changes(query: str, default_db: str | None,
     text = clean(query)
     if kind == DROP_DATABASE:
         m = _DROP_DATABASE.match(text)
-        dropped = _unquote(m.group(1)) if m else None
+        dropped = unquote(m.group(1)).lower() if m else None
         return [TableChange(db, t, kind) for db, t in mapped if db.lower() == dropped]
     names = _names(text, default_db)
     mapped = list(mapped)
@@ -141,7 +141,7 @@ def _names(text: str, default_db: str | None) -> set[tuple[str | None, str]]:
     out: set[tuple[str | None, str]] = set()
     default = default_db.lower() if default_db else None
     for first, second in _NAME.findall(text):
-        a, b = _unquote(first), _unquote(second) if second else None
+        a, b = unquote(first).lower(), unquote(second).lower() if second else None
         if b is not None:
             out.add((a, b))
         elif default:
@@ -149,7 +149,6 @@ def _names(text: str, default_db: str | None) -> set[tuple[str | None, str]]:
     return out
 
 
-def _unquote(ident: str) -> str:
-    if ident.startswith("`"):
-        ident = ident[1:-1].replace("``", "`")
-    return ident.lower()
+def unquote(ident: str) -> str:
+    """An identifier ``IDENT`` matched, without its backquotes (case kept)."""
+    return ident[1:-1].replace("``", "`") if ident.startswith("`") else ident

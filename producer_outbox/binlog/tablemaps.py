@@ -18,20 +18,16 @@ follows MySQL's format would read it, for both readers (``framing.FramedConnecti
 
 Any other packet, or one these rules do not need to change, is returned as it is. Bytes
 that do not parse as a table map are returned as they are too: the library's reading then
-raises the decode error it always raised.
+raises its decode error.
 """
 
 from __future__ import annotations
 
-import struct
-import zlib
+from cachesync.producer_outbox.binlog.eventtypes import TABLE_MAP, length_encoded
+from cachesync.producer_outbox.binlog.packets import BODY, CRC, reseal
 
-from cachesync.producer_outbox.binlog.eventtypes import length_encoded
-
-TABLE_MAP = 19
 VECTOR, GEOMETRY = 242, 255
 LAST_KNOWN_METADATA = 12        # VISIBILITY: the last optional-metadata type the library reads
-_BODY = 20                      # OK byte + 19-byte common header
 _POST_HEADER = 8                # table id (6), flags (2)
 
 
@@ -48,21 +44,16 @@ def readable(raw: bytes, checksum: bool) -> bytes:
     if VECTOR not in types and len(kept) == len(fields):
         return raw
     types = bytes(GEOMETRY if t == VECTOR else t for t in types)
-    event = bytearray(head + types + middle + b"".join(f[1] for f in kept))
-    size = len(event) - 1 + (4 if checksum else 0)
-    event[10:14] = struct.pack("<I", size)
-    if checksum:
-        event += struct.pack("<I", zlib.crc32(event[1:]) & 0xFFFFFFFF)
-    return bytes(event)
+    return reseal(head + types + middle + b"".join(f[1] for f in kept), checksum)
 
 
 def _parts(raw: bytes, checksum: bool):
     """(bytes up to the column types, the types, the bytes up to the optional metadata, the
     optional metadata fields as (type, their bytes)), or None for another packet."""
-    if len(raw) <= _BODY or raw[0] != 0 or raw[5] != TABLE_MAP:
+    if len(raw) <= BODY or raw[0] != 0 or raw[5] != TABLE_MAP:
         return None
-    end = len(raw) - (4 if checksum else 0)
-    at = _BODY + _POST_HEADER
+    end = len(raw) - (CRC if checksum else 0)
+    at = BODY + _POST_HEADER
     at += 1 + raw[at] + 1                   # schema name and its NUL
     at += 1 + raw[at] + 1                   # table name and its NUL
     count, at = length_encoded(raw, at)

@@ -15,6 +15,7 @@ The same reads find the MariaDB system-versioned tables and their period columns
 from __future__ import annotations
 
 import logging
+from contextlib import closing
 from typing import Callable, Iterable
 
 import pymysql
@@ -35,6 +36,7 @@ class ColumnTypes:
         self._tables = [(db, t) for db, t in tables]
         self._types: dict[tuple[str, str], ServerTypes] = {}
         self._versioned: dict[tuple[str, str], Versioning] = {}
+        self._unread: set[tuple[str, str]] = set()     # tables whose last read failed
         self.version = 0        # counts loads: what was derived from older types is stale
         self.failures = 0       # reads that failed (WARNING each; a metric counts them)
 
@@ -54,32 +56,38 @@ class ColumnTypes:
         self.of(db, table)
         return self._versioned.get((db.lower(), table.lower()))
 
+    def unread(self, db: str, table: str) -> bool:
+        """Whether the table's last read failed: whether it is system-versioned, and which
+        of its columns are INET4/INET6/UUID, is then unknown (``of`` reads it on first use)."""
+        self.of(db, table)
+        return (db.lower(), table.lower()) in self._unread
+
     def load(self, tables: Iterable[tuple[str, str]] | None = None) -> None:
         """Read the types of ``tables`` (default: every mapped table); a failure keeps the
-        types known so far and is logged (keys then render as before: 0x-hex)."""
+        types known so far, marks the tables ``unread`` until a read succeeds, and is
+        logged and counted (``failures``)."""
         pairs = list(self._tables if tables is None else tables)
         if not pairs:
             return
         self.version += 1
         try:
-            conn = self._connect()
-            try:
-                with conn.cursor() as cur:
-                    found, versioned = _query(cur, pairs), _versioned(cur, pairs)
-            finally:
-                conn.close()
+            with closing(self._connect()) as conn, conn.cursor() as cur:
+                found, versioned = _query(cur, pairs), _versioned(cur, pairs)
         except pymysql.err.MySQLError as e:
             self.failures += 1
             log.warning("could not read the column types of %s from information_schema (%s): "
-                        "INET4/INET6/UUID key columns render as 0x-hex and system-versioned "
-                        "tables are read as ordinary ones until the next DDL naming the table",
-                        ", ".join(f"{d}.{t}" for d, t in pairs), e)
+                        "until the next DDL naming the table reads them, its update-mode rows "
+                        "are published invalidate-only (whether it is system-versioned is "
+                        "unknown) and INET4/INET6/UUID key columns not known before render as "
+                        "0x-hex", ", ".join(f"{d}.{t}" for d, t in pairs), e)
             for db, table in pairs:     # unknown ones are not asked again for every event
                 self._types.setdefault((db.lower(), table.lower()), ())
+                self._unread.add((db.lower(), table.lower()))
             return
         for db, table in pairs:
             key = (db.lower(), table.lower())
             self._types[key] = found.get(key, ())
+            self._unread.discard(key)
             self._versioned.pop(key, None)
             if key in versioned:
                 self._versioned[key] = versioned[key]

@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from cachesync.producer_outbox.binlog.statements import IDENT
+from cachesync.producer_outbox.binlog.statements import IDENT, unquote
 
 TIMESTAMP, TRX_ID = "timestamp", "trx_id"
 # row_end of a current row: TIMESTAMP(6)'s maximum (2106 from MariaDB 11.5 on 64-bit
@@ -99,14 +99,10 @@ def overlap_periods(create_table: str) -> tuple[tuple[str, str, str], ...]:
     """The application-time periods (name, start column, end column) that a ``WITHOUT
     OVERLAPS`` key of ``create_table`` (SHOW CREATE TABLE) uses: under such a key several
     rows share the other key columns, told apart by their period."""
-    keyed = {_unquote(m.group(1)).lower() for m in _WITHOUT_OVERLAPS.finditer(create_table)}
+    keyed = {unquote(m.group(1)).lower() for m in _WITHOUT_OVERLAPS.finditer(create_table)}
     out = []
     for m in _PERIOD.finditer(create_table):
-        name, start, end = (_unquote(g) for g in m.groups())
+        name, start, end = (unquote(g) for g in m.groups())
         if name.lower() != "system_time" and name.lower() in keyed:
             out.append((name, start, end))
     return tuple(out)
-
-
-def _unquote(ident: str) -> str:
-    return ident[1:-1].replace("``", "`") if ident.startswith("`") else ident

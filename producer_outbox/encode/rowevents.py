@@ -5,7 +5,8 @@ The per-row turn of a row into an event lives here, in this order: decode the ro
 key text (``keycolumns.key_images``), mark columns a partial row image left out
 (``images``/``partial``), trim to the columns the mapping needs (``rows``), drop the rows
 of the row filter, build the ChangeEvent with its deterministic id (``rows.row_change``),
-its Kafka key, and encode it (invalidate-only over the record limit). Rows of the
+its Kafka key, and encode it (invalidate-only over the record limit, or in update mode
+when the table's column types could not be read). Rows of the
 outbox tables read from the binlog go through ``outbox_binlog.OutboxRouter`` instead.
 
 ``RowEncoder.rows_to_records`` is the one call the binlog source makes per rows event.
@@ -17,7 +18,7 @@ session's setting or one malformed event never stops the tailer.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, NamedTuple
 
 from pymysqlreplication.row_event import (DeleteRowsEvent, PartialUpdateRowsEvent,
                                           UpdateRowsEvent, WriteRowsEvent)
@@ -50,7 +51,23 @@ ROW_EVENTS = {WriteRowsEvent: "insert", UpdateRowsEvent: "update", DeleteRowsEve
 ROW_EVENTS.update({fast: ROW_EVENTS[lib] for fast, lib in FAST_ROW_EVENTS.items()})
 
 _PLAN_CACHE = 1024      # rows-event plans remembered (cleared when full)
+# why an update-mode row went out invalidate-only: its table's column types could not be read,
+# so whether a logged row is the current one (system versioning) is unknown
+TYPES_UNREAD = "column_types_unread"
 NO_PLAN = object()      # compiled_plan: the compiled run leaves this table map to Python
+
+
+class RowsPlan(NamedTuple):
+    """What every rows event of one table map and columns-present bitmaps shares."""
+    mapping: Any                    # the table's mapping
+    keep: frozenset[str] | None     # the columns its images keep (None: all)
+    specs: tuple                    # the kept columns' key-text specs
+    absent: tuple                   # the columns each image (before, after) leaves out
+    row_filter: Any                 # the row filter, when it may drop rows of this table
+    versioned: Any                  # its system versioning, when its map has the period columns
+    unnamed: bool                   # its table map has no column names
+    inexact: str | None             # why its rows go out invalidate-only (None: exact)
+
 
 # (db, table, the row's image trimmed to the kept columns) -> publish it; a filter with a
 # ``tables`` attribute (a set of (db, table)) keeps every row of the other tables unseen
@@ -146,6 +163,8 @@ class RowEncoder:
             out, row_index = self._mapped(event, op, ctx, row_index, schema, table, where, [])
             return out, self.cascades.undecodable(ctx, schema, table, row_index, out)
         out, row_index = self._mapped(event, op, ctx, row_index, schema, table, where, [], rows)
+        if op == "insert":      # a new row cascades nothing (foreignkeys.row_change)
+            return out, row_index
         specs = table_specs(event.table_map[event.table_id],
                             self.types.of(schema, table) if self.types is not None else ())
         images = [row_images(op, key_images(row, specs)) for row in rows]
@@ -159,7 +178,7 @@ class RowEncoder:
         plan = self._plan(event, schema, table)
         if plan is None:
             return out, row_index   # decided here, by the names of this event group's map
-        mapping, keep, specs, absent, row_filter, versioned, unnamed = plan
+        mapping, keep, specs, absent, row_filter, versioned, unnamed, inexact = plan
         if unnamed:     # no column names to key or value its rows: never decoded
             self.unkeyable += 1     # per event: counting its rows would mean decoding them
             return out, PartialRows(self, mapping, ctx, schema, table).unnamed(out, row_index)
@@ -178,7 +197,7 @@ class RowEncoder:
                 partial = partial or PartialRows(self, mapping, ctx, schema, table)
                 return out, partial.undecodable(e, where(), out, row_index)
         if partial is None and not diffs and not specs and row_filter is None and late_trim \
-                and versioned is None:
+                and versioned is None and inexact is None:
             return out, self._plain_rows(event, op, ctx, row_index, mapping, keep, rows, out)
         for row in rows:
             unknown = ()
@@ -206,16 +225,14 @@ class RowEncoder:
                 row_index += 1       # ids of the rows that follow do not depend on the filter
                 continue
             row_index = self._row(event, row_op, pk, ctx, row_index, mapping, before, after,
-                                  images, partial, out, trim)
+                                  images, partial, out, trim, inexact)
         if partial is not None:
             row_index = partial.finish(out, row_index)
         return out, row_index
 
-    def _plan(self, event, schema: str, table: str) -> tuple | None:
-        """What every rows event of this table map and columns-present bitmaps shares: (the
-        mapping, the columns its images keep, the kept columns' key-text specs, the columns
-        each image leaves out, the row filter, the table's system versioning when its table
-        map has the period columns), or None for a table no mapping names.
+    def _plan(self, event, schema: str, table: str) -> RowsPlan | None:
+        """What every rows event of this table map and columns-present bitmaps shares, or
+        None for a table no mapping names.
         Cached per table map and bitmaps, and made again once the column types were
         reloaded (a DDL)."""
         table_obj = event.table_map.get(event.table_id)
@@ -246,9 +263,10 @@ class RowEncoder:
             keep = self._keep_columns(mapping, pk)
             # key text corrected only where a kept column needs it (trimmed columns never count)
             specs = kept_specs(table_obj, keep, types.of(schema, table) if types else ())
-            plan = (mapping, keep, specs, event_absence(event, table_obj),
-                    self._filter_of(event.schema, event.table), versioned,
-                    unnamed_columns(table_obj))
+            unread = mapping.updates and types is not None and types.unread(schema, table)
+            plan = RowsPlan(mapping, keep, specs, event_absence(event, table_obj),
+                            self._filter_of(event.schema, event.table), versioned,
+                            unnamed_columns(table_obj), TYPES_UNREAD if unread else None)
         if len(self._plans) >= _PLAN_CACHE:
             self._plans.clear()
         self._plans[key] = (table_obj, types.version if types is not None else 0, plan)
@@ -258,9 +276,10 @@ class RowEncoder:
         """How the compiled run (``binlog_source``, ``_speedups.plain_run``) writes the rows
         of this rows event's table map itself: a ``compile_plan`` capsule, None for a table
         no mapping names (its rows make no records), or NO_PLAN where this class decides
-        every row (no compiled run, an outbox table, key text corrected, a row filter, a
-        partial image, a system-versioned table, a column the compiled run does not decode as
-        the Python path does).
+        every row (no compiled run, an outbox table, a cascade source (inserts included:
+        one plan serves every rows event of a table map), key text corrected, a row filter, a
+        partial image, a system-versioned table, rows that go out invalidate-only, a column the
+        compiled run does not decode as the Python path does).
         Made once per table map, after ``rows_to_records`` took one of its events, so that a
         new table of a pattern is tracked first."""
         run = hotpath.compiled_run()
@@ -272,9 +291,9 @@ class RowEncoder:
         plan = self._plan(event, schema, table)
         if plan is None:
             return None
-        mapping, keep, specs, absent, row_filter, versioned, unnamed = plan
+        mapping, keep, specs, absent, row_filter, versioned, unnamed, inexact = plan
         if specs or row_filter is not None or absent[0] or absent[1] or versioned is not None \
-                or unnamed:
+                or unnamed or inexact is not None:
             return NO_PLAN
         columns = rowdecode.table_plan(table_obj.columns)
         columns = None if columns is None else rowdecode.compiled_columns(columns, keep)
@@ -309,11 +328,13 @@ class RowEncoder:
         return self._row_filter if tables is None or (db, table) in tables else None
 
     def _row(self, event, op: str, pk, ctx: TxnContext, row_index: int, mapping, before, after,
-             images, partial, out: list, trim: frozenset[str] | None = None) -> int:
+             images, partial, out: list, trim: frozenset[str] | None = None,
+             inexact: str | None = None) -> int:
         """One row's record, or (a row that cannot be keyed) its table's table-level event.
         ``pk``: the table's primary key (the library's form); ``trim``: the columns the
-        images keep, not trimmed yet (the compiled writer trims)."""
-        if images is None and hotpath.record is not None:    # compiled, else None: below
+        images keep, not trimmed yet (the compiled writer trims); ``inexact``: why the row
+        goes out invalidate-only (None: with its values)."""
+        if images is None and inexact is None and hotpath.record is not None:   # else below
             compiled = hotpath.record(ctx, row_index, event.schema, event.table, op,
                                       pk, before, after, self.max_record_bytes, trim)
             if compiled is not None:
@@ -322,10 +343,11 @@ class RowEncoder:
         if trim is not None:
             before, after = trim_image(before, trim), trim_image(after, trim)
         return self._python_row(event, op, pk, ctx, row_index, mapping, before, after, images,
-                                partial, out)
+                                partial, out, inexact)
 
     def _python_row(self, event, op: str, pk, ctx: TxnContext, row_index: int, mapping,
-                    before, after, images, partial, out: list) -> int:
+                    before, after, images, partial, out: list, inexact: str | None = None
+                    ) -> int:
         """``_row`` by the Python path (images already trimmed)."""
         try:
             if images is not None and partial.unkeyed(images, op, pk):
@@ -334,7 +356,7 @@ class RowEncoder:
             if images is not None:
                 change = partial.marked(change, images)
             key = kafka_key(change.db, change.table, change.pk)
-            value = self._encode(change, mapping)   # a column type it cannot write: below
+            value = self._encode(change, mapping, inexact)  # a type it cannot write: below
         except (ValueError, TypeError, KeyError) as e:    # a value: invalidate the table
             self.unkeyable += 1
             partial = partial or PartialRows(self, mapping, ctx, event.schema, event.table)
@@ -393,9 +415,12 @@ class RowEncoder:
             self._keep[cache_key] = keep
         return keep
 
-    def _encode(self, change, mapping) -> bytes:
-        """The event's record value: only the columns the mapping needs; over Kafka's record
-        limit, the keys-only form (counted, WARNING naming the table)."""
+    def _encode(self, change, mapping, inexact: str | None = None) -> bytes:
+        """The event's record value: only the columns the mapping needs; the keys-only form
+        when ``inexact`` says why (counted and named where that was found), or over Kafka's
+        record limit (counted, WARNING naming the table)."""
+        if inexact is not None:
+            return encode(invalidate_only(change, key_columns(mapping), inexact))
         value = encode(change)
         if len(value) <= self.max_record_bytes:
             return value

@@ -41,7 +41,6 @@ class Cascades:
         self._plans: tuple = (None, {})      # (foreign-key version, hit -> _plan)
         self.cascade_rows = 0       # parent rows whose change cascaded into a mapped table
         self.cascade_tables = 0     # table-level events a cascade caused
-        self.cascade_keys = 0       # child events whose keys were rendered from the parent
 
     @property
     def version(self) -> int:
@@ -125,7 +124,6 @@ class Cascades:
                                      CASCADE_EXTRA: f"{hit.path[0][0]}.{hit.path[0][1]} via "
                                                     f"{hit.fk.name}"})
         out.append(Record(db, table, kafka_key(db, table, change.pk), encode(change), change.id))
-        self.cascade_keys += 1
         return index + 1
 
     def _whole_table(self, ctx, parent: str, hit: Hit, index: int, out: list) -> int:

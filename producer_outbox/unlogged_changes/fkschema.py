@@ -11,6 +11,7 @@ a second invalidation only costs a cache miss.
 from __future__ import annotations
 
 import logging
+from contextlib import closing
 import re
 from typing import Callable
 
@@ -110,12 +111,8 @@ class ForeignKeys:
         """Read the foreign keys and the setting; a failure keeps what was known (WARNING and
         ``failures``). ``version`` moves only when what is known changed."""
         try:
-            conn = self._connect()
-            try:
-                fks = read_foreign_keys(conn)
-                logged = cascades_logged(conn)
-            finally:
-                conn.close()
+            with closing(self._connect()) as conn:
+                fks, logged = read_foreign_keys(conn), cascades_logged(conn)
         except pymysql.err.MySQLError as e:
             self.failures += 1
             log.warning("could not read the foreign keys from information_schema (%s): "

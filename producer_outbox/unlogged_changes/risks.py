@@ -60,15 +60,16 @@ def filter_risks(do_db: str, ignore_db: str, schemas: Iterable[str]) -> list[Unl
                          "or map tables of other schemas only")]
 
 
-def log_bin_risks(flavor: str, grantees: Iterable[str], all_visible: bool) -> list[UnloggedRisk]:
+def log_bin_risks(flavor: str, grantees: Iterable[str], others_visible: bool) -> list[UnloggedRisk]:
     """A risk naming the accounts that may turn binary logging off for their session
-    (``grantees``: those found holding one of LOG_BIN_PRIVILEGES); ``all_visible``: whether
-    the cachesync user could read every account's grants."""
+    (``grantees``: those found holding one of LOG_BIN_PRIVILEGES); ``others_visible``: whether
+    the cachesync user could read the grants of any account but its own (without SELECT ON
+    mysql.* it reads only its own, and the risk says so)."""
     names = sorted(set(grantees))
     privileges = " or ".join(LOG_BIN_PRIVILEGES[flavor])
     if not names:
         return []
-    seen = "" if all_visible else " (of the accounts whose grants the cachesync user can read)"
+    seen = "" if others_visible else " (of the accounts whose grants the cachesync user can read)"
     return [UnloggedRisk(SQL_LOG_BIN, f"{len(names)} account(s){seen} hold {privileges} and "
                          f"may SET sql_log_bin=0: their changes would never reach the binlog, "
                          f"and nothing shows whether they did: {', '.join(names[:10])}"
@@ -90,6 +91,6 @@ def read_risks(conn, flavor: str, schemas: Iterable[str], binlog_status) -> list
         cur.execute("SELECT COUNT(*) FROM information_schema.user_privileges "
                     "WHERE grantee <> CONCAT(\"'\", SUBSTRING_INDEX(CURRENT_USER(), '@', 1), "
                     "\"'@'\", SUBSTRING_INDEX(CURRENT_USER(), '@', -1), \"'\")")
-        all_visible = cur.fetchone()[0] > 0
+        others_visible = cur.fetchone()[0] > 0
     conn.commit()
-    return out + log_bin_risks(flavor, grantees, all_visible)
+    return out + log_bin_risks(flavor, grantees, others_visible)

@@ -2,14 +2,12 @@
 -- server (consumer.adapters.redis_dedup.RedisDedupStore.claim_unlink).
 -- KEYS     per message id, in order: its record key, then the cache keys its change
 --          invalidates, then their fill-lease keys
--- ARGV[1]  the claim token
--- ARGV[2]  the lease in ms
--- ARGV[3]  how long a record lives at all, in ms (the dedup retention)
--- ARGV[3 + 2i - 1], ARGV[3 + 2i]  how many cache keys, then lease keys, follow id i's record key
--- Each id is claimed as dedup_claim.lua claims it: a new id, an expired claim or one under
--- this token is applied now: its keys and leases UNLINKed and its record marked done
--- ("d <now_ms>", as dedup_confirm.lua marks it); a done id is a duplicate and its keys are
--- left alone; a live claim of another token is busy and nothing of it changes. A script
+-- ARGV[1]  how long a record lives at all, in ms (the dedup retention)
+-- ARGV[2i], ARGV[2i + 1]  how many cache keys, then lease keys, follow id i's record key
+-- Records are dedup_claim.lua's. A new id or an expired claim is applied now: its keys and
+-- leases UNLINKed and its record marked done ("d <now_ms>", as dedup_confirm.lua marks it);
+-- a done id is a duplicate and its keys are left alone; a live claim (another consumer's:
+-- this call claims nothing it could find again) is busy and nothing of it changes. A script
 -- runs atomically, so no other consumer sees a claim without its invalidation, and no
 -- crash can leave one. Returns one of 'owned' (applied and confirmed), 'done', 'busy' per
 -- id, then how many of the cache keys (not leases) existed.
@@ -19,20 +17,17 @@ local done = 'd ' .. now
 local out = {}
 local removed = 0
 local k = 1
-for i = 1, (#ARGV - 3) / 2 do
+for i = 1, (#ARGV - 1) / 2 do
   local key = KEYS[k]
-  local keys = tonumber(ARGV[2 + 2 * i])
-  local leases = tonumber(ARGV[3 + 2 * i])
+  local keys = tonumber(ARGV[2 * i])
+  local leases = tonumber(ARGV[2 * i + 1])
   local state = 'owned'
   local record = redis.call('GET', key)
   if record then
     if string.sub(record, 1, 1) == 'd' then
       state = 'done'
-    else
-      local owner, untl = string.match(record, '^c (%S+) (%d+)$')
-      if owner ~= ARGV[1] and tonumber(untl) >= now then
-        state = 'busy'
-      end
+    elseif tonumber(string.match(record, '^c %S+ (%d+)$')) >= now then
+      state = 'busy'
     end
   end
   if state == 'owned' then
@@ -42,7 +37,7 @@ for i = 1, (#ARGV - 3) / 2 do
     for j = k + keys + 1, k + keys + leases do
       redis.call('UNLINK', KEYS[j])
     end
-    redis.call('SET', key, done, 'PX', ARGV[3])
+    redis.call('SET', key, done, 'PX', ARGV[1])
   end
   out[i] = state
   k = k + 1 + keys + leases

@@ -517,7 +517,7 @@ def test_claim_unlink_applies_new_ids_and_confirms_them_in_one_call(unlinking):
     assert store.unlinks
     for key in (f"{p}a", f"{p}b", lease_key(f"{p}b")):
         client.set(key, b"cached")
-    states, existed = store.claim_unlink([("1", [f"{p}a", f"{p}b"]), ("2", [f"{p}c"])], 30)
+    states, existed = store.claim_unlink([("1", [f"{p}a", f"{p}b"]), ("2", [f"{p}c"])])
     assert dict(states) == {"1": O, "2": O} and existed == 2
     assert client.exists(f"{p}a", f"{p}b", lease_key(f"{p}b")) == 0
     assert dict(other.claim(["1", "2"], lease_s=30)[1]) == {"1": D, "2": D}   # confirmed
@@ -534,7 +534,7 @@ def test_claim_unlink_leaves_the_keys_of_duplicates_and_busy_ids_alone(unlinking
     for name in ("done", "busy", "expired", "new"):
         client.set(f"{p}{name}", b"cached")
     states, existed = store.claim_unlink([(n, [f"{p}{n}"]) for n in ("done", "busy", "expired",
-                                                                     "new")], 30)
+                                                                     "new")])
     assert dict(states) == {"done": D, "busy": B, "expired": O, "new": O} and existed == 2
     assert [client.exists(f"{p}{n}") for n in ("done", "busy", "expired", "new")] == [1, 1, 0, 0]
     assert dict(other.claim(["expired", "new"], lease_s=30)[1]) == {"expired": D, "new": D}
@@ -544,7 +544,7 @@ def test_claim_unlink_takes_batches_larger_than_one_script_call(unlinking):
     store, _, client, p = unlinking
     n = redis_dedup.CLAIM_CHUNK * 2 + 7
     client.mset({f"{p}{i}": b"cached" for i in range(n)})
-    states, existed = store.claim_unlink([(str(i), [f"{p}{i}"]) for i in range(n)], 30)
+    states, existed = store.claim_unlink([(str(i), [f"{p}{i}"]) for i in range(n)])
     assert set(states.values()) == {O} and len(states) == n and existed == n
     assert store.counts() == {"claimed": 0, "done": n}
 

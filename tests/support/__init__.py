@@ -405,10 +405,11 @@ def spawn(lab, cfg, *args, env=None):
     return proc
 
 
-def start(lab, cfg, *args):
-    """Spawn and wait until its tailer stored the start checkpoint."""
+def start(lab, cfg, *args, env=None):
+    """Spawn (``env`` added to the environment) and wait until its tailer stored the start
+    checkpoint."""
     before = lab.checkpoint_updated_at()
-    proc = spawn(lab, cfg, *args)
+    proc = spawn(lab, cfg, *args, env=env)
     wait_for(lambda: lab._alive(proc) and lab.checkpoint_updated_at() != before, 60,
              what=f"`cachesync {' '.join(args)}` to store its start checkpoint")
     return proc

@@ -36,6 +36,7 @@ from pymysqlreplication.row_event import TableMapEvent
 
 from cachesync.producer_outbox.binlog_source import BinlogSource, open_stream
 from cachesync.producer_outbox.binlog.checkpoint import Checkpoint
+from cachesync.producer_outbox.binlog.eventtypes import LIBRARY_ROWS
 from cachesync.producer_outbox.decode.matched import MatchedTables
 from cachesync.producer_outbox.ports import Group, Record, TableEvent
 from cachesync.producer_outbox.binlog.preflight import ServerInfo
@@ -55,8 +56,7 @@ QUERY, FORMAT_DESCRIPTION, XID, TABLE_MAP = 2, 15, 16, 19
 PREAMBLE = frozenset((FORMAT_DESCRIPTION, 35))     # ... and MySQL's PREVIOUS_GTIDS
 GROUP_START = frozenset((33, 34, 42, 162))         # MySQL GTID, anonymous, tagged; MariaDB
 GROUP_END = frozenset((XID, QUERY))                # a commit, or the next statement
-# WRITE/UPDATE/DELETE v1 and v2, PARTIAL_UPDATE_ROWS
-ROWS = frozenset((23, 24, 25, 30, 31, 32, 39))
+ROWS = LIBRARY_ROWS     # WRITE/UPDATE/DELETE v1 and v2, PARTIAL_UPDATE_ROWS
 TARGETS = ROWS | {TABLE_MAP}
 NEAR = 2        # rows events served on either side of the edited one
 READERS = ("fast", "library")

@@ -196,9 +196,9 @@ class UnlinkingStore(MemoryDedupStore):
         super().__init__()
         self.cache, self.calls = cache, []
 
-    def claim_unlink(self, changes, lease_s):
+    def claim_unlink(self, changes):
         self.calls.append([i for i, _ in changes])
-        token, states = self.claim([i for i, _ in changes], lease_s)
+        token, states = self.claim([i for i, _ in changes], 30)
         ours = [i for i, _ in changes if states[i].value == "owned"]
         existed = self.cache.delete([k for i, keys in changes if i in ours for k in keys])
         self.confirm(token, ours)

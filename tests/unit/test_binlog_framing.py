@@ -233,3 +233,21 @@ def test_a_tagged_gtid_event_is_parsed(tag, gno):
 def test_a_tagged_gtid_event_of_another_version_is_refused():
     with pytest.raises(ValueError):
         parse_tagged_gtid(b"\x03" + mb.tagged_gtid(UUID, "x", 1)[1:])
+
+
+def test_a_table_map_read_again_is_made_readable_as_the_first_time():
+    """The connection remembers per table-map body whether ``tablemaps.readable`` rewrites
+    it: a MySQL 9 map with a VECTOR column (real bytes) is rewritten every time it comes,
+    an ordinary one is passed on as it is."""
+    from cachesync.producer_outbox.binlog.framing import FramedConnection
+    from cachesync.producer_outbox.binlog.tablemaps import readable
+    from tests.support.realbinlog import file_bytes, split_events
+    maps = [b"\0" + e for _, e in split_events(file_bytes("vector.binlog")) if e[4] == mb.TABLE_MAP]
+    ordinary = b"\0" + mb.event(mb.TABLE_MAP, mb.Table(7, "app", "t", (
+        mb.Column("id", mb.LONG),)).map_body(), log_pos=300)
+    conn = object.__new__(FramedConnection)
+    conn.checksum = True
+    assert maps and all(readable(m, True) != m for m in maps)
+    for raw in maps + maps:
+        assert conn._readable_map(raw) == readable(raw, True)
+    assert conn._readable_map(ordinary) is ordinary and conn._readable_map(ordinary) is ordinary

@@ -16,9 +16,10 @@ from pymysqlreplication.row_event import WriteRowsEvent
 
 from cachesync.runtime.config import TailerSettings
 from cachesync.producer_outbox.binlog.checkpoint import Checkpoint
-from cachesync.producer_outbox.binlog.dumpstream import (_BODY, IDLE, DumpConnection, DumpStreamReader,
+from cachesync.producer_outbox.binlog.dumpstream import (IDLE, DumpConnection, DumpStreamReader,
                                                   _Idle, reader_kind)
 from cachesync.producer_outbox.binlog.eventtypes import length_encoded as _length_coded
+from cachesync.producer_outbox.binlog.packets import BODY as _BODY
 from cachesync.runtime.mysql import MySQLParams
 from cachesync.producer_outbox.encode import packing as packing_module
 from cachesync.producer_outbox.publish import pipeline as pipeline_module

@@ -91,3 +91,16 @@ def test_the_watch_counts_done_marks_and_gives_up_on_changes_never_applied():
     rows = watch.figures.figures()["rows"]
     assert rows["changes"] == 3
     assert rows["within"]["100ms"]["failed"] == 2 and rows["within"]["1s"]["failed"] == 2
+
+
+def test_the_collector_labels_each_quantile_by_its_share():
+    from cachesync.runtime.metrics import ChangeFigures, ChangeFiguresCollector
+    figures = ChangeFigures()
+    figures.add("rows", [0.05, 0.2, 2.0])
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for fam in ChangeFiguresCollector("p", figures).collect() for s in fam.samples}
+    quantiles = {dict(labels)["quantile"]: v for (name, labels), v in samples.items()
+                 if name == "p_commit_to_apply_quantile_seconds" and dict(labels)["kind"] == "rows"}
+    assert sorted(quantiles) == ["0.5", "0.99", "0.999"]
+    assert quantiles["0.999"] == pytest.approx(2.0, rel=0.01)
+    assert samples[("p_changes_total", (("kind", "rows"),))] == 3

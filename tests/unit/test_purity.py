@@ -13,7 +13,7 @@ PURE_PACKAGES = ["schema", "consumer/core"]
 # modules outside those packages whose docstring says they are pure (or import no I/O)
 PURE_MODULES = ["cachesync/explain.py", "cachesync/runtime/grants.py", "consumer/audit.py", "consumer/consistency.py",
                 "producer_outbox/unlogged_changes/altercolumns.py", "producer_outbox/binlog/settings.py",
-                "producer_outbox/binlog/checksums.py",
+                "producer_outbox/binlog/checksums.py", "producer_outbox/binlog/packets.py",
                 "producer_outbox/binlog/compressed.py", "producer_outbox/binlog/tablemaps.py",
                 "producer_outbox/binlog/eventtypes.py", "producer_outbox/unlogged_changes/foreignkeys.py",
                 "producer_outbox/decode/images.py",

@@ -6,6 +6,7 @@ import datetime as dt
 
 import pytest
 
+from tests.support.fakedb import FakeConnection
 from cachesync.producer_outbox.decode.versioning import TRX_ID, TRX_ID_MAXIMUM, Versioning
 
 IMPLICIT = Versioning("row_start", "row_end", hidden=frozenset({"row_start", "row_end"}))
@@ -66,10 +67,30 @@ def test_the_event_key_is_the_declared_primary_key_without_row_end(logged, decla
 
 # -- the encoder on a versioned table (rows as the library decodes them, no server) --------
 
+class _Types:       # servertypes.ColumnTypes as read from a versioned table
+    version = 1
+
+    def of(self, db, table):
+        return ()
+
+    def versioning(self, db, table):
+        return IMPLICIT
+
+    def unread(self, db, table):
+        return False
+
+
 def _encode(mode: str, events, **spec):
-    """(op, pk, before, after) of each record the encoder makes of ``events`` for
+    """(op, pk, before, after, Kafka key) of each record the encoder makes of ``events`` for
     ``app.users`` mapped in ``mode``, the table system-versioned (implicit columns)."""
-    import types
+    out, index = _events(mode, events, _Types(), **spec)
+    return [(e.op, e.pk, e.before, e.after, key) for e, key in out], index
+
+
+def _events(mode: str, events, types, **spec):
+    """The (event, Kafka key) of each record ``_encode`` describes, the column types read by
+    ``types``, and the next row index."""
+    import types as namespaces
 
     from pymysqlreplication.constants import FIELD_TYPE
 
@@ -79,27 +100,19 @@ def _encode(mode: str, events, **spec):
     from cachesync.schema.event import decode
     from cachesync.schema.mapping import parse_mappings
 
-    class Types:       # servertypes.ColumnTypes as read from a versioned table
-        version = 1
-
-        def of(self, db, table):
-            return ()
-
-        def versioning(self, db, table):
-            return IMPLICIT
     mappings = parse_mappings({"app.users": {"keys": ["user:{id}"], "mode": mode, **spec}})
-    encoder = RowEncoder(mappings, MatchedTables(mappings), types=Types())
+    encoder = RowEncoder(mappings, MatchedTables(mappings), types=types)
     ctx = TxnContext("mariadb:1", "0-1-42", 42, 0.0, gtid=True)
     out, index = [], 0
     for event in events:
         event.primary_key = ("id", "row_end")      # MariaDB appends row_end to the key
-        event.table_map[event.table_id] = types.SimpleNamespace(columns=[
-            types.SimpleNamespace(name=n, type=FIELD_TYPE.LONG)
+        event.table_map[event.table_id] = namespaces.SimpleNamespace(columns=[
+            namespaces.SimpleNamespace(name=n, type=FIELD_TYPE.LONG)
             for n in ("id", "v", "row_start", "row_end")])
         records, index = encoder.rows_to_records(event, ctx, index, "app", "users",
                                                  lambda: "here")
         out += [(decode(r.value), r.key) for r in records]
-    return [(e.op, e.pk, e.before, e.after, key) for e, key in out], index
+    return out, index
 
 
 def test_update_mode_writes_the_current_row_never_the_history_row():
@@ -146,3 +159,61 @@ def test_value_columns_trim_after_the_current_row_is_told_from_history():
                                     rows(WriteRowsEvent, row(1, CLOSED))], value_columns=["v"])
     assert records == [("update", (("id", 1),), {"id": 1, "v": 1}, {"id": 1, "v": 2},
                         "app.users:1")]
+
+
+class _Schema(FakeConnection):
+    """information_schema of a server where ``app.users`` has implicit system versioning."""
+
+    def execute(self, sql, args):
+        self.versioning = "SYSTEM VERSIONED" in sql
+
+    def fetchall(self):
+        return [("app", "users", None, None, None, None)] if self.versioning else []
+
+    def close(self):
+        pass
+
+
+def test_update_mode_rows_of_a_table_whose_types_could_not_be_read_go_out_invalidate_only(
+        caplog):
+    """A failed read leaves unknown whether the table is system-versioned: the history row
+    an UPDATE logs (old values, same declared key) would be published as an insert and
+    could overwrite the new value. Every update-mode row of the table goes out keys only
+    (the consumer's fenced deletes), named in a WARNING and counted, until a read succeeds."""
+    import pymysql
+    from pymysqlreplication.row_event import UpdateRowsEvent, WriteRowsEvent
+
+    from cachesync.producer_outbox.decode.servertypes import ColumnTypes
+    from cachesync.producer_outbox.encode.rowevents import TYPES_UNREAD
+    from cachesync.schema.event import INVALIDATE_ONLY
+    from tests.support.binlog import rows
+    up = [False]
+
+    def connect():
+        if not up[0]:
+            raise pymysql.err.OperationalError(4151, "Access denied, this account is locked")
+        return _Schema()
+    types = ColumnTypes(connect, [("app", "users")])
+    types.load()
+    assert types.unread("app", "users") and types.failures == 1
+    assert "app.users" in caplog.text and "invalidate-only" in caplog.text
+
+    def logged():
+        return [rows(UpdateRowsEvent, (row(1, END_2038), row(2, END_2038))),
+                rows(WriteRowsEvent, row(1, CLOSED))]
+    out, index = _events("update", logged(), types)
+    # read as an ordinary table: row_end is in the logged key, no values are kept
+    now, closed = {"id": 1, "row_end": END_2038}, {"id": 1, "row_end": CLOSED}
+    assert [(e.op, e.before, e.after, e.extra) for e, _ in out] == [
+        ("update", now, now, {INVALIDATE_ONLY: TYPES_UNREAD}),
+        ("insert", None, closed, {INVALIDATE_ONLY: TYPES_UNREAD})]
+    assert index == 2
+    delete_mode, _ = _events("delete", logged(), types)     # keys only anyway: as logged
+    assert [e.extra for e, _ in delete_mode] == [{}, {}]
+
+    up[0] = True
+    types.after_ddl("ALTER TABLE users COMMENT 'x'", "app")     # the next read succeeds
+    assert not types.unread("app", "users")
+    out, _ = _events("update", logged(), types)
+    assert [(e.op, e.before, e.after, e.extra) for e, _ in out] == [
+        ("update", {"id": 1, "v": 1}, {"id": 1, "v": 2}, {})]
