@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import threading
 import urllib.error
 import urllib.request
 from dataclasses import astuple, dataclass, field
@@ -221,6 +222,30 @@ def test_server_endpoints_and_a_taken_port():
             OpsServer((host, int(port)), reg, [])
     finally:
         server.close()
+
+
+def test_the_server_thread_waits_for_a_connection_without_a_beat(monkeypatch):
+    """Between requests the server's thread sleeps in one wait with no timeout (no wake-up
+    twice a second with nothing to serve); ``close`` wakes it at once."""
+    import selectors
+    import time
+    waits, waiting = [], threading.Event()
+
+    class Recording(selectors.DefaultSelector):
+        def select(self, timeout=None):
+            waits.append(timeout)
+            waiting.set()
+            return super().select(timeout)
+    monkeypatch.setattr(selectors, "DefaultSelector", Recording)
+    server = OpsServer(("127.0.0.1", 0), CollectorRegistry(), []).start()
+    try:
+        assert waiting.wait(10)
+        assert get(server.address, "/healthz") == (200, "ok\n")
+        assert set(waits) == {None}
+    finally:
+        started = time.monotonic()
+        server.close()
+    assert time.monotonic() - started < 1.0 and not server._thread.is_alive()
 
 
 def heartbeat(kind: str) -> ChangeEvent:
