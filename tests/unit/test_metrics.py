@@ -336,3 +336,33 @@ def test_every_exported_name_has_its_role_after_cachesync():
     names = {f.name for f in reg.collect() if f.name.startswith("cachesync_")} - old
     assert names and all(n.split("_")[1] in ("consumer", "tailer", "relay", "monitor")
                          for n in names), sorted(names)
+
+
+def test_newest_beats_keep_the_newest_per_source_until_the_probe_takes_them():
+    from cachesync.probes import NewestBeats
+    beats = NewestBeats()
+    beats.add("t1", 1.0, 1.1)
+    beats.add("t1", 3.0, 3.2)
+    beats.add("t2", 2.0, 2.5)
+    taken = beats.take()
+    assert taken == {"t1": (3.0, 3.2), "t2": (2.0, 2.5)} and beats.take() == {}
+    beats.add("t1", 5.0, 5.1)                 # newer than what could not be recorded
+    beats.put_back(taken)
+    assert beats.take() == {"t1": (5.0, 5.1), "t2": (2.0, 2.5)}
+
+
+def test_applied_lags_are_recorded_in_one_statement():
+    from cachesync.probes import record_applied_lags
+    statements = []
+
+    class Cursor:
+        def execute(self, sql, params):
+            statements.append((sql, params))
+
+    class Session:
+        def run(self, fn):
+            return fn(Cursor())
+    record_applied_lags(Session(), "ns", {"t2": (2.0, 2.5), "t1": (1.0, 1.25)})
+    (sql, params), = statements
+    assert sql.count("(%s, %s, %s, %s)") == 2 and "ON DUPLICATE KEY UPDATE" in sql
+    assert params == ["ns", "t1", 1_000_000, 1_250_000, "ns", "t2", 2_000_000, 2_500_000]
