@@ -598,8 +598,11 @@ class ConsumerSettings(_Validated):
                               "per dedup round trip", lo=1, hi=1_000_000)
     poll_timeout_s: float = setting(
         1.0, "the longest a poll waits when no record arrives (it returns as soon as one does; "
-        "sooner when a delayed second delete or the dedup purge is due): how often an idle "
-        "consumer wakes, and how long a stop may wait for the poll in progress", **POSITIVE)
+        "sooner when a delayed second delete or the dedup purge is due), and the longest the "
+        "broker holds a fetch that finds none (kafka-python's `fetch_max_wait_ms`, unless "
+        "`kafka.consumer_properties` sets it): how often an idle consumer wakes and asks Kafka "
+        "again, how long a stop may wait for the poll in progress, and how long partitions "
+        "newly assigned to it may wait for their first fetch", **POSITIVE)
     offset_commit: str = setting(
         "async", "how a batch's offsets are committed, always after its cache writes and dedup "
         "confirm: `async` sends the commit and goes on to the next poll without waiting for the "

@@ -143,11 +143,13 @@ class KafkaSource:
                  *, auto_offset_reset: str = "earliest", client_id: str = "cachesync-consumer",
                  group: dict | None = None, security: Mapping | None = None,
                  async_commit: bool = True, commit_interval_s: float = 0.0,
-                 clock=time.monotonic):
+                 fetch_wait_s: float | None = None, clock=time.monotonic):
         """``group``: :func:`group_config` (its defaults when None); ``security``: the
         client's security options (cachesync.runtime.kafka_security.client_security);
         ``commit_interval_s``: offsets committed within this time of the last commit sent
-        wait and go out together (see the class)."""
+        wait and go out together (see the class); ``fetch_wait_s``: how long the broker
+        holds a fetch that finds no record (kafka-python's ``fetch_max_wait_ms``, 0.5 s when
+        None; ``security``'s consumer properties may set it too)."""
         self._instance = (group or {}).get("group_instance_id")
         self._commits = _CommitTracker(async_commit)
         self._interval_s, self._clock = commit_interval_s, clock
@@ -162,6 +164,14 @@ class KafkaSource:
                                # kafka-python's own sensors, recorded per request and
                                # record and read by nothing here
                                metrics_enabled=False)
+                if fetch_wait_s is not None:
+                    # A record arriving ends the wait at once (fetch_min_bytes 1), so this
+                    # only says how often an idle consumer asks again. The group's
+                    # heartbeats and offset commits go over a connection of their own, so
+                    # they never queue behind a held fetch; what does is a fetch of
+                    # partitions newly assigned on that broker (and a metadata refresh),
+                    # started when the held one returns.
+                    tunable["fetch_max_wait_ms"] = max(1, int(fetch_wait_s * 1000))
                 self._consumer = KafkaConsumer(
                     bootstrap_servers=bootstrap_servers.split(","), group_id=group_id,
                     client_id=client_id, enable_auto_commit=False,
