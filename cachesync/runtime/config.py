@@ -599,9 +599,9 @@ class ConsumerSettings(_Validated):
     poll_timeout_s: float = setting(
         1.0, "the longest a poll waits when no record arrives (it returns as soon as one does; "
         "sooner when a delayed second delete or the dedup purge is due), and the longest the "
-        "broker holds a fetch that finds none (kafka-python's `fetch_max_wait_ms`, unless "
-        "`kafka.consumer_properties` sets it): how often an idle consumer wakes and asks Kafka "
-        "again, how long a stop may wait for the poll in progress, and how long partitions "
+        "broker holds a fetch that finds none (kafka-python's `fetch_max_wait_ms`, at least "
+        "0.5 s, unless `kafka.consumer_properties` sets it): how often an idle consumer wakes "
+        "and asks Kafka again, how long a stop may wait for the poll in progress, and how long "
         "newly assigned to it may wait for their first fetch", **POSITIVE)
     offset_commit: str = setting(
         "async", "how a batch's offsets are committed, always after its cache writes and dedup "

@@ -434,6 +434,7 @@ class _Constructed:
 @pytest.mark.parametrize("wait_s, properties, expected", [
     (None, {}, None),                                   # kafka-python's own 500 ms
     (1.0, {}, 1000),                                    # consumer.poll_timeout_s
+    (0.05, {}, 500),                                    # a quick stop, not more fetches
     (2.5, {"fetch_max_wait_ms": 100}, 100),             # kafka.consumer_properties win
 ])
 def test_an_idle_fetch_is_held_by_the_broker_as_long_as_a_poll_waits(monkeypatch, wait_s,
