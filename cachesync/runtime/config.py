@@ -602,7 +602,7 @@ class ConsumerSettings(_Validated):
         "broker holds a fetch that finds none (kafka-python's `fetch_max_wait_ms`, at least "
         "0.5 s, unless `kafka.consumer_properties` sets it): how often an idle consumer wakes "
         "and asks Kafka again, how long a stop may wait for the poll in progress, and how long "
-        "newly assigned to it may wait for their first fetch", **POSITIVE)
+        "partitions newly assigned to it may wait for their first fetch", **POSITIVE)
     offset_commit: str = setting(
         "async", "how a batch's offsets are committed, always after its cache writes and dedup "
         "confirm: `async` sends the commit and goes on to the next poll without waiting for the "
