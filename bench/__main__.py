@@ -26,7 +26,7 @@ from bench.common import ROOT, Stack, log
 # the 10-minute memory soak included; replay_spark is reachable with --only
 BENCHMARKS = ("tailer", "consumer", "lag", "soak", "outbox", "consistency", "failover",
               "failover_redis_cluster")
-_NOT_BENCHMARKS = {"__init__", "__main__", "common", "perf_table", "failover_promotion"}
+_NOT_BENCHMARKS = {"__init__", "__main__", "common", "perf_table", "failover_promotion", "threads"}
 
 
 def available() -> list[str]:

@@ -17,7 +17,9 @@ CPU per commit. Beside it: the commit -> key gone latency, the load average, mar
 durability settings, and the requests the broker served per commit (produce, fetch, offset
 commit), read from its own request metrics over JMX (the devstack's broker gets a JMX agent
 on a free loopback port through ``jcmd``, read with Kafka's ``JmxTool``). Idle rows give the
-share of a core each process used instead.
+share of a core each process used instead. Each run also breaks each cachesync process's CPU
+down per thread (``bench.threads``: Python thread names when py-spy is installed):
+``threads_core_pct`` idle, ``threads_us`` (µs per commit) at a rate.
 
 ``BENCH_HEAD_COST_RATES=0,100`` and ``BENCH_HEAD_COST_CONFIGS=run`` narrow a run;
 ``BENCH_BASELINE_TREE`` (another checkout with its own .venv, ``bench.common.baseline_tree``)
@@ -36,6 +38,7 @@ from pathlib import Path
 from bench.common import (Sandbox, baseline_tree, busy_share, free_port, host_cpu, log, stat_cpu_s,
                           summarize, tree_commit, wait_for)
 from bench.lag import DDL, KEYS_PER_ROW, WRITER_NICE, Harness, _alive, _checkpoint_stored
+from bench.threads import ThreadClock, median_threads, scaled
 
 NAME = "head_cost"
 # seconds of writing per run and rate, seconds of idle measurement
@@ -114,6 +117,9 @@ def _measure_config(stack, config: str, services: dict, broker, seconds: float,
                     alive()
                     log(f"head_cost {config} {rate:g}/s run {i + 1}/{runs}: {_brief(results[-1])}")
                 rates[f"{rate:g}"] = summarize(results, IDLE_FIELDS if rate == 0 else FIELDS)
+                key = "threads_core_pct" if rate == 0 else "threads_us"
+                rates[f"{rate:g}"]["median"][key] = median_threads(
+                    [r[key] for r in results if r.get(key)])
             return {"rates": rates, "processes": list(procs), "commit": tree_commit(tree)}
         finally:
             harness.close()
@@ -147,13 +153,15 @@ class ClockedHarness(Harness):
 
 def _busy(harness: ClockedHarness, pids: dict, procs: dict, broker, rate: float,
           seconds: float) -> dict:
-    before = {}
+    before, threads = {}, []
 
     def start():
         before.update(_readings(pids, broker, starting=True))
+        threads.append(ThreadClock({n: pids[n] for n in procs}))
     harness.on_start = start
     result = harness.measure_commits(rate, seconds, False)
     after = _readings(pids, broker)
+    per_thread = threads[0].seconds() if threads else {}
     commits = max(1, result["writes"])
     per_commit = {n: (after[n] - before[n]) / commits * 1e6 for n in after if n != "host"}
     sidecar = sum(per_commit[n] for n in procs)
@@ -166,7 +174,8 @@ def _busy(harness: ClockedHarness, pids: dict, procs: dict, broker, rate: float,
            **{f"{n}_us": round(per_commit[n], 1) for n in PROCESSES},
            "writers_us": round(per_commit["writers"], 1),
            "sidecar_x_mariadbd": _ratio(sidecar, per_commit["mariadbd"]),
-           "kafka_x_mariadbd": _ratio(per_commit["kafka"], per_commit["mariadbd"])}
+           "kafka_x_mariadbd": _ratio(per_commit["kafka"], per_commit["mariadbd"]),
+           "threads_us": scaled(per_thread, 1e6 / commits, 1)}
     for r in REQUESTS:
         if r in after:
             out[f"{r.lower()}_per_commit"] = round((after[r] - before[r]) / commits, 3)
@@ -175,15 +184,18 @@ def _busy(harness: ClockedHarness, pids: dict, procs: dict, broker, rate: float,
 
 def _idle(pids: dict, procs: dict, broker, seconds: float) -> dict:
     before = _readings(pids, broker, starting=True)
+    threads = ThreadClock({n: pids[n] for n in procs})
     t0 = time.monotonic()
     time.sleep(seconds)        # nothing to await: the figure is what happens while nothing does
     after = _readings(pids, broker)
     elapsed = time.monotonic() - t0
+    per_thread = threads.seconds()
     pct = {n: round((after[n] - before[n]) / elapsed * 100, 2) for n in pids}
     out = {"seconds": round(elapsed, 1), "load_1m": round(os.getloadavg()[0], 2),
            "host_busy": busy_share(before["host"], after["host"]),
            **{f"{n}_core_pct": pct[n] for n in pids},
-           "sidecar_core_pct": round(sum(pct[n] for n in procs), 2)}
+           "sidecar_core_pct": round(sum(pct[n] for n in procs), 2),
+           "threads_core_pct": scaled(per_thread, 100 / elapsed)}
     for r in REQUESTS:
         if r in after:
             out[f"{r.lower()}_per_s"] = round((after[r] - before[r]) / elapsed, 2)

@@ -8,6 +8,8 @@ only when every readiness check passes, else 503 with one reason per line. Binds
 from __future__ import annotations
 
 import logging
+import selectors
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
@@ -19,6 +21,7 @@ from cachesync.schema.errors import ConfigError
 log = logging.getLogger(__name__)
 
 Check = Callable[[], "str | None"]   # returns why the process is not ready, or None
+ACCEPT_WAIT_S = 1.0
 
 
 ROLE_PORTS = {"consume": 9464, "tail": 9465, "relay": 9466, "monitor": 9467}
@@ -39,7 +42,11 @@ def parse_listen(listen: str, role: str) -> tuple[str, int] | None:
 
 
 class OpsServer:
-    """Serves one registry and a list of readiness checks on a daemon thread."""
+    """Serves one registry and a list of readiness checks on a daemon thread.
+
+    The thread sleeps until a connection comes or ``close`` wakes it (socketserver's
+    ``serve_forever`` wakes every half second to look for a shutdown request, with
+    nothing to serve)."""
 
     def __init__(self, address: tuple[str, int], registry: CollectorRegistry, checks: list[Check]):
         """Binds at once; raises ConfigError when the address is taken or invalid."""
@@ -51,8 +58,12 @@ class OpsServer:
                               f"{e.strerror}; set CACHESYNC_METRICS_LISTEN to another host:port "
                               "(port 0 = any free port) or to off") from None
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="cachesync-http",
-                                        daemon=True)
+        # handle_request's own wait for the connection the selector saw: bounded, should it
+        # have gone meanwhile
+        self._server.timeout = ACCEPT_WAIT_S
+        self._wake, self._woken = socket.socketpair()
+        self._closing = False
+        self._thread = threading.Thread(target=self._serve, name="cachesync-http", daemon=True)
 
     @property
     def address(self) -> str:
@@ -75,9 +86,26 @@ class OpsServer:
                 out.append(problem)
         return out
 
+    def _serve(self) -> None:
+        """Accept and handle connections until ``close``."""
+        with selectors.DefaultSelector() as selector:
+            selector.register(self._server, selectors.EVENT_READ)
+            selector.register(self._woken, selectors.EVENT_READ)
+            while not self._closing:
+                ready = {key.fileobj for key, _ in selector.select()}
+                if self._server in ready and not self._closing:
+                    self._server.handle_request()   # a connection waits: accepted at once
+
     def close(self) -> None:
-        self._server.shutdown()
+        if self._closing:
+            return
+        self._closing = True
+        self._wake.send(b"x")
+        if self._thread.is_alive():
+            self._thread.join()
         self._server.server_close()
+        self._wake.close()
+        self._woken.close()
 
 
 def _handler(ops: OpsServer):

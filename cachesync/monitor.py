@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 DROP_RATE, DROP_QUEUE = "rate_limit", "queue_full"
 ERROR_PAUSE_S = 1.0          # after a failed check: MySQL or Redis is down, don't spin
 JOIN_S = 10.0                # how long close() waits for the check in progress
-IDLE_WAIT_S = 0.5            # the worker's longest sleep with nothing due
+_WAKE = None                 # queued by close(): the worker, waiting for a sample, stops
 
 
 class RowReader:
@@ -159,6 +159,10 @@ class ConsistencyMonitor(Hook):
     def close(self) -> None:
         """Stop the checks (pending ones are abandoned) and release the connections."""
         self._stop.set()
+        try:
+            self._queue.put_nowait(_WAKE)    # a worker waiting for a sample wakes
+        except queue.Full:
+            pass                             # a full queue wakes it by itself
         if self._thread.is_alive():
             self._thread.join(JOIN_S)
         self._reader.close()
@@ -185,11 +189,14 @@ class ConsistencyMonitor(Hook):
                 self._stop.wait(ERROR_PAUSE_S)
 
     def _take_queued(self) -> None:
-        wait = IDLE_WAIT_S
+        """Wait for the first sample due or a new one queued (with nothing due and nothing
+        queued, until a sample comes or ``close``: an idle consumer's monitor sleeps), then
+        take what is queued."""
+        wait = None
         if self._due:
-            wait = max(0.0, min(IDLE_WAIT_S, self._due[0][0] - self._clock()))
+            wait = max(0.0, self._due[0][0] - self._clock())
         try:
-            item = self._queue.get(timeout=wait) if wait > 0 else self._queue.get_nowait()
+            item = self._queue.get(timeout=wait) if wait != 0 else self._queue.get_nowait()
         except queue.Empty:
             return
         self._push(item)
@@ -199,7 +206,9 @@ class ConsistencyMonitor(Hook):
             except queue.Empty:
                 return
 
-    def _push(self, sample: Sample) -> None:
+    def _push(self, sample: Sample | None) -> None:
+        if sample is _WAKE:
+            return
         if len(self._due) >= self._settings.queue_size:
             self._drop(DROP_QUEUE)
             self._finished()

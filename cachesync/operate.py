@@ -22,8 +22,8 @@ from cachesync.runtime.metrics import (RELAY_COUNTERS, TAILER_COUNTERS, Checkpoi
                                heartbeat_gauge, info, relay_published,
                                process_collectors)
 from cachesync import wiring
-from cachesync.probes import (BinlogFormatWatch, KafkaOffsets, Prober, checkpoint_info,
-                              record_applied_lag)
+from cachesync.probes import (BinlogFormatWatch, KafkaOffsets, NewestBeats, Prober,
+                              checkpoint_info, record_applied_lags)
 from cachesync.runtime.mysql import Session
 from cachesync.schema.errors import CachesyncError
 
@@ -116,15 +116,15 @@ def consumer_ops(settings: Settings, stats: Callable[[], object],
     exists) and ``scans`` its table-level scans; ``committed`` the next offset per partition when the group does not hold them
     (Spark's checkpoint)."""
     ops = Ops(settings, "consume")
-    # One MySQL session per thread: the engine's thread records heartbeat lag, the prober's
-    # thread probes; pymysql connections interleave packets when two threads share one.
-    lag_session, probe_session = ops.session(), ops.session()
+    probe_session = ops.session()
     ns, k = settings.dedup_namespace, settings.kafka
     recorder = _WarnOnce("could not record applied heartbeat lag in cachesync_lag")
-    metrics = ConsumerMetrics(
-        ops.registry, stats,
-        on_heartbeat=lambda src, c, a: recorder.run(lambda: record_applied_lag(lag_session, ns, src, c, a)),
-        tables=tables, scans=scans)
+    # the newest applied heartbeat per tailer, recorded in cachesync_lag by the probe: one
+    # upsert per probe instead of a MySQL round trip on the consumer's thread per heartbeat
+    # (and a binlog transaction for the tailer to read)
+    beats = NewestBeats()
+    metrics = ConsumerMetrics(ops.registry, stats, on_heartbeat=beats.add, tables=tables,
+                              scans=scans)
     kafka, redis_ping = ops.kafka(), ops.redis_ping()
 
     def probe():
@@ -132,7 +132,10 @@ def consumer_ops(settings: Settings, stats: Callable[[], object],
             metrics.set_kafka_lag(kafka.consumer_lag(k.group_id, k.topic))
         else:
             metrics.set_kafka_lag(kafka.lag_behind(k.topic, committed()))
-        probe_session.run(lambda cur: cur.execute("SELECT 1"))
+        newest = beats.take()
+        if not (newest and recorder.run(lambda: record_applied_lags(probe_session, ns, newest))):
+            beats.put_back(newest)
+            probe_session.run(lambda cur: cur.execute("SELECT 1"))   # MySQL answers
         redis_ping()
 
     ops.start(probe, [lambda: metrics.lag_problem(settings.metrics.ready_max_lag_s)], defer=True)
@@ -190,11 +193,14 @@ class _WarnOnce:
     def __init__(self, what: str):
         self._what, self._failing = what, False
 
-    def run(self, fn) -> None:
+    def run(self, fn) -> bool:
+        """``fn()``; False (and a WARNING the first time) when it raised a cachesync error."""
         try:
             fn()
             self._failing = False
+            return True
         except CachesyncError as e:
             if not self._failing:
                 log.warning("%s: %s", self._what, e)
             self._failing = True
+            return False

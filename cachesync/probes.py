@@ -169,13 +169,39 @@ def applied_lag(session, namespace: str) -> list[AppliedLag]:
             for src, committed, applied in session.run(work)]
 
 
-def record_applied_lag(session, namespace: str, source: str, committed_s: float,
-                       applied_s: float) -> None:
-    """Upsert the newest applied heartbeat of ``source`` for ``namespace``."""
+def record_applied_lags(session, namespace: str, beats: Mapping[str, tuple[float, float]]) -> None:
+    """Upsert the newest applied heartbeat of each source in ``beats`` (source ->
+    (committed_s, applied_s)) for ``namespace``, in one statement."""
+    rows = [(namespace, src, int(c * 1e6), int(a * 1e6)) for src, (c, a) in sorted(beats.items())]
+    values = ", ".join(["(%s, %s, %s, %s)"] * len(rows))
     session.run(lambda cur: cur.execute(
-        "INSERT INTO cachesync_lag (ns, source, committed_us, applied_us) VALUES (%s, %s, %s, %s) "
+        f"INSERT INTO cachesync_lag (ns, source, committed_us, applied_us) VALUES {values} "
         "ON DUPLICATE KEY UPDATE committed_us = VALUES(committed_us), applied_us = VALUES(applied_us)",
-        (namespace, source, int(committed_s * 1e6), int(applied_s * 1e6))))
+        [v for row in rows for v in row]))
+
+
+class NewestBeats:
+    """The newest applied heartbeat per source, kept by the consumer's thread until the
+    probe's thread takes them to record (one upsert per probe, not one per heartbeat)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._beats: dict[str, tuple[float, float]] = {}
+
+    def add(self, source: str, committed_s: float, applied_s: float) -> None:
+        with self._lock:
+            self._beats[source] = (committed_s, applied_s)
+
+    def take(self) -> dict[str, tuple[float, float]]:
+        with self._lock:
+            beats, self._beats = self._beats, {}
+        return beats
+
+    def put_back(self, beats: Mapping[str, tuple[float, float]]) -> None:
+        """Beats that could not be recorded, unless a newer one of the source came since."""
+        with self._lock:
+            for source, beat in beats.items():
+                self._beats.setdefault(source, beat)
 
 
 class Prober:

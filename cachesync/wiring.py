@@ -284,7 +284,9 @@ def build_engine(settings: Settings, on_batch=None, source=None, dead_letters=No
         source=source or KafkaSource(k.bootstrap_servers, k.topic, k.group_id,
                                      group=kafka_group(settings), security=consumer_options(k),
                                      async_commit=settings.consumer.offset_commit == "async",
-                                     commit_interval_s=settings.consumer.offset_commit_interval_s),
+                                     commit_interval_s=settings.consumer.offset_commit_interval_s,
+                                     # an idle consumer's fetch comes back when its poll does
+                                     fetch_wait_s=settings.consumer.poll_timeout_s),
         dedup=build_dedup(settings, cache), cache=cache,
         dead_letters=dead_letters or build_dead_letters(settings),
         mappings=mappings(settings), options=settings.consumer, on_batch=on_batch, hooks=hooks,

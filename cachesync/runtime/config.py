@@ -596,10 +596,15 @@ class ConsumerSettings(_Validated):
     SECTION = "consumer"
     batch_size: int = setting(2000, "events per poll (fewer records when they are packed) and "
                               "per dedup round trip", lo=1, hi=1_000_000)
+    # 2 s, the group's heartbeat interval: an idle consumer's Kafka client then wakes for its
+    # poll, its held fetch and its heartbeat at about the same times
     poll_timeout_s: float = setting(
-        1.0, "the longest a poll waits when no record arrives (it returns as soon as one does; "
-        "sooner when a delayed second delete or the dedup purge is due): how often an idle "
-        "consumer wakes, and how long a stop may wait for the poll in progress", **POSITIVE)
+        2.0, "the longest a poll waits when no record arrives (it returns as soon as one does; "
+        "sooner when a delayed second delete or the dedup purge is due), and the longest the "
+        "broker holds a fetch that finds none (kafka-python's `fetch_max_wait_ms`, at least "
+        "0.5 s, unless `kafka.consumer_properties` sets it): how often an idle consumer wakes "
+        "and asks Kafka again, how long a stop may wait for the poll in progress, and how long "
+        "partitions newly assigned to it may wait for their first fetch", **POSITIVE)
     offset_commit: str = setting(
         "async", "how a batch's offsets are committed, always after its cache writes and dedup "
         "confirm: `async` sends the commit and goes on to the next poll without waiting for the "

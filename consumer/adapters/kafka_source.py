@@ -54,6 +54,9 @@ RETRIABLE_COMMIT_FAILURES_S = 30.0
 COMMIT_FAILURE_GAP_S = 5.0
 # close() waits this long at most for the offsets not yet confirmed to be committed
 CLOSE_COMMIT_TIMEOUT_MS = 5000
+# the shortest a held fetch waits (kafka-python's default): a short poll timeout, chosen for a
+# quick stop, does not multiply the fetches an idle consumer sends
+FETCH_WAIT_MIN_S = 0.5
 
 # kafka.assignment_strategy: cooperative-sticky (KIP-429) lets the members that stay keep
 # consuming their partitions through a rebalance; the eager ones stop every member.
@@ -143,11 +146,13 @@ class KafkaSource:
                  *, auto_offset_reset: str = "earliest", client_id: str = "cachesync-consumer",
                  group: dict | None = None, security: Mapping | None = None,
                  async_commit: bool = True, commit_interval_s: float = 0.0,
-                 clock=time.monotonic):
+                 fetch_wait_s: float | None = None, clock=time.monotonic):
         """``group``: :func:`group_config` (its defaults when None); ``security``: the
         client's security options (cachesync.runtime.kafka_security.client_security);
         ``commit_interval_s``: offsets committed within this time of the last commit sent
-        wait and go out together (see the class)."""
+        wait and go out together (see the class); ``fetch_wait_s``: how long the broker
+        holds a fetch that finds no record (kafka-python's ``fetch_max_wait_ms``), at least
+        FETCH_WAIT_MIN_S (that when None; ``security``'s consumer properties may set it)."""
         self._instance = (group or {}).get("group_instance_id")
         self._commits = _CommitTracker(async_commit)
         self._interval_s, self._clock = commit_interval_s, clock
@@ -162,6 +167,14 @@ class KafkaSource:
                                # kafka-python's own sensors, recorded per request and
                                # record and read by nothing here
                                metrics_enabled=False)
+                if fetch_wait_s is not None:
+                    # A record arriving ends the wait at once (fetch_min_bytes 1), so this
+                    # only says how often an idle consumer asks again. The group's
+                    # heartbeats and offset commits go over a connection of their own, so
+                    # they never queue behind a held fetch; what does is a fetch of
+                    # partitions newly assigned on that broker (and a metadata refresh),
+                    # started when the held one returns.
+                    tunable["fetch_max_wait_ms"] = int(max(FETCH_WAIT_MIN_S, fetch_wait_s) * 1000)
                 self._consumer = KafkaConsumer(
                     bootstrap_servers=bootstrap_servers.split(","), group_id=group_id,
                     client_id=client_id, enable_auto_commit=False,

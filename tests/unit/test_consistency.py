@@ -4,6 +4,9 @@ cap, which keys a check reads, the verdict per key, and when a suspicion becomes
 from __future__ import annotations
 
 import json
+import queue
+import threading
+import time
 
 import pytest
 
@@ -167,3 +170,36 @@ def test_a_sample_being_checked_stays_pending_until_its_result_is_counted():
         assert dict(monitor.counts) == {("shop.users", MISSING): 1}   # user:7 not cached
     finally:
         monitor.close()
+
+
+class _RecordingQueue(queue.Queue):
+    """A queue that records the timeout of every blocking ``get``."""
+
+    def __init__(self, size: int):
+        super().__init__(size)
+        self.waits, self.waiting = [], threading.Event()
+
+    def get(self, block=True, timeout=None):
+        self.waits.append(timeout)
+        self.waiting.set()
+        return super().get(block, timeout)
+
+
+def test_an_idle_monitor_waits_for_a_sample_without_a_beat_and_close_wakes_it():
+    """With nothing queued and nothing due, the checking thread blocks until a sample comes
+    (no periodic wake-up while the consumer is idle); ``close`` wakes it at once."""
+    from cachesync.runtime.config import MonitorSettings
+    from cachesync.consumer.adapters.memory import MemoryCache
+    from cachesync.monitor import JOIN_S, ConsistencyMonitor
+
+    maps = parse_mappings({"shop.users": {"keys": ["user:{id}"]}})
+    monitor = ConsistencyMonitor(MonitorSettings(sample_ratio=1.0), maps, _HeldReader(),
+                                 MemoryCache())
+    monitor._queue = recording = _RecordingQueue(monitor._settings.queue_size)
+    monitor.start()
+    assert recording.waiting.wait(10)
+    assert recording.waits == [None]            # no timeout: it sleeps until a sample comes
+    started = time.monotonic()
+    monitor.close()
+    assert not monitor._thread.is_alive()
+    assert time.monotonic() - started < JOIN_S / 2

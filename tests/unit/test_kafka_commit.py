@@ -413,3 +413,35 @@ def test_offsets_waiting_for_the_interval_are_dropped_with_a_revoked_partition()
     consumer.assigned = {T1}
     source.close()
     assert consumer.sync == [({T1: 4}, 5000)]
+
+
+class _Constructed:
+    """Stands in for KafkaConsumer: keeps the keyword arguments it was built with."""
+
+    made: list = []
+
+    def __init__(self, **config):
+        self.config = config
+        _Constructed.made.append(self)
+
+    def partitions_for_topic(self, topic):
+        return {0}
+
+    def subscribe(self, topics, listener=None):
+        pass
+
+
+@pytest.mark.parametrize("wait_s, properties, expected", [
+    (None, {}, None),                                   # kafka-python's own 500 ms
+    (1.0, {}, 1000),                                    # consumer.poll_timeout_s
+    (0.05, {}, 500),                                    # a quick stop, not more fetches
+    (2.5, {"fetch_max_wait_ms": 100}, 100),             # kafka.consumer_properties win
+])
+def test_an_idle_fetch_is_held_by_the_broker_as_long_as_a_poll_waits(monkeypatch, wait_s,
+                                                                       properties, expected):
+    import cachesync.consumer.adapters.kafka_source as module
+    monkeypatch.setattr(module, "KafkaConsumer", _Constructed)
+    _Constructed.made.clear()
+    KafkaSource("b:9092", "t", "g", security=properties, fetch_wait_s=wait_s)
+    (consumer,) = _Constructed.made
+    assert consumer.config.get("fetch_max_wait_ms") == expected

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import threading
 import urllib.error
 import urllib.request
 from dataclasses import astuple, dataclass, field
@@ -223,6 +224,30 @@ def test_server_endpoints_and_a_taken_port():
         server.close()
 
 
+def test_the_server_thread_waits_for_a_connection_without_a_beat(monkeypatch):
+    """Between requests the server's thread sleeps in one wait with no timeout (no wake-up
+    twice a second with nothing to serve); ``close`` wakes it at once."""
+    import selectors
+    import time
+    waits, waiting = [], threading.Event()
+
+    class Recording(selectors.DefaultSelector):
+        def select(self, timeout=None):
+            waits.append(timeout)
+            waiting.set()
+            return super().select(timeout)
+    monkeypatch.setattr(selectors, "DefaultSelector", Recording)
+    server = OpsServer(("127.0.0.1", 0), CollectorRegistry(), []).start()
+    try:
+        assert waiting.wait(10)
+        assert get(server.address, "/healthz") == (200, "ok\n")
+        assert set(waits) == {None}
+    finally:
+        started = time.monotonic()
+        server.close()
+    assert time.monotonic() - started < 1.0 and not server._thread.is_alive()
+
+
 def heartbeat(kind: str) -> ChangeEvent:
     return ChangeEvent("h", Source(kind, "s", "0-1-1", 0.0), "cachesync", "cachesync_heartbeat",
                        "update", (("name", "a"),), {"name": "a", "beat_us": 1},
@@ -311,3 +336,33 @@ def test_every_exported_name_has_its_role_after_cachesync():
     names = {f.name for f in reg.collect() if f.name.startswith("cachesync_")} - old
     assert names and all(n.split("_")[1] in ("consumer", "tailer", "relay", "monitor")
                          for n in names), sorted(names)
+
+
+def test_newest_beats_keep_the_newest_per_source_until_the_probe_takes_them():
+    from cachesync.probes import NewestBeats
+    beats = NewestBeats()
+    beats.add("t1", 1.0, 1.1)
+    beats.add("t1", 3.0, 3.2)
+    beats.add("t2", 2.0, 2.5)
+    taken = beats.take()
+    assert taken == {"t1": (3.0, 3.2), "t2": (2.0, 2.5)} and beats.take() == {}
+    beats.add("t1", 5.0, 5.1)                 # newer than what could not be recorded
+    beats.put_back(taken)
+    assert beats.take() == {"t1": (5.0, 5.1), "t2": (2.0, 2.5)}
+
+
+def test_applied_lags_are_recorded_in_one_statement():
+    from cachesync.probes import record_applied_lags
+    statements = []
+
+    class Cursor:
+        def execute(self, sql, params):
+            statements.append((sql, params))
+
+    class Session:
+        def run(self, fn):
+            return fn(Cursor())
+    record_applied_lags(Session(), "ns", {"t2": (2.0, 2.5), "t1": (1.0, 1.25)})
+    (sql, params), = statements
+    assert sql.count("(%s, %s, %s, %s)") == 2 and "ON DUPLICATE KEY UPDATE" in sql
+    assert params == ["ns", "t1", 1_000_000, 1_250_000, "ns", "t2", 2_000_000, 2_500_000]

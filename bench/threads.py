@@ -1,0 +1,119 @@
+"""CPU per thread of running processes, for the breakdowns the benchmarks print.
+
+Each thread's time on a CPU comes from ``/proc/<pid>/task/<tid>/schedstat`` (nanoseconds,
+where a ``stat`` reading counts whole clock ticks: 10 ms, more than an idle thread uses in
+a second). A thread is named by its Python name when ``py-spy`` is installed (``py-spy
+dump`` prints each Python thread's native id and name; the threads a library starts in C
+keep their ``comm``), else by its ``comm``. Threads of the same name in one process are
+added up.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+DUMP_TIMEOUT_S = 30
+_DUMP_THREAD = re.compile(r'^Thread (\d+) \([^)]*\): "([^"]*)"', re.M)
+
+
+def tree_pids(pid: int) -> list[int]:
+    """``pid`` and its live descendants."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(k) for k in (task / "children").read_text().split()]
+        except OSError:
+            pass                # exited between two reads
+    return out
+
+
+def thread_ns(pids: list[int]) -> dict[tuple[int, int], int]:
+    """(pid, tid) -> nanoseconds the thread ran so far, for every thread of ``pids``."""
+    out = {}
+    for pid in pids:
+        try:
+            tasks = list(Path(f"/proc/{pid}/task").iterdir())
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                out[(pid, int(task.name))] = int((task / "schedstat").read_text().split()[0])
+            except (OSError, ValueError, IndexError):
+                pass            # exited between two reads
+    return out
+
+
+def thread_names(pid: int) -> dict[int, str]:
+    """tid -> name: the Python thread names ``py-spy dump`` reports, else each ``comm``."""
+    names = {}
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            names[int(task.name)] = (task / "comm").read_text().strip()
+    except OSError:
+        return names
+    spy = py_spy()
+    if spy is not None:
+        try:
+            dump = subprocess.run([spy, "dump", "--pid", str(pid)], capture_output=True,
+                                  text=True, timeout=DUMP_TIMEOUT_S).stdout
+        except (OSError, subprocess.SubprocessError):
+            dump = ""
+        names.update({int(tid): name for tid, name in _DUMP_THREAD.findall(dump)})
+    return names
+
+
+def py_spy() -> str | None:
+    """The py-spy command, on the PATH or beside this Python; None without it."""
+    beside = Path(sys.executable).with_name("py-spy")
+    return shutil.which("py-spy") or (str(beside) if beside.exists() else None)
+
+
+class ThreadClock:
+    """Per-thread CPU of process trees between ``__init__`` and ``seconds()``."""
+
+    def __init__(self, roots: dict[str, int]):
+        self._roots = roots
+        self._before = {name: thread_ns(tree_pids(pid)) for name, pid in roots.items()}
+
+    def seconds(self) -> dict[str, dict[str, float]]:
+        """process -> thread name -> CPU seconds since ``__init__``, largest first; a child
+        process's threads are prefixed with ``child``."""
+        out = {}
+        for name, root in self._roots.items():
+            pids = tree_pids(root)
+            after, before = thread_ns(pids), self._before[name]
+            names = {pid: thread_names(pid) for pid in pids}
+            totals: Counter = Counter()
+            for (pid, tid), ns in after.items():
+                label = names[pid].get(tid, str(tid))
+                if pid != root:
+                    label = f"child {label}"
+                totals[label] += ns - before.get((pid, tid), 0)
+            out[name] = {label: ns / 1e9 for label, ns in totals.most_common() if ns > 0}
+        return out
+
+
+def scaled(seconds: dict[str, dict[str, float]], factor: float, digits: int = 3) -> dict:
+    """``ThreadClock.seconds()`` times ``factor`` (1e2 / elapsed: % of a core; 1e6 / commits:
+    µs per commit), rounded."""
+    return {proc: {label: round(s * factor, digits) for label, s in threads.items()}
+            for proc, threads in seconds.items()}
+
+
+def median_threads(runs: list[dict]) -> dict:
+    """The median of each process's thread over the runs' breakdowns (a thread missing
+    from a run counts 0 there)."""
+    from bench.common import median
+    procs = {p for run in runs for p in run}
+    return {p: dict(sorted(((label, median([run.get(p, {}).get(label, 0.0) for run in runs]))
+                            for label in {lb for run in runs for lb in run.get(p, {})}),
+                           key=lambda kv: -kv[1]))
+            for p in sorted(procs)}

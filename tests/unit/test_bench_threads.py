@@ -1,0 +1,48 @@
+"""bench.threads: CPU per thread of a process tree, named by the Python thread names."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from bench.threads import ThreadClock, median_threads, py_spy, scaled
+
+
+def has_py_spy() -> bool:
+    return py_spy() is not None
+
+CHILD = """
+import sys, threading, time
+def spin():
+    while time.thread_time() < 0.2:      # 0.2 s of this thread's CPU, however busy the host
+        pass
+    print("spun", flush=True)
+    threading.Event().wait()        # alive until the process ends: its time stays readable
+sys.stdin.readline()
+threading.Thread(target=spin, name="cachesync-spin", daemon=True).start()
+sys.stdin.readline()
+"""
+
+
+def test_the_busy_thread_is_named_and_measured_in_its_process():
+    child = subprocess.Popen([sys.executable, "-c", CHILD], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        clock = ThreadClock({"child": child.pid})
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        assert child.stdout.readline() == "spun\n"
+        seconds = clock.seconds()
+    finally:
+        child.stdin.close()
+        child.wait(10)
+    threads = seconds["child"]
+    assert sum(threads.values()) >= 0.2, threads
+    if has_py_spy():
+        assert threads["cachesync-spin"] >= 0.19, threads
+
+
+def test_scaled_and_median():
+    assert scaled({"p": {"a": 0.5}}, 1e6 / 1000, 1) == {"p": {"a": 500.0}}
+    assert median_threads([{"p": {"a": 1.0, "b": 4.0}}, {"p": {"a": 3.0}}]) == \
+        {"p": {"b": 2.0, "a": 2.0}}
