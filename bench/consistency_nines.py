@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from bench.common import ROOT, Sandbox, log, wait_for
-from bench.consistency import large, plot
+from bench.consistency import large, plot, series
 from bench.consistency.chaos import await_ready
 from bench.consistency.faults import OUTSIDE_SHARE, P_FAULT
 from bench.consistency.load import FILL_DELAY_S, PIPELINE, READERS_NICE
@@ -32,7 +32,8 @@ class Pipeline:
 
     def __init__(self, box: Sandbox):
         self.box, self.stack_sh = box, _stack_sh
-        path = box.write_config(large.tables_config(box.db, box.prefix), topic=box.new_topic(3),
+        self.topic = box.new_topic(3)
+        path = box.write_config(large.tables_config(box.db, box.prefix), topic=self.topic,
                                 # a free port each: /readyz tells the injector it is back
                                 metrics={"listen": "127.0.0.1:0"},
                                 # static membership, as a pod runs it: a consumer restarted
@@ -40,7 +41,8 @@ class Pipeline:
                                 kafka={"group_instance_id": f"nines-{box.suffix}-consume"})
         self.configs = {"tail": path, "consume": path}
         self.probe_topic = box.new_topic(1)     # the injector's check that the broker serves
-        self.procs = {c: box.spawn(c, path) for c in ("tail", "consume")}
+        own = os.environ.get("BENCH_NINES_OWN_SESSIONS", "0") == "1"
+        self.procs = {c: box.spawn(c, path, own_session=own) for c in ("tail", "consume")}
         self.faults_made = 0      # the kill class's faults so far (their cycle spans cells)
         for proc in self.procs.values():
             await_ready(box, proc)
@@ -55,7 +57,7 @@ class Pipeline:
 def run(stack, quick: bool, runs: int = 1) -> dict:
     """Every large class and strategy once (``runs`` is ignored: one cell is 10^7 reads)."""
     mode = "quick" if quick else "full"
-    size = large.SIZES[mode]
+    size = large.scaled(large.SIZES[mode], float(os.environ.get("BENCH_NINES_SCALE", "1")))
     box = Sandbox(stack, "nines")
     r = stack.redis()
     notify = r.config_get("notify-keyspace-events")["notify-keyspace-events"]
@@ -87,6 +89,9 @@ def _run_class(box, pipeline: Pipeline, faults, size: dict, seed: int) -> dict:
         cell = large.LargeCell(box, pipeline, strategy, faults, size, seed)
         raw = cell.run()
         t_end = time.perf_counter()
+        if os.environ.get("BENCH_NINES_SERIES") and raw["gone"]:
+            series.write(Path(os.environ["BENCH_NINES_SERIES"]) / f"{faults.name}-{strategy}.json",
+                         raw, series.create_times(box.stack.bootstrap, pipeline.topic))
         if window is None:
             window = large.class_window(raw)
         out[strategy] = large.verdict(raw, window, t_end)

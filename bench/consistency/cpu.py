@@ -62,6 +62,7 @@ class CpuSample:
         self.last: dict[int, tuple[float, float]] = {}
         self.names: dict[str, set[int]] = {}
         self.host0 = self.host1 = 0.0
+        self.samples: list[tuple[float, float, dict[str, tuple[float, float]]]] = []
 
     def update(self, pids: dict[str, list[int]], now: float) -> None:
         if self.t0 is None:
@@ -73,6 +74,23 @@ class CpuSample:
                     self.names.setdefault(name, set()).add(tid)
                     self.first.setdefault(tid, s)
                     self.last[tid] = s
+        self.samples.append((now, self.host1, self._totals()))
+
+    def _totals(self) -> dict[str, tuple[float, float]]:
+        return {name: (sum(self.last[t][0] - self.first[t][0] for t in tids),
+                       sum(self.last[t][1] - self.first[t][1] for t in tids))
+                for name, tids in self.names.items()}
+
+    def timeline(self) -> list[dict]:
+        """Per interval between two readings: its end, the host's busy CPU seconds and, per
+        name, the CPU and run-queue seconds in it (where a stall's time went)."""
+        out = []
+        for (t0, h0, a), (t1, h1, b) in zip(self.samples, self.samples[1:]):
+            out.append({"t": t1, "seconds": round(t1 - t0, 3), "host_busy_s": round(h1 - h0, 3),
+                        "processes": {n: (round(c - a.get(n, (0, 0))[0], 4),
+                                          round(w - a.get(n, (0, 0))[1], 4))
+                                      for n, (c, w) in b.items()}})
+        return out
 
     def figures(self) -> dict:
         seconds = (self.t1 - self.t0) or 1e-9

@@ -47,10 +47,18 @@ SIZES = {"full": {"rows": 10_000, "writes": 100_000, "reads": 10_000_000, "write
          "quick": {"rows": 1_000, "writes": 3_000, "reads": 300_000, "write_rate": 500,
                    "writer_threads": 4, "readers": 2, "fill_threads": 4, "zipf_s": 0.99,
                    "kill_interval_s": 6.0}}
+
 SETTLE_S = 2.0          # reads go on this long after the last invalidation landed
 CATCH_UP_S = 300.0      # how long the lab waits for cachesync to apply every change
 READY_JOIN_S = 600.0    # how long the end of a cell waits for the fault injector's last fault
 DDL = "CREATE TABLE `{table}` (id INT PRIMARY KEY, v BIGINT NOT NULL, seq BIGINT NOT NULL)"
+
+
+def scaled(size: dict, factor: float) -> dict:
+    """``size`` with ``factor`` times its writes and reads (BENCH_NINES_SCALE: a quick cell
+    long enough to show the tail of the lag)."""
+    return {**size, "writes": round(size["writes"] * factor),
+            "reads": round(size["reads"] * factor)}
 
 
 def marker_template(prefix: str) -> str:
@@ -91,6 +99,8 @@ class LargeCell:
         url = env["CACHESYNC_REDIS_URL"]
         cachesync = self.strategy.cachesync
         return {**self.size, "seed": self.seed, "readers_nice": READERS_NICE,
+                "readers_idle": os.environ.get("BENCH_NINES_READERS_IDLE") == "1",
+                "watcher_session": os.environ.get("BENCH_NINES_OWN_SESSIONS") == "1",
                 "table": self.table, "cachesync": cachesync,
                 "template": f"{self.box.prefix}{self.table}:{{id}}",
                 "marker": marker_template(self.box.prefix) if cachesync else None,
@@ -163,20 +173,23 @@ class LargeCell:
         load1 = os.getloadavg()
         for p in readers:
             p.join(120)
-        gone = {}
+        gone, marker_set = {}, {}
         if watcher is not None:
             stop_watch.set()
             watcher.join(60)
-            gone = load_result(paths["gone"])
+            seen = load_result(paths["gone"])
+            gone, marker_set = seen["gone"], seen["set"]
         reads = [load_result(paths[f"reads{n}"]) for n in range(spec["readers"])]
         errors = [e for r in reads for e in r["errors"]]
         if errors or any(p.exitcode for p in readers):
             raise RuntimeError(f"a reader failed: {errors[:3]}")
         left = self._left_stale(spec)
-        return {"base": base, "changes": written["changes"], "gone": gone, "reads": reads,
+        return {"base": base, "changes": written["changes"], "gone": gone,
+                "marker_set": marker_set, "reads": reads,
                 "injected": written["injected"], "left": left,
                 "outages": chaos.outages if chaos else [],
                 "seconds": t_end - t0, "write_seconds": writes_done - t0, "cpu": cpu.figures(),
+                "cpu_timeline": cpu.timeline(),
                 "loadavg": {"start": [round(x, 2) for x in load0],
                             "end": [round(x, 2) for x in load1]}}
 
@@ -238,8 +251,8 @@ def lags(raw: dict) -> list[tuple[float, float]]:
     markers, the app strategies' from their own deletes."""
     gone = raw["gone"]
     if gone:
-        return [(commit, gone.get((row, seq), NEVER)) for row, seq, _, commit, _ in raw["changes"]]
-    return [(commit, applied) for *_, commit, applied in raw["changes"]]
+        return [(commit, gone.get((row, seq), NEVER)) for row, seq, _, commit, *_ in raw["changes"]]
+    return [(commit, applied) for _, _, _, commit, applied, *_ in raw["changes"]]
 
 
 def change_figures(pairs: list[tuple[float, float]], end: float) -> dict:
@@ -291,7 +304,7 @@ def verdict(raw: dict, window: float, t_end: float) -> dict:
     times = itertools.chain.from_iterable(r["times"] for r in raw["reads"])
     values = itertools.chain.from_iterable(r["values"] for r in raw["reads"])
     superseded = measure.supersessions(raw["base"], [(row, seq, value, commit)
-                                                     for row, seq, value, commit, _
+                                                     for row, seq, value, commit, *_
                                                      in raw["changes"]])
     outages = raw["outages"]
     skips = read_skips(pairs, outages) if outages else []

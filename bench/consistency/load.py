@@ -66,7 +66,9 @@ def _mysql(spec: dict, autocommit: bool):
 
 def as_application(spec: dict) -> None:
     """Lower a reader's CPU priority by ``spec["readers_nice"]`` (see the module)."""
-    if spec["readers_nice"]:
+    if spec.get("readers_idle"):
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    elif spec["readers_nice"]:
         os.nice(spec["readers_nice"])
 
 
@@ -239,6 +241,7 @@ class _Writes:
             r.set(spec["marker"].format(id=row, seq=seq), b"1", ex=TTL_S)
         change = [row, seq, value, time.perf_counter(), NEVER]   # committed from here on
         conn.commit()
+        change.append(time.perf_counter())         # when COMMIT returned
         with self.lock:
             self.changes.append(change)
         if not app or inj.crashed():       # a crashed writer never sends what comes after
@@ -277,7 +280,11 @@ class _Writes:
 # -- cachesync's applies, seen from Redis ------------------------------------------------
 def watch_process(spec: dict, ready, stop, out: str) -> None:
     """Record when cachesync unlinked each change's marker key (keyspace notifications):
-    ``{(row, seq): time}`` to ``out``. Sets ``ready`` once subscribed."""
+    ``{"gone": {(row, seq): time}, "set": {(row, seq): time}}`` to ``out``, "set" being when
+    the watcher saw the writer set the marker (its ``expire`` event), just before the commit:
+    how late the watcher itself hears. Sets ``ready`` once subscribed."""
+    if spec.get("watcher_session"):
+        os.setsid()
     r = redis.Redis.from_url(spec["redis_url"])
     pubsub = r.pubsub(ignore_subscribe_messages=True)
     channel = f"__keyspace@{spec['redis_db']}__:"
@@ -285,17 +292,17 @@ def watch_process(spec: dict, ready, stop, out: str) -> None:
     pubsub.psubscribe(pattern)
     pubsub.get_message(timeout=5.0)          # the subscription's confirmation
     ready.set()
-    gone: dict[tuple[int, int], float] = {}
+    seen: dict[bytes, dict[tuple[int, int], float]] = {b"del": {}, b"expire": {}}
     cut = len(channel) + len(spec["marker"].split("{id}")[0])
     while not stop.is_set():
         message = pubsub.get_message(timeout=0.2)
-        if message is None or message["data"] != b"del":
+        if message is None or message["data"] not in seen:
             continue
         at = time.perf_counter()
         row, seq = message["channel"][cut:].split(b":")
-        gone.setdefault((int(row), int(seq)), at)
+        seen[message["data"]].setdefault((int(row), int(seq)), at)
     with open(out, "wb") as fh:
-        pickle.dump(gone, fh)
+        pickle.dump({"gone": seen[b"del"], "set": seen[b"expire"]}, fh)
 
 
 def load_result(path: str | Path) -> dict:

@@ -290,3 +290,32 @@ def test_a_cpu_sample_counts_each_thread_from_its_first_reading_to_its_last(monk
         sample.update({"p": [7]}, now)
     p = sample.figures()["processes"]["p"]
     assert (p["cpu_s"], p["waited_for_cpu_s"], p["cpu_share"]) == (2.0, 1.5, 1.0)
+
+
+def test_the_series_groups_late_changes_into_bursts_and_splits_the_worst():
+    from bench.consistency import series
+
+    def change(sent, applied, published=None, heard=None):
+        return {"row": 1, "seq": 1, "sent": sent, "returned": sent + 0.002, "heard": heard,
+                "published": published, "applied": applied}
+    rows = [change(0.0, 0.05), change(1.0, 2.5, published=2.3, heard=1.0),
+            change(1.5, 2.6, published=2.4), change(3.0, 3.1), change(9.0, 10.2)]
+    bursts = series.bursts(rows)
+    assert [(b["first"], b["last"], b["late"]) for b in bursts] == [(1.0, 1.5, 2), (9.0, 9.0, 1)]
+    assert bursts[0]["worst"] == {"sent": 1.0, "lag": 1.5, "commit_rtt": 0.002,
+                                  "to_published": 1.3, "published_to_applied": 0.2,
+                                  "watcher_late": 0.0}
+    s = series.summary({"changes": rows})
+    assert s["lag"]["over_1s"] == 3 and s["within_1s_from_sent"] == 0.4
+
+
+def test_the_cpu_timeline_is_each_interval_s_share_per_process(monkeypatch):
+    from bench.consistency import cpu
+    readings = iter([{7: (1.0, 0.5)}, {7: (1.4, 1.5)}, {7: (2.0, 1.5)}])
+    monkeypatch.setattr(cpu, "schedstat", lambda pid: next(readings))
+    monkeypatch.setattr(cpu, "host_busy", lambda: 0.0)
+    sample = cpu.CpuSample()
+    for now in (0.0, 1.0, 2.0):
+        sample.update({"consume": [7]}, now)
+    assert [(t["t"], t["processes"]["consume"]) for t in sample.timeline()] == [
+        (1.0, (0.4, 1.0)), (2.0, (0.6, 0.0))]

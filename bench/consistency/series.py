@@ -1,0 +1,144 @@
+"""A cell's per-change series, for finding where a late invalidation's time went.
+
+``BENCH_NINES_SERIES=<dir>`` makes every cachesync cell of ``consistency_nines`` write
+``<dir>/<class>-<strategy>.json``: per change, in commit order, the times (seconds of the
+cell's ``time.perf_counter()``, 0 = the first commit) at which
+
+* ``sent``: the writer sent COMMIT (the lab's commit time),
+* ``returned``: COMMIT returned to the writer,
+* ``heard``: the keyspace watcher heard the writer set the change's marker (just before
+  ``sent``: how late the watcher itself hears, at that moment),
+* ``published``: cachesync's tailer handed the change's Kafka record to its producer (the
+  record's CreateTime; wall clock, 1 ms),
+* ``applied``: the watcher heard cachesync unlink the marker (the lab's apply time);
+
+and the per-second CPU and run-queue time of each process of the lab (``CpuSample``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from kafka import KafkaConsumer
+
+from cachesync.schema.event import ChangeEvent, decode_record
+
+NEVER = float("inf")
+READ_IDLE_MS = 3000        # the topic is read to its end: no record for this long
+
+
+def create_times(bootstrap: str, topic: str) -> dict[tuple[int, int], float]:
+    """Per (id, seq) of the topic's changes, its record's CreateTime, in perf_counter
+    seconds (the wall clock's offset taken here: one host, one offset)."""
+    offset = time.time() - time.perf_counter()
+    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                             enable_auto_commit=False, consumer_timeout_ms=READ_IDLE_MS)
+    out = {}
+    try:
+        for record in consumer:
+            at = record.timestamp / 1000 - offset
+            for event in decode_record(record.value):
+                if isinstance(event, ChangeEvent) and event.after:
+                    out.setdefault((int(event.after["id"]), int(event.after["seq"])), at)
+    finally:
+        consumer.close()
+    return out
+
+
+def write(path: Path, raw: dict, published: dict) -> None:
+    """The cell's series (see the module) as JSON."""
+    changes = sorted(raw["changes"], key=lambda c: c[3])
+    t0 = changes[0][3] if changes else 0.0
+
+    def rel(t):
+        return None if t is None or t == NEVER else round(t - t0, 4)
+    rows = [{"row": row, "seq": seq, "sent": rel(sent), "returned": rel(rest[1]),
+             "heard": rel(raw["marker_set"].get((row, seq))),
+             "published": rel(published.get((row, seq))),
+             "applied": rel(raw["gone"].get((row, seq)))}
+            for row, seq, _, sent, *rest in changes]
+    cpu = [{**s, "t": rel(s["t"])} for s in raw["cpu_timeline"]]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"changes": rows, "cpu": cpu, "loadavg": raw["loadavg"]}))
+
+
+LATE_S = 1.0               # the headline's bound
+BURST_GAP_S = 1.0          # late changes committed closer than this are one burst
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def bursts(rows: list[dict]) -> list[dict]:
+    """The late changes (applied more than LATE_S after ``sent``) grouped by commit time:
+    each burst's first and last commit, its count and worst lag, and where the worst
+    change's time went."""
+    late = [r for r in rows if r["applied"] is not None and r["applied"] - r["sent"] > LATE_S]
+    out: list[dict] = []
+    for r in late:
+        if out and r["sent"] - out[-1]["last"] <= BURST_GAP_S:
+            b = out[-1]
+            b["last"], b["late"] = r["sent"], b["late"] + 1
+        else:
+            b = {"first": r["sent"], "last": r["sent"], "late": 1, "worst": None}
+            out.append(b)
+        if b["worst"] is None or r["applied"] - r["sent"] > b["worst"]["lag"]:
+            b["worst"] = stages(r)
+    return out
+
+
+def stages(r: dict) -> dict:
+    """One change's lag split: COMMIT round trip, commit -> published, published -> applied,
+    and how late the watcher heard the marker set."""
+    def d(a, b):
+        return None if r[a] is None or r[b] is None else round(r[b] - r[a], 3)
+    return {"sent": r["sent"], "lag": round(r["applied"] - r["sent"], 3),
+            "commit_rtt": d("sent", "returned"), "to_published": d("sent", "published"),
+            "published_to_applied": d("published", "applied"), "watcher_late": d("sent", "heard")}
+
+
+def summary(doc: dict) -> dict:
+    """The figures the series shows: lags from COMMIT sent and returned, the stages'
+    percentiles, the bursts of late changes."""
+    rows = [r for r in doc["changes"] if r["applied"] is not None]
+    split = [stages(r) for r in rows]
+    out = {"changes": len(doc["changes"]), "applied": len(rows)}
+    for name in ("lag", "commit_rtt", "to_published", "published_to_applied", "watcher_late"):
+        vals = [s[name] for s in split if s[name] is not None]
+        out[name] = {"p50": _pct(vals, 0.5), "p99": _pct(vals, 0.99),
+                     "p99.9": _pct(vals, 0.999), "max": max(vals) if vals else None,
+                     "over_1s": sum(1 for v in vals if v > LATE_S)}
+    from_returned = [r["applied"] - r["returned"] for r in rows]
+    out["within_1s_from_sent"] = 1 - out["lag"]["over_1s"] / max(1, len(doc["changes"]))
+    out["within_1s_from_returned"] = (sum(1 for v in from_returned if v <= LATE_S)
+                                      / max(1, len(doc["changes"])))
+    out["bursts"] = bursts(rows)
+    return out
+
+
+def main(argv: list[str]) -> None:
+    for path in argv:
+        doc = json.loads(Path(path).read_text())
+        s = summary(doc)
+        print(path)
+        print(json.dumps({k: v for k, v in s.items() if k != "bursts"}, indent=1))
+        for b in s["bursts"]:
+            t = b["first"]
+            near = [c for c in doc["cpu"] if t - 2 <= c["t"] <= b["last"] + 2]
+            waits = {}
+            for c in near:
+                for name, (_, w) in c["processes"].items():
+                    waits[name] = round(waits.get(name, 0) + w, 2)
+            print(f"burst {b['first']:.1f}-{b['last']:.1f}s: {b['late']} late, worst "
+                  f"{b['worst']}; run-queue s around it: {waits}")
+
+
+if __name__ == "__main__":
+    import sys
+    main(sys.argv[1:])
