@@ -89,9 +89,15 @@ class RedisDedupStore:
 
         def run():
             self._renew_retention()
-            answers = run_pipeline(self._client, lambda pipe: [
-                queue_script(pipe, self._unlink, keys, args) for _, keys, args in calls],
-                [self._unlink], self._wait)
+            if len(calls) == 1 and self._wait is None:
+                # at the head of the binlog every batch is one small call: sent alone, without
+                # a pipeline around it (redis-py's Script loads itself again after NOSCRIPT)
+                (_, keys, args), = calls
+                answers = [self._unlink(keys=keys, args=args)]
+            else:
+                answers = run_pipeline(self._client, lambda pipe: [
+                    queue_script(pipe, self._unlink, keys, args) for _, keys, args in calls],
+                    [self._unlink], self._wait)
             states = {i: _STATES[a] for (part, _, _), answer in zip(calls, answers)
                       for (i, _), a in zip(part, answer)}
             return states, sum(int(answer[-1]) for answer in answers)

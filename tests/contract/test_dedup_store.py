@@ -540,6 +540,19 @@ def test_claim_unlink_leaves_the_keys_of_duplicates_and_busy_ids_alone(unlinking
     assert dict(other.claim(["expired", "new"], lease_s=30)[1]) == {"expired": D, "new": D}
 
 
+def test_a_small_claim_unlink_is_one_script_call_without_a_pipeline_even_after_a_flush(
+        unlinking, monkeypatch):
+    """At the head of the binlog each batch is one small call: one EVALSHA sent alone (and,
+    after the server forgot its scripts, loaded again and sent once more)."""
+    store, other, client, p = unlinking
+    client.set(f"{p}x", b"cached")
+    client.script_flush()                        # as after a restart or a failover
+    monkeypatch.setattr(store._client, "pipeline", lambda *a, **k: pytest.fail("a pipeline"))
+    states, existed = store.claim_unlink([("x", [f"{p}x"])], 30)
+    assert dict(states) == {"x": O} and existed == 1 and client.exists(f"{p}x") == 0
+    assert dict(other.claim(["x"], lease_s=30)[1]) == {"x": D}
+
+
 def test_claim_unlink_takes_batches_larger_than_one_script_call(unlinking):
     store, _, client, p = unlinking
     n = redis_dedup.CLAIM_CHUNK * 2 + 7
