@@ -548,7 +548,7 @@ def test_a_small_claim_unlink_is_one_script_call_without_a_pipeline_even_after_a
     client.set(f"{p}x", b"cached")
     client.script_flush()                        # as after a restart or a failover
     monkeypatch.setattr(store._client, "pipeline", lambda *a, **k: pytest.fail("a pipeline"))
-    states, existed = store.claim_unlink([("x", [f"{p}x"])], 30)
+    states, existed = store.claim_unlink([("x", [f"{p}x"])])
     assert dict(states) == {"x": O} and existed == 1 and client.exists(f"{p}x") == 0
     assert dict(other.claim(["x"], lease_s=30)[1]) == {"x": D}
 
