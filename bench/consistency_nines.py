@@ -90,8 +90,8 @@ def _run_class(box, pipeline: Pipeline, faults, size: dict, seed: int) -> dict:
         raw = cell.run()
         t_end = time.perf_counter()
         if os.environ.get("BENCH_NINES_SERIES") and raw["gone"]:
-            series.write(Path(os.environ["BENCH_NINES_SERIES"]) / f"{faults.name}-{strategy}.json",
-                         raw, series.create_times(box.stack.bootstrap, pipeline.topic))
+            path = Path(os.environ["BENCH_NINES_SERIES"]) / f"{faults.name}-{strategy}.json"
+            series.write(path, raw)
         if window is None:
             window = large.class_window(raw)
         out[strategy] = large.verdict(raw, window, t_end)
