@@ -41,8 +41,7 @@ class Pipeline:
                                 kafka={"group_instance_id": f"nines-{box.suffix}-consume"})
         self.configs = {"tail": path, "consume": path}
         self.probe_topic = box.new_topic(1)     # the injector's check that the broker serves
-        own = os.environ.get("BENCH_NINES_OWN_SESSIONS", "0") == "1"
-        self.procs = {c: box.spawn(c, path, own_session=own) for c in ("tail", "consume")}
+        self.procs = {c: box.spawn(c, path) for c in ("tail", "consume")}
         self.faults_made = 0      # the kill class's faults so far (their cycle spans cells)
         for proc in self.procs.values():
             await_ready(box, proc)

@@ -16,7 +16,6 @@ and the per-second CPU and run-queue time of each process of the lab (``CpuSampl
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 NEVER = float("inf")
