@@ -283,8 +283,9 @@ def watch_process(spec: dict, ready, stop, out: str) -> None:
     """Record when cachesync unlinked each change's marker key (keyspace notifications):
     ``{"gone": {(row, seq): time}, "set": {(row, seq): time}}`` to ``out``, "set" being when
     the watcher saw the writer set the marker (its ``expire`` event), just before the commit:
-    how late the watcher itself hears. Sets ``ready`` once subscribed."""
-    as_clock()
+    how late the watcher itself hears; "realtime": whether it ran at SCHED_FIFO
+    (``as_clock``). Sets ``ready`` once subscribed."""
+    realtime = as_clock()
     r = redis.Redis.from_url(spec["redis_url"])
     pubsub = r.pubsub(ignore_subscribe_messages=True)
     channel = f"__keyspace@{spec['redis_db']}__:"
@@ -302,7 +303,7 @@ def watch_process(spec: dict, ready, stop, out: str) -> None:
         row, seq = message["channel"][cut:].split(b":")
         seen[message["data"]].setdefault((int(row), int(seq)), at)
     with open(out, "wb") as fh:
-        pickle.dump({"gone": seen[b"del"], "set": seen[b"expire"]}, fh)
+        pickle.dump({"gone": seen[b"del"], "set": seen[b"expire"], "realtime": realtime}, fh)
 
 
 def as_clock() -> bool:

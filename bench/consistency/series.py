@@ -114,3 +114,23 @@ def main(argv: list[str]) -> None:
 if __name__ == "__main__":
     import sys
     main(sys.argv[1:])
+
+
+def instrument(raw: dict) -> dict:
+    """The lab's own share of cachesync's measured lags, from a cell's raw results: how long
+    COMMIT took to return (the commit time is taken before it is sent), and how late the
+    keyspace watcher heard the writer set a marker (at that moment; it times the unlinks).
+    Percentiles in ms."""
+    rtt = [c[5] - c[3] for c in raw["changes"] if len(c) > 5]
+    heard = [raw["marker_set"][(c[0], c[1])] - c[3] for c in raw["changes"]
+             if (c[0], c[1]) in raw["marker_set"]]
+
+    def figures(values):
+        return {"p99_ms": _ms(_pct(values, 0.99)), "p99.9_ms": _ms(_pct(values, 0.999)),
+                "max_ms": _ms(max(values)) if values else None}
+    return {"commit_round_trip": figures(rtt), "watcher_heard_late": figures(heard),
+            "watcher_realtime": raw.get("watcher_realtime")}
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000, 1)

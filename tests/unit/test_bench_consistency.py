@@ -318,3 +318,15 @@ def test_the_cpu_timeline_is_each_interval_s_share_per_process(monkeypatch):
         sample.update({"consume": [7]}, now)
     assert [(t["t"], t["processes"]["consume"]) for t in sample.timeline()] == [
         (1.0, (0.4, 1.0)), (2.0, (0.6, 0.0))]
+
+
+def test_a_cachesync_cell_states_the_labs_own_share_of_its_lags():
+    from bench.consistency import series
+    changes = [[1, 5, 100, 10.0, float("inf"), 10.002], [2, 7, 101, 11.0, float("inf"), 11.3]]
+    raw = {"changes": changes, "marker_set": {(1, 5): 10.0, (2, 7): 11.25},
+           "watcher_realtime": True}
+    figures = series.instrument(raw)
+    assert figures["commit_round_trip"]["max_ms"] == 300.0
+    assert figures["watcher_heard_late"] == {"p99_ms": 250.0, "p99.9_ms": 250.0,
+                                             "max_ms": 250.0}
+    assert figures["watcher_realtime"] is True
