@@ -141,9 +141,10 @@ def _document(size: dict, classes: dict, plot_to: Path) -> dict:
                             "strategy's reader",
                    "readers_nice": READERS_NICE,
                    "priorities": f"the readers and their fill threads at nice {READERS_NICE} "
-                                 "(BENCH_NINES_READERS_NICE); the writer, the keyspace "
-                                 "watcher, cachesync, MariaDB, Redis and Kafka at the normal "
-                                 "priority",
+                                 "(BENCH_NINES_READERS_NICE); the keyspace watcher at "
+                                 "SCHED_FIFO 1 where the host allows it (each cachesync "
+                                 "cell's instrument.watcher_realtime); the writer, cachesync, "
+                                 "MariaDB, Redis and Kafka at the normal priority",
                    "outage": "from the SIGKILL (tail, consume) or the start of `stack.sh down "
                              "kafka` until the component is up and serving: the replacement "
                              "process answers /readyz with 200, the restarted broker "
@@ -154,7 +155,10 @@ def _document(size: dict, classes: dict, plot_to: Path) -> dict:
                    "commit_time": "taken just before COMMIT is sent (conservative for both "
                                   "the lag and the stale reads)",
                    "cachesync_apply_time": "when the lab saw cachesync unlink the change's "
-                                           "marker key (keyspace notification)",
+                                           "marker key (keyspace notification); each "
+                                           "cachesync cell's `instrument` says how late the "
+                                           "watcher heard the markers being set and how long "
+                                           "COMMIT took to return",
                    "app_apply_time": "when the writer's post-commit DEL returned (double "
                                      "delete: the delayed one); never after a crash or an "
                                      "outside write"},

@@ -99,7 +99,6 @@ class LargeCell:
         url = env["CACHESYNC_REDIS_URL"]
         cachesync = self.strategy.cachesync
         return {**self.size, "seed": self.seed, "readers_nice": READERS_NICE,
-                "readers_idle": os.environ.get("BENCH_NINES_READERS_IDLE") == "1",
                 "table": self.table, "cachesync": cachesync,
                 "template": f"{self.box.prefix}{self.table}:{{id}}",
                 "marker": marker_template(self.box.prefix) if cachesync else None,
