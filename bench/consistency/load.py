@@ -310,8 +310,11 @@ def as_clock() -> bool:
     """Give the keyspace watcher, the lab's clock for cachesync's applies, a real-time
     priority (SCHED_FIFO 1), so that it reads each notification when it arrives instead of
     when a host the load keeps busy gives it a turn; True if the host allowed it (root or
-    CAP_SYS_NICE). It only wakes for notifications and uses a few % of a core, so it cannot
-    take the CPU from the processes it watches."""
+    CAP_SYS_NICE; BENCH_NINES_WATCHER_REALTIME=0 leaves it at the normal priority, to
+    compare). It only wakes for notifications and uses a few % of a core, so it cannot take
+    the CPU from the processes it watches."""
+    if os.environ.get("BENCH_NINES_WATCHER_REALTIME", "1") == "0":
+        return False
     try:
         os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(WATCHER_PRIORITY))
         return True
