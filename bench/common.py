@@ -356,22 +356,15 @@ class Sandbox:
 
     # -- child processes --------------------------------------------------------------
     def spawn(self, command: str, config_path: Path,
-              env: dict[str, str] | None = None, args: tuple[str, ...] = (),
-              own_session: bool = False) -> subprocess.Popen:
-        """``cachesync <command> [args]``; ``env`` overrides settings (they win over the file).
-
-        ``own_session``: in a session of its own, as a service runs (a systemd unit, a pod;
-        the devstack starts MariaDB, Redis and Kafka so): Linux's scheduler (autogroup)
-        shares the CPU between sessions first, so a process in the benchmark's session
-        competes for one session's share with the benchmark's whole load."""
+              env: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> subprocess.Popen:
+        """``cachesync <command> [args]``; ``env`` overrides settings (they win over the file)."""
         out = open(self.tmp / f"{command}-{len(self.procs)}.log", "w")
         python = str(self.tree / ".venv" / "bin" / "python") if self.tree else sys.executable
         proc = subprocess.Popen([python, "-m", "cachesync", command, "--config",
                                  str(config_path), *args], cwd=self.tree or ROOT,
                                 env={**self.stack.environ, **(env or {})},
-                                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=own_session)
-        proc.log_path, proc.own_session = out.name, own_session
+                                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        proc.log_path = out.name
         self.procs.append(proc)
         return proc
 

@@ -41,8 +41,7 @@ class Pipeline:
                                 kafka={"group_instance_id": f"nines-{box.suffix}-consume"})
         self.configs = {"tail": path, "consume": path}
         self.probe_topic = box.new_topic(1)     # the injector's check that the broker serves
-        own = os.environ.get("BENCH_NINES_OWN_SESSIONS", "0") == "1"
-        self.procs = {c: box.spawn(c, path, own_session=own) for c in ("tail", "consume")}
+        self.procs = {c: box.spawn(c, path) for c in ("tail", "consume")}
         self.faults_made = 0      # the kill class's faults so far (their cycle spans cells)
         for proc in self.procs.values():
             await_ready(box, proc)
@@ -90,8 +89,8 @@ def _run_class(box, pipeline: Pipeline, faults, size: dict, seed: int) -> dict:
         raw = cell.run()
         t_end = time.perf_counter()
         if os.environ.get("BENCH_NINES_SERIES") and raw["gone"]:
-            series.write(Path(os.environ["BENCH_NINES_SERIES"]) / f"{faults.name}-{strategy}.json",
-                         raw, series.create_times(box.stack.bootstrap, pipeline.topic))
+            path = Path(os.environ["BENCH_NINES_SERIES"]) / f"{faults.name}-{strategy}.json"
+            series.write(path, raw)
         if window is None:
             window = large.class_window(raw)
         out[strategy] = large.verdict(raw, window, t_end)
@@ -142,9 +141,10 @@ def _document(size: dict, classes: dict, plot_to: Path) -> dict:
                             "strategy's reader",
                    "readers_nice": READERS_NICE,
                    "priorities": f"the readers and their fill threads at nice {READERS_NICE} "
-                                 "(BENCH_NINES_READERS_NICE); the writer, the keyspace "
-                                 "watcher, cachesync, MariaDB, Redis and Kafka at the normal "
-                                 "priority",
+                                 "(BENCH_NINES_READERS_NICE); the keyspace watcher at "
+                                 "SCHED_FIFO 1 where the host allows it (each cachesync "
+                                 "cell's instrument.watcher_realtime); the writer, cachesync, "
+                                 "MariaDB, Redis and Kafka at the normal priority",
                    "outage": "from the SIGKILL (tail, consume) or the start of `stack.sh down "
                              "kafka` until the component is up and serving: the replacement "
                              "process answers /readyz with 200, the restarted broker "
@@ -155,7 +155,10 @@ def _document(size: dict, classes: dict, plot_to: Path) -> dict:
                    "commit_time": "taken just before COMMIT is sent (conservative for both "
                                   "the lag and the stale reads)",
                    "cachesync_apply_time": "when the lab saw cachesync unlink the change's "
-                                           "marker key (keyspace notification)",
+                                           "marker key (keyspace notification); each "
+                                           "cachesync cell's `instrument` says how late the "
+                                           "watcher heard the markers being set and how long "
+                                           "COMMIT took to return",
                    "app_apply_time": "when the writer's post-commit DEL returned (double "
                                      "delete: the delayed one); never after a crash or an "
                                      "outside write"},

@@ -69,8 +69,7 @@ class ChaosInjector(threading.Thread):
         old = self.procs[command]
         old.send_signal(signal.SIGKILL)
         old.wait(30)
-        new = self.box.spawn(command, self.configs[command],     # started as the old one was
-                             own_session=getattr(old, "own_session", False))
+        new = self.box.spawn(command, self.configs[command])
         self.procs[command] = new
         await_ready(self.box, new)
         return time.perf_counter()

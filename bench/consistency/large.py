@@ -23,7 +23,7 @@ import os
 import time
 
 from bench.common import Sandbox, wait_for
-from bench.consistency import measure
+from bench.consistency import measure, series
 from bench.consistency.chaos import ChaosInjector
 from bench.consistency.cpu import CpuSample, pid_file
 from bench.consistency.faults import OUTSIDE_SHARE, P_FAULT, Faults
@@ -99,8 +99,6 @@ class LargeCell:
         url = env["CACHESYNC_REDIS_URL"]
         cachesync = self.strategy.cachesync
         return {**self.size, "seed": self.seed, "readers_nice": READERS_NICE,
-                "readers_idle": os.environ.get("BENCH_NINES_READERS_IDLE") == "1",
-                "watcher_session": os.environ.get("BENCH_NINES_OWN_SESSIONS") == "1",
                 "table": self.table, "cachesync": cachesync,
                 "template": f"{self.box.prefix}{self.table}:{{id}}",
                 "marker": marker_template(self.box.prefix) if cachesync else None,
@@ -173,19 +171,18 @@ class LargeCell:
         load1 = os.getloadavg()
         for p in readers:
             p.join(120)
-        gone, marker_set = {}, {}
+        seen = {"gone": {}, "set": {}, "realtime": None}
         if watcher is not None:
             stop_watch.set()
             watcher.join(60)
             seen = load_result(paths["gone"])
-            gone, marker_set = seen["gone"], seen["set"]
         reads = [load_result(paths[f"reads{n}"]) for n in range(spec["readers"])]
         errors = [e for r in reads for e in r["errors"]]
         if errors or any(p.exitcode for p in readers):
             raise RuntimeError(f"a reader failed: {errors[:3]}")
         left = self._left_stale(spec)
-        return {"base": base, "changes": written["changes"], "gone": gone,
-                "marker_set": marker_set, "reads": reads,
+        return {"base": base, "changes": written["changes"], "gone": seen["gone"],
+                "marker_set": seen["set"], "watcher_realtime": seen["realtime"], "reads": reads,
                 "injected": written["injected"], "left": left,
                 "outages": chaos.outages if chaos else [],
                 "seconds": t_end - t0, "write_seconds": writes_done - t0, "cpu": cpu.figures(),
@@ -320,6 +317,8 @@ def verdict(raw: dict, window: float, t_end: float) -> dict:
            "lag_window_ms": round(window * 1000, 1),
            "per_change": change_figures(pairs, t_end),
            "stale_keys_after": len(raw["left"])}
+    if raw["gone"]:                    # cachesync's cell: the lab's own share of its lags
+        out["instrument"] = series.instrument(raw)
     if not outages:
         out["per_read"] = measure.read_figure(counts)
         return out

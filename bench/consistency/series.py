@@ -8,8 +8,6 @@ cell's ``time.perf_counter()``, 0 = the first commit) at which
 * ``returned``: COMMIT returned to the writer,
 * ``heard``: the keyspace watcher heard the writer set the change's marker (just before
   ``sent``: how late the watcher itself hears, at that moment),
-* ``published``: cachesync's tailer handed the change's Kafka record to its producer (the
-  record's CreateTime; wall clock, 1 ms),
 * ``applied``: the watcher heard cachesync unlink the marker (the lab's apply time);
 
 and the per-second CPU and run-queue time of each process of the lab (``CpuSample``).
@@ -18,36 +16,12 @@ and the per-second CPU and run-queue time of each process of the lab (``CpuSampl
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
-from kafka import KafkaConsumer
-
-from cachesync.schema.event import ChangeEvent, decode_record
-
 NEVER = float("inf")
-READ_IDLE_MS = 3000        # the topic is read to its end: no record for this long
 
 
-def create_times(bootstrap: str, topic: str) -> dict[tuple[int, int], float]:
-    """Per (id, seq) of the topic's changes, its record's CreateTime, in perf_counter
-    seconds (the wall clock's offset taken here: one host, one offset)."""
-    offset = time.time() - time.perf_counter()
-    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                             enable_auto_commit=False, consumer_timeout_ms=READ_IDLE_MS)
-    out = {}
-    try:
-        for record in consumer:
-            at = record.timestamp / 1000 - offset
-            for event in decode_record(record.value):
-                if isinstance(event, ChangeEvent) and event.after:
-                    out.setdefault((int(event.after["id"]), int(event.after["seq"])), at)
-    finally:
-        consumer.close()
-    return out
-
-
-def write(path: Path, raw: dict, published: dict) -> None:
+def write(path: Path, raw: dict) -> None:
     """The cell's series (see the module) as JSON."""
     changes = sorted(raw["changes"], key=lambda c: c[3])
     t0 = changes[0][3] if changes else 0.0
@@ -56,7 +30,6 @@ def write(path: Path, raw: dict, published: dict) -> None:
         return None if t is None or t == NEVER else round(t - t0, 4)
     rows = [{"row": row, "seq": seq, "sent": rel(sent), "returned": rel(rest[1]),
              "heard": rel(raw["marker_set"].get((row, seq))),
-             "published": rel(published.get((row, seq))),
              "applied": rel(raw["gone"].get((row, seq)))}
             for row, seq, _, sent, *rest in changes]
     cpu = [{**s, "t": rel(s["t"])} for s in raw["cpu_timeline"]]
@@ -94,13 +67,12 @@ def bursts(rows: list[dict]) -> list[dict]:
 
 
 def stages(r: dict) -> dict:
-    """One change's lag split: COMMIT round trip, commit -> published, published -> applied,
-    and how late the watcher heard the marker set."""
+    """One change's lag with the lab's own share of it: the COMMIT round trip, and how late
+    the watcher heard the marker set."""
     def d(a, b):
         return None if r[a] is None or r[b] is None else round(r[b] - r[a], 3)
     return {"sent": r["sent"], "lag": round(r["applied"] - r["sent"], 3),
-            "commit_rtt": d("sent", "returned"), "to_published": d("sent", "published"),
-            "published_to_applied": d("published", "applied"), "watcher_late": d("sent", "heard")}
+            "commit_rtt": d("sent", "returned"), "watcher_late": d("sent", "heard")}
 
 
 def summary(doc: dict) -> dict:
@@ -109,7 +81,7 @@ def summary(doc: dict) -> dict:
     rows = [r for r in doc["changes"] if r["applied"] is not None]
     split = [stages(r) for r in rows]
     out = {"changes": len(doc["changes"]), "applied": len(rows)}
-    for name in ("lag", "commit_rtt", "to_published", "published_to_applied", "watcher_late"):
+    for name in ("lag", "commit_rtt", "watcher_late"):
         vals = [s[name] for s in split if s[name] is not None]
         out[name] = {"p50": _pct(vals, 0.5), "p99": _pct(vals, 0.99),
                      "p99.9": _pct(vals, 0.999), "max": max(vals) if vals else None,
@@ -142,3 +114,23 @@ def main(argv: list[str]) -> None:
 if __name__ == "__main__":
     import sys
     main(sys.argv[1:])
+
+
+def instrument(raw: dict) -> dict:
+    """The lab's own share of cachesync's measured lags, from a cell's raw results: how long
+    COMMIT took to return (the commit time is taken before it is sent), and how late the
+    keyspace watcher heard the writer set a marker (at that moment; it times the unlinks).
+    Percentiles in ms."""
+    rtt = [c[5] - c[3] for c in raw["changes"] if len(c) > 5]
+    heard = [raw["marker_set"][(c[0], c[1])] - c[3] for c in raw["changes"]
+             if (c[0], c[1]) in raw["marker_set"]]
+
+    def figures(values):
+        return {"p99_ms": _ms(_pct(values, 0.99)), "p99.9_ms": _ms(_pct(values, 0.999)),
+                "max_ms": _ms(max(values)) if values else None}
+    return {"commit_round_trip": figures(rtt), "watcher_heard_late": figures(heard),
+            "watcher_realtime": raw.get("watcher_realtime")}
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000, 1)

@@ -295,15 +295,14 @@ def test_a_cpu_sample_counts_each_thread_from_its_first_reading_to_its_last(monk
 def test_the_series_groups_late_changes_into_bursts_and_splits_the_worst():
     from bench.consistency import series
 
-    def change(sent, applied, published=None, heard=None):
+    def change(sent, applied, heard=None):
         return {"row": 1, "seq": 1, "sent": sent, "returned": sent + 0.002, "heard": heard,
-                "published": published, "applied": applied}
-    rows = [change(0.0, 0.05), change(1.0, 2.5, published=2.3, heard=1.0),
-            change(1.5, 2.6, published=2.4), change(3.0, 3.1), change(9.0, 10.2)]
+                "applied": applied}
+    rows = [change(0.0, 0.05), change(1.0, 2.5, heard=1.0),
+            change(1.5, 2.6), change(3.0, 3.1), change(9.0, 10.2)]
     bursts = series.bursts(rows)
     assert [(b["first"], b["last"], b["late"]) for b in bursts] == [(1.0, 1.5, 2), (9.0, 9.0, 1)]
     assert bursts[0]["worst"] == {"sent": 1.0, "lag": 1.5, "commit_rtt": 0.002,
-                                  "to_published": 1.3, "published_to_applied": 0.2,
                                   "watcher_late": 0.0}
     s = series.summary({"changes": rows})
     assert s["lag"]["over_1s"] == 3 and s["within_1s_from_sent"] == 0.4
@@ -319,3 +318,15 @@ def test_the_cpu_timeline_is_each_interval_s_share_per_process(monkeypatch):
         sample.update({"consume": [7]}, now)
     assert [(t["t"], t["processes"]["consume"]) for t in sample.timeline()] == [
         (1.0, (0.4, 1.0)), (2.0, (0.6, 0.0))]
+
+
+def test_a_cachesync_cell_states_the_labs_own_share_of_its_lags():
+    from bench.consistency import series
+    changes = [[1, 5, 100, 10.0, float("inf"), 10.002], [2, 7, 101, 11.0, float("inf"), 11.3]]
+    raw = {"changes": changes, "marker_set": {(1, 5): 10.0, (2, 7): 11.25},
+           "watcher_realtime": True}
+    figures = series.instrument(raw)
+    assert figures["commit_round_trip"]["max_ms"] == 300.0
+    assert figures["watcher_heard_late"] == {"p99_ms": 250.0, "p99.9_ms": 250.0,
+                                             "max_ms": 250.0}
+    assert figures["watcher_realtime"] is True
