@@ -19,6 +19,7 @@ import subprocess
 import sys
 import sysconfig
 import tomllib
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from packaging.requirements import Requirement
@@ -30,6 +31,7 @@ from tests.support.shared import shared_dir
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 VENVS = ROOT / "build" / "library-versions"
 LIBRARIES = ("mysql-replication", "pymysql")
+ENDS = ("lowest", "highest")
 PIP_TIMEOUT_S = 900
 
 
@@ -119,17 +121,26 @@ def live(stack):
 
 
 @pytest.fixture(scope="module")
-def reference(live, gomysql_reading):
-    """What the main environment decodes (the real files' tables mapped by go-mysql's
-    reading, which the probes then read from its cache)."""
+def readings(live, gomysql_reading):
+    """What the main environment and each end of the pins decode: the two virtualenvs built
+    and the three probes run at once (each probe reads the live range under a replica id of
+    its own; the real files' tables are mapped by go-mysql's reading, which the probes read
+    from its cache). {"reference": probe, "lowest"/"highest": (versions, probe)}."""
     shared_dir()
-    return probe(sys.executable, live)
+    versions = ends()
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        pythons = dict(zip(ENDS, pool.map(venv, (versions[end] for end in ENDS))))
+        runs = {"reference": pool.submit(probe, sys.executable, {**live, "server_id": 4000}),
+                **{end: pool.submit(probe, pythons[end], {**live, "server_id": 4100 + 100 * i})
+                   for i, end in enumerate(ENDS)}}
+        got = {what: run.result() for what, run in runs.items()}
+    return {"reference": got["reference"], **{end: (versions[end], got[end]) for end in ENDS}}
 
 
-@pytest.mark.parametrize("end", ["lowest", "highest"])
-def test_the_readers_decode_the_same_with_each_end_of_the_pins(end, live, reference):
-    versions = ends()[end]
-    got = probe(venv(versions), live)
+@pytest.mark.parametrize("end", ENDS)
+def test_the_readers_decode_the_same_with_each_end_of_the_pins(end, readings):
+    reference = readings["reference"]
+    versions, got = readings[end]
     assert got["versions"] == versions
     assert all(str(VENVS) in path for path in got["paths"].values()), got["paths"]
     assert reference["live"]["fast"]["records"] > 120     # the range was read

@@ -5,7 +5,7 @@ document: the versions of python-mysql-replication and pymysql it imported, a di
 what ``BinlogSource`` made of every shared real binlog file with each reader (the fast
 reader, over the library's connection, and the library's reader), and, with ``--live``
 ({"host", "port", "user", "password", "db", "start", "end"}: a MariaDB range between two
-GTID states), a digest of the records read from that live server with each reader.
+GTID states; "server_id", optional, the replica id base), a digest of the records read from that live server with each reader.
 
 tests/integration/test_library_versions.py runs it in throwaway virtualenvs holding the
 lowest and the highest versions the pins allow, which see the main environment's
@@ -70,7 +70,8 @@ def live(spec: dict, reader: str, timeout_s: float = 120.0) -> dict:
     info = ServerInfo("mariadb", 1, None, {}, ())
     start = Checkpoint(info.identity, spec["start"])
     options = {k: spec[k] for k in ("host", "port", "user", "password")}
-    stream = open_stream(options, 4000 + len(reader), reader, info, start)
+    # a replica id of its own per probe and reader: probes may read the same server at once
+    stream = open_stream(options, spec.get("server_id", 4000) + len(reader), reader, info, start)
     source = BinlogSource(stream, info, start, mappings, MatchedTables(mappings),
                           RowEncoder(mappings, MatchedTables(mappings)))
     parts, tables, deadline = [], 0, time.monotonic() + timeout_s
