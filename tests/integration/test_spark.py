@@ -351,19 +351,23 @@ def executors_of(app_ids=None) -> list[tuple[int, str, str]]:
     return found
 
 
-def running_apps(env: dict[str, str]) -> set[str]:
-    """Ids of the applications the standalone master runs now."""
+def running_apps(env: dict[str, str], finished: bool = False) -> set[str]:
+    """Ids of the applications the standalone master runs now (and has run, ``finished``)."""
     import urllib.request
     doc = json.load(urllib.request.urlopen(env["DEVSTACK_SPARK_MASTER_UI"] + "/json/", timeout=30))
-    return {a["id"] for a in doc["activeapps"]}
+    return {a["id"] for a in doc["activeapps"] + (doc["completedapps"] if finished else [])}
 
 
 def wait_app_gone(env: dict[str, str], keep: set[str]) -> None:
     """After a driver's kill: the master dropped its application and its executors are gone
-    (an executor could otherwise still be applying a task when the test counts)."""
+    (an executor could otherwise still be applying a task when the test counts). Only this
+    devstack's master's applications count: another cluster on the machine (a second
+    checkout's devstack) runs executors of its own."""
     def gone():
-        extra = running_apps(env) - keep
-        return not extra and not [e for e in executors_of() if e[1] not in keep]
+        if running_apps(env) - keep:
+            return False
+        ours = running_apps(env, finished=True) - keep
+        return not executors_of(ours)
     # the master drops the application when the driver's connection closes; its executor
     # JVMs then stop, which on a loaded 2-core host took more than a minute once
     wait_for(gone, 180, interval=0.2, what="the killed driver's application and executors to end")
