@@ -35,20 +35,26 @@ def tree_pids(pid: int) -> list[int]:
     return out
 
 
+def schedstat_ns(pid: int) -> dict[int, tuple[int, int]]:
+    """Per thread of ``pid``: (nanoseconds on a CPU, nanoseconds runnable but waiting for
+    one) so far; empty once it is gone."""
+    out = {}
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return out
+    for task in tasks:
+        try:
+            on, queued, _ = (task / "schedstat").read_text().split()
+            out[int(task.name)] = (int(on), int(queued))
+        except (OSError, ValueError):
+            pass                # exited between two reads
+    return out
+
+
 def thread_ns(pids: list[int]) -> dict[tuple[int, int], int]:
     """(pid, tid) -> nanoseconds the thread ran so far, for every thread of ``pids``."""
-    out = {}
-    for pid in pids:
-        try:
-            tasks = list(Path(f"/proc/{pid}/task").iterdir())
-        except OSError:
-            continue
-        for task in tasks:
-            try:
-                out[(pid, int(task.name))] = int((task / "schedstat").read_text().split()[0])
-            except (OSError, ValueError, IndexError):
-                pass            # exited between two reads
-    return out
+    return {(pid, tid): on for pid in pids for tid, (on, _) in schedstat_ns(pid).items()}
 
 
 def thread_names(pid: int) -> dict[int, str]:

@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from bench.common import host_cpu
+from bench.threads import schedstat_ns
 
 NS = 1e9
 TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -20,18 +21,7 @@ TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 def schedstat(pid: int) -> dict[int, tuple[float, float]]:
     """Per thread of ``pid``: (seconds on a CPU, seconds waiting for one); empty once it is
     gone. Per thread, because a thread's time leaves the process's sum when it ends."""
-    out = {}
-    try:
-        tasks = list(Path(f"/proc/{pid}/task").iterdir())
-    except OSError:
-        return out
-    for task in tasks:
-        try:
-            on, queued, _ = (task / "schedstat").read_text().split()
-        except (OSError, ValueError):
-            continue                 # a thread that ended while it was read
-        out[int(task.name)] = (int(on) / NS, int(queued) / NS)
-    return out
+    return {tid: (on / NS, queued / NS) for tid, (on, queued) in schedstat_ns(pid).items()}
 
 
 def host_busy() -> float:
