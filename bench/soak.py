@@ -23,6 +23,7 @@ from pathlib import Path
 
 from bench.common import Sandbox, Worker, log, percentile, wait_for
 from bench.lag import Harness, _alive, _checkpoint_stored, _child_report
+from bench.threads import descendants
 
 NAME = "soak"
 DEFAULT_MINUTES = {"full": 10.0, "quick": 1.0}
@@ -176,7 +177,7 @@ class Sampler:
         for name, proc in self._procs.items():
             if proc.poll() is None:
                 self.series[name].append((now, _status(proc.pid)["VmRSS"]))
-                children = _descendants(proc.pid)
+                children = descendants(proc.pid)
                 if children:
                     rss = sum(_status(pid).get("VmRSS", 0.0) for pid in children)
                     self.series[f"{name}.children"].append((now, round(rss, 1)))
@@ -202,21 +203,6 @@ def _growth(series: list[tuple[float, float]], t0: float, until: float) -> dict:
     end = percentile(settled[-per_min:], 50)
     return {"from_mb": round(start, 1), "to_mb": round(end, 1),
             "growth": round((end - start) / start, 4), "samples": len(settled)}
-
-
-def _descendants(pid: int) -> list[int]:
-    """Every live process below ``pid`` (Linux's /proc/<pid>/task/*/children)."""
-    out, todo = [], [pid]
-    while todo:
-        parent = todo.pop()
-        for task in Path(f"/proc/{parent}/task").glob("*"):
-            try:
-                children = [int(c) for c in (task / "children").read_text().split()]
-            except (OSError, ValueError):      # exited meanwhile
-                continue
-            out.extend(children)
-            todo.extend(children)
-    return out
 
 
 def _status(pid: int) -> dict[str, float]:

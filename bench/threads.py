@@ -21,18 +21,24 @@ DUMP_TIMEOUT_S = 30
 _DUMP_THREAD = re.compile(r'^Thread (\d+) \([^)]*\): "([^"]*)"', re.M)
 
 
-def tree_pids(pid: int) -> list[int]:
-    """``pid`` and its live descendants."""
+def descendants(pid: int) -> list[int]:
+    """Every live process below ``pid`` (Linux's /proc/<pid>/task/*/children)."""
     out, todo = [], [pid]
     while todo:
-        p = todo.pop()
-        out.append(p)
-        try:
-            for task in Path(f"/proc/{p}/task").iterdir():
-                todo += [int(k) for k in (task / "children").read_text().split()]
-        except OSError:
-            pass                # exited between two reads
+        parent = todo.pop()
+        for task in Path(f"/proc/{parent}/task").glob("*"):
+            try:
+                children = [int(c) for c in (task / "children").read_text().split()]
+            except (OSError, ValueError):      # exited meanwhile
+                continue
+            out.extend(children)
+            todo.extend(children)
     return out
+
+
+def tree_pids(pid: int) -> list[int]:
+    """``pid`` and its live descendants."""
+    return [pid, *descendants(pid)]
 
 
 def schedstat_ns(pid: int) -> dict[int, tuple[int, int]]:

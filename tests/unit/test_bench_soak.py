@@ -7,6 +7,7 @@ import subprocess
 import pytest
 
 from bench import soak
+from bench.threads import descendants
 from tests.support import wait_for
 
 
@@ -24,10 +25,10 @@ def test_growth_is_from_the_settled_first_minute_to_the_last_one():
 def test_a_process_tree_is_sampled_with_its_children():
     shell = subprocess.Popen(["sh", "-c", "sleep 30 & sleep 30 & wait"])
     try:
-        wait_for(lambda: len(soak._descendants(shell.pid)) == 2, 10, what="two children")
-        assert all(soak._status(pid)["VmRSS"] > 0 for pid in soak._descendants(shell.pid))
+        wait_for(lambda: len(descendants(shell.pid)) == 2, 10, what="two children")
+        assert all(soak._status(pid)["VmRSS"] > 0 for pid in descendants(shell.pid))
     finally:
-        for pid in soak._descendants(shell.pid):
+        for pid in descendants(shell.pid):
             subprocess.run(["kill", str(pid)], check=False)
         shell.wait(10)
     assert soak._status(shell.pid) == {}                # gone: nothing, not an error
