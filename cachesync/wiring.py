@@ -304,17 +304,18 @@ def start_publisher(settings: Settings):
     """The tailer's Kafka publisher (``tailer.publisher``: its own process, or a thread),
     started in a thread of its own (StartingPublisher): the first send waits for it."""
     from cachesync import prespawn
-    from cachesync.producer_outbox.publish.kafka_publisher import KafkaPublisher, delivery_timeout_s
+    from cachesync.producer_outbox.publish.kafka_publisher import delivery_timeout_s, new_publisher
     from cachesync.producer_outbox.publish.starting_publisher import StartingPublisher
     bootstrap, security = settings.kafka.bootstrap_servers, producer_options(settings.kafka)
+    client = settings.kafka.client
     if settings.tailer.publisher == "process":
         from cachesync.producer_outbox.publish.process_publisher import ProcessPublisher
         child = prespawn.take("publisher")      # started with the command, if it was
         return StartingPublisher(lambda: ProcessPublisher(bootstrap, security=security,
-                                                          child=child),
+                                                          child=child, client=client),
                                  delivery_timeout_s(security))
     prespawn.discard_all()
-    return StartingPublisher(lambda: KafkaPublisher(bootstrap, security=security),
+    return StartingPublisher(lambda: new_publisher(bootstrap, client=client, security=security),
                              delivery_timeout_s(security))
 
 

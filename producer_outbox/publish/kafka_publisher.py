@@ -32,6 +32,19 @@ def delivery_timeout_s(options: Mapping | None) -> float:
     return (options or {}).get("delivery_timeout_ms", DELIVERY_TIMEOUT_MS) / 1000
 
 
+def new_publisher(bootstrap_servers: str, *, client: str = "auto",
+                  security: Mapping | None = None, **tunable):
+    """The publisher of ``kafka.client`` ``client`` (``auto``: librdkafka where it can be
+    used, else kafka-python; rdkafka_publisher.choose), with ``KafkaPublisher``'s arguments.
+    Says which at INFO, and why when ``auto`` fell back to kafka-python."""
+    from cachesync.producer_outbox.publish import rdkafka_publisher
+    chosen, why = rdkafka_publisher.choose(client, security or {})
+    log.info("Kafka publisher on %s (%s)", chosen, why)
+    if chosen == "librdkafka":
+        return rdkafka_publisher.RdKafkaPublisher(bootstrap_servers, security=security, **tunable)
+    return KafkaPublisher(bootstrap_servers, security=security, **tunable)
+
+
 def is_permanent(error: BaseException) -> bool:
     """A Kafka error that a retry would only repeat (too large, invalid topic, not authorised)."""
     return isinstance(error, PERMANENT_ERRORS)

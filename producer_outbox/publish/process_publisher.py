@@ -393,14 +393,14 @@ class _Child:
 
     def run(self) -> int:
         from cachesync.runtime.logs import setup
-        from cachesync.producer_outbox.publish.kafka_publisher import KafkaPublisher
+        from cachesync.producer_outbox.publish.kafka_publisher import new_publisher
         try:
             _kind, bootstrap, security, options, log_setup = pickle.load(self._in)
         except EOFError:
             return 0
         setup(*log_setup)         # the parent's level, format (plain or JSON) and role
         try:
-            self._publisher = KafkaPublisher(bootstrap, security=security, **options)
+            self._publisher = new_publisher(bootstrap, security=security, **options)
         except Exception as e:      # RetryableError, FatalError, or a setting it refused
             if not isinstance(e, (RetryableError, FatalError, KafkaError)):
                 e = FatalError(f"Kafka producer refused its settings: {type(e).__name__}: {e}")

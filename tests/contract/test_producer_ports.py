@@ -1,6 +1,6 @@
 """The producer's Publisher and CheckpointStore contracts, each run against the in-memory
 twin and the real adapters: KafkaPublisher (in the tailer's process) and ProcessPublisher
-(a child process) on the devstack's broker; MySQLCheckpointStore (a resume position, in
+(a child process) on the devstack's broker, each on kafka-python and on librdkafka; MySQLCheckpointStore (a resume position, in
 order) and the outbox's OutboxCheckpoints (progress per group) on its MariaDB.
 
 The change source's contract (the binlog source against the memory source) is in
@@ -20,14 +20,20 @@ from cachesync.runtime.mysql import MySQLParams
 from cachesync.producer_outbox.outbox import emit
 from cachesync.producer_outbox.publish.process_publisher import ProcessPublisher
 from cachesync.producer_outbox.publish.kafka_publisher import KafkaPublisher
+from cachesync.producer_outbox.publish.rdkafka_publisher import RdKafkaPublisher
 from cachesync.producer_outbox.outbox_relay.store import OutboxCheckpoints, OutboxMark, OutboxStore
 from cachesync.schema.partition import partition_for
 from tests.support import create_topics, prepare_outbox, wait_for
 
 PARTITIONS = 3
+# the real publishers, on each Kafka client (producer_outbox/publish/rdkafka_publisher.py)
+PUBLISHERS = {"thread": KafkaPublisher, "thread-librdkafka": RdKafkaPublisher,
+              "process": lambda b: ProcessPublisher(b, client="kafka-python"),
+              "process-librdkafka": lambda b: ProcessPublisher(b, client="librdkafka")}
 
 
-@pytest.fixture(params=["memory", "thread", "process"])
+@pytest.fixture(params=["memory", "thread", "thread-librdkafka", "process",
+                        "process-librdkafka"])
 def publisher(request):
     """(publisher, topic, records(topic) -> [(partition, key, value, id)] the broker holds)."""
     if request.param == "memory":
@@ -38,7 +44,7 @@ def publisher(request):
     stack = request.getfixturevalue("stack")
     topic = f"ports.{uuid.uuid4().hex[:8]}"
     create_topics(stack.bootstrap, {topic: PARTITIONS})
-    made = (KafkaPublisher if request.param == "thread" else ProcessPublisher)(stack.bootstrap)
+    made = PUBLISHERS[request.param](stack.bootstrap)
 
     def records(name: str):
         from kafka import KafkaConsumer, TopicPartition

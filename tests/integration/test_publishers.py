@@ -13,13 +13,16 @@ from kafka.errors import KafkaError, MessageSizeTooLargeError
 
 from cachesync.producer_outbox.publish.process_publisher import ProcessPublisher, PublisherProcessError
 from cachesync.producer_outbox.publish.kafka_publisher import KafkaPublisher, is_permanent
+from cachesync.producer_outbox.publish.rdkafka_publisher import RdKafkaPublisher
 from cachesync.schema.errors import RetryableError
 from tests.support import wait_for
 from tests.support.tables import USERS, USERS_DDL
 
 pytestmark = pytest.mark.integration
 
-KINDS = {"thread": KafkaPublisher, "process": ProcessPublisher}
+KINDS = {"thread": KafkaPublisher, "thread-librdkafka": RdKafkaPublisher,
+         "process": lambda b: ProcessPublisher(b, client="kafka-python"),
+         "process-librdkafka": lambda b: ProcessPublisher(b, client="librdkafka")}
 
 
 class Callbacks:
@@ -157,11 +160,13 @@ def gone(pid: int) -> bool:
         return True
 
 
-@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("kind,client", [("thread", "kafka-python"), ("thread", "librdkafka"),
+                                         ("process", "kafka-python"), ("process", "librdkafka")])
 @pytest.mark.parametrize("stop", ["SIGTERM", "SIGKILL"])
-def test_cachesync_tail_publishes_through_either_and_leaves_no_process_behind(lab, kind, stop):
+def test_cachesync_tail_publishes_through_either_and_leaves_no_process_behind(lab, kind, client,
+                                                                              stop):
     lab.sql(USERS_DDL)
-    cfg = lab.write_config(USERS, tailer={"publisher": kind})
+    cfg = lab.write_config(USERS, tailer={"publisher": kind}, kafka={"client": client})
     tail = lab.start_tailer(cfg)
     lab.sql("INSERT INTO users VALUES (1, 'a@x', 'Ada')")
     wait_for(lambda: [e.event.pk for e in lab.topic_events()] == [(("id", 1),)], 60,
@@ -170,6 +175,7 @@ def test_cachesync_tail_publishes_through_either_and_leaves_no_process_behind(la
     assert len(publishers) == (1 if kind == "process" else 0)
     tail.send_signal(getattr(signal, stop))
     assert tail.wait(60) == (0 if stop == "SIGTERM" else -9), lab.log(tail)
+    assert f"Kafka publisher on {client} (kafka.client is {client})" in lab.log(tail)
     # a clean stop closes the child; a killed tailer's child sees its pipe end and exits
     wait_for(lambda: all(gone(p) for p in publishers), 60, what="the publisher process to exit")
 

@@ -67,9 +67,9 @@ class Lab:
 
     # -- configuration -------------------------------------------------------------
     def write_config(self, tables: dict, tailer: dict | None = None, consumer: dict | None = None,
-                     name: str = "cachesync.yaml") -> str:
+                     name: str = "cachesync.yaml", kafka: dict | None = None) -> str:
         doc = {"kafka": {"topic": self.topic, "dead_letter_topic": self.dlq,
-                         "group_id": f"g-{self.suffix}"},
+                         "group_id": f"g-{self.suffix}", **(kafka or {})},
                # heartbeats off unless a test asks (they add events to exact counts);
                # any free metrics port, so parallel processes never collide
                "tailer": {"name": f"tailer-{self.suffix}", "server_id": 90000 + int(self.suffix[:4], 16),

@@ -1,0 +1,240 @@
+"""The tailer's Kafka publisher on librdkafka (the confluent-kafka package).
+
+``KafkaPublisher``'s interface and guarantees (``acks=all``, the idempotent producer, five
+requests in flight per connection, Kafka's default partitioner, an ``id`` header, one
+callback per record) with librdkafka's C client doing the work. At the head of the binlog
+every commit is its own produce request, and kafka-python spends about a millisecond of CPU
+on each (its network thread: selector, request building, response parsing, all Python);
+librdkafka spends a small fraction of that (``bench/head_cost.py`` measures both).
+
+Which client a publisher uses is ``kafka.client``: ``auto`` takes this one when
+confluent-kafka is installed and every option maps onto librdkafka (:func:`librdkafka_config`
+says which do not: OAUTHBEARER and AWS_MSK_IAM logins, and pass-through properties without
+a librdkafka twin), else kafka-python. Errors come out as kafka-python's error classes, so
+the pipeline, ``is_permanent`` and the publisher process treat both clients alike.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Callable, Mapping
+
+from kafka import errors as kerrors
+
+from cachesync.producer_outbox.publish.kafka_publisher import (DELIVERY_TIMEOUT_MS,
+                                                              RECONNECT_BACKOFF_MAX_MS)
+from cachesync.schema.errors import ConfigError, FatalError, RetryableError
+
+log = logging.getLogger(__name__)
+
+CLIENTS = ("auto", "librdkafka", "kafka-python")
+# kafka-python's max_request_size default: a record over it fails before it is queued
+MAX_REQUEST_BYTES = 1_048_576
+CONNECT_TIMEOUT_S = 10.0     # the first metadata request, which says the brokers answer
+MAX_BLOCK_S = 60.0           # a send waits this long for room in a full queue (kafka-python's)
+POLL_S = 1.0                 # the callback thread's wait when nothing is acknowledged
+
+# kafka-python option -> librdkafka property (values taken as they are)
+_SAME = {"compression_type": "compression.type", "linger_ms": "linger.ms",
+         "batch_size": "batch.size", "delivery_timeout_ms": "message.timeout.ms",
+         "request_timeout_ms": "request.timeout.ms", "retry_backoff_ms": "retry.backoff.ms",
+         "reconnect_backoff_ms": "reconnect.backoff.ms",
+         "reconnect_backoff_max_ms": "reconnect.backoff.max.ms",
+         "max_request_size": "message.max.bytes",
+         "connections_max_idle_ms": "connections.max.idle.ms",
+         "metadata_max_age_ms": "metadata.max.age.ms",
+         "receive_buffer_bytes": "socket.receive.buffer.bytes",
+         "send_buffer_bytes": "socket.send.buffer.bytes",
+         "security_protocol": "security.protocol", "sasl_mechanism": "sasl.mechanism",
+         "sasl_plain_username": "sasl.username", "sasl_plain_password": "sasl.password",
+         "ssl_cafile": "ssl.ca.location", "ssl_certfile": "ssl.certificate.location",
+         "ssl_keyfile": "ssl.key.location", "ssl_password": "ssl.key.password",
+         "client_id": "client.id"}
+# kafka-python options with no effect on the wire, or whose librdkafka twin is the default
+_IGNORED = {"metrics_enabled", "max_block_ms", "buffer_memory"}
+_LOGINS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+class Unmappable(ValueError):
+    """An option librdkafka has no twin for: kafka-python must publish."""
+
+
+def librdkafka_config(options: Mapping) -> dict:
+    """librdkafka's properties for kafka-python's producer ``options`` (security, compression,
+    tunables, pass-through properties), with cachesync's own: acks=all, idempotence, the
+    Java client's (and kafka-python's) murmur2 partitioner. Raises Unmappable naming the first
+    option that has no librdkafka twin. Pure: the result holds the SASL password; never log
+    it."""
+    out = {"acks": "all", "enable.idempotence": True,
+           "max.in.flight.requests.per.connection": 5,
+           # keyed records land where kafka-python and the Java client put them (per-key
+           # order survives a change of client); librdkafka's own default hashes with CRC32
+           "partitioner": "murmur2_random",
+           "message.max.bytes": MAX_REQUEST_BYTES}
+    for name, value in options.items():
+        if name == "compression_type":      # None: kafka-python's no compression
+            out["compression.type"] = value or "none"
+            continue
+        if value is None or name in _IGNORED:
+            continue
+        if name == "sasl_mechanism" and value not in _LOGINS:
+            raise Unmappable(f"kafka.sasl_mechanism {value} (cachesync logs in with it "
+                             "through kafka-python only)")
+        if name == "ssl_check_hostname":
+            out["ssl.endpoint.identification.algorithm"] = "https" if value else "none"
+        elif name in _SAME:
+            out[_SAME[name]] = value
+        else:
+            raise Unmappable(f"kafka.producer_properties {name} has no librdkafka twin here")
+    return out
+
+
+def choose(client: str, options: Mapping) -> tuple[str, str]:
+    """(the client to use, why) for ``kafka.client`` ``client`` and these producer options.
+
+    ``auto``: librdkafka when confluent-kafka imports and the options map, else kafka-python
+    (the reason says why). ``librdkafka`` asked for where it cannot be used raises ConfigError.
+    """
+    if client not in CLIENTS:
+        raise ConfigError(f"kafka.client: expected one of {', '.join(CLIENTS)}, got {client!r}")
+    if client == "kafka-python":
+        return "kafka-python", "kafka.client is kafka-python"
+    why = _unusable(options)
+    if why is None:
+        return "librdkafka", f"kafka.client is {client}"
+    if client == "librdkafka":
+        raise ConfigError(f"kafka.client librdkafka: {why}")
+    return "kafka-python", why
+
+
+def _unusable(options: Mapping) -> str | None:
+    try:
+        import confluent_kafka  # noqa: F401
+    except ImportError:
+        return "confluent-kafka is not installed"
+    try:
+        librdkafka_config(options)
+    except Unmappable as e:
+        return str(e)
+    return None
+
+
+def _error(err) -> Exception:
+    """kafka-python's error class for librdkafka's KafkaError ``err`` (what the pipeline and
+    ``is_permanent`` understand), its name and text in the message."""
+    from confluent_kafka import KafkaError
+    kind = {KafkaError.MSG_SIZE_TOO_LARGE: kerrors.MessageSizeTooLargeError,
+            KafkaError.TOPIC_EXCEPTION: kerrors.InvalidTopicError,
+            KafkaError.TOPIC_AUTHORIZATION_FAILED: kerrors.TopicAuthorizationFailedError,
+            KafkaError.CLUSTER_AUTHORIZATION_FAILED: kerrors.ClusterAuthorizationFailedError,
+            KafkaError._MSG_TIMED_OUT: kerrors.KafkaTimeoutError,
+            KafkaError._TIMED_OUT: kerrors.KafkaTimeoutError}.get(err.code(), kerrors.KafkaError)
+    return kind(f"{err.name()}: {err.str()}")
+
+
+class RdKafkaPublisher:
+    """``KafkaPublisher`` on librdkafka: records go out from librdkafka's own threads; one
+    thread of ours serves the delivery reports (each record's ``on_ack`` or ``on_error``,
+    called on it, as kafka-python calls them on its I/O thread)."""
+
+    def __init__(self, bootstrap_servers: str, *, linger_ms: int = 5,
+                 batch_size: int = 256 * 1024, client_id: str = "cachesync-tailer",
+                 security: Mapping | None = None):
+        """As ``KafkaPublisher``'s; raises RetryableError when no broker answers within
+        CONNECT_TIMEOUT_S, FatalError when the login is refused."""
+        from confluent_kafka import KafkaException, Producer
+        tunable = {"linger_ms": linger_ms, "batch_size": batch_size, "compression_type": None,
+                   "delivery_timeout_ms": DELIVERY_TIMEOUT_MS,
+                   "reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS}
+        config = librdkafka_config({**tunable, **(security or {})})
+        self._bootstrap = bootstrap_servers
+        self._login_refused: str | None = None
+        self._producer = Producer({**config, "bootstrap.servers": bootstrap_servers,
+                                   "client.id": client_id, "error_cb": self._client_error,
+                                   "logger": logging.getLogger("cachesync.librdkafka")})
+        self.delivery_timeout_s = config["message.timeout.ms"] / 1000
+        try:
+            self._producer.list_topics(timeout=CONNECT_TIMEOUT_S)
+        except KafkaException as e:
+            if self._login_refused:
+                raise FatalError(f"Kafka at {bootstrap_servers} refused the login (check "
+                                 "kafka.sasl_mechanism and its credentials: kafka.sasl_username "
+                                 f"and kafka.sasl_password): {self._login_refused}") from e
+            raise RetryableError(f"Kafka unavailable at {bootstrap_servers}: "
+                                 f"{e.args[0].str()}") from e
+        self._closed = threading.Event()
+        self._poller = threading.Thread(target=self._serve, name="cachesync-librdkafka-acks",
+                                        daemon=True)
+        self._poller.start()
+
+    def __repr__(self) -> str:
+        return f"RdKafkaPublisher({self._bootstrap!r})"
+
+    def _client_error(self, err) -> None:
+        from confluent_kafka import KafkaError
+        if err.code() in (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED):
+            self._login_refused = err.str()
+        log.debug("librdkafka: %s", err.str())
+
+    def _serve(self) -> None:
+        while not self._closed.is_set():
+            self._producer.poll(POLL_S)
+
+    def send(self, topic: str, key: str, value: bytes, msg_id: str,
+             on_ack: Callable[[], None], on_error: Callable[[Exception], None],
+             partition: int | None = None) -> None:
+        """``partition`` None: the key's default partition (murmur2, as Kafka's clients)."""
+        from confluent_kafka import KafkaException
+
+        def delivered(err, _msg) -> None:
+            if err is None:
+                on_ack()
+            else:
+                on_error(_error(err))
+        extra = {} if partition is None else {"partition": partition}
+        deadline = None
+        while True:
+            try:
+                self._producer.produce(topic, value, key.encode("utf-8"),
+                                       headers=[("id", msg_id.encode("ascii"))],
+                                       on_delivery=delivered, **extra)
+                return
+            except BufferError:          # the queue is full: wait for acknowledgements
+                deadline = deadline or time.monotonic() + MAX_BLOCK_S
+                if time.monotonic() > deadline:
+                    raise kerrors.KafkaTimeoutError(
+                        f"the producer's queue stayed full for {MAX_BLOCK_S:g}s") from None
+                time.sleep(0.005)
+            except KafkaException as e:  # refused before queueing (too large, bad topic)
+                raise _error(e.args[0]) from None
+
+    def partitions(self, topic: str) -> list[int]:
+        """The topic's partition ids, sorted (from the broker's metadata)."""
+        from confluent_kafka import KafkaException
+        try:
+            found = self._producer.list_topics(topic, timeout=CONNECT_TIMEOUT_S).topics.get(topic)
+        except KafkaException as e:
+            raise RetryableError(f"no metadata for topic {topic!r}: {e.args[0].str()}") from e
+        if found is None or found.error is not None or not found.partitions:
+            why = found.error.str() if found is not None and found.error else "not found"
+            raise RetryableError(f"no metadata for topic {topic!r}: {why}")
+        return sorted(found.partitions)
+
+    def flush(self, timeout_s: float | None = None) -> None:
+        """Wait until every record sent is settled; KafkaTimeoutError after ``timeout_s``."""
+        left = self._producer.flush(-1 if timeout_s is None else timeout_s)
+        if left:
+            raise kerrors.KafkaTimeoutError(f"{left} records not settled within {timeout_s}s")
+
+    def close(self, timeout_s: float = 10) -> None:
+        """Close, failing whatever is still unsettled after ``timeout_s`` (its callbacks run
+        with an error)."""
+        if self._closed.is_set():
+            return
+        if self._producer.flush(timeout_s):
+            self._producer.purge()          # each one's callback gets a purge error
+            self._producer.poll(0)
+        self._closed.set()
+        self._poller.join()
