@@ -286,7 +286,8 @@ def build_engine(settings: Settings, on_batch=None, source=None, dead_letters=No
                                      async_commit=settings.consumer.offset_commit == "async",
                                      commit_interval_s=settings.consumer.offset_commit_interval_s,
                                      # an idle consumer's fetch comes back when its poll does
-                                     fetch_wait_s=settings.consumer.poll_timeout_s),
+                                     fetch_wait_s=settings.consumer.poll_timeout_s,
+                                     client=k.client),
         dedup=build_dedup(settings, cache), cache=cache,
         dead_letters=dead_letters or build_dead_letters(settings),
         mappings=mappings(settings), options=settings.consumer, on_batch=on_batch, hooks=hooks,

@@ -374,10 +374,14 @@ class KafkaSettings(_Validated):
         "`zstd`, `lz4`, `snappy`, `gzip` or `none`; every consumer must be able to read it",
         choices=("zstd", "lz4", "snappy", "gzip", "none"))
     client: str = setting(
-        "auto", "the Kafka client the tailer publishes with: `librdkafka` (the confluent-kafka "
-        "package: the same guarantees at a fraction of the CPU per request), `kafka-python`, "
-        "or `auto`: librdkafka when confluent-kafka is installed and every Kafka setting "
-        "maps onto it (not the OAUTHBEARER and AWS_MSK_IAM logins), else kafka-python",
+        "auto", "the Kafka client the tailer publishes and the consumer consumes with: "
+        "`librdkafka` (the confluent-kafka package: the same guarantees at a fraction of the "
+        "CPU per request), `kafka-python`, or `auto`: the tailer on librdkafka when "
+        "confluent-kafka is installed and every Kafka setting maps onto it (not the "
+        "OAUTHBEARER and AWS_MSK_IAM logins), else kafka-python, and the consumer on "
+        "kafka-python (librdkafka's rejoins its group after a broker outage longer than "
+        "`kafka.session_timeout_ms`, which delays that outage's invalidations by seconds); "
+        "admin clients, probes, the monitor and dead letters use kafka-python",
         choices=("auto", "librdkafka", "kafka-python"))
     # the ones cachesync sets itself are refused by name
     producer_properties: Properties = setting(

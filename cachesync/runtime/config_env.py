@@ -31,7 +31,8 @@ OTHER_VARIABLES = {
     "CACHESYNC_PURE": "=1 builds the pure-Python wheel, without the C accelerator (setup.py)",
     "CACHESYNC_NO_SPEEDUPS": "=1 switches the C accelerator off: every compiled path (the "
                              "tailer's rows, the consumer's keys, the event decoder, the "
-                             "partitioner) takes its pure-Python twin, with the same results",
+                             "partitioner) takes its pure-Python twin, with the same results, "
+                             "and kafka.client auto takes kafka-python",
     "CACHESYNC_SHARED": "the folder of binlogs and bytes other projects recorded, which the "
                         "tests and benchmarks read (default: the checkout's ../shared)",
 }

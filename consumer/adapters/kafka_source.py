@@ -146,45 +146,73 @@ class KafkaSource:
                  *, auto_offset_reset: str = "earliest", client_id: str = "cachesync-consumer",
                  group: dict | None = None, security: Mapping | None = None,
                  async_commit: bool = True, commit_interval_s: float = 0.0,
-                 fetch_wait_s: float | None = None, clock=time.monotonic):
+                 fetch_wait_s: float | None = None, client: str = "kafka-python",
+                 clock=time.monotonic):
         """``group``: :func:`group_config` (its defaults when None); ``security``: the
         client's security options (cachesync.runtime.kafka_security.client_security);
         ``commit_interval_s``: offsets committed within this time of the last commit sent
         wait and go out together (see the class); ``fetch_wait_s``: how long the broker
         holds a fetch that finds no record (kafka-python's ``fetch_max_wait_ms``), at least
-        FETCH_WAIT_MIN_S (that when None; ``security``'s consumer properties may set it)."""
+        FETCH_WAIT_MIN_S (that when None; ``security``'s consumer properties may set it);
+        ``client``: ``kafka.client`` (librdkafka through rdkafka_source.RdKafkaConsumer, or
+        kafka-python's KafkaConsumer; ``auto`` picks, cachesync.runtime.librdkafka)."""
         self._instance = (group or {}).get("group_instance_id")
         self._commits = _CommitTracker(async_commit)
         self._interval_s, self._clock = commit_interval_s, clock
         self._sent_at: float | None = None      # when the last commit request went out
         try:
             with refused_login_is_fatal(bootstrap_servers):
-                tunable = dict(max_partition_fetch_bytes=4 * 1024 * 1024,
-                               # what one poll can hold at most, whatever the records pack
-                               # (50 MB by default)
-                               fetch_max_bytes=16 * 1024 * 1024,
-                               reconnect_backoff_max_ms=RECONNECT_BACKOFF_MAX_MS,
-                               # kafka-python's own sensors, recorded per request and
-                               # record and read by nothing here
-                               metrics_enabled=False)
-                if fetch_wait_s is not None:
-                    # A record arriving ends the wait at once (fetch_min_bytes 1), so this
-                    # only says how often an idle consumer asks again. The group's
-                    # heartbeats and offset commits go over a connection of their own, so
-                    # they never queue behind a held fetch; what does is a fetch of
-                    # partitions newly assigned on that broker (and a metadata refresh),
-                    # started when the held one returns.
-                    tunable["fetch_max_wait_ms"] = int(max(FETCH_WAIT_MIN_S, fetch_wait_s) * 1000)
-                self._consumer = KafkaConsumer(
-                    bootstrap_servers=bootstrap_servers.split(","), group_id=group_id,
-                    client_id=client_id, enable_auto_commit=False,
-                    auto_offset_reset=auto_offset_reset, isolation_level="read_committed",
-                    **(group if group is not None else group_config()),
-                    **{**tunable, **(security or {})})
+                self._consumer = self._connect(bootstrap_servers, client, self.options(
+                    group_id, client_id, auto_offset_reset, group, security, fetch_wait_s))
             self._await_partitions(topic)
             self._consumer.subscribe([topic], listener=_Forget(self._commits))
         except KafkaError as e:
             raise RetryableError(f"Kafka unavailable at {bootstrap_servers}: {e}") from e
+
+    @staticmethod
+    def options(group_id: str, client_id: str, auto_offset_reset: str, group: dict | None,
+                security: Mapping | None, fetch_wait_s: float | None) -> dict:
+        """The consumer's kafka-python options: cachesync's, the group's, then ``security``'s
+        (the security options and pass-through properties, which win)."""
+        tunable = dict(max_partition_fetch_bytes=4 * 1024 * 1024,
+                       # what one poll can hold at most, whatever the records pack (50 MB by
+                       # default)
+                       fetch_max_bytes=16 * 1024 * 1024,
+                       reconnect_backoff_max_ms=RECONNECT_BACKOFF_MAX_MS,
+                       # kafka-python's own sensors, recorded per request and record and read
+                       # by nothing here
+                       metrics_enabled=False)
+        if fetch_wait_s is not None:
+            # A record arriving ends the wait at once (fetch_min_bytes 1), so this only says
+            # how often an idle consumer asks again. The group's heartbeats and offset
+            # commits go over a connection of their own, so they never queue behind a held
+            # fetch; what does is a fetch of partitions newly assigned on that broker (and a
+            # metadata refresh), started when the held one returns.
+            tunable["fetch_max_wait_ms"] = int(max(FETCH_WAIT_MIN_S, fetch_wait_s) * 1000)
+        return {"group_id": group_id, "client_id": client_id, "enable_auto_commit": False,
+                "auto_offset_reset": auto_offset_reset, "isolation_level": "read_committed",
+                **(group if group is not None else group_config()),
+                **tunable, **(security or {})}
+
+    def _connect(self, bootstrap_servers: str, client: str, options: dict):
+        """The client's consumer: librdkafka's (whose ``records`` becomes this source's
+        ``_fetch``) or kafka-python's."""
+        from cachesync.consumer.adapters import rdkafka_source
+        if client == "auto":
+            # librdkafka's consumer leaves the group on its own after a broker outage longer
+            # than session_timeout_ms and joins again once the broker is back, which delayed
+            # the outage's invalidations by seconds more than kafka-python's (whose
+            # membership outlives the outage): librdkafka only when asked for
+            chosen, why = "kafka-python", "kafka.client auto: librdkafka consumes only when asked"
+        else:
+            chosen, why = rdkafka_source.choose(client, options)
+        log.info("Kafka consumer on %s (%s)", chosen, why)
+        if chosen == "librdkafka":
+            consumer = rdkafka_source.RdKafkaConsumer(bootstrap_servers,
+                                                      rdkafka_source.librdkafka_config(options))
+            self._fetch = consumer.records
+            return consumer
+        return KafkaConsumer(bootstrap_servers=bootstrap_servers.split(","), **options)
 
     def _await_partitions(self, topic: str) -> None:
         """Block until the broker reports the topic's partitions.
@@ -204,11 +232,15 @@ class KafkaSource:
         if self._commits.due and self._interval_over():
             self._send(self._commits.due)
         try:
-            polled = self._consumer.poll(timeout_ms=int(timeout_s * 1000), max_records=max_records)
+            return self._fetch(max_records, timeout_s)
         except FencedInstanceIdError as e:
             raise self._fenced(e) from e
         except KafkaError as e:
             raise RetryableError(f"Kafka poll failed: {e}") from e
+
+    def _fetch(self, max_records: int, timeout_s: float) -> list[Record]:
+        """The records of one poll of the client (kafka-python's errors raised as they are)."""
+        polled = self._consumer.poll(timeout_ms=int(timeout_s * 1000), max_records=max_records)
         coordinator = getattr(self._consumer, "_coordinator", None)
         if self._instance and heartbeat_fenced(coordinator):
             raise self._fenced(FencedInstanceIdError("heartbeat refused as fenced"))

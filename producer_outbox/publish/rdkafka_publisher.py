@@ -10,7 +10,7 @@ librdkafka spends a small fraction of that (``bench/head_cost.py`` measures both
 Which client a publisher uses is ``kafka.client``: ``auto`` takes this one when
 confluent-kafka is installed and every option maps onto librdkafka (:func:`librdkafka_config`
 says which do not: OAUTHBEARER and AWS_MSK_IAM logins, and pass-through properties without
-a librdkafka twin), else kafka-python. Errors come out as kafka-python's error classes, so
+a librdkafka twin; cachesync.runtime.librdkafka), else kafka-python. Errors come out as kafka-python's error classes, so
 the pipeline, ``is_permanent`` and the publisher process treat both clients alike.
 """
 
@@ -25,113 +25,66 @@ from kafka import errors as kerrors
 
 from cachesync.producer_outbox.publish.kafka_publisher import (DELIVERY_TIMEOUT_MS,
                                                               RECONNECT_BACKOFF_MAX_MS)
-from cachesync.schema.errors import ConfigError, FatalError, RetryableError
+from cachesync.runtime import librdkafka
+from cachesync.runtime.librdkafka import Unmappable, translate  # noqa: F401 (Unmappable: API)
+from cachesync.schema.errors import FatalError, RetryableError
 
 log = logging.getLogger(__name__)
 
-CLIENTS = ("auto", "librdkafka", "kafka-python")
-# kafka-python's max_request_size default: a record over it fails before it is queued
-MAX_REQUEST_BYTES = 1_048_576
 CONNECT_TIMEOUT_S = 10.0     # the first metadata request, which says the brokers answer
 MAX_BLOCK_S = 60.0           # a send waits this long for room in a full queue (kafka-python's)
 POLL_S = 1.0                 # the callback thread's wait when nothing is acknowledged
+# kafka-python's max_request_size default: a record over it fails before it is queued
+MAX_REQUEST_BYTES = 1_048_576
 
-# kafka-python option -> librdkafka property (values taken as they are)
-_SAME = {"compression_type": "compression.type", "linger_ms": "linger.ms",
-         "batch_size": "batch.size", "delivery_timeout_ms": "message.timeout.ms",
-         "request_timeout_ms": "request.timeout.ms", "retry_backoff_ms": "retry.backoff.ms",
-         "reconnect_backoff_ms": "reconnect.backoff.ms",
-         "reconnect_backoff_max_ms": "reconnect.backoff.max.ms",
-         "max_request_size": "message.max.bytes",
-         "connections_max_idle_ms": "connections.max.idle.ms",
-         "metadata_max_age_ms": "metadata.max.age.ms",
-         "receive_buffer_bytes": "socket.receive.buffer.bytes",
-         "send_buffer_bytes": "socket.send.buffer.bytes",
-         "security_protocol": "security.protocol", "sasl_mechanism": "sasl.mechanism",
-         "sasl_plain_username": "sasl.username", "sasl_plain_password": "sasl.password",
-         "ssl_cafile": "ssl.ca.location", "ssl_certfile": "ssl.certificate.location",
-         "ssl_keyfile": "ssl.key.location", "ssl_password": "ssl.key.password",
-         "client_id": "client.id"}
-# kafka-python options with no effect on the wire, or whose librdkafka twin is the default
-_IGNORED = {"metrics_enabled", "max_block_ms", "buffer_memory"}
-_LOGINS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
-
-
-class Unmappable(ValueError):
-    """An option librdkafka has no twin for: kafka-python must publish."""
+# the producer's own kafka-python options -> librdkafka properties
+_PRODUCER = {"compression_type": "compression.type", "linger_ms": "linger.ms",
+             "batch_size": "batch.size", "delivery_timeout_ms": "message.timeout.ms",
+             "max_request_size": "message.max.bytes"}
+# kafka-python options whose librdkafka twin is the default or that do not apply
+_PRODUCER_IGNORED = {"max_block_ms", "buffer_memory"}
 
 
 def librdkafka_config(options: Mapping) -> dict:
     """librdkafka's properties for kafka-python's producer ``options`` (security, compression,
     tunables, pass-through properties), with cachesync's own: acks=all, idempotence, the
     Java client's (and kafka-python's) murmur2 partitioner. Raises Unmappable naming the first
-    option that has no librdkafka twin. Pure: the result holds the SASL password; never log
+    option that has no librdkafka twin. The result holds the SASL password: never log
     it."""
-    out = {"acks": "all", "enable.idempotence": True,
-           "max.in.flight.requests.per.connection": 5,
-           # keyed records land where kafka-python and the Java client put them (per-key
-           # order survives a change of client); librdkafka's own default hashes with CRC32
-           "partitioner": "murmur2_random",
-           "message.max.bytes": MAX_REQUEST_BYTES}
-    for name, value in options.items():
-        if name == "compression_type":      # None: kafka-python's no compression
-            out["compression.type"] = value or "none"
-            continue
-        if value is None or name in _IGNORED:
-            continue
-        if name == "sasl_mechanism" and value not in _LOGINS:
-            raise Unmappable(f"kafka.sasl_mechanism {value} (cachesync logs in with it "
-                             "through kafka-python only)")
-        if name == "ssl_check_hostname":
-            out["ssl.endpoint.identification.algorithm"] = "https" if value else "none"
-        elif name in _SAME:
-            out[_SAME[name]] = value
-        else:
-            raise Unmappable(f"kafka.producer_properties {name} has no librdkafka twin here")
-    return out
+    compression = options.get("compression_type", "absent")
+    mapped = translate({k: v for k, v in options.items()
+                        if k not in _PRODUCER_IGNORED and k != "compression_type"}, _PRODUCER)
+    return {"acks": "all", "enable.idempotence": True,
+            "max.in.flight.requests.per.connection": 5,
+            # keyed records land where kafka-python and the Java client put them (per-key
+            # order survives a change of client); librdkafka's own default hashes with CRC32
+            "partitioner": "murmur2_random", "message.max.bytes": MAX_REQUEST_BYTES,
+            **({} if compression == "absent" else {"compression.type": compression or "none"}),
+            **mapped}
 
 
 def choose(client: str, options: Mapping) -> tuple[str, str]:
-    """(the client to use, why) for ``kafka.client`` ``client`` and these producer options.
-
-    ``auto``: librdkafka when confluent-kafka imports and the options map, else kafka-python
-    (the reason says why). ``librdkafka`` asked for where it cannot be used raises ConfigError.
-    """
-    if client not in CLIENTS:
-        raise ConfigError(f"kafka.client: expected one of {', '.join(CLIENTS)}, got {client!r}")
-    if client == "kafka-python":
-        return "kafka-python", "kafka.client is kafka-python"
-    why = _unusable(options)
-    if why is None:
-        return "librdkafka", f"kafka.client is {client}"
-    if client == "librdkafka":
-        raise ConfigError(f"kafka.client librdkafka: {why}")
-    return "kafka-python", why
+    """(the client to use, why) for ``kafka.client`` ``client`` and these producer options
+    (cachesync.runtime.librdkafka.choose)."""
+    return librdkafka.choose(client, lambda: librdkafka_config(options))
 
 
-def _unusable(options: Mapping) -> str | None:
-    try:
-        import confluent_kafka  # noqa: F401
-    except ImportError:
-        return "confluent-kafka is not installed"
-    try:
-        librdkafka_config(options)
-    except Unmappable as e:
-        return str(e)
-    return None
+_ERRORS: dict = {}
 
 
 def _error(err) -> Exception:
     """kafka-python's error class for librdkafka's KafkaError ``err`` (what the pipeline and
-    ``is_permanent`` understand), its name and text in the message."""
-    from confluent_kafka import KafkaError
-    kind = {KafkaError.MSG_SIZE_TOO_LARGE: kerrors.MessageSizeTooLargeError,
-            KafkaError.TOPIC_EXCEPTION: kerrors.InvalidTopicError,
-            KafkaError.TOPIC_AUTHORIZATION_FAILED: kerrors.TopicAuthorizationFailedError,
-            KafkaError.CLUSTER_AUTHORIZATION_FAILED: kerrors.ClusterAuthorizationFailedError,
-            KafkaError._MSG_TIMED_OUT: kerrors.KafkaTimeoutError,
-            KafkaError._TIMED_OUT: kerrors.KafkaTimeoutError}.get(err.code(), kerrors.KafkaError)
-    return kind(f"{err.name()}: {err.str()}")
+    ``is_permanent`` understand)."""
+    if not _ERRORS:
+        from confluent_kafka import KafkaError
+        _ERRORS.update({KafkaError.MSG_SIZE_TOO_LARGE: kerrors.MessageSizeTooLargeError,
+                        KafkaError.TOPIC_EXCEPTION: kerrors.InvalidTopicError,
+                        KafkaError.TOPIC_AUTHORIZATION_FAILED: kerrors.TopicAuthorizationFailedError,
+                        KafkaError.CLUSTER_AUTHORIZATION_FAILED:
+                            kerrors.ClusterAuthorizationFailedError,
+                        KafkaError._MSG_TIMED_OUT: kerrors.KafkaTimeoutError,
+                        KafkaError._TIMED_OUT: kerrors.KafkaTimeoutError})
+    return librdkafka.kafka_python_error(err, _ERRORS)
 
 
 class RdKafkaPublisher:
@@ -153,7 +106,7 @@ class RdKafkaPublisher:
         self._login_refused: str | None = None
         self._producer = Producer({**config, "bootstrap.servers": bootstrap_servers,
                                    "client.id": client_id, "error_cb": self._client_error,
-                                   "logger": logging.getLogger("cachesync.librdkafka")})
+                                   "logger": librdkafka.QuietLog()})
         self.delivery_timeout_s = config["message.timeout.ms"] / 1000
         try:
             self._producer.list_topics(timeout=CONNECT_TIMEOUT_S)
@@ -211,16 +164,22 @@ class RdKafkaPublisher:
                 raise _error(e.args[0]) from None
 
     def partitions(self, topic: str) -> list[int]:
-        """The topic's partition ids, sorted (from the broker's metadata)."""
+        """The topic's partition ids, sorted (from the broker's metadata), waiting up to
+        MAX_BLOCK_S for a broker to answer (kafka-python's partitions_for waits as long)."""
         from confluent_kafka import KafkaException
-        try:
-            found = self._producer.list_topics(topic, timeout=CONNECT_TIMEOUT_S).topics.get(topic)
-        except KafkaException as e:
-            raise RetryableError(f"no metadata for topic {topic!r}: {e.args[0].str()}") from e
-        if found is None or found.error is not None or not found.partitions:
-            why = found.error.str() if found is not None and found.error else "not found"
-            raise RetryableError(f"no metadata for topic {topic!r}: {why}")
-        return sorted(found.partitions)
+        deadline = time.monotonic() + MAX_BLOCK_S
+        while True:
+            try:
+                found = self._producer.list_topics(topic, timeout=CONNECT_TIMEOUT_S).topics.get(topic)
+                why = (found.error.str() if found is not None and found.error else
+                       "not found" if found is None or not found.partitions else None)
+            except KafkaException as e:
+                why = e.args[0].str()
+            if why is None:
+                return sorted(found.partitions)
+            if time.monotonic() > deadline:
+                raise RetryableError(f"no metadata for topic {topic!r}: {why}")
+            time.sleep(0.1)
 
     def flush(self, timeout_s: float | None = None) -> None:
         """Wait until every record sent is settled; KafkaTimeoutError after ``timeout_s``."""

@@ -18,10 +18,14 @@ IDLE_S = 6.0
 ARRIVALS = 5
 
 
-def test_an_idle_consumer_fetches_once_per_poll_timeout_and_arrivals_end_the_wait(lab, caplog):
+@pytest.mark.parametrize("client", ["kafka-python", "librdkafka"])
+def test_an_idle_consumer_fetches_once_per_poll_timeout_and_arrivals_end_the_wait(lab, caplog,
+                                                                                  client):
+    """The fetches are counted from kafka-python's DEBUG lines; librdkafka holds its fetches
+    the same way (fetch.wait.max.ms) but logs none, so with it only the arrivals are timed."""
     lab.sql("CREATE TABLE users (id BIGINT PRIMARY KEY, name VARCHAR(32))")
     cfg = lab.write_config({"users": {"keys": ["user:{id}"]}},
-                           consumer={"poll_timeout_s": POLL_TIMEOUT_S})
+                           consumer={"poll_timeout_s": POLL_TIMEOUT_S}, kafka={"client": client})
     lab.start_tailer(cfg)
     engine = lab.start_engine(cfg)
     lab.sql("INSERT INTO users VALUES (0, 'n')")
@@ -32,7 +36,8 @@ def test_an_idle_consumer_fetches_once_per_poll_timeout_and_arrivals_end_the_wai
         time.sleep(IDLE_S)          # the figure is what happens while nothing does
         fetches = sum("Sending FetchRequest" in r.getMessage() for r in caplog.records)
     # held POLL_TIMEOUT_S each: 2 or 3 in IDLE_S (kafka-python's 0.5 s would send 12)
-    assert 1 <= fetches <= IDLE_S / POLL_TIMEOUT_S + 1, fetches
+    if client == "kafka-python":
+        assert 1 <= fetches <= IDLE_S / POLL_TIMEOUT_S + 1, fetches
 
     lags = []
     for i in range(1, ARRIVALS + 1):

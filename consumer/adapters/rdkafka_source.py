@@ -1,0 +1,234 @@
+"""The Kafka source on librdkafka (the confluent-kafka package).
+
+``KafkaSource``'s group membership, manual offset commits (asynchronous, coalesced, tracked
+by its ``_CommitTracker``) and error handling, with librdkafka's C client fetching
+(``KafkaSource(client=...)``): at the
+head of the binlog every commit is its own fetch response, and kafka-python spends about a
+millisecond of CPU on each (its I/O thread and the hand-offs to the consumer's thread);
+librdkafka fetches on threads of its own, outside the GIL, and ``consume`` hands a batch
+over in one call. :class:`RdKafkaConsumer` is the part of kafka-python's ``KafkaConsumer``
+that ``KafkaSource`` uses, on librdkafka, with librdkafka's errors raised as kafka-python's
+classes; ``kafka.client`` says which client a consumer uses (``cachesync.runtime.librdkafka``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Mapping
+
+from kafka import TopicPartition
+from kafka import errors as kerrors
+
+from cachesync.consumer.core.offsets import Record
+from cachesync.runtime import librdkafka
+from cachesync.schema.errors import FatalError
+
+log = logging.getLogger(__name__)
+
+METADATA_TIMEOUT_S = 5.0
+# librdkafka waits this long before fetching a partition again after a fetch error (500 ms
+# by default): a broker back from an outage is fetched from within this of its return
+FETCH_ERROR_BACKOFF_MS = 100
+
+# the consumer's own kafka-python options -> librdkafka properties
+_CONSUMER = {"group_id": "group.id", "enable_auto_commit": "enable.auto.commit",
+             "auto_offset_reset": "auto.offset.reset", "isolation_level": "isolation.level",
+             "session_timeout_ms": "session.timeout.ms",
+             "heartbeat_interval_ms": "heartbeat.interval.ms",
+             "max_poll_interval_ms": "max.poll.interval.ms",
+             "group_instance_id": "group.instance.id",
+             "max_partition_fetch_bytes": "max.partition.fetch.bytes",
+             "fetch_max_bytes": "fetch.max.bytes", "fetch_max_wait_ms": "fetch.wait.max.ms",
+             "fetch_min_bytes": "fetch.min.bytes"}
+# kafka.assignment_strategy's assignors librdkafka has (the eager sticky one it has not)
+_ASSIGNORS = {"CooperativeStickyAssignor": "cooperative-sticky",
+              "RangePartitionAssignor": "range", "RoundRobinPartitionAssignor": "roundrobin"}
+
+
+def librdkafka_config(options: Mapping) -> dict:
+    """librdkafka's properties for ``KafkaSource.options`` (kafka-python's names); raises
+    Unmappable naming the first option without a twin. Holds the SASL password: never log."""
+    options = dict(options)
+    assignors = options.pop("partition_assignment_strategy", ())
+    names = [_ASSIGNORS.get(a.__name__) for a in assignors]
+    if None in names:
+        raise librdkafka.Unmappable(f"the assignor {assignors[names.index(None)].__name__} "
+                                    "(kafka.assignment_strategy) has no librdkafka twin")
+    out = librdkafka.translate(options, _CONSUMER)
+    if names:
+        out["partition.assignment.strategy"] = ",".join(names)
+    out.setdefault("fetch.error.backoff.ms", FETCH_ERROR_BACKOFF_MS)
+    return out
+
+
+def choose(client: str, options: Mapping) -> tuple[str, str]:
+    """(the client, why) for ``kafka.client`` ``client`` and ``KafkaSource.options``."""
+    return librdkafka.choose(client, lambda: librdkafka_config(options))
+
+
+_COMMIT_ERRORS: dict = {}
+_NO_OFFSET = -168           # librdkafka's KafkaError._NO_OFFSET
+_FATAL = -150               # librdkafka's KafkaError._FATAL
+
+
+def _error(err) -> Exception:
+    if not _COMMIT_ERRORS:
+        from confluent_kafka import KafkaError
+        _COMMIT_ERRORS.update({
+            KafkaError.REBALANCE_IN_PROGRESS: kerrors.RebalanceInProgressError,
+            KafkaError.ILLEGAL_GENERATION: kerrors.IllegalGenerationError,
+            KafkaError.UNKNOWN_MEMBER_ID: kerrors.UnknownMemberIdError,
+            KafkaError.FENCED_INSTANCE_ID: kerrors.FencedInstanceIdError,
+            KafkaError._FENCED: kerrors.FencedInstanceIdError})
+    return librdkafka.kafka_python_error(err, _COMMIT_ERRORS)
+
+
+class RdKafkaConsumer:
+    """What ``KafkaSource`` calls of kafka-python's ``KafkaConsumer``, on librdkafka.
+
+    Asynchronous commits are answered by librdkafka's commit callback, which runs inside a
+    later ``consume`` on the consumer's thread (as kafka-python's do inside a later poll);
+    each answer goes to the callback of the commit whose offsets it carries.
+    """
+
+    def __init__(self, bootstrap_servers: str, config: dict):
+        from confluent_kafka import Consumer
+        self._bootstrap = bootstrap_servers
+        self._login_refused: str | None = None
+        self._fatal = None                  # librdkafka's fatal error, once it had one
+        self._answers: list[tuple[frozenset, object]] = []   # (offsets, callback) in flight
+        self._consumer = Consumer({**config, "bootstrap.servers": bootstrap_servers,
+                                   "on_commit": self._committed, "error_cb": self._client_error,
+                                   "logger": librdkafka.QuietLog()})
+
+    def __repr__(self) -> str:
+        return f"RdKafkaConsumer({self._bootstrap!r})"
+
+    def _client_error(self, err) -> None:
+        from confluent_kafka import KafkaError
+        if err.code() in (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED):
+            self._login_refused = err.str()
+        if _is_fatal(err):
+            self._fatal = err
+        log.debug("librdkafka: %s", err.str())
+
+    def _check_fatal(self, err=None) -> None:
+        """Raise what ended the client for good (librdkafka's fatal error, or ``err``): a
+        static member fenced by another with its id as kafka-python's FencedInstanceIdError
+        (KafkaSource says which id), anything else as FatalError."""
+        err = err or self._fatal
+        if err is None:
+            return
+        fenced = _error(err)
+        if isinstance(fenced, kerrors.FencedInstanceIdError) or "fenced" in err.str().lower():
+            raise kerrors.FencedInstanceIdError(err.str())
+        raise FatalError(f"the Kafka client (librdkafka) failed for good: {err.str()}")
+
+    def _check_login(self) -> None:
+        if self._login_refused:
+            raise FatalError(f"Kafka at {self._bootstrap} refused the login (check "
+                             "kafka.sasl_mechanism and its credentials: kafka.sasl_username "
+                             f"and kafka.sasl_password): {self._login_refused}")
+
+    def partitions_for_topic(self, topic: str) -> set[int] | None:
+        from confluent_kafka import KafkaException
+        try:
+            found = self._consumer.list_topics(topic, timeout=METADATA_TIMEOUT_S).topics.get(topic)
+        except KafkaException as e:
+            self._check_login()
+            raise _error(e.args[0]) from None
+        if found is None or found.error is not None or not found.partitions:
+            return None
+        return set(found.partitions)
+
+    def subscribe(self, topics: list[str], listener) -> None:
+        def revoked(_consumer, partitions):
+            listener.on_partitions_revoked({TopicPartition(p.topic, p.partition)
+                                            for p in partitions})
+
+        def lost(_consumer, partitions):
+            listener.on_partitions_lost({TopicPartition(p.topic, p.partition)
+                                         for p in partitions})
+        self._consumer.subscribe(topics, on_revoke=revoked, on_lost=lost)
+
+    def records(self, max_records: int, timeout_s: float) -> list[Record]:
+        """Up to ``max_records`` records, waiting up to ``timeout_s`` for the first."""
+        # consume(n, timeout) waits for n messages or the timeout, whichever comes last
+        # but one: the first message ends the wait here, and what came with it is taken
+        first = self._consumer.poll(timeout_s)
+        polled = () if first is None else (
+            [first, *self._consumer.consume(max_records - 1, 0)] if max_records > 1 else [first])
+        self._check_login()
+        self._check_fatal()
+        out = []
+        for m in polled:
+            err = m.error()
+            if err is None:
+                out.append(Record(m.topic(), m.partition(), m.offset(), m.key(), m.value(),
+                                  tuple(m.headers() or ()), m.timestamp()[1]))
+            elif _is_fatal(err):
+                self._check_fatal(err)
+            elif not err.retriable():
+                raise _error(err)
+            else:
+                log.debug("librdkafka: %s", err.str())   # retried by librdkafka itself
+        return out
+
+    def assignment(self) -> set[TopicPartition]:
+        return {TopicPartition(p.topic, p.partition) for p in self._consumer.assignment()}
+
+    def commit_async(self, offsets: dict, callback) -> None:
+        """Send ``offsets`` ({TopicPartition: OffsetAndMetadata}); ``callback(offsets,
+        answer)`` runs in a later ``records`` with the answer: an exception when refused."""
+        self._answers.append((_key(offsets), (offsets, callback)))
+        self._send(offsets, asynchronous=True)
+
+    def commit(self, offsets: dict, timeout_ms: int | None = None) -> None:
+        """Commit ``offsets`` and wait for the answer; raises its error. (librdkafka bounds
+        the wait with its own request timeout: ``timeout_ms`` is kafka-python's.)"""
+        self._answers.append((_key(offsets), None))    # its callback comes too: nobody's
+        answered = self._send(offsets, asynchronous=False)
+        for p in answered or ():
+            if p.error is not None:
+                raise _error(p.error)
+
+    def _send(self, offsets: dict, asynchronous: bool):
+        from confluent_kafka import KafkaException
+        from confluent_kafka import TopicPartition as Partition
+        try:
+            return self._consumer.commit(
+                offsets=[Partition(tp.topic, tp.partition, meta.offset)
+                         for tp, meta in offsets.items()], asynchronous=asynchronous)
+        except KafkaException as e:
+            self._answers.pop()
+            raise _error(e.args[0]) from None
+
+    def _committed(self, err, partitions) -> None:
+        """librdkafka's commit callback: the answer to the commit of ``partitions``."""
+        key = frozenset((p.topic, p.partition, p.offset) for p in partitions)
+        for i, (offsets_key, entry) in enumerate(self._answers):
+            if offsets_key == key:
+                del self._answers[i]
+                break
+        else:
+            return                      # not one of ours (none is sent otherwise)
+        if entry is None:
+            return                      # a synchronous commit, answered by its call
+        offsets, callback = entry
+        failed = err if err is not None else next(
+            (p.error for p in partitions if p.error is not None), None)
+        if failed is not None and failed.code() == _NO_OFFSET:
+            failed = None               # nothing to commit: nothing lost
+        callback(offsets, _error(failed) if failed is not None else "committed")
+
+    def close(self, autocommit: bool = False) -> None:
+        self._consumer.close()
+
+
+def _is_fatal(err) -> bool:
+    # a message's error can say _FATAL without fatal() saying so
+    return err.fatal() or err.code() == _FATAL
+
+
+def _key(offsets: dict) -> frozenset:
+    return frozenset((tp.topic, tp.partition, meta.offset) for tp, meta in offsets.items())
