@@ -8,9 +8,10 @@ cachesync process answers ``/readyz`` with 200, or the restarted broker acknowle
 (acks=all) a record a new client produced to the lab's probe topic. ``stack.sh up kafka`` runs
 with ``DEVSTACK_KAFKA_PORT_ONLY=1``: its own metadata and topic checks would start two JVM
 admin tools (about 2 CPU-seconds each) in the seconds the backlog drains, which a deployment's
-broker restart does not; the next fault waits for it to return. Faults
-follow one another every ``interval_s`` (a new one only once the last outage ended) until
-``stop``; the cycle goes on where the previous cell's injector left it.
+broker restart does not; the next fault waits for it to return. Faults follow one another
+every ``interval_s``, a new one no sooner than RECOVERY_S after the last outage ended (a kill
+at the end of a broker outage would cut into its recovery and blur both), until ``stop``; the
+cycle goes on where the previous cell's injector left it.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ from bench.common import log, wait_for
 from bench.failover import first_produce, _port_open, _stack_sh_args, _stack_sh_env
 
 FAULTS = ("consume", "tail", "kafka")     # the cycle, in this order
+# the next fault starts at least this long after the last outage ended: each outage's recovery
+# (its backlog draining) is measured on its own, not cut short by the next kill
+RECOVERY_S = 5.0
 READY_TIMEOUT_S = 180.0
 
 
@@ -57,7 +61,9 @@ class ChaosInjector(threading.Thread):
                 self.outages.append((what, start, end))
                 log(f"consistency: {what} down for {end - start:.1f} s")
                 n += 1
-                if self.stop.wait(max(0.0, self.interval_s - (time.perf_counter() - start))):
+                now = time.perf_counter()
+                if self.stop.wait(max(0.0, self.interval_s - (now - start),
+                                      RECOVERY_S - (now - end))):
                     return
         except BaseException as e:  # noqa: BLE001 - raised by check() in the lab's thread
             self.error = e
