@@ -30,6 +30,7 @@ from bench.consistency.faults import OUTSIDE_SHARE, P_FAULT, Faults
 from bench.consistency.load import (NEVER, READERS_NICE, load_result, read_process,
                                    watch_process, write_process)
 from bench.consistency.strategies import BY_NAME
+from bench.threads import tree_pids
 from cachesync.consumer.core.nines import LagFigures
 
 KILL = Faults("kill", "cachesync's tail and consume killed -9 and restarted, the Kafka broker "
@@ -197,7 +198,8 @@ class LargeCell:
                     for name in ("mariadb", "redis", "kafka")}
         return {"readers": [p.pid for p in readers], "writer": [writer.pid],
                 **({"watcher": [watcher.pid]} if watcher else {}),
-                **{f"cachesync {c}": [p.pid] for c, p in self.pipeline.procs.items()},
+                # with their children: the tailer's Kafka producer runs in one of its own
+                **{f"cachesync {c}": tree_pids(p.pid) for c, p in self.pipeline.procs.items()},
                 **{name: [pid] for name, pid in services.items() if pid}}
 
     def _chaos(self) -> ChaosInjector:

@@ -10,7 +10,8 @@ cell's ``time.perf_counter()``, 0 = the first commit) at which
   ``sent``: how late the watcher itself hears, at that moment),
 * ``applied``: the watcher heard cachesync unlink the marker (the lab's apply time);
 
-and the per-second CPU and run-queue time of each process of the lab (``CpuSample``).
+and the per-second CPU and run-queue time of each process of the lab (``CpuSample``); in the
+kill class, each outage's kind, start and end on the same clock.
 """
 
 from __future__ import annotations
@@ -34,7 +35,10 @@ def write(path: Path, raw: dict) -> None:
             for row, seq, _, sent, *rest in changes]
     cpu = [{**s, "t": rel(s["t"])} for s in raw["cpu_timeline"]]
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"changes": rows, "cpu": cpu, "loadavg": raw["loadavg"]}))
+    outages = [{"what": what, "start": rel(start), "end": rel(end)}
+               for what, start, end in raw.get("outages", [])]
+    path.write_text(json.dumps({"changes": rows, "cpu": cpu, "loadavg": raw["loadavg"],
+                                "outages": outages}))
 
 
 LATE_S = 1.0               # the headline's bound
@@ -91,7 +95,21 @@ def summary(doc: dict) -> dict:
     out["within_1s_from_returned"] = (sum(1 for v in from_returned if v <= LATE_S)
                                       / max(1, len(doc["changes"])))
     out["bursts"] = bursts(rows)
+    out["outages"] = [recovery(o, rows) for o in doc.get("outages", [])]
     return out
+
+
+def recovery(outage: dict, rows: list[dict]) -> dict:
+    """What followed one outage's end: when the first and the last change it delayed
+    (committed from LATE_S before its start until its end) were applied, and how many of
+    them landed by its end + LATE_S (the kill class's deadline), in seconds after its end."""
+    end = outage["end"]
+    delayed = [r["applied"] for r in rows if outage["start"] - LATE_S <= r["sent"] <= end]
+    after = [a for a in delayed if a > end]
+    return {**outage, "delayed": len(delayed),
+            "landed_by_end_plus_1s": sum(1 for a in delayed if a <= end + LATE_S),
+            "first_applied_after_end_s": round(min(after) - end, 3) if after else None,
+            "last_applied_after_end_s": round(max(delayed) - end, 3) if delayed else None}
 
 
 def main(argv: list[str]) -> None:
@@ -99,7 +117,13 @@ def main(argv: list[str]) -> None:
         doc = json.loads(Path(path).read_text())
         s = summary(doc)
         print(path)
-        print(json.dumps({k: v for k, v in s.items() if k != "bursts"}, indent=1))
+        print(json.dumps({k: v for k, v in s.items() if k not in ("bursts", "outages")},
+                         indent=1))
+        for o in s["outages"]:
+            print(f"outage {o['what']} {o['start']:.1f}-{o['end']:.1f}s: {o['delayed']} changes "
+                  f"delayed, {o['landed_by_end_plus_1s']} applied by its end + {LATE_S:g} s; "
+                  f"first applied {o['first_applied_after_end_s']} s after its end, last "
+                  f"{o['last_applied_after_end_s']} s")
         for b in s["bursts"]:
             t = b["first"]
             near = [c for c in doc["cpu"] if t - 2 <= c["t"] <= b["last"] + 2]

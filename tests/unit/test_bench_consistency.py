@@ -308,6 +308,22 @@ def test_the_series_groups_late_changes_into_bursts_and_splits_the_worst():
     assert s["lag"]["over_1s"] == 3 and s["within_1s_from_sent"] == 0.4
 
 
+def test_the_series_says_what_followed_each_outage_s_end():
+    from bench.consistency import series
+
+    def change(sent, applied):
+        return {"row": 1, "seq": 1, "sent": sent, "returned": sent, "heard": None,
+                "applied": applied}
+    # an outage from 10 to 30 s: the changes committed from 9 s until 30 s waited for it
+    rows = [change(5.0, 5.1), change(9.5, 30.4), change(20.0, 30.9), change(29.9, 31.6),
+            change(30.5, 31.7)]
+    s = series.summary({"changes": rows, "outages": [{"what": "kafka", "start": 10.0,
+                                                      "end": 30.0}]})
+    assert s["outages"] == [{"what": "kafka", "start": 10.0, "end": 30.0, "delayed": 3,
+                             "landed_by_end_plus_1s": 2, "first_applied_after_end_s": 0.4,
+                             "last_applied_after_end_s": 1.6}]
+
+
 def test_the_cpu_timeline_is_each_interval_s_share_per_process(monkeypatch):
     from bench.consistency import cpu
     readings = iter([{7: (1.0, 0.5)}, {7: (1.4, 1.5)}, {7: (2.0, 1.5)}])
