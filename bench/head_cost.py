@@ -21,7 +21,9 @@ share of a core each process used instead. Each run also breaks each cachesync p
 down per thread (``bench.threads``: Python thread names when py-spy is installed):
 ``threads_core_pct`` idle, ``threads_us`` (µs per commit) at a rate.
 
-``BENCH_HEAD_COST_RATES=0,100`` and ``BENCH_HEAD_COST_CONFIGS=run`` narrow a run;
+``BENCH_HEAD_COST_RATES=0,100`` and ``BENCH_HEAD_COST_CONFIGS=run`` narrow a run; a
+configuration ``<shape>@<client>`` sets ``kafka.client`` (``tail+consume@kafka-python``: every
+Kafka client on kafka-python, ``tail+consume@librdkafka``: the consumer on librdkafka too);
 ``BENCH_BASELINE_TREE`` (another checkout with its own .venv, ``bench.common.baseline_tree``)
 measures each configuration of that checkout too, just before this one's.
 """
@@ -93,11 +95,13 @@ def _measure_config(stack, config: str, services: dict, broker, seconds: float,
         box.create_schema(DDL)
         topic = box.new_topic(3)
         group = box.new_group()
+        shape, client = _client(config)
         cfg = box.write_config({f"{box.db}.lag": {"keys": [box.prefix + "lag:{id}",
                                                            box.prefix + "lag:note:{note}"]}},
                                topic=topic, group=group, consumer={"namespace": group},
+                               kafka={"client": client} if client else None,
                                metrics={"listen": "127.0.0.1:0"})
-        procs = _spawn(box, config, cfg)
+        procs = _spawn(box, shape, cfg)
         alive = lambda: all(_alive(box, p) for p in procs.values())  # noqa: E731
         wait_for(lambda: alive() and _checkpoint_stored(stack, box.settings(cfg).tailer.name),
                  90, f"{config}: the tailer's start checkpoint")
@@ -125,6 +129,13 @@ def _measure_config(stack, config: str, services: dict, broker, seconds: float,
             harness.close()
     finally:
         box.cleanup()
+
+
+def _client(config: str) -> tuple[str, str | None]:
+    """("tail+consume", "librdkafka") for "tail+consume@librdkafka": a configuration with
+    ``kafka.client`` set (none: the default, auto)."""
+    shape, _, client = config.partition("@")
+    return shape, client or None
 
 
 def _spawn(box: Sandbox, config: str, cfg) -> dict:
