@@ -135,6 +135,7 @@ class RdKafkaConsumer:
         try:
             found = self._consumer.list_topics(topic, timeout=METADATA_TIMEOUT_S).topics.get(topic)
         except KafkaException as e:
+            self._consumer.poll(0)      # serves the error callbacks (no partition assigned yet)
             self._check_login()
             raise _error(e.args[0]) from None
         if found is None or found.error is not None or not found.partitions:

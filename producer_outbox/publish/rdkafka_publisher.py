@@ -108,15 +108,21 @@ class RdKafkaPublisher:
                                    "client.id": client_id, "error_cb": self._client_error,
                                    "logger": librdkafka.QuietLog()})
         self.delivery_timeout_s = config["message.timeout.ms"] / 1000
-        try:
-            self._producer.list_topics(timeout=CONNECT_TIMEOUT_S)
-        except KafkaException as e:
-            if self._login_refused:
-                raise FatalError(f"Kafka at {bootstrap_servers} refused the login (check "
-                                 "kafka.sasl_mechanism and its credentials: kafka.sasl_username "
-                                 f"and kafka.sasl_password): {self._login_refused}") from e
-            raise RetryableError(f"Kafka unavailable at {bootstrap_servers}: "
-                                 f"{e.args[0].str()}") from e
+        deadline = time.monotonic() + CONNECT_TIMEOUT_S
+        while True:
+            try:
+                self._producer.list_topics(timeout=1.0)
+                break
+            except KafkaException as e:
+                self._producer.poll(0)      # serves the client's error callbacks
+                if self._login_refused:
+                    raise FatalError(
+                        f"Kafka at {bootstrap_servers} refused the login (check "
+                        "kafka.sasl_mechanism and its credentials: kafka.sasl_username and "
+                        f"kafka.sasl_password): {self._login_refused}") from e
+                if time.monotonic() > deadline:
+                    raise RetryableError(f"Kafka unavailable at {bootstrap_servers}: "
+                                         f"{e.args[0].str()}") from e
         self._closed = threading.Event()
         self._poller = threading.Thread(target=self._serve, name="cachesync-librdkafka-acks",
                                         daemon=True)

@@ -87,6 +87,36 @@ def test_wrong_password_stops_consume_with_a_clear_error_and_exit_3(lab, sasl, t
     assert "not-the-password" not in out.stderr + out.stdout
 
 
+@pytest.mark.parametrize("client", ["kafka-python", "librdkafka"])
+def test_wrong_password_stops_tail_with_a_clear_error_and_exit_3(lab, sasl, tmp_path, client):
+    """The tailer's publisher on either Kafka client (kafka.client) refuses to retry a refused
+    login, like the consumer."""
+    cfg, overrides = sasl
+    lab.sql("CREATE TABLE users (id BIGINT PRIMARY KEY, name VARCHAR(50) NOT NULL)")
+    wrong = tmp_path / "wrong.password"
+    wrong.write_text("not-the-password\n")
+    tail = subprocess.Popen([sys.executable, "-m", "cachesync", "tail", "--config", cfg],
+                            env={**os.environ, **lab.stack.env, **overrides,
+                                 "CACHESYNC_KAFKA_SASL_PASSWORD_FILE": str(wrong),
+                                 "CACHESYNC_KAFKA_CLIENT": client},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    rows = iter(range(1, 10**6))
+
+    def ended() -> bool:      # a row to publish: the tailer's first send needs the publisher
+        lab.sql("INSERT INTO users VALUES (%s, 'a')", (next(rows),))
+        return tail.poll() is not None
+    try:
+        wait_for(ended, 180, interval=0.5, what="tail to stop")
+    finally:
+        if tail.poll() is None:
+            tail.kill()
+        stdout, stderr = tail.communicate(timeout=60)
+    assert tail.returncode == 3, stderr[-3000:]
+    assert f"Kafka publisher on {client}" in stderr
+    assert "cachesync: Kafka at" in stderr and "refused the login" in stderr
+    assert "not-the-password" not in stderr + stdout
+
+
 def test_both_replay_engines_read_the_topic_over_sasl_ssl(lab, sasl):
     """Spark reaches the broker with the PEM CA as truststore and a SCRAM JAAS line."""
     from cachesync.consumer.spark.session import spark_session
