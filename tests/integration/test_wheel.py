@@ -86,7 +86,7 @@ def _application(tmp: Path) -> Path:
         assert read_through(client, key, lambda: b"not called", ttl_s=60) == b"filled"
         client.delete(key)
         loaded = [m for m in sys.modules if m.split(".")[0] in ("kafka", "pymysql", "yaml",
-                                                                "click", "orjson", "pyspark")]
+                                                                "click", "orjson", "pyspark", "confluent_kafka")]
         assert not loaded, loaded
         print("ok")
     """))
