@@ -30,6 +30,13 @@ class _Refusals(logging.Handler):
         self.seen.extend(a for a in args if isinstance(a, SaslAuthenticationFailedError))
 
 
+def login_refused(bootstrap_servers: str, why) -> FatalError:
+    """The error that stops a process whose Kafka login was refused (either client)."""
+    return FatalError(f"Kafka at {bootstrap_servers} refused the login (check "
+                      f"kafka.sasl_mechanism and its credentials: kafka.sasl_username and "
+                      f"kafka.sasl_password, the OAuth token, or the AWS credentials): {why}")
+
+
 @contextmanager
 def refused_login_is_fatal(bootstrap_servers: str) -> Iterator[None]:
     """Run the block; a Kafka error after a refused login raises FatalError instead."""
@@ -42,10 +49,7 @@ def refused_login_is_fatal(bootstrap_servers: str) -> Iterator[None]:
         yield
     except KafkaError as e:
         if refusals.seen:
-            raise FatalError(f"Kafka at {bootstrap_servers} refused the login (check "
-                             f"kafka.sasl_mechanism and its credentials: kafka.sasl_username "
-                             f"and kafka.sasl_password, the OAuth token, or the AWS "
-                             f"credentials): {refusals.seen[-1]}") from e
+            raise login_refused(bootstrap_servers, refusals.seen[-1]) from e
         raise
     finally:
         for logger in loggers:

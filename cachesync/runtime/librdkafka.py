@@ -105,6 +105,38 @@ class QuietLog:
         self._log.log(level if level >= logging.CRITICAL else logging.DEBUG, msg, *args)
 
 
+_FATAL = -150                           # KafkaError._FATAL
+_LOGIN_REFUSED = (-169, 58)             # KafkaError._AUTHENTICATION, SASL_AUTHENTICATION_FAILED
+
+
+class ClientErrors:
+    """A librdkafka client's ``error_cb`` (run inside its ``poll``/``consume``): remembers a
+    refused login and a fatal error, logs the rest at DEBUG (the client retries them)."""
+
+    def __init__(self, bootstrap_servers: str):
+        self._bootstrap = bootstrap_servers
+        self.login_refused: str | None = None
+        self.fatal = None
+
+    def __call__(self, err) -> None:
+        if err.code() in _LOGIN_REFUSED:
+            self.login_refused = err.str()
+        if is_fatal(err):
+            self.fatal = err
+        logging.getLogger(__name__).debug("librdkafka: %s", err.str())
+
+    def check_login(self) -> None:
+        """Raise FatalError when the broker refused the login."""
+        if self.login_refused:
+            from cachesync.runtime.kafka_login import login_refused
+            raise login_refused(self._bootstrap, self.login_refused)
+
+
+def is_fatal(err) -> bool:
+    # a message's error can say _FATAL without fatal() saying so
+    return err.fatal() or err.code() == _FATAL
+
+
 def kafka_python_error(err, errors: Mapping | None = None) -> Exception:
     """kafka-python's error for librdkafka's KafkaError ``err``: the class ``errors`` maps its
     code to (else KafkaError), its name and text in the message, and librdkafka's verdict on

@@ -68,7 +68,6 @@ def choose(client: str, options: Mapping) -> tuple[str, str]:
 
 _COMMIT_ERRORS: dict = {}
 _NO_OFFSET = -168           # librdkafka's KafkaError._NO_OFFSET
-_FATAL = -150               # librdkafka's KafkaError._FATAL
 
 
 def _error(err) -> Exception:
@@ -94,29 +93,20 @@ class RdKafkaConsumer:
     def __init__(self, bootstrap_servers: str, config: dict):
         from confluent_kafka import Consumer
         self._bootstrap = bootstrap_servers
-        self._login_refused: str | None = None
-        self._fatal = None                  # librdkafka's fatal error, once it had one
+        self._errors = librdkafka.ClientErrors(bootstrap_servers)
         self._answers: list[tuple[frozenset, object]] = []   # (offsets, callback) in flight
         self._consumer = Consumer({**config, "bootstrap.servers": bootstrap_servers,
-                                   "on_commit": self._committed, "error_cb": self._client_error,
+                                   "on_commit": self._committed, "error_cb": self._errors,
                                    "logger": librdkafka.QuietLog()})
 
     def __repr__(self) -> str:
         return f"RdKafkaConsumer({self._bootstrap!r})"
 
-    def _client_error(self, err) -> None:
-        from confluent_kafka import KafkaError
-        if err.code() in (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED):
-            self._login_refused = err.str()
-        if _is_fatal(err):
-            self._fatal = err
-        log.debug("librdkafka: %s", err.str())
-
     def _check_fatal(self, err=None) -> None:
         """Raise what ended the client for good (librdkafka's fatal error, or ``err``): a
         static member fenced by another with its id as kafka-python's FencedInstanceIdError
         (KafkaSource says which id), anything else as FatalError."""
-        err = err or self._fatal
+        err = err or self._errors.fatal
         if err is None:
             return
         fenced = _error(err)
@@ -124,19 +114,13 @@ class RdKafkaConsumer:
             raise kerrors.FencedInstanceIdError(err.str())
         raise FatalError(f"the Kafka client (librdkafka) failed for good: {err.str()}")
 
-    def _check_login(self) -> None:
-        if self._login_refused:
-            raise FatalError(f"Kafka at {self._bootstrap} refused the login (check "
-                             "kafka.sasl_mechanism and its credentials: kafka.sasl_username "
-                             f"and kafka.sasl_password): {self._login_refused}")
-
     def partitions_for_topic(self, topic: str) -> set[int] | None:
         from confluent_kafka import KafkaException
         try:
             found = self._consumer.list_topics(topic, timeout=METADATA_TIMEOUT_S).topics.get(topic)
         except KafkaException as e:
             self._consumer.poll(0)      # serves the error callbacks (no partition assigned yet)
-            self._check_login()
+            self._errors.check_login()
             raise _error(e.args[0]) from None
         if found is None or found.error is not None or not found.partitions:
             return None
@@ -159,7 +143,7 @@ class RdKafkaConsumer:
         first = self._consumer.poll(timeout_s)
         polled = () if first is None else (
             [first, *self._consumer.consume(max_records - 1, 0)] if max_records > 1 else [first])
-        self._check_login()
+        self._errors.check_login()
         self._check_fatal()
         out = []
         for m in polled:
@@ -167,7 +151,7 @@ class RdKafkaConsumer:
             if err is None:
                 out.append(Record(m.topic(), m.partition(), m.offset(), m.key(), m.value(),
                                   tuple(m.headers() or ()), m.timestamp()[1]))
-            elif _is_fatal(err):
+            elif librdkafka.is_fatal(err):
                 self._check_fatal(err)
             elif not err.retriable():
                 raise _error(err)
@@ -224,11 +208,6 @@ class RdKafkaConsumer:
 
     def close(self, autocommit: bool = False) -> None:
         self._consumer.close()
-
-
-def _is_fatal(err) -> bool:
-    # a message's error can say _FATAL without fatal() saying so
-    return err.fatal() or err.code() == _FATAL
 
 
 def _key(offsets: dict) -> frozenset:

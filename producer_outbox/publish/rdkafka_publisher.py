@@ -27,7 +27,7 @@ from cachesync.producer_outbox.publish.kafka_publisher import (DELIVERY_TIMEOUT_
                                                               RECONNECT_BACKOFF_MAX_MS)
 from cachesync.runtime import librdkafka
 from cachesync.runtime.librdkafka import Unmappable, translate  # noqa: F401 (Unmappable: API)
-from cachesync.schema.errors import FatalError, RetryableError
+from cachesync.schema.errors import RetryableError
 
 log = logging.getLogger(__name__)
 
@@ -103,9 +103,9 @@ class RdKafkaPublisher:
                    "reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS}
         config = librdkafka_config({**tunable, **(security or {})})
         self._bootstrap = bootstrap_servers
-        self._login_refused: str | None = None
+        self._errors = librdkafka.ClientErrors(bootstrap_servers)
         self._producer = Producer({**config, "bootstrap.servers": bootstrap_servers,
-                                   "client.id": client_id, "error_cb": self._client_error,
+                                   "client.id": client_id, "error_cb": self._errors,
                                    "logger": librdkafka.QuietLog()})
         self.delivery_timeout_s = config["message.timeout.ms"] / 1000
         deadline = time.monotonic() + CONNECT_TIMEOUT_S
@@ -115,11 +115,7 @@ class RdKafkaPublisher:
                 break
             except KafkaException as e:
                 self._producer.poll(0)      # serves the client's error callbacks
-                if self._login_refused:
-                    raise FatalError(
-                        f"Kafka at {bootstrap_servers} refused the login (check "
-                        "kafka.sasl_mechanism and its credentials: kafka.sasl_username and "
-                        f"kafka.sasl_password): {self._login_refused}") from e
+                self._errors.check_login()
                 if time.monotonic() > deadline:
                     raise RetryableError(f"Kafka unavailable at {bootstrap_servers}: "
                                          f"{e.args[0].str()}") from e
@@ -130,12 +126,6 @@ class RdKafkaPublisher:
 
     def __repr__(self) -> str:
         return f"RdKafkaPublisher({self._bootstrap!r})"
-
-    def _client_error(self, err) -> None:
-        from confluent_kafka import KafkaError
-        if err.code() in (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED):
-            self._login_refused = err.str()
-        log.debug("librdkafka: %s", err.str())
 
     def _serve(self) -> None:
         while not self._closed.is_set():

