@@ -379,8 +379,9 @@ class KafkaSettings(_Validated):
         "CPU per request), `kafka-python`, or `auto`: the tailer on librdkafka when "
         "confluent-kafka is installed and every Kafka setting maps onto it (not the "
         "OAUTHBEARER and AWS_MSK_IAM logins), else kafka-python, and the consumer on "
-        "kafka-python (librdkafka's rejoins its group after a broker outage longer than "
-        "`kafka.session_timeout_ms`, which delays that outage's invalidations by seconds); "
+        "kafka-python (librdkafka's joins its group again as a new member after a broker "
+        "outage longer than `kafka.session_timeout_ms`, which delays that outage's "
+        "invalidations by a second or two more); "
         "admin clients, probes, the monitor and dead letters use kafka-python",
         choices=("auto", "librdkafka", "kafka-python"))
     # the ones cachesync sets itself are refused by name

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from typing import Mapping
 
-from kafka import ConsumerRebalanceListener, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import (ConsumerRebalanceListener, KafkaAdminClient, KafkaConsumer, KafkaProducer,
+                   TopicPartition)
 from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
 from kafka.coordinator.assignors.range import RangePartitionAssignor
 from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
@@ -23,6 +25,9 @@ log = logging.getLogger(__name__)
 
 TOPIC_WAIT_S = 60      # how long a consumer waits for its topic's metadata at start
 TOPIC_POLL_S = 0.5
+# the consumer's options an admin client has too but sets for itself (rdkafka_source.evict_member)
+_OWN_ADMIN_OPTIONS = {"client_id", "request_timeout_ms", "reconnect_backoff_max_ms",
+                      "bootstrap_servers"}
 
 _REBALANCING = (CommitFailedError, RebalanceInProgressError, IllegalGenerationError,
                 UnknownMemberIdError)
@@ -199,17 +204,22 @@ class KafkaSource:
         ``_fetch``) or kafka-python's."""
         from cachesync.consumer.adapters import rdkafka_source
         if client == "auto":
-            # librdkafka's consumer leaves the group on its own after a broker outage longer
-            # than session_timeout_ms and joins again once the broker is back, which delayed
-            # the outage's invalidations by seconds more than kafka-python's (whose
-            # membership outlives the outage): librdkafka only when asked for
+            # librdkafka's consumer gives up its membership after a broker outage longer than
+            # session_timeout_ms and joins again as a new member once the broker is back
+            # (rdkafka_source.evict_member), which delayed the outage's invalidations by 1-2 s
+            # more than kafka-python's, whose membership outlives the outage: librdkafka only
+            # when asked for
             chosen, why = "kafka-python", "kafka.client auto: librdkafka consumes only when asked"
         else:
             chosen, why = rdkafka_source.choose(client, options)
         log.info("Kafka consumer on %s (%s)", chosen, why)
         if chosen == "librdkafka":
-            consumer = rdkafka_source.RdKafkaConsumer(bootstrap_servers,
-                                                      rdkafka_source.librdkafka_config(options))
+            admin = {k: v for k, v in options.items()
+                     if k in KafkaAdminClient.DEFAULT_CONFIG and k not in _OWN_ADMIN_OPTIONS}
+            consumer = rdkafka_source.RdKafkaConsumer(
+                bootstrap_servers, rdkafka_source.librdkafka_config(options),
+                evict=functools.partial(rdkafka_source.evict_member, bootstrap_servers,
+                                        options["group_id"], admin))
             self._fetch = consumer.records
             return consumer
         return KafkaConsumer(bootstrap_servers=bootstrap_servers.split(","), **options)

@@ -14,7 +14,9 @@ classes; ``kafka.client`` says which client a consumer uses (``cachesync.runtime
 from __future__ import annotations
 
 import logging
-from typing import Mapping
+import threading
+import time
+from typing import Callable, Mapping
 
 from kafka import TopicPartition
 from kafka import errors as kerrors
@@ -66,6 +68,47 @@ def choose(client: str, options: Mapping) -> tuple[str, str]:
     return librdkafka.choose(client, lambda: librdkafka_config(options))
 
 
+# how long a member librdkafka gave up is offered to its group's coordinator for removal
+# (the broker drops it by itself a session timeout after it serves again)
+EVICT_WITHIN_S = 600.0
+EVICT_RETRY_S = 0.2
+EVICT_REQUEST_TIMEOUT_MS = 2_000
+
+
+def evict_member(bootstrap_servers: str, group_id: str, admin_options: Mapping,
+                 member_id: str, within_s: float = EVICT_WITHIN_S) -> str:
+    """Remove the dynamic member ``member_id`` from ``group_id`` (a LeaveGroup on its behalf),
+    retrying until its coordinator answers or ``within_s`` passed; returns what happened, for
+    the log. ``admin_options``: kafka-python admin client options (security).
+
+    librdkafka ends its own membership when it has not reached the group's coordinator for
+    ``session.timeout.ms`` (a broker restart) and joins again as a new member once the broker
+    is back. The restarted coordinator still holds the old member, and the join waits for it
+    to expire: a session timeout more of every partition unread. kafka-python's consumer
+    keeps its member id through an outage, so its old membership is simply resumed."""
+    from kafka import KafkaAdminClient
+    from kafka.admin import MemberToRemove
+    from kafka.errors import KafkaError
+    deadline = time.monotonic() + within_s
+    last = "no answer"
+    while time.monotonic() < deadline:
+        admin = None
+        try:
+            admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers.split(","),
+                                     client_id="cachesync-consumer-evict",
+                                     request_timeout_ms=EVICT_REQUEST_TIMEOUT_MS,
+                                     reconnect_backoff_max_ms=100, **admin_options)
+            answer = admin.remove_group_members(group_id, [MemberToRemove(member_id=member_id)])
+            return f"the coordinator answered {next(iter(answer.values())).__name__}"
+        except (KafkaError, OSError) as e:
+            last = repr(e)
+        finally:
+            if admin is not None:
+                admin.close()
+        time.sleep(EVICT_RETRY_S)
+    return f"gave up after {within_s:.0f} s ({last})"
+
+
 _COMMIT_ERRORS: dict = {}
 _NO_OFFSET = -168           # librdkafka's KafkaError._NO_OFFSET
 
@@ -90,9 +133,15 @@ class RdKafkaConsumer:
     each answer goes to the callback of the commit whose offsets it carries.
     """
 
-    def __init__(self, bootstrap_servers: str, config: dict):
+    def __init__(self, bootstrap_servers: str, config: dict,
+                 evict: Callable[[str], str] | None = None):
+        """``evict(member_id)``: removes a member this consumer gave up from the group
+        (:func:`evict_member`), run on a thread of its own when librdkafka drops its
+        membership (``_membership``)."""
         from confluent_kafka import Consumer
         self._bootstrap = bootstrap_servers
+        self._evict = evict
+        self._member = ""               # the group member id at the last poll
         self._errors = librdkafka.ClientErrors(bootstrap_servers)
         self._answers: list[tuple[frozenset, object]] = []   # (offsets, callback) in flight
         self._consumer = Consumer({**config, "bootstrap.servers": bootstrap_servers,
@@ -136,6 +185,20 @@ class RdKafkaConsumer:
                                          for p in partitions})
         self._consumer.subscribe(topics, on_revoke=revoked, on_lost=lost)
 
+    def _membership(self) -> None:
+        """Follow the group member id; when librdkafka gives one up (its session timed out
+        without the coordinator, it rejoins as a new member), remove the old one from the
+        group on a thread of its own (``evict``), as soon as the coordinator answers."""
+        now = self._consumer.memberid() or ""
+        member, self._member = self._member, now
+        if not member or now == member or self._evict is None:
+            return
+
+        def run():
+            log.info("Kafka consumer: librdkafka left the group's member %s after losing its "
+                     "coordinator; removing it from the group: %s", member, self._evict(member))
+        threading.Thread(target=run, name="cachesync-evict-member", daemon=True).start()
+
     def records(self, max_records: int, timeout_s: float) -> list[Record]:
         """Up to ``max_records`` records, waiting up to ``timeout_s`` for the first."""
         # consume(n, timeout) waits for n messages or the timeout, whichever comes last
@@ -145,6 +208,7 @@ class RdKafkaConsumer:
             [first, *self._consumer.consume(max_records - 1, 0)] if max_records > 1 else [first])
         self._errors.check_login()
         self._check_fatal()
+        self._membership()
         out = []
         for m in polled:
             err = m.error()

@@ -1,0 +1,83 @@
+"""The Kafka source on librdkafka (consumer/adapters/rdkafka_source.py): the consumer's options
+as librdkafka's properties, and a group member librdkafka gave up removed from its group. The
+consumer itself runs on the broker in tests/integration/test_idle_consumer.py and
+tests/integration/test_broker_restart.py."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
+from kafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
+
+from cachesync.consumer.adapters import rdkafka_source
+from cachesync.consumer.adapters.rdkafka_source import RdKafkaConsumer, librdkafka_config
+from cachesync.runtime.librdkafka import Unmappable
+
+
+def test_group_settings_and_assignor_map_by_name():
+    out = librdkafka_config({"group_id": "g", "enable_auto_commit": False,
+                             "session_timeout_ms": 6000, "heartbeat_interval_ms": 2000,
+                             "group_instance_id": None, "isolation_level": "read_committed",
+                             "partition_assignment_strategy": (CooperativeStickyAssignor,)})
+    assert (out["group.id"], out["enable.auto.commit"], out["isolation.level"]) == \
+        ("g", False, "read_committed")
+    assert (out["session.timeout.ms"], out["heartbeat.interval.ms"]) == (6000, 2000)
+    assert out["partition.assignment.strategy"] == "cooperative-sticky"
+    assert "group.instance.id" not in out
+    assert out["fetch.error.backoff.ms"] == rdkafka_source.FETCH_ERROR_BACKOFF_MS
+
+
+def test_an_assignor_librdkafka_lacks_is_named():
+    with pytest.raises(Unmappable, match="StickyPartitionAssignor"):
+        librdkafka_config({"partition_assignment_strategy": (StickyPartitionAssignor,)})
+
+
+class _Client:
+    """librdkafka's consumer as far as ``_membership`` reads it: its current member id."""
+
+    def __init__(self):
+        self.member = ""
+
+    def memberid(self):
+        return self.member or None
+
+
+def _consumer(evict):
+    consumer = object.__new__(RdKafkaConsumer)
+    consumer._consumer, consumer._evict, consumer._member = _Client(), evict, ""
+    return consumer
+
+
+def test_a_member_id_given_up_is_removed_from_the_group_once():
+    evicted, done = [], threading.Event()
+
+    def evict(member):
+        evicted.append(member)
+        done.set()
+        return "removed"
+    consumer = _consumer(evict)
+    for member in ("", "m1", "m1", "m1"):       # joined, then steady
+        consumer._consumer.member = member
+        consumer._membership()
+    assert evicted == []
+    consumer._consumer.member = ""              # the session timed out: librdkafka reset it
+    consumer._membership()
+    assert done.wait(10) and evicted == ["m1"]
+    done.clear()
+    for member in ("", "m2", "m2"):             # joined again as a new member
+        consumer._consumer.member = member
+        consumer._membership()
+    consumer._consumer.member = "m3"            # a new id with no empty one seen between
+    consumer._membership()
+    assert done.wait(10) and evicted == ["m1", "m2"]
+
+
+def test_without_an_evict_a_lost_member_is_only_followed():
+    consumer = _consumer(None)
+    consumer._consumer.member = "m1"
+    consumer._membership()
+    consumer._consumer.member = ""
+    consumer._membership()
+    assert consumer._member == ""
