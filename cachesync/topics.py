@@ -13,7 +13,7 @@ from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
 from cachesync.runtime.config import Settings
-from cachesync.runtime.kafka_security import client_security
+from cachesync.runtime.kafka_security import client_options
 from cachesync.schema.errors import FatalError, RetryableError
 
 log = logging.getLogger(__name__)
@@ -46,7 +46,7 @@ def admin_client(settings: Settings) -> KafkaAdminClient:
     try:
         return KafkaAdminClient(bootstrap_servers=settings.kafka.bootstrap_servers,
                                 request_timeout_ms=ADMIN_TIMEOUT_MS,
-                                client_id="cachesync-admin", **client_security(settings.kafka))
+                                client_id="cachesync-admin", **client_options(settings.kafka))
     except KafkaError as e:
         raise RetryableError(f"Kafka unavailable at {settings.kafka.bootstrap_servers}: {e}") from e
 

@@ -8,7 +8,7 @@ import click
 
 from cachesync.commands.common import handle_errors, settings_options
 from cachesync.consumer.adapters.dlq_tools import read_dead_letters, replay_dead_letters
-from cachesync.runtime.kafka_security import client_security
+from cachesync.runtime.kafka_security import client_options
 from cachesync.progress import Progress
 
 
@@ -32,7 +32,7 @@ def list_command(settings, limit, as_json) -> None:
     with handle_errors():
         letters = read_dead_letters(settings.kafka.bootstrap_servers,
                                     settings.kafka.dead_letter_topic, limit=limit,
-                                    security=client_security(settings.kafka))
+                                    security=client_options(settings.kafka))
     if as_json:
         for d in letters:
             click.echo(json.dumps(d.summary(), ensure_ascii=False))
@@ -67,7 +67,7 @@ def replay_command(settings, reasons, dry_run) -> None:
     with handle_errors(), Progress(f"dlq replay {k.dead_letter_topic} (dead letters read)") as bar:
         replayed, skipped = replay_dead_letters(k.bootstrap_servers, k.dead_letter_topic, k.topic,
                                                 f"{k.group_id}.dlq-replay", accept=accept,
-                                                dry_run=dry_run, security=client_security(k),
+                                                dry_run=dry_run, security=client_options(k),
                                                 progress=bar.update, total=bar.set_total)
     verb = "would replay" if dry_run else "replayed"
     click.echo(f"{verb} {replayed} dead letter(s) to {k.topic}; skipped {skipped}")

@@ -22,6 +22,12 @@ _JAAS_MODULES = {
 }
 
 
+# how long a kafka-python client waits at start for a broker to answer (kafka-python's own
+# default is 30 s), so that a command run while Kafka is down says so within this; a
+# ``bootstrap_timeout_ms`` in the pass-through properties wins
+BOOTSTRAP_TIMEOUT_MS = 10_000
+
+
 def client_security(k: KafkaSettings) -> dict:
     """kafka-python keyword arguments for ``k``'s protocol, TLS files and SASL login."""
     out: dict = {"security_protocol": k.security_protocol}
@@ -76,26 +82,35 @@ def aws_login_ready(region: str) -> None:
                           "a web identity token, or the container's or instance's role)")
 
 
+def client_options(k: KafkaSettings) -> dict:
+    """Any kafka-python client's keyword arguments where no pass-through properties apply:
+    security and the bootstrap timeout."""
+    return {"bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS, **client_security(k)}
+
+
 def producer_options(k: KafkaSettings) -> dict:
     """Every producer's keyword arguments from ``k``: security, ``kafka.compression_type``
     and ``kafka.producer_properties``; raises ConfigError for a property kafka-python lacks."""
     from kafka import KafkaProducer
     compression = None if k.compression_type == "none" else k.compression_type
-    return {**_known(k.producer_properties, KafkaProducer.DEFAULT_CONFIG, "producer"),
+    return {"bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS,
+            **_known(k.producer_properties, KafkaProducer.DEFAULT_CONFIG, "producer"),
             "compression_type": compression, **client_security(k)}
 
 
 def consumer_options(k: KafkaSettings) -> dict:
     """Every consumer's keyword arguments: security and ``kafka.consumer_properties``."""
     from kafka import KafkaConsumer
-    return {**_known(k.consumer_properties, KafkaConsumer.DEFAULT_CONFIG, "consumer"),
+    return {"bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS,
+            **_known(k.consumer_properties, KafkaConsumer.DEFAULT_CONFIG, "consumer"),
             **client_security(k)}
 
 
 def admin_options(k: KafkaSettings) -> dict:
     """Every admin client's keyword arguments: security and ``kafka.admin_properties``."""
     from kafka import KafkaAdminClient
-    return {**_known(k.admin_properties, KafkaAdminClient.DEFAULT_CONFIG, "admin"),
+    return {"bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS,
+            **_known(k.admin_properties, KafkaAdminClient.DEFAULT_CONFIG, "admin"),
             **client_security(k)}
 
 

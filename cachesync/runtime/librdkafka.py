@@ -31,8 +31,10 @@ COMMON = {"security_protocol": "security.protocol", "sasl_mechanism": "sasl.mech
           "metadata_max_age_ms": "metadata.max.age.ms",
           "receive_buffer_bytes": "socket.receive.buffer.bytes",
           "send_buffer_bytes": "socket.send.buffer.bytes"}
-# options that change nothing on the wire (kafka-python's own sensors)
-IGNORED = {"metrics_enabled"}
+# options that change nothing on the wire (kafka-python's own sensors), or that librdkafka's
+# clients here bound their own way (the wait for a first broker at start: rdkafka_publisher's
+# CONNECT_TIMEOUT_S, rdkafka_source's METADATA_TIMEOUT_S)
+IGNORED = {"metrics_enabled", "bootstrap_timeout_ms"}
 LOGINS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
 

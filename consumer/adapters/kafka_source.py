@@ -19,6 +19,7 @@ from kafka.structs import OffsetAndMetadata
 
 from cachesync.consumer.core.offsets import Record
 from cachesync.runtime.kafka_login import refused_login_is_fatal
+from cachesync.runtime.kafka_security import BOOTSTRAP_TIMEOUT_MS
 from cachesync.schema.errors import ConfigError, FatalError, RetryableError
 
 log = logging.getLogger(__name__)
@@ -184,6 +185,7 @@ class KafkaSource:
                        # default)
                        fetch_max_bytes=16 * 1024 * 1024,
                        reconnect_backoff_max_ms=RECONNECT_BACKOFF_MAX_MS,
+                       bootstrap_timeout_ms=BOOTSTRAP_TIMEOUT_MS,
                        # kafka-python's own sensors, recorded per request and record and read
                        # by nothing here
                        metrics_enabled=False)

@@ -10,6 +10,7 @@ from kafka.errors import (AuthorizationError, InvalidTopicError, KafkaError, Kaf
                           MessageSizeTooLargeError)
 
 from cachesync.runtime.kafka_login import refused_login_is_fatal
+from cachesync.runtime.kafka_security import BOOTSTRAP_TIMEOUT_MS
 from cachesync.schema.errors import RetryableError
 
 log = logging.getLogger(__name__)
@@ -99,6 +100,7 @@ class KafkaPublisher:
     def _connect(bootstrap_servers, client_id, linger_ms, batch_size, security) -> KafkaProducer:
         tunable = dict(linger_ms=linger_ms, batch_size=batch_size, compression_type=None,
                        delivery_timeout_ms=DELIVERY_TIMEOUT_MS,
+                       bootstrap_timeout_ms=BOOTSTRAP_TIMEOUT_MS,
                        reconnect_backoff_max_ms=RECONNECT_BACKOFF_MAX_MS,
                        # kafka-python's own sensors, recorded per request and record and
                        # read by nothing here

@@ -26,12 +26,14 @@ from kafka import errors as kerrors
 from cachesync.producer_outbox.publish.kafka_publisher import (DELIVERY_TIMEOUT_MS,
                                                               RECONNECT_BACKOFF_MAX_MS)
 from cachesync.runtime import librdkafka
+from cachesync.runtime.kafka_security import BOOTSTRAP_TIMEOUT_MS
 from cachesync.runtime.librdkafka import Unmappable, translate  # noqa: F401 (Unmappable: API)
 from cachesync.schema.errors import RetryableError
 
 log = logging.getLogger(__name__)
 
-CONNECT_TIMEOUT_S = 10.0     # the first metadata request, which says the brokers answer
+# the first metadata request, which says the brokers answer: kafka-python's bootstrap wait
+CONNECT_TIMEOUT_S = BOOTSTRAP_TIMEOUT_MS / 1000
 MAX_BLOCK_S = 60.0           # a send waits this long for room in a full queue (kafka-python's)
 POLL_S = 1.0                 # the callback thread's wait when nothing is acknowledged
 # kafka-python's max_request_size default: a record over it fails before it is queued

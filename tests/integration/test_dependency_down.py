@@ -1,8 +1,8 @@
 """Every command with each dependency down: a `cachesync:` line (JSON under --log-json) and an
 exit code, never a traceback; a long-running command waits, logging, and stops cleanly.
 
-All runs start at once (a one-shot command waits out kafka-python's 30 s bootstrap timeout
-when Kafka is down), then each is checked; on a loaded 2-core host the 20 interpreters take
+All runs start at once (a one-shot command waits out its Kafka client's bootstrap timeout,
+10 s, when Kafka is down), then each is checked; on a loaded 2-core host the 20 interpreters take
 a while to start, hence the generous wait for a daemon's first complaint.
 """
 

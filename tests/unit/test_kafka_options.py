@@ -6,7 +6,8 @@ import pickle
 import pytest
 
 from cachesync.runtime.config import KafkaSettings, Properties, load
-from cachesync.runtime.kafka_security import admin_options, consumer_options, producer_options
+from cachesync.runtime.kafka_security import (BOOTSTRAP_TIMEOUT_MS, admin_options, client_options,
+                                              consumer_options, producer_options)
 from cachesync.schema.errors import ConfigError
 
 
@@ -14,7 +15,8 @@ def test_compression_and_producer_properties_reach_the_producer():
     k = KafkaSettings(compression_type="lz4",
                       producer_properties=Properties({"linger.ms": 20, "batch_size": 65536}))
     assert producer_options(k) == {"linger_ms": 20, "batch_size": 65536,
-                                   "compression_type": "lz4", "security_protocol": "PLAINTEXT"}
+                                   "compression_type": "lz4", "security_protocol": "PLAINTEXT",
+                                   "bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS}
     assert producer_options(KafkaSettings(compression_type="none"))["compression_type"] is None
     assert producer_options(KafkaSettings())["compression_type"] == "zstd"
 
@@ -22,9 +24,19 @@ def test_compression_and_producer_properties_reach_the_producer():
 def test_consumer_and_admin_properties_reach_their_clients_only():
     k = KafkaSettings(consumer_properties=Properties({"fetch_max_wait_ms": 100}),
                       admin_properties=Properties({"request_timeout_ms": 5000}))
-    assert consumer_options(k) == {"fetch_max_wait_ms": 100, "security_protocol": "PLAINTEXT"}
-    assert admin_options(k) == {"request_timeout_ms": 5000, "security_protocol": "PLAINTEXT"}
+    assert consumer_options(k) == {"fetch_max_wait_ms": 100, "security_protocol": "PLAINTEXT",
+                                   "bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS}
+    assert admin_options(k) == {"request_timeout_ms": 5000, "security_protocol": "PLAINTEXT",
+                                "bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS}
     assert "fetch_max_wait_ms" not in producer_options(k)
+
+
+def test_a_bootstrap_timeout_among_the_properties_wins_over_cachesyncs():
+    k = KafkaSettings(consumer_properties=Properties({"bootstrap_timeout_ms": 45_000}))
+    assert consumer_options(k)["bootstrap_timeout_ms"] == 45_000
+    assert producer_options(k)["bootstrap_timeout_ms"] == BOOTSTRAP_TIMEOUT_MS < 30_000
+    assert client_options(k) == {"bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS,
+                                 "security_protocol": "PLAINTEXT"}
 
 
 @pytest.mark.parametrize("field, props, message", [
