@@ -40,9 +40,11 @@ DDL = ("CREATE TABLE users (id BIGINT PRIMARY KEY, email VARCHAR(100) NOT NULL, 
        "n BIGINT NOT NULL)")
 
 
-def run(stack, quick: bool, runs: int, picture: Path | None = None) -> dict:
+def run(stack, quick: bool, runs: int, picture: Path | None = None,
+        size: dict | None = None) -> dict:
     """One run (``runs`` is ignored: the picture is of one run), drawn to ``picture`` (default:
-    PICTURE of the mode). Raises RuntimeError when Prometheus is missing or a cachesync
+    PICTURE of the mode); ``size``: the run's length and when the burst comes (SIZES' form;
+    default: the mode's). Raises RuntimeError when Prometheus is missing or a cachesync
     process dies."""
     mode = "quick" if quick else "full"
     prometheus = shutil.which("prometheus")
@@ -50,13 +52,12 @@ def run(stack, quick: bool, runs: int, picture: Path | None = None) -> dict:
         raise RuntimeError("prometheus is missing: apt-get install prometheus")
     box = Sandbox(stack, "dashboard")
     try:
-        return _run(box, prometheus, mode, picture or PICTURE[mode])
+        return _run(box, prometheus, size or SIZES[mode], picture or PICTURE[mode])
     finally:
         box.cleanup()
 
 
-def _run(box: Sandbox, prometheus: str, mode: str, picture: Path) -> dict:
-    size = SIZES[mode]
+def _run(box: Sandbox, prometheus: str, size: dict, picture: Path) -> dict:
     box.create_schema(DDL)
     _fill(box)
     ports = {"tail": free_port(), "consume": free_port(), "prometheus": free_port()}

@@ -461,7 +461,7 @@ def test_spark_consumer_killed_mid_stream_resumes_from_its_checkpoint(lab, spark
     rec.flush()
     cache_everything(lab, rec.all_keys(), extra=())
     ns = f"kill-{lab.suffix}"
-    cfg = config_for_group(lab, {"users": USERS}, ns, "kill.yaml", batch_size=20, claim_lease_s=2)
+    cfg = config_for_group(lab, {"users": USERS}, ns, "kill.yaml", batch_size=150, claim_lease_s=2)
     checkpoint = lab.tmp / "kill-ck"
 
     env = cluster_env()
