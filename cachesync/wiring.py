@@ -365,7 +365,7 @@ def build_direct(settings: Settings, on_batch=None):
 
 def build_relay(settings: Settings) -> Relay:
     """The outbox relay for ``relay.outbox_db``; raises ConfigError if it is not set."""
-    from cachesync.producer_outbox.publish.kafka_publisher import KafkaPublisher
+    from cachesync.producer_outbox.publish.kafka_publisher import new_publisher
     from cachesync.producer_outbox.outbox_relay.relay import Relay
     from cachesync.producer_outbox.outbox_relay.store import OutboxStore
     r, m = settings.relay, settings.mysql
@@ -374,7 +374,9 @@ def build_relay(settings: Settings) -> Relay:
                           "the outbox table (or CACHESYNC_RELAY_OUTBOX_DB)")
     params = mysql_params(settings, r.outbox_db)
     bootstrap, security = settings.kafka.bootstrap_servers, producer_options(settings.kafka)
+    client = settings.kafka.client
     return Relay(OutboxStore(params.connect, r.outbox_db, r.outbox_table),
-                 lambda: KafkaPublisher(bootstrap, client_id="cachesync-relay", security=security),
+                 lambda: new_publisher(bootstrap, client=client, client_id="cachesync-relay",
+                                       security=security),
                  r, settings.kafka.topic, db=r.outbox_db, server=f"{m.host}:{m.port}",
                  from_binlog=(r.outbox_db, r.outbox_table) in settings.tailer.outbox_table_names)

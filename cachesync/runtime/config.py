@@ -374,9 +374,10 @@ class KafkaSettings(_Validated):
         "`zstd`, `lz4`, `snappy`, `gzip` or `none`; every consumer must be able to read it",
         choices=("zstd", "lz4", "snappy", "gzip", "none"))
     client: str = setting(
-        "auto", "the Kafka client the tailer publishes and the consumer consumes with: "
+        "auto", "the Kafka client the tailer and the outbox relay publish and the consumer "
+        "consumes with: "
         "`librdkafka` (the confluent-kafka package: the same guarantees at a fraction of the "
-        "CPU per request), `kafka-python`, or `auto`: the tailer on librdkafka when "
+        "CPU per request), `kafka-python`, or `auto`: the publishers on librdkafka when "
         "confluent-kafka is installed and every Kafka setting maps onto it (not the "
         "OAUTHBEARER and AWS_MSK_IAM logins), else kafka-python, and the consumer on "
         "kafka-python (librdkafka's joins its group again as a new member after a broker "
