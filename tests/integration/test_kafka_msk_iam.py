@@ -206,8 +206,8 @@ def test_msk_iam_login_is_signed_for_the_broker_with_env_credentials(tls, aws_en
                       sasl_mechanism="AWS_MSK_IAM", aws_region=REGION, ssl_cafile=cafile)
     try:
         with pytest.raises(KafkaError):   # the scripted broker ends every connection after login
-            KafkaConsumer(bootstrap_servers=k.bootstrap_servers, bootstrap_timeout_ms=3000,
-                          **consumer_options(k))
+            KafkaConsumer(bootstrap_servers=k.bootstrap_servers,
+                          **{**consumer_options(k), "bootstrap_timeout_ms": 3000})
     finally:
         broker.stop()
     assert broker.payloads, "no SaslAuthenticate request reached the broker"
