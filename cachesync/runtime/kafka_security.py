@@ -26,6 +26,7 @@ _JAAS_MODULES = {
 # default is 30 s), so that a command run while Kafka is down says so within this; a
 # ``bootstrap_timeout_ms`` in the pass-through properties wins
 BOOTSTRAP_TIMEOUT_MS = 10_000
+_DEFAULTS = {"bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS}
 
 
 def client_security(k: KafkaSettings) -> dict:
@@ -85,7 +86,7 @@ def aws_login_ready(region: str) -> None:
 def client_options(k: KafkaSettings) -> dict:
     """Any kafka-python client's keyword arguments where no pass-through properties apply:
     security and the bootstrap timeout."""
-    return {"bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS, **client_security(k)}
+    return {**_DEFAULTS, **client_security(k)}
 
 
 def producer_options(k: KafkaSettings) -> dict:
@@ -93,24 +94,21 @@ def producer_options(k: KafkaSettings) -> dict:
     and ``kafka.producer_properties``; raises ConfigError for a property kafka-python lacks."""
     from kafka import KafkaProducer
     compression = None if k.compression_type == "none" else k.compression_type
-    return {"bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS,
-            **_known(k.producer_properties, KafkaProducer.DEFAULT_CONFIG, "producer"),
+    return {**_DEFAULTS, **_known(k.producer_properties, KafkaProducer.DEFAULT_CONFIG, "producer"),
             "compression_type": compression, **client_security(k)}
 
 
 def consumer_options(k: KafkaSettings) -> dict:
     """Every consumer's keyword arguments: security and ``kafka.consumer_properties``."""
     from kafka import KafkaConsumer
-    return {"bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS,
-            **_known(k.consumer_properties, KafkaConsumer.DEFAULT_CONFIG, "consumer"),
+    return {**_DEFAULTS, **_known(k.consumer_properties, KafkaConsumer.DEFAULT_CONFIG, "consumer"),
             **client_security(k)}
 
 
 def admin_options(k: KafkaSettings) -> dict:
     """Every admin client's keyword arguments: security and ``kafka.admin_properties``."""
     from kafka import KafkaAdminClient
-    return {"bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS,
-            **_known(k.admin_properties, KafkaAdminClient.DEFAULT_CONFIG, "admin"),
+    return {**_DEFAULTS, **_known(k.admin_properties, KafkaAdminClient.DEFAULT_CONFIG, "admin"),
             **client_security(k)}
 
 

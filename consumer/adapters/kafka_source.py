@@ -26,9 +26,6 @@ log = logging.getLogger(__name__)
 
 TOPIC_WAIT_S = 60      # how long a consumer waits for its topic's metadata at start
 TOPIC_POLL_S = 0.5
-# the consumer's options an admin client has too but sets for itself (rdkafka_source.evict_member)
-_OWN_ADMIN_OPTIONS = {"client_id", "request_timeout_ms", "reconnect_backoff_max_ms",
-                      "bootstrap_servers"}
 
 _REBALANCING = (CommitFailedError, RebalanceInProgressError, IllegalGenerationError,
                 UnknownMemberIdError)
@@ -216,8 +213,7 @@ class KafkaSource:
             chosen, why = rdkafka_source.choose(client, options)
         log.info("Kafka consumer on %s (%s)", chosen, why)
         if chosen == "librdkafka":
-            admin = {k: v for k, v in options.items()
-                     if k in KafkaAdminClient.DEFAULT_CONFIG and k not in _OWN_ADMIN_OPTIONS}
+            admin = {k: v for k, v in options.items() if k in KafkaAdminClient.DEFAULT_CONFIG}
             consumer = rdkafka_source.RdKafkaConsumer(
                 bootstrap_servers, rdkafka_source.librdkafka_config(options),
                 evict=functools.partial(rdkafka_source.evict_member, bootstrap_servers,

@@ -79,7 +79,8 @@ def evict_member(bootstrap_servers: str, group_id: str, admin_options: Mapping,
                  member_id: str, within_s: float = EVICT_WITHIN_S) -> str:
     """Remove the dynamic member ``member_id`` from ``group_id`` (a LeaveGroup on its behalf),
     retrying until its coordinator answers or ``within_s`` passed; returns what happened, for
-    the log. ``admin_options``: kafka-python admin client options (security).
+    the log. ``admin_options``: kafka-python admin client options (the consumer's security,
+    reconnect backoff and bootstrap timeout).
 
     librdkafka ends its own membership when it has not reached the group's coordinator for
     ``session.timeout.ms`` (a broker restart) and joins again as a new member once the broker
@@ -94,10 +95,10 @@ def evict_member(bootstrap_servers: str, group_id: str, admin_options: Mapping,
     while time.monotonic() < deadline:
         admin = None
         try:
-            admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers.split(","),
-                                     client_id="cachesync-consumer-evict",
-                                     request_timeout_ms=EVICT_REQUEST_TIMEOUT_MS,
-                                     reconnect_backoff_max_ms=100, **admin_options)
+            admin = KafkaAdminClient(**{**admin_options,
+                                        "bootstrap_servers": bootstrap_servers.split(","),
+                                        "client_id": "cachesync-consumer-evict",
+                                        "request_timeout_ms": EVICT_REQUEST_TIMEOUT_MS})
             answer = admin.remove_group_members(group_id, [MemberToRemove(member_id=member_id)])
             return f"the coordinator answered {next(iter(answer.values())).__name__}"
         except (KafkaError, OSError) as e:
