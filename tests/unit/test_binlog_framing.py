@@ -26,7 +26,7 @@ from tests.support import mysqlbinlog as mb
 from tests.support.binlog import UUID
 from tests.support.shared import recorded, shared_file
 
-ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"      # a zstd frame's first bytes (RFC 8878)
+ZSTD_MAGIC = zstandard.FRAME_HEADER      # a zstd frame's first bytes (RFC 8878)
 COMPRESSED_FILES = ["mysql-bin.compressed", "transaction_compression.000001"]
 
 
@@ -186,7 +186,10 @@ def test_mariadb_compressed_rows_expand_to_rows_events(compressed, plain, v2):
 
 
 def test_a_mariadb_event_with_another_algorithm_names_the_setting():
-    raw = packet(165, mb.query("", "a")[:17] + b"\x91\x05xxxxx")
+    # the compressed-body header byte: the flag (0x80), algorithm 1 (not zlib's 0), a 1-byte
+    # length; then that length and the body
+    header = 0x80 | 1 << 4 | 1
+    raw = packet(165, mb.query("", "a")[:17] + bytes([header, 5]) + b"xxxxx")
     with pytest.raises(CompressedEventError, match="log_bin_compress=OFF"):
         expand(raw, True)
 

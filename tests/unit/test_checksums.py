@@ -93,9 +93,10 @@ def test_the_one_call_check_agrees_with_computing_the_checksum():
 
 def test_packets_that_are_not_events_are_left_to_the_reader():
     verify(b"")
-    verify(b"\xff\x00\x00 an error packet from the server")
-    verify(b"\xfe\x00\x00\x02\x00")
-    verify(b"\x00" + b"\x01" * 10)      # too short to hold a header and a checksum
+    err, eof, ok = 0xFF, 0xFE, 0x00        # the first byte of a reply: error, end, event
+    verify(bytes([err, 0, 0]) + b" an error packet from the server")
+    verify(bytes([eof, 0, 0, 2, 0]))
+    verify(bytes([ok]) + bytes([1]) * 10)  # too short to hold a header and a checksum
 
 
 # -- through the change source, both readers ------------------------------------------------

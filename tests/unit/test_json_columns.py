@@ -73,8 +73,10 @@ def test_undecodable_json_is_a_decode_error_on_both_paths():
     """Not binary JSON: the fast path steps aside and the library raises JsonError (a
     ValueError, which the tailer turns into its decode error naming the table)."""
     columns = [column("id", I.LONG), column("doc", I.JSON, length_size=4)]
-    ev = event(WriteRowsEvent, columns, b"\0" + struct.pack("<iI", 1, 2) + b"\x0d\x01",
-               table="baddocs")
+    # a type byte between STRING (0x0C) and OPAQUE (0x0F) that the format does not define
+    not_a_type = mj.STRING + 1
+    ev = event(WriteRowsEvent, columns,
+               b"\0" + struct.pack("<iI", 1, 2) + bytes([not_a_type, 1]), table="baddocs")
     assert fastrows.decode_rows(ev) is None
     with pytest.raises(mj.JsonError):
         ev.rows
