@@ -245,7 +245,7 @@ stands beside a baseline measured in the same run (medians of the runs given). T
 benchmarks run on a 2-core host, often shared with other work: the load average each run
 ended with is in the table, and a figure measured at a high load says more about the host
 than about cachesync. Read ratios, not absolute numbers.
-How to run and read them: [Performance and the consistency lab](../performance.md).
+How to run and read them: [Performance](../performance.md) and [Consistency in nines](../consistency.md).
 """
 
 

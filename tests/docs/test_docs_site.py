@@ -31,7 +31,7 @@ def site(tmp_path_factory) -> Path:
 
 def test_strict_build_has_every_page_and_the_generated_references(site):
     for page in ("index", "getting-started", "design", "deployment", "troubleshooting",
-                 "upgrading", "performance", "faq", "changelog", "operations", "configuration",
+                 "upgrading", "performance", "consistency", "faq", "changelog", "operations", "configuration",
                  "security", "failover", "monitoring", "reference/configuration",
                  "reference/cli", "reference/metrics", "reference/performance-figures"):
         assert (site / f"{page}.html").is_file(), page
