@@ -2,13 +2,19 @@
 (the devstack's redis-cluster variant: 3 masters, a replica each). The cluster promotes the
 replica; cachesync retries what failed and carries on: afterwards every key matches MySQL,
 the version fence and the fill leases hold on the promoted master, and the Redis dedup
-store on the cluster has every consumed message done and none left claimed.
+store on the cluster has every consumed message done and none left claimed. Redis
+replicates asynchronously, so a master killed right after it answered can take its last
+writes with it (an invalidation, a dedup confirm): the pipeline runs with
+``redis.wait_replicas: 1``, the setting that makes nothing it confirmed depend on the master
+alone, and the killed node comes back as the promoted one's replica, which that setting
+waits for.
 
 The same pipeline over the redis-cluster-tls variant (TLS only, verified against the
 devstack CA, the least-privilege ACL user) is the short test at the end."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -140,6 +146,8 @@ def mismatches(lab, cluster) -> list[str]:
 @pytest.fixture
 def cluster_pipeline(lab, monkeypatch):
     cluster = use_redis_cluster(lab, monkeypatch)
+    monkeypatch.setattr(lab, "stack", dataclasses.replace(lab.stack, env={
+        **lab.stack.env, "CACHESYNC_REDIS_WAIT_REPLICAS": "1"}))
     lab.sql("CREATE TABLE users (id BIGINT PRIMARY KEY, name VARCHAR(50) NOT NULL)")
     lab.sql("CREATE TABLE profiles (id BIGINT PRIMARY KEY, name VARCHAR(50) NOT NULL)")
     cfg = lab.write_config(TABLES, consumer={"dedup_store": "redis"})
@@ -172,6 +180,9 @@ def test_a_master_killed_under_writes_and_fills_loses_nothing(cluster_pipeline):
         os.kill(int(pid_file.read_text()), signal.SIGKILL)
         wait_for(lambda: node_roles(env).get(replica, ("",))[0] == "master",
                  FAILOVER_TIMEOUT_S, what=f"the cluster promoting {replica}")
+        # the killed node back, as the promoted master's replica (redis.wait_replicas waits
+        # for one)
+        stack_command("up", "redis-cluster")
         applied = engine.stats.applied
         commits = load.commits
         # cachesync applies again: changes committed after the promotion go through
