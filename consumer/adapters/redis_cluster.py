@@ -101,7 +101,8 @@ def run_pipeline(client, fill: Callable[[object], None], scripts: Sequence = (),
     unreachable makes the cluster's slot map read again (refresh) before the error is
     raised, so the caller's next attempt goes to the replica the cluster promoted. With
     ``wait``, a WAIT follows on each master's connection (queue_wait). Raises redis errors,
-    and ReplicaWaitError when too few replicas acknowledged.
+    and ReplicaWaitError when too few replicas acknowledged or a WAIT reached a node that is
+    a replica now (the slot map is read again first).
     """
     def attempt():
         pipe = client.pipeline(transaction=False)
@@ -130,6 +131,20 @@ def run_pipeline(client, fill: Callable[[object], None], scripts: Sequence = (),
     except (redis.ConnectionError, redis.TimeoutError):
         refresh(client)
         raise
+    except redis.ResponseError as e:
+        if wait is None or WAIT_ON_REPLICA not in str(e):
+            raise
+        # a node the slot map still calls a master came back from a failover as a replica
+        # (a master killed, its replica promoted, the old node restarted): redis-py follows
+        # the writes' MOVED, but the WAIT sent to that node fails. The map is read again and
+        # the batch applied again, as after any failover
+        refresh(client)
+        raise ReplicaWaitError(f"a node this client took for a master is a replica now (a "
+                               f"failover); the batch is applied again: {e}") from e
+
+
+# what a replica answers to WAIT
+WAIT_ON_REPLICA = "WAIT cannot be used with replica instances"
 
 
 class ReplicaWaitError(redis.ConnectionError):

@@ -11,7 +11,8 @@ from redis.crc import key_slot as redis_py_slot
 
 from cachesync.runtime.config import RedisSettings, Secret, load
 from cachesync.consumer.adapters.redis_cache import redis_call
-from cachesync.consumer.adapters.redis_cluster import ReplicaWait, check_wait
+from cachesync.consumer.adapters.redis_cluster import (WAIT_ON_REPLICA, ReplicaWait, ReplicaWaitError,
+                                                       check_wait, run_pipeline)
 from cachesync.schema.errors import ConfigError, RetryableError
 from cachesync.schema.keys import (DEDUP_SLOTS, companion_owner, dedup_key, lease_key, lease_keys,
                                    legacy_lease_key, legacy_version_key, version_key)
@@ -135,6 +136,37 @@ def test_a_wait_short_of_replicas_fails_as_a_connection_error(replies, refused):
             check_wait(replies, wait)
     else:
         check_wait(replies, wait)
+
+
+class _WaitOnReplica:
+    """A client whose pipeline's WAIT reached a node that is a replica now."""
+
+    def pipeline(self, transaction):
+        client = self
+
+        class Pipe(list):
+            def execute_command(self, *args, **options):
+                self.append(args)
+
+            def execute(self):
+                client.sent = list(self)
+                raise redis.ResponseError(f"Command # 2 (WAIT 1 1000) of pipeline caused error: "
+                                          f"{WAIT_ON_REPLICA}. Please also note ...")
+        return Pipe()
+
+
+def test_a_wait_that_reached_a_node_now_a_replica_is_retried():
+    client = _WaitOnReplica()
+    with pytest.raises(ReplicaWaitError, match="a replica now") as raised:
+        run_pipeline(client, lambda pipe: pipe.execute_command("UNLINK", "k"), (),
+                     ReplicaWait(1, 1000))
+    assert client.sent == [("UNLINK", "k"), ("WAIT", 1, 1000)]
+    with pytest.raises(RetryableError):          # the engines retry it
+        redis_call(lambda: (_ for _ in ()).throw(raised.value))
+    # without redis.wait_replicas the same reply is not this case: raised as it came
+    with pytest.raises(redis.ResponseError) as plain:
+        run_pipeline(client, lambda pipe: pipe.execute_command("UNLINK", "k"))
+    assert not isinstance(plain.value, ReplicaWaitError)
 
 
 # -- errors of a cluster that reshards or fails over -----------------------------------------
