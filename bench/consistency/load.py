@@ -14,12 +14,12 @@ The readers (with their fill threads) stand for application servers, which run o
 hosts than the database and its sidecar: ``spec["readers_nice"]`` (READERS_NICE) lowers their
 CPU priority, so that on this one host the bulk of the application's CPU does not take the
 CPU of MariaDB, Redis, Kafka and cachesync. It is 19 by default (the lowest priority): the
-readers are many threads (a reader and its fill threads per process), and the scheduler
-weighs each thread, so at nice 10 they still took 0.6-0.8 of the 2 cores and kept the
-broker, MariaDB and cachesync waiting for a CPU for seconds per second. On a host that other
-jobs keep busy, niced readers get almost no CPU (4,200 reads/s at nice 10 and load average
-35, so a cell of 10^7 reads would take 40 minutes): BENCH_NINES_READERS_NICE=0 keeps them at
-the normal priority there, at the cost of the pipeline's CPU. The writer keeps the normal priority: its pace is the
+scheduler weighs each thread, and a reader process is a reader and its fill threads; they
+still take what the pipeline leaves idle (0.5-0.7 of the 2 cores at nice 19, 0.6-0.8 at
+nice 10). On a host that other jobs keep busy, niced readers get almost no CPU (4,200
+reads/s at nice 10 and load average 35, so a cell of 10^7 reads would take 40 minutes):
+BENCH_NINES_READERS_NICE=0 keeps them at the normal priority there, at the cost of the
+pipeline's CPU. The writer keeps the normal priority: its pace is the
 cell's clock (a niced writer stretched a cell far beyond its 10^5 writes). The keyspace
 watcher is the lab's clock for cachesync's applies: it runs at a real-time priority
 (``as_clock``), since on a host loaded to 15-20 runnable processes per core it waited for a
