@@ -346,3 +346,18 @@ def test_a_cachesync_cell_states_the_labs_own_share_of_its_lags():
     assert figures["watcher_heard_late"] == {"p99_ms": 250.0, "p99.9_ms": 250.0,
                                              "max_ms": 250.0}
     assert figures["watcher_realtime"] is True
+
+
+def test_the_nines_plot_shows_cachesync_also_outside_the_outage_windows():
+    from bench.consistency.plot import _nines_columns
+    apart = {"per_change": {}, "per_read": {}}
+    cells = {"cachesync": {"stale_keys_after": 0, "outside_outages": apart},
+             "double_delete": {"stale_keys_after": 3, "outside_outages": {"per_change": {}}}}
+    columns = _nines_columns(cells, ["cachesync", "double_delete"])
+    assert [(name, label) for name, label, _ in columns] == [
+        ("cachesync", "cachesync\n0 stale keys left"),
+        ("cachesync", "cachesync\noutside the outages"),
+        ("double_delete", "double_delete\n3 stale keys left")]
+    assert columns[1][2] is apart
+    # a class without outages: one column per strategy
+    assert len(_nines_columns({"cachesync": {"stale_keys_after": 0}}, ["cachesync"])) == 1
