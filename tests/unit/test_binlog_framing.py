@@ -26,6 +26,8 @@ from tests.support import mysqlbinlog as mb
 from tests.support.binlog import UUID
 from tests.support.shared import recorded, shared_file
 
+OK_BYTE = bytes([0])          # a reply's first byte when an event follows
+
 ZSTD_MAGIC = zstandard.FRAME_HEADER      # a zstd frame's first bytes (RFC 8878)
 COMPRESSED_FILES = ["mysql-bin.compressed", "transaction_compression.000001"]
 
@@ -43,7 +45,7 @@ def _decompressed(data: bytes) -> bytes:
 
 
 def packet(etype: int, body: bytes, end: int = 1000, checksum: bool = True, flags: int = 0):
-    return b"\x00" + mb.event(etype, body, end, checksum=checksum, flags=flags)
+    return OK_BYTE + mb.event(etype, body, end, checksum=checksum, flags=flags)
 
 
 def payload_body(data: bytes, size: int, kind: int = 0) -> bytes:
@@ -82,7 +84,7 @@ def _real_payloads(name: str) -> list[bytes]:
     while at < len(data):
         size = struct.unpack_from("<I", data, at + 9)[0]
         if data[at + 4] == mb.TRANSACTION_PAYLOAD:
-            out.append(b"\x00" + data[at:at + size])
+            out.append(OK_BYTE + data[at:at + size])
         at += size
     return out
 
@@ -219,7 +221,8 @@ def test_the_rule_over_event_types(code, flags, outcome, own):
 
 
 def test_an_undecoded_rows_event_names_its_table_id():
-    body = (1234).to_bytes(6, "little") + b"\x01\x00\x02\x00rest"
+    flags, extra_len = (1).to_bytes(2, "little"), (2).to_bytes(2, "little")
+    body = (1234).to_bytes(6, "little") + flags + extra_len + b"rest"
     event = own_event(packet(20, body, end=4321), True)
     assert event == UndecodedEvent(20, "PRE_GA_WRITE_ROWS_EVENT", 1234, 1_700_000_000, 1, 4321)
     unknown = own_event(packet(99, b"whatever", end=50), True)
@@ -235,7 +238,8 @@ def test_a_tagged_gtid_event_is_parsed(tag, gno):
 
 def test_a_tagged_gtid_event_of_another_version_is_refused():
     with pytest.raises(ValueError):
-        parse_tagged_gtid(b"\x03" + mb.tagged_gtid(UUID, "x", 1)[1:])
+        tagged = mb.tagged_gtid(UUID, "x", 1)
+        parse_tagged_gtid(bytes([tagged[0] + 1]) + tagged[1:])   # the next version
 
 
 def test_a_table_map_read_again_is_made_readable_as_the_first_time():

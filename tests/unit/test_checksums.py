@@ -22,6 +22,8 @@ from cachesync.producer_outbox.binlog.checksums import (FORMAT_DESCRIPTION, LOG_
                                                  BinlogChecksumError, verify)
 from tests.support import realbinlog as rb
 
+OK_BYTE = bytes([0])          # a reply's first byte when an event follows
+
 CHECKSUMMED = [n for n in rb.names() if rb.RealFile(n, rb.split_events(rb.file_bytes(n))).checksum]
 ROWS = frozenset((23, 24, 25, 30, 31, 32))
 TABLE_MAP, TRANSACTION_PAYLOAD = 19, 40
@@ -47,21 +49,21 @@ def test_the_shared_folder_holds_files_with_and_without_checksums():
 @pytest.mark.parametrize("name", CHECKSUMMED)
 def test_every_event_of_a_real_file_verifies(name):
     for _start, data in _events(name):
-        verify(b"\x00" + data)
+        verify(OK_BYTE + data)
 
 
 def test_the_in_use_flag_is_left_out_of_the_format_descriptions_checksum_only():
     name = next(n for n in CHECKSUMMED if _events(n)[0][1][17] & LOG_EVENT_BINLOG_IN_USE_F)
     fde = _events(name)[0][1]
     assert fde[4] == FORMAT_DESCRIPTION
-    verify(b"\x00" + fde)
+    verify(OK_BYTE + fde)
     # the same event with the checksum computed over the flag as written also verifies
     # (a server that cleared it before computing)
-    verify(b"\x00" + fde[:-4] + struct.pack("<I", zlib.crc32(fde[:-4])))
+    verify(OK_BYTE + fde[:-4] + struct.pack("<I", zlib.crc32(fde[:-4])))
     # another event type with that flag bit gets no such allowance
     other = next(d for _s, d in _events(name) if d[4] != FORMAT_DESCRIPTION and not d[17] & 1)
     with pytest.raises(BinlogChecksumError):
-        verify(b"\x00" + _flipped(other, 17)[:17] + bytes([other[17] | 1]) + other[18:])
+        verify(OK_BYTE + _flipped(other, 17)[:17] + bytes([other[17] | 1]) + other[18:])
 
 
 @pytest.mark.parametrize("at", [0, 4, 13, 17, 19, 40, -5, -1])
@@ -69,7 +71,7 @@ def test_a_changed_byte_is_a_named_error(at):
     start, data = _events("mysql-bin.checksum-crc32")[5]
     damaged = _flipped(data, at if at >= 0 else len(data) + at)
     with pytest.raises(BinlogChecksumError) as e:
-        verify(b"\x00" + damaged)
+        verify(OK_BYTE + damaged)
     error = e.value
     assert error.size == len(data) and error.stored != error.computed
     assert "fails its CRC32 checksum" in str(error)
@@ -84,7 +86,7 @@ def test_the_one_call_check_agrees_with_computing_the_checksum():
     assert zlib.crc32(b"\0", checksums._PAST_OK_BYTE) == 0
     for size in range(0, 300, 7):
         event = bytes((i * 37 + size) & 0xFF for i in range(19 + size))
-        packet = b"\x00" + event + struct.pack("<I", zlib.crc32(event))
+        packet = OK_BYTE + event + struct.pack("<I", zlib.crc32(event))
         assert zlib.crc32(packet, checksums._PAST_OK_BYTE) == checksums._RESIDUE
         verify(packet)
         with pytest.raises(BinlogChecksumError):

@@ -35,6 +35,8 @@ from tests.support.binlog import mysql_gtid, table_map, xid
 from tests.support.shared import recorded
 from tests.unit.test_fastrows_unit import check, column, event
 
+PARTIAL_JSON = 1              # the after image's value_options bit for partial JSON
+
 # recorded from real MySQL servers (shared recorded/, sources in its README); a module
 # without the shared folder skips (fails under CI)
 _RECORDED = recorded("mysql-binary-json.json")
@@ -142,10 +144,10 @@ def partial_update(before_has_doc: bool = True, table: str = "p"):
     replacing $.a with 7."""
     doc = BEFORE_DOC[0]
     if before_has_doc:
-        before, bitmap = b"\0" + struct.pack("<iI", 5, len(doc)) + doc, b"\x03"
+        before, bitmap = b"\0" + struct.pack("<iI", 5, len(doc)) + doc, bytes([0b11])  # both
     else:
-        before, bitmap = b"\0" + struct.pack("<i", 5), b"\x01"
-    after = b"\x01\x01" + b"\0" + struct.pack("<i", 5) + diff_vector(
+        before, bitmap = b"\0" + struct.pack("<i", 5), bytes([0b01])   # the id only
+    after = bytes([PARTIAL_JSON, 0b1]) + b"\0" + struct.pack("<i", 5) + diff_vector(
         replace("$.a", bytes([mj.INT16, 7, 0])))
     ev = partial_event(DOC_COLUMNS, before + after, table)
     ev.columns_present_bitmap = bitmap
