@@ -26,7 +26,8 @@ PLOT = {"full": Path("docs") / "consistency-lab.png",
         "quick": Path("bench") / "results" / "consistency-nines-quick.png"}
 NOTIFY = "Kg"      # keyspace notifications of generic commands (DEL, UNLINK): the markers
 # the load warm-up before the first cell: this share of a cell's writes and reads
-WARM_UP_SHARE = 0.1
+# (BENCH_NINES_WARM_UP; 0: none)
+WARM_UP_SHARE = float(os.environ.get("BENCH_NINES_WARM_UP", "0.1"))
 WARM_UP = Faults("warm-up", "no faults: the load before the first cell, not measured")
 
 
@@ -136,10 +137,9 @@ def _load_warm_up(box: Sandbox, pipeline: Pipeline, size: dict) -> None:
     then run the cells' load before the first measured cell, as it has before every later
     one. Without it the first class's cachesync cell, just after the devstack started, timed
     the broker's JIT compilation and heap growth too (BENCH_NINES_WARM_UP=0: none)."""
-    share = float(os.environ.get("BENCH_NINES_WARM_UP", WARM_UP_SHARE))
-    if share <= 0:
+    if WARM_UP_SHARE <= 0:
         return
-    warm = large.scaled(size, share)
+    warm = large.scaled(size, WARM_UP_SHARE)
     log(f"consistency_nines: warm-up: {warm['writes']:,} writes, {warm['reads']:,} reads "
         "(not measured)")
     large.LargeCell(box, pipeline, "cachesync", WARM_UP, warm, seed=-1).run()
@@ -160,8 +160,7 @@ def _document(size: dict, classes: dict, plot_to: Path) -> dict:
                    "reads": f"MGET of {PIPELINE} keys per round trip; a miss is filled by the "
                             "strategy's reader",
                    "readers_nice": READERS_NICE,
-                   "warm_up": f"before the first cell, a cachesync cell of "
-                              f"{float(os.environ.get('BENCH_NINES_WARM_UP', WARM_UP_SHARE)):g} "
+                   "warm_up": f"before the first cell, a cachesync cell of {WARM_UP_SHARE:g} "
                               "of a cell's writes and reads without faults, not measured "
                               "(BENCH_NINES_WARM_UP)",
                    "priorities": f"the readers and their fill threads at nice {READERS_NICE} "
