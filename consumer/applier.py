@@ -289,9 +289,10 @@ class Applier:
         s.null_key_skips += null_skips
         s.consumed += result.consumed
 
-    def call(self, what: str, fn: Callable):
-        """``fn()`` retried under this applier's policy and stop; retries are counted."""
-        return call(fn, what, self._stop, self._retry, self._count_retry)
+    def call(self, what: str, fn: Callable, retry: RetryPolicy | None = None):
+        """``fn()`` retried under this applier's policy (or ``retry``) and stop; retries are
+        counted."""
+        return call(fn, what, self._stop, retry or self._retry, self._count_retry)
 
     def _count_retry(self, error: BaseException, attempt: int) -> None:
         with self._retry_lock:      # the engine's thread and its worker both retry

@@ -13,6 +13,7 @@ batches still reach the cache and the dedup store one at a time, in order.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -32,6 +33,12 @@ from cachesync.schema.retry import RetryPolicy, Stopped
 
 __all__ = ["PythonEngine", "Stats", "BatchResult", "Stopped"]
 
+# the longest wait between two polls that failed (a broker away): a failed poll has already
+# spent its time on the client's own connection attempts, and a longer backoff would leave
+# the consumer asleep for that long after the broker serves again, with the backlog of the
+# whole outage waiting
+POLL_RETRY_CAP_S = 0.25
+
 
 class PythonEngine:
     """``run()`` until ``stop()``; ``stats`` counts what the applier and the hooks did,
@@ -45,6 +52,7 @@ class PythonEngine:
                  table_jobs=None):
         self._source, self._dedup, self._cache, self._dlq = source, dedup, cache, dead_letters
         self._opts, self._retry = options, retry
+        self._poll_retry = dataclasses.replace(retry, cap_s=min(retry.cap_s, POLL_RETRY_CAP_S))
         self._stop = threading.Event()
         self.stats = Stats()
         # table_jobs (a job store, RedisTableJobs): table-level scans run beside the rows,
@@ -119,7 +127,8 @@ class PythonEngine:
     def _poll(self, timeout_s: float) -> list:
         # batch_size counts events; a packed record carries many of them
         self._asked = max(1, self._opts.batch_size // self._events_per_record)
-        return self.applier.call("poll", lambda: self._source.poll(self._asked, timeout_s))
+        return self.applier.call("poll", lambda: self._source.poll(self._asked, timeout_s),
+                                 self._poll_retry)
 
     def _finish(self, records, result: BatchResult) -> BatchResult:
         """Commit an applied batch's offsets (none past a table event still being scanned),

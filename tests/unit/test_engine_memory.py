@@ -164,3 +164,38 @@ def test_the_dedup_purge_bounds_an_idle_poll_too():
     clock.now += 1.5
     engine.step()
     assert source.timeouts == pytest.approx([2.0, 0.5])
+
+
+def test_polls_that_fail_are_retried_soon_whatever_the_engine_policy_allows(caplog):
+    """A broker away makes every poll fail; the consumer must not sleep seconds between two
+    of them, or it sleeps on after the broker serves again with the outage's backlog
+    waiting. Other calls keep the policy's own backoff."""
+    from cachesync.consumer.engine import POLL_RETRY_CAP_S
+    from cachesync.schema.errors import RetryableError
+    from cachesync.schema.retry import RetryPolicy
+
+    class Highest:                       # every backoff at its ceiling
+        @staticmethod
+        def uniform(_low, high):
+            return high
+
+    class Away(MemorySource):
+        failures = 9
+
+        def poll(self, max_records, timeout_s):
+            if self.failures:
+                self.failures -= 1
+                raise RetryableError("Kafka poll failed: 111 ECONNREFUSED")
+            return super().poll(max_records, timeout_s)
+    policy = RetryPolicy(base_s=0.001, cap_s=5.0, rand=Highest())
+    source = Away([record(0, change("a", 1))])
+    cache = MemoryCache()
+    cache.data["user:1"] = b"v"
+    engine = PythonEngine(source, MemoryDedupStore(), cache, MemoryDeadLetters(), MAPPINGS,
+                          retry=policy)
+    with caplog.at_level("WARNING", logger="cachesync.schema.retry"):
+        engine.step()
+    waits = [float(m.split("retrying in ")[1].split("s:")[0]) for m in caplog.messages]
+    assert len(waits) == 9 and "user:1" not in cache.data
+    assert waits[-1] == POLL_RETRY_CAP_S and max(waits) == POLL_RETRY_CAP_S
+    assert policy.backoff(9) == 0.512 and POLL_RETRY_CAP_S < 0.512     # capped for polls only
