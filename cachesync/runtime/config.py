@@ -523,7 +523,8 @@ class TailerSettings(_Validated):
                         what="a name of 1 to 64 letters, digits, '.', '_' or '-'")
     server_id: int = setting(88001, "replica server id; unique among the server's replicas",
                              lo=1, hi=2**32 - 1)
-    max_inflight: int = setting(20000, "unacknowledged rows before the tailer waits for Kafka",
+    max_inflight: int = setting(20000, "unacknowledged rows before the tailer waits for Kafka; "
+                                "it reads on once half of them are acknowledged",
                                 **AT_LEAST_1)
     checkpoint_interval_s: float = setting(0.5, "how often the acknowledged position is "
                                            "stored; `0` = after every transaction",

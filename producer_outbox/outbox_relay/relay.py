@@ -53,7 +53,7 @@ class Relay:
         # one record per row (the consumer reads packs too, but rows of many aggregates
         # rarely share a pack); marks saved about once per poll. The source bounds what is
         # unconfirmed (and logs while it waits): above that bound, the pipeline's own
-        # back-pressure (a flush that waits for every ack) never starts.
+        # back-pressure (a wait for acknowledgements) never starts.
         self._pipeline_settings = TailerSettings(
             pack_rows=1, max_inflight=settings.max_unconfirmed + 1,
             checkpoint_interval_s=settings.poll_interval_s)

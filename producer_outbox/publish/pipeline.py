@@ -43,6 +43,11 @@ DRAIN_TIMEOUT_S = 30        # a clean stop waits this long for the last acknowle
 # batches forever after a broker restart): the pipeline gives it up.
 DELIVERY_TIMEOUT_S = DELIVERY_TIMEOUT_MS / 1000
 WEDGED_MARGIN_S = 30.0
+# back-pressure: once tailer.max_inflight rows wait for Kafka, reading resumes when this share
+# of them is left (not after the last one: after a broker outage the binlog behind the
+# backlog is read while the backlog's acknowledgements come in)
+RESUME_SHARE = 0.5
+ROOM_WAIT_S = 0.5           # how often a wait for room checks for a failed or wedged client
 
 
 class PublisherWedged(RetryableError):
@@ -67,6 +72,8 @@ class Pipeline:
         self._partitions_read = -1.0  # when (monotonic), for packs spanning groups
         self._span = False            # packs span groups (the source signals idleness)
         self._lock = threading.Lock()  # acks arrive on the publisher's thread
+        self._room = threading.Condition(self._lock)    # back-pressure: acks made room
+        self._resume_at: int | None = None   # what a wait for room waits for (pending rows)
         self._failure: Exception | None = None
         self._refused = False       # a send raised at once (buffer full, no metadata)
         self._unsaved: list = []    # acknowledged groups a store not in_order failed to save
@@ -268,17 +275,24 @@ class Pipeline:
             raise RetryableError(f"Kafka send failed: {e}") from e
         self.published += rows if row else 0
         if self._tracker.pending >= self._settings.max_inflight:
-            self._flush_bounded()
+            self._await_room()
             self._raise_if_failed()
 
-    def _flush_bounded(self) -> None:
-        """Back-pressure: wait for the sends in flight, no longer than a healthy client
-        needs to settle them all."""
-        try:
-            self._publisher.flush(timeout_s=self._settle_s)
-        except (KafkaError, RetryableError):
-            self._raise_if_wedged()     # else the client failed otherwise
-            raise
+    def _await_room(self) -> None:
+        """Back-pressure: wait until the rows in flight are down to RESUME_SHARE of
+        ``tailer.max_inflight``, a send failed, or a stop was asked; raises PublisherWedged
+        when none was acknowledged for longer than a healthy client needs to settle them."""
+        resume_at = int(self._settings.max_inflight * RESUME_SHARE)
+        while not self._stop.is_set():
+            with self._room:
+                if self._tracker.pending <= resume_at or self._failure is not None:
+                    return
+                self._resume_at = resume_at
+                try:
+                    self._room.wait(ROOM_WAIT_S)
+                finally:
+                    self._resume_at = None
+            self._raise_if_wedged()
 
     # -- XA -----------------------------------------------------------------------------
     def _hold(self, _item: Hold) -> None:
@@ -350,6 +364,8 @@ class Pipeline:
         with self._lock:
             self._tracker.acked(txn, rows, now)
             self.acked += rows
+            if self._resume_at is not None and self._tracker.pending <= self._resume_at:
+                self._room.notify()
 
     def _on_acks(self, txns: list) -> None:
         now = self._clock()
@@ -357,6 +373,8 @@ class Pipeline:
             for txn, rows in txns:
                 self._tracker.acked(txn, rows, now)
                 self.acked += rows
+            if self._resume_at is not None and self._tracker.pending <= self._resume_at:
+                self._room.notify()
 
     @property
     def failed(self) -> bool:
@@ -367,7 +385,9 @@ class Pipeline:
     def _on_error(self, error: Exception) -> None:
         # Called on the publisher's I/O thread: record it; run() stops the pipeline
         # before the checkpoint can move past the failed send.
-        self._failure = error
+        with self._lock:
+            self._failure = error
+            self._room.notify()
 
     def _raise_if_failed(self) -> None:
         if self._failure is not None and is_permanent(self._failure):
