@@ -10,6 +10,7 @@ stay in the small lab (``--only consistency``).
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -81,6 +82,11 @@ def run(stack, quick: bool, runs: int = 1) -> dict:
         return _document(size, classes, ROOT / PLOT["quick" if subset else mode])
     finally:
         r.config_set("notify-keyspace-events", notify)
+        if os.environ.get("BENCH_NINES_SERIES"):     # the processes' logs beside the series
+            logs = Path(os.environ["BENCH_NINES_SERIES"])
+            logs.mkdir(parents=True, exist_ok=True)
+            for log_path in box.tmp.glob("*.log"):
+                shutil.copy(log_path, logs / log_path.name)
         box.cleanup()
 
 
