@@ -73,7 +73,10 @@ class Pipeline:
         self._span = False            # packs span groups (the source signals idleness)
         self._lock = threading.Lock()  # acks arrive on the publisher's thread
         self._room = threading.Condition(self._lock)    # back-pressure: acks made room
-        self._resume_at: int | None = None   # what a wait for room waits for (pending rows)
+        self._resume_at: int | None = None   # what a wait for room waits for (_unacked rows)
+        # rows handed to the publisher and not acknowledged: the tracker's pending rows less
+        # those counted in flight before their pack was sent (packs spanning groups)
+        self._unacked = 0
         self._failure: Exception | None = None
         self._refused = False       # a send raised at once (buffer full, no metadata)
         self._unsaved: list = []    # acknowledged groups a store not in_order failed to save
@@ -259,10 +262,13 @@ class Pipeline:
             self._xa.hold((key, value, msg_id, rows, partition, row), rows)
             return
         if counted:
+            with self._lock:
+                self._unacked += rows
             on_ack = lambda: self._on_acks(txn)     # noqa: E731
         else:
             with self._lock:
                 self._tracker.sent(txn, rows, self._idle_stamp())
+                self._unacked += rows
             on_ack = lambda: self._on_ack(txn, rows)    # noqa: E731
         try:
             self._publisher.send(self._topic, key, value, msg_id,
@@ -279,13 +285,15 @@ class Pipeline:
             self._raise_if_failed()
 
     def _await_room(self) -> None:
-        """Back-pressure: wait until the rows in flight are down to RESUME_SHARE of
-        ``tailer.max_inflight``, a send failed, or a stop was asked; raises PublisherWedged
-        when none was acknowledged for longer than a healthy client needs to settle them."""
+        """Back-pressure: wait until the rows sent and not acknowledged are down to
+        RESUME_SHARE of ``tailer.max_inflight``, a send failed, or a stop was asked; raises
+        PublisherWedged when none was acknowledged for longer than a healthy client needs to
+        settle them. (Rows of a group counted in flight before their pack is sent do not
+        count here: a group far larger than the bound goes out a pack at a time.)"""
         resume_at = int(self._settings.max_inflight * RESUME_SHARE)
         while not self._stop.is_set():
             with self._room:
-                if self._tracker.pending <= resume_at or self._failure is not None:
+                if self._unacked <= resume_at or self._failure is not None:
                     return
                 self._resume_at = resume_at
                 try:
@@ -364,7 +372,8 @@ class Pipeline:
         with self._lock:
             self._tracker.acked(txn, rows, now)
             self.acked += rows
-            if self._resume_at is not None and self._tracker.pending <= self._resume_at:
+            self._unacked -= rows
+            if self._resume_at is not None and self._unacked <= self._resume_at:
                 self._room.notify()
 
     def _on_acks(self, txns: list) -> None:
@@ -373,7 +382,8 @@ class Pipeline:
             for txn, rows in txns:
                 self._tracker.acked(txn, rows, now)
                 self.acked += rows
-            if self._resume_at is not None and self._tracker.pending <= self._resume_at:
+                self._unacked -= rows
+            if self._resume_at is not None and self._unacked <= self._resume_at:
                 self._room.notify()
 
     @property

@@ -383,6 +383,40 @@ def test_back_pressure_reads_on_once_half_of_max_inflight_is_acknowledged():
     assert store.saved[-1] == cp(42)
 
 
+def test_a_group_far_larger_than_max_inflight_goes_out_a_pack_at_a_time():
+    """With packs spanning groups, a group's rows count as in flight before their packs are
+    sent; the wait for room is for the rows sent, or it would wait for packs never sent."""
+    publisher = MemoryPublisher(auto_ack=False)
+    p, store = pipeline(publisher, pack_rows=3, max_inflight=3)
+    unacked_at_send, real_send = [], publisher.send
+
+    def send(*args, **kw):
+        unacked_at_send.append(len(publisher._waiting))
+        real_send(*args, **kw)
+    publisher.send = send
+    done = threading.Event()
+
+    def acker():                         # Kafka acknowledging whatever was sent
+        while not done.is_set():
+            publisher.ack_all()
+            time.sleep(0.001)
+    thread = threading.Thread(target=acker)
+    thread.start()
+    try:
+        run = threading.Thread(target=p.run, daemon=True, args=(
+            SpanningSource([Group(ctx(42), [rec(n) for n in range(12)], cp(42)), PULSE]),))
+        run.start()
+        run.join(10)
+        assert not run.is_alive(), "the pipeline waits for room no send can make"
+        p.flush_packs()
+        wait_until(lambda: p.acked == 12)
+    finally:
+        done.set()
+        thread.join(10)
+    p.save_checkpoint()
+    assert unacked_at_send == [0, 0, 0, 0] and store.saved[-1] == cp(42)
+
+
 def test_a_send_that_fails_while_the_tailer_waits_for_room_stops_it_with_that_error():
     publisher = MemoryPublisher(auto_ack=False)
     p, store = pipeline_with(Clock(), publisher, max_inflight=2)
