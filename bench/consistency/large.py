@@ -321,6 +321,7 @@ def verdict(raw: dict, window: float, t_end: float) -> dict:
            "stale_keys_after": len(raw["left"])}
     if raw["gone"]:                    # cachesync's cell: the lab's own share of its lags
         out["instrument"] = series.instrument(raw)
+    out["stale_beyond_lag_reads"] = beyond_lag_reads(raw, counts["beyond_lag_examples"])
     if not outages:
         out["per_read"] = measure.read_figure(counts)
         return out
@@ -340,6 +341,18 @@ def verdict(raw: dict, window: float, t_end: float) -> dict:
                       for (what, start, end), last in zip(outages, last_delayed(pairs, outages))]
     out["deadline_check"] = check
     return out
+
+
+def beyond_lag_reads(raw: dict, examples: list) -> list[dict]:
+    """The reads kept as stale beyond the lag (outside outages), by the row and seq whose value
+    they returned, on the series' clock (seconds since the cell's first commit)."""
+    if not examples:
+        return []
+    written = {value: (row, seq) for row, seq, value, *_ in raw["changes"]}
+    written.update({value: (row, seq) for row, (seq, value) in raw["base"].items()})
+    t0 = min(commit for _, _, _, commit, *_ in raw["changes"])
+    return [{"read": round(t - t0, 4), "row_seq": written.get(value),
+             "superseded": round(at - t0, 4)} for t, value, at in examples]
 
 
 def class_window(raw: dict) -> float:

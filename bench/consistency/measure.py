@@ -151,14 +151,19 @@ def supersessions(base: dict[int, tuple[int, int]],
     return out
 
 
+EXAMPLES = 20      # reads stale beyond the lag (outside skips) kept to be looked at
+
+
 def stale_read_counts(times, values, superseded: dict[int, float], window: float,
                       skip: list[tuple[float, float]] = ()) -> dict:
     """Reads ``(times[i], values[i])`` judged against the history: ``stale`` when the value
     had been superseded before the read started, ``stale_beyond_lag`` when more than
     ``window`` before. Reads starting inside a ``skip`` interval are counted apart
-    (``skipped``) and judged in the ``*_in_skip`` figures."""
+    (``skipped``) and judged in the ``*_in_skip`` figures. The first EXAMPLES reads stale
+    beyond the lag outside a skip are kept (``beyond_lag_examples``)."""
     reads = stale = beyond = 0
     skipped = stale_skip = beyond_skip = 0
+    examples: list[tuple[float, int, float]] = []     # (read, value, superseded at)
     get = superseded.get
     spans = merged(skip)
     starts, ends = [a for a, _ in spans], [b for _, b in spans]
@@ -179,8 +184,11 @@ def stale_read_counts(times, values, superseded: dict[int, float], window: float
         else:
             stale += 1
             beyond += late
+            if late and len(examples) < EXAMPLES:
+                examples.append((t, value, at))
     return {"reads": reads, "stale": stale, "stale_beyond_lag": beyond,
-            "skipped": skipped, "stale_in_skip": stale_skip, "stale_beyond_lag_in_skip": beyond_skip}
+            "skipped": skipped, "stale_in_skip": stale_skip, "stale_beyond_lag_in_skip": beyond_skip,
+            "beyond_lag_examples": examples}
 
 
 def merged(spans) -> list[tuple[float, float]]:

@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from bench.consistency import measure
+from bench.consistency import large, measure
 from bench.consistency.faults import CLASSES, Faults, Injector, shape
 from bench.consistency.strategies import (APP, BY_NAME, CACHESYNC, decode, headline,
                                           tables_config)
@@ -223,9 +223,18 @@ def test_stale_reads_are_judged_strictly_and_beyond_the_lag_and_outage_reads_apa
     values = [10, 10, 10, 11, 12, 10]      # fresh, stale 0.2, stale 0.8, stale 0.05, fresh, 3.0
     c = measure.stale_read_counts(times, values, superseded, window=0.5)
     assert (c["reads"], c["stale"], c["stale_beyond_lag"], c["skipped"]) == (6, 4, 2, 0)
+    assert c["beyond_lag_examples"] == [(1.8, 10, 1.0), (4.0, 10, 1.0)]
     c = measure.stale_read_counts(times, values, superseded, 0.5, skip=[(3.5, 4.5), (1.7, 1.9)])
     assert (c["reads"], c["stale"], c["stale_beyond_lag"]) == (4, 2, 0)
+    assert c["beyond_lag_examples"] == []          # inside the skips: counted apart
     assert (c["skipped"], c["stale_in_skip"], c["stale_beyond_lag_in_skip"]) == (2, 2, 2)
+
+
+def test_reads_stale_beyond_the_lag_are_named_by_the_row_and_seq_they_returned():
+    raw = {"changes": [(1, 1, 11, 5.0), (1, 2, 12, 6.0)], "base": {1: (0, 10)}}
+    kept = large.beyond_lag_reads(raw, [(7.5, 10, 5.0), (8.0, 11, 6.0)])
+    assert kept == [{"read": 2.5, "row_seq": (1, 0), "superseded": 0.0},
+                    {"read": 3.0, "row_seq": (1, 1), "superseded": 1.0}]
 
 
 def test_an_outage_moves_the_deadline_of_the_changes_it_delayed():
