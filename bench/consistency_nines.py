@@ -18,7 +18,7 @@ from bench.common import ROOT, Sandbox, log, wait_for
 from bench.consistency import large, plot, series
 from bench.consistency.chaos import await_ready
 from bench.consistency.faults import OUTSIDE_SHARE, P_FAULT, Faults
-from bench.consistency.load import FILL_DELAY_S, PIPELINE, READERS_NICE
+from bench.consistency.load import FILL_DELAY_S, PIPELINE, READERS_IDLE, READERS_NICE
 from bench.consistency.strategies import BY_NAME, DOUBLE_DELETE_S, TTL_S
 from bench.failover import _stack_sh
 
@@ -166,11 +166,14 @@ def _document(size: dict, classes: dict, plot_to: Path) -> dict:
                    "reads": f"MGET of {PIPELINE} keys per round trip; a miss is filled by the "
                             "strategy's reader",
                    "readers_nice": READERS_NICE,
+                   "readers_idle": READERS_IDLE,
                    "warm_up": f"before the first cell, a cachesync cell of {WARM_UP_SHARE:g} "
                               "of a cell's writes and reads without faults, not measured "
                               "(BENCH_NINES_WARM_UP)",
                    "priorities": f"the readers and their fill threads at nice {READERS_NICE} "
-                                 "(BENCH_NINES_READERS_NICE); the keyspace watcher at "
+                                 "(BENCH_NINES_READERS_NICE)"
+                                 + (", in SCHED_IDLE (BENCH_NINES_READERS_IDLE)" if READERS_IDLE
+                                    else "") + "; the keyspace watcher at "
                                  "SCHED_FIFO 1 where the host allows it (each cachesync "
                                  "cell's instrument.watcher_realtime); the writer, cachesync, "
                                  "MariaDB, Redis and Kafka at the normal priority",

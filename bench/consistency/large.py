@@ -27,7 +27,7 @@ from bench.consistency import measure, series
 from bench.consistency.chaos import ChaosInjector
 from bench.consistency.cpu import CpuSample, pid_file
 from bench.consistency.faults import OUTSIDE_SHARE, P_FAULT, Faults
-from bench.consistency.load import (NEVER, READERS_NICE, load_result, read_process,
+from bench.consistency.load import (NEVER, READERS_IDLE, READERS_NICE, load_result, read_process,
                                    watch_process, write_process)
 from bench.consistency.strategies import BY_NAME
 from bench.threads import tree_pids
@@ -100,6 +100,7 @@ class LargeCell:
         url = env["CACHESYNC_REDIS_URL"]
         cachesync = self.strategy.cachesync
         return {**self.size, "seed": self.seed, "readers_nice": READERS_NICE,
+                "readers_idle": READERS_IDLE,
                 "table": self.table, "cachesync": cachesync,
                 "template": f"{self.box.prefix}{self.table}:{{id}}",
                 "marker": marker_template(self.box.prefix) if cachesync else None,

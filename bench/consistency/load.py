@@ -16,10 +16,12 @@ CPU priority, so that on this one host the bulk of the application's CPU does no
 CPU of MariaDB, Redis, Kafka and cachesync. It is 19 by default (the lowest priority): the
 scheduler weighs each thread, and a reader process is a reader and its fill threads; they
 still take what the pipeline leaves idle (0.5-0.7 of the 2 cores at nice 19, 0.6-0.8 at
-nice 10). On a host that other jobs keep busy, niced readers get almost no CPU (4,200
-reads/s at nice 10 and load average 35, so a cell of 10^7 reads would take 40 minutes):
-BENCH_NINES_READERS_NICE=0 keeps them at the normal priority there, at the cost of the
-pipeline's CPU. The writer keeps the normal priority: its pace is the
+nice 10). BENCH_NINES_READERS_IDLE=1 (READERS_IDLE) also puts them in SCHED_IDLE, the policy
+for "only what nothing else wants": a thread of any other policy that wakes takes the CPU from
+them at once (a kill cell run so changed neither its drains nor its tailer restarts). On a
+host that other jobs keep busy, niced readers get almost no CPU (4,200 reads/s at nice 10 and
+load average 35, so a cell of 10^7 reads would take 40 minutes): BENCH_NINES_READERS_NICE=0
+keeps them at the normal priority there, at the cost of the pipeline's CPU. The writer keeps the normal priority: its pace is the
 cell's clock (a niced writer stretched a cell far beyond its 10^5 writes). The keyspace
 watcher is the lab's clock for cachesync's applies: it runs at a real-time priority
 (``as_clock``), since on a host loaded to 15-20 runnable processes per core it waited for a
@@ -52,6 +54,8 @@ from cachesync.client import read_through
 PIPELINE = 200            # keys per MGET (one round trip)
 # the readers' niceness (BENCH_NINES_READERS_NICE; see the module)
 READERS_NICE = int(os.environ.get("BENCH_NINES_READERS_NICE", "19"))
+# the readers in SCHED_IDLE (BENCH_NINES_READERS_IDLE=1; see the module)
+READERS_IDLE = os.environ.get("BENCH_NINES_READERS_IDLE", "0") == "1"
 FILL_QUEUE = 256          # misses waiting for a fill thread (the reader waits beyond)
 NEVER = float("inf")      # an invalidation that never came
 WATCHER_PRIORITY = 1      # the keyspace watcher's SCHED_FIFO priority (the lowest)
@@ -72,9 +76,13 @@ def _mysql(spec: dict, autocommit: bool):
 
 
 def as_application(spec: dict) -> None:
-    """Lower a reader's CPU priority by ``spec["readers_nice"]`` (see the module)."""
+    """Lower a reader's CPU priority by ``spec["readers_nice"]``, and with
+    ``spec["readers_idle"]`` put it in SCHED_IDLE (see the module); threads it starts after
+    this inherit both."""
     if spec["readers_nice"]:
         os.nice(spec["readers_nice"])
+    if spec["readers_idle"]:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
 
 
 # -- readers ---------------------------------------------------------------------------
