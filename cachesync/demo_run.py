@@ -11,6 +11,9 @@ import time
 import uuid
 from dataclasses import dataclass
 
+import pymysql
+
+ER_NO_SUCH_TABLE = 1146
 DEMO_SCHEMA = [
     "CREATE DATABASE IF NOT EXISTS demo",
     """CREATE TABLE IF NOT EXISTS demo.users (
@@ -33,6 +36,20 @@ def ensure_demo_schema(admin) -> None:
     with admin.cursor() as cur:
         for statement in DEMO_SCHEMA:
             cur.execute(statement)
+    admin.commit()
+
+
+def forget_demo_checkpoint(admin, state_db: str, tailer: str) -> None:
+    """Each demo's tailer starts at the server's current binlog position: the demo shows its
+    own writes, and a checkpoint left by an earlier demo may point into binlogs the server
+    has purged since (their expiry, a test), from which no tailer can resume."""
+    with admin.cursor() as cur:
+        try:
+            cur.execute(f"DELETE FROM `{state_db}`.cachesync_checkpoint WHERE name = %s",
+                        (tailer,))
+        except pymysql.err.ProgrammingError as e:
+            if e.args[0] != ER_NO_SUCH_TABLE:       # no tailer ever ran: nothing to forget
+                raise
     admin.commit()
 
 

@@ -12,8 +12,9 @@ import click
 
 from cachesync.commands.common import EXIT_CONFIG, EXIT_RUNTIME
 from cachesync.demo_run import (DIRECT_PIPELINE, KAFKA_PIPELINE, Pipeline, Write, demo_writes,
-                                ensure_demo_schema)
+                                ensure_demo_schema, forget_demo_checkpoint)
 from cachesync.devstack import DevStack
+from cachesync.runtime import config
 
 DEFAULT_ENV_FILE = ".devstack/env"
 
@@ -35,7 +36,8 @@ def command(env_file: str, writes: int, timeout: float, direct: bool) -> None:
     processes, then writes rows. Before each write it
     caches the rows' keys in Redis as an application would; after the commit it
     waits until cachesync has deleted them and prints the keys and the
-    commit->invalidation lag. Stops the children on exit, also on Ctrl-C.
+    commit->invalidation lag. Stops the children on exit, also on Ctrl-C. The demo's tailer
+    starts at the server's current binlog position each time (its checkpoint is forgotten).
     """
     if not os.path.exists(env_file):
         click.echo(f"cachesync demo: {env_file} not found; start the services first: "
@@ -47,6 +49,8 @@ def command(env_file: str, writes: int, timeout: float, direct: bool) -> None:
     admin = stack.admin(autocommit=False)
     cache = stack.redis()
     ensure_demo_schema(admin)
+    settings = config.load(cfg, env)
+    forget_demo_checkpoint(admin, settings.mysql.state_db, settings.tailer.name)
     lags = []
     with Pipeline(cfg, env, DIRECT_PIPELINE if direct else KAFKA_PIPELINE) as pipeline:
         click.echo("starting run --direct (no Kafka) ..." if direct else
