@@ -373,8 +373,7 @@ class Pipeline:
             self._tracker.acked(txn, rows, now)
             self.acked += rows
             self._unacked -= rows
-            if self._resume_at is not None and self._unacked <= self._resume_at:
-                self._room.notify()
+            self._wake_if_room()
 
     def _on_acks(self, txns: list) -> None:
         now = self._clock()
@@ -383,8 +382,12 @@ class Pipeline:
                 self._tracker.acked(txn, rows, now)
                 self.acked += rows
                 self._unacked -= rows
-            if self._resume_at is not None and self._unacked <= self._resume_at:
-                self._room.notify()
+            self._wake_if_room()
+
+    def _wake_if_room(self) -> None:
+        """Under the lock, after acknowledgements: wake a wait for room they made room for."""
+        if self._resume_at is not None and self._unacked <= self._resume_at:
+            self._room.notify()
 
     @property
     def failed(self) -> bool:

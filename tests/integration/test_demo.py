@@ -24,10 +24,7 @@ SUMMARY = re.compile(r"^8 writes: commit->invalidation lag p50 [0-9.]+ ms", re.M
 @pytest.mark.parametrize("args, started", [((), "starting tailer and consumer"),
                                            (("--direct",), "starting run --direct (no Kafka)")])
 def test_demo_invalidates_every_write(stack, args, started):
-    done = subprocess.run([sys.executable, "-m", "cachesync", "demo", "--writes", "8",
-                           "--env-file", str(default_env_file(ROOT)), *args],
-                          capture_output=True, text=True, timeout=300, cwd=ROOT,
-                          env={**os.environ, **stack.env})
+    done = run_demo(stack, *args)
     assert done.returncode == 0, done.stdout + done.stderr
     assert started in done.stdout
     assert len(re.findall(r"^lag +[0-9.]+ ms +\S", done.stdout, re.M)) == 8, done.stdout
@@ -46,9 +43,14 @@ def test_a_demo_starts_at_the_current_position_whatever_an_earlier_one_left(stac
             cur.execute("REPLACE INTO cachesync_checkpoint (name, server, gtid, updated_at) "
                         "VALUES ('demo', 'mariadb:1', '0-1-999999999', NOW(6))")    # not in any binlog
         conn.commit()
-    done = subprocess.run([sys.executable, "-m", "cachesync", "demo", "--writes", "8",
-                           "--env-file", str(default_env_file(ROOT))],
-                          capture_output=True, text=True, timeout=300, cwd=ROOT,
-                          env={**os.environ, **stack.env})
+    done = run_demo(stack)
     assert done.returncode == 0, done.stdout + done.stderr
     assert SUMMARY.search(done.stdout), done.stdout
+
+
+def run_demo(stack, *args: str) -> subprocess.CompletedProcess:
+    """``cachesync demo --writes 8 [args]`` on the devstack, its output captured."""
+    return subprocess.run([sys.executable, "-m", "cachesync", "demo", "--writes", "8",
+                           "--env-file", str(default_env_file(ROOT)), *args],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT,
+                          env={**os.environ, **stack.env})

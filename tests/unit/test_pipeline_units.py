@@ -21,6 +21,7 @@ from cachesync.producer_outbox.decode.rows import TxnContext
 from cachesync.producer_outbox.binlog.statements import TableChange
 from cachesync.schema.errors import FatalError, RetryableError
 from cachesync.schema.event import PACK_PREFIX, decode
+from tests.support import wait_for
 
 USERS = ("app", "users")
 
@@ -371,12 +372,12 @@ def test_back_pressure_reads_on_once_half_of_max_inflight_is_acknowledged():
     pending_at_send = sends_with_pending(publisher, p)
     run = threading.Thread(target=p.run, args=(MemorySource(group(42, *range(1, 7))),))
     run.start()
-    wait_until(lambda: len(publisher.sent) == 4)     # then it waits for room
+    wait_for(lambda: len(publisher.sent) == 4, 10, interval=0.001)     # then it waits for room
     assert run.is_alive() and len(publisher.sent) == 4
     publisher.ack_all(["id-1"])                     # 3 in flight: not yet
     assert len(publisher.sent) == 4
     publisher.ack_all(["id-2"])                     # 2 of 4: reading goes on
-    wait_until(lambda: len(publisher.sent) == 6)
+    wait_for(lambda: len(publisher.sent) == 6, 10, interval=0.001)
     publisher.ack_all()
     run.join(10)
     assert not run.is_alive() and pending_at_send == [1, 2, 3, 4, 3, 4]
@@ -409,7 +410,7 @@ def test_a_group_far_larger_than_max_inflight_goes_out_a_pack_at_a_time():
         run.join(10)
         assert not run.is_alive(), "the pipeline waits for room no send can make"
         p.flush_packs()
-        wait_until(lambda: p.acked == 12)
+        wait_for(lambda: p.acked == 12, 10, interval=0.001)
     finally:
         done.set()
         thread.join(10)
@@ -429,7 +430,7 @@ def test_a_send_that_fails_while_the_tailer_waits_for_room_stops_it_with_that_er
             errors.append(e)
     thread = threading.Thread(target=run)
     thread.start()
-    wait_until(lambda: len(publisher.sent) == 2)
+    wait_for(lambda: len(publisher.sent) == 2, 10, interval=0.001)
     publisher.fail_all(RetryableError("the publisher process died"))
     thread.join(10)
     assert not thread.is_alive() and "process died" in str(errors[0])
@@ -441,17 +442,10 @@ def test_a_stop_ends_a_wait_for_room():
     p, store = pipeline_with(Clock(), publisher, max_inflight=1)
     thread = threading.Thread(target=p.run, args=(MemorySource(group(42, 1, 2)),))
     thread.start()
-    wait_until(lambda: len(publisher.sent) == 1)
+    wait_for(lambda: len(publisher.sent) == 1, 10, interval=0.001)
     p.stop()
     thread.join(10)
     assert not thread.is_alive() and store.saved == []     # nothing acknowledged
-
-
-def wait_until(condition, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "the condition never held"
-        time.sleep(0.001)
 
 
 def test_closing_a_producer_with_unsettled_sends_force_closes_its_sender():
