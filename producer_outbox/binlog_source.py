@@ -60,11 +60,20 @@ class BinlogSource:
     """Committed groups of one binlog stream from ``start``; ``changes()`` raises
     RetryableError when the stream is cut inside a group, FatalError for an unreadable
     start, and the decode error of ``binlog_read`` for bytes no reader can decode.
-    ``changes()`` yields ``IDLE`` where the stream says it is idle (``signals_idle``)."""
+    ``changes()`` yields ``IDLE`` where the stream says it is idle (``signals_idle``).
+
+    ``reopen``: the stream was opened at ``start``'s file and position (``by_position``),
+    and ``reopen()`` opens it at ``start``'s GTID state. The first transaction read there
+    must be the one right after that state in its domain (``GtidState.is_next``); if it is
+    not, or anything else comes first, or reading there fails, nothing read there is used:
+    the stream is opened again by ``reopen()`` (``resumed_by`` says which held)."""
 
     def __init__(self, stream, info: ServerInfo, start: Checkpoint, mappings: MappingSet,
-                 matched: MatchedTables, encoder: RowEncoder, cluster: str = ""):
+                 matched: MatchedTables, encoder: RowEncoder, cluster: str = "",
+                 reopen: Callable[[], object] | None = None):
         self._stream, self._info, self._start = stream, info, start
+        self._reopen = reopen
+        self.resumed_by = "position" if reopen is not None else "gtid"
         self._mappings, self._matched, self._encoder = mappings, matched, encoder
         self._cluster = cluster
         self._identity = info.identity      # read twice per transaction
@@ -77,10 +86,10 @@ class BinlogSource:
         self._index = 0                         # the next row index of the open group
         self._xa: str | None = None             # the open group is XA (its xid, once known)
         self._event_pos: int | None = None      # the event being encoded (inside a FastGroup)
-        # whole transactions written in C from the fast reader's buffer (where compiled)
-        run = hotpath.compiled_run() if hasattr(stream, "plain_run") else None
-        self._runs = (CompiledRuns(run, stream, encoder, self._identity, cluster)
-                      if run is not None else None)
+        # the GTID state the first transaction must follow while the position is unconfirmed
+        self._confirming: GtidState | None = (
+            GtidState.parse(start.gtid) if reopen is not None and self._gtids else None)
+        self._runs = self._compiled_runs(stream)
         self.versions_not_newer = 0     # GTIDs that did not advance the history (versions)
         self.undecoded_events = 0       # events with rows cachesync cannot decode: table level
 
@@ -97,15 +106,50 @@ class BinlogSource:
     def close(self) -> None:
         self._stream.close()
 
+    def _compiled_runs(self, stream) -> CompiledRuns | None:
+        """Whole transactions written in C from the fast reader's buffer (where compiled)."""
+        run = hotpath.compiled_run() if hasattr(stream, "plain_run") else None
+        return (CompiledRuns(run, stream, self._encoder, self._identity, self._cluster)
+                if run is not None else None)
+
     # -- the groups -----------------------------------------------------------------------
     def changes(self) -> Iterator[Change]:
         if self._bad_start is not None:
             raise FatalError(f"stored checkpoint has an unreadable GTID state: "
                              f"{self._bad_start}") from self._bad_start
+        while True:
+            try:
+                yield from self._changes()
+                return
+            except (_Unconfirmed, RetryableError, FatalError) as e:
+                if self._confirming is None:
+                    raise
+                self._resume_by_gtid(e.__cause__ or e)     # the server's words, if any
+
+    def _resume_by_gtid(self, why: Exception) -> None:
+        """The position was not confirmed: the stream again, at the GTID state. Nothing
+        read at the position was yielded but IDLE and PULSE items."""
+        log.info("tailer: not resuming at %s:%s by file and position (%s): connecting by "
+                 "GTID %s", self._start.log_file, self._start.log_pos, why, self._start.gtid)
+        self._confirming = None
+        self._stream.close()
+        self._stream = self._reopen()
+        self._runs = self._compiled_runs(self._stream)
+        self._event_pos = None
+        self.resumed_by = "gtid"
+
+    def _confirm(self, event) -> None:
+        """Raises _Unconfirmed unless ``event`` is one that may come before the first
+        transaction at the position (a GTID event is checked where it is read)."""
+        if not isinstance(event, (*_GTID_EVENTS, HeartbeatLogEvent, RotateEvent)):
+            raise _Unconfirmed(f"{type(event).__name__} before any GTID event")
+
+    def _changes(self) -> Iterator[Change]:
         maps = TableMaps()
         events = read_events(self._stream, self._where)
         while True:
-            if self._runs is not None and self._ctx is None and self._xa is None:
+            if (self._runs is not None and self._ctx is None and self._xa is None
+                    and self._confirming is None):
                 run = self._runs.take(self._gtids)      # whole transactions, written in C
                 if run is not None:
                     yield self._plain_group(run)
@@ -119,6 +163,8 @@ class BinlogSource:
             if type(event) is FastGroup:        # a whole transaction framed at once
                 yield from self._fast_group(event, maps)
                 continue
+            if self._confirming is not None:
+                self._confirm(event)
             if isinstance(event, TableMapEvent):
                 maps.add(event.table_id, event.schema, event.table)
                 continue
@@ -270,6 +316,8 @@ class BinlogSource:
         else:
             gtid = parse_gtid(event.gtid)
             text = str(gtid)
+        if self._confirming is not None:
+            self._confirm_gtid(gtid)
         before = self._gtids.ordinal
         self._gtids.add(gtid)
         if self._gtids.ordinal <= before:
@@ -278,6 +326,17 @@ class BinlogSource:
         # own number: that survives a failover (schema.gtid, GtidState.ordinal)
         return TxnContext(self._identity, text, self._gtids.ordinal, float(event.timestamp),
                           gtid=True, cluster=self._cluster)
+
+    def _confirm_gtid(self, gtid: Gtid) -> None:
+        """The first transaction at the position: raises _Unconfirmed unless it is the one
+        right after the checkpoint's GTID state."""
+        if not self._confirming.is_next(gtid):
+            raise _Unconfirmed(f"the first transaction there is {gtid}, not the one after "
+                               f"{self._start.gtid}")
+        log.info("tailer resumed at %s:%s by file and position: its first transaction %s "
+                 "follows the checkpoint's GTID state", self._start.log_file,
+                 self._start.log_pos, gtid)
+        self._confirming = None
 
     def _statement(self, text: str, event) -> Iterator[Change]:
         """A COMMIT (XID), BEGIN, DML logged as a statement, or DDL."""
@@ -405,20 +464,34 @@ class BinlogSource:
                     "its rows until their TTL; check gtid_strict_mode=ON", gtid, after, before)
 
 
+class _Unconfirmed(Exception):
+    """What was read at a checkpoint's file and position does not follow its GTID state."""
+
+
+def by_position(start: Checkpoint, info: ServerInfo) -> bool:
+    """Whether a stored checkpoint is resumed by its file and position: it has a GTID state
+    (which confirms the position, ``BinlogSource``) and a position, and was written reading
+    this server. A server finds a GTID by reading its current binlog file from the start
+    (MariaDB before 11.4 without ``binlog_gtid_index``, and MySQL), which takes about a
+    second per few hundred MB; a position is found at once."""
+    return bool(start.gtid and start.log_file and start.log_pos
+                and start.server == info.identity)
+
+
 def open_stream(client_options: dict, server_id: int, reader: str, info: ServerInfo,
                 start: Checkpoint, heartbeat_s: float = STREAM_HEARTBEAT_S, blocking: bool = True,
-                idle_wait_s: float = 0.0):
+                idle_wait_s: float = 0.0, position: bool = False):
     """The binlog stream from ``start``: our fast reader (whole transactions at once) or the
     library's (``reader``); ``blocking=False`` ends at the end of the server's binlog (a
     whole file read once). ``idle_wait_s`` above 0: the fast reader yields IDLE when the
-    server stayed silent that long with nothing buffered (the library's never does)."""
-    kwargs = {}
-    if start.gtid is not None:
+    server stayed silent that long with nothing buffered (the library's never does).
+    ``start`` is connected to by its GTID state when it has one, unless ``position``."""
+    kwargs = {"is_mariadb": info.flavor == "mariadb"}
+    if start.gtid is not None and not position:
         # MariaDB: @slave_connect_state; MySQL: COM_BINLOG_DUMP_GTID with the GTID set.
-        kwargs.update(is_mariadb=info.flavor == "mariadb", auto_position=start.gtid)
+        kwargs.update(auto_position=start.gtid)
     else:
-        kwargs.update(log_file=start.log_file, log_pos=start.log_pos, resume_stream=True,
-                      is_mariadb=info.flavor == "mariadb")
+        kwargs.update(log_file=start.log_file, log_pos=start.log_pos, resume_stream=True)
     if reader_kind(reader) == "fast":
         kwargs.update(groups=True, idle_wait_s=idle_wait_s)
     return (DumpStreamReader if "groups" in kwargs else LibraryStreamReader)(

@@ -18,7 +18,8 @@ from cachesync.runtime.gc_pacing import paced
 from cachesync.runtime.config import TailerSettings
 from cachesync.producer_outbox.binlog import settings as binlog_settings
 from cachesync.producer_outbox.binlog_source import (STREAM_HEARTBEAT_S, BinlogSource,
-                                                     current_position, open_stream)
+                                                     by_position, current_position,
+                                                     open_stream)
 from cachesync.producer_outbox.unlogged_changes.cascades import Cascades
 from cachesync.producer_outbox.binlog.checkpoint import Checkpoint
 from cachesync.producer_outbox.binlog.dumpstream import reader_kind
@@ -150,15 +151,15 @@ class Tailer:
                 conn.close()
 
     def binlog_source(self, stream, info: ServerInfo, start: Checkpoint,
-                      encoder: RowEncoder | None = None) -> BinlogSource:
+                      encoder: RowEncoder | None = None, reopen=None) -> BinlogSource:
         """The change source of ``stream`` (read from ``start``) with this tailer's mappings,
         its rows encoded by ``encoder`` (default: one without the server's column types,
-        foreign keys and outbox tables)."""
+        foreign keys and outbox tables); ``reopen`` as BinlogSource takes it."""
         self.encoder = encoder or RowEncoder(self._mappings, self._matched,
                                              row_filter=self._opts.row_filter,
                                              max_record_bytes=self._opts.max_record_bytes)
         self.source = BinlogSource(stream, info, start, self._mappings, self._matched,
-                                   self.encoder, cluster=self._opts.cluster)
+                                   self.encoder, cluster=self._opts.cluster, reopen=reopen)
         return self.source
 
     def run(self) -> None:
@@ -202,12 +203,20 @@ class Tailer:
         log.info("tailer starting at %s (server %s, tables %s, %s binlog reader)",
                  start.describe(), info.identity, ", ".join(m.table for m in self._mappings.entries),
                  reader_kind(t.reader))
-        # packs span transactions when the reader says it is idle (sent then, or after
-        # PACK_LINGER_S while busy)
-        stream = open_stream(self._mysql.client_options(), t.server_id, t.reader, info, start,
-                             self._opts.heartbeat_s,
-                             idle_wait_s=PACK_LINGER_S if t.pack_rows > 1 else 0.0)
-        return self.binlog_source(stream, info, start, encoder)
+
+        def opened(position: bool):
+            # packs span transactions when the reader says it is idle (sent then, or after
+            # PACK_LINGER_S while busy)
+            return open_stream(self._mysql.client_options(), t.server_id, t.reader, info,
+                               start, self._opts.heartbeat_s,
+                               idle_wait_s=PACK_LINGER_S if t.pack_rows > 1 else 0.0,
+                               position=position)
+        # a stored checkpoint of this server: at its file and position, confirmed by its
+        # GTID state (else by GTID, BinlogSource); an operator's start as given
+        if self._opts.start is None and by_position(start, info):
+            return self.binlog_source(opened(True), info, start, encoder,
+                                      reopen=lambda: opened(False))
+        return self.binlog_source(opened(False), info, start, encoder)
 
     def _column_types(self) -> ColumnTypes:
         """The mapped tables' column types, read now (and after DDL)."""

@@ -105,6 +105,18 @@ class GtidState:
             self.ordinal += 1
             _insert(self._intervals.setdefault(gtid.source, []), gtid.ordinal, gtid.ordinal)
 
+    def is_next(self, gtid: Gtid) -> bool:
+        """Whether ``gtid`` is the transaction right after this state in its own domain
+        (MariaDB: the domain's last seq_no + 1) or source (MySQL: the uuid's, or uuid and
+        tag's, highest gno + 1). False for a domain or source the state does not hold."""
+        if gtid.flavor != self.flavor:
+            return False
+        if gtid.flavor == MARIADB:
+            mine = self._domains.get(int(gtid.source))
+            return mine is not None and gtid.ordinal == mine.ordinal + 1
+        intervals = self._intervals.get(gtid.source)
+        return bool(intervals) and gtid.ordinal == intervals[-1][1] + 1
+
     def last_per_domain(self) -> dict[int, int]:
         """MariaDB: each domain's last seq_no (empty for MySQL)."""
         return {domain: gtid.ordinal for domain, gtid in self._domains.items()}

@@ -245,14 +245,27 @@ def _varlen(data: bytes, at: int) -> tuple[int, int]:
 
 class GtidPositioned:
     """A stream reader whose ``auto_position`` may hold tagged GTIDs: the library is given a
-    set it can parse, and the connection sends the real one (FramedConnection.gtid_set)."""
+    set it can parse, and the connection sends the real one (FramedConnection.gtid_set).
+
+    Without a GTID state it connects by file and position on both flavors: the library's
+    MariaDB connection ignores the file and position (it sends position 4 of the first
+    file), so it is told the server is MariaDB only while it connects by GTID."""
 
     _auto_position_text: str | None = None
+    _mariadb = False
+
+    @property
+    def is_mariadb(self) -> bool:
+        return self._mariadb and bool(self._auto_position_text)
+
+    @is_mariadb.setter
+    def is_mariadb(self, value: bool) -> None:
+        self._mariadb = value
 
     @property
     def auto_position(self):
         text = self._auto_position_text
-        if not text or getattr(self, "is_mariadb", False):
+        if not text or self._mariadb:
             return text
         return _STANDIN if ":" in text and _has_tag(text) else text
 

@@ -114,9 +114,13 @@ def u(i, email):
 class _Stream(list):
     """The reader's iteration plus the position attributes the tailer reads."""
     log_file, log_pos, auto_position = "binlog.000003", 4, None
+    closed = False
 
     def resume_from(self, gtid: str) -> None:
         self.auto_position = gtid
+
+    def close(self) -> None:
+        self.closed = True
 
 
 class _Publisher:
