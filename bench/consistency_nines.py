@@ -30,6 +30,8 @@ NOTIFY = "Kg"      # keyspace notifications of generic commands (DEL, UNLINK): t
 # (BENCH_NINES_WARM_UP; 0: none)
 WARM_UP_SHARE = float(os.environ.get("BENCH_NINES_WARM_UP", "0.1"))
 WARM_UP = Faults("warm-up", "no faults: the load before the first cell, not measured")
+# kafka.client of cachesync's processes (BENCH_NINES_KAFKA_CLIENT; default: the default, auto)
+KAFKA_CLIENT = os.environ.get("BENCH_NINES_KAFKA_CLIENT", "auto")
 
 
 class Pipeline:
@@ -43,7 +45,8 @@ class Pipeline:
                                 metrics={"listen": "127.0.0.1:0"},
                                 # static membership, as a pod runs it: a consumer restarted
                                 # under its id takes its partitions back without a rebalance
-                                kafka={"group_instance_id": f"nines-{box.suffix}-consume"})
+                                kafka={"group_instance_id": f"nines-{box.suffix}-consume",
+                                       "client": KAFKA_CLIENT})
         self.configs = {"tail": path, "consume": path}
         self.probe_topic = box.new_topic(1)     # the injector's check that the broker serves
         self.procs = {c: box.spawn(c, path) for c in ("tail", "consume")}
@@ -167,6 +170,7 @@ def _document(size: dict, classes: dict, plot_to: Path) -> dict:
                             "strategy's reader",
                    "readers_nice": READERS_NICE,
                    "readers_idle": READERS_IDLE,
+                   "kafka_client": f"{KAFKA_CLIENT} (BENCH_NINES_KAFKA_CLIENT)",
                    "warm_up": f"before the first cell, a cachesync cell of {WARM_UP_SHARE:g} "
                               "of a cell's writes and reads without faults, not measured "
                               "(BENCH_NINES_WARM_UP)",
