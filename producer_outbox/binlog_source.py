@@ -73,7 +73,6 @@ class BinlogSource:
                  reopen: Callable[[], object] | None = None):
         self._stream, self._info, self._start = stream, info, start
         self._reopen = reopen
-        self.resumed_by = "position" if reopen is not None else "gtid"
         self._mappings, self._matched, self._encoder = mappings, matched, encoder
         self._cluster = cluster
         self._identity = info.identity      # read twice per transaction
@@ -89,6 +88,10 @@ class BinlogSource:
         # the GTID state the first transaction must follow while the position is unconfirmed
         self._confirming: GtidState | None = (
             GtidState.parse(start.gtid) if reopen is not None and self._gtids else None)
+        if reopen is not None and self._confirming is None and self._bad_start is None:
+            stream.close()      # nothing would confirm the position (not connected yet)
+            self._stream = stream = reopen()
+        self.resumed_by = "position" if self._confirming is not None else "gtid"
         self._runs = self._compiled_runs(stream)
         self.versions_not_newer = 0     # GTIDs that did not advance the history (versions)
         self.undecoded_events = 0       # events with rows cachesync cannot decode: table level

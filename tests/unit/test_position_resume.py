@@ -170,3 +170,10 @@ def test_by_position_both_flavors_send_the_file_and_position_then_reconnect_by_g
     assert stream.is_mariadb is False
     stream.resume_from(gtid)
     assert (stream.auto_position, stream.is_mariadb) == (gtid, info is MARIADB)
+
+
+def test_a_position_with_no_gtid_state_to_confirm_it_is_not_used():
+    reopen, stream = _Reopen(AFTER_41), _Stream(with_table_maps(AFTER_41[3:]))
+    ids, _, source = resume(stream, reopen, MARIADB, "")
+    assert ids == [1, 2] and reopen.calls == 1 and stream.closed
+    assert source.resumed_by == "gtid"
