@@ -32,6 +32,8 @@ WARM_UP_SHARE = float(os.environ.get("BENCH_NINES_WARM_UP", "0.1"))
 WARM_UP = Faults("warm-up", "no faults: the load before the first cell, not measured")
 # kafka.client of cachesync's processes (BENCH_NINES_KAFKA_CLIENT; default: the default, auto)
 KAFKA_CLIENT = os.environ.get("BENCH_NINES_KAFKA_CLIENT", "auto")
+# kafka.session_timeout_ms of the consumer (BENCH_NINES_SESSION_TIMEOUT_MS; default: the default)
+SESSION_TIMEOUT_MS = os.environ.get("BENCH_NINES_SESSION_TIMEOUT_MS")
 
 
 class Pipeline:
@@ -46,7 +48,9 @@ class Pipeline:
                                 # static membership, as a pod runs it: a consumer restarted
                                 # under its id takes its partitions back without a rebalance
                                 kafka={"group_instance_id": f"nines-{box.suffix}-consume",
-                                       "client": KAFKA_CLIENT})
+                                       "client": KAFKA_CLIENT, **(
+                                           {"session_timeout_ms": int(SESSION_TIMEOUT_MS)}
+                                           if SESSION_TIMEOUT_MS else {})})
         self.configs = {"tail": path, "consume": path}
         self.probe_topic = box.new_topic(1)     # the injector's check that the broker serves
         self.procs = {c: box.spawn(c, path) for c in ("tail", "consume")}
@@ -171,6 +175,8 @@ def _document(size: dict, classes: dict, plot_to: Path) -> dict:
                    "readers_nice": READERS_NICE,
                    "readers_idle": READERS_IDLE,
                    "kafka_client": f"{KAFKA_CLIENT} (BENCH_NINES_KAFKA_CLIENT)",
+                   "session_timeout_ms": f"{SESSION_TIMEOUT_MS or 'the default'} "
+                                         "(BENCH_NINES_SESSION_TIMEOUT_MS)",
                    "warm_up": f"before the first cell, a cachesync cell of {WARM_UP_SHARE:g} "
                               "of a cell's writes and reads without faults, not measured "
                               "(BENCH_NINES_WARM_UP)",
