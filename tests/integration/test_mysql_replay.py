@@ -110,12 +110,20 @@ def test_compressed_transactions_are_decoded(replay, lab, reader):
     assert "binlog_transaction_compression=ON" in settings
 
 
+def checkpoint_row(lab) -> tuple | None:
+    """(gtid, log_file, log_pos) of the test's tailer checkpoint, None before the first."""
+    rows = lab.sql("SELECT gtid, log_file, log_pos FROM cachesync.cachesync_checkpoint "
+                   "WHERE name = %s", (f"tailer-{lab.suffix}",))
+    return tuple(rows[0]) if rows else None
+
+
 @pytest.mark.parametrize("reader", ["fast", "library"])
 def test_tagged_gtids_are_kept_and_resumed_from(replay, lab, reader):
-    """MySQL 8.4 tagged GTIDs: the checkpoint keeps the tag, and a restarted tailer resumes
-    with the tagged set (COM_BINLOG_DUMP_GTID in the tagged encoding): the primary skips
-    what the set holds and the tailer reads only the new transaction. The server's
-    gtid_executed holds a tag already at the first start."""
+    """MySQL 8.4 tagged GTIDs: the checkpoint keeps the tag. A restarted tailer resumes at the
+    checkpoint's file and position, which the tag's next transaction confirms; one whose
+    position the server does not have resumes with the tagged set (COM_BINLOG_DUMP_GTID in
+    the tagged encoding): the primary skips what the set holds and the tailer reads only the
+    new transaction. The server's gtid_executed holds a tag already at the first start."""
     replay.write(mb.WRITE_ROWS, [(8, "y@x")])
     replay.write(mb.WRITE_ROWS, [(9, "z@x")], tag="init")        # gtid_executed at start
     cfg = replay.config(reader)
@@ -128,14 +136,29 @@ def test_tagged_gtids_are_kept_and_resumed_from(replay, lab, reader):
              what="the tagged checkpoint")
     tailer.terminate()
     tailer.wait(30)
+    _, file, pos = checkpoint_row(lab)
     lab.cache("user:4")
     replay.write(mb.WRITE_ROWS, [(4, "e@x")], tag="batch")
-    lab.start_tailer(cfg)
+    tailer = lab.start_tailer(cfg)
     wait_gone(lab, "user:4")
-    assert replay.primary.dumps[-1] == ("gtid", sorted(
-        [(UUID, "", 1), (UUID, "init", 2), (UUID, "batch", 3)])), replay.primary.dumps
+    assert replay.primary.dumps[-1] == ("file", file, pos), replay.primary.dumps
     wait_for(lambda: replay.checkpoint() == f"{UUID}:1:batch:3-4:init:2", 60,
-             what="the checkpoint past the resumed transaction")
+             what="the checkpoint past the transaction resumed by position")
+    tailer.terminate()
+    tailer.wait(30)
+
+    lab.sql("UPDATE cachesync.cachesync_checkpoint SET log_file = 'binlog.999999' "
+            "WHERE name = %s", (f"tailer-{lab.suffix}",))
+    lab.cache("user:5")
+    replay.write(mb.WRITE_ROWS, [(5, "f@x")], tag="batch")
+    lab.start_tailer(cfg)
+    wait_gone(lab, "user:5")
+    assert replay.primary.dumps[-2][:2] == ("file", "binlog.999999"), replay.primary.dumps
+    assert replay.primary.dumps[-1] == ("gtid", sorted(
+        [(UUID, "", 1), (UUID, "init", 2), (UUID, "batch", 3), (UUID, "batch", 4)])), \
+        replay.primary.dumps
+    wait_for(lambda: replay.checkpoint() == f"{UUID}:1:batch:3-5:init:2", 60,
+             what="the checkpoint past the transaction resumed by GTID")
 
 
 @pytest.mark.parametrize("reader", ["fast", "library"])
@@ -180,12 +203,7 @@ def test_compressed_transactions_resume_from_a_file_position(replay, lab, reader
     replay.write(mb.WRITE_ROWS, [(1, "a@x")], compressed=True, gtid=False)
     wait_gone(lab, "user:1")
     end = replay.file.end
-
-    def position():
-        rows = lab.sql("SELECT gtid, log_file, log_pos FROM cachesync.cachesync_checkpoint "
-                       "WHERE name = %s", (f"tailer-{lab.suffix}",))
-        return rows[0] if rows else None
-    wait_for(lambda: position() == (None, "binlog.000001", end), 60,
+    wait_for(lambda: checkpoint_row(lab) == (None, "binlog.000001", end), 60,
              what="the checkpoint at the payload's end")
     tailer.terminate()
     tailer.wait(30)
@@ -194,7 +212,7 @@ def test_compressed_transactions_resume_from_a_file_position(replay, lab, reader
     lab.start_tailer(cfg)
     wait_gone(lab, "user:2")
     assert replay.primary.dumps[-1] == ("file", "binlog.000001", end), replay.primary.dumps
-    wait_for(lambda: position() == (None, "binlog.000001", replay.file.end), 60,
+    wait_for(lambda: checkpoint_row(lab) == (None, "binlog.000001", replay.file.end), 60,
              what="the checkpoint past the second payload")
 
 
