@@ -54,6 +54,8 @@ _SECRETS = re.compile(r"""((?:IDENTIFIED\s+(?:(?:WITH|VIA)\s+\S+\s+)?(?:BY|AS|US
                       r"""(?:PASSWORD\s*\(?\s*)?|PASSWORD\s*\(\s*)('(?:[^'\\]|\\.|'')*'|"(?:[^"\\]|\\.)*")""", re.I)
 # MySQL's GtidEvent ("uuid:gno") and MariaDB's ("domain-server-seq"); both open a transaction.
 _GTID_EVENTS = (GtidEvent, MariadbGtidEvent)
+# what may come at a checkpoint's position before its first transaction's GTID event
+_BEFORE_FIRST_TRANSACTION = (*_GTID_EVENTS, HeartbeatLogEvent, RotateEvent)
 
 
 class BinlogSource:
@@ -85,13 +87,12 @@ class BinlogSource:
         self._index = 0                         # the next row index of the open group
         self._xa: str | None = None             # the open group is XA (its xid, once known)
         self._event_pos: int | None = None      # the event being encoded (inside a FastGroup)
-        # the GTID state the first transaction must follow while the position is unconfirmed
-        self._confirming: GtidState | None = (
-            GtidState.parse(start.gtid) if reopen is not None and self._gtids else None)
-        if reopen is not None and self._confirming is None and self._bad_start is None:
+        # the position is unconfirmed: the first transaction must follow the GTID state
+        self._confirming = reopen is not None and bool(self._gtids)
+        if reopen is not None and not self._confirming and self._bad_start is None:
             stream.close()      # nothing would confirm the position (not connected yet)
             self._stream = stream = reopen()
-        self.resumed_by = "position" if self._confirming is not None else "gtid"
+        self.resumed_by = "position" if self._confirming else "gtid"
         self._runs = self._compiled_runs(stream)
         self.versions_not_newer = 0     # GTIDs that did not advance the history (versions)
         self.undecoded_events = 0       # events with rows cachesync cannot decode: table level
@@ -125,7 +126,7 @@ class BinlogSource:
                 yield from self._changes()
                 return
             except (_Unconfirmed, RetryableError, FatalError) as e:
-                if self._confirming is None:
+                if not self._confirming:
                     raise
                 self._resume_by_gtid(e.__cause__ or e)     # the server's words, if any
 
@@ -134,7 +135,7 @@ class BinlogSource:
         read at the position was yielded but IDLE and PULSE items."""
         log.info("tailer: not resuming at %s:%s by file and position (%s): connecting by "
                  "GTID %s", self._start.log_file, self._start.log_pos, why, self._start.gtid)
-        self._confirming = None
+        self._confirming = False
         self._stream.close()
         self._stream = self._reopen()
         self._runs = self._compiled_runs(self._stream)
@@ -144,7 +145,7 @@ class BinlogSource:
     def _confirm(self, event) -> None:
         """Raises _Unconfirmed unless ``event`` is one that may come before the first
         transaction at the position (a GTID event is checked where it is read)."""
-        if not isinstance(event, (*_GTID_EVENTS, HeartbeatLogEvent, RotateEvent)):
+        if not isinstance(event, _BEFORE_FIRST_TRANSACTION):
             raise _Unconfirmed(f"{type(event).__name__} before any GTID event")
 
     def _changes(self) -> Iterator[Change]:
@@ -152,7 +153,7 @@ class BinlogSource:
         events = read_events(self._stream, self._where)
         while True:
             if (self._runs is not None and self._ctx is None and self._xa is None
-                    and self._confirming is None):
+                    and not self._confirming):
                 run = self._runs.take(self._gtids)      # whole transactions, written in C
                 if run is not None:
                     yield self._plain_group(run)
@@ -166,7 +167,7 @@ class BinlogSource:
             if type(event) is FastGroup:        # a whole transaction framed at once
                 yield from self._fast_group(event, maps)
                 continue
-            if self._confirming is not None:
+            if self._confirming:
                 self._confirm(event)
             if isinstance(event, TableMapEvent):
                 maps.add(event.table_id, event.schema, event.table)
@@ -319,7 +320,7 @@ class BinlogSource:
         else:
             gtid = parse_gtid(event.gtid)
             text = str(gtid)
-        if self._confirming is not None:
+        if self._confirming:
             self._confirm_gtid(gtid)
         before = self._gtids.ordinal
         self._gtids.add(gtid)
@@ -333,13 +334,13 @@ class BinlogSource:
     def _confirm_gtid(self, gtid: Gtid) -> None:
         """The first transaction at the position: raises _Unconfirmed unless it is the one
         right after the checkpoint's GTID state."""
-        if not self._confirming.is_next(gtid):
+        if not self._gtids.is_next(gtid):      # (the state is still the checkpoint's)
             raise _Unconfirmed(f"the first transaction there is {gtid}, not the one after "
                                f"{self._start.gtid}")
         log.info("tailer resumed at %s:%s by file and position: its first transaction %s "
                  "follows the checkpoint's GTID state", self._start.log_file,
                  self._start.log_pos, gtid)
-        self._confirming = None
+        self._confirming = False
 
     def _statement(self, text: str, event) -> Iterator[Change]:
         """A COMMIT (XID), BEGIN, DML logged as a statement, or DDL."""

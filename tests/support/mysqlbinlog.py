@@ -27,6 +27,7 @@ HEARTBEAT = 27
 # column types (MySQL field_types.h)
 LONG, VARCHAR, LONGLONG = 3, 15, 8
 HEADER_LEN = 19
+OK_BYTE = b"\x00"     # a dump reply's first byte when an event follows
 SERVER_VERSION = "8.4.3"
 # post-header lengths a MySQL 8.4/9.x server declares in its format description, by type - 1,
 # each the length its event class in libs/mysql/binlog/event declares (0: none, or an event

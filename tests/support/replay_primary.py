@@ -404,11 +404,11 @@ class _Session(socketserver.BaseRequestHandler):
         """Send the events from file ``index`` at ``pos`` on; skip the transactions of
         ``executed`` ((uuid, tag, gno) triples), as MySQL's dump thread does."""
         current = self.primary.files[index]
-        self._send(b"\x00" + mb.event(mb.ROTATE, mb.rotate(pos, current.name), 0,
+        self._send(mb.OK_BYTE + mb.event(mb.ROTATE, mb.rotate(pos, current.name), 0,
                                       current.server_id, timestamp=0, checksum=current.checksum,
                                       flags=_LOG_EVENT_ARTIFICIAL_F))
         if pos > 4:     # the file's format description first, at end position 0
-            self._send(b"\x00" + _with_pos(current.events[0][1], 0, current.checksum))
+            self._send(mb.OK_BYTE + _with_pos(current.events[0][1], 0, current.checksum))
         skipping = False
         while True:
             with self.primary.changed:
@@ -420,7 +420,7 @@ class _Session(socketserver.BaseRequestHandler):
                 if data[4] in (mb.GTID, mb.GTID_TAGGED):
                     skipping = executed is not None and current.gtids.get(start) in executed
                 if not (skipping and data[4] not in _ALWAYS_SENT):
-                    self._send(b"\x00" + data)
+                    self._send(mb.OK_BYTE + data)
                 pos = start + len(data)
             if pending:
                 continue
@@ -441,7 +441,7 @@ class _Session(socketserver.BaseRequestHandler):
                     beat = mb.event(mb.HEARTBEAT, current.name.encode(), pos, current.server_id,
                                     timestamp=0, checksum=current.checksum,
                                     flags=_LOG_EVENT_ARTIFICIAL_F)
-                    self._send(b"\x00" + beat)
+                    self._send(mb.OK_BYTE + beat)
 
 
 _ALWAYS_SENT = frozenset((mb.FORMAT_DESCRIPTION, mb.ROTATE, mb.PREVIOUS_GTIDS))

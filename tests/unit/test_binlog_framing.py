@@ -23,10 +23,9 @@ from cachesync.producer_outbox.binlog.eventtypes import (DECODED, EXPANDED, NO_R
 from cachesync.producer_outbox.binlog.framing import UndecodedEvent, own_event, parse_tagged_gtid
 from cachesync.schema.gtid import MYSQL, Gtid
 from tests.support import mysqlbinlog as mb
+from tests.support.mysqlbinlog import OK_BYTE
 from tests.support.binlog import UUID
 from tests.support.shared import recorded, shared_file
-
-OK_BYTE = bytes([0])          # a reply's first byte when an event follows
 
 ZSTD_MAGIC = zstandard.FRAME_HEADER      # a zstd frame's first bytes (RFC 8878)
 COMPRESSED_FILES = ["mysql-bin.compressed", "transaction_compression.000001"]

@@ -21,8 +21,7 @@ import pytest
 from cachesync.producer_outbox.binlog.checksums import (FORMAT_DESCRIPTION, LOG_EVENT_BINLOG_IN_USE_F,
                                                  BinlogChecksumError, verify)
 from tests.support import realbinlog as rb
-
-OK_BYTE = bytes([0])          # a reply's first byte when an event follows
+from tests.support.mysqlbinlog import OK_BYTE
 
 CHECKSUMMED = [n for n in rb.names() if rb.RealFile(n, rb.split_events(rb.file_bytes(n))).checksum]
 ROWS = frozenset((23, 24, 25, 30, 31, 32))
