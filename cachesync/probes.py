@@ -75,6 +75,12 @@ class KafkaOffsets:
         metadata request)."""
         self._run(lambda admin: self._partitions(admin, topic))
 
+    def serving(self, topic: str) -> None:
+        """Raises RetryableError unless every partition of ``topic`` has a leader that
+        answers (its latest offset): the topic takes sends again."""
+        self._run(lambda admin: self._offsets(admin, self._partitions(admin, topic),
+                                              OffsetSpec.LATEST))
+
     @staticmethod
     def _partitions(admin, topic: str) -> list[TopicPartition]:
         described = admin.describe_topics([topic])

@@ -321,11 +321,15 @@ def start_publisher(settings: Settings):
 
 
 def build_tailer(settings: Settings, start: Checkpoint | None = None, publisher=None,
-                 topic: str | None = None, started=None) -> Tailer:
+                 topic: str | None = None, started=None, checkpoints=None,
+                 drain_timeout_s: float | None = None) -> Tailer:
     """The binlog tailer publishing to Kafka (or to ``publisher`` on ``topic``: direct mode);
     ``start`` overrides the stored checkpoint (``tail --from-...``); ``started``: a
     :func:`start_publisher` to publish with (default: one started now, beside the tailer's
-    preflight and binlog connect)."""
+    preflight and binlog connect); ``checkpoints``: the store (default: the tailer's row in
+    the state database). Publishing to Kafka with ``tailer.on_kafka_outage: invalidate``,
+    its run stops with KafkaUnreachable after ``tailer.kafka_outage_after_s`` without an
+    acknowledgement (cachesync.kafka_outage)."""
     from cachesync.producer_outbox.binlog.checkpoint import MySQLCheckpointStore
     from cachesync.producer_outbox.binlog.heartbeat import own_rows_only
     # the binlog reader needs compiled libraries (zstandard) that Spark executors, which
@@ -336,11 +340,16 @@ def build_tailer(settings: Settings, start: Checkpoint | None = None, publisher=
     owns = publisher is None
     if owns:
         publisher = started or start_publisher(settings)
+    outage = owns and t.on_kafka_outage == "invalidate"
+    extra = {} if drain_timeout_s is None else {"drain_timeout_s": drain_timeout_s}
     return Tailer(source, publisher,
-                  MySQLCheckpointStore(mysql_params(settings).connect, t.name), mappings(settings),
+                  checkpoints or MySQLCheckpointStore(mysql_params(settings).connect, t.name),
+                  mappings(settings),
                   TailerOptions(topic or settings.kafka.topic, t,
                                 row_filter=own_rows_only(settings.mysql.state_db, t.name),
-                                start=start, owns_publisher=owns, cluster=settings.source.id))
+                                start=start, owns_publisher=owns, cluster=settings.source.id,
+                                outage_after_s=t.kafka_outage_after_s if outage else None,
+                                **extra))
 
 
 def build_direct(settings: Settings, on_batch=None):
@@ -360,6 +369,26 @@ def build_direct(settings: Settings, on_batch=None):
     queue = InProcessQueue()
     tailer = build_tailer(settings, publisher=queue, topic="direct")
     engine = build_engine(settings, on_batch, source=queue, dead_letters=LogDeadLetters())
+    return DirectSidecar(tailer, engine, queue)
+
+
+def build_outage_fallback(settings: Settings):
+    """What the tailer runs while Kafka does not serve (``tailer.on_kafka_outage:
+    invalidate``): direct mode, except that ids are claimed in the consumer group's dedup
+    namespace (the consumer then skips what it applied when the tailer publishes the range
+    again) and its checkpoint is kept in memory only, from the stored one (which stays at
+    what Kafka acknowledged). A stop gives up what is queued at once: it is published."""
+    from cachesync.direct import DirectSidecar, InProcessQueue, LogDeadLetters
+    from cachesync.producer_outbox.binlog.checkpoint import (HeldCheckpoints,
+                                                             MySQLCheckpointStore)
+    settings = replace(settings, consumer=replace(settings.consumer,
+                                                  namespace=settings.dedup_namespace),
+                       tailer=replace(settings.tailer, pack_rows=1))
+    stored = MySQLCheckpointStore(mysql_params(settings).connect, settings.tailer.name)
+    queue = InProcessQueue()
+    tailer = build_tailer(settings, publisher=queue, topic="direct",
+                          checkpoints=HeldCheckpoints(stored), drain_timeout_s=0.0)
+    engine = build_engine(settings, source=queue, dead_letters=LogDeadLetters())
     return DirectSidecar(tailer, engine, queue)
 
 

@@ -10,6 +10,7 @@ re-publishes with the same deterministic ids; the consumer drops the duplicates.
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping
 
@@ -28,7 +29,7 @@ from cachesync.producer_outbox.decode.matched import MatchedTables
 from cachesync.runtime.mysql import MySQLParams, binlog_status
 from cachesync.producer_outbox.decode.outbox_binlog import OutboxRouter
 from cachesync.producer_outbox.encode.packing import PACK_LINGER_S
-from cachesync.producer_outbox.publish.pipeline import Pipeline
+from cachesync.producer_outbox.publish.pipeline import DRAIN_TIMEOUT_S, Pipeline
 from cachesync.producer_outbox.ports import CheckpointStore, Publisher
 from cachesync.producer_outbox.binlog.preflight import ServerInfo, check_server
 from cachesync.producer_outbox.publish.kafka_publisher import MAX_RECORD_BYTES
@@ -60,6 +61,9 @@ class TailerOptions:
     # the tailer made its publisher (build_tailer): run() closes it when it ends, so a
     # restarted tailer leaves no producer (or producer process) behind
     owns_publisher: bool = False
+    # sends unacknowledged this long stop the run with KafkaUnreachable (None: wait for Kafka)
+    outage_after_s: float | None = None
+    drain_timeout_s: float = DRAIN_TIMEOUT_S    # a clean stop waits this long for the last acks
 
 
 class _Count:
@@ -103,6 +107,15 @@ class Tailer:
     # published without a payload or keys that were not valid JSON
     outbox_events = _Count("encoder.outbox", "events")
     outbox_invalid = _Count("encoder.outbox", "invalid")
+    # 1 when this tailer's run stopped because Kafka acknowledged nothing for
+    # tailer.kafka_outage_after_s
+    kafka_outages = _Count("pipeline")
+
+    @property
+    def outage_applied(self) -> int:
+        """Events applied to Redis directly after this tailer's run stopped for a Kafka
+        outage (the direct runs cachesync.kafka_outage adds to ``outage_fallbacks``)."""
+        return sum(direct.engine.stats.applied for direct in self.outage_fallbacks)
 
     @property
     def schema_read_failures(self) -> int:
@@ -119,10 +132,12 @@ class Tailer:
         self._mysql, self._publisher, self._checkpoints = mysql, publisher, checkpoints
         self._mappings, self._opts = mappings, options
         self._matched = MatchedTables(mappings)    # exact and pattern-matched tables
-        self.pipeline = Pipeline(publisher, checkpoints, options.topic, options.settings)
+        self.pipeline = Pipeline(publisher, checkpoints, options.topic, options.settings,
+                                 outage_after_s=options.outage_after_s)
         # the run's read path (``_assemble``), for their counters
         self.encoder: RowEncoder | None = None
         self.source: BinlogSource | None = None
+        self.outage_fallbacks: list = []    # direct runs after a Kafka outage (kafka_outage)
         self.unlogged_risks = 0     # what may change mapped tables unlogged (named at start)
         self._unlogged_check_failed = 0     # 1: that check could not run (WARNING)
 
@@ -189,7 +204,7 @@ class Tailer:
             self.pipeline.run(source)
         finally:
             source.close()
-            self.pipeline.drain()
+            self.pipeline.drain(self._opts.drain_timeout_s)
 
     def _assemble(self, info: ServerInfo, start: Checkpoint) -> BinlogSource:
         """The read path, built in one place from the bottom up: the binlog stream (reader
@@ -280,10 +295,19 @@ class Tailer:
 
     def _close(self) -> None:
         owned = [self._publisher] if self._opts.owns_publisher else []
-        for part in [self._checkpoints, *owned]:
+        if owned and self.pipeline.kafka_outages:
+            # Kafka does not serve: what the publisher holds is read again, nothing waits
+            # for it to give up its sends
+            threading.Thread(target=self._close_parts, args=(owned, 0),
+                             name="cachesync-publisher-close", daemon=True).start()
+            owned = []
+        self._close_parts([self._checkpoints, *owned])
+
+    def _close_parts(self, parts: list, *args) -> None:
+        for part in parts:
             try:
                 close = getattr(part, "close", None)
                 if close is not None:
-                    close()
+                    close(*args)
             except Exception as e:     # closing must not hide why the tailer ended
                 log.warning("tailer: closing %s failed: %s", type(part).__name__, e)

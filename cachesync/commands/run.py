@@ -17,7 +17,7 @@ from cachesync.operate import consumer_ops, monitor_hook, tail_ops
 from cachesync.standby import ActiveStandby
 from cachesync.supervisor import run_together
 from cachesync.tailer_stack import tailer_stack
-from cachesync.wiring import build_direct, build_engine, build_tailer
+from cachesync.wiring import build_direct, build_engine, build_outage_fallback, build_tailer
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,8 @@ def _run_pipeline(settings) -> ActiveStandby:
         engine = build_engine(settings, on_batch=metrics.on_batch,
                               hooks=monitor_hook(settings, ops))
         closing.callback(engine.close)
-        tailer = tailer_stack(settings, lambda: tailers.track(build_tailer(settings)))
+        tailer = tailer_stack(settings, lambda: tailers.track(build_tailer(settings)),
+                              lambda: build_outage_fallback(settings))
         run_together({"tailer": tailer, "consumer": engine}, on_termination)
     s = engine.stats
     log.info("consumer: %d consumed, %d applied, %d duplicates, %d dead-lettered",

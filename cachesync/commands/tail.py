@@ -13,7 +13,7 @@ from cachesync.runtime.metrics import tailer_active, tailer_totals
 from cachesync.operate import tail_ops
 from cachesync.producer_outbox.binlog.checkpoint import Checkpoint
 from cachesync.tailer_stack import tailer_stack
-from cachesync.wiring import build_tailer, start_publisher
+from cachesync.wiring import build_outage_fallback, build_tailer, start_publisher
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ def _tail(settings, start: Checkpoint | None, spare: list) -> None:
         once, first[0] = first[0], None     # a restart resumes from the checkpoint
         started, spare[0] = spare[0], None
         return tailers.track(build_tailer(settings, once, started=started))
-    supervisor = tailer_stack(settings, build)
+    supervisor = tailer_stack(settings, build, lambda: build_outage_fallback(settings))
     tailer_active(ops.registry, settings.tailer.name, lambda: supervisor.active)
     on_termination(supervisor.stop)
     try:

@@ -556,6 +556,16 @@ class TailerSettings(_Validated):
     on_lost_position: str = setting("fail", "the checkpoint's binlog is gone (purged): `fail` "
                                     "(exit 3, naming it) or `resync` (run `cachesync resync`, "
                                     "then go on tailing)", choices=("fail", "resync"))
+    on_kafka_outage: str = setting(
+        "invalidate", "Kafka acknowledges no send for `tailer.kafka_outage_after_s`: "
+        "`invalidate` = the tailer applies the changes to Redis itself (claimed in the "
+        "consumer group's dedup namespace, as the consumer would) from its checkpoint until "
+        "Kafka serves the topic again, then publishes from that checkpoint, which did not "
+        "move (the consumer skips what was applied); `wait` = the tailer waits for Kafka "
+        "and the cache waits with it", choices=("invalidate", "wait"))
+    kafka_outage_after_s: float = setting(
+        1.0, "how long sends may go unacknowledged before `tailer.on_kafka_outage` applies",
+        **POSITIVE)
     source_hosts: str = setting(
         "", "read the binlog from these servers instead of `mysql.host` (comma-separated `host` "
         "or `host:port`, port default `mysql.port`; the first that answers, tried again in "

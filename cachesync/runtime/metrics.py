@@ -57,6 +57,13 @@ CONSUMER_COUNTERS = {
                                               "of the group ran", "table_scans_reused"),
 }
 TAILER_COUNTERS = {
+    "cachesync_tailer_kafka_outages": ("Times the tailer's sends went unacknowledged for "
+                                       "tailer.kafka_outage_after_s (Kafka not serving)",
+                                       "kafka_outages"),
+    "cachesync_tailer_outage_events_applied": ("Events the tailer applied to Redis itself "
+                                               "while Kafka did not serve "
+                                               "(tailer.on_kafka_outage: invalidate)",
+                                               "outage_applied"),
     "cachesync_tailer_rows_published": ("Binlog row events sent to Kafka", "published"),
     "cachesync_tailer_table_events": ("Table-level changes of mapped tables published "
                                       "(TRUNCATE, DROP, RENAME, DROP DATABASE, statement DML)",

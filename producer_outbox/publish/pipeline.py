@@ -48,6 +48,7 @@ WEDGED_MARGIN_S = 30.0
 # backlog is read while the backlog's acknowledgements come in)
 RESUME_SHARE = 0.5
 ROOM_WAIT_S = 0.5           # how often a wait for room checks for a failed or wedged client
+OUTAGE_CHECK_S = 0.05       # how often a running pipeline checks for unacknowledged sends
 
 
 class PublisherWedged(RetryableError):
@@ -55,13 +56,21 @@ class PublisherWedged(RetryableError):
     client is stuck; replace it and send again from the checkpoint (or the leases)."""
 
 
+class KafkaUnreachable(RetryableError):
+    """Sends stayed unacknowledged for the pipeline's ``outage_after_s``: Kafka does not
+    serve the topic now. The checkpoint stays at what Kafka acknowledged; the tailer's
+    ``tailer.on_kafka_outage`` says what happens until it serves again."""
+
+
 class Pipeline:
     """Publishes what a change source yields to ``topic`` and moves the checkpoint."""
 
     def __init__(self, publisher: Publisher, checkpoints: CheckpointStore, topic: str,
                  settings: TailerSettings = TailerSettings(),
-                 clock: Callable[[], float] = time.monotonic):
-        """``clock``: the wedged-publisher check's (PublisherWedged)."""
+                 clock: Callable[[], float] = time.monotonic,
+                 outage_after_s: float | None = None):
+        """``clock``: the wedged-publisher and outage checks'; ``outage_after_s``: raise
+        KafkaUnreachable when sends stay unacknowledged this long (None: wait for Kafka)."""
         self._publisher, self._checkpoints, self._topic = publisher, checkpoints, topic
         self._clock = clock
         self._settings = settings
@@ -85,6 +94,8 @@ class Pipeline:
         self._settle_s = (getattr(publisher, "delivery_timeout_s", None)
                           or DELIVERY_TIMEOUT_S) + WEDGED_MARGIN_S
         self._wedged = False
+        self._outage_after_s = outage_after_s
+        self.kafka_outages = 0      # 1: this pipeline stopped because Kafka did not acknowledge
         self._txn = None                            # the open group's tracker entry
         self._xa: XaGroup | None = None             # the open group is XA: records held
         self._prepared: dict[str, PreparedGroup] = {}    # xid -> group awaiting its decision
@@ -109,6 +120,8 @@ class Pipeline:
         (``signals_idle``: it yields ``Idle``, where they are sent)."""
         self._span = self._packer is not None and getattr(source, "signals_idle", False)
         save_every, last_save = self._settings.checkpoint_interval_s, time.monotonic()
+        check_outage = self._outage_after_s is not None
+        last_check = last_save
         handlers = self._handlers()
         record = self._record
         for item in source.changes():
@@ -121,7 +134,11 @@ class Pipeline:
             handlers[kind](item)
             if kind is Pulse or kind is Commit or kind is Group or kind is Idle:
                 # after each source event
-                if time.monotonic() - last_save >= save_every:
+                now = time.monotonic()
+                if check_outage and now - last_check >= OUTAGE_CHECK_S:
+                    last_check = now
+                    self._raise_if_unreachable()
+                if now - last_save >= save_every:
                     self.save_checkpoint()
                     last_save = time.monotonic()
                     self._raise_if_wedged()
@@ -300,6 +317,7 @@ class Pipeline:
                     self._room.wait(ROOM_WAIT_S)
                 finally:
                     self._resume_at = None
+            self._raise_if_unreachable()
             self._raise_if_wedged()
 
     # -- XA -----------------------------------------------------------------------------
@@ -430,6 +448,23 @@ class Pipeline:
         log.warning(message)
         raise PublisherWedged(message)
 
+    def _raise_if_unreachable(self) -> None:
+        """Raises KafkaUnreachable when sends have been in flight with none acknowledged for
+        ``outage_after_s`` (never without it)."""
+        if self._outage_after_s is None:
+            return
+        with self._lock:
+            stalled, pending = self._tracker.stalled_since(), self._tracker.pending
+        if stalled is None:
+            return
+        waited = self._clock() - stalled
+        if waited < self._outage_after_s:
+            return
+        self.kafka_outages = 1
+        raise KafkaUnreachable(f"Kafka acknowledged none of {pending} send(s) for "
+                               f"{waited:.1f}s (tailer.kafka_outage_after_s "
+                               f"{self._outage_after_s:g})")
+
     def save_checkpoint(self) -> None:
         """Store the progress acknowledged since the last save, if any: the newest checkpoint
         whose groups are all acknowledged (a store ``in_order``), else every acknowledged
@@ -459,8 +494,9 @@ class Pipeline:
         """On a stop: send the open packs, wait (up to ``timeout_s``) for acks, then store
         the last safe checkpoint. Nothing to wait for after a failed send or from a wedged
         client; a flush that times out is retryable (the next start sends from the
-        checkpoint), so it never turns a restart into an exit."""
-        if self._failure is None and not self._wedged:
+        checkpoint), so it never turns a restart into an exit. After KafkaUnreachable the
+        sends in flight are given up at once: what they carry is read again."""
+        if self._failure is None and not self._wedged and not self.kafka_outages:
             if self._span:      # counted rows; otherwise the open group's, not closed
                 self.flush_packs()
             try:
