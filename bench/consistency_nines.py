@@ -34,6 +34,8 @@ WARM_UP = Faults("warm-up", "no faults: the load before the first cell, not meas
 KAFKA_CLIENT = os.environ.get("BENCH_NINES_KAFKA_CLIENT", "auto")
 # kafka.session_timeout_ms of the consumer (BENCH_NINES_SESSION_TIMEOUT_MS; default: the default)
 SESSION_TIMEOUT_MS = os.environ.get("BENCH_NINES_SESSION_TIMEOUT_MS")
+# tailer.on_kafka_outage of the tailer (BENCH_NINES_ON_KAFKA_OUTAGE; default: the default)
+ON_KAFKA_OUTAGE = os.environ.get("BENCH_NINES_ON_KAFKA_OUTAGE")
 
 
 class Pipeline:
@@ -50,7 +52,9 @@ class Pipeline:
                                 kafka={"group_instance_id": f"nines-{box.suffix}-consume",
                                        "client": KAFKA_CLIENT, **(
                                            {"session_timeout_ms": int(SESSION_TIMEOUT_MS)}
-                                           if SESSION_TIMEOUT_MS else {})})
+                                           if SESSION_TIMEOUT_MS else {})},
+                                **({"tailer": {"on_kafka_outage": ON_KAFKA_OUTAGE}}
+                                   if ON_KAFKA_OUTAGE else {}))
         self.configs = {"tail": path, "consume": path}
         self.probe_topic = box.new_topic(1)     # the injector's check that the broker serves
         self.procs = {c: box.spawn(c, path) for c in ("tail", "consume")}
@@ -177,6 +181,8 @@ def _document(size: dict, classes: dict, plot_to: Path) -> dict:
                    "kafka_client": f"{KAFKA_CLIENT} (BENCH_NINES_KAFKA_CLIENT)",
                    "session_timeout_ms": f"{SESSION_TIMEOUT_MS or 'the default'} "
                                          "(BENCH_NINES_SESSION_TIMEOUT_MS)",
+                   "on_kafka_outage": f"{ON_KAFKA_OUTAGE or 'the default, invalidate'} "
+                                      "(BENCH_NINES_ON_KAFKA_OUTAGE)",
                    "warm_up": f"before the first cell, a cachesync cell of {WARM_UP_SHARE:g} "
                               "of a cell's writes and reads without faults, not measured "
                               "(BENCH_NINES_WARM_UP)",

@@ -54,7 +54,7 @@ class InProcessQueue:
             self._callbacks[offset] = (on_ack, on_error)
             self._cond.notify_all()
 
-    def partitions(self, topic: str) -> list[int]:
+    def partitions(self, topic: str, timeout_s: float | None = None) -> list[int]:
         """One in-process partition (the tailer sends a table-level event to each)."""
         return [PARTITION]
 

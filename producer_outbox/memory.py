@@ -53,7 +53,7 @@ class MemoryPublisher:
                 return
         on_ack()
 
-    def partitions(self, topic: str) -> list[int]:
+    def partitions(self, topic: str, timeout_s: float | None = None) -> list[int]:
         return list(range(self._partitions))
 
     def ack_all(self, msg_ids: Iterable[str] | None = None) -> int:

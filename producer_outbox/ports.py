@@ -177,8 +177,9 @@ class Publisher(Protocol):
              on_ack: Callable[[], None], on_error: Callable[[Exception], None],
              partition: int | None = None) -> None: ...
 
-    def partitions(self, topic: str) -> list[int]:
-        """The topic's partition ids, sorted; raises RetryableError without metadata."""
+    def partitions(self, topic: str, timeout_s: float | None = None) -> list[int]:
+        """The topic's partition ids, sorted; raises RetryableError without metadata (after
+        ``timeout_s``, or the client's own limit)."""
         ...
 
     def flush(self, timeout_s: float | None = None) -> None:

@@ -122,8 +122,9 @@ class KafkaPublisher:
         future.add_callback(lambda _meta: on_ack())
         future.add_errback(on_error)
 
-    def partitions(self, topic: str) -> list[int]:
-        """The topic's partition ids, sorted (from the producer's metadata; waits for it)."""
+    def partitions(self, topic: str, timeout_s: float | None = None) -> list[int]:
+        """The topic's partition ids, sorted (from the producer's metadata: at once once
+        known, else waiting for it up to its max_block_ms, whatever ``timeout_s``)."""
         try:
             return sorted(self._producer.partitions_for(topic))
         except KafkaError as e:

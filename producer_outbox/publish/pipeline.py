@@ -168,8 +168,23 @@ class Pipeline:
             if time.monotonic() - self._partitions_read < 1.0:
                 return
             self.flush_packs()
-        self._partitions = len(self._publisher.partitions(self._topic))
+        self._partitions = len(self._partition_ids())
         self._partitions_read = time.monotonic()
+
+    def _partition_ids(self) -> list[int]:
+        """The topic's partitions. With ``outage_after_s`` the publisher waits that long for
+        them, and then the count read before is kept (whether Kafka serves is for the
+        acknowledgements to say: the outage check); without one, KafkaUnreachable."""
+        if self._outage_after_s is None:
+            return self._publisher.partitions(self._topic)
+        try:
+            return self._publisher.partitions(self._topic, timeout_s=self._outage_after_s)
+        except RetryableError as e:
+            if not self._partitions:
+                self.kafka_outages = 1
+                raise KafkaUnreachable(f"no metadata for the topic within "
+                                       f"{self._outage_after_s:g}s: {e}") from e
+            return list(range(self._partitions))
 
     def _commit(self, item: Commit) -> None:
         self._close(item.checkpoint)
@@ -242,7 +257,7 @@ class Pipeline:
         """One table-level event per changed mapped table, a copy to every partition so that
         it is ordered after the table's earlier rows wherever they went."""
         self.flush_packs(self._txn)       # rows packed so far go first, in every partition
-        partitions = self._publisher.partitions(self._topic)
+        partitions = self._partition_ids()
         for change in changes:
             if self._xa is not None:        # held: an overflow or late decision still names it
                 self._xa.touch(change.db, change.table)

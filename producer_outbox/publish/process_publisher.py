@@ -88,9 +88,10 @@ class ProcessPublisher:
         seq = self._register(self._pending, (on_ack, on_error))
         self._enqueue(("send", seq, topic, key, value, msg_id, partition))
 
-    def partitions(self, topic: str) -> list[int]:
+    def partitions(self, topic: str, timeout_s: float | None = None) -> list[int]:
         """The topic's partition ids, sorted; raises RetryableError without metadata."""
-        return self._request("partitions", topic)
+        return self._request("partitions", (topic, timeout_s),
+                             wait_s=None if timeout_s is None else timeout_s + REPLY_MARGIN_S)
 
     def flush(self, timeout_s: float | None = None) -> None:
         """Wait until every record sent before it was acknowledged and its callback ran."""
@@ -434,7 +435,7 @@ class _Child:
         """Run a request and reply; True when it was the last (close)."""
         try:
             if kind == "partitions":
-                value = self._publisher.partitions(arg)
+                value = self._publisher.partitions(*arg)
             elif kind == "flush":
                 value = self._publisher.flush(arg)
             elif kind == "close":

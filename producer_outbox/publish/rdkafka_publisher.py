@@ -161,14 +161,16 @@ class RdKafkaPublisher:
             except KafkaException as e:  # refused before queueing (too large, bad topic)
                 raise _error(e.args[0]) from None
 
-    def partitions(self, topic: str) -> list[int]:
+    def partitions(self, topic: str, timeout_s: float | None = None) -> list[int]:
         """The topic's partition ids, sorted (from the broker's metadata), waiting up to
-        MAX_BLOCK_S for a broker to answer (kafka-python's partitions_for waits as long)."""
+        ``timeout_s`` (default MAX_BLOCK_S, as long as kafka-python's partitions_for) for a
+        broker to answer."""
         from confluent_kafka import KafkaException
-        deadline = time.monotonic() + MAX_BLOCK_S
+        deadline = time.monotonic() + (MAX_BLOCK_S if timeout_s is None else timeout_s)
         while True:
+            wait = max(0.01, min(CONNECT_TIMEOUT_S, deadline - time.monotonic()))
             try:
-                found = self._producer.list_topics(topic, timeout=CONNECT_TIMEOUT_S).topics.get(topic)
+                found = self._producer.list_topics(topic, timeout=wait).topics.get(topic)
                 why = (found.error.str() if found is not None and found.error else
                        "not found" if found is None or not found.partitions else None)
             except KafkaException as e:

@@ -50,8 +50,8 @@ class StartingPublisher:
     def send(self, *args, **kwargs) -> None:
         self.started().send(*args, **kwargs)
 
-    def partitions(self, topic: str) -> list[int]:
-        return self.started().partitions(topic)
+    def partitions(self, topic: str, timeout_s: float | None = None) -> list[int]:
+        return self.started().partitions(topic, timeout_s)
 
     def flush(self, *args, **kwargs) -> None:
         self.started().flush(*args, **kwargs)

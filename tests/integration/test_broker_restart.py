@@ -1,4 +1,6 @@
-"""Changes committed while the Kafka broker was down are applied soon after it serves again.
+"""With ``tailer.on_kafka_outage: wait``, changes committed while the Kafka broker was down are
+applied soon after it serves again (the default, ``invalidate``, applies them during the outage:
+test_kafka_outage.py).
 
 The tailer's producer and the consumer reconnect with a short backoff (100 ms at most), so
 once the restarted broker acknowledges a produce, what waited for it reaches Redis within
@@ -39,7 +41,8 @@ def test_changes_made_while_the_broker_was_down_are_applied_soon_after_it_serves
     lab.sql("INSERT INTO users VALUES " + ", ".join(f"({i}, 'a')" for i in range(ROWS)))
     probe_topic = f"{lab.topic}.probe"
     create_topics(lab.stack.bootstrap, {probe_topic: 1})
-    cfg = lab.write_config({"users": {"keys": ["user:{id}"]}}, kafka={"client": client})
+    cfg = lab.write_config({"users": {"keys": ["user:{id}"]}}, kafka={"client": client},
+                           tailer={"on_kafka_outage": "wait"})
     procs = {"tail": lab.start_tailer(cfg), "consume": lab.spawn("consume", cfg)}
     keys = [f"{lab.prefix}user:{i}" for i in range(ROWS)]
     lab.redis.set(keys[0], b"cached", ex=600)

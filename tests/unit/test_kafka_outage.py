@@ -257,3 +257,43 @@ def test_other_errors_of_the_tailer_reach_the_caller():
     with pytest.raises(RetryableError, match="MySQL gone"):
         f.run()
     assert f.outages == 0
+
+
+class MetadataGone(MemoryPublisher):
+    """Three partitions until ``gone``; then no metadata within the wait it is given."""
+
+    def __init__(self):
+        super().__init__(auto_ack=False)
+        self.gone, self.waits = False, []
+
+    def partitions(self, topic, timeout_s=None):
+        self.waits.append(timeout_s)
+        if self.gone:
+            raise RetryableError(f"no metadata for topic {topic!r}")
+        return [0, 1, 2]
+
+
+def test_metadata_waits_are_bounded_and_a_known_partition_count_is_kept_through_an_outage():
+    clock, publisher = Clock(), MetadataGone()
+    p, store = outage_pipeline(clock, publisher, pack_rows=10)
+
+    def items():
+        yield from group(41, 1)
+        publisher.ack_all()
+        publisher.gone = True
+        yield from group(42, 2)         # its pack goes out to the partition of three
+        clock.now += AFTER_S
+        yield PULSE
+    with pytest.raises(KafkaUnreachable, match="none of 1 send"):
+        p.run(source(items))
+    assert publisher.waits == [AFTER_S, AFTER_S] and len(publisher.sent) == 2
+    assert store.saved[-1] == cp(41)
+
+
+def test_no_metadata_before_any_partition_count_is_known_is_an_outage():
+    publisher = MetadataGone()
+    publisher.gone = True
+    p, _ = outage_pipeline(Clock(), publisher, pack_rows=10)
+    with pytest.raises(KafkaUnreachable, match="no metadata for the topic within 1s"):
+        p.run(MemorySource(group(42, 1)))
+    assert p.kafka_outages == 1 and publisher.sent == []

@@ -1,0 +1,76 @@
+"""While the Kafka broker is down, the tailer invalidates directly (``tailer.on_kafka_outage:
+invalidate``, the default): changes committed during the outage leave Redis while the broker
+is still down; once it serves, the tailer publishes the range again from its checkpoint and
+the consumer skips those events as done (the keys refilled meanwhile stay)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+
+import pytest
+
+from bench.failover import first_produce
+from tests.support import (REPO, create_topics, endpoints, metrics_showing, stack_command,
+                           wait_for)
+
+pytestmark = pytest.mark.integration
+
+ROWS = 40
+
+
+def metric(text: str, name: str) -> float:
+    found = re.search(rf"^{name} (\S+)$", text, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
+def test_changes_of_an_outage_leave_redis_before_the_broker_is_back_and_are_published_after(lab):
+    lab.sql("CREATE TABLE users (id BIGINT PRIMARY KEY, name VARCHAR(32))")
+    lab.sql("INSERT INTO users VALUES " + ", ".join(f"({i}, 'a')" for i in range(ROWS)))
+    probe_topic = f"{lab.topic}.probe"
+    create_topics(lab.stack.bootstrap, {probe_topic: 1})
+    cfg = lab.write_config({"users": {"keys": ["user:{id}"]}})
+    tail, consume = lab.start_tailer(cfg), lab.spawn("consume", cfg)
+    [tail_url], [consume_url] = endpoints(lab, tail, 1), endpoints(lab, consume, 1)
+    keys = [f"{lab.prefix}user:{i}" for i in range(ROWS)]
+    lab.redis.set(keys[0], b"cached", ex=600)
+    lab.sql("UPDATE users SET name = 'b' WHERE id = 0")
+    wait_for(lambda: not lab.redis.exists(keys[0]), 120, interval=0.05, what="consuming")
+    applied = metric(metrics_showing([consume_url], ["cachesync_consumer_events_applied_total 1.0"]),
+                     "cachesync_consumer_events_applied_total")
+
+    stack_command("down", "kafka")
+    for key in keys:
+        lab.redis.set(key, b"cached", ex=600)
+    lab.sql("UPDATE users SET name = 'c'")                 # committed while the broker is down
+    wait_for(lambda: not lab.redis.exists(*keys), 60, interval=0.05,
+             what="the outage's changes applied while the broker is still down")
+    assert "applying changes to Redis directly from the checkpoint" in lab.log(tail)
+    metrics_showing([tail_url], ["cachesync_tailer_kafka_outages_total 1.0",
+                                 f"cachesync_tailer_outage_events_applied_total {ROWS}.0"])
+    for key in keys:                    # the application fills them again (the new rows)
+        lab.redis.set(key, b"c", ex=600)
+
+    up = subprocess.Popen([os.path.join(REPO, "devstack", "stack.sh"), "up", "kafka"],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        first_produce(lab.stack.bootstrap, probe_topic, 600, clock=time.monotonic)
+    finally:
+        _, err = up.communicate(timeout=600)
+    assert up.returncode == 0, err[-2000:]
+    wait_for(lambda: "Kafka serves the topic again" in lab.log(tail), 60,
+             what="the tailer publishing again")
+    # the range is published again and the consumer finds every event of it done
+    metrics_showing([consume_url], [f"cachesync_consumer_duplicates_skipped_total {ROWS}.0"],
+                    timeout_s=120)
+    assert all(lab.redis.get(key) == b"c" for key in keys), "a refilled key was deleted again"
+    lab.redis.set(keys[1], b"cached", ex=600)
+    lab.sql("UPDATE users SET name = 'd' WHERE id = 1")      # and the pipeline goes on
+    wait_for(lambda: not lab.redis.exists(keys[1]), 60, interval=0.05,
+             what="a change after the outage through Kafka")
+    text = metrics_showing([consume_url], [f"cachesync_consumer_events_applied_total "
+                                           f"{applied + 1:.1f}"])
+    assert metric(text, "cachesync_consumer_duplicates_skipped_total") == ROWS
+    assert tail.poll() is None and consume.poll() is None, lab.log(tail) + lab.log(consume)
