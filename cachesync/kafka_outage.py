@@ -3,15 +3,22 @@
 Without it a broker outage stops every invalidation for its length: the tailer waits for
 acknowledgements, the consumer for records. With it, a tailer run whose sends stay
 unacknowledged for ``tailer.kafka_outage_after_s`` stops (``KafkaUnreachable``), and the
-tailer applies the changes itself, as direct mode does, from the stored checkpoint (which
-never passed what Kafka did not acknowledge) until Kafka serves the topic again:
+tailer applies the changes itself, as direct mode does, until the consumer is back at the
+head of the stream:
 
+- the direct run starts from the checkpoint stored ``tailer.kafka_outage_lookback_s``
+  before Kafka's last acknowledgement: the stored checkpoint never passed what Kafka did not
+  acknowledge, and the lookback covers what a broker going away acknowledged but no longer
+  handed to the consumer;
 - ids are claimed and confirmed in the consumer group's dedup namespace, so the consumer
-  skips them when they arrive;
+  skips them when they arrive (and the direct run skips what the consumer had applied);
 - its progress is kept in memory: the stored checkpoint does not move;
-- once every partition of the topic answers, the direct run stops and a new tailer run
-  publishes from the stored checkpoint, the range just applied included (Kafka keeps the
-  whole stream; the consumer finds those ids done).
+- once every partition of the topic answers, a new tailer run publishes from the stored
+  checkpoint, the range applied directly included (Kafka keeps the whole stream; the
+  consumer finds those ids done). The direct run goes on beside it until that run's
+  acknowledged position passed where the direct run was when Kafka came back, and the
+  consumer group committed the offsets Kafka had then (it read what was published again):
+  changes committed meanwhile do not wait behind the range the consumer skips.
 
 The binlog is the buffer: nothing queues for the broker. A fallback that cannot reach
 Redis (or is refused) says so and the tailer waits for Kafka, as without it.
@@ -26,31 +33,46 @@ from typing import Callable
 
 from cachesync.producer_outbox.publish.pipeline import KafkaUnreachable
 from cachesync.schema.errors import CachesyncError, RetryableError
+from cachesync.schema.gtid import GtidState
 
 log = logging.getLogger(__name__)
 
-PROBE_EVERY_S = 0.2     # how often the topic is asked for during an outage
+PROBE_EVERY_S = 0.2     # how often Kafka is asked during an outage and its handover
 RETRY_DIRECT_S = 1.0    # a direct run that failed transiently starts again after this
+# Kafka that serves the topic when first asked after an "outage" is slow to acknowledge, not
+# away: the limit doubles (up to this) so that the tailer does not stop over and over
+MAX_LIMIT_S = 60.0
+# the direct run ends this long after Kafka served at the latest, caught up or not
+HANDOVER_MAX_S = 60.0
+
+
+def ordinal(checkpoint) -> int | None:
+    """A checkpoint's place in the GTID history (None without a GTID state)."""
+    return GtidState.parse(checkpoint.gtid).ordinal if checkpoint and checkpoint.gtid else None
 
 
 class KafkaOutageFallback:
     """A Runnable: tailer runs (``build()``), each followed, when it stopped for a Kafka
-    outage, by direct runs (``build_direct()``) until Kafka serves the topic. Other errors
-    propagate (the caller restarts); attributes of the last tailer read through."""
+    outage, by direct runs (``build_direct(start)``, from the outage's ``lookback``) until
+    Kafka serves the topic and the consumer group ``group`` read what the next tailer run
+    published again. Other errors propagate (the caller restarts); attributes of the last
+    tailer read through."""
 
-    def __init__(self, build: Callable[[], object], build_direct: Callable[[], object],
-                 probe: Callable[[], object], topic: str, probe_every_s: float = PROBE_EVERY_S):
-        """``probe()``: a client whose ``serving(topic)`` raises RetryableError until every
-        partition of the topic answers (cachesync.probes.KafkaOffsets), closed after the
-        outage."""
+    def __init__(self, build: Callable[[], object], build_direct: Callable[[object], object],
+                 probe: Callable[[], object], topic: str, group: str,
+                 probe_every_s: float = PROBE_EVERY_S, handover_max_s: float = HANDOVER_MAX_S):
+        """``probe()``: a Kafka admin client (cachesync.probes.KafkaOffsets: ``serving``,
+        ``end_offsets``, ``committed_offsets``, ``close``), one per outage."""
         self._build, self._build_direct = build, build_direct
-        self._probe, self._topic = probe, topic
-        self._probe_every_s = probe_every_s
+        self._probe, self._topic, self._group = probe, topic, group
+        self._probe_every_s, self._handover_max_s = probe_every_s, handover_max_s
         self._stopping = threading.Event()
         self._guard = threading.Lock()
-        self._current = None
-        self.tailer = None          # the last tailer run
+        self._current = None                    # the tailer running (stop() stops it)
+        self._direct: _DirectRuns | None = None     # the outage's direct runs, if going on
+        self.tailer = None                      # the last tailer run
         self.outages = 0
+        self._limit_s: float | None = None      # a raised outage limit (MAX_LIMIT_S)
 
     def __getattr__(self, name: str):
         if name.startswith("_") or self.__dict__.get("tailer") is None:
@@ -58,96 +80,207 @@ class KafkaOutageFallback:
         return getattr(self.tailer, name)
 
     def run(self) -> None:
-        while not self._stopping.is_set():
-            self.tailer = self._start(self._build)
-            if self.tailer is None:
-                return
-            try:
-                self.tailer.run()
-                return
-            except KafkaUnreachable as e:
-                outage = e
-            self.outages += 1
-            self._invalidate_until_served(outage)
+        try:
+            while not self._stopping.is_set():
+                self.tailer = self._start()
+                if self.tailer is None:
+                    return
+                pipeline = self.tailer.pipeline
+                if self._limit_s is not None:
+                    pipeline.outage_after_s = self._limit_s
+                try:
+                    self.tailer.run()
+                    return
+                except KafkaUnreachable as e:
+                    outage = e
+                self.outages += 1
+                self._end_direct()      # a handover still going on: this outage starts anew
+                if self._invalidate_until_served(outage, pipeline.outage_after_s):
+                    self._raise_limit(pipeline.outage_after_s)
+                else:       # away, then back: the configured limit again
+                    self._limit_s = None
+        finally:
+            self._end_direct()
 
     def stop(self) -> None:
         self._stopping.set()
         with self._guard:
             if self._current is not None:
                 self._current.stop()
+        direct = self._direct
+        if direct is not None:
+            direct.end()
 
-    def _start(self, build: Callable[[], object]):
-        """Build a runnable and make it the one stop() stops (None after a stop)."""
-        runnable = build()
+    def _start(self):
+        """Build a tailer and make it the one stop() stops (None after a stop)."""
+        tailer = self._build()
         with self._guard:
             if self._stopping.is_set():
                 return None
-            self._current = runnable
-        return runnable
+            self._current = tailer
+        return tailer
 
-    def _invalidate_until_served(self, outage: KafkaUnreachable) -> None:
+    def _raise_limit(self, limit_s: float) -> None:
+        """Kafka served the topic when first asked: its acknowledgements are slower than
+        ``limit_s``, it is not away. Wait twice as long for them from now on."""
+        self._limit_s = min(MAX_LIMIT_S, 2 * limit_s)
+        log.warning("Kafka served the topic when first asked, yet acknowledged nothing for "
+                    "%gs: the tailer waits up to %gs for acknowledgements from now on (raise "
+                    "tailer.kafka_outage_after_s if they take that long)", limit_s,
+                    self._limit_s)
+
+    def _end_direct(self) -> None:
+        direct, self._direct = self._direct, None
+        if direct is not None:
+            direct.end()
+            direct.join()
+
+    # -- the outage -----------------------------------------------------------------------
+    def _invalidate_until_served(self, outage: KafkaUnreachable, limit_s: float) -> bool:
+        """Direct runs from the outage's lookback, then (Kafka serving again) their handover
+        to the next tailer run started; True when Kafka served at the first ask, within
+        ``limit_s`` (slow acknowledgements, not an outage)."""
         started = time.monotonic()
         log.warning("%s: applying changes to Redis directly from the checkpoint until Kafka "
                     "serves the topic again, then publishing from there "
                     "(tailer.on_kafka_outage: invalidate)", outage)
-        served, ended = threading.Event(), threading.Event()
-        watcher = threading.Thread(target=self._watch, args=(served, ended),
-                                   name="cachesync-kafka-outage", daemon=True)
-        watcher.start()
-        applied = 0
-        try:
-            while not (served.is_set() or self._stopping.is_set()):
-                applied += self._run_direct(served)
-        finally:
-            ended.set()
-            watcher.join()
-        if served.is_set() and not self._stopping.is_set():
-            log.warning("Kafka serves the topic again after %.1fs: publishing from the "
-                        "checkpoint (%d event(s) were applied directly; the consumer skips "
-                        "them)", time.monotonic() - started, applied)
-
-    def _run_direct(self, served: threading.Event) -> int:
-        """One direct run until Kafka serves (the watcher stops it); what it applied. One
-        that fails transiently is started again after a pause, one that cannot run at all
-        (Redis refusing the credentials, say) leaves the tailer waiting for Kafka."""
-        direct = None
-        try:
-            direct = self._start(self._build_direct)
-            if direct is None:
-                return 0
-            self.tailer.outage_fallbacks.append(direct)
-            if served.is_set():         # the watcher stopped the one before this
-                return 0
-            direct.run()
-        except RetryableError as e:
-            log.warning("applying changes directly during the Kafka outage failed (%s); "
-                        "starting again in %.0fs", e, RETRY_DIRECT_S)
-            served.wait(RETRY_DIRECT_S)
-        except CachesyncError as e:
-            log.error("cannot apply changes directly during the Kafka outage (%s): waiting "
-                      "for Kafka; the cache waits with it", e)
-            while not (served.is_set() or self._stopping.is_set()):
-                served.wait(self._probe_every_s)
-        finally:
-            with self._guard:
-                self._current = None
-        return direct.engine.stats.applied if direct is not None else 0
-
-    def _watch(self, served: threading.Event, ended: threading.Event) -> None:
-        """Ask for the topic until it is served, then stop the direct run."""
+        direct = self._direct = _DirectRuns(self.tailer, lambda: self._build_direct(
+            outage.lookback), self._stopping)
+        direct.start()
         probe = self._probe()
-        try:
-            while not (ended.is_set() or self._stopping.is_set()):
-                try:
-                    probe.serving(self._topic)
-                except CachesyncError as e:
-                    log.debug("Kafka not serving yet: %s", e)
-                    ended.wait(self._probe_every_s)
-                    continue
-                served.set()
-                with self._guard:
-                    if self._current is not None:
-                        self._current.stop()
-                return
-        finally:
+        asks = self._await_serving(probe)
+        if not asks:
             probe.close()
+            return False
+        took = time.monotonic() - started
+        log.warning("Kafka serves the topic again after %.1fs: publishing from the checkpoint "
+                    "(%d event(s) applied directly so far; the consumer skips them), and "
+                    "applying directly until the consumer has read them", took,
+                    direct.applied)
+        threading.Thread(target=self._hand_over, args=(direct, probe, self.tailer),
+                         name="cachesync-kafka-handover", daemon=True).start()
+        return asks == 1 and took < limit_s
+
+    def _await_serving(self, probe) -> int:
+        """Ask Kafka for the topic until every partition answers; how many asks it took
+        (0: stopped first)."""
+        asks = 0
+        while not self._stopping.is_set():
+            asks += 1
+            try:
+                probe.serving(self._topic)
+                return asks
+            except CachesyncError as e:
+                log.debug("Kafka not serving yet: %s", e)
+                self._stopping.wait(self._probe_every_s)
+        return 0
+
+    def _hand_over(self, direct: "_DirectRuns", probe, stopped) -> None:
+        """End ``direct`` once the tailer run after ``stopped`` acknowledged past where it
+        was when Kafka came back and the consumer group committed Kafka's end offsets of
+        then, or after HANDOVER_MAX_S; say so once it ended."""
+        deadline = time.monotonic() + self._handover_max_s
+        reached = ordinal(direct.position)
+        said = None
+        try:
+            if self._wait(direct, deadline, lambda: self._published_past(stopped, reached)):
+                ends = probe.end_offsets(self._topic)
+                if self._wait(direct, deadline, lambda: self._consumed(probe, ends)):
+                    said = (logging.INFO, "the consumer has read what was published again: "
+                                          "the tailer stopped applying changes directly")
+            if said is None and not direct.ended:
+                said = (logging.WARNING, f"the consumer group {self._group} did not read what "
+                                         f"was published again within "
+                                         f"{self._handover_max_s:.0f}s of Kafka serving: the "
+                                         "tailer stopped applying changes directly (the "
+                                         "consumer applies them)")
+        except CachesyncError as e:
+            said = (logging.WARNING, f"the tailer stopped applying changes directly: Kafka did "
+                                     f"not say how far the consumer is ({e})")
+        finally:
+            direct.end()
+            direct.join()
+            probe.close()
+        if said is not None:
+            log.log(*said)
+
+    def _wait(self, direct: "_DirectRuns", deadline: float, done: Callable[[], bool]) -> bool:
+        """Ask ``done()`` until it is true (True), or the deadline or the end of ``direct``."""
+        while not direct.ended and time.monotonic() < deadline:
+            if done():
+                return True
+            direct.wait(self._probe_every_s)
+        return False
+
+    def _published_past(self, stopped, reached: int | None) -> bool:
+        tailer = self.tailer
+        if tailer is stopped or tailer is None:
+            return False
+        acknowledged = ordinal(tailer.committed)
+        return reached is None or (acknowledged is not None and acknowledged >= reached)
+
+    def _consumed(self, probe, ends: dict[int, int]) -> bool:
+        committed = probe.committed_offsets(self._group, self._topic)
+        return all(committed.get(partition, -1) >= end for partition, end in ends.items())
+
+
+class _DirectRuns:
+    """Direct runs in a thread of their own until ``end()``: one that fails transiently is
+    started again after a pause, one that cannot run at all (Redis refusing the credentials,
+    say) leaves the cache waiting for Kafka. Each is added to ``tailer.outage_fallbacks``
+    (its metrics)."""
+
+    def __init__(self, tailer, build: Callable[[], object], stopping: threading.Event):
+        self._tailer, self._build, self._stopping = tailer, build, stopping
+        self._ended = threading.Event()
+        self._guard = threading.Lock()
+        self._runs: list = []
+        self._thread = threading.Thread(target=self._loop, name="cachesync-kafka-outage",
+                                        daemon=True)
+
+    @property
+    def ended(self) -> bool:
+        return self._ended.is_set() or self._stopping.is_set()
+
+    @property
+    def applied(self) -> int:
+        return sum(run.engine.stats.applied for run in self._runs)
+
+    @property
+    def position(self):
+        """Where the running direct run's progress is (its last checkpoint)."""
+        return self._runs[-1].committed if self._runs else None
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def wait(self, seconds: float) -> None:
+        self._ended.wait(seconds)
+
+    def end(self) -> None:
+        self._ended.set()
+        with self._guard:
+            for run in self._runs:
+                run.stop()
+
+    def join(self) -> None:
+        self._thread.join()
+
+    def _loop(self) -> None:
+        while not self.ended:
+            try:
+                run = self._build()
+                with self._guard:
+                    self._runs.append(run)
+                    self._tailer.outage_fallbacks.append(run)
+                    if self.ended:
+                        return
+                run.run()
+            except RetryableError as e:
+                log.warning("applying changes directly during the Kafka outage failed (%s); "
+                            "starting again in %.0fs", e, RETRY_DIRECT_S)
+                self._ended.wait(RETRY_DIRECT_S)
+            except CachesyncError as e:
+                log.error("cannot apply changes directly during the Kafka outage (%s): the "
+                          "cache waits for Kafka", e)
+                return

@@ -38,11 +38,7 @@ class KafkaOffsets:
 
     def consumer_lag(self, group: str, topic: str) -> dict[int, int]:
         """Per partition: end offset minus the group's committed offset (start if none)."""
-        def committed(admin) -> dict[int, int]:
-            found = admin.list_group_offsets({group: None}).get(group, {})
-            return {tp.partition: m.offset for tp, m in found.items()
-                    if tp.topic == topic and m is not None and m.offset >= 0}
-        return self._lag(topic, committed)
+        return self._lag(topic, lambda admin: self._committed(admin, group, topic))
 
     def lag_behind(self, topic: str, offsets: dict[int, int]) -> dict[int, int]:
         """Per partition: end offset minus ``offsets`` (a Spark checkpoint's; start if none)."""
@@ -74,6 +70,21 @@ class KafkaOffsets:
         """Raises RetryableError unless Kafka answers with ``topic``'s partitions (one
         metadata request)."""
         self._run(lambda admin: self._partitions(admin, topic))
+
+    def end_offsets(self, topic: str) -> dict[int, int]:
+        """Per partition of ``topic``: its end offset (one past the last record)."""
+        return self._run(lambda admin: {tp.partition: offset for tp, offset in self._offsets(
+            admin, self._partitions(admin, topic), OffsetSpec.LATEST).items()})
+
+    def committed_offsets(self, group: str, topic: str) -> dict[int, int]:
+        """Per partition of ``topic`` the group committed an offset for: that offset."""
+        return self._run(lambda admin: self._committed(admin, group, topic))
+
+    @staticmethod
+    def _committed(admin, group: str, topic: str) -> dict[int, int]:
+        found = admin.list_group_offsets({group: None}).get(group, {})
+        return {tp.partition: m.offset for tp, m in found.items()
+                if tp.topic == topic and m is not None and m.offset >= 0}
 
     def serving(self, topic: str) -> None:
         """Raises RetryableError unless every partition of ``topic`` has a leader that

@@ -22,10 +22,10 @@ log = logging.getLogger(__name__)
 def while_held(lock: TailerLock, build: Callable[[], object]) -> Callable[[], object]:
     """``build``, refused (RetryableError) once ``lock`` is no longer held: a restart after a
     transient failure must not open a binlog stream that a new active tailer now owns."""
-    def checked():
+    def checked(*args):
         if not lock.held():
             raise RetryableError(f"tailer lock {lock.name} is no longer held here")
-        return build()
+        return build(*args)
     return checked
 
 

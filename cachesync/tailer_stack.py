@@ -26,9 +26,9 @@ from cachesync.wiring import build_tailer_lock, kafka_offsets, tailer_preflight
 def tailer_stack(settings: Settings, build: Callable[[], object],
                  fallback: Callable[[], object] | None = None) -> ActiveStandby:
     """The Runnable that tails as ``tailer.name`` while it holds the lock; ``build()`` is
-    called for every (re)start and returns the tailer to run; ``fallback()``, for a tailer
-    publishing to Kafka, the direct run of a Kafka outage (``tailer.on_kafka_outage:
-    invalidate``)."""
+    called for every (re)start and returns the tailer to run; ``fallback(start)``, for a
+    tailer publishing to Kafka, the direct run of a Kafka outage from ``start``
+    (``tailer.on_kafka_outage: invalidate``)."""
     lock = build_tailer_lock(settings)
     preflight = tailer_preflight(settings)
 
@@ -44,6 +44,6 @@ def tailer_stack(settings: Settings, build: Callable[[], object],
 
             def term():
                 return KafkaOutageFallback(tailer, direct, lambda: kafka_offsets(settings),
-                                           settings.kafka.topic)
+                                           settings.kafka.topic, settings.kafka.group_id)
         return ResyncingTailer(settings, RestartingTailer(term))
     return ActiveStandby(lock, held, checked)

@@ -372,22 +372,32 @@ def build_direct(settings: Settings, on_batch=None):
     return DirectSidecar(tailer, engine, queue)
 
 
-def build_outage_fallback(settings: Settings):
+def outage_server_id(server_id: int) -> int:
+    """The replica server id of the direct run of a Kafka outage: ``tailer.server_id`` with
+    its top bit flipped (two binlog connections with one id: the server drops the older), so
+    that it reads beside the tailer run that publishes again (a flip to 0, never valid,
+    becomes 2^31 - 1)."""
+    return (server_id ^ 1 << 31) or (1 << 31) - 1
+
+
+def build_outage_fallback(settings: Settings, start: Checkpoint | None = None):
     """What the tailer runs while Kafka does not serve (``tailer.on_kafka_outage:
     invalidate``): direct mode, except that ids are claimed in the consumer group's dedup
     namespace (the consumer then skips what it applied when the tailer publishes the range
-    again) and its checkpoint is kept in memory only, from the stored one (which stays at
-    what Kafka acknowledged). A stop gives up what is queued at once: it is published."""
+    again) and its checkpoint is kept in memory only, from ``start`` (default: the stored
+    one, which stays at what Kafka acknowledged). A stop gives up what is queued at once:
+    it is published."""
     from cachesync.direct import DirectSidecar, InProcessQueue, LogDeadLetters
     from cachesync.producer_outbox.binlog.checkpoint import (HeldCheckpoints,
                                                              MySQLCheckpointStore)
     settings = replace(settings, consumer=replace(settings.consumer,
                                                   namespace=settings.dedup_namespace),
-                       tailer=replace(settings.tailer, pack_rows=1))
+                       tailer=replace(settings.tailer, pack_rows=1,
+                                      server_id=outage_server_id(settings.tailer.server_id)))
     stored = MySQLCheckpointStore(mysql_params(settings).connect, settings.tailer.name)
     queue = InProcessQueue()
     tailer = build_tailer(settings, publisher=queue, topic="direct",
-                          checkpoints=HeldCheckpoints(stored), drain_timeout_s=0.0)
+                          checkpoints=HeldCheckpoints(stored, start), drain_timeout_s=0.0)
     engine = build_engine(settings, source=queue, dead_letters=LogDeadLetters())
     return DirectSidecar(tailer, engine, queue)
 

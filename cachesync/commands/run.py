@@ -87,7 +87,7 @@ def _run_pipeline(settings) -> ActiveStandby:
                               hooks=monitor_hook(settings, ops))
         closing.callback(engine.close)
         tailer = tailer_stack(settings, lambda: tailers.track(build_tailer(settings)),
-                              lambda: build_outage_fallback(settings))
+                              lambda start: build_outage_fallback(settings, start))
         run_together({"tailer": tailer, "consumer": engine}, on_termination)
     s = engine.stats
     log.info("consumer: %d consumed, %d applied, %d duplicates, %d dead-lettered",

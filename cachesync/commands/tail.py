@@ -88,7 +88,7 @@ def _tail(settings, start: Checkpoint | None, spare: list) -> None:
         once, first[0] = first[0], None     # a restart resumes from the checkpoint
         started, spare[0] = spare[0], None
         return tailers.track(build_tailer(settings, once, started=started))
-    supervisor = tailer_stack(settings, build, lambda: build_outage_fallback(settings))
+    supervisor = tailer_stack(settings, build, lambda start: build_outage_fallback(settings, start))
     tailer_active(ops.registry, settings.tailer.name, lambda: supervisor.active)
     on_termination(supervisor.stop)
     try:

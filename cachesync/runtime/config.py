@@ -566,6 +566,12 @@ class TailerSettings(_Validated):
     kafka_outage_after_s: float = setting(
         1.0, "how long sends may go unacknowledged before `tailer.on_kafka_outage` applies",
         **POSITIVE)
+    kafka_outage_lookback_s: float = setting(
+        5.0, "with `tailer.on_kafka_outage: invalidate`, the tailer applies the changes from "
+        "the checkpoint Kafka had acknowledged this long before its last acknowledgement: what "
+        "a broker going away acknowledged but no longer handed to the consumer is applied too "
+        "(what the consumer had applied is skipped as done; a consumer further behind applies "
+        "the rest once Kafka is back)", **NOT_NEGATIVE)
     source_hosts: str = setting(
         "", "read the binlog from these servers instead of `mysql.host` (comma-separated `host` "
         "or `host:port`, port default `mysql.port`; the first that answers, tried again in "

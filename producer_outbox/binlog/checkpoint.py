@@ -58,18 +58,18 @@ class MySQLCheckpointStore:
 
 
 class HeldCheckpoints:
-    """A store's checkpoint read, and progress kept in memory only: a run whose progress
-    must not move the stored position (the tailer invalidating directly while Kafka does
-    not serve: the stored checkpoint stays at what Kafka acknowledged)."""
+    """``start`` (default: a store's checkpoint) read, and progress kept in memory only: a
+    run whose progress must not move the stored position (the tailer invalidating directly
+    while Kafka does not serve: the stored checkpoint stays at what Kafka acknowledged)."""
 
     in_order = True
 
-    def __init__(self, store):
-        self._store = store
+    def __init__(self, store, start: Checkpoint | None = None):
+        self._store, self._start = store, start
         self.latest: Checkpoint | None = None   # the progress of this run
 
     def load(self) -> Checkpoint | None:
-        return self._store.load()
+        return self._start or self._store.load()
 
     def save(self, cp: Checkpoint) -> None:
         self.latest = cp

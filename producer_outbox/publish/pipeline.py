@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from typing import Callable
 
 from kafka.errors import KafkaError
@@ -59,7 +60,13 @@ class PublisherWedged(RetryableError):
 class KafkaUnreachable(RetryableError):
     """Sends stayed unacknowledged for the pipeline's ``outage_after_s``: Kafka does not
     serve the topic now. The checkpoint stays at what Kafka acknowledged; the tailer's
-    ``tailer.on_kafka_outage`` says what happens until it serves again."""
+    ``tailer.on_kafka_outage`` says what happens until it serves again. ``lookback``: the
+    checkpoint stored ``tailer.kafka_outage_lookback_s`` before the last acknowledgement (or
+    the run's first), where applying the changes directly starts."""
+
+    def __init__(self, message: str, lookback: Checkpoint | None = None):
+        super().__init__(message)
+        self.lookback = lookback
 
 
 class Pipeline:
@@ -94,7 +101,10 @@ class Pipeline:
         self._settle_s = (getattr(publisher, "delivery_timeout_s", None)
                           or DELIVERY_TIMEOUT_S) + WEDGED_MARGIN_S
         self._wedged = False
-        self._outage_after_s = outage_after_s
+        self.outage_after_s = outage_after_s
+        # (clock, checkpoint) of the stores of the last kafka_outage_lookback_s and the one
+        # before them (KafkaUnreachable.lookback)
+        self._stored: deque[tuple[float, Checkpoint]] = deque()
         self.kafka_outages = 0      # 1: this pipeline stopped because Kafka did not acknowledge
         self._txn = None                            # the open group's tracker entry
         self._xa: XaGroup | None = None             # the open group is XA: records held
@@ -111,6 +121,7 @@ class Pipeline:
         """Store where the source starts (the first checkpoint of a run)."""
         self._checkpoints.save(checkpoint)
         self.committed = checkpoint
+        self._remember(checkpoint)
 
     def run(self, source: ChangeSource) -> None:
         """Publish the source's changes until it ends or stop(); raises RetryableError or
@@ -120,7 +131,7 @@ class Pipeline:
         (``signals_idle``: it yields ``Idle``, where they are sent)."""
         self._span = self._packer is not None and getattr(source, "signals_idle", False)
         save_every, last_save = self._settings.checkpoint_interval_s, time.monotonic()
-        check_outage = self._outage_after_s is not None
+        check_outage = self.outage_after_s is not None
         last_check = last_save
         handlers = self._handlers()
         record = self._record
@@ -173,18 +184,19 @@ class Pipeline:
 
     def _partition_ids(self) -> list[int]:
         """The topic's partitions. With ``outage_after_s`` the publisher waits that long for
-        them, and then the count read before is kept (whether Kafka serves is for the
-        acknowledgements to say: the outage check); without one, KafkaUnreachable."""
-        if self._outage_after_s is None:
+        them, and no answer is an outage as unacknowledged sends are (KafkaUnreachable)."""
+        if self.outage_after_s is None:
             return self._publisher.partitions(self._topic)
         try:
-            return self._publisher.partitions(self._topic, timeout_s=self._outage_after_s)
+            return self._publisher.partitions(self._topic, timeout_s=self.outage_after_s)
         except RetryableError as e:
-            if not self._partitions:
-                self.kafka_outages = 1
-                raise KafkaUnreachable(f"no metadata for the topic within "
-                                       f"{self._outage_after_s:g}s: {e}") from e
-            return list(range(self._partitions))
+            self.kafka_outages = 1
+            with self._lock:
+                stalled = self._tracker.stalled_since()
+            raise KafkaUnreachable(f"Kafka gave no metadata for the topic within "
+                                   f"{self.outage_after_s:g}s: {e}", self._lookback(
+                                       self._clock() - self.outage_after_s if stalled is None
+                                       else stalled)) from e
 
     def _commit(self, item: Commit) -> None:
         self._close(item.checkpoint)
@@ -466,19 +478,19 @@ class Pipeline:
     def _raise_if_unreachable(self) -> None:
         """Raises KafkaUnreachable when sends have been in flight with none acknowledged for
         ``outage_after_s`` (never without it)."""
-        if self._outage_after_s is None:
+        if self.outage_after_s is None:
             return
         with self._lock:
             stalled, pending = self._tracker.stalled_since(), self._tracker.pending
         if stalled is None:
             return
         waited = self._clock() - stalled
-        if waited < self._outage_after_s:
+        if waited < self.outage_after_s:
             return
         self.kafka_outages = 1
         raise KafkaUnreachable(f"Kafka acknowledged none of {pending} send(s) for "
-                               f"{waited:.1f}s (tailer.kafka_outage_after_s "
-                               f"{self._outage_after_s:g})")
+                               f"{waited:.1f}s (limit {self.outage_after_s:g}s)",
+                               self._lookback(stalled))
 
     def save_checkpoint(self) -> None:
         """Store the progress acknowledged since the last save, if any: the newest checkpoint
@@ -492,6 +504,30 @@ class Pipeline:
         if safe is not None:
             self._checkpoints.save(safe)
             self.committed = safe
+            self._remember(safe)
+
+    def _remember(self, checkpoint: Checkpoint) -> None:
+        """Keep the stores of the last ``kafka_outage_lookback_s`` (twice over, and a second:
+        the last acknowledgement may be that much older than the last store) and the one
+        before them."""
+        if self.outage_after_s is None:
+            return
+        now, stored = self._clock(), self._stored
+        stored.append((now, checkpoint))
+        horizon = now - 2 * self._settings.kafka_outage_lookback_s - 1.0
+        while len(stored) > 1 and stored[1][0] <= horizon:
+            stored.popleft()
+
+    def _lookback(self, last_ack: float) -> Checkpoint | None:
+        """The checkpoint stored ``kafka_outage_lookback_s`` before ``last_ack`` (the oldest
+        kept when the run is younger)."""
+        before = last_ack - self._settings.kafka_outage_lookback_s
+        found = None
+        for at, checkpoint in self._stored:
+            if found is not None and at > before:
+                break
+            found = checkpoint
+        return found
 
     def _save_each(self) -> None:
         with self._lock:

@@ -1,7 +1,8 @@
 """While the Kafka broker is down, the tailer invalidates directly (``tailer.on_kafka_outage:
 invalidate``, the default): changes committed during the outage leave Redis while the broker
 is still down; once it serves, the tailer publishes the range again from its checkpoint and
-the consumer skips those events as done (the keys refilled meanwhile stay)."""
+the consumer skips those events as done (the keys refilled meanwhile stay); once the consumer
+group committed that range, changes go through Kafka and the consumer alone again."""
 
 from __future__ import annotations
 
@@ -66,6 +67,9 @@ def test_changes_of_an_outage_leave_redis_before_the_broker_is_back_and_are_publ
     metrics_showing([consume_url], [f"cachesync_consumer_duplicates_skipped_total {ROWS}.0"],
                     timeout_s=120)
     assert all(lab.redis.get(key) == b"c" for key in keys), "a refilled key was deleted again"
+    # the tailer applies directly until the consumer group committed what was published again
+    wait_for(lambda: "the tailer stopped applying changes directly" in lab.log(tail), 120,
+             what="the handover to the consumer")
     lab.redis.set(keys[1], b"cached", ex=600)
     lab.sql("UPDATE users SET name = 'd' WHERE id = 1")      # and the pipeline goes on
     wait_for(lambda: not lab.redis.exists(keys[1]), 60, interval=0.05,

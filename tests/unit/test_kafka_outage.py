@@ -10,6 +10,7 @@ import threading
 import pytest
 
 from cachesync.kafka_outage import KafkaOutageFallback
+from cachesync.wiring import outage_server_id
 from cachesync.producer_outbox.binlog.checkpoint import HeldCheckpoints
 from cachesync.producer_outbox.memory import MemoryCheckpointStore, MemoryPublisher, MemorySource
 from cachesync.producer_outbox.ports import PULSE
@@ -61,7 +62,7 @@ def test_sends_unacknowledged_for_the_limit_stop_the_run_at_the_acknowledged_che
         yield PULSE
         yield from group(43, 4)
     if stops:
-        with pytest.raises(KafkaUnreachable, match=r"none of 2 send\(s\) for 1\.0s"):
+        with pytest.raises(KafkaUnreachable, match=r"none of 2 send\(s\) for 1\.0s \(limit 1s\)"):
             p.run(source(items))
         assert isinstance(KafkaUnreachable("x"), RetryableError) and p.kafka_outages == 1
         assert store.saved[-1] == cp(41) and len(publisher.sent) == 3
@@ -146,14 +147,21 @@ def test_held_checkpoints_read_the_store_and_keep_progress_in_memory():
 # -- the fallback ----------------------------------------------------------------------
 class Run:
     """A tailer or direct run: what it does when run (``then``: raise it, or None: return
-    at once; "wait": until stopped), recorded in ``log``."""
+    at once; "wait": until stopped), recorded in ``log``; ``positions``: what ``committed``
+    says, one after the other (the last one stays)."""
 
-    def __init__(self, name: str, log: list, then=None):
+    def __init__(self, name: str, log: list, then=None, positions=(cp(40),)):
         self.name, self._log, self._then = name, log, then
+        self._positions = list(positions)
         self.stopped = threading.Event()
         self.outage_fallbacks: list = []
         self.engine = type("E", (), {"stats": type("S", (), {"applied": 7})()})()
+        self.pipeline = type("P", (), {"outage_after_s": AFTER_S})()
         self.published = 3
+
+    @property
+    def committed(self):
+        return self._positions.pop(0) if len(self._positions) > 1 else self._positions[0]
 
     def run(self):
         self._log.append(f"{self.name} runs")
@@ -168,10 +176,12 @@ class Run:
 
 
 class Probe:
-    """Kafka not serving ``down`` times, then serving."""
+    """Kafka not serving ``down`` times, then serving; the group's committed offsets, one
+    answer after the other (the last one stays)."""
 
-    def __init__(self, down: int, log: list):
+    def __init__(self, down: int, log: list, committed=({0: 10},)):
         self.down, self._log, self.closed = down, log, 0
+        self._committed = list(committed)
 
     def serving(self, topic):
         if self.down:
@@ -179,43 +189,88 @@ class Probe:
             raise RetryableError(f"Kafka unavailable for {topic}")
         self._log.append("served")
 
+    def end_offsets(self, topic):
+        return {0: 10}
+
+    def committed_offsets(self, group, topic):
+        assert group == "group"
+        return self._committed.pop(0) if len(self._committed) > 1 else self._committed[0]
+
     def close(self):
         self.closed += 1
 
 
 def runs(*made):
-    queue = list(made)
-    return lambda: queue.pop(0)
+    queue, starts = list(made), []
+
+    def build(*start):
+        starts.extend(start)
+        return queue.pop(0)
+    build.starts = starts
+    return build
 
 
-def fallback(tailers, directs, probe):
-    return KafkaOutageFallback(runs(*tailers), runs(*directs), lambda: probe, "topic",
-                               probe_every_s=0.001)
+def fallback(tailers, directs, probe, **options):
+    return KafkaOutageFallback(runs(*tailers), runs(*directs), lambda: probe, "topic", "group",
+                               probe_every_s=0.001, **options)
 
 
-def test_an_outage_applies_directly_until_kafka_serves_then_publishes_again(caplog):
+def in_thread(f: KafkaOutageFallback) -> threading.Thread:
+    thread = threading.Thread(target=f.run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_an_outage_applies_directly_until_kafka_serves_and_the_consumer_read_the_range(caplog):
+    """The direct run goes on beside the next tailer run until that run acknowledged past
+    where the direct run was when Kafka came back, and the consumer group committed the end
+    offsets of then."""
     log = []
-    first = Run("tailer 1", log, KafkaUnreachable("Kafka acknowledged none of 2 send(s)"))
-    second, direct, probe = Run("tailer 2", log), Run("direct", log, "wait"), Probe(3, log)
-    f = fallback([first, second], [direct], probe)
-    with caplog.at_level(logging.WARNING):
-        f.run()
-    assert log == ["tailer 1 runs", "direct runs", "served", "direct stopped", "tailer 2 runs"]
+    first = Run("tailer 1", log, KafkaUnreachable("Kafka acknowledged none of 2 send(s)", cp(40)))
+    direct = Run("direct", log, "wait", positions=[cp(45)])
+    second = Run("tailer 2", log, "wait", positions=[cp(41), cp(43), cp(45)])
+    probe = Probe(3, log, committed=[{0: 4}, {}, {0: 9}, {0: 10}])
+    directs = runs(direct)
+    f = KafkaOutageFallback(runs(first, second), directs, lambda: probe, "topic", "group",
+                            probe_every_s=0.001)
+    with caplog.at_level(logging.INFO):
+        thread = in_thread(f)
+        wait_for(lambda: "the tailer stopped applying changes directly" in caplog.text, 10,
+                 interval=0.001, what="the handover")
+        f.stop()
+        thread.join(10)
+    assert log == ["tailer 1 runs", "direct runs", "served", "tailer 2 runs", "direct stopped",
+                   "tailer 2 stopped"]
+    assert directs.starts == [cp(40)]       # the direct run starts at the outage's lookback
     assert f.outages == 1 and first.outage_fallbacks == [direct] and probe.closed == 1
     assert f.tailer is second and f.published == 3      # the last tailer's, read through
     assert "applying changes to Redis directly from the checkpoint" in caplog.text
-    assert "7 event(s) were applied directly" in caplog.text
+    assert "7 event(s) applied directly so far" in caplog.text
+
+
+def test_a_consumer_that_does_not_catch_up_ends_the_direct_run_after_the_limit(caplog):
+    log = []
+    first = Run("tailer 1", log, KafkaUnreachable("down"))
+    direct = Run("direct", log, "wait", positions=[cp(45)])
+    second = Run("tailer 2", log, "wait", positions=[cp(46)])
+    f = fallback([first, second], [direct], Probe(0, log, committed=[{}]), handover_max_s=0.05)
+    thread = in_thread(f)
+    wait_for(lambda: "did not read what was published again within 0s" in caplog.text, 10,
+             interval=0.001, what="the handover's limit")
+    f.stop()
+    thread.join(10)
+    assert "direct stopped" in log
 
 
 def test_a_direct_run_that_cannot_start_leaves_the_tailer_waiting_for_kafka(caplog):
     log = []
 
-    def refused():
+    def refused(start):
         raise FatalError("Redis refused the credentials")
     first = Run("tailer 1", log, KafkaUnreachable("down"))
     second = Run("tailer 2", log)
     f = KafkaOutageFallback(runs(first, second), refused, lambda: Probe(2, log), "topic",
-                            probe_every_s=0.001)
+                            "group", probe_every_s=0.001)
     f.run()
     assert log == ["tailer 1 runs", "served", "tailer 2 runs"] and first.outage_fallbacks == []
     assert "cannot apply changes directly during the Kafka outage" in caplog.text
@@ -229,13 +284,12 @@ def test_a_direct_run_that_fails_transiently_starts_again(monkeypatch):
     broken = Run("direct 1", log, RetryableError("MySQL connection lost"))
     working = Run("direct 2", log, "wait")
     f = fallback([first, second], [broken, working], probe)
-    thread = threading.Thread(target=f.run)
-    thread.start()
+    thread = in_thread(f)
     wait_for(lambda: "direct 2 runs" in log, 10, interval=0.001, what="the second direct run")
     probe.down = 0
     thread.join(10)
-    assert log == ["tailer 1 runs", "direct 1 runs", "direct 2 runs", "served",
-                   "direct 2 stopped", "tailer 2 runs"]
+    assert log[:4] == ["tailer 1 runs", "direct 1 runs", "direct 2 runs", "served"]
+    assert log[4:] in (["tailer 2 runs", "direct 2 stopped"], ["direct 2 stopped", "tailer 2 runs"])
     assert first.outage_fallbacks == [broken, working]
 
 
@@ -243,8 +297,7 @@ def test_a_stop_during_the_outage_ends_the_direct_run_and_builds_no_other_tailer
     log = []
     first, direct = Run("tailer 1", log, KafkaUnreachable("down")), Run("direct", log, "wait")
     f = fallback([first], [direct], Probe(10**9, log))
-    thread = threading.Thread(target=f.run)
-    thread.start()
+    thread = in_thread(f)
     wait_for(lambda: "direct runs" in log, 10, interval=0.001, what="the direct run")
     f.stop()
     thread.join(10)
@@ -257,6 +310,23 @@ def test_other_errors_of_the_tailer_reach_the_caller():
     with pytest.raises(RetryableError, match="MySQL gone"):
         f.run()
     assert f.outages == 0
+
+
+def test_kafka_serving_at_the_first_ask_is_slow_acknowledgement_and_doubles_the_limit(caplog):
+    """A broker that answers at once but acknowledges slower than the limit must not stop
+    the tailer over and over: each such stop doubles the limit; an outage that was one (the
+    topic not served when first asked) brings the configured limit back."""
+    log = []
+    slow = [Run(f"tailer {n}", log, KafkaUnreachable("slow")) for n in (1, 2)]
+    away, last = Run("tailer 3", log, KafkaUnreachable("away")), Run("tailer 4", log)
+    probes = [Probe(0, log), Probe(0, log), Probe(2, log)]
+    f = KafkaOutageFallback(runs(*slow, away, last),
+                            lambda start: Run("direct", log, "wait"), lambda: probes.pop(0),
+                            "topic", "group", probe_every_s=0.001)
+    f.run()
+    limits = [t.pipeline.outage_after_s for t in (*slow, away, last)]
+    assert limits == [AFTER_S, 2 * AFTER_S, 4 * AFTER_S, AFTER_S] and f.outages == 3
+    assert "acknowledged nothing for 2s: the tailer waits up to 4s" in caplog.text
 
 
 class MetadataGone(MemoryPublisher):
@@ -273,27 +343,53 @@ class MetadataGone(MemoryPublisher):
         return [0, 1, 2]
 
 
-def test_metadata_waits_are_bounded_and_a_known_partition_count_is_kept_through_an_outage():
+def test_metadata_waits_are_bounded_and_no_answer_within_the_limit_is_an_outage():
     clock, publisher = Clock(), MetadataGone()
     p, store = outage_pipeline(clock, publisher, pack_rows=10)
 
     def items():
         yield from group(41, 1)
         publisher.ack_all()
+        yield PULSE
         publisher.gone = True
-        yield from group(42, 2)         # its pack goes out to the partition of three
+        yield from group(42, 2)
+    with pytest.raises(KafkaUnreachable, match="no metadata for the topic within 1s") as raised:
+        p.run(source(items))
+    assert publisher.waits == [AFTER_S, AFTER_S] and len(publisher.sent) == 1
+    assert store.saved[-1] == cp(41) and p.kafka_outages == 1
+    assert raised.value.lookback == cp(41)
+
+
+@pytest.mark.parametrize("lookback_s, expected", [
+    (0.0, cp(44)),      # the checkpoint of the last acknowledgement
+    (2.5, cp(41)),      # the one stored at least 2.5 s before it (at 1001 of 1004)
+    (100.0, cp(40)),    # a run younger than the lookback: its first
+])
+def test_the_outage_names_the_checkpoint_stored_the_lookback_before_the_last_ack(
+        lookback_s, expected):
+    """Kafka may have acknowledged changes a broker going away no longer handed to the
+    consumer: the direct invalidation starts that far back (the consumer's own are done)."""
+    clock, publisher = Clock(), MemoryPublisher(auto_ack=False)
+    p, _ = outage_pipeline(clock, publisher, kafka_outage_lookback_s=lookback_s)
+    p.start_at(cp(40))
+
+    def items():
+        for n in range(41, 45):         # one group stored a second
+            clock.now += 1.0
+            yield from group(n, n)
+            publisher.ack_all()
+            yield PULSE
+        yield from group(45, 45)
         clock.now += AFTER_S
         yield PULSE
-    with pytest.raises(KafkaUnreachable, match="none of 1 send"):
+    with pytest.raises(KafkaUnreachable) as raised:
         p.run(source(items))
-    assert publisher.waits == [AFTER_S, AFTER_S] and len(publisher.sent) == 2
-    assert store.saved[-1] == cp(41)
+    assert raised.value.lookback == expected
 
 
-def test_no_metadata_before_any_partition_count_is_known_is_an_outage():
-    publisher = MetadataGone()
-    publisher.gone = True
-    p, _ = outage_pipeline(Clock(), publisher, pack_rows=10)
-    with pytest.raises(KafkaUnreachable, match="no metadata for the topic within 1s"):
-        p.run(MemorySource(group(42, 1)))
-    assert p.kafka_outages == 1 and publisher.sent == []
+@pytest.mark.parametrize("server_id", [1, 88001, 2**31 - 1, 2**31, 2**31 + 5, 2**32 - 1])
+def test_the_direct_run_reads_the_binlog_with_a_server_id_of_its_own(server_id):
+    """It reads beside the tailer run publishing again; one id for both: the server drops
+    the older connection."""
+    other = outage_server_id(server_id)
+    assert other != server_id and 1 <= other <= 2**32 - 1
