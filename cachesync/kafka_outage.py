@@ -178,37 +178,40 @@ class KafkaOutageFallback:
     def _hand_over(self, direct: "_DirectRuns", probe, stopped) -> None:
         """End ``direct`` once the tailer run after ``stopped`` acknowledged past where it
         was when Kafka came back and the consumer group committed Kafka's end offsets of
-        then, or after HANDOVER_MAX_S; say so once it ended."""
+        then, or after HANDOVER_MAX_S; say so once it ended. Kafka's errors meanwhile (a
+        coordinator still loading after a restart) are asked again."""
         deadline = time.monotonic() + self._handover_max_s
         reached = ordinal(direct.position)
-        said = None
+        ends: dict[int, int] = {}
+
+        def read_ends() -> bool:
+            ends.update(probe.end_offsets(self._topic))
+            return True
         try:
-            if self._wait(direct, deadline, lambda: self._published_past(stopped, reached)):
-                ends = probe.end_offsets(self._topic)
-                if self._wait(direct, deadline, lambda: self._consumed(probe, ends)):
-                    said = (logging.INFO, "the consumer has read what was published again: "
-                                          "the tailer stopped applying changes directly")
-            if said is None and not direct.ended:
-                said = (logging.WARNING, f"the consumer group {self._group} did not read what "
-                                         f"was published again within "
-                                         f"{self._handover_max_s:.0f}s of Kafka serving: the "
-                                         "tailer stopped applying changes directly (the "
-                                         "consumer applies them)")
-        except CachesyncError as e:
-            said = (logging.WARNING, f"the tailer stopped applying changes directly: Kafka did "
-                                     f"not say how far the consumer is ({e})")
+            caught_up = (self._wait(direct, deadline, lambda: self._published_past(stopped, reached))
+                         and self._wait(direct, deadline, read_ends)
+                         and self._wait(direct, deadline, lambda: self._consumed(probe, ends)))
         finally:
             direct.end()
             direct.join()
             probe.close()
-        if said is not None:
-            log.log(*said)
+        if caught_up:
+            log.info("the consumer has read what was published again: the tailer stopped "
+                     "applying changes directly")
+        elif not self._stopping.is_set() and time.monotonic() >= deadline:
+            log.warning("the consumer group %s did not read what was published again within "
+                        "%.0fs of Kafka serving: the tailer stopped applying changes directly "
+                        "(the consumer applies them)", self._group, self._handover_max_s)
 
     def _wait(self, direct: "_DirectRuns", deadline: float, done: Callable[[], bool]) -> bool:
-        """Ask ``done()`` until it is true (True), or the deadline or the end of ``direct``."""
+        """Ask ``done()`` until it is true (True), or the deadline or the end of ``direct``;
+        a Kafka error counts as not yet."""
         while not direct.ended and time.monotonic() < deadline:
-            if done():
-                return True
+            try:
+                if done():
+                    return True
+            except CachesyncError as e:
+                log.debug("handover: Kafka did not answer yet: %s", e)
             direct.wait(self._probe_every_s)
         return False
 

@@ -194,7 +194,10 @@ class Probe:
 
     def committed_offsets(self, group, topic):
         assert group == "group"
-        return self._committed.pop(0) if len(self._committed) > 1 else self._committed[0]
+        answer = self._committed.pop(0) if len(self._committed) > 1 else self._committed[0]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
 
     def close(self):
         self.closed += 1
@@ -229,7 +232,8 @@ def test_an_outage_applies_directly_until_kafka_serves_and_the_consumer_read_the
     first = Run("tailer 1", log, KafkaUnreachable("Kafka acknowledged none of 2 send(s)", cp(40)))
     direct = Run("direct", log, "wait", positions=[cp(45)])
     second = Run("tailer 2", log, "wait", positions=[cp(41), cp(43), cp(45)])
-    probe = Probe(3, log, committed=[{0: 4}, {}, {0: 9}, {0: 10}])
+    loading = RetryableError("NotCoordinatorError: the coordinator is loading")
+    probe = Probe(3, log, committed=[{0: 4}, loading, {}, {0: 9}, {0: 10}])
     directs = runs(direct)
     f = KafkaOutageFallback(runs(first, second), directs, lambda: probe, "topic", "group",
                             probe_every_s=0.001)
