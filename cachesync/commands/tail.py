@@ -32,7 +32,11 @@ def command(settings, from_gtid, from_file, from_pos) -> None:
     Starts at the stored checkpoint (table cachesync.cachesync_checkpoint, named by
     tailer.name) or, on first start, at the server's current position (if keys were
     cached before, run `cachesync resync` once first). The
-    checkpoint advances only past transactions Kafka fully acknowledged. Requires
+    checkpoint advances only past transactions Kafka fully acknowledged. When Kafka
+    acknowledges nothing for tailer.kafka_outage_after_s (1 s), tail applies the changes to
+    Redis itself, with the consumer's redis and dedup settings, until Kafka serves the topic
+    and the consumer group has read them again (tailer.on_kafka_outage: invalidate, the
+    default; wait: the cache waits for Kafka). Requires
     binlog_format=ROW, binlog_row_image=FULL, binlog_row_metadata=FULL and the
     REPLICATION SLAVE + REPLICATION CLIENT grants; says which one is missing.
 

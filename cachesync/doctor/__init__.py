@@ -71,7 +71,9 @@ def run_checks(settings: Settings, role: str = "all", had_checkpoint: bool | Non
     def redis_checks() -> list[Check]:
         client = wiring.redis_client(settings, 5)
         try:
-            found = redis_check(settings, client) if role != "tail" else []
+            # the tailer uses Redis while Kafka is away (tailer.on_kafka_outage: invalidate)
+            uses = role != "tail" or settings.tailer.on_kafka_outage == "invalidate"
+            found = redis_check(settings, client) if uses else []
             if role != "consume":
                 found.append(first_start_check(settings, has_checkpoint(
                     params.connect, settings) if had_checkpoint is None else had_checkpoint,
