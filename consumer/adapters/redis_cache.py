@@ -64,13 +64,17 @@ class RedisCache:
         return redis_call(run)
 
     def _unlink(self, keys: Sequence) -> int:
-        """UNLINK ``keys`` and their leases, one pipeline, per slot on a cluster; returns how
-        many of ``keys`` existed."""
+        """UNLINK the leases of ``keys``, then ``keys``, one pipeline, per slot on a cluster;
+        returns how many of ``keys`` existed. The pipeline is not a transaction: another
+        client's command may run between the two. Leases first: a fill that lands between
+        them finds its lease gone and is refused, and a lease taken between them is taken
+        after the commit, so its fill reads the new row. Keys first would let a fill of the
+        old row land between them, its lease still valid, and stay until the TTL."""
         def fill(pipe):
             for group in per_slot(keys, self._cluster):
-                queue_unlink(pipe, group)
                 queue_unlink(pipe, self.leases(group))
-        return sum(run_pipeline(self._client, fill, wait=self._wait)[::2])
+                queue_unlink(pipe, group)
+        return sum(run_pipeline(self._client, fill, wait=self._wait)[1::2])
 
     def leases(self, keys: Sequence) -> list:
         """The fill-lease keys an invalidation of ``keys`` deletes with them."""

@@ -27,18 +27,36 @@ def metric(text: str, name: str) -> float:
     return float(found.group(1)) if found else 0.0
 
 
-def test_changes_of_an_outage_leave_redis_before_the_broker_is_back_and_are_published_after(lab):
+def running(lab):
+    """The users table, its config, `tail` and `consume` running, one change consumed;
+    (config, tail, consume, the keys)."""
     lab.sql("CREATE TABLE users (id BIGINT PRIMARY KEY, name VARCHAR(32))")
     lab.sql("INSERT INTO users VALUES " + ", ".join(f"({i}, 'a')" for i in range(ROWS)))
-    probe_topic = f"{lab.topic}.probe"
-    create_topics(lab.stack.bootstrap, {probe_topic: 1})
     cfg = lab.write_config({"users": {"keys": ["user:{id}"]}})
     tail, consume = lab.start_tailer(cfg), lab.spawn("consume", cfg)
-    [tail_url], [consume_url] = endpoints(lab, tail, 1), endpoints(lab, consume, 1)
     keys = [f"{lab.prefix}user:{i}" for i in range(ROWS)]
     lab.redis.set(keys[0], b"cached", ex=600)
     lab.sql("UPDATE users SET name = 'b' WHERE id = 0")
     wait_for(lambda: not lab.redis.exists(keys[0]), 120, interval=0.05, what="consuming")
+    return cfg, tail, consume, keys
+
+
+def broker_back(lab) -> None:
+    """Start the broker again and wait until it acknowledges a fresh client's record."""
+    probe_topic = f"{lab.topic}.probe"
+    up = subprocess.Popen([os.path.join(REPO, "devstack", "stack.sh"), "up", "kafka"],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        first_produce(lab.stack.bootstrap, probe_topic, 600, clock=time.monotonic)
+    finally:
+        _, err = up.communicate(timeout=600)
+    assert up.returncode == 0, err[-2000:]
+
+
+def test_changes_of_an_outage_leave_redis_before_the_broker_is_back_and_are_published_after(lab):
+    create_topics(lab.stack.bootstrap, {f"{lab.topic}.probe": 1})
+    cfg, tail, consume, keys = running(lab)
+    [tail_url], [consume_url] = endpoints(lab, tail, 1), endpoints(lab, consume, 1)
     applied = metric(metrics_showing([consume_url], ["cachesync_consumer_events_applied_total 1.0"]),
                      "cachesync_consumer_events_applied_total")
 
@@ -54,13 +72,7 @@ def test_changes_of_an_outage_leave_redis_before_the_broker_is_back_and_are_publ
     for key in keys:                    # the application fills them again (the new rows)
         lab.redis.set(key, b"c", ex=600)
 
-    up = subprocess.Popen([os.path.join(REPO, "devstack", "stack.sh"), "up", "kafka"],
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        first_produce(lab.stack.bootstrap, probe_topic, 600, clock=time.monotonic)
-    finally:
-        _, err = up.communicate(timeout=600)
-    assert up.returncode == 0, err[-2000:]
+    broker_back(lab)
     wait_for(lambda: "Kafka serves the topic again" in lab.log(tail), 60,
              what="the tailer publishing again")
     # the range is published again and the consumer finds every event of it done
@@ -78,3 +90,34 @@ def test_changes_of_an_outage_leave_redis_before_the_broker_is_back_and_are_publ
                                            f"{applied + 1:.1f}"])
     assert metric(text, "cachesync_consumer_duplicates_skipped_total") == ROWS
     assert tail.poll() is None and consume.poll() is None, lab.log(tail) + lab.log(consume)
+
+
+def test_a_tailer_killed_during_the_outage_applies_directly_again_from_the_unchanged_checkpoint(
+        lab):
+    """kill -9 while it applies directly: the stored checkpoint did not move, so the new
+    process (started while the broker is still away) applies directly from there, skipping
+    what was done, and publishes it all once the broker is back."""
+    create_topics(lab.stack.bootstrap, {f"{lab.topic}.probe": 1})
+    cfg, tail, consume, keys = running(lab)
+    [consume_url] = endpoints(lab, consume, 1)
+    half = ROWS // 2
+    stack_command("down", "kafka")
+    for key in keys:
+        lab.redis.set(key, b"cached", ex=600)
+    lab.sql(f"UPDATE users SET name = 'c' WHERE id < {half}")
+    wait_for(lambda: not lab.redis.exists(*keys[:half]), 60, interval=0.05,
+             what="the first changes applied directly")
+    tail.kill()
+    tail.wait(30)
+    restarted = lab.start_tailer(cfg)
+    lab.sql(f"UPDATE users SET name = 'c' WHERE id >= {half}")
+    wait_for(lambda: not lab.redis.exists(*keys), 120, interval=0.05,
+             what="the restarted tailer applying directly while the broker is away")
+    for key in keys:
+        lab.redis.set(key, b"c", ex=600)
+    broker_back(lab)
+    metrics_showing([consume_url], [f"cachesync_consumer_duplicates_skipped_total {ROWS}.0"],
+                    timeout_s=120)
+    assert all(lab.redis.get(key) == b"c" for key in keys), "a refilled key was deleted again"
+    assert "applying changes to Redis directly" in lab.log(restarted)
+    assert restarted.poll() is None and consume.poll() is None
