@@ -32,7 +32,7 @@ import time
 from typing import Callable
 
 from cachesync.producer_outbox.publish.pipeline import KafkaUnreachable
-from cachesync.schema.errors import CachesyncError, RetryableError
+from cachesync.schema.errors import CachesyncError, FatalError, RetryableError
 from cachesync.schema.gtid import GtidState
 
 log = logging.getLogger(__name__)
@@ -170,7 +170,7 @@ class KafkaOutageFallback:
             try:
                 probe.serving(self._topic)
                 return asks
-            except CachesyncError as e:
+            except RetryableError as e:     # a FatalError (a refused login) stops the tailer
                 log.debug("Kafka not serving yet: %s", e)
                 self._stopping.wait(self._probe_every_s)
         return 0
@@ -191,6 +191,9 @@ class KafkaOutageFallback:
             caught_up = (self._wait(direct, deadline, lambda: self._published_past(stopped, reached))
                          and self._wait(direct, deadline, read_ends)
                          and self._wait(direct, deadline, lambda: self._consumed(probe, ends)))
+        except FatalError as e:     # the tailer run meets it too, and stops
+            caught_up = False
+            log.warning("the tailer stopped applying changes directly: %s", e)
         finally:
             direct.end()
             direct.join()
@@ -210,7 +213,7 @@ class KafkaOutageFallback:
             try:
                 if done():
                     return True
-            except CachesyncError as e:
+            except RetryableError as e:
                 log.debug("handover: Kafka did not answer yet: %s", e)
             direct.wait(self._probe_every_s)
         return False
@@ -224,7 +227,8 @@ class KafkaOutageFallback:
 
     def _consumed(self, probe, ends: dict[int, int]) -> bool:
         committed = probe.committed_offsets(self._group, self._topic)
-        return all(committed.get(partition, -1) >= end for partition, end in ends.items())
+        # a partition the group never committed to is caught up only while it is empty
+        return all(committed.get(partition, 0) >= end for partition, end in ends.items())
 
 
 class _DirectRuns:

@@ -20,7 +20,8 @@ from kafka.errors import KafkaError
 
 from cachesync.consumer.adapters.kafka_source import RECONNECT_BACKOFF_MAX_MS
 from cachesync.producer_outbox.binlog.leader import lock_name
-from cachesync.schema.errors import RetryableError
+from cachesync.runtime.kafka_login import refused_login_is_fatal
+from cachesync.schema.errors import FatalError, RetryableError
 
 log = logging.getLogger(__name__)
 
@@ -109,20 +110,26 @@ class KafkaOffsets:
         return {tp: o.offset for tp, o in found.items()}
 
     def _run(self, work):
+        """``work(admin)``; RetryableError when Kafka does not answer, FatalError when it
+        refused the login (retrying cannot fix a wrong password)."""
         try:
-            if self._admin is None:
-                self._admin = KafkaAdminClient(bootstrap_servers=self._bootstrap,
-                                               client_id="cachesync-probe",
-                                               **{"request_timeout_ms": self._timeout_ms,
-                                                  # the lag probe sees a broker back as
-                                                  # soon as the consumers do
-                                                  "reconnect_backoff_max_ms":
-                                                      RECONNECT_BACKOFF_MAX_MS,
-                                                  **self._security})
-            return work(self._admin)
+            with refused_login_is_fatal(",".join(self._bootstrap)):
+                if self._admin is None:
+                    self._admin = KafkaAdminClient(bootstrap_servers=self._bootstrap,
+                                                   client_id="cachesync-probe",
+                                                   **{"request_timeout_ms": self._timeout_ms,
+                                                      # the lag probe sees a broker back as
+                                                      # soon as the consumers do
+                                                      "reconnect_backoff_max_ms":
+                                                          RECONNECT_BACKOFF_MAX_MS,
+                                                      **self._security})
+                return work(self._admin)
         except (KafkaError, OSError) as e:
             self.close()
             raise RetryableError(f"Kafka unavailable at {','.join(self._bootstrap)}: {e}") from e
+        except FatalError:
+            self.close()
+            raise
 
     def close(self) -> None:
         if self._admin is not None:

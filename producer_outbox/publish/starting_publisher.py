@@ -51,7 +51,9 @@ class StartingPublisher:
         self.started().send(*args, **kwargs)
 
     def partitions(self, topic: str, timeout_s: float | None = None) -> list[int]:
-        return self.started().partitions(topic, timeout_s)
+        if timeout_s is None:
+            return self.started().partitions(topic)
+        return self.started().partitions(topic, timeout_s=timeout_s)
 
     def flush(self, *args, **kwargs) -> None:
         self.started().flush(*args, **kwargs)

@@ -397,3 +397,19 @@ def test_the_direct_run_reads_the_binlog_with_a_server_id_of_its_own(server_id):
     the older connection."""
     other = outage_server_id(server_id)
     assert other != server_id and 1 <= other <= 2**32 - 1
+
+
+def test_kafka_refusing_the_login_during_an_outage_stops_the_tailer():
+    """A refused login is no outage to wait out: the direct run ends and the error reaches
+    the caller (exit 3), as it would from the tailer's own Kafka client."""
+    log = []
+
+    class Refusing(Probe):
+        def serving(self, topic):
+            raise FatalError("Kafka at 127.0.0.1:19094 refused the login")
+    first, direct = Run("tailer 1", log, KafkaUnreachable("down")), Run("direct", log, "wait")
+    f = fallback([first], [direct], Refusing(0, log))
+    with pytest.raises(FatalError, match="refused the login"):
+        f.run()
+    # the direct run may not have started yet when the refusal came: ended either way
+    assert log in (["tailer 1 runs"], ["tailer 1 runs", "direct runs", "direct stopped"])
