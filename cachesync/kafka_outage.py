@@ -33,7 +33,7 @@ from typing import Callable
 
 from cachesync.producer_outbox.publish.pipeline import KafkaUnreachable
 from cachesync.schema.errors import CachesyncError, FatalError, RetryableError
-from cachesync.schema.gtid import GtidState
+from cachesync.resync import position_ordinal
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +47,8 @@ HANDOVER_MAX_S = 60.0
 
 
 def ordinal(checkpoint) -> int | None:
-    """A checkpoint's place in the GTID history (None without a GTID state)."""
-    return GtidState.parse(checkpoint.gtid).ordinal if checkpoint and checkpoint.gtid else None
+    """A checkpoint's place in the history (resync.position_ordinal; None: no checkpoint)."""
+    return position_ordinal(checkpoint) if checkpoint is not None else None
 
 
 class KafkaOutageFallback:

@@ -90,8 +90,7 @@ class KafkaOffsets:
     def serving(self, topic: str) -> None:
         """Raises RetryableError unless every partition of ``topic`` has a leader that
         answers (its latest offset): the topic takes sends again."""
-        self._run(lambda admin: self._offsets(admin, self._partitions(admin, topic),
-                                              OffsetSpec.LATEST))
+        self.end_offsets(topic)
 
     @staticmethod
     def _partitions(admin, topic: str) -> list[TopicPartition]:
