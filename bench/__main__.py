@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import platform
+import signal
 import sys
 import time
 import traceback
@@ -56,6 +57,9 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
+    # a SIGTERM (a timeout, a kill) unwinds like Ctrl-C: each benchmark's cleanup stops the
+    # processes it spawned instead of leaving them to load the host
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     stack = Stack()
     stack.check()
     selected = args.only or list(BENCHMARKS)

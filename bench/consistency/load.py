@@ -32,12 +32,14 @@ Times are ``time.perf_counter()``: CLOCK_MONOTONIC, one clock for every process 
 
 from __future__ import annotations
 
+import ctypes
 import heapq
 import itertools
 import os
 import pickle
 import queue
 import random
+import signal
 import threading
 import time
 from array import array
@@ -75,6 +77,18 @@ def _mysql(spec: dict, autocommit: bool):
     return pymysql.connect(**spec["mysql"], autocommit=autocommit)
 
 
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """SIGTERM this process when the lab's process ends: a lab interrupted mid-cell must not
+    leave readers loading the host (and the next run's cells) until someone kills them."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):      # not Linux: the stop events alone end them
+        pass
+
+
 def as_application(spec: dict) -> None:
     """Lower a reader's CPU priority by ``spec["readers_nice"]``, and with
     ``spec["readers_idle"]`` put it in SCHED_IDLE (see the module); threads it starts after
@@ -89,6 +103,7 @@ def as_application(spec: dict) -> None:
 def read_process(spec: dict, n: int, start, stop, counts, out: str) -> None:
     """Read until ``stop``, keeping ``counts[n]`` at the reads made so far (hits; fills
     are added at the end); writes ``(times, values)`` arrays (hits and fills) to ``out``."""
+    die_with_parent()
     as_application(spec)
     rng = random.Random(spec["seed"] * 1000 + n)
     rows = range(spec["rows"])
@@ -178,6 +193,7 @@ def write_process(spec: dict, faults: Faults, start, read_counts, out: str) -> N
     """Update rows at ``spec["write_rate"]`` until ``spec["writes"]`` updates are made and the
     readers made ``spec["reads"]`` reads (``read_counts``); writes the changes
     ``[row, seq, value, commit_t, applied_t]`` and the injected faults to ``out``."""
+    die_with_parent()
     start.wait(120)
     state = _Writes(spec, lambda: sum(read_counts) >= spec["reads"])
     later = threading.Thread(target=state.delete_later, daemon=True)
@@ -297,6 +313,7 @@ def watch_process(spec: dict, ready, stop, out: str) -> None:
     the watcher saw the writer set the marker (its ``expire`` event), just before the commit:
     how late the watcher itself hears; "realtime": whether it ran at SCHED_FIFO
     (``as_clock``). Sets ``ready`` once subscribed."""
+    die_with_parent()
     realtime = as_clock()
     r = redis.Redis.from_url(spec["redis_url"])
     pubsub = r.pubsub(ignore_subscribe_messages=True)
