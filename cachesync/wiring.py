@@ -166,7 +166,7 @@ def build_cache(settings: Settings) -> RedisCache:
     from cachesync.consumer.adapters.redis_cache import RedisCache
     return RedisCache("", client=redis_client(settings, writer_timeout_s(settings)),
                       legacy_companions=settings.redis.legacy_companion_keys,
-                      wait=replica_wait(settings))
+                      wait=replica_wait(settings), fill_hold_ms=settings.redis.fill_hold_ms)
 
 
 def build_cache_reader(settings: Settings, timeout_s: float = ADAPTER_TIMEOUT_S):
@@ -221,7 +221,8 @@ def build_dedup(settings: Settings, cache=None):
         return RedisDedupStore("", settings.dedup_namespace, c.dedup_retention_s,
                                client=redis_client(settings, writer_timeout_s(settings)),
                                wait=replica_wait(settings),
-                               leases=None if cache is None else cache.leases)
+                               leases=None if cache is None else cache.leases,
+                               fill_hold_ms=settings.redis.fill_hold_ms)
     raise ConfigError(f"consumer.dedup_store: expected 'mysql' or 'redis', got {c.dedup_store!r}")
 
 

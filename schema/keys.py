@@ -29,11 +29,15 @@ def kafka_key(db: str, table: str, pk: Iterable[tuple[str, Any]]) -> str:
 INTERNAL_PREFIX = "cachesync:"      # cachesync's own keys; never a cache key it deletes
 LEASE_PREFIX = "cachesync:lease:"
 VERSION_PREFIX = "cachesync:ver:"
+# What an invalidation leaves in a key's fill lease for redis.fill_hold_ms: no reader's token,
+# so read_through's SET NX finds the lease taken and its fill is refused
+LEASE_HOLD = "hold"
 
 
 def lease_key(key: str) -> str:
     """The fill-lease companion of a cache key, ``cachesync:lease:{<tag>}<key>`` in the key's
-    hash slot (schema.slots); every invalidation deletes it too."""
+    hash slot (schema.slots); every invalidation deletes it too, or holds it
+    (LEASE_HOLD, ``redis.fill_hold_ms``)."""
     return companion(LEASE_PREFIX, key)
 
 

@@ -480,6 +480,18 @@ class RedisSettings(_Validated):
     wait_timeout_ms: int = setting(
         1000, "how long `redis.wait_replicas` waits for the replicas' acknowledgements",
         lo=1, hi=60000)
+    # The server writes a commit to its binlog before its storage engine makes it visible,
+    # so an invalidation can land before readers see the new row; a reader that missed in
+    # between would fill the old row. Holding the fill lease refuses fills for that long.
+    fill_hold_ms: int = setting(
+        500, "after invalidating a key, refuse `read_through` fills of it for this long (its "
+        "fill lease is held; readers still load from the database, they just do not cache): "
+        "MySQL and MariaDB write a commit to the binlog before it is visible to other "
+        "sessions, so an invalidation can land before a reader sees the new row, and a fill "
+        "of the old row would stay until the key's next change or its TTL. Keep it above the "
+        "longest time your server's commits take between the binlog and the engine (a "
+        "loaded server: tens of ms). 0: release the lease at once (the behaviour before)",
+        lo=0, hi=60000)
     # Also read the old untagged version keys and void the old untagged leases
     # (cachesync:ver:<key>, cachesync:lease:<key>): a single server upgraded from the layout
     # before hash-tagged companions; off once the longest TTL has passed (docs/upgrading.md)
@@ -512,6 +524,7 @@ class RedisSettings(_Validated):
                 f"sentinel_username={self.sentinel_username!r}, sentinel_tls={self.sentinel_tls!r}, "
                 f"cluster={self.cluster!r}, cluster_nodes={self.cluster_nodes!r}, wait_replicas={self.wait_replicas!r}, "
                 f"wait_timeout_ms={self.wait_timeout_ms!r}, "
+                f"fill_hold_ms={self.fill_hold_ms!r}, "
                 f"legacy_companion_keys={self.legacy_companion_keys!r})")
 
 

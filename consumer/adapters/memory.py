@@ -12,7 +12,7 @@ from cachesync.consumer.core.offsets import Record
 from cachesync.consumer.core.table_jobs import JobState
 from cachesync.consumer.core.writes import (APPLIED, BACKWARDS, KIND_DELETE, CacheWrite, fence,
                                             fence_by_table)
-from cachesync.schema.keys import INTERNAL_PREFIX
+from cachesync.schema.keys import INTERNAL_PREFIX, LEASE_HOLD
 from cachesync.consumer.ports import WriteResult
 
 
@@ -61,7 +61,8 @@ class MemoryCache:
     twin: a key written through ``write`` has a TTL (``ttls``, never counted down), one put in
     ``data`` directly (an application's SET) has none."""
 
-    def __init__(self):
+    def __init__(self, fill_hold_ms: int = 0):
+        self.fill_hold_ms = fill_hold_ms      # as RedisCache's; a held lease never runs out here
         self.data: dict[str, object] = {}
         self.ttls: dict[str, float] = {}     # key -> the TTL its last write gave it
         self.versions: dict[str, str] = {}
@@ -98,7 +99,10 @@ class MemoryCache:
         self.deleted.extend(keys)
         for k in keys:
             self.ttls.pop(k, None)
-            self.leases.pop(k, None)
+            if self.fill_hold_ms:
+                self.leases[k] = LEASE_HOLD
+            else:
+                self.leases.pop(k, None)
         return sum(1 for k in keys if self.data.pop(k, None) is not None)
 
     def take_leases(self, keys: Sequence[str], token: str, lease_ms: int) -> list[str]:

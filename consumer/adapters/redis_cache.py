@@ -16,8 +16,8 @@ from cachesync.schema.errors import FatalError, RetryableError
 from cachesync.consumer.adapters.redis_cluster import (ReplicaWait, is_cluster, masters, per_slot,
                                                        queue_script, queue_unlink, refresh,
                                                        run_pipeline)
-from cachesync.schema.keys import (INTERNAL_PREFIX, LEASE_PREFIX, companion_owner, lease_key,
-                                   lease_keys, legacy_lease_key, legacy_version_key,
+from cachesync.schema.keys import (INTERNAL_PREFIX, LEASE_HOLD, LEASE_PREFIX, companion_owner,
+                                   lease_key, lease_keys, legacy_lease_key, legacy_version_key,
                                    table_fence_key, version_key)
 from cachesync.schema.mapping import TableMapping
 
@@ -37,7 +37,10 @@ VERSION_MARGIN_MS = 1000
 class RedisCache:
     def __init__(self, url: str, client: redis.Redis | None = None,
                  rand: random.Random | None = None, legacy_companions: bool = False,
-                 wait: ReplicaWait | None = None):
+                 wait: ReplicaWait | None = None, fill_hold_ms: int = 0):
+        """``fill_hold_ms`` (``redis.fill_hold_ms``): an invalidation holds each key's fill
+        lease that long instead of deleting it (``_unlink``); 0 deletes it."""
+        self.fill_hold_ms = fill_hold_ms
         self._client = client or redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
         self._wait = wait           # redis.wait_replicas, after every pipeline that writes
         self._rand = rand or random.Random()
@@ -53,10 +56,12 @@ class RedisCache:
         self._lease_release = self._client.register_script(resource_text("lua/release_lease.lua"))
 
     def delete(self, keys: Sequence[str]) -> int:
-        """UNLINK keys and their fill leases; raises RetryableError when Redis is unreachable.
+        """UNLINK keys and void their fill leases; raises RetryableError when Redis is
+        unreachable.
 
-        Deleting the lease voids any read_through fill that started before this
-        invalidation, so a reader that loaded the old row cannot write it back.
+        Voiding the lease refuses any read_through fill that started before this
+        invalidation, so a reader that loaded the old row cannot write it back; holding it
+        (``fill_hold_ms``) refuses the fills of readers that miss just after it, too.
         Returns how many cache keys (not leases) existed.
         """
         def run():
@@ -64,17 +69,38 @@ class RedisCache:
         return redis_call(run)
 
     def _unlink(self, keys: Sequence) -> int:
-        """UNLINK the leases of ``keys``, then ``keys``, one pipeline, per slot on a cluster;
-        returns how many of ``keys`` existed. The pipeline is not a transaction: another
-        client's command may run between the two. Leases first: a fill that lands between
-        them finds its lease gone and is refused, and a lease taken between them is taken
-        after the commit, so its fill reads the new row. Keys first would let a fill of the
-        old row land between them, its lease still valid, and stay until the TTL."""
+        """Void the leases of ``keys``, then UNLINK ``keys``, one pipeline, per slot on a
+        cluster; returns how many of ``keys`` existed.
+
+        The pipeline is not a transaction: another client's command may run between the
+        two. Leases first: a fill that lands between them finds its lease voided and is
+        refused. Keys first would let a fill of the old row land between them, its lease
+        still valid, and stay until the TTL.
+
+        With ``fill_hold_ms`` each lease is set to LEASE_HOLD for that long (one SET per lease)
+        instead of deleted, so no reader takes a lease in that time and every fill is
+        refused: the binlog (so this invalidation) can be ahead of the commit becoming
+        visible to readers (the server writes its binlog before its storage engine commits),
+        and a reader that missed and read the row in between would cache the old row until
+        the row's next change or its TTL."""
+        hold = self.fill_hold_ms
+        groups = [(group, self.leases(group)) for group in per_slot(keys, self._cluster)]
+
         def fill(pipe):
-            for group in per_slot(keys, self._cluster):
-                queue_unlink(pipe, self.leases(group))
+            for group, leases in groups:
+                if hold:
+                    for lease in leases:
+                        pipe.execute_command("SET", lease, LEASE_HOLD, "PX", hold)
+                else:
+                    queue_unlink(pipe, leases)
                 queue_unlink(pipe, group)
-        return sum(run_pipeline(self._client, fill, wait=self._wait)[1::2])
+        replies = iter(run_pipeline(self._client, fill, wait=self._wait))
+        removed = 0
+        for _, leases in groups:        # each group's lease replies, then its keys' UNLINK
+            for _ in range(len(leases) if hold else 1):
+                next(replies)
+            removed += next(replies)
+        return removed
 
     def leases(self, keys: Sequence) -> list:
         """The fill-lease keys an invalidation of ``keys`` deletes with them."""

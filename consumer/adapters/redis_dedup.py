@@ -44,10 +44,13 @@ _STATES = {b"owned": ClaimState.OWNED, b"done": ClaimState.DONE, b"busy": ClaimS
 class RedisDedupStore:
     def __init__(self, url: str, namespace: str, retention_s: float,
                  client: redis.Redis | None = None, wait: ReplicaWait | None = None,
-                 leases: Callable[[Sequence[str]], list[str]] | None = None):
+                 leases: Callable[[Sequence[str]], list[str]] | None = None,
+                 fill_hold_ms: int = 0):
         """``leases``: the fill-lease keys of cache keys (RedisCache.leases), when the cache
         is on this store's Redis server: then ``claim_unlink`` is offered (not on a cluster,
-        where one script cannot reach every key)."""
+        where one script cannot reach every key); ``fill_hold_ms``: how long it holds their
+        leases (RedisCache.fill_hold_ms)."""
+        self._hold_ms = fill_hold_ms
         self._client = client or redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
         self._wait = wait           # redis.wait_replicas, after every pipeline that writes
         self._namespace = namespace
@@ -72,15 +75,15 @@ class RedisDedupStore:
 
     def claim_unlink(self, changes: Sequence[tuple[str, Sequence[str]]]
                      ) -> tuple[Mapping[str, ClaimState], int]:
-        """Claim each ``(id, cache keys)``, UNLINK the keys (and their fill leases) of those
-        that are ours and confirm them, in one script call per CLAIM_CHUNK ids (one
+        """Claim each ``(id, cache keys)``, UNLINK the keys (and hold or UNLINK their fill
+        leases) of those that are ours and confirm them, in one script call per CLAIM_CHUNK ids (one
         pipelined round trip): ``(state per id, cache keys that existed)``. OWNED means
         applied and confirmed; DONE a duplicate; BUSY untouched. Raises RetryableError /
         FatalError; a retry after a lost reply finds the ids applied by the first call DONE."""
         changes = list(dict((i, keys) for i, keys in changes).items())
         calls = []
         for part in chunks(changes, CLAIM_CHUNK):
-            keys, args = [], [self._retention_ms]
+            keys, args = [], [self._retention_ms, self._hold_ms]
             for msg_id, cache_keys in part:
                 leases = self._leases(list(cache_keys))      # a list: named in one call
                 keys += [dedup_key(self._namespace, msg_id), *cache_keys, *leases]

@@ -3,9 +3,13 @@
 -- KEYS     per message id, in order: its record key, then the cache keys its change
 --          invalidates, then their fill-lease keys
 -- ARGV[1]  how long a record lives at all, in ms (the dedup retention)
--- ARGV[2i], ARGV[2i + 1]  how many cache keys, then lease keys, follow id i's record key
--- Records are dedup_claim.lua's. A new id or an expired claim is applied now: its keys and
--- leases UNLINKed and its record marked done ("d <now_ms>", as dedup_confirm.lua marks it);
+-- ARGV[2]  how long an invalidated key's fill lease is held, in ms (redis.fill_hold_ms:
+--          set to "hold" (schema.keys.LEASE_HOLD), so that no reader takes it and fills;
+--          0: the lease is UNLINKed)
+-- ARGV[2i + 1], ARGV[2i + 2]  how many cache keys, then lease keys, follow id i's record key
+-- Records are dedup_claim.lua's. A new id or an expired claim is applied now: its leases
+-- held (or UNLINKed) and its keys UNLINKed, and its record marked done ("d <now_ms>", as
+-- dedup_confirm.lua marks it);
 -- a done id is a duplicate and its keys are left alone; a live claim (another consumer's:
 -- this call claims nothing it could find again) is busy and nothing of it changes. A script
 -- runs atomically, so no other consumer sees a claim without its invalidation, and no
@@ -17,10 +21,11 @@ local done = 'd ' .. now
 local out = {}
 local removed = 0
 local k = 1
-for i = 1, (#ARGV - 1) / 2 do
+local hold = tonumber(ARGV[2])
+for i = 1, (#ARGV - 2) / 2 do
   local key = KEYS[k]
-  local keys = tonumber(ARGV[2 * i])
-  local leases = tonumber(ARGV[2 * i + 1])
+  local keys = tonumber(ARGV[2 * i + 1])
+  local leases = tonumber(ARGV[2 * i + 2])
   local state = 'owned'
   local record = redis.call('GET', key)
   if record then
@@ -31,11 +36,15 @@ for i = 1, (#ARGV - 1) / 2 do
     end
   end
   if state == 'owned' then
+    for j = k + keys + 1, k + keys + leases do
+      if hold > 0 then
+        redis.call('SET', KEYS[j], 'hold', 'PX', hold)
+      else
+        redis.call('UNLINK', KEYS[j])
+      end
+    end
     for j = k + 1, k + keys do
       removed = removed + redis.call('UNLINK', KEYS[j])
-    end
-    for j = k + keys + 1, k + keys + leases do
-      redis.call('UNLINK', KEYS[j])
     end
     redis.call('SET', key, done, 'PX', ARGV[1])
   end

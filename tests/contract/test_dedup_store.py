@@ -20,6 +20,7 @@ from cachesync.consumer.core.dedup import ClaimState
 from cachesync.runtime.mysql import MySQLParams
 from cachesync.schema.errors import FatalError, RetryableError
 from cachesync.schema.keys import dedup_key, dedup_retention_key
+from tests.support import wait_for
 from tests.support.variants import redis_cluster
 
 O, D, B = ClaimState.OWNED, ClaimState.DONE, ClaimState.BUSY
@@ -569,3 +570,43 @@ def test_a_store_on_a_cluster_does_not_claim_unlink():
         assert not store.unlinks
     finally:
         store.close()
+
+
+def test_claim_unlink_holds_the_leases_so_no_reader_fills_until_the_hold_ends(stack):
+    """redis.fill_hold_ms: a reader that misses right after the invalidation (and may read
+    the row before the commit is visible to it) loads but does not fill, until the hold ends."""
+    from cachesync.client import read_through
+    from cachesync.consumer.adapters.redis_cache import RedisCache
+    from cachesync.schema.keys import LEASE_HOLD, lease_key
+    url, ns = stack.env["CACHESYNC_REDIS_URL"], f"contract-{uuid.uuid4().hex[:8]}"
+    cache = RedisCache(url, fill_hold_ms=1500)
+    store = RedisDedupStore(url, ns, retention_s=3600, leases=cache.leases,
+                            fill_hold_ms=cache.fill_hold_ms)
+    client, p = redis.Redis.from_url(url), f"contract:{ns}:"
+    try:
+        client.set(f"{p}a", b"old", ex=60)
+        client.set(lease_key(f"{p}b"), b"reader-token", px=60_000)    # a fill in flight
+        states, existed = store.claim_unlink([("1", [f"{p}a", f"{p}b"])])
+        assert dict(states) == {"1": O} and existed == 1
+        assert client.get(lease_key(f"{p}a")) == client.get(lease_key(f"{p}b")) == \
+            LEASE_HOLD.encode()
+        assert 0 < client.pttl(lease_key(f"{p}a")) <= 1500
+        assert read_through(client, f"{p}a", lambda: b"read during the hold", ttl_s=60) == \
+            b"read during the hold"
+        assert client.get(f"{p}a") is None                              # loaded, not cached
+        wait_for(lambda: client.exists(lease_key(f"{p}a")) == 0, 10, interval=0.05,
+                 what="the hold to end")
+        assert read_through(client, f"{p}a", lambda: b"new", ttl_s=60) == b"new"
+        assert client.get(f"{p}a") == b"new"
+        # the cache's own invalidation (no dedup store on its server) holds them the same way
+        assert cache.delete([f"{p}a"]) == 1
+        assert client.get(lease_key(f"{p}a")) == LEASE_HOLD.encode()
+        assert read_through(client, f"{p}a", lambda: b"x", ttl_s=60) == b"x"
+        assert client.get(f"{p}a") is None
+    finally:
+        for pattern in (f"*{p}*", f"cachesync:dedup:{ns}:*"):
+            for key in client.scan_iter(match=pattern, count=1000):
+                client.unlink(key)
+        for closing in (store, cache):
+            closing.close()
+        client.close()

@@ -5,15 +5,23 @@ The invalidation is one non-transactional pipeline (RedisCache.delete): other cl
 commands may run between its commands. This records the commands it sends and replays them
 against a model of Redis with a fill (lease_fill.lua: write when the lease is the filler's,
 then drop the lease) inserted at every point.
+
+Two readers: A missed, took the lease and read the row before the commit; B misses during
+the invalidation and reads the row before the commit is visible to it (the server writes the
+binlog, so the invalidation can come, before its storage engine commits). B's fill is refused
+only while the invalidation holds the lease (``fill_hold_ms``).
 """
 
 from __future__ import annotations
 
+import pytest
+
 from cachesync.consumer.adapters.redis_cache import RedisCache
-from cachesync.schema.keys import lease_key
+from cachesync.schema.keys import LEASE_HOLD, lease_key
 
 KEYS = ["app:user:1", "app:user:2"]
 TOKEN = "reader-a"
+HOLD_MS = 500
 
 
 class Recording:
@@ -45,40 +53,68 @@ class _Pipe:
         return [1] * len(self._queued)
 
 
-def run(commands: list[tuple], fill_at: int) -> dict:
-    """Redis after ``commands`` with reader A's fill of the old row run before command
-    ``fill_at``: A missed, took the lease of each key and read the row before the commit."""
-    state = {lease_key(k): TOKEN for k in KEYS}
+def run(commands: list[tuple], fill_at: int, reader: str = "A") -> dict:
+    """Redis after ``commands`` with a fill of the old row run before command ``fill_at``:
+    reader A took the lease of each key before the invalidation; reader B takes it (SET NX)
+    right before its fill."""
+    state = {lease_key(k): TOKEN for k in KEYS} if reader == "A" else {}
 
     def fill():
         for key in KEYS:
+            if reader == "B" and lease_key(key) not in state:
+                state[lease_key(key)] = TOKEN
             if state.get(lease_key(key)) == TOKEN:
                 state[key] = "old row"
                 del state[lease_key(key)]
-    for n, (name, *keys) in enumerate(commands):
+    for n, (name, *args) in enumerate(commands):
         if n == fill_at:
             fill()
-        assert name == "UNLINK"
-        for key in keys:
-            state.pop(key, None)
+        if name == "SET":
+            key, value, px, ms = args
+            assert (px, ms) == ("PX", HOLD_MS)
+            state[key] = value
+        else:
+            assert name == "UNLINK"
+            for key in args:
+                state.pop(key, None)
     if fill_at == len(commands):
         fill()
     return state
 
 
-def test_a_fill_of_the_old_row_is_refused_wherever_it_lands_in_the_invalidation():
+def invalidation(fill_hold_ms: int) -> list[tuple]:
     client = Recording()
-    RedisCache("redis://unused", client=client).delete(KEYS)
-    commands = client.commands
-    assert {key for _, *keys in commands for key in keys} == {*KEYS, *map(lease_key, KEYS)}
+    RedisCache("redis://unused", client=client, fill_hold_ms=fill_hold_ms).delete(KEYS)
+    return client.commands
+
+
+@pytest.mark.parametrize("fill_hold_ms", [0, HOLD_MS])
+def test_a_fill_of_the_old_row_is_refused_wherever_it_lands_in_the_invalidation(fill_hold_ms):
+    commands = invalidation(fill_hold_ms)
+    named = {key for name, *args in commands for key in (args[:1] if name == "SET" else args)}
+    assert named == {*KEYS, *map(lease_key, KEYS)}
     for fill_at in range(len(commands) + 1):
         state = run(commands, fill_at)
         assert not any(state.get(key) == "old row" for key in KEYS), (
             f"the old row stayed cached with the fill before command {fill_at} of {commands}")
 
 
+def test_a_reader_missing_during_the_invalidation_cannot_fill_while_the_lease_is_held():
+    commands = invalidation(HOLD_MS)
+    for fill_at in range(1, len(commands) + 1):       # from the first lease held on
+        state = run(commands, fill_at, reader="B")
+        assert not any(state.get(key) == "old row" for key in KEYS), (fill_at, commands)
+        assert all(state[lease_key(k)] == LEASE_HOLD for k in KEYS), state
+
+
+def test_without_a_hold_a_reader_missing_after_the_invalidation_caches_what_it_read():
+    """(Why the hold: a reader that read the row before the commit was visible fills it.)"""
+    commands = invalidation(0)
+    assert run(commands, len(commands), reader="B") == {k: "old row" for k in KEYS}
+
+
 def test_a_fill_before_the_invalidation_is_removed_by_it():
     """(The model's sanity: a fill that lands first is an ordinary cached value, deleted.)"""
-    client = Recording()
-    RedisCache("redis://unused", client=client).delete(KEYS)
-    assert run(client.commands, 0) == {}
+    for fill_hold_ms in (0, HOLD_MS):
+        state = run(invalidation(fill_hold_ms), 0)
+        assert not any(key in state for key in KEYS), state
