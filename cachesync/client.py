@@ -3,8 +3,13 @@
 The race it closes (the seeds' read-write race): a reader misses, reads the OLD
 row, a writer commits and cachesync invalidates, then the reader writes the old
 value back and it stays until the TTL. With ``read_through`` the reader takes a
-lease on its miss; cachesync's invalidation deletes the lease; the late fill finds
+lease on its miss; cachesync's invalidation voids the lease; the late fill finds
 its lease gone and is refused (the reader still returns what it loaded).
+
+The invalidation holds the lease for ``redis.fill_hold_ms`` rather than deleting it: the
+server writes a commit to the binlog before it is visible to other sessions, so a reader
+that misses just after the invalidation may still load the old row. Such a reader fills
+only until the hold ends, so that what it cached expires with the hold.
 """
 
 from __future__ import annotations
@@ -17,9 +22,11 @@ import redis
 import redis.asyncio
 
 from cachesync.schema import resource_text
-from cachesync.schema.keys import lease_key
+from cachesync.schema.keys import LEASE_HOLD, lease_key
 
 DEFAULT_LEASE_MS = 10_000   # longer than any sane loader; an expired lease just skips one fill
+# take_lease.lua's answers but a hold's value: the lease is the reader's, another reader's
+OWN, BUSY = 1, 0
 
 
 class Serializer(Protocol):
@@ -69,15 +76,14 @@ def read_through(client: redis.Redis, key: str, loader: Callable[[], Any],
     if cached is not None:
         return serializer.loads(cached)
     token, lease = uuid.uuid4().hex, lease_key(key)
-    # NX: if another reader holds the lease, load anyway but do not fill.
-    have_lease = client.set(lease, token, nx=True, px=lease_ms)
-    if have_lease and fresh is not None and not fresh():
+    # another reader's lease: load anyway but do not fill
+    state = _script(client, "take_lease")(keys=[lease], args=[token, lease_ms, LEASE_HOLD])
+    if state == OWN and fresh is not None and not fresh():
         _script(client, "release_lease")(keys=[lease], args=[token])
-        have_lease = False
+        state = BUSY
     value = loader()
-    if value is not None and have_lease:
-        _script(client, "fill_if_lease")(keys=[key, lease], args=_fill_args(
-            token, serializer.dumps(value), ttl_s))
+    if value is not None and state != BUSY:
+        _fill(client, state, key, lease, token, serializer.dumps(value), ttl_s)
     return value
 
 
@@ -92,15 +98,25 @@ async def read_through_async(client: redis.asyncio.Redis, key: str,
     if cached is not None:
         return serializer.loads(cached)
     token, lease = uuid.uuid4().hex, lease_key(key)
-    have_lease = await client.set(lease, token, nx=True, px=lease_ms)
-    if have_lease and fresh is not None and not await fresh():
+    state = await _script(client, "take_lease")(keys=[lease], args=[token, lease_ms, LEASE_HOLD])
+    if state == OWN and fresh is not None and not await fresh():
         await _script(client, "release_lease")(keys=[lease], args=[token])
-        have_lease = False
+        state = BUSY
     value = await loader()
-    if value is not None and have_lease:
-        await _script(client, "fill_if_lease")(keys=[key, lease], args=_fill_args(
-            token, serializer.dumps(value), ttl_s))
+    if value is not None and state != BUSY:
+        await _fill(client, state, key, lease, token, serializer.dumps(value), ttl_s)
     return value
+
+
+def _fill(client, state, key: str, lease: str, token: str, data: Any, ttl_s: float):
+    """The fill of a reader that took the lease (``state`` OWN; fill_if_lease.lua: only
+    while it is still the reader's) or found it held by an invalidation (``state`` the hold's
+    value; fill_if_held.lua: only while that same hold lasts, and for no longer); returns the
+    script call's result (awaitable on asyncio)."""
+    args = _fill_args(token, data, ttl_s)
+    if state == OWN:
+        return _script(client, "fill_if_lease")(keys=[key, lease], args=args)
+    return _script(client, "fill_if_held")(keys=[key, lease], args=args[1:] + [state])
 
 
 def _fill_args(token: str, data: Any, ttl_s: float) -> list:

@@ -29,9 +29,10 @@ def kafka_key(db: str, table: str, pk: Iterable[tuple[str, Any]]) -> str:
 INTERNAL_PREFIX = "cachesync:"      # cachesync's own keys; never a cache key it deletes
 LEASE_PREFIX = "cachesync:lease:"
 VERSION_PREFIX = "cachesync:ver:"
-# What an invalidation leaves in a key's fill lease for redis.fill_hold_ms: no reader's token,
-# so read_through's SET NX finds the lease taken and its fill is refused
-LEASE_HOLD = "hold"
+# How what an invalidation leaves in a key's fill lease for redis.fill_hold_ms starts (then a
+# value of its own): no reader's token, so read_through finds the lease taken (take_lease.lua)
+# and fills only while that same hold lasts (fill_if_held.lua)
+LEASE_HOLD = "hold:"
 
 
 def lease_key(key: str) -> str:

@@ -482,15 +482,15 @@ class RedisSettings(_Validated):
         lo=1, hi=60000)
     # The server writes a commit to its binlog before its storage engine makes it visible,
     # so an invalidation can land before readers see the new row; a reader that missed in
-    # between would fill the old row. Holding the fill lease refuses fills for that long.
+    # between would fill the old row. Holding the fill lease makes such a fill expire with it.
     fill_hold_ms: int = setting(
-        500, "after invalidating a key, refuse `read_through` fills of it for this long (its "
-        "fill lease is held; readers still load from the database, they just do not cache): "
-        "MySQL and MariaDB write a commit to the binlog before it is visible to other "
-        "sessions, so an invalidation can land before a reader sees the new row, and a fill "
-        "of the old row would stay until the key's next change or its TTL. Keep it above the "
+        500, "after invalidating a key, hold its `read_through` fill lease this long: no "
+        "reader takes it, and what a reader fills meanwhile expires when the hold does. MySQL "
+        "and MariaDB write a commit to the binlog before it is visible to other sessions, so "
+        "an invalidation can land before a reader sees the new row, and its fill of the old "
+        "row would otherwise stay until the key's next change or its TTL. Keep it above the "
         "longest time your server's commits take between the binlog and the engine (a "
-        "loaded server: tens of ms). 0: release the lease at once (the behaviour before)",
+        "loaded server: tens to hundreds of ms). 0: delete the lease (the behaviour before)",
         lo=0, hi=60000)
     # Also read the old untagged version keys and void the old untagged leases
     # (cachesync:ver:<key>, cachesync:lease:<key>): a single server upgraded from the layout

@@ -100,7 +100,7 @@ class MemoryCache:
         for k in keys:
             self.ttls.pop(k, None)
             if self.fill_hold_ms:
-                self.leases[k] = LEASE_HOLD
+                self.leases[k] = f"{LEASE_HOLD}{len(self.deleted)}"
             else:
                 self.leases.pop(k, None)
         return sum(1 for k in keys if self.data.pop(k, None) is not None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import random
 import time
+import uuid
 from typing import Callable, Sequence
 
 import redis
@@ -77,20 +78,22 @@ class RedisCache:
         refused. Keys first would let a fill of the old row land between them, its lease
         still valid, and stay until the TTL.
 
-        With ``fill_hold_ms`` each lease is set to LEASE_HOLD for that long (one SET per lease)
-        instead of deleted, so no reader takes a lease in that time and every fill is
-        refused: the binlog (so this invalidation) can be ahead of the commit becoming
+        With ``fill_hold_ms`` each lease is set to this invalidation's hold (LEASE_HOLD and a
+        value of its own) for that long (one SET per lease) instead of deleted, so no reader
+        takes a lease in that time, and a reader that misses then fills only until the hold
+        ends (read_through): the binlog (so this invalidation) can be ahead of the commit becoming
         visible to readers (the server writes its binlog before its storage engine commits),
         and a reader that missed and read the row in between would cache the old row until
         the row's next change or its TTL."""
         hold = self.fill_hold_ms
+        held = f"{LEASE_HOLD}{uuid.uuid4().hex}"     # this invalidation's hold
         groups = [(group, self.leases(group)) for group in per_slot(keys, self._cluster)]
 
         def fill(pipe):
             for group, leases in groups:
                 if hold:
                     for lease in leases:
-                        pipe.execute_command("SET", lease, LEASE_HOLD, "PX", hold)
+                        pipe.execute_command("SET", lease, held, "PX", hold)
                 else:
                     queue_unlink(pipe, leases)
                 queue_unlink(pipe, group)

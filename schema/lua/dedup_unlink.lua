@@ -4,8 +4,8 @@
 --          invalidates, then their fill-lease keys
 -- ARGV[1]  how long a record lives at all, in ms (the dedup retention)
 -- ARGV[2]  how long an invalidated key's fill lease is held, in ms (redis.fill_hold_ms:
---          set to "hold" (schema.keys.LEASE_HOLD), so that no reader takes it and fills;
---          0: the lease is UNLINKed)
+--          set to a hold, "hold:" (schema.keys.LEASE_HOLD) and a value of its own, so that
+--          readers fill only while that hold lasts, take_lease.lua; 0: the lease is UNLINKed)
 -- ARGV[2i + 1], ARGV[2i + 2]  how many cache keys, then lease keys, follow id i's record key
 -- Records are dedup_claim.lua's. A new id or an expired claim is applied now: its leases
 -- held (or UNLINKed) and its keys UNLINKed, and its record marked done ("d <now_ms>", as
@@ -22,6 +22,7 @@ local out = {}
 local removed = 0
 local k = 1
 local hold = tonumber(ARGV[2])
+local held = 'hold:' .. t[1] .. '.' .. t[2] .. ':'     -- this call's holds, one per id
 for i = 1, (#ARGV - 2) / 2 do
   local key = KEYS[k]
   local keys = tonumber(ARGV[2 * i + 1])
@@ -38,7 +39,7 @@ for i = 1, (#ARGV - 2) / 2 do
   if state == 'owned' then
     for j = k + keys + 1, k + keys + leases do
       if hold > 0 then
-        redis.call('SET', KEYS[j], 'hold', 'PX', hold)
+        redis.call('SET', KEYS[j], held .. i, 'PX', hold)
       else
         redis.call('UNLINK', KEYS[j])
       end

@@ -572,9 +572,11 @@ def test_a_store_on_a_cluster_does_not_claim_unlink():
         store.close()
 
 
-def test_claim_unlink_holds_the_leases_so_no_reader_fills_until_the_hold_ends(stack):
-    """redis.fill_hold_ms: a reader that misses right after the invalidation (and may read
-    the row before the commit is visible to it) loads but does not fill, until the hold ends."""
+def test_claim_unlink_holds_the_leases_so_fills_last_no_longer_than_the_hold(stack):
+    """redis.fill_hold_ms: a reader that misses right after the invalidation may read the row
+    before the commit is visible to it; what it fills expires with the hold. A reader that
+    took its lease before the invalidation is refused, as without a hold."""
+    from cachesync import client as cachesync_client
     from cachesync.client import read_through
     from cachesync.consumer.adapters.redis_cache import RedisCache
     from cachesync.schema.keys import LEASE_HOLD, lease_key
@@ -588,20 +590,32 @@ def test_claim_unlink_holds_the_leases_so_no_reader_fills_until_the_hold_ends(st
         client.set(lease_key(f"{p}b"), b"reader-token", px=60_000)    # a fill in flight
         states, existed = store.claim_unlink([("1", [f"{p}a", f"{p}b"])])
         assert dict(states) == {"1": O} and existed == 1
-        assert client.get(lease_key(f"{p}a")) == client.get(lease_key(f"{p}b")) == \
-            LEASE_HOLD.encode()
+        hold_a, hold_b = client.get(lease_key(f"{p}a")), client.get(lease_key(f"{p}b"))
+        assert hold_a.startswith(LEASE_HOLD.encode()) and hold_a == hold_b  # one id, one hold
         assert 0 < client.pttl(lease_key(f"{p}a")) <= 1500
+        # the reader whose lease the invalidation took over is refused
+        assert cachesync_client._fill(client, cachesync_client.OWN, f"{p}b", lease_key(f"{p}b"),
+                                      "reader-token", b"loaded before", 60) == 0
+        assert client.get(f"{p}b") is None
+        # a reader missing during the hold fills, for the rest of the hold only
         assert read_through(client, f"{p}a", lambda: b"read during the hold", ttl_s=60) == \
             b"read during the hold"
-        assert client.get(f"{p}a") is None                              # loaded, not cached
-        wait_for(lambda: client.exists(lease_key(f"{p}a")) == 0, 10, interval=0.05,
-                 what="the hold to end")
+        assert client.get(f"{p}a") == b"read during the hold"
+        assert 0 < client.pttl(f"{p}a") <= client.pttl(lease_key(f"{p}a")) + 1
+        wait_for(lambda: client.exists(lease_key(f"{p}a"), f"{p}a") == 0, 10, interval=0.05,
+                 what="the hold and the value filled during it to end")
         assert read_through(client, f"{p}a", lambda: b"new", ttl_s=60) == b"new"
-        assert client.get(f"{p}a") == b"new"
+        assert client.get(f"{p}a") == b"new" and client.pttl(f"{p}a") > 50_000
         # the cache's own invalidation (no dedup store on its server) holds them the same way
         assert cache.delete([f"{p}a"]) == 1
-        assert client.get(lease_key(f"{p}a")) == LEASE_HOLD.encode()
+        assert client.get(lease_key(f"{p}a")).startswith(LEASE_HOLD.encode())
         assert read_through(client, f"{p}a", lambda: b"x", ttl_s=60) == b"x"
+        assert 0 < client.pttl(f"{p}a") <= 1500
+        # a reader that missed during one hold is refused once a later change holds it again
+        held = client.get(lease_key(f"{p}a"))
+        assert cache.delete([f"{p}a"]) == 1
+        assert cachesync_client._fill(client, held, f"{p}a", lease_key(f"{p}a"), "t",
+                                      b"loaded before the later change", 60) == 0
         assert client.get(f"{p}a") is None
     finally:
         for pattern in (f"*{p}*", f"cachesync:dedup:{ns}:*"):
