@@ -1,13 +1,14 @@
 -- The fill of a reader that missed while an invalidation held the key's fill lease
 -- (cachesync.client.read_through, take_lease.lua returned the hold). The server may write a
 -- commit to the binlog, and cachesync invalidate, before the commit is visible to this
--- reader's SELECT: what it loaded may be the old row. So the value lives only until the hold
--- ends, and the first miss after that fills with a lease of its own. A later invalidation
--- (a new hold, another value) or a reader's lease taken since refuses the fill.
+-- reader's SELECT: what it loaded may be the old row. So the value lives briefly
+-- (cachesync.client.HELD_FILL_MS) and never past the hold; the first miss after the hold
+-- fills with a lease of its own. A later invalidation (a new hold, another value) or a
+-- reader's lease taken since refuses the fill.
 -- KEYS[1]  the cache key
 -- KEYS[2]  its lease key
 -- ARGV[1]  the value
--- ARGV[2]  the value's TTL in ms
+-- ARGV[2]  the value's TTL in ms (at most the hold's remaining time is used)
 -- ARGV[3]  the hold the reader found at its miss
 -- Returns 1 if the value was written (for at most the hold's remaining time), else 0.
 if redis.call('GET', KEYS[2]) ~= ARGV[3] then
