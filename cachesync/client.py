@@ -68,7 +68,7 @@ def read_through(client: redis.Redis, key: str, loader: Callable[[], Any],
     ``loader`` reads the database (it runs after the lease is taken, which is what
     makes the fill safe). A None from the loader is returned and not cached.
     ``fresh``, for loaders that read a replica (:class:`ReplicaCaughtUp`): called once
-    the lease is held, before the loader; False means the replica may predate an
+    the lease is held (or found held by an invalidation), before the loader; False means the replica may predate an
     invalidation that already ran, so the value is returned but not cached.
     ``serializer`` (:class:`Serializer`): the loader returns an object, the cache holds
     ``serializer.dumps(object)`` and a hit returns ``serializer.loads(bytes)``; without
@@ -82,8 +82,9 @@ def read_through(client: redis.Redis, key: str, loader: Callable[[], Any],
     token, lease = uuid.uuid4().hex, lease_key(key)
     # another reader's lease: load anyway but do not fill
     state = _script(client, "take_lease")(keys=[lease], args=[token, lease_ms, LEASE_HOLD])
-    if state == OWN and fresh is not None and not fresh():
-        _script(client, "release_lease")(keys=[lease], args=[token])
+    if state != BUSY and fresh is not None and not fresh():
+        if state == OWN:
+            _script(client, "release_lease")(keys=[lease], args=[token])
         state = BUSY
     value = loader()
     if value is not None and state != BUSY:
@@ -103,8 +104,9 @@ async def read_through_async(client: redis.asyncio.Redis, key: str,
         return serializer.loads(cached)
     token, lease = uuid.uuid4().hex, lease_key(key)
     state = await _script(client, "take_lease")(keys=[lease], args=[token, lease_ms, LEASE_HOLD])
-    if state == OWN and fresh is not None and not await fresh():
-        await _script(client, "release_lease")(keys=[lease], args=[token])
+    if state != BUSY and fresh is not None and not await fresh():
+        if state == OWN:
+            await _script(client, "release_lease")(keys=[lease], args=[token])
         state = BUSY
     value = await loader()
     if value is not None and state != BUSY:

@@ -17,6 +17,7 @@ import redis.asyncio
 from redis.asyncio.cluster import RedisCluster
 
 from cachesync.client import ReplicaCaughtUp, read_through, read_through_async
+from cachesync.schema.keys import lease_key
 from tests.support import variants, wait_for
 from tests.support.variants import use_redis_cluster
 
@@ -200,6 +201,9 @@ def test_a_fill_from_a_lagging_replica_is_refused_until_it_caught_up(lagging_rep
     guard = ReplicaCaughtUp(primary, replica, wait_s=0.2)
     assert read_through(lab.redis, key, _load_from(replica), 600, fresh=guard) == b"old"
     assert lab.redis.get(key) is None                      # not cached: the replica lags
+    # once the invalidation's hold (redis.fill_hold_ms) is over, a reader takes its own lease
+    wait_for(lambda: not lab.redis.exists(lease_key(key)), 10, interval=0.05,
+             what="the invalidation's hold to end")
     assert read_through(lab.redis, key, _load_from(replica), 600) == b"old"
     assert lab.redis.get(key) == b"old"                    # unguarded: stale until the TTL
 
