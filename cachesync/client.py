@@ -27,10 +27,6 @@ from cachesync.schema.keys import LEASE_HOLD, lease_key
 DEFAULT_LEASE_MS = 10_000   # longer than any sane loader; an expired lease just skips one fill
 # take_lease.lua's answers but a hold's value: the lease is the reader's, another reader's
 OWN, BUSY = 1, 0
-# How long a fill made while an invalidation holds the lease lives at most (and never past
-# the hold): a reader whose SELECT ran before the commit was visible cached the old row, and
-# readers that miss after it expires read again; each of those fills costs a database read
-HELD_FILL_MS = 100
 
 
 class Serializer(Protocol):
@@ -117,13 +113,12 @@ async def read_through_async(client: redis.asyncio.Redis, key: str,
 def _fill(client, state, key: str, lease: str, token: str, data: Any, ttl_s: float):
     """The fill of a reader that took the lease (``state`` OWN; fill_if_lease.lua: only
     while it is still the reader's) or found it held by an invalidation (``state`` the hold's
-    value; fill_if_held.lua: only while that same hold lasts, for HELD_FILL_MS at most);
-    returns the script call's result (awaitable on asyncio)."""
+    value; fill_if_held.lua: only while that same hold lasts, and for no longer); returns the
+    script call's result (awaitable on asyncio)."""
     token, data, ttl_ms = _fill_args(token, data, ttl_s)
     if state == OWN:
         return _script(client, "fill_if_lease")(keys=[key, lease], args=[token, data, ttl_ms])
-    return _script(client, "fill_if_held")(keys=[key, lease],
-                                           args=[data, min(ttl_ms, HELD_FILL_MS), state])
+    return _script(client, "fill_if_held")(keys=[key, lease], args=[data, ttl_ms, state])
 
 
 def _fill_args(token: str, data: Any, ttl_s: float) -> list:

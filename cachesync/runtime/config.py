@@ -485,7 +485,7 @@ class RedisSettings(_Validated):
     # between would fill the old row. Holding the fill lease makes such a fill expire with it.
     fill_hold_ms: int = setting(
         500, "after invalidating a key, hold its `read_through` fill lease this long: no "
-        "reader takes it, and what a reader fills meanwhile lives 100 ms at most. MySQL "
+        "reader takes it, and what a reader fills meanwhile expires when the hold does. MySQL "
         "and MariaDB write a commit to the binlog before it is visible to other sessions, so "
         "an invalidation can land before a reader sees the new row, and its fill of the old "
         "row would otherwise stay until the key's next change or its TTL. Keep it above the "

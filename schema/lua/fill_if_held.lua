@@ -1,9 +1,8 @@
 -- The fill of a reader that missed while an invalidation held the key's fill lease
 -- (cachesync.client.read_through, take_lease.lua returned the hold). The server may write a
 -- commit to the binlog, and cachesync invalidate, before the commit is visible to this
--- reader's SELECT: what it loaded may be the old row. So the value lives briefly
--- (cachesync.client.HELD_FILL_MS) and never past the hold; the first miss after the hold
--- fills with a lease of its own. A later invalidation (a new hold, another value) or a
+-- reader's SELECT: what it loaded may be the old row. So the value lives only until the hold
+-- ends, and the first miss after that fills with a lease of its own. A later invalidation (a new hold, another value) or a
 -- reader's lease taken since refuses the fill.
 -- KEYS[1]  the cache key
 -- KEYS[2]  its lease key
