@@ -64,8 +64,9 @@ def read_through(client: redis.Redis, key: str, loader: Callable[[], Any],
     ``loader`` reads the database (it runs after the lease is taken, which is what
     makes the fill safe). A None from the loader is returned and not cached.
     ``fresh``, for loaders that read a replica (:class:`ReplicaCaughtUp`): called once
-    the lease is held (or found held by an invalidation), before the loader; False means the replica may predate an
-    invalidation that already ran, so the value is returned but not cached.
+    the lease is held (or found held by an invalidation), before the loader; False means
+    the replica may predate an invalidation that already ran, so the value is returned but
+    not cached.
     ``serializer`` (:class:`Serializer`): the loader returns an object, the cache holds
     ``serializer.dumps(object)`` and a hit returns ``serializer.loads(bytes)``; without
     it the loader returns the bytes or text to cache.

@@ -86,7 +86,7 @@ class RedisCache:
         and a reader that missed and read the row in between would cache the old row until
         the row's next change or its TTL."""
         hold = self.fill_hold_ms
-        held = f"{LEASE_HOLD}{uuid.uuid4().hex}"     # this invalidation's hold
+        held = f"{LEASE_HOLD}{uuid.uuid4().hex}" if hold else None   # this invalidation's
         groups = [(group, self.leases(group)) for group in per_slot(keys, self._cluster)]
 
         def fill(pipe):
@@ -97,13 +97,10 @@ class RedisCache:
                 else:
                     queue_unlink(pipe, leases)
                 queue_unlink(pipe, group)
-        replies = iter(run_pipeline(self._client, fill, wait=self._wait))
-        removed = 0
-        for _, leases in groups:        # each group's lease replies, then its keys' UNLINK
-            for _ in range(len(leases) if hold else 1):
-                next(replies)
-            removed += next(replies)
-        return removed
+        replies = run_pipeline(self._client, fill, wait=self._wait)
+        # each group's lease commands, then its keys' UNLINK: the replies that count
+        ends = itertools.accumulate((len(leases) if hold else 1) + 1 for _, leases in groups)
+        return sum(replies[end - 1] for end in ends)
 
     def leases(self, keys: Sequence) -> list:
         """The fill-lease keys an invalidation of ``keys`` deletes with them."""
