@@ -26,10 +26,15 @@ configuration ``<shape>@<client>`` sets ``kafka.client`` (``tail+consume@kafka-p
 Kafka client on kafka-python, ``tail+consume@librdkafka``: the consumer on librdkafka too);
 ``BENCH_BASELINE_TREE`` (another checkout with its own .venv, ``bench.common.baseline_tree``)
 measures each configuration of that checkout too, just before this one's.
+``BENCH_HEAD_COST_PROFILE=<dir>`` samples each cachesync process (its children included)
+with ``py-spy record`` during every run at a rate, without pausing it (``--nonblocking``),
+into ``<dir>/<config>-<rate>-<process>-<run>.txt`` (py-spy's raw format: a line per stack
+and its sample count, idle stacks left out): where the CPU per commit goes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
 import resource
@@ -40,7 +45,7 @@ from pathlib import Path
 from bench.common import (Sandbox, baseline_tree, busy_share, free_port, host_cpu, log, stat_cpu_s,
                           summarize, tree_commit, wait_for)
 from bench.lag import DDL, KEYS_PER_ROW, WRITER_NICE, Harness, _alive, _checkpoint_stored
-from bench.threads import ThreadClock, median_threads, scaled
+from bench.threads import ThreadClock, median_threads, py_spy, scaled
 
 NAME = "head_cost"
 # seconds of writing per run and rate, seconds of idle measurement
@@ -55,6 +60,8 @@ SETTLE_S = 5.0              # after warm-up, before an idle measurement
 # at 1,000/s, in bench/results/full-head_cost-20261130T013233Z.json)
 WARM_UP_S = {"full": float(os.environ.get("BENCH_HEAD_COST_WARM_UP_S", "20")), "quick": 0.0}
 WARM_UP_RATE = 1000.0
+PROFILE_DIR = os.environ.get("BENCH_HEAD_COST_PROFILE")
+PROFILE_RATE_HZ = 200         # py-spy samples per second and process
 REQUESTS = ("Produce", "Fetch", "OffsetCommit")
 PROCESSES = ("mariadbd", "kafka", "redis")
 SIDECARS = ("tail", "consume", "run", "run --direct")
@@ -129,7 +136,8 @@ def _measure_config(stack, config: str, services: dict, broker, seconds: float,
                     if rate == 0:
                         results.append(_idle(pids, procs, broker, idle_seconds))
                     else:
-                        results.append(_busy(harness, pids, procs, broker, rate, seconds))
+                        with _profiled(procs, f"{config}-{rate:g}", i + 1, seconds):
+                            results.append(_busy(harness, pids, procs, broker, rate, seconds))
                     alive()
                     log(f"head_cost {config} {rate:g}/s run {i + 1}/{runs}: {_brief(results[-1])}")
                 rates[f"{rate:g}"] = summarize(results, IDLE_FIELDS if rate == 0 else FIELDS)
@@ -159,6 +167,34 @@ def _spawn(box: Sandbox, config: str, cfg) -> dict:
     if config == "run --direct":
         return {"run --direct": box.spawn("run", cfg, args=("--direct",))}
     raise ValueError(f"unknown configuration {config!r} (BENCH_HEAD_COST_CONFIGS)")
+
+
+@contextlib.contextmanager
+def _profiled(procs: dict, label: str, run: int, seconds: float):
+    """py-spy recording each of ``procs`` for about ``seconds`` while the body runs, when
+    BENCH_HEAD_COST_PROFILE names a directory (else nothing)."""
+    spy = py_spy()
+    if PROFILE_DIR is None or spy is None:
+        yield
+        return
+    Path(PROFILE_DIR).mkdir(parents=True, exist_ok=True)
+    spies = []
+    for name, proc in procs.items():
+        out = Path(PROFILE_DIR) / f"{label}-{name}-{run}.txt".replace(" ", "_")
+        spies.append(subprocess.Popen(
+            [spy, "record", "--pid", str(proc.pid), "--subprocesses", "--threads",
+             "--nonblocking", "--rate", str(PROFILE_RATE_HZ), "--format", "raw",
+             "--duration", str(int(seconds)), "--output", str(out)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    try:
+        yield
+    finally:
+        for s in spies:
+            try:
+                s.wait(30)
+            except subprocess.TimeoutExpired:
+                s.kill()
+                s.wait()
 
 
 class ClockedHarness(Harness):

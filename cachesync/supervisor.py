@@ -9,14 +9,19 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Callable, Protocol
 
-from cachesync.schema.retry import RetryPolicy, Stopped, call
+from cachesync.schema.retry import RetryPolicy
 from cachesync.schema.errors import ConfigError, FatalError, RetryableError
 
 log = logging.getLogger(__name__)
 
 RESTART_POLICY = RetryPolicy(base_s=0.5, cap_s=30.0)
+# a tailer that ran this long before failing was healthy: the restart after it backs off as
+# after a first failure, not as after every failure since the process started (one failure
+# a day would otherwise wait up to RESTART_POLICY's cap, its changes uninvalidated)
+HEALTHY_RUN_S = 60.0
 JOIN_TIMEOUT_S = 60.0
 
 
@@ -32,20 +37,36 @@ class RestartingTailer:
     transient-looking publish failure, e.g. Redis refusing credentials in direct mode)
     propagates."""
 
-    def __init__(self, build: Callable[[], Runnable], policy: RetryPolicy = RESTART_POLICY):
+    def __init__(self, build: Callable[[], Runnable], policy: RetryPolicy = RESTART_POLICY,
+                 healthy_s: float = HEALTHY_RUN_S, clock: Callable[[], float] = time.monotonic):
+        """``healthy_s``: a tailer that ran at least this long before failing starts the
+        backoff over (see HEALTHY_RUN_S)."""
         self._build, self._policy = build, policy
+        self._healthy_s, self._clock = healthy_s, clock
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._current: Runnable | None = None
         self.last: Runnable | None = None
 
     def run(self) -> None:
-        """Run tailers until one stops cleanly or stop() is called; raises what is not transient."""
-        try:
-            call(self._run_one, "tailer (restarting from the checkpoint)", self._stopping,
-                 self._policy)
-        except Stopped:
-            pass
+        """Run tailers until one stops cleanly or stop() is called; raises what is not
+        transient. Each failure in a row waits longer (the policy's backoff); a tailer that
+        ran ``healthy_s`` before it failed starts the count over."""
+        attempt = 0
+        while not self._stopping.is_set():
+            started = self._clock()
+            try:
+                self._run_one()
+                return
+            except Exception as e:
+                attempt = 1 if self._clock() - started >= self._healthy_s else attempt + 1
+                if not self._policy.should_retry(e, attempt):
+                    raise
+                wait = self._policy.backoff(attempt)
+                log.warning("tailer failed (failure %d in a row), restarting from the "
+                            "checkpoint in %.2fs: %s", attempt, wait, e)
+                if self._stopping.wait(wait):
+                    return
 
     def _run_one(self) -> None:
         if self._stopping.is_set():

@@ -103,6 +103,54 @@ def test_a_transient_failure_rebuilds_the_tailer():
     assert not thread.is_alive() and loop.last.stopped.is_set()
 
 
+class Waits:
+    """A stop event that records each wait asked of it and never waits."""
+
+    def __init__(self):
+        self.asked = []
+
+    def is_set(self):
+        return False
+
+    def wait(self, seconds):
+        self.asked.append(seconds)
+        return False
+
+    def set(self):
+        pass
+
+
+def test_a_tailer_that_ran_healthy_starts_the_restart_backoff_over():
+    # four failures in a row, a tailer that ran an hour, then two failures in a row: the
+    # backoff is asked for the failures in a row, counted again from 1 after the long run
+    now = [0.0]
+    runs = [0, 0, 0, 0, 3600, 0, None]       # seconds each tailer runs before failing
+
+    class Timed(FakeTailer):
+        def __init__(self, seconds):
+            super().__init__(RetryableError("mysql gone") if seconds is not None else None)
+            self.seconds = seconds
+
+        def run(self):
+            if self.seconds is None:
+                return                        # a clean stop ends the loop
+            now[0] += self.seconds
+            raise self.error
+
+    attempts = []
+
+    class Counted(RetryPolicy):
+        def backoff(self, attempt):
+            attempts.append(attempt)
+            return 0.0
+
+    loop = RestartingTailer(lambda: Timed(runs.pop(0)), Counted(), healthy_s=60,
+                            clock=lambda: now[0])
+    loop._stopping = Waits()
+    loop.run()
+    assert attempts == [1, 2, 3, 4, 1, 2]
+
+
 def test_a_fatal_cause_behind_a_publish_failure_is_fatal():
     cause = FatalError("redis refused the credentials")
     try:
