@@ -23,7 +23,8 @@ down per thread (``bench.threads``: Python thread names when py-spy is installed
 
 ``BENCH_HEAD_COST_RATES=0,100`` and ``BENCH_HEAD_COST_CONFIGS=run`` narrow a run; a
 configuration ``<shape>@<client>`` sets ``kafka.client`` (``tail+consume@kafka-python``: every
-Kafka client on kafka-python, ``tail+consume@librdkafka``: the consumer on librdkafka too);
+Kafka client on kafka-python, ``tail+consume@librdkafka``: the consumer on librdkafka too),
+and ``{section.key=value,...}`` after it other settings (``tail+consume{tailer.publisher=thread}``);
 ``BENCH_BASELINE_TREE`` (another checkout with its own .venv, ``bench.common.baseline_tree``)
 measures each configuration of that checkout too, just before this one's.
 ``BENCH_HEAD_COST_PROFILE=<dir>`` samples each cachesync process (its children included)
@@ -112,13 +113,13 @@ def _measure_config(stack, config: str, services: dict, broker, seconds: float,
         box.create_schema(DDL)
         topic = box.new_topic(3)
         group = box.new_group()
-        shape, client = _client(config)
+        shape, client, overrides = _parse(config)
         cfg = box.write_config({f"{box.db}.lag": {"keys": [box.prefix + "lag:{id}",
                                                            box.prefix + "lag:note:{note}"]}},
                                topic=topic, group=group, consumer={"namespace": group},
                                kafka={"client": client} if client else None,
                                metrics={"listen": "127.0.0.1:0"})
-        procs = _spawn(box, shape, cfg)
+        procs = _spawn(box, shape, cfg, overrides)
         alive = lambda: all(_alive(box, p) for p in procs.values())  # noqa: E731
         wait_for(lambda: alive() and _checkpoint_stored(stack, box.settings(cfg).tailer.name),
                  90, f"{config}: the tailer's start checkpoint")
@@ -151,21 +152,31 @@ def _measure_config(stack, config: str, services: dict, broker, seconds: float,
         box.cleanup()
 
 
-def _client(config: str) -> tuple[str, str | None]:
-    """("tail+consume", "librdkafka") for "tail+consume@librdkafka": a configuration with
-    ``kafka.client`` set (none: the default, auto)."""
+def _parse(config: str) -> tuple[str, str | None, dict[str, str]]:
+    """A configuration's shape, ``kafka.client`` (None: the default, auto) and settings:
+    ``tail+consume@librdkafka{tailer.publisher=thread}`` is ("tail+consume", "librdkafka",
+    {"CACHESYNC_TAILER_PUBLISHER": "thread"}), the settings given to the processes as the
+    environment overrides they read (``section.key=value``, comma-separated)."""
+    config, _, settings = config.partition("{")
     shape, _, client = config.partition("@")
-    return shape, client or None
+    env = {}
+    for item in filter(None, settings.rstrip("}").split(",")):
+        name, eq, value = item.partition("=")
+        if not eq or "." not in name:
+            raise ValueError(f"{item!r} in {config!r}: expected section.key=value "
+                             "(BENCH_HEAD_COST_CONFIGS)")
+        env["CACHESYNC_" + name.strip().replace(".", "_").upper()] = value.strip()
+    return shape, client or None, env
 
 
-def _spawn(box: Sandbox, config: str, cfg) -> dict:
+def _spawn(box: Sandbox, config: str, cfg, env: dict | None = None) -> dict:
     if config == "tail+consume":
-        tail = box.spawn("tail", cfg)
-        return {"tail": tail, "consume": box.spawn("consume", cfg)}
+        tail = box.spawn("tail", cfg, env)
+        return {"tail": tail, "consume": box.spawn("consume", cfg, env)}
     if config == "run":
-        return {"run": box.spawn("run", cfg)}
+        return {"run": box.spawn("run", cfg, env)}
     if config == "run --direct":
-        return {"run --direct": box.spawn("run", cfg, args=("--direct",))}
+        return {"run --direct": box.spawn("run", cfg, env, args=("--direct",))}
     raise ValueError(f"unknown configuration {config!r} (BENCH_HEAD_COST_CONFIGS)")
 
 
