@@ -19,6 +19,7 @@ replays them (harmless for deletes and fenced writes, but no longer deduplicated
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from typing import Callable, Mapping, Sequence
@@ -67,6 +68,7 @@ class RedisDedupStore:
         self._renewed_at: float | None = None     # time.monotonic() of the last renewal
         self._leases = None if self._cluster else leases
         self._unlink = self._client.register_script(resource_text("lua/dedup_unlink.lua"))
+        self._unlink_here = OwnConnectionScript(self._client, self._unlink)
 
     @property
     def unlinks(self) -> bool:
@@ -96,7 +98,7 @@ class RedisDedupStore:
                 # at the head of the binlog every batch is one small call: sent alone, without
                 # a pipeline around it (redis-py's Script loads itself again after NOSCRIPT)
                 (_, keys, args), = calls
-                answers = [self._unlink(keys=keys, args=args)]
+                answers = [self._unlink_here(keys, args)]
             else:
                 answers = run_pipeline(self._client, lambda pipe: [
                     queue_script(pipe, self._unlink, keys, args) for _, keys, args in calls],
@@ -212,7 +214,67 @@ class RedisDedupStore:
         return len(old)
 
     def close(self) -> None:
+        self._unlink_here.close()
         self._client.close()
+
+
+class OwnConnectionScript:
+    """A Lua script called on a connection of its own, for the one call per batch at the head
+    of the binlog: redis-py's command path around it (the pool's checkout with its readiness
+    check, the retry wrapper, the observability hooks) cost about 65 µs of CPU per call on a
+    2-core host, against 16 µs for sending the command and reading its reply.
+
+    One caller at a time uses the connection; a call made while another is in progress (and
+    every call on a Redis Cluster client, which has no single pool) goes through redis-py's
+    usual path. A reply that could not be read whole (a lost connection, a
+    timeout) closes the connection: the call is made once more on a new one, as redis-py's
+    own retry would (the scripts this serves are safe to run twice), and a second failure is
+    raised as redis-py raises it (``redis_call`` maps it). A script the server no longer
+    holds (a restarted or flushed Redis) is loaded again.
+    """
+
+    def __init__(self, client: redis.Redis, script):
+        self._pool, self._script = getattr(client, "connection_pool", None), script
+        self._conn = None
+        self._busy = threading.Lock()
+
+    def __call__(self, keys: Sequence, args: Sequence):
+        if self._pool is None or not self._busy.acquire(blocking=False):
+            return self._script(keys=keys, args=args)
+        try:
+            try:
+                return self._call(keys, args)
+            except (redis.ConnectionError, redis.TimeoutError):
+                return self._call(keys, args)     # on a new connection (see the class)
+        finally:
+            self._busy.release()
+
+    def _call(self, keys: Sequence, args: Sequence):
+        if self._conn is None:
+            self._conn = self._pool.make_connection()
+        conn = self._conn
+        try:
+            try:
+                return self._evalsha(conn, keys, args)
+            except redis.exceptions.NoScriptError:
+                conn.send_command("SCRIPT", "LOAD", self._script.script)
+                self._script.sha = conn.read_response()
+                return self._evalsha(conn, keys, args)
+        except redis.ResponseError:
+            raise                           # a whole reply: the connection is fine
+        except BaseException:
+            self._conn = None               # a reply maybe half read: never reused
+            conn.disconnect()
+            raise
+
+    def _evalsha(self, conn, keys: Sequence, args: Sequence):
+        conn.send_command("EVALSHA", self._script.sha, len(keys), *keys, *args)
+        return conn.read_response()
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.disconnect()
 
 
 def _glob_escape(text: str) -> str:

@@ -554,6 +554,23 @@ def test_a_small_claim_unlink_is_one_script_call_without_a_pipeline_even_after_a
     assert dict(other.claim(["x"], lease_s=30)[1]) == {"x": D}
 
 
+def test_a_small_claim_unlink_survives_its_connection_being_closed(unlinking):
+    """The one script call per batch goes over a connection of the store's own: closed by the
+    server between two batches (a restart, `timeout`, CLIENT KILL), the next call opens a new
+    one and applies its batch once."""
+    store, other, client, p = unlinking
+    client.set(f"{p}y", b"cached")
+    assert dict(store.claim_unlink([("y", [f"{p}y"])])[0]) == {"y": O}
+    own = [c for c in client.client_list() if c["cmd"] == "evalsha"]
+    assert own, "the call went over a connection of its own"
+    for c in own:
+        client.client_kill_filter(_id=c["id"])
+    client.set(f"{p}z", b"cached")
+    states, existed = store.claim_unlink([("z", [f"{p}z"])])
+    assert dict(states) == {"z": O} and existed == 1 and client.exists(f"{p}z") == 0
+    assert dict(other.claim(["y", "z"], lease_s=30)[1]) == {"y": D, "z": D}
+
+
 def test_claim_unlink_takes_batches_larger_than_one_script_call(unlinking):
     store, _, client, p = unlinking
     n = redis_dedup.CLAIM_CHUNK * 2 + 7
