@@ -172,8 +172,14 @@ class Pipeline:
 
     def _read_partitions(self) -> None:
         """The topic's partition count for the packs of the group starting: read at each
-        group, or each second when packs span groups (they share one count: flushed first)."""
+        group, or each second when packs span groups (they share one count: flushed first).
+        Without packs it is read once, before the first group, when an outage limit is set:
+        a publisher that cannot reach Kafka then stops the run within the limit
+        (KafkaUnreachable) instead of leaving the first send to wait for its start."""
         if self._packer is None:
+            if self.outage_after_s is not None and self._partitions_read < 0:
+                self._partition_ids()
+                self._partitions_read = time.monotonic()
             return
         if self._span:
             if time.monotonic() - self._partitions_read < 1.0:

@@ -14,6 +14,14 @@ import threading
 from typing import Callable
 
 from cachesync.runtime import startup
+from cachesync.schema.errors import RetryableError
+
+# A call bounded by ``timeout_s`` (the tailer's outage limit, tailer.kafka_outage_after_s)
+# waits this much longer for the publisher's start: a start is slower than a metadata
+# request (a child interpreter, a client's first connection, a host short of CPU), and a
+# start that outlasts both is one waiting for an unreachable Kafka (its own bootstrap gives
+# up only after BOOTSTRAP_TIMEOUT_MS, 10 s)
+START_SLACK_S = 2.0
 
 
 class StartingPublisher:
@@ -37,9 +45,12 @@ class StartingPublisher:
         finally:
             self._ready.set()
 
-    def started(self):
-        """The publisher, once started; raises what its start raised."""
-        self._ready.wait()
+    def started(self, timeout_s: float | None = None):
+        """The publisher, once started; raises what its start raised, or RetryableError
+        when it has not started within ``timeout_s`` (None: waits for it)."""
+        if not self._ready.wait(timeout_s):
+            raise RetryableError(f"the Kafka publisher has not started within {timeout_s:g}s "
+                                 "(is Kafka reachable?)")
         if self._error is not None:
             raise self._error
         publisher = self._publisher
@@ -51,9 +62,12 @@ class StartingPublisher:
         self.started().send(*args, **kwargs)
 
     def partitions(self, topic: str, timeout_s: float | None = None) -> list[int]:
+        """The topic's partitions; with ``timeout_s`` a start still going on is waited for
+        at most START_SLACK_S longer (RetryableError after that), and the request then gets
+        ``timeout_s``."""
         if timeout_s is None:
             return self.started().partitions(topic)
-        return self.started().partitions(topic, timeout_s=timeout_s)
+        return self.started(timeout_s + START_SLACK_S).partitions(topic, timeout_s=timeout_s)
 
     def flush(self, *args, **kwargs) -> None:
         self.started().flush(*args, **kwargs)

@@ -96,7 +96,8 @@ def test_a_tailer_killed_during_the_outage_applies_directly_again_from_the_uncha
         lab):
     """kill -9 while it applies directly: the stored checkpoint did not move, so the new
     process (started while the broker is still away) applies directly from there, skipping
-    what was done, and publishes it all once the broker is back."""
+    what was done, as soon as its first change finds Kafka away, and publishes it all once
+    the broker is back."""
     create_topics(lab.stack.bootstrap, {f"{lab.topic}.probe": 1})
     cfg, tail, consume, keys = running(lab)
     [consume_url] = endpoints(lab, consume, 1)
@@ -120,4 +121,7 @@ def test_a_tailer_killed_during_the_outage_applies_directly_again_from_the_uncha
                     timeout_s=120)
     assert all(lab.redis.get(key) == b"c" for key in keys), "a refilled key was deleted again"
     assert "applying changes to Redis directly" in lab.log(restarted)
+    # it did not wait for its publisher's start to give up on Kafka (a 10 s bootstrap): the
+    # first change's request for the topic, bounded by the outage limit, found it not started
+    assert "the Kafka publisher has not started within" in lab.log(restarted)
     assert restarted.poll() is None and consume.poll() is None

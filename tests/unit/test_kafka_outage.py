@@ -71,6 +71,34 @@ def test_sends_unacknowledged_for_the_limit_stop_the_run_at_the_acknowledged_che
         assert p.kafka_outages == 0 and len(publisher.sent) == 4
 
 
+def test_without_packs_the_first_group_asks_kafka_within_the_limit():
+    """pack_rows 1: no partition count is needed, yet the first group asks for it once, so a
+    publisher that cannot reach Kafka stops the run within the limit (KafkaUnreachable)
+    instead of leaving the first send to wait for its start."""
+    asked = []
+
+    class Unreachable(MemoryPublisher):
+        def partitions(self, topic, timeout_s=None):
+            asked.append(timeout_s)
+            raise RetryableError("the Kafka publisher has not started within 3s")
+    p, store = outage_pipeline(Clock(), Unreachable(auto_ack=False))
+    with pytest.raises(KafkaUnreachable, match="no metadata for the topic within 1s"):
+        p.run(MemorySource(group(42, 1)))
+    assert asked == [AFTER_S] and p.kafka_outages == 1 and store.saved == []
+
+
+def test_without_packs_kafka_is_asked_once_per_run():
+    asked = []
+
+    class Counting(MemoryPublisher):
+        def partitions(self, topic, timeout_s=None):
+            asked.append(timeout_s)
+            return super().partitions(topic, timeout_s)
+    p, _ = outage_pipeline(Clock(), Counting())
+    p.run(MemorySource([*group(42, 1), *group(43, 2), *group(44, 3)]))
+    assert asked == [AFTER_S] and p.kafka_outages == 0
+
+
 def test_without_a_limit_the_pipeline_waits_for_kafka_as_long_as_it_takes():
     clock, publisher = Clock(), MemoryPublisher(auto_ack=False)
     p, _ = outage_pipeline(clock, publisher, after_s=None)

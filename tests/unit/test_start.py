@@ -118,6 +118,34 @@ def test_a_starting_publisher_waits_for_its_start_then_delegates():
     assert real.sent == [("t", "k", b"v", "id", None, None)] and real.closed
 
 
+def test_a_bounded_call_does_not_wait_for_a_start_stuck_on_an_unreachable_kafka(monkeypatch):
+    """The tailer's outage limit bounds its partition request: a publisher whose start still
+    waits for Kafka (its bootstrap gives up only after 10 s) makes it raise RetryableError
+    after the limit and START_SLACK_S, so the tailer can apply changes directly at once."""
+    from cachesync.producer_outbox.publish import starting_publisher
+    from cachesync.schema.errors import RetryableError
+    monkeypatch.setattr(starting_publisher, "START_SLACK_S", 0.05)
+    stuck, asked = threading.Event(), []
+
+    class Answering:
+        send = flush = None
+
+        def partitions(self, topic, timeout_s=None):
+            asked.append((topic, timeout_s))
+            return [0]
+
+    def start():
+        stuck.wait(10)
+        return Answering()
+    publisher = StartingPublisher(start)
+    began = time.monotonic()
+    with pytest.raises(RetryableError, match=r"not started within 0\.15s"):
+        publisher.partitions("t", timeout_s=0.1)
+    assert time.monotonic() - began < 5
+    stuck.set()
+    assert publisher.partitions("t", timeout_s=0.1) == [0] and asked == [("t", 0.1)]
+
+
 def test_a_starting_publisher_raises_what_its_start_raised_at_first_use():
     from cachesync.schema.errors import RetryableError
 
