@@ -251,7 +251,11 @@ class OwnConnectionScript:
 
     def _call(self, keys: Sequence, args: Sequence):
         if self._conn is None:
-            self._conn = self._pool.make_connection()
+            conn = self._pool.make_connection()
+            # connect() as the pool's checkout does: a sentinel-managed connection asks the
+            # sentinels for the master there (a send on an unconnected one would not)
+            conn.connect()
+            self._conn = conn
         conn = self._conn
         try:
             try:
