@@ -87,8 +87,9 @@ dist: $(STAMP)
 	$(BIN)/twine check --strict dist/*
 	ls dist
 
+# the tests on the services, and beside them the ones without (tests/run-all.sh)
 test: install test-tools
-	devstack/with-stack.sh $(BIN)/pytest -p no:cacheprovider --durations=40 tests
+	BIN=$(BIN) tests/run-all.sh
 
 # the integration tests again with python-mysql-replication reading every binlog event
 # (tailer.reader: library), the fast reader's fallback
@@ -98,7 +99,7 @@ test-library-reader: install
 # every test again with the C accelerator switched off: the Python path the tailer falls
 # back to where the extension is not built
 test-python-path: install test-tools
-	CACHESYNC_NO_SPEEDUPS=1 devstack/with-stack.sh $(BIN)/pytest -p no:cacheprovider --durations=40 tests
+	CACHESYNC_NO_SPEEDUPS=1 BIN=$(BIN) tests/run-all.sh
 
 # go-mysql's reading of every shared real binlog file, which tests/unit/test_realbinlog.py
 # compares the tailer's rows with and makes itself on first use (tests/support/gomysql.py):

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from cachesync.producer_outbox.outbox import OutboxError, emit
+from cachesync.runtime.config import RelaySettings
 from tests.support import add_config_sections, prepare_outbox, stack_command, wait_for
 from tests.support.outbox import (Writers, assert_first_deliveries_in_aggregate_order,
                                   emit_one_commit_one_rollback, purge_only,
@@ -140,8 +141,11 @@ def test_kafka_down_30s_during_writes_everything_arrives_after(outbox):
     lab, cfg = outbox
     # a producer that settles nothing after the restart (kafka-python has been seen to) is
     # replaced once its sends are older than the delivery timeout plus a margin: a shorter
-    # delivery timeout keeps that recovery inside the wait below
-    add_config_sections(cfg, relay={"redeliver_interval_s": 3.0},
+    # delivery timeout keeps that recovery inside the wait below. The default burst: the
+    # outage's backlog (some 12,000 rows) drains in about 10 s, not the minute FAST_RELAY's
+    # 50 rows per lease round take
+    add_config_sections(cfg, relay={"redeliver_interval_s": 3.0,
+                                    "burst_limit": RelaySettings().burst_limit},
                         kafka={"producer_properties": {"delivery_timeout_ms": 40_000}})
     relay = lab.spawn("relay", cfg)
     with Writers(lab, 2) as writers:

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Every test, as `make test` runs them: the tests on the devstack's services (tests/contract,
+# tests/integration) in one pytest, and beside it, in a second pytest, the ones that need no
+# service (tests/unit, tests/docs). The second mostly computes while the first mostly waits on
+# the services, so together they take about as long as the first alone. Its output follows
+# the first's; the exit code is non-zero when either failed.
+# Usage: tests/run-all.sh [pytest options for both runs]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+pytest="${BIN:-.venv/bin}/pytest"
+log="$(mktemp -t cachesync-tests-without-services.XXXXXX)"
+"$pytest" -p no:cacheprovider --durations=20 "$@" tests/unit tests/docs >"$log" 2>&1 </dev/null &
+pure=$!
+trap 'kill "$pure" 2>/dev/null; rm -f "$log"' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+devstack/with-stack.sh "$pytest" -p no:cacheprovider --durations=40 "$@" tests/contract tests/integration
+services=$?
+wait "$pure"
+without=$?
+
+echo
+echo "======== tests/unit and tests/docs (run beside the tests above) ========"
+cat "$log"
+echo
+echo "tests on the services: $([ $services -eq 0 ] && echo passed || echo "FAILED (exit $services)");" \
+     "tests without services: $([ $without -eq 0 ] && echo passed || echo "FAILED (exit $without)")"
+[ $services -eq 0 ] && [ $without -eq 0 ]
