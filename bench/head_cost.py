@@ -19,7 +19,10 @@ commit), read from its own request metrics over JMX (the devstack's broker gets 
 on a free loopback port through ``jcmd``, read with Kafka's ``JmxTool``). Idle rows give the
 share of a core each process used instead. Each run also breaks each cachesync process's CPU
 down per thread (``bench.threads``: Python thread names when py-spy is installed):
-``threads_core_pct`` idle, ``threads_us`` (µs per commit) at a rate.
+``threads_core_pct`` idle, ``threads_us`` (µs per commit) at a rate; and counts each
+thread's wake-ups (the times the kernel put it on a CPU, from ``schedstat``), per commit
+(``<process>_wakes``, ``threads_wakes``) and idle per second (``<process>_wakes_per_s``,
+``threads_wakes_per_s``): what an arrival costs is mostly how many threads it wakes.
 
 ``BENCH_HEAD_COST_RATES=0,100`` and ``BENCH_HEAD_COST_CONFIGS=run`` narrow a run; a
 configuration ``<shape>@<client>`` sets ``kafka.client`` (``tail+consume@kafka-python``: every
@@ -38,6 +41,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import os
+import re
 import resource
 import subprocess
 import time
@@ -52,7 +56,15 @@ NAME = "head_cost"
 # seconds of writing per run and rate, seconds of idle measurement
 SIZES = {"full": (30.0, 30.0), "quick": (5.0, 5.0)}
 RATES = tuple(float(r) for r in os.environ.get("BENCH_HEAD_COST_RATES", "0,100,1000,3000").split(","))
-CONFIGS = tuple(os.environ.get("BENCH_HEAD_COST_CONFIGS", "tail+consume,run,run --direct").split(","))
+
+
+def configs(text: str) -> tuple[str, ...]:
+    """The configurations of ``BENCH_HEAD_COST_CONFIGS``: separated by commas outside braces
+    (a configuration's settings are separated by commas too)."""
+    return tuple(c.strip() for c in re.split(r",(?![^{]*\})", text) if c.strip())
+
+
+CONFIGS = configs(os.environ.get("BENCH_HEAD_COST_CONFIGS", "tail+consume,run,run --direct"))
 SETTLE_S = 5.0              # after warm-up, before an idle measurement
 # Before a configuration's first figure, writes at WARM_UP_RATE for this long that are not
 # measured (BENCH_HEAD_COST_WARM_UP_S): the broker's JVM, just started with the devstack, spent
@@ -67,11 +79,13 @@ REQUESTS = ("Produce", "Fetch", "OffsetCommit")
 PROCESSES = ("mariadbd", "kafka", "redis")
 SIDECARS = ("tail", "consume", "run", "run --direct")
 FIELDS = ["achieved_rate", "commits", "p50_ms", "p99_ms", "load_1m", "host_busy", "sidecar_us",
-          *(f"{n}_us" for n in SIDECARS), "mariadbd_us",
+          *(f"{n}_us" for n in SIDECARS), "sidecar_wakes", *(f"{n}_wakes" for n in SIDECARS),
+          "mariadbd_us",
           "sidecar_x_mariadbd", "kafka_us", "kafka_x_mariadbd", "redis_us", "writers_us",
           *(f"{r.lower()}_per_commit" for r in REQUESTS)]
 IDLE_FIELDS = ["load_1m", "host_busy", "sidecar_core_pct",
                *(f"{n}_core_pct" for n in (*SIDECARS, *PROCESSES)),
+               *(f"{n}_wakes_per_s" for n in SIDECARS),
                *(f"{r.lower()}_per_s" for r in REQUESTS)]
 
 
@@ -142,9 +156,10 @@ def _measure_config(stack, config: str, services: dict, broker, seconds: float,
                     alive()
                     log(f"head_cost {config} {rate:g}/s run {i + 1}/{runs}: {_brief(results[-1])}")
                 rates[f"{rate:g}"] = summarize(results, IDLE_FIELDS if rate == 0 else FIELDS)
-                key = "threads_core_pct" if rate == 0 else "threads_us"
-                rates[f"{rate:g}"]["median"][key] = median_threads(
-                    [r[key] for r in results if r.get(key)])
+                for key in (("threads_core_pct", "threads_wakes_per_s") if rate == 0
+                            else ("threads_us", "threads_wakes")):
+                    rates[f"{rate:g}"]["median"][key] = median_threads(
+                        [r[key] for r in results if r.get(key)])
             return {"rates": rates, "processes": list(procs), "commit": tree_commit(tree)}
         finally:
             harness.close()
@@ -231,8 +246,9 @@ def _busy(harness: ClockedHarness, pids: dict, procs: dict, broker, rate: float,
     harness.on_start = start
     result = harness.measure_commits(rate, seconds, False)
     after = _readings(pids, broker)
-    per_thread = threads[0].seconds() if threads else {}
+    per_thread, wakes = threads[0].read() if threads else ({}, {})
     commits = max(1, result["writes"])
+    wakes_per_commit = {n: sum(wakes.get(n, {}).values()) / commits for n in procs}
     per_commit = {n: (after[n] - before[n]) / commits * 1e6 for n in after if n != "host"}
     sidecar = sum(per_commit[n] for n in procs)
     out = {"achieved_rate": result["achieved_rate"], "commits": result["writes"],
@@ -241,11 +257,14 @@ def _busy(harness: ClockedHarness, pids: dict, procs: dict, broker, rate: float,
            "host_busy": busy_share(before["host"], after["host"]),
            **{f"{n}_us": round(per_commit[n], 1) for n in procs},
            "sidecar_us": round(sidecar, 1),
+           **{f"{n}_wakes": round(wakes_per_commit[n], 2) for n in procs},
+           "sidecar_wakes": round(sum(wakes_per_commit.values()), 2),
            **{f"{n}_us": round(per_commit[n], 1) for n in PROCESSES},
            "writers_us": round(per_commit["writers"], 1),
            "sidecar_x_mariadbd": _ratio(sidecar, per_commit["mariadbd"]),
            "kafka_x_mariadbd": _ratio(per_commit["kafka"], per_commit["mariadbd"]),
-           "threads_us": scaled(per_thread, 1e6 / commits, 1)}
+           "threads_us": scaled(per_thread, 1e6 / commits, 1),
+           "threads_wakes": scaled(wakes, 1 / commits, 2)}
     for r in REQUESTS:
         if r in after:
             out[f"{r.lower()}_per_commit"] = round((after[r] - before[r]) / commits, 3)
@@ -259,13 +278,16 @@ def _idle(pids: dict, procs: dict, broker, seconds: float) -> dict:
     time.sleep(seconds)        # nothing to await: the figure is what happens while nothing does
     after = _readings(pids, broker)
     elapsed = time.monotonic() - t0
-    per_thread = threads.seconds()
+    per_thread, wakes = threads.read()
     pct = {n: round((after[n] - before[n]) / elapsed * 100, 2) for n in pids}
     out = {"seconds": round(elapsed, 1), "load_1m": round(os.getloadavg()[0], 2),
            "host_busy": busy_share(before["host"], after["host"]),
            **{f"{n}_core_pct": pct[n] for n in pids},
            "sidecar_core_pct": round(sum(pct[n] for n in procs), 2),
-           "threads_core_pct": scaled(per_thread, 100 / elapsed)}
+           **{f"{n}_wakes_per_s": round(sum(wakes.get(n, {}).values()) / elapsed, 1)
+              for n in procs},
+           "threads_core_pct": scaled(per_thread, 100 / elapsed),
+           "threads_wakes_per_s": scaled(wakes, 1 / elapsed, 1)}
     for r in REQUESTS:
         if r in after:
             out[f"{r.lower()}_per_s"] = round((after[r] - before[r]) / elapsed, 2)
@@ -369,23 +391,29 @@ def _brief(r: dict) -> str:
 def table(configs: dict) -> list[str]:
     """The medians as markdown table lines, one row per configuration and rate."""
     lines = ["| configuration | commits/s | cachesync µs/commit (per process) | mariadbd µs/commit | ÷ mariadbd "
+             "| cachesync wake-ups/commit (per process) "
              "| broker µs/commit | broker requests/commit (produce, fetch, offset commit) "
              "| redis µs/commit | writers µs/commit | p50 / p99 ms | load |",
-             "|---|---:|---:|---:|---:|---:|---|---:|---:|---|---:|"]
+             "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|---:|"]
     for config, figures in configs.items():
         for rate, fig in figures["rates"].items():
             m = fig["median"]
             if rate == "0":
                 parts = " + ".join(f"{n} {m.get(f'{n}_core_pct')}" for n in figures["processes"])
+                wakes = " + ".join(f"{n} {_n(m.get(f'{n}_wakes_per_s'))}"
+                                   for n in figures["processes"])
                 lines.append(f"| {config} | idle | {m['sidecar_core_pct']} % of a core ({parts}) "
-                             f"| {m['mariadbd_core_pct']} % | | {m['kafka_core_pct']} % | "
+                             f"| {m['mariadbd_core_pct']} % | | {wakes} per s "
+                             f"| {m['kafka_core_pct']} % | "
                              f"{_reqs(m, 'per_s')} per s | {m['redis_core_pct']} % | | | "
                              f"{m['load_1m']} |")
                 continue
             parts = " + ".join(f"{n} {_n(m.get(f'{n}_us'))}" for n in figures["processes"])
+            wakes = " + ".join(f"{n} {m.get(f'{n}_wakes')}" for n in figures["processes"])
             lines.append(
                 f"| {config} | {_n(m['achieved_rate'])} | {_n(m['sidecar_us'])} ({parts}) | "
-                f"{_n(m['mariadbd_us'])} | {m['sidecar_x_mariadbd']}× | {_n(m['kafka_us'])} | "
+                f"{_n(m['mariadbd_us'])} | {m['sidecar_x_mariadbd']}× | "
+                f"{m.get('sidecar_wakes')} ({wakes}) | {_n(m['kafka_us'])} | "
                 f"{_reqs(m, 'per_commit')} | {_n(m['redis_us'])} | {_n(m['writers_us'])} | "
                 f"{m['p50_ms']} / {m['p99_ms']} | {m['load_1m']} |")
     return lines

@@ -41,9 +41,9 @@ def tree_pids(pid: int) -> list[int]:
     return [pid, *descendants(pid)]
 
 
-def schedstat_ns(pid: int) -> dict[int, tuple[int, int]]:
+def schedstat(pid: int) -> dict[int, tuple[int, int, int]]:
     """Per thread of ``pid``: (nanoseconds on a CPU, nanoseconds runnable but waiting for
-    one) so far; empty once it is gone."""
+    one, times it was put on a CPU) so far; empty once it is gone."""
     out = {}
     try:
         tasks = list(Path(f"/proc/{pid}/task").iterdir())
@@ -51,16 +51,25 @@ def schedstat_ns(pid: int) -> dict[int, tuple[int, int]]:
         return out
     for task in tasks:
         try:
-            on, queued, _ = (task / "schedstat").read_text().split()
-            out[int(task.name)] = (int(on), int(queued))
+            on, queued, slices = (task / "schedstat").read_text().split()
+            out[int(task.name)] = (int(on), int(queued), int(slices))
         except (OSError, ValueError):
             pass                # exited between two reads
     return out
 
 
-def thread_ns(pids: list[int]) -> dict[tuple[int, int], int]:
-    """(pid, tid) -> nanoseconds the thread ran so far, for every thread of ``pids``."""
-    return {(pid, tid): on for pid in pids for tid, (on, _) in schedstat_ns(pid).items()}
+def schedstat_ns(pid: int) -> dict[int, tuple[int, int]]:
+    """Per thread of ``pid``: (nanoseconds on a CPU, nanoseconds runnable but waiting for
+    one) so far; empty once it is gone."""
+    return {tid: (on, queued) for tid, (on, queued, _) in schedstat(pid).items()}
+
+
+def thread_runs(pids: list[int]) -> dict[tuple[int, int], tuple[int, int]]:
+    """(pid, tid) -> (nanoseconds the thread ran, times it was put on a CPU) so far, for
+    every thread of ``pids``. The count is the thread's wake-ups, the ones that ended a wait
+    (a read, a lock, a sleep) and the ones after it was preempted."""
+    return {(pid, tid): (on, slices) for pid in pids
+            for tid, (on, _, slices) in schedstat(pid).items()}
 
 
 def thread_names(pid: int) -> dict[int, str]:
@@ -89,28 +98,36 @@ def py_spy() -> str | None:
 
 
 class ThreadClock:
-    """Per-thread CPU of process trees between ``__init__`` and ``seconds()``."""
+    """Per-thread CPU and wake-ups of process trees between ``__init__`` and ``read()``."""
 
     def __init__(self, roots: dict[str, int]):
         self._roots = roots
-        self._before = {name: thread_ns(tree_pids(pid)) for name, pid in roots.items()}
+        self._before = {name: thread_runs(tree_pids(pid)) for name, pid in roots.items()}
 
     def seconds(self) -> dict[str, dict[str, float]]:
         """process -> thread name -> CPU seconds since ``__init__``, largest first; a child
         process's threads are prefixed with ``child``."""
-        out = {}
+        return self.read()[0]
+
+    def read(self) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, int]]]:
+        """(``seconds()``, process -> thread name -> times put on a CPU since ``__init__``)."""
+        seconds, wakes = {}, {}
         for name, root in self._roots.items():
             pids = tree_pids(root)
-            after, before = thread_ns(pids), self._before[name]
+            after, before = thread_runs(pids), self._before[name]
             names = {pid: thread_names(pid) for pid in pids}
-            totals: Counter = Counter()
-            for (pid, tid), ns in after.items():
+            ns: Counter = Counter()
+            runs: Counter = Counter()
+            for (pid, tid), (on, slices) in after.items():
                 label = names[pid].get(tid, str(tid))
                 if pid != root:
                     label = f"child {label}"
-                totals[label] += ns - before.get((pid, tid), 0)
-            out[name] = {label: ns / 1e9 for label, ns in totals.most_common() if ns > 0}
-        return out
+                on0, slices0 = before.get((pid, tid), (0, 0))
+                ns[label] += on - on0
+                runs[label] += slices - slices0
+            seconds[name] = {label: n / 1e9 for label, n in ns.most_common() if n > 0}
+            wakes[name] = {label: n for label, n in runs.most_common() if n > 0}
+        return seconds, wakes
 
 
 def scaled(seconds: dict[str, dict[str, float]], factor: float, digits: int = 3) -> dict:

@@ -68,4 +68,7 @@ def test_a_short_run_of_run_direct_reports_cpu_per_commit_and_idle_share(stack, 
     assert 0 <= idle["sidecar_core_pct"] < 100
     assert busy["commits"] > 0 and busy["sidecar_us"] > 0 and busy["mariadbd_us"] > 0
     assert busy["p50_ms"] is not None and busy["produce_per_commit"] is not None
+    # each commit wakes the process at least once (its binlog read)
+    assert busy["run --direct_wakes"] >= 1 and busy["sidecar_wakes"] == busy["run --direct_wakes"]
+    assert idle["run --direct_wakes_per_s"] >= 0
     assert len(result["table"]) == 4 and "run --direct" in result["table"][-1]

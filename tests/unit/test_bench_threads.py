@@ -46,3 +46,33 @@ def test_scaled_and_median():
     assert scaled({"p": {"a": 0.5}}, 1e6 / 1000, 1) == {"p": {"a": 500.0}}
     assert median_threads([{"p": {"a": 1.0, "b": 4.0}}, {"p": {"a": 3.0}}]) == \
         {"p": {"b": 2.0, "a": 2.0}}
+
+
+NAPPER = """
+import sys, threading, time
+def nap():
+    for _ in range(50):              # 50 sleeps: 50 wake-ups at least
+        time.sleep(0.002)
+    print("napped", flush=True)
+    threading.Event().wait()
+sys.stdin.readline()
+threading.Thread(target=nap, name="cachesync-nap", daemon=True).start()
+sys.stdin.readline()
+"""
+
+
+def test_each_wake_up_of_a_thread_is_counted():
+    child = subprocess.Popen([sys.executable, "-c", NAPPER], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        clock = ThreadClock({"child": child.pid})
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        assert child.stdout.readline() == "napped\n"
+        _, wakes = clock.read()
+    finally:
+        child.stdin.close()
+        child.wait(10)
+    assert sum(wakes["child"].values()) >= 50, wakes
+    if has_py_spy():
+        assert wakes["child"]["cachesync-nap"] >= 50, wakes
