@@ -41,7 +41,6 @@ from __future__ import annotations
 import contextlib
 import csv
 import os
-import re
 import resource
 import subprocess
 import time
@@ -61,7 +60,13 @@ RATES = tuple(float(r) for r in os.environ.get("BENCH_HEAD_COST_RATES", "0,100,1
 def configs(text: str) -> tuple[str, ...]:
     """The configurations of ``BENCH_HEAD_COST_CONFIGS``: separated by commas outside braces
     (a configuration's settings are separated by commas too)."""
-    return tuple(c.strip() for c in re.split(r",(?![^{]*\})", text) if c.strip())
+    out, depth, start = [], 0, 0
+    for i, ch in enumerate(text + ","):
+        depth += {"{": 1, "}": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            out.append(text[start:i].strip())
+            start = i + 1
+    return tuple(c for c in out if c)
 
 
 CONFIGS = configs(os.environ.get("BENCH_HEAD_COST_CONFIGS", "tail+consume,run,run --direct"))
@@ -175,7 +180,7 @@ def _parse(config: str) -> tuple[str, str | None, dict[str, str]]:
     config, _, settings = config.partition("{")
     shape, _, client = config.partition("@")
     env = {}
-    for item in filter(None, settings.rstrip("}").split(",")):
+    for item in configs(settings.removesuffix("}")):   # commas outside braces
         name, eq, value = item.partition("=")
         if not eq or "." not in name:
             raise ValueError(f"{item!r} in {config!r}: expected section.key=value "

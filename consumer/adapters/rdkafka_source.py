@@ -31,6 +31,10 @@ METADATA_TIMEOUT_S = 5.0
 # librdkafka waits this long before fetching a partition again after a fetch error (500 ms
 # by default): a broker back from an outage is fetched from within this of its return
 FETCH_ERROR_BACKOFF_MS = 100
+# how often a poll reads the group member id (``_membership``): librdkafka answers it from
+# its main thread, a round trip that woke that thread and this one again at every poll (at
+# the head of the binlog, at every commit)
+MEMBERSHIP_CHECK_S = 1.0
 
 # the consumer's own kafka-python options -> librdkafka properties
 _CONSUMER = {"group_id": "group.id", "enable_auto_commit": "enable.auto.commit",
@@ -186,6 +190,14 @@ class RdKafkaConsumer:
                                          for p in partitions})
         self._consumer.subscribe(topics, on_revoke=revoked, on_lost=lost)
 
+    _membership_due = 0.0        # when a poll reads the member id next
+
+    def _follow_membership(self, now: float) -> None:
+        """``_membership`` at most once per MEMBERSHIP_CHECK_S."""
+        if now >= self._membership_due:
+            self._membership_due = now + MEMBERSHIP_CHECK_S
+            self._membership()
+
     def _membership(self) -> None:
         """Follow the group member id; when librdkafka gives one up (its session timed out
         without the coordinator, it rejoins as a new member), remove the old one from the
@@ -209,7 +221,7 @@ class RdKafkaConsumer:
             [first, *self._consumer.consume(max_records - 1, 0)] if max_records > 1 else [first])
         self._errors.check_login()
         self._check_fatal()
-        self._membership()
+        self._follow_membership(time.monotonic())
         out = []
         for m in polled:
             err = m.error()

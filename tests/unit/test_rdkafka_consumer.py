@@ -39,8 +39,10 @@ class _Client:
 
     def __init__(self):
         self.member = ""
+        self.asked = 0
 
     def memberid(self):
+        self.asked += 1
         return self.member or None
 
 
@@ -81,3 +83,16 @@ def test_without_an_evict_a_lost_member_is_only_followed():
     consumer._consumer.member = ""
     consumer._membership()
     assert consumer._member == ""
+
+
+def test_polls_read_the_member_id_once_a_second_not_at_every_poll():
+    # librdkafka answers memberid() from its main thread: at every poll, a round trip that
+    # woke two threads per commit at the head of the binlog
+    consumer = _consumer(None)
+    consumer._consumer.member = "m1"
+    for now in (100.0, 100.2, 100.9, 100.99):
+        consumer._follow_membership(now)
+    assert consumer._consumer.asked == 1 and consumer._member == "m1"
+    consumer._consumer.member = "m2"
+    consumer._follow_membership(101.0)
+    assert consumer._consumer.asked == 2 and consumer._member == "m2"
