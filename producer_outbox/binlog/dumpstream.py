@@ -14,6 +14,7 @@ import errno
 import os
 import select
 import struct
+import time
 from typing import Callable
 
 import pymysql
@@ -53,6 +54,8 @@ _HOT = frozenset((_XID, _TABLE_MAP, _MARIADB_GTID, *_ROWS_V1, *_ROWS_V2, *_SKIPP
 _COM_BINLOG_DUMP, _COM_BINLOG_DUMP_GTID = 0x12, 0x1E
 _MAX_PACKET = 0xFFFFFF          # a payload this long continues in the next packet
 _CHUNK = 1 << 18                # bytes asked of the socket per read
+_HEAD_READ = 1 << 14            # a read this short found the reader at the head of the binlog
+READ_LINGER_S = 0.002           # the tailer's read_linger_s (DumpConnection)
 _TABLE_CACHE = 4096             # table-map bodies remembered (cleared when full)
 
 _U16, _U32, _U64 = struct.Struct("<H"), struct.Struct("<I"), struct.Struct("<Q")
@@ -101,13 +104,22 @@ class DumpConnection(FramedConnection):
     ``read_packet`` (what the library calls) returns the packet ``handoff`` gave it, or the
     next one from the socket, or raises ``_Hot`` for one the reader handles itself.
     With ``idle_wait_s`` above 0, a read that finds the buffer empty and the socket silent
-    that long raises ``_Idle`` once (nothing consumed), then waits.
+    that long raises ``_Idle`` once (nothing consumed), then waits. With ``read_linger_s``
+    above 0, at the head of the binlog (a short read) while transactions arrive closer
+    together than twice that, a read waits until ``read_linger_s`` after the one before it,
+    so that one read takes in several transactions: at 1,000 commits/s each would otherwise
+    wake the reader and run its Python on its own. Reading from behind (full reads), or
+    transactions further apart, never waits.
     """
 
     dumping = False
     handoff: bytes | None = None
     handoff_error: Exception | None = None
     idle_wait_s = 0.0     # how long the socket may stay silent before a read says idle
+    read_linger_s = 0.0   # at the head, how long after a read the next one waits (0: never)
+    _lingering = False    # the last read was short and came soon after the one before it
+    _read_at = float("-inf")
+    _clock, _sleep = staticmethod(time.monotonic), staticmethod(time.sleep)
     seq = 0               # the sequence number of the next packet from the server
     _idle_said = False    # idleness was said since the last bytes arrived
 
@@ -167,6 +179,10 @@ class DumpConnection(FramedConnection):
         return self._buf[start:self._pos]
 
     def _fill(self, maybe_idle: bool) -> None:
+        if maybe_idle and self._lingering:
+            wait = self._read_at + self.read_linger_s - self._clock()
+            if wait > 0:
+                self._sleep(wait)
         if maybe_idle and self.idle_wait_s > 0 and not self._idle_said and not self._arrives():
             self._idle_said = True
             raise _Idle()
@@ -185,6 +201,11 @@ class DumpConnection(FramedConnection):
         self._buf = self._buf[self._pos:] + chunk
         self._pos = 0
         self._idle_said = False
+        if self.read_linger_s > 0:
+            now = self._clock()
+            self._lingering = (len(chunk) < _HEAD_READ
+                               and now - self._read_at < 2 * self.read_linger_s)
+            self._read_at = now
 
     def _arrives(self) -> bool:
         """Whether more bytes arrive within ``idle_wait_s`` (a reader that drained the
@@ -309,16 +330,17 @@ class DumpStreamReader(GtidPositioned, RowsGuarded, BinLogStreamReader):
     and nothing more arrived within that time, before it waits for the server (the caller
     may flush what it batches). ``groups``: ``fetchone`` may return a whole transaction as
     one FastGroup (the binlog source reads them), and ``plain_run`` takes whole
-    transactions for the compiled run.
+    transactions for the compiled run. ``read_linger_s``: DumpConnection's.
     """
 
-    def __init__(self, *args, idle_wait_s: float = 0.0, groups: bool = False, **kwargs):
+    def __init__(self, *args, idle_wait_s: float = 0.0, groups: bool = False,
+                 read_linger_s: float = 0.0, **kwargs):
         if kwargs.get("pymysql_wrapper") or kwargs.get("end_log_pos") or kwargs.get(
                 "skip_to_timestamp") or kwargs.get("only_tables") or kwargs.get("only_schemas"):
             raise ValueError("DumpStreamReader does not support pymysql_wrapper, end_log_pos, "
                              "skip_to_timestamp or table/schema filters")
         kwargs["pymysql_wrapper"] = self._connection
-        self.idle_wait_s, self.groups = idle_wait_s, groups
+        self.idle_wait_s, self.groups, self.read_linger_s = idle_wait_s, groups, read_linger_s
         super().__init__(*args, **kwargs)
         allowed = frozenset(kwargs.get("only_events") or ())
         self._fast_allowed = frozenset(f for f, lib in _LIBRARY_CLASS.items() if lib in allowed)
@@ -341,7 +363,7 @@ class DumpStreamReader(GtidPositioned, RowsGuarded, BinLogStreamReader):
 
     def _connection(self, **settings) -> DumpConnection:
         conn = DumpConnection(**settings)
-        conn.idle_wait_s = self.idle_wait_s
+        conn.idle_wait_s, conn.read_linger_s = self.idle_wait_s, self.read_linger_s
         return self._framed(conn)
 
     def fetchone(self):

@@ -42,6 +42,44 @@ def test_queue_hands_records_to_the_engine_in_send_order():
     assert queue.poll(10, 0) == [] and queue.pending == 3
 
 
+class _Clock:
+    def __init__(self):
+        self.now, self.slept = 100.0, []
+
+    def __call__(self):
+        return self.now
+
+    def sleep(self, s):
+        self.slept.append(round(s, 6))
+        self.now += s
+
+
+def _send_at(queue, clock, at, key):
+    clock.now = at
+    queue.send("direct", key, b"v", key, on_ack=lambda: None, on_error=print)
+
+
+def test_changes_far_apart_are_polled_at_once():
+    clock = _Clock()
+    queue = InProcessQueue(linger_s=0.002, clock=clock, sleep=clock.sleep)
+    _send_at(queue, clock, 100.0, "a")
+    _send_at(queue, clock, 100.010, "b")             # 100 commits/s: 10 ms apart
+    assert [r.key for r in queue.poll(10, 0)] == [b"a", b"b"] and clock.slept == []
+
+
+def test_changes_close_together_wait_for_the_rest_of_the_linger_after_the_newest():
+    clock = _Clock()
+    queue = InProcessQueue(linger_s=0.002, clock=clock, sleep=clock.sleep)
+    _send_at(queue, clock, 100.0, "a")
+    _send_at(queue, clock, 100.001, "b")             # 1,000 commits/s
+    clock.now = 100.0015                             # the engine's poll, 0.5 ms later
+    queue.poll(10, 0)
+    assert clock.slept == [0.0015]                    # until 2 ms after the newest send
+    _send_at(queue, clock, 100.0025, "c")
+    _send_at(queue, clock, 100.0030, "d")
+    assert [r.key for r in queue.poll(2, 0)] == [b"c", b"d"] and len(clock.slept) == 1  # full
+
+
 def test_acks_come_only_after_the_keys_were_deleted():
     queue, cache, log = InProcessQueue(), FlakyCache(failures=2), []
     for i in range(3):

@@ -96,6 +96,59 @@ def test_the_reader_is_idle_only_when_the_buffer_is_empty_once_per_silence():
         conn.next_raw()
 
 
+class _Clock:
+    def __init__(self):
+        self.now, self.slept = 1000.0, []
+
+    def monotonic(self):
+        return self.now
+
+    def sleep(self, s):
+        self.slept.append(round(s, 6))
+        self.now += s
+
+
+def _timed_reads(packets_at):
+    """A connection whose socket gives each (arrival time, packet) once the clock reaches it."""
+    clock = _Clock()
+    chunks = list(packets_at)
+
+    def read1(_n):
+        at, data = chunks.pop(0)
+        clock.now = max(clock.now, at)        # a read blocks until the bytes arrive
+        return data
+    conn = connection(b"", 1)
+    conn.read_chunk, conn._clock, conn._sleep = read1, clock.monotonic, clock.sleep
+    return conn, clock
+
+
+def test_at_the_head_reads_close_together_wait_for_more_and_far_apart_do_not():
+    small = [packet(b"\x00" + bytes([i]) * 200, i + 1) for i in range(6)]
+    conn, clock = _timed_reads([(1000.000, small[0]), (1000.001, small[1]),
+                                (1000.002, small[2]), (1000.100, small[3]),
+                                (1000.200, small[4]), (1000.300, small[5])])
+    conn.read_linger_s = 0.002
+    for _ in range(2):
+        conn.next_raw()
+    assert clock.slept == []                  # the second came 1 ms after the first...
+    conn.next_raw()
+    assert clock.slept == [0.002]             # ...so the third read waits until 2 ms after it
+    conn.next_raw()                           # the third was still close: the fourth waits
+    assert clock.slept == [0.002, 0.002]
+    for _ in range(2):                        # the fourth came 97 ms later: nothing waits
+        conn.next_raw()
+    assert clock.slept == [0.002, 0.002]
+
+
+def test_reading_from_behind_never_waits():
+    full = [packet(b"\x00" + b"x" * 20_000, i + 1) for i in range(3)]   # long reads
+    conn, clock = _timed_reads([(1000.0, p) for p in full])
+    conn.read_linger_s = 0.002
+    for _ in full:
+        conn.next_raw()
+    assert clock.slept == []
+
+
 @pytest.mark.parametrize("domain,server,seq", [(0, 1, 42), (7, 4294967295, 2**64 - 1), (12, 3, 1)])
 def test_a_gtid_event_carries_the_gtid_its_text_parses_to(domain, server, seq):
     raw = bytes(_BODY) + struct.pack("<QIB", seq, domain, 0)
