@@ -24,18 +24,24 @@ sys.stdin.readline()
 """
 
 
-def test_the_busy_thread_is_named_and_measured_in_its_process():
-    child = subprocess.Popen([sys.executable, "-c", CHILD], stdin=subprocess.PIPE,
+def clocked(script: str, done: str):
+    """ThreadClock.read() of a child running ``script`` from its first line of stdin until it
+    prints ``done``."""
+    child = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, text=True)
     try:
         clock = ThreadClock({"child": child.pid})
         child.stdin.write("go\n")
         child.stdin.flush()
-        assert child.stdout.readline() == "spun\n"
-        seconds = clock.seconds()
+        assert child.stdout.readline() == done + "\n"
+        return clock.read()
     finally:
         child.stdin.close()
         child.wait(10)
+
+
+def test_the_busy_thread_is_named_and_measured_in_its_process():
+    seconds, _ = clocked(CHILD, "spun")
     threads = seconds["child"]
     assert sum(threads.values()) >= 0.2, threads
     if has_py_spy():
@@ -62,17 +68,7 @@ sys.stdin.readline()
 
 
 def test_each_wake_up_of_a_thread_is_counted():
-    child = subprocess.Popen([sys.executable, "-c", NAPPER], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True)
-    try:
-        clock = ThreadClock({"child": child.pid})
-        child.stdin.write("go\n")
-        child.stdin.flush()
-        assert child.stdout.readline() == "napped\n"
-        _, wakes = clock.read()
-    finally:
-        child.stdin.close()
-        child.wait(10)
+    _, wakes = clocked(NAPPER, "napped")
     assert sum(wakes["child"].values()) >= 50, wakes
     if has_py_spy():
         assert wakes["child"]["cachesync-nap"] >= 50, wakes

@@ -13,6 +13,7 @@ from cachesync.schema.retry import RetryPolicy
 from cachesync.consumer.engine import PythonEngine
 from cachesync.schema.errors import FatalError, RetryableError
 from cachesync.schema.mapping import parse_mappings
+from tests.support.clock import FakeClock
 from tests.support.events import change
 from tests.support.fakes import FlakyCache
 
@@ -42,25 +43,13 @@ def test_queue_hands_records_to_the_engine_in_send_order():
     assert queue.poll(10, 0) == [] and queue.pending == 3
 
 
-class _Clock:
-    def __init__(self):
-        self.now, self.slept = 100.0, []
-
-    def __call__(self):
-        return self.now
-
-    def sleep(self, s):
-        self.slept.append(round(s, 6))
-        self.now += s
-
-
 def _send_at(queue, clock, at, key):
     clock.now = at
     queue.send("direct", key, b"v", key, on_ack=lambda: None, on_error=print)
 
 
 def test_changes_far_apart_are_polled_at_once():
-    clock = _Clock()
+    clock = FakeClock(100.0)
     queue = InProcessQueue(linger_s=0.002, clock=clock, sleep=clock.sleep)
     _send_at(queue, clock, 100.0, "a")
     _send_at(queue, clock, 100.010, "b")             # 100 commits/s: 10 ms apart
@@ -68,7 +57,7 @@ def test_changes_far_apart_are_polled_at_once():
 
 
 def test_changes_close_together_wait_for_the_rest_of_the_linger_after_the_newest():
-    clock = _Clock()
+    clock = FakeClock(100.0)
     queue = InProcessQueue(linger_s=0.002, clock=clock, sleep=clock.sleep)
     _send_at(queue, clock, 100.0, "a")
     _send_at(queue, clock, 100.001, "b")             # 1,000 commits/s

@@ -29,6 +29,7 @@ from cachesync.schema.gtid import parse_gtid
 from cachesync.schema.mapping import parse_mappings
 from tests.support.binlog import MARIADB, _Checkpoints, _Stream, mariadb_gtid, rows, u, \
     with_table_maps, xid
+from tests.support.clock import FakeClock
 
 
 class _Chunks(io.RawIOBase):
@@ -96,21 +97,9 @@ def test_the_reader_is_idle_only_when_the_buffer_is_empty_once_per_silence():
         conn.next_raw()
 
 
-class _Clock:
-    def __init__(self):
-        self.now, self.slept = 1000.0, []
-
-    def monotonic(self):
-        return self.now
-
-    def sleep(self, s):
-        self.slept.append(round(s, 6))
-        self.now += s
-
-
 def _timed_reads(packets_at):
     """A connection whose socket gives each (arrival time, packet) once the clock reaches it."""
-    clock = _Clock()
+    clock = FakeClock(1000.0)
     chunks = list(packets_at)
 
     def read1(_n):
