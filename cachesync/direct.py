@@ -19,6 +19,7 @@ from typing import Callable, Mapping
 
 from cachesync.consumer.core.offsets import Record
 from cachesync.consumer.engine import PythonEngine
+from cachesync.runtime.linger import Linger
 from cachesync.producer_outbox.tailer import Tailer
 from cachesync.schema.errors import FatalError
 
@@ -44,9 +45,7 @@ class InProcessQueue:
         self._callbacks: dict[int, tuple[Callable[[], None], Callable[[Exception], None]]] = {}
         self._next_offset = 0
         self._failure: Exception | None = None
-        self._linger_s, self._clock, self._sleep = linger_s, clock, sleep
-        self._sent_at = float("-inf")      # the last send, and the gap before it
-        self._gap = float("inf")
+        self._linger = Linger(linger_s, linger_s, clock, sleep)   # the sends' pace
 
     # -- publisher side (tailer thread) --------------------------------------------
     def send(self, topic: str, key: str, value: bytes, msg_id: str,
@@ -59,8 +58,7 @@ class InProcessQueue:
                 return
             offset = self._next_offset
             self._next_offset += 1
-            now = self._clock()
-            self._gap, self._sent_at = now - self._sent_at, now
+            self._linger.arrived()
             self._queued.append(Record(topic, PARTITION, offset, key.encode("utf-8"), value,
                                        (("id", msg_id.encode("ascii")),),
                                        int(time.time() * 1000)))
@@ -85,20 +83,14 @@ class InProcessQueue:
         that one batch takes the ones arriving meanwhile."""
         with self._cond:
             self._cond.wait_for(lambda: bool(self._queued), timeout=timeout_s)
-            wait = self._linger_wait(max_records)
+            wait = self._linger.remaining() if 0 < len(self._queued) < max_records else 0.0
         if wait > 0:
-            self._sleep(wait)
+            self._linger.sleep(wait)
         with self._cond:
             batch = []
             while self._queued and len(batch) < max_records:
                 batch.append(self._queued.popleft())
             return batch
-
-    def _linger_wait(self, max_records: int) -> float:
-        """How long a poll that found records waits for more (under the lock)."""
-        if not self._queued or len(self._queued) >= max_records or self._gap >= self._linger_s:
-            return 0.0
-        return max(0.0, self._sent_at + self._linger_s - self._clock())
 
     def commit(self, offsets: Mapping[tuple[str, int], int]) -> None:
         """The engine applied everything below these offsets: ack it to the tailer."""

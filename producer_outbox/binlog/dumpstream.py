@@ -14,7 +14,6 @@ import errno
 import os
 import select
 import struct
-import time
 from typing import Callable
 
 import pymysql
@@ -32,6 +31,7 @@ from cachesync.producer_outbox.encode.hotpath import NO_SPEEDUPS
 from cachesync.runtime.library_adapter import (library_event, packet_bytes,
                                                        post_header_lengths, stream_connection,
                                                        uses_checksum)
+from cachesync.runtime.linger import Linger
 from cachesync.producer_outbox.binlog.libraryrows import library_rows
 from cachesync.producer_outbox.binlog.framing import (FramedConnection, GtidPositioned, RowsGuarded,
                                                own_event)
@@ -104,22 +104,19 @@ class DumpConnection(FramedConnection):
     ``read_packet`` (what the library calls) returns the packet ``handoff`` gave it, or the
     next one from the socket, or raises ``_Hot`` for one the reader handles itself.
     With ``idle_wait_s`` above 0, a read that finds the buffer empty and the socket silent
-    that long raises ``_Idle`` once (nothing consumed), then waits. With ``read_linger_s``
-    above 0, at the head of the binlog (a short read) while transactions arrive closer
-    together than twice that, a read waits until ``read_linger_s`` after the one before it,
-    so that one read takes in several transactions: at 1,000 commits/s each would otherwise
-    wake the reader and run its Python on its own. Reading from behind (full reads), or
-    transactions further apart, never waits.
+    that long raises ``_Idle`` once (nothing consumed), then waits. With a ``linger`` (the
+    reader's ``read_linger_s`` above 0), at the head of the binlog (a short read) while
+    transactions arrive closer together than twice that, a read waits until
+    ``read_linger_s`` after the one before it, so that one read takes in several
+    transactions: at 1,000 commits/s each would otherwise wake the reader and run its Python
+    on its own. Reading from behind (full reads), or transactions further apart, never waits.
     """
 
     dumping = False
     handoff: bytes | None = None
     handoff_error: Exception | None = None
     idle_wait_s = 0.0     # how long the socket may stay silent before a read says idle
-    read_linger_s = 0.0   # at the head, how long after a read the next one waits (0: never)
-    _lingering = False    # the last read was short and came soon after the one before it
-    _read_at = float("-inf")
-    _clock, _sleep = staticmethod(time.monotonic), staticmethod(time.sleep)
+    linger: Linger | None = None   # the reads' pace at the head (read_linger_s; None: never)
     seq = 0               # the sequence number of the next packet from the server
     _idle_said = False    # idleness was said since the last bytes arrived
 
@@ -179,10 +176,8 @@ class DumpConnection(FramedConnection):
         return self._buf[start:self._pos]
 
     def _fill(self, maybe_idle: bool) -> None:
-        if maybe_idle and self._lingering:
-            wait = self._read_at + self.read_linger_s - self._clock()
-            if wait > 0:
-                self._sleep(wait)
+        if maybe_idle and self.linger is not None:
+            self.linger.pause()
         if maybe_idle and self.idle_wait_s > 0 and not self._idle_said and not self._arrives():
             self._idle_said = True
             raise _Idle()
@@ -201,11 +196,8 @@ class DumpConnection(FramedConnection):
         self._buf = self._buf[self._pos:] + chunk
         self._pos = 0
         self._idle_said = False
-        if self.read_linger_s > 0:
-            now = self._clock()
-            self._lingering = (len(chunk) < _HEAD_READ
-                               and now - self._read_at < 2 * self.read_linger_s)
-            self._read_at = now
+        if self.linger is not None:
+            self.linger.arrived(len(chunk) < _HEAD_READ)
 
     def _arrives(self) -> bool:
         """Whether more bytes arrive within ``idle_wait_s`` (a reader that drained the
@@ -363,7 +355,9 @@ class DumpStreamReader(GtidPositioned, RowsGuarded, BinLogStreamReader):
 
     def _connection(self, **settings) -> DumpConnection:
         conn = DumpConnection(**settings)
-        conn.idle_wait_s, conn.read_linger_s = self.idle_wait_s, self.read_linger_s
+        conn.idle_wait_s = self.idle_wait_s
+        if self.read_linger_s > 0:      # reads spaced by the linger: "close" is twice that
+            conn.linger = Linger(self.read_linger_s, 2 * self.read_linger_s)
         return self._framed(conn)
 
     def fetchone(self):

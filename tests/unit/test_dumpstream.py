@@ -15,6 +15,7 @@ import pytest
 from pymysqlreplication.row_event import WriteRowsEvent
 
 from cachesync.runtime.config import TailerSettings
+from cachesync.runtime.linger import Linger
 from cachesync.producer_outbox.binlog.checkpoint import Checkpoint
 from cachesync.producer_outbox.binlog.dumpstream import (IDLE, DumpConnection, DumpStreamReader,
                                                   _Idle, reader_kind)
@@ -107,7 +108,8 @@ def _timed_reads(packets_at):
         clock.now = max(clock.now, at)        # a read blocks until the bytes arrive
         return data
     conn = connection(b"", 1)
-    conn.read_chunk, conn._clock, conn._sleep = read1, clock.monotonic, clock.sleep
+    conn.read_chunk = read1
+    conn.linger = Linger(0.002, 0.004, clock.monotonic, clock.sleep)   # the tailer's
     return conn, clock
 
 
@@ -116,7 +118,6 @@ def test_at_the_head_reads_close_together_wait_for_more_and_far_apart_do_not():
     conn, clock = _timed_reads([(1000.000, small[0]), (1000.001, small[1]),
                                 (1000.002, small[2]), (1000.100, small[3]),
                                 (1000.200, small[4]), (1000.300, small[5])])
-    conn.read_linger_s = 0.002
     for _ in range(2):
         conn.next_raw()
     assert clock.slept == []                  # the second came 1 ms after the first...
@@ -132,7 +133,6 @@ def test_at_the_head_reads_close_together_wait_for_more_and_far_apart_do_not():
 def test_reading_from_behind_never_waits():
     full = [packet(b"\x00" + b"x" * 20_000, i + 1) for i in range(3)]   # long reads
     conn, clock = _timed_reads([(1000.0, p) for p in full])
-    conn.read_linger_s = 0.002
     for _ in full:
         conn.next_raw()
     assert clock.slept == []

@@ -1,0 +1,48 @@
+"""Arrivals at the head of the binlog, paced: while they come close together, the next step
+(a read, a batch) waits a little so that it takes in several.
+
+At the head each transaction arrives alone, and every wake-up of a thread of Python code
+runs it with the CPU's caches cold: what costs is the number of arrivals, not their size.
+:class:`Linger` remembers when the last arrival came and whether it came within
+``close_s`` of the one before; while it did, ``remaining()`` is the rest of ``linger_s``
+after it. The binlog reader (DumpConnection) and direct mode's queue (InProcessQueue) pace
+themselves with it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+
+class Linger:
+    """``linger_s`` after the newest arrival, while arrivals come within ``close_s`` of each
+    other (0: never waits)."""
+
+    def __init__(self, linger_s: float, close_s: float,
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep):
+        self.linger_s, self._close_s = linger_s, close_s
+        self.clock, self.sleep = clock, sleep
+        self._at = float("-inf")    # the newest arrival
+        self._close = False         # it came within close_s of the one before
+
+    def arrived(self, counts: bool = True) -> None:
+        """An arrival now; ``counts``: one that may be lingered after (a read from behind,
+        a full one, may not)."""
+        now = self.clock()
+        self._close = counts and now - self._at < self._close_s
+        self._at = now
+
+    def remaining(self) -> float:
+        """How long the next step waits: the rest of ``linger_s`` after the newest arrival
+        while arrivals come close together, else 0."""
+        if not self._close:
+            return 0.0
+        return max(0.0, self._at + self.linger_s - self.clock())
+
+    def pause(self) -> None:
+        """Sleep ``remaining()``."""
+        wait = self.remaining()
+        if wait > 0:
+            self.sleep(wait)
