@@ -154,6 +154,10 @@ class BinlogSource:
         while True:
             if (self._runs is not None and self._ctx is None and self._xa is None
                     and not self._confirming):
+                # at the head the buffer is drained: the next commit is read whole first
+                if self._stream.await_bytes() is IDLE:
+                    yield IDLE_ITEM
+                    continue
                 run = self._runs.take(self._gtids)      # whole transactions, written in C
                 if run is not None:
                     yield self._plain_group(run)

@@ -34,6 +34,11 @@ class Linger:
         self._close = counts and now - self._at < self._close_s
         self._at = now
 
+    @property
+    def close(self) -> bool:
+        """Whether the newest arrival came within ``close_s`` of the one before (and counts)."""
+        return self._close
+
     def remaining(self) -> float:
         """How long the next step waits: the rest of ``linger_s`` after the newest arrival
         while arrivals come close together, else 0."""

@@ -119,6 +119,7 @@ class DumpConnection(FramedConnection):
     linger: Linger | None = None   # the reads' pace at the head (read_linger_s; None: never)
     seq = 0               # the sequence number of the next packet from the server
     _idle_said = False    # idleness was said since the last bytes arrived
+    _alone = False        # with a linger: the last read was short and came alone
 
     def write_bytes(self, data) -> None:
         if len(data) > 4 and data[4] in (_COM_BINLOG_DUMP, _COM_BINLOG_DUMP_GTID):
@@ -197,18 +198,25 @@ class DumpConnection(FramedConnection):
         self._pos = 0
         self._idle_said = False
         if self.linger is not None:
-            self.linger.arrived(len(chunk) < _HEAD_READ)
+            short = len(chunk) < _HEAD_READ
+            self.linger.arrived(short)
+            self._alone = short and not self.linger.close
 
     def _arrives(self) -> bool:
         """Whether more bytes arrive within ``idle_wait_s`` (a reader that drained the
-        socket mid-burst should not be taken for idle)."""
+        socket mid-burst should not be taken for idle); with a ``linger``, none after a
+        short read that came alone (not within its ``close_s`` of the one before): at the
+        head of the binlog, a transaction arriving alone is followed by idleness at once, so
+        nothing waits ``idle_wait_s`` behind it and the reader's thread is not woken again
+        to say so. Reading from behind, or arrivals close together, wait as before."""
+        wait = 0.0 if self._alone else self.idle_wait_s
         sock = self.raw_socket()
         if sock is None:
             return False
         if getattr(sock, "pending", None) is not None and sock.pending():   # TLS: decrypted bytes
             return True
         try:
-            return bool(select.select([sock], [], [], self.idle_wait_s)[0])
+            return bool(select.select([sock], [], [], wait)[0])
         except (OSError, ValueError):
             return True          # let the read report the failure
 
@@ -396,13 +404,33 @@ class DumpStreamReader(GtidPositioned, RowsGuarded, BinLogStreamReader):
     def _next_raw(self) -> bytes | None:
         """The next packet if the dump is running (None: let the library connect or fail)."""
         conn = stream_connection(self)
-        if conn is None or not conn.dumping:
-            return None
+        if conn is None or not conn.dumping or conn.handoff_error is not None:
+            return None         # (a failed read's error is the library's to raise)
         try:
             return conn.next_raw()
         except pymysql.err.MySQLError as e:
             conn.handoff_error = e      # raised where the library reads: it reconnects or raises
             return None
+
+    def await_bytes(self) -> bool | Idle:
+        """When the read buffer is drained, wait for the server's next bytes into it, as a
+        packet read would (the read linger, idleness): at the head of the binlog a commit's
+        events arrive in one read, and once buffered the whole transaction is taken at once
+        (``plain_run``, ``buffered_group``) instead of event by event. True: bytes arrived;
+        IDLE: the server stayed silent ``idle_wait_s`` (said once, as ``fetchone`` says it);
+        False: nothing done (bytes still buffered, no dump running, or a failed read left for
+        the library, which reconnects or raises, as after a failed packet read)."""
+        conn = self._buffered_connection()
+        if conn is None or conn._pos < len(conn._buf):
+            return False
+        try:
+            conn._fill(True)
+        except _Idle:
+            return IDLE
+        except pymysql.err.MySQLError as e:
+            conn.handoff_error = e
+            return False
+        return True
 
     def buffered_group(self) -> FastGroup | None:
         """The next transaction as ``fetchone`` returns it with ``groups`` on, if the read

@@ -17,6 +17,7 @@ from pymysqlreplication.row_event import WriteRowsEvent
 from cachesync.runtime.config import TailerSettings
 from cachesync.runtime.linger import Linger
 from cachesync.producer_outbox.binlog.checkpoint import Checkpoint
+from cachesync.producer_outbox.binlog import dumpstream
 from cachesync.producer_outbox.binlog.dumpstream import (IDLE, DumpConnection, DumpStreamReader,
                                                   _Idle, reader_kind)
 from cachesync.producer_outbox.binlog.eventtypes import length_encoded as _length_coded
@@ -128,6 +129,47 @@ def test_at_the_head_reads_close_together_wait_for_more_and_far_apart_do_not():
     for _ in range(2):                        # the fourth came 97 ms later: nothing waits
         conn.next_raw()
     assert clock.slept == [0.002, 0.002]
+
+
+def test_at_the_head_a_read_that_came_alone_is_idle_at_once(monkeypatch):
+    """Idleness is said after ``idle_wait_s`` of silence while reads come close together
+    (more may be on the way), and at once after a short read that came alone."""
+    waits = []
+    monkeypatch.setattr(dumpstream.select, "select",
+                        lambda r, w, x, timeout: waits.append(timeout) or ([], [], []))
+    small = [packet(b"\x00" + bytes([i]) * 200, i + 1) for i in range(3)]
+    conn, clock = _timed_reads([(1000.000, small[0]), (1000.001, small[1]),
+                                (1000.100, small[2])])
+    conn.raw_socket, conn.idle_wait_s = object, 0.005
+    expected = []
+    for data, wait in ((small[0], 0.0),         # the first read came alone
+                       (small[1], 0.005),       # 1 ms after it: close together
+                       (small[2], 0.0)):        # 99 ms later: alone
+        with pytest.raises(_Idle):
+            conn.next_raw()
+        assert conn.next_raw() == data[4:]
+        expected.append(wait)
+    with pytest.raises(_Idle):
+        conn.next_raw()
+    assert waits == [0.005, *expected]          # before any read: the whole silence
+
+
+def _reader_over(conn: DumpConnection) -> DumpStreamReader:
+    reader = object.__new__(DumpStreamReader)   # no server: only what await_bytes reads
+    reader._buffered_connection = lambda: conn
+    return reader
+
+
+def test_await_bytes_reads_only_into_a_drained_buffer():
+    conn = connection(packet(b"\x00a", 1) + packet(b"\x00b", 2), 100)
+    reader = _reader_over(conn)
+    assert reader.await_bytes() is True and conn._pos == 0 and len(conn._buf) == 12
+    assert reader.await_bytes() is False        # bytes still buffered: nothing read
+    assert [conn.next_raw(), conn.next_raw()] == [b"\x00a", b"\x00b"]
+    conn.idle_wait_s = 0.01                     # drained, and the socket stays silent
+    assert reader.await_bytes() is IDLE
+    assert reader.await_bytes() is False        # the server closed: the library's to raise
+    assert isinstance(conn.handoff_error, pymysql.err.OperationalError)
 
 
 def test_reading_from_behind_never_waits():
