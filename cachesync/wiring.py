@@ -309,16 +309,27 @@ def start_publisher(settings: Settings):
     from cachesync.producer_outbox.publish.kafka_publisher import delivery_timeout_s, new_publisher
     from cachesync.producer_outbox.publish.starting_publisher import StartingPublisher
     bootstrap, security = settings.kafka.bootstrap_servers, producer_options(settings.kafka)
-    client = settings.kafka.client
+    client, tunable = settings.kafka.client, publisher_tunables(settings.tailer)
     if settings.tailer.publisher == "process":
         from cachesync.producer_outbox.publish.process_publisher import ProcessPublisher
         child = prespawn.take("publisher")      # started with the command, if it was
         return StartingPublisher(lambda: ProcessPublisher(bootstrap, security=security,
-                                                          child=child, client=client),
+                                                          child=child, client=client, **tunable),
                                  delivery_timeout_s(security))
     prespawn.discard_all()
-    return StartingPublisher(lambda: new_publisher(bootstrap, client=client, security=security),
+    return StartingPublisher(lambda: new_publisher(bootstrap, client=client, security=security,
+                                                   **tunable),
                              delivery_timeout_s(security))
+
+
+def publisher_tunables(tailer) -> dict:
+    """The tailer's publisher's defaults (``kafka.producer_properties`` win over them): no
+    linger of the client's own when packs span transactions (``tailer.pack_rows`` above 1,
+    the fast reader), since they already wait at the source (the reader's idleness,
+    PACK_LINGER_S while busy), and a commit that arrives alone would wait again after it."""
+    if tailer.pack_rows > 1 and tailer.reader != "library":
+        return {"linger_ms": 0}
+    return {}
 
 
 def build_tailer(settings: Settings, start: Checkpoint | None = None, publisher=None,

@@ -27,6 +27,8 @@ from cachesync.schema.event import HEARTBEAT_KIND, beat_time
 log = logging.getLogger(__name__)
 
 # seconds; a healthy pipeline sits in the first few, a stalled one shows in the last
+LAG_FLUSH_S = 1.0            # the consumer's lags wait at most this long for the histogram
+LAG_FLUSH_VALUES = 4096      # or until this many wait
 LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 1.5, 2.5, 5.0, 10.0, 30.0, 60.0,
                300.0)
 
@@ -232,6 +234,21 @@ def observe_all(histogram: Histogram, values: list[float]) -> None:
     total.inc(sum(values))
 
 
+class _Flushing:
+    """A collector that yields nothing: reading it runs ``flush`` (registered before the
+    metrics ``flush`` fills, so that a read sees what was held)."""
+
+    def __init__(self, flush: Callable[[], None]):
+        self._flush = flush
+
+    def collect(self):
+        self._flush()
+        return []
+
+    def describe(self):
+        return []
+
+
 class StatsCollector:
     """Exposes integer attributes of ``source()`` as counters, read at scrape time (a renamed
     counter under its deprecated old name too)."""
@@ -380,6 +397,13 @@ class ConsumerMetrics:
             registry.register(TableCollector(tables))
         if scans is not None:           # the engine's table-level scans (TableInvalidator.scans)
             registry.register(TableScanCollector(scans))
+        # the lags of row changes wait here and go into the histogram at most every
+        # LAG_FLUSH_S, every LAG_FLUSH_VALUES values, or when the registry is read: a scrape
+        # or a read first collects this (it is registered before the histogram)
+        self._lags: dict[str, list[float]] = {}
+        self._lags_count, self._lags_at = 0, time.monotonic()
+        self._lags_lock = threading.Lock()
+        registry.register(_Flushing(self.flush))
         self.lag = Aliased.of(Histogram(
             "cachesync_consumer_commit_to_apply_seconds", "Source commit -> cache applied, per "
             "event (kind: binlog, outbox, heartbeat)", ["kind"], buckets=LAG_BUCKETS,
@@ -415,7 +439,7 @@ class ConsumerMetrics:
             applied_at = batch.applied_at
             for kind, committed in batch.committed.items():
                 lags = [applied_at - at if applied_at > at else 0.0 for at in committed]
-                self.lag.labels(kind).observe_many(lags)
+                self._hold(kind, lags)
                 self.changes.add(ROWS, lags)
             for beat in batch.beats:
                 self._observe(beat)
@@ -425,6 +449,30 @@ class ConsumerMetrics:
             self.last_apply_at = max(self.last_apply_at or 0.0, applied_at)
         except Exception:   # noqa: BLE001 - metrics must never stop consumption
             log.exception("could not record lag metrics for a batch")
+
+    def _hold(self, kind: str, lags: list[float]) -> None:
+        """Keep ``lags`` for the histogram; flush when enough wait or long enough."""
+        with self._lags_lock:
+            held = self._lags.get(kind)
+            if held is None:
+                self._lags[kind] = list(lags)
+            else:
+                held += lags
+            self._lags_count += len(lags)
+            due = (self._lags_count >= LAG_FLUSH_VALUES
+                   or time.monotonic() - self._lags_at >= LAG_FLUSH_S)
+        if due:
+            self.flush()
+
+    def flush(self) -> None:
+        """Put the lags held so far into the histogram (at the head of the binlog every
+        commit is its own batch, and observing each batch's lags at once cost more than
+        the rest of the batch's bookkeeping)."""
+        with self._lags_lock:
+            held, self._lags = self._lags, {}
+            self._lags_count, self._lags_at = 0, time.monotonic()
+        for kind, lags in held.items():
+            self.lag.labels(kind).observe_many(lags)
 
     def _observe(self, sample: "LagSample") -> None:
         lag = max(0.0, sample.applied_at - sample.committed)

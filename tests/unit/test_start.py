@@ -203,3 +203,14 @@ def test_an_early_child_started_before_the_environment_changed_is_ended(monkeypa
     monkeypatch.setenv("CACHESYNC_UNIT_EARLY", "set by --env-file")
     assert prespawn.take("unit") is None
     assert child.poll() is not None            # ended, not left behind
+
+
+@pytest.mark.parametrize("settings, linger", [
+    ({}, {"linger_ms": 0}),                       # packs span transactions: no second wait
+    ({"pack_rows": 1}, {}),                        # a record per row: the client's linger
+    ({"reader": "library"}, {}),                   # packs of one transaction: likewise
+])
+def test_the_tailers_publisher_lingers_only_where_packs_do_not(settings, linger):
+    from cachesync.runtime.config import TailerSettings
+    from cachesync.wiring import publisher_tunables
+    assert publisher_tunables(TailerSettings(**settings)) == linger
