@@ -1,7 +1,8 @@
 """Child processes started at the very beginning of a command, before its own imports.
 
-``cachesync tail`` publishes through a child process (``tailer.publisher: process``) whose
-interpreter and kafka-python take about as long to start as the tail itself. Started when
+``cachesync tail`` publishes through a child process where ``tailer.publisher`` is
+``process`` (``auto`` on kafka-python), whose interpreter and kafka-python take about as long
+to start as the tail itself. Started when
 the command line is read, before click, the settings and the tail's own imports, the child
 imports kafka-python on the other core while the parent does the rest; the publisher then
 adopts it (:func:`take`) and sends it its settings over the pipe as it would a child of its
@@ -18,10 +19,12 @@ is for.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import subprocess
 import sys
+from typing import Mapping
 
 PUBLISHER_MODULE = "cachesync.producer_outbox.publish.process_publisher"
 
@@ -31,10 +34,26 @@ log = logging.getLogger(__name__)
 _early: dict[str, tuple[subprocess.Popen, dict[str, str]]] = {}
 
 
-def for_command(argv: list[str]) -> None:
-    """Start the children ``argv``'s command will need (``tail``: its publisher process)."""
-    if argv[1:2] == ["tail"] and not {"-h", "--help"} & set(argv[2:]):
+def for_command(argv: list[str], environ: Mapping[str, str] = os.environ) -> None:
+    """Start the children ``argv``'s command will need (``tail``: its publisher process,
+    where it will likely publish through one)."""
+    if (argv[1:2] == ["tail"] and not {"-h", "--help"} & set(argv[2:])
+            and publisher_process_likely(environ)):
         start("publisher", PUBLISHER_MODULE)
+
+
+def publisher_process_likely(environ: Mapping[str, str]) -> bool:
+    """Whether ``tail`` will publish through a child process, as far as the environment
+    says before the settings are read: ``tailer.publisher`` set there, else ``auto``'s
+    choice (a thread on librdkafka, wherever confluent-kafka is installed and neither
+    ``kafka.client`` nor CACHESYNC_NO_SPEEDUPS rules it out). A guess the settings
+    contradict costs only the start: an unused child is ended, a missing one started then."""
+    placement = environ.get("CACHESYNC_TAILER_PUBLISHER", "auto")
+    if placement != "auto":
+        return placement == "process"
+    return (environ.get("CACHESYNC_KAFKA_CLIENT") == "kafka-python"
+            or bool(environ.get("CACHESYNC_NO_SPEEDUPS"))
+            or importlib.util.find_spec("confluent_kafka") is None)
 
 
 def start(name: str, module: str) -> None:

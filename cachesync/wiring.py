@@ -303,14 +303,15 @@ def build_table_jobs(settings: Settings) -> RedisTableJobs:
 
 
 def start_publisher(settings: Settings):
-    """The tailer's Kafka publisher (``tailer.publisher``: its own process, or a thread),
-    started in a thread of its own (StartingPublisher): the first send waits for it."""
+    """The tailer's Kafka publisher (``tailer.publisher``: its own process, or a thread;
+    :func:`publisher_placement`), started in a thread of its own (StartingPublisher): the
+    first send waits for it."""
     from cachesync import prespawn
     from cachesync.producer_outbox.publish.kafka_publisher import delivery_timeout_s, new_publisher
     from cachesync.producer_outbox.publish.starting_publisher import StartingPublisher
     bootstrap, security = settings.kafka.bootstrap_servers, producer_options(settings.kafka)
     client, tunable = settings.kafka.client, publisher_tunables(settings.tailer)
-    if settings.tailer.publisher == "process":
+    if publisher_placement(settings.tailer.publisher, client, security) == "process":
         from cachesync.producer_outbox.publish.process_publisher import ProcessPublisher
         child = prespawn.take("publisher")      # started with the command, if it was
         return StartingPublisher(lambda: ProcessPublisher(bootstrap, security=security,
@@ -320,6 +321,20 @@ def start_publisher(settings: Settings):
     return StartingPublisher(lambda: new_publisher(bootstrap, client=client, security=security,
                                                    **tunable),
                              delivery_timeout_s(security))
+
+
+def publisher_placement(publisher: str, client: str, security) -> str:
+    """``tailer.publisher`` decided: ``auto`` is ``thread`` when the publisher is on
+    librdkafka (kafka.client, rdkafka_publisher.choose), else ``process``."""
+    if publisher != "auto":
+        return publisher
+    from cachesync.producer_outbox.publish import rdkafka_publisher
+    from cachesync.schema.errors import ConfigError
+    try:
+        chosen, _why = rdkafka_publisher.choose(client, security or {})
+    except ConfigError:
+        return "process"        # the publisher says why when it starts
+    return "thread" if chosen == "librdkafka" else "process"
 
 
 def publisher_tunables(tailer) -> dict:

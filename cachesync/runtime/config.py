@@ -609,14 +609,18 @@ class TailerSettings(_Validated):
         "rows, XID) straight from the dump stream and hand every other event to "
         "python-mysql-replication; `library` reads every event through python-mysql-replication",
         choices=("auto", "fast", "library"))
-    # where the Kafka producer runs: "process" = a child process (producer_outbox/
-    # procpublisher.py: kafka-python's work off the tailer's GIL), "thread" = in the tailer
+    # where the Kafka producer runs: "process" = a child process (producer_outbox/publish/
+    # process_publisher.py: kafka-python's work off the tailer's GIL), "thread" = in the
+    # tailer, "auto" = thread on librdkafka (its work runs outside the GIL), else process
     publisher: str = setting(
-        "process", "where the Kafka producer runs: `process` = a child process of the tailer "
-        "(the same kafka-python producer, fed records over a pipe, so its batching and acks run "
-        "on another core than the binlog decoding; if it dies, the records it had not "
+        "auto", "where the Kafka producer runs: `auto` = `thread` when the publisher is on "
+        "librdkafka (`kafka.client`), whose work runs on its own threads outside the "
+        "interpreter's lock, else `process`; `process` = a child process of the tailer (the "
+        "same producer, fed records over a pipe, so kafka-python's batching and acks run on "
+        "another core than the binlog decoding; if it dies, the records it had not "
         "acknowledged fail and the tailer stops before its checkpoint passes them), `thread` = "
-        "in the tailer's own process", choices=("process", "thread"))
+        "in the tailer's own process (no hand-over to another process and back per send)",
+        choices=("auto", "process", "thread"))
 
 
 @dataclass(frozen=True)

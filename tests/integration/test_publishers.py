@@ -202,7 +202,7 @@ def test_a_tailer_closes_the_publisher_process_it_made_when_it_ends(lab, ends):
     from cachesync.runtime import config
     from cachesync.wiring import build_tailer
     lab.sql(USERS_DDL)
-    cfg = lab.write_config(USERS)
+    cfg = lab.write_config(USERS, tailer={"publisher": "process"})
     env = {**os.environ, **lab.stack.env}
     if ends == "failing":
         env.pop("CACHESYNC_MYSQL_PASSWORD_FILE", None)

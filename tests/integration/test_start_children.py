@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import wait_for
+from tests.support import spawn, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -30,7 +30,12 @@ def started_ticks(pid: int) -> int:
 def test_tail_publishes_through_the_process_it_started_with_its_command_line(lab):
     lab.sql("CREATE TABLE users (id BIGINT PRIMARY KEY, name VARCHAR(32))")
     cfg = lab.write_config({"users": {"keys": ["user:{id}"]}})
-    tail = lab.start_tailer(cfg)
+    # the launcher reads the placement from the environment (tailer.publisher: auto publishes
+    # from a thread on librdkafka)
+    before = lab.checkpoint_updated_at()
+    tail = spawn(lab, cfg, "tail", env={"CACHESYNC_TAILER_PUBLISHER": "process"})
+    wait_for(lambda: tail.poll() is None and lab.checkpoint_updated_at() != before, 60,
+             what="the tailer's start checkpoint")
     key = f"{lab.prefix}user:1"
     lab.start_engine(cfg)
     lab.redis.set(key, b"cached", ex=600)

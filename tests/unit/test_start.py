@@ -176,12 +176,38 @@ def test_connections_without_tls_options_share_one_tls_context():
 def test_tail_starts_its_publisher_process_with_the_command_line(monkeypatch):
     started = []
     monkeypatch.setattr(prespawn, "start", lambda name, module: started.append((name, module)))
-    prespawn.for_command(["cachesync", "tail", "--config", "x.yaml"])
+    process = {"CACHESYNC_TAILER_PUBLISHER": "process"}
+    prespawn.for_command(["cachesync", "tail", "--config", "x.yaml"], process)
     for argv in (["cachesync", "consume"], ["cachesync", "tail", "--help"], ["cachesync"],
                  ["cachesync", "run", "tail"]):
-        prespawn.for_command(argv)
+        prespawn.for_command(argv, process)
+    prespawn.for_command(["cachesync", "tail"], {"CACHESYNC_TAILER_PUBLISHER": "thread"})
     from cachesync.producer_outbox.publish import process_publisher as procpublisher
     assert started == [("publisher", procpublisher.__name__)]
+
+
+@pytest.mark.parametrize("environ, likely", [
+    ({}, False),                                           # auto, confluent-kafka installed
+    ({"CACHESYNC_KAFKA_CLIENT": "kafka-python"}, True),
+    ({"CACHESYNC_NO_SPEEDUPS": "1"}, True),
+    ({"CACHESYNC_TAILER_PUBLISHER": "process", "CACHESYNC_KAFKA_CLIENT": "librdkafka"}, True),
+    ({"CACHESYNC_TAILER_PUBLISHER": "thread", "CACHESYNC_KAFKA_CLIENT": "kafka-python"}, False),
+])
+def test_the_publisher_process_is_started_early_where_tail_will_likely_use_one(environ, likely):
+    pytest.importorskip("confluent_kafka")
+    assert prespawn.publisher_process_likely(environ) is likely
+
+
+@pytest.mark.parametrize("publisher, client, placement", [
+    ("auto", "auto", "thread"), ("auto", "librdkafka", "thread"),
+    ("auto", "kafka-python", "process"), ("process", "auto", "process"),
+    ("thread", "kafka-python", "thread"),
+])
+def test_auto_publishes_from_a_thread_on_librdkafka_and_from_a_process_on_kafka_python(
+        publisher, client, placement):
+    pytest.importorskip("confluent_kafka")
+    from cachesync.wiring import publisher_placement
+    assert publisher_placement(publisher, client, {}) == placement
 
 
 def test_an_early_child_is_taken_once_while_the_environment_is_the_one_it_got(monkeypatch):
