@@ -154,7 +154,8 @@ class BinlogSource:
         while True:
             if (self._runs is not None and self._ctx is None and self._xa is None
                     and not self._confirming):
-                # at the head the buffer is drained: the next commit is read whole first
+                # a drained buffer (at the head of the binlog) takes the next read first, so
+                # that a commit arriving alone is taken whole (nothing buffered: no read)
                 if self._stream.await_bytes() is IDLE:
                     yield IDLE_ITEM
                     continue
@@ -492,7 +493,8 @@ def open_stream(client_options: dict, server_id: int, reader: str, info: ServerI
     """The binlog stream from ``start``: our fast reader (whole transactions at once) or the
     library's (``reader``); ``blocking=False`` ends at the end of the server's binlog (a
     whole file read once). ``idle_wait_s`` above 0: the fast reader yields IDLE when the
-    server stayed silent that long with nothing buffered (the library's never does).
+    server stayed silent that long with nothing buffered, or at once after a short read that
+    came alone when ``read_linger_s`` is above 0 (the library's never does).
     ``read_linger_s`` above 0: the fast reader's reads at the head of the binlog wait that
     long after the one before while transactions arrive close together (DumpConnection).
     ``start`` is connected to by its GTID state when it has one, unless ``position``."""

@@ -27,8 +27,8 @@ from cachesync.schema.event import HEARTBEAT_KIND, beat_time
 log = logging.getLogger(__name__)
 
 # seconds; a healthy pipeline sits in the first few, a stalled one shows in the last
-LAG_FLUSH_S = 1.0            # the consumer's lags wait at most this long for the histogram
-LAG_FLUSH_VALUES = 4096      # or until this many wait
+LAG_FLUSH_S = 1.0            # the consumer's lags go into the histogram this often at most
+LAG_FLUSH_VALUES = 4096      # or once this many wait (and whenever it is read)
 LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 1.5, 2.5, 5.0, 10.0, 30.0, 60.0,
                300.0)
 
@@ -234,19 +234,17 @@ def observe_all(histogram: Histogram, values: list[float]) -> None:
     total.inc(sum(values))
 
 
-class _Flushing:
-    """A collector that yields nothing: reading it runs ``flush`` (registered before the
-    metrics ``flush`` fills, so that a read sees what was held)."""
+class HeldHistogram(Histogram):
+    """A Histogram whose ``collect`` first runs ``before_collect`` (set after it is made),
+    so that observations held elsewhere are in it whenever it is read, a read of some names
+    only (``restricted_registry``) included."""
 
-    def __init__(self, flush: Callable[[], None]):
-        self._flush = flush
+    before_collect: Callable[[], None] | None = None
 
     def collect(self):
-        self._flush()
-        return []
-
-    def describe(self):
-        return []
+        if self.before_collect is not None:
+            self.before_collect()
+        return super().collect()
 
 
 class StatsCollector:
@@ -397,17 +395,18 @@ class ConsumerMetrics:
             registry.register(TableCollector(tables))
         if scans is not None:           # the engine's table-level scans (TableInvalidator.scans)
             registry.register(TableScanCollector(scans))
-        # the lags of row changes wait here and go into the histogram at most every
-        # LAG_FLUSH_S, every LAG_FLUSH_VALUES values, or when the registry is read: a scrape
-        # or a read first collects this (it is registered before the histogram)
+        # the lags of row changes wait here and go into the histogram with the batch that
+        # comes LAG_FLUSH_S after the last time, or LAG_FLUSH_VALUES values, or when the
+        # histogram is read
         self._lags: dict[str, list[float]] = {}
         self._lags_count, self._lags_at = 0, time.monotonic()
         self._lags_lock = threading.Lock()
-        registry.register(_Flushing(self.flush))
-        self.lag = Aliased.of(Histogram(
+        self.lag = Aliased.of(HeldHistogram(
             "cachesync_consumer_commit_to_apply_seconds", "Source commit -> cache applied, per "
             "event (kind: binlog, outbox, heartbeat)", ["kind"], buckets=LAG_BUCKETS,
             registry=registry), registry, buckets=LAG_BUCKETS)
+        for histogram in self.lag._metrics:
+            histogram.before_collect = self.flush
         self.last_lag = Aliased.of(Gauge(
             "cachesync_consumer_last_commit_to_apply_seconds", "Commit->apply lag of the "
             "newest applied event", registry=registry), registry)

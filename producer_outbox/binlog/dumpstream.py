@@ -79,13 +79,15 @@ class _Hot(Exception):
 
 class _Idle(Exception):
     """Raised inside a read (the library's fetchone included), before any byte of the next
-    packet is taken: the socket stayed silent for ``idle_wait_s``; ``fetchone`` returns IDLE."""
+    packet is taken: the socket stayed silent (``DumpConnection._arrives``); ``fetchone``
+    returns IDLE."""
 
 
 class Idle:
     """What ``DumpStreamReader.fetchone`` returns when every byte received was read and
-    nothing more arrived within its ``idle_wait_s``: the caller may flush what it batches;
-    the next ``fetchone`` waits for the server."""
+    nothing more arrived (within its ``idle_wait_s``, or at once after a short read that came
+    alone: ``DumpConnection._arrives``): the caller may flush what it batches; the next
+    ``fetchone`` waits for the server."""
 
     __slots__ = ()
 
@@ -104,7 +106,8 @@ class DumpConnection(FramedConnection):
     ``read_packet`` (what the library calls) returns the packet ``handoff`` gave it, or the
     next one from the socket, or raises ``_Hot`` for one the reader handles itself.
     With ``idle_wait_s`` above 0, a read that finds the buffer empty and the socket silent
-    that long raises ``_Idle`` once (nothing consumed), then waits. With a ``linger`` (the
+    that long (no time at all after a short read that came alone, with a ``linger``) raises
+    ``_Idle`` once (nothing consumed), then waits. With a ``linger`` (the
     reader's ``read_linger_s`` above 0), at the head of the binlog (a short read) while
     transactions arrive closer together than twice that, a read waits until
     ``read_linger_s`` after the one before it, so that one read takes in several
@@ -327,8 +330,9 @@ class DumpStreamReader(GtidPositioned, RowsGuarded, BinLogStreamReader):
     """``BinLogStreamReader`` with the hot events parsed from the raw packets (module doc).
 
     ``idle_wait_s`` (above 0): ``fetchone`` returns IDLE when every received byte was read
-    and nothing more arrived within that time, before it waits for the server (the caller
-    may flush what it batches). ``groups``: ``fetchone`` may return a whole transaction as
+    and nothing more arrived within that time (none after a short read that came alone, with
+    ``read_linger_s``), before it waits for the server (the caller may flush what it
+    batches). ``groups``: ``fetchone`` may return a whole transaction as
     one FastGroup (the binlog source reads them), and ``plain_run`` takes whole
     transactions for the compiled run. ``read_linger_s``: DumpConnection's.
     """
@@ -416,8 +420,9 @@ class DumpStreamReader(GtidPositioned, RowsGuarded, BinLogStreamReader):
         """When the read buffer is drained, wait for the server's next bytes into it, as a
         packet read would (the read linger, idleness): at the head of the binlog a commit's
         events arrive in one read, and once buffered the whole transaction is taken at once
-        (``plain_run``, ``buffered_group``) instead of event by event. True: bytes arrived;
-        IDLE: the server stayed silent ``idle_wait_s`` (said once, as ``fetchone`` says it);
+        (``plain_run``, ``buffered_group``) instead of event by event. True: a read was
+        made (an interrupted one brings nothing: the next read waits again); IDLE: the
+        server stayed silent (said once, as ``fetchone`` says it, ``DumpConnection._arrives``);
         False: nothing done (bytes still buffered, no dump running, or a failed read left for
         the library, which reconnects or raises, as after a failed packet read)."""
         conn = self._buffered_connection()

@@ -366,3 +366,19 @@ def test_applied_lags_are_recorded_in_one_statement():
     (sql, params), = statements
     assert sql.count("(%s, %s, %s, %s)") == 2 and "ON DUPLICATE KEY UPDATE" in sql
     assert params == ["ns", "t1", 1_000_000, 1_250_000, "ns", "t2", 2_000_000, 2_500_000]
+
+
+def test_held_lags_are_in_the_histogram_whenever_it_is_read():
+    """The lags wait to be observed (at most a second, or 4,096 of them); any read of the
+    histogram, a read of its names only included, finds them there."""
+    reg = CollectorRegistry()
+    cm = ConsumerMetrics(reg, lambda: None)
+    for i in range(3):
+        cm.on_batch(Batch([event(commit_ts=100.0)], applied_at=100.25 + i))
+    count = ("cachesync_consumer_commit_to_apply_seconds_count", (("kind", "binlog"),))
+    only = reg.restricted_registry(["cachesync_consumer_commit_to_apply_seconds_count"])
+    assert samples(only)[count] == 3
+    cm.on_batch(Batch([event(commit_ts=100.0)], applied_at=101.0))
+    assert samples(reg)[count] == 4
+    assert samples(reg)[("cachesync_consumer_commit_to_apply_seconds_sum",
+                         (("kind", "binlog"),))] == pytest.approx(0.25 + 1.25 + 2.25 + 1.0)
