@@ -26,6 +26,8 @@ import subprocess
 import sys
 from typing import Mapping
 
+from cachesync import NO_SPEEDUPS
+
 PUBLISHER_MODULE = "cachesync.producer_outbox.publish.process_publisher"
 
 log = logging.getLogger(__name__)
@@ -52,7 +54,7 @@ def publisher_process_likely(environ: Mapping[str, str]) -> bool:
     if placement != "auto":
         return placement == "process"
     return (environ.get("CACHESYNC_KAFKA_CLIENT") == "kafka-python"
-            or bool(environ.get("CACHESYNC_NO_SPEEDUPS"))
+            or bool(environ.get(NO_SPEEDUPS))
             or importlib.util.find_spec("confluent_kafka") is None)
 
 

@@ -26,18 +26,21 @@ class Linger:
         self.clock, self.sleep = clock, sleep
         self._at = float("-inf")    # the newest arrival
         self._close = False         # it came within close_s of the one before
+        self._alone = False         # it counts and did not
 
     def arrived(self, counts: bool = True) -> None:
         """An arrival now; ``counts``: one that may be lingered after (a read from behind,
         a full one, may not)."""
         now = self.clock()
-        self._close = counts and now - self._at < self._close_s
+        near = now - self._at < self._close_s
+        self._close, self._alone = counts and near, counts and not near
         self._at = now
 
     @property
-    def close(self) -> bool:
-        """Whether the newest arrival came within ``close_s`` of the one before (and counts)."""
-        return self._close
+    def alone(self) -> bool:
+        """Whether the newest arrival counts and did not come within ``close_s`` of the one
+        before (nothing suggests more is on the way)."""
+        return self._alone
 
     def remaining(self) -> float:
         """How long the next step waits: the rest of ``linger_s`` after the newest arrival

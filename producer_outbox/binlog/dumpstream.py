@@ -122,7 +122,6 @@ class DumpConnection(FramedConnection):
     linger: Linger | None = None   # the reads' pace at the head (read_linger_s; None: never)
     seq = 0               # the sequence number of the next packet from the server
     _idle_said = False    # idleness was said since the last bytes arrived
-    _alone = False        # with a linger: the last read was short and came alone
 
     def write_bytes(self, data) -> None:
         if len(data) > 4 and data[4] in (_COM_BINLOG_DUMP, _COM_BINLOG_DUMP_GTID):
@@ -201,9 +200,7 @@ class DumpConnection(FramedConnection):
         self._pos = 0
         self._idle_said = False
         if self.linger is not None:
-            short = len(chunk) < _HEAD_READ
-            self.linger.arrived(short)
-            self._alone = short and not self.linger.close
+            self.linger.arrived(len(chunk) < _HEAD_READ)
 
     def _arrives(self) -> bool:
         """Whether more bytes arrive within ``idle_wait_s`` (a reader that drained the
@@ -212,7 +209,7 @@ class DumpConnection(FramedConnection):
         head of the binlog, a transaction arriving alone is followed by idleness at once, so
         nothing waits ``idle_wait_s`` behind it and the reader's thread is not woken again
         to say so. Reading from behind, or arrivals close together, wait as before."""
-        wait = 0.0 if self._alone else self.idle_wait_s
+        wait = 0.0 if self.linger is not None and self.linger.alone else self.idle_wait_s
         sock = self.raw_socket()
         if sock is None:
             return False
