@@ -52,13 +52,19 @@ def holder_id() -> str:
 
 
 class TailerLock:
-    """The named lock of one tailer name; ``acquire`` waits for it, ``held`` confirms it."""
+    """The named lock of one tailer name; ``acquire`` waits for it, ``held`` confirms it.
+
+    Threads share it: the lock watcher and a tailer restarting on its own thread both ask
+    ``held``. Its one connection answers them in turn (``_guard``), since two queries
+    written at once on a MySQL connection read each other's replies, and a lock taken for
+    lost on that account stops an active tailer that still holds it."""
 
     def __init__(self, connect: Callable[[], pymysql.connections.Connection], tailer: str,
                  lease_s: float, holder: str | None = None):
         self._connect, self._tailer, self._lease_s = connect, tailer, lease_s
         self.name, self.holder = lock_name(tailer), holder or holder_id()
         self._conn: pymysql.connections.Connection | None = None
+        self._guard = threading.Lock()
 
     def acquire(self, stop: threading.Event) -> bool:
         """Block until this process holds the lock (True) or ``stop`` is set (False).
@@ -98,39 +104,46 @@ class TailerLock:
     def held(self) -> bool:
         """True while the server confirms this connection holds the lock (it also keeps the
         connection from idling past its wait_timeout)."""
-        if self._conn is None:
-            return False
-        try:
-            with self._conn.cursor() as cur:
-                cur.execute("SELECT IS_USED_LOCK(%s) = CONNECTION_ID()", (self.name,))
-                return bool(cur.fetchone()[0])
-        except pymysql.err.MySQLError:
-            return False
+        with self._guard:
+            if self._conn is None:
+                return False
+            try:
+                with self._conn.cursor() as cur:
+                    cur.execute("SELECT IS_USED_LOCK(%s) = CONNECTION_ID()", (self.name,))
+                    return bool(cur.fetchone()[0])
+            except pymysql.err.MySQLError:
+                return False
 
     def active(self) -> str | None:
         """Who holds the lock, as it recorded itself (None when unknown)."""
-        conn = self._conn
-        if conn is None:
-            return None
-        try:
-            with conn.cursor() as cur:
-                cur.execute("SELECT holder FROM cachesync_tailer_lock WHERE name = %s",
-                            (self._tailer,))
-                row = cur.fetchone()
-            return row[0] if row else None
-        except pymysql.err.MySQLError:
-            return None
+        with self._guard:
+            conn = self._conn
+            if conn is None:
+                return None
+            try:
+                with conn.cursor() as cur:
+                    cur.execute("SELECT holder FROM cachesync_tailer_lock WHERE name = %s",
+                                (self._tailer,))
+                    row = cur.fetchone()
+                return row[0] if row else None
+            except pymysql.err.MySQLError:
+                return None
 
     def release(self) -> None:
-        if self._conn is not None:
-            try:
-                with self._conn.cursor() as cur:
-                    cur.execute("SELECT RELEASE_LOCK(%s)", (self.name,))
-            except pymysql.err.MySQLError:
-                pass          # the connection is gone: so is the lock
-        self._drop()
+        with self._guard:
+            if self._conn is not None:
+                try:
+                    with self._conn.cursor() as cur:
+                        cur.execute("SELECT RELEASE_LOCK(%s)", (self.name,))
+                except pymysql.err.MySQLError:
+                    pass          # the connection is gone: so is the lock
+            self._drop_unguarded()
 
     def _try_once(self, wait_s: float = WAIT_STEP_S) -> bool:
+        with self._guard:
+            return self._try_once_unguarded(wait_s)
+
+    def _try_once_unguarded(self, wait_s: float) -> bool:
         conn = self._connection()
         try:
             with conn.cursor() as cur:
@@ -160,6 +173,10 @@ class TailerLock:
         return self._conn
 
     def _drop(self) -> None:
+        with self._guard:
+            self._drop_unguarded()
+
+    def _drop_unguarded(self) -> None:
         close_quietly(self._conn)
         self._conn = None
 

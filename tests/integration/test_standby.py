@@ -7,8 +7,11 @@ committed is missed either way. Timings belong to the failover benchmark.
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
+from cachesync.wiring import build_tailer_lock
 from tests.support import UsersWriter, wait_for, wait_keys_gone
 
 pytestmark = pytest.mark.integration
@@ -81,3 +84,28 @@ def test_an_active_tailer_whose_lock_connection_is_cut_stands_down(pair):
     wait_for(lambda: "lock cachesync:tailer:" in lab.log(first) and "lost" in lab.log(first), 60,
              what="the first tailer standing down")
     assert first.poll() is None, "the old active tailer waits as a standby, it does not exit"
+
+
+def test_the_lock_check_answers_true_to_threads_that_ask_at_once(lab):
+    """The lock watcher asks every second and a tailer restarting on another thread (after a
+    Kafka outage, say) asks too: both must hear "held" from the one lock connection, never a
+    reply meant for the other or a broken connection taken for a lost lock."""
+    lock = build_tailer_lock(lab.settings(lab.write_config({"users": {"keys": ["user:{id}"]}})))
+    assert lock.try_acquire()
+    answers: list[bool] = []
+    start = threading.Barrier(4)
+
+    def ask():
+        start.wait()
+        answers.extend(lock.held() for _ in range(200))
+
+    try:
+        threads = [threading.Thread(target=ask) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert len(answers) == 800
+        assert all(answers), f"{answers.count(False)} of 800 checks said the lock was lost"
+    finally:
+        lock.release()
