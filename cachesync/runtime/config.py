@@ -377,12 +377,9 @@ class KafkaSettings(_Validated):
         "auto", "the Kafka client the tailer and the outbox relay publish and the consumer "
         "consumes with: "
         "`librdkafka` (the confluent-kafka package: the same guarantees at a fraction of the "
-        "CPU per request), `kafka-python`, or `auto`: the publishers on librdkafka when "
-        "confluent-kafka is installed and every Kafka setting maps onto it (not the "
-        "OAUTHBEARER and AWS_MSK_IAM logins), else kafka-python, and the consumer on "
-        "kafka-python (librdkafka's joins its group again as a new member after a broker "
-        "outage longer than `kafka.session_timeout_ms`, which delays that outage's "
-        "invalidations by a second or two more); "
+        "CPU per request), `kafka-python`, or `auto`: librdkafka when confluent-kafka is "
+        "installed and every Kafka setting maps onto it (not the OAUTHBEARER and AWS_MSK_IAM "
+        "logins), else kafka-python; "
         "admin clients, probes, the monitor and dead letters use kafka-python",
         choices=("auto", "librdkafka", "kafka-python"))
     # the ones cachesync sets itself are refused by name

@@ -202,15 +202,7 @@ class KafkaSource:
         """The client's consumer: librdkafka's (whose ``records`` becomes this source's
         ``_fetch``) or kafka-python's."""
         from cachesync.consumer.adapters import rdkafka_source
-        if client == "auto":
-            # librdkafka's consumer gives up its membership after a broker outage longer than
-            # session_timeout_ms and joins again as a new member once the broker is back
-            # (rdkafka_source.evict_member), which delayed the outage's invalidations by 1-2 s
-            # more than kafka-python's, whose membership outlives the outage: librdkafka only
-            # when asked for
-            chosen, why = "kafka-python", "kafka.client auto: librdkafka consumes only when asked"
-        else:
-            chosen, why = rdkafka_source.choose(client, options)
+        chosen, why = rdkafka_source.choose(client, options)
         log.info("Kafka consumer on %s (%s)", chosen, why)
         if chosen == "librdkafka":
             admin = {k: v for k, v in options.items() if k in KafkaAdminClient.DEFAULT_CONFIG}
