@@ -149,6 +149,7 @@ class RdKafkaConsumer:
         self._member = ""               # the group member id at the last poll
         self._errors = librdkafka.ClientErrors(bootstrap_servers)
         self._answers: list[tuple[frozenset, object]] = []   # (offsets, callback) in flight
+        self._closed = False
         self._consumer = Consumer({**config, "bootstrap.servers": bootstrap_servers,
                                    "on_commit": self._committed, "error_cb": self._errors,
                                    "logger": librdkafka.QuietLog()})
@@ -237,6 +238,9 @@ class RdKafkaConsumer:
         return out
 
     def assignment(self) -> set[TopicPartition]:
+        """The partitions assigned; none once closed (a second close, as kafka-python's)."""
+        if self._closed:
+            return set()
         return {TopicPartition(p.topic, p.partition) for p in self._consumer.assignment()}
 
     def commit_async(self, offsets: dict, callback) -> None:
@@ -284,7 +288,11 @@ class RdKafkaConsumer:
         callback(offsets, _error(failed) if failed is not None else "committed")
 
     def close(self, autocommit: bool = False) -> None:
-        self._consumer.close()
+        """Leave the group and close; closing again does nothing (librdkafka's consumer
+        raises on any call once closed, kafka-python's does not)."""
+        if not self._closed:
+            self._closed = True
+            self._consumer.close()
 
 
 def _key(offsets: dict) -> frozenset:

@@ -64,6 +64,7 @@ def live(spec: dict, reader: str, timeout_s: float = 120.0) -> dict:
     from cachesync.producer_outbox.ports import Commit, Group, Record, TableEvent
     from cachesync.producer_outbox.binlog.preflight import ServerInfo
     from cachesync.producer_outbox.encode.rowevents import RowEncoder
+    from cachesync.schema.gtid import GtidState, parse_gtid
     from cachesync.schema.mapping import parse_mappings
     mappings = parse_mappings({f"{spec['db']}.{spec['table']}": {"keys": ["k:{id}"],
                                                                  "mode": "update"}})
@@ -75,6 +76,7 @@ def live(spec: dict, reader: str, timeout_s: float = 120.0) -> dict:
     source = BinlogSource(stream, info, start, mappings, MatchedTables(mappings),
                           RowEncoder(mappings, MatchedTables(mappings)))
     parts, tables, deadline = [], 0, time.monotonic() + timeout_s
+    end = [parse_gtid(g) for g in spec["end"].split(",") if g.strip()]   # one per domain
     try:
         for item in source.changes():
             if type(item) is Record:
@@ -83,7 +85,10 @@ def live(spec: dict, reader: str, timeout_s: float = 120.0) -> dict:
                 parts.extend(repr(tuple(r[2:])) for r in item.records)
             elif type(item) is TableEvent:
                 tables += 1
-            if type(item) in (Commit, Group) and item.checkpoint.gtid == spec["end"]:
+            # a Group takes every transaction its read brought: one the server wrote right
+            # after the range (another client's) may come in the same group as its last
+            if type(item) in (Commit, Group) and all(
+                    g in GtidState.parse(item.checkpoint.gtid) for g in end):
                 break
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{reader}: {spec['end']} not reached in {timeout_s:.0f}s")
