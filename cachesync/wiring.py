@@ -341,7 +341,8 @@ def publisher_tunables(tailer) -> dict:
     """The tailer's publisher's defaults (``kafka.producer_properties`` win over them): no
     linger of the client's own when packs span transactions (``tailer.pack_rows`` above 1,
     the fast reader), since they already wait at the source (the reader's idleness,
-    PACK_LINGER_S while busy), and a commit that arrives alone would wait again after it."""
+    ``tailer.pack_linger_ms`` while busy), and a commit that arrives alone would wait again
+    after it."""
     if tailer.pack_rows > 1 and tailer.reader != "library":
         return {"linger_ms": 0}
     return {}

@@ -28,7 +28,6 @@ from cachesync.producer_outbox.unlogged_changes.fkschema import ForeignKeys, key
 from cachesync.producer_outbox.decode.matched import MatchedTables
 from cachesync.runtime.mysql import MySQLParams, binlog_status
 from cachesync.producer_outbox.decode.outbox_binlog import OutboxRouter
-from cachesync.producer_outbox.encode.packing import PACK_LINGER_S
 from cachesync.producer_outbox.publish.pipeline import DRAIN_TIMEOUT_S, Pipeline
 from cachesync.producer_outbox.ports import CheckpointStore, Publisher
 from cachesync.producer_outbox.binlog.preflight import ServerInfo, check_server
@@ -221,10 +220,10 @@ class Tailer:
 
         def opened(position: bool):
             # packs span transactions when the reader says it is idle (sent then, or after
-            # PACK_LINGER_S while busy)
+            # tailer.pack_linger_ms while busy)
             return open_stream(self._mysql.client_options(), t.server_id, t.reader, info,
                                start, self._opts.heartbeat_s,
-                               idle_wait_s=PACK_LINGER_S if t.pack_rows > 1 else 0.0,
+                               idle_wait_s=t.pack_linger_ms / 1000 if t.pack_rows > 1 else 0.0,
                                position=position, read_linger_s=READ_LINGER_S)
         # a stored checkpoint of this server: at its file and position, confirmed by its
         # GTID state (else by GTID, BinlogSource); an operator's start as given

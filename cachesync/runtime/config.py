@@ -546,6 +546,13 @@ class TailerSettings(_Validated):
         "events: with the fast reader (`tailer.reader: auto`) rows of consecutive transactions "
         "share a pack, with `tailer.reader: library` only those of one transaction; `1` = one "
         "record per row", **AT_LEAST_1)
+    # the busy head of the binlog: how long rows wait in an open pack for the next ones
+    pack_linger_ms: float = setting(
+        5.0, "with the fast reader and `pack_rows` above 1, while transactions arrive close "
+        "together: an open pack is sent this long after it opened (or once the stream is "
+        "silent that long); longer packs fewer, larger Kafka records and consumer batches "
+        "into each second, and adds up to this long to the lag of each change",
+        lo=1, hi=100)
     # under Kafka's default 1 MB record limit
     pack_bytes: int = setting(262144, "a pack also closes at this size (1024 to 900000, under "
                               "Kafka's 1 MB record limit)", lo=1024, hi=900_000)

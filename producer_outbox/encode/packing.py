@@ -6,7 +6,7 @@ so a tailer that sends one record per row cannot go faster than its client. With
 each group as one record (``cachesync.schema.event.encode_pack``), closing a pack at
 ``pack_rows`` rows or ``pack_bytes`` bytes. With the fast binlog reader, packs span
 consecutive transactions (single-row transactions pack too) and every open pack
-closes when the reader has nothing more buffered, or ``PACK_LINGER_S`` after it
+closes when the reader has nothing more buffered, or ``tailer.pack_linger_ms`` after it
 opened; with the library reader, every open pack closes when its transaction ends.
 A transaction's rows count as in flight from the moment they enter a pack
 (``Pack.txns``), so the checkpoint never passes a row still waiting in a pack.
@@ -31,7 +31,6 @@ from cachesync.schema.event import encode_pack
 from cachesync.schema.partition import partition_for
 
 
-PACK_LINGER_S = 0.005           # an open pack waits at most this long for more rows
 _PARTITION_CACHE = 10_000       # keys whose partition is remembered (cleared when full: ~2 MB)
 
 

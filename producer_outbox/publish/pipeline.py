@@ -24,7 +24,7 @@ from kafka.errors import KafkaError
 from cachesync.runtime.config import TailerSettings
 from cachesync.producer_outbox.binlog.checkpoint import Checkpoint
 from cachesync.producer_outbox.publish.inflight import InflightTracker
-from cachesync.producer_outbox.encode.packing import PACK_LINGER_S, Pack, Packer
+from cachesync.producer_outbox.encode.packing import Pack, Packer
 from cachesync.producer_outbox.ports import (Begin, ChangeSource, CheckpointStore, Commit,
                                              Decide, Group, Hold, Idle, Prepared, Publisher,
                                              Pulse, Record, Release, TableEvent, Unhold)
@@ -81,6 +81,7 @@ class Pipeline:
         self._publisher, self._checkpoints, self._topic = publisher, checkpoints, topic
         self._clock = clock
         self._settings = settings
+        self._pack_linger_s = settings.pack_linger_ms / 1000   # an open pack's longest wait
         self._tracker: InflightTracker[Checkpoint] = InflightTracker()
         self._packer = (Packer(settings.pack_rows, settings.pack_bytes)
                         if settings.pack_rows > 1 else None)
@@ -234,14 +235,14 @@ class Pipeline:
             full = add(db, table, key, value, msg_id, partitions, txn)
             if full is not None:
                 self._send_pack(full, txn)
-        if time.monotonic() - self._packer.opened_at >= PACK_LINGER_S:
+        if time.monotonic() - self._packer.opened_at >= self._pack_linger_s:
             self.flush_packs()
 
     def _close(self, checkpoint: Checkpoint, hold: bool = False) -> None:
         """End the open group; ``hold``: a prepared XA group stays open in the tracker."""
         if self._packer is not None and (not self._span or self._xa is not None or hold
                                          or time.monotonic() - self._packer.opened_at
-                                         >= PACK_LINGER_S):
+                                         >= self._pack_linger_s):
             self.flush_packs(self._txn)
         if not hold:
             with self._lock:
