@@ -245,17 +245,21 @@ class Lab:
         return [k for k in keys if self.redis.exists(self.prefix + k)]
 
     def close(self) -> None:
-        for thread, engine in self._threads:
-            engine.stop()
-            thread.join(30)
-            engine.close()
-        for proc in self._procs:
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(15)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+        try:
+            for thread, engine in self._threads:
+                engine.stop()
+                thread.join(30)
+                engine.close()
+        finally:
+            # whatever the engines raised, no child outlives its test: a tailer left running
+            # writes its heartbeat into every later test's binlog
+            for proc in self._procs:
+                if proc.poll() is None:
+                    proc.terminate()
+                    try:
+                        proc.wait(15)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
         with self.stack.admin() as conn, conn.cursor() as cur:
             cur.execute(f"DROP DATABASE IF EXISTS {self.db}")
             # every grant on the database (a test may add REFERENCES, say), not only SELECT
