@@ -96,3 +96,12 @@ def test_polls_read_the_member_id_once_a_second_not_at_every_poll():
     consumer._consumer.member = "m2"
     consumer._follow_membership(101.0)
     assert consumer._consumer.asked == 2 and consumer._member == "m2"
+
+
+def test_a_second_close_does_nothing_and_a_closed_consumer_has_no_partitions():
+    """The engine and its owner may both close the source: librdkafka's consumer raises on any
+    call once closed ("Consumer closed"), kafka-python's does not, and neither may here."""
+    consumer = RdKafkaConsumer("127.0.0.1:1", {"group.id": "g"})   # no broker: never reached
+    consumer.close()
+    assert consumer.assignment() == set()
+    consumer.close()
