@@ -12,6 +12,7 @@ import types
 
 import pymysql
 import pytest
+from pymysqlreplication.event import MariadbGtidEvent
 from pymysqlreplication.row_event import WriteRowsEvent
 
 from cachesync.runtime.config import TailerSettings
@@ -262,3 +263,43 @@ def test_packs_span_transactions_and_the_checkpoint_waits_for_their_acks(monkeyp
     publisher.ack_all()
     tailer.pipeline.save_checkpoint()
     assert checkpoints.saved[-1].gtid == "0-1-51" and tailer.acked == 10
+
+
+class _OnePartition(_HeldAcks):
+    def partitions(self, topic):
+        return [0]
+
+
+class _PacedStream(_IdleStream):
+    """Transactions ``step_s`` apart on ``clock`` (it moves on at each GTID event)."""
+
+    def __init__(self, events, clock, step_s):
+        super().__init__(events)
+        self._clock, self._step_s = clock, step_s
+
+    def __iter__(self):
+        for event in list.__iter__(self):
+            if isinstance(event, MariadbGtidEvent):
+                self._clock.now += self._step_s
+            yield event
+
+
+@pytest.mark.parametrize("linger_ms, sizes", [(5, [3, 3, 3, 1]), (10, [5, 5])])
+def test_a_busy_pack_is_sent_tailer_pack_linger_ms_after_it_opened(monkeypatch, linger_ms,
+                                                                     sizes):
+    """Transactions 3 ms apart and never idle: each pack goes out with the first transaction
+    that ends ``tailer.pack_linger_ms`` or more after the pack opened (the last at the drain)."""
+    clock = FakeClock(1000.0)
+    monkeypatch.setattr(pipeline_module, "time", types.SimpleNamespace(monotonic=clock))
+    monkeypatch.setattr(packing_module, "time", types.SimpleNamespace(monotonic=clock))
+    events = with_table_maps([e for seq in range(42, 52) for e in _txn(seq)])
+    publisher = _OnePartition()
+    tailer = Tailer(MySQLParams("h", 1, "u", "p"), publisher, _Checkpoints(),
+                    parse_mappings({"app.users": {"keys": ["user:{id}"]}}),
+                    TailerOptions("t", TailerSettings(checkpoint_interval_s=0, pack_rows=50,
+                                                      pack_linger_ms=linger_ms)))
+    source = tailer.binlog_source(_PacedStream(events, clock, 0.003), MARIADB,
+                                  Checkpoint(MARIADB.identity, "0-1-41", "b.1", 4))
+    tailer.pipeline.run(source)
+    tailer.pipeline.drain()
+    assert [len(record) for record in publisher.records] == sizes
