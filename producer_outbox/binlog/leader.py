@@ -64,7 +64,7 @@ class TailerLock:
         self._connect, self._tailer, self._lease_s = connect, tailer, lease_s
         self.name, self.holder = lock_name(tailer), holder or holder_id()
         self._conn: pymysql.connections.Connection | None = None
-        self._guard = threading.Lock()
+        self._guard = threading.RLock()     # release() drops under it
 
     def acquire(self, stop: threading.Event) -> bool:
         """Block until this process holds the lock (True) or ``stop`` is set (False).
@@ -137,13 +137,13 @@ class TailerLock:
                         cur.execute("SELECT RELEASE_LOCK(%s)", (self.name,))
                 except pymysql.err.MySQLError:
                     pass          # the connection is gone: so is the lock
-            self._drop_unguarded()
+            self._drop()
 
     def _try_once(self, wait_s: float = WAIT_STEP_S) -> bool:
         with self._guard:
-            return self._try_once_unguarded(wait_s)
+            return self._get_lock(wait_s)
 
-    def _try_once_unguarded(self, wait_s: float) -> bool:
+    def _get_lock(self, wait_s: float) -> bool:
         conn = self._connection()
         try:
             with conn.cursor() as cur:
@@ -174,11 +174,8 @@ class TailerLock:
 
     def _drop(self) -> None:
         with self._guard:
-            self._drop_unguarded()
-
-    def _drop_unguarded(self) -> None:
-        close_quietly(self._conn)
-        self._conn = None
+            close_quietly(self._conn)
+            self._conn = None
 
 
 def _classified(error: pymysql.err.MySQLError) -> Exception:
