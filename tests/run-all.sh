@@ -9,7 +9,12 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 pytest="${BIN:-.venv/bin}/pytest"
 log="$(mktemp -t cachesync-tests-without-services.XXXXXX)"
-"$pytest" -p no:cacheprovider --durations=20 "$@" tests/unit tests/docs >"$log" 2>&1 </dev/null &
+# The second also builds helm first (devstack/tools/helm.sh: a `go install` of a few minutes in
+# a fresh clone, cached in .devstack/tools), which tests/integration/test_helm.py would
+# otherwise wait for on the first's path; should it fail here, that test builds it again and
+# says why.
+{ devstack/tools/helm.sh >/dev/null || true
+  exec "$pytest" -p no:cacheprovider --durations=20 "$@" tests/unit tests/docs; } >"$log" 2>&1 </dev/null &
 pure=$!
 trap 'kill "$pure" 2>/dev/null; rm -f "$log"' EXIT
 trap 'exit 130' INT
