@@ -225,6 +225,9 @@ def stale_fill_refused(lab, cluster, row: int):
     cache holds afterwards."""
     key = lab.prefix + f"user:{row}"
     cluster.delete(key)
+    # the hold of the row's last invalidation (redis.fill_hold_ms) ended: the reader takes
+    # the lease itself, rather than finding a hold that may expire while it loads
+    wait_for(lambda: not cluster.exists(lease_key(key)), 30, what="the last hold on the lease ended")
 
     def loader():
         (name,), = lab.sql("SELECT name FROM users WHERE id = %s", (row,))
