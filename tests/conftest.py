@@ -10,6 +10,36 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
+def pytest_configure(config):
+    """A pytest-xdist worker past the first uses a devstack of its own (tests/support/stacks.py):
+    its environment is set before any test reads it."""
+    from tests.support.stacks import use_worker_stack, worker_index
+    if worker_index():
+        use_worker_stack(worker_index())
+
+
+SERVICE_TESTS = (ROOT / "tests" / "integration", ROOT / "tests" / "contract")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _worker_stack(request):
+    """On a pytest-xdist worker past the first that runs tests on the services: its stack's
+    base services up before its first test, and what it started stopped after its last
+    (``devstack/with-stack.sh`` does both for the first worker and for runs without workers)."""
+    from tests.support.stacks import running, worker_index
+    if not worker_index() or not any(pathlib.Path(item.path).is_relative_to(d)
+                                     for item in request.session.items for d in SERVICE_TESTS):
+        yield
+        return
+    from tests.support import stack_command
+    before = running()
+    stack_command("up")
+    yield
+    started = sorted(running() - before)
+    if started:
+        stack_command("down", *started)
+
+
 @pytest.fixture(autouse=True)
 def _one_start_per_test():
     """``cachesync.runtime.startup`` records one process's start; each test's commands start anew."""

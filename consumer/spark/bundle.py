@@ -28,6 +28,7 @@ import importlib.util
 import logging
 import marshal
 import sys
+import uuid
 import zipfile
 import zipimport
 from pathlib import Path
@@ -93,7 +94,8 @@ def build_bundle(directory: Path, packages: tuple[str, ...] = PACKAGES) -> Path:
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_suffix(".zip.tmp")
+    # a partial file of this call's own: drivers on one host may build the same bundle at once
+    partial = target.with_suffix(f".zip.{uuid.uuid4().hex}.tmp")
     with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as zf:
         for path, arcname in files:
             zf.write(path, arcname)
