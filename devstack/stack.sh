@@ -6,6 +6,7 @@
 #   devstack/stack.sh down    [--wipe] [service ...]    stop (default: everything; keeps data unless --wipe)
 #   devstack/stack.sh wipe                              stop everything and delete the data dir
 #   devstack/stack.sh status                            one line per service and variant
+#   devstack/stack.sh running                           the names of those running or starting
 #   devstack/stack.sh env                               print the env file path
 #   devstack/stack.sh promote mariadb-replica           make the replica a writable primary
 # Variants (started only by name): kafka-sasl kafka-oauth kafka-noauto mariadb-tls redis-tls
@@ -552,7 +553,7 @@ for f in "$SCRIPT_DIR"/variants/*.sh; do . "$f"; done
 
 # ---------------------------------------------------------------- main
 usage() {
-  sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 is_variant() { local v; for v in "${VARIANTS[@]}"; do [ "$1" = "$v" ] && return 0; done; return 1; }
@@ -609,6 +610,9 @@ case "$cmd" in
   status)
     for s in "${ALL_SERVICES[@]}"; do status_line "$s"; done
     for s in "${VARIANTS[@]}"; do variant_status "$s"; done
+    ;;
+  running)
+    "$0" status | awk '$2 == "running" || $2 == "starting" || $2 == "degraded" {print $1}'
     ;;
   env)
     echo "$ENV_FILE"

@@ -5,7 +5,7 @@
 # Used by `make demo|test|bench`.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-running() { "$here/stack.sh" status 2>/dev/null | awk '$2 == "running" || $2 == "starting" || $2 == "degraded" {print $1}'; }
+running() { "$here/stack.sh" running 2>/dev/null; }
 before=" $(running | tr '\n' ' ') "
 cleanup() {
   local service stop=()

@@ -62,7 +62,5 @@ def use_worker_stack(index: int) -> None:
 
 def running() -> set[str]:
     """The services and variants of this process's stack that are running or starting."""
-    done = subprocess.run([str(STACK), "status"], capture_output=True, text=True, timeout=120)
-    return {fields[0] for fields in (line.split() for line in done.stdout.splitlines())
-            if len(fields) > 1 and fields[1] in ("running", "starting", "degraded")}
-
+    done = subprocess.run([str(STACK), "running"], capture_output=True, text=True, timeout=120)
+    return set(done.stdout.split())
