@@ -553,7 +553,7 @@ for f in "$SCRIPT_DIR"/variants/*.sh; do . "$f"; done
 
 # ---------------------------------------------------------------- main
 usage() {
-  sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  awk 'NR == 1 { next } !/^#/ { exit } { sub(/^# ?/, ""); print }' "${BASH_SOURCE[0]}"   # the header comment
 }
 
 is_variant() { local v; for v in "${VARIANTS[@]}"; do [ "$1" = "$v" ] && return 0; done; return 1; }

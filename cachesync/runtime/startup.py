@@ -27,22 +27,36 @@ _marks: dict[str, float] = {}
 _started = threading.Event()       # set by done(): the process reads (or polls) now
 
 
+_BOOT_CLOCK = getattr(time, "CLOCK_BOOTTIME", time.CLOCK_MONOTONIC)
+
+
+def _clock() -> float:
+    """Seconds since boot (the clock /proc's process start times count in), or the monotonic
+    clock where the system has no boot clock."""
+    return time.clock_gettime(_BOOT_CLOCK)
+
+
+def _launched() -> float:
+    """When this process was created on :func:`_clock` (from /proc; tick precision, 10 ms),
+    or when this module was imported where /proc does not say."""
+    if _BOOT_CLOCK == getattr(time, "CLOCK_BOOTTIME", None):
+        try:
+            with open("/proc/self/stat", "rb") as f:
+                # the command name (field 2) may hold spaces: count the fields after its ')'
+                ticks = int(f.read().rsplit(b")", 1)[1].split()[19])
+            return ticks / os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, IndexError):
+            pass
+    return _IMPORTED
+
+
 def launched_at() -> float:
-    """When this process was created (wall clock, from /proc; tick precision, 10 ms), or when
-    this module was imported where /proc is not there."""
-    try:
-        with open("/proc/self/stat", "rb") as f:
-            # the command name (field 2) may hold spaces: count the fields after its ')'
-            ticks = int(f.read().rsplit(b")", 1)[1].split()[19])
-        with open("/proc/uptime", "rb") as f:
-            uptime = float(f.read().split()[0])
-        return time.time() - uptime + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return _IMPORTED
+    """When this process was created, on the wall clock."""
+    return time.time() - (_clock() - _LAUNCHED)
 
 
-_IMPORTED = time.time()
-_LAUNCHED = launched_at()
+_IMPORTED = _clock()
+_LAUNCHED = _launched()     # steps are timed on the same clock: no wall-clock reading between
 
 
 def mark(step: str) -> None:
@@ -50,7 +64,7 @@ def mark(step: str) -> None:
     with _lock:
         if step in _marks:
             return
-        _marks[step] = time.time()
+        _marks[step] = _clock()
     if _started.is_set():
         log.info("start: %s after %.2f s", step, _marks[step] - _LAUNCHED)
 
@@ -63,7 +77,7 @@ def done(step: str) -> None:
     with _lock:
         if step in _marks:
             return
-        _marks[step] = time.time()
+        _marks[step] = _clock()
         steps = sorted(_marks.items(), key=lambda kv: kv[1])
     _started.set()
     since = {name: at - _LAUNCHED for name, at in steps}

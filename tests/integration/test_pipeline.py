@@ -136,6 +136,8 @@ def test_consumer_kill_9_between_claim_and_confirm_reapplies_after_lease(lab):
 
     lab.spawn("consume", cfg)
     wait_for(lambda: not lab.cached("user:5", "user:email:e@x"), 60, what="re-application")
+    # the keys go before the claim is confirmed: await the confirmation, not the keys alone
+    wait_for(lambda: lab.dedup_rows("done") == 1, 60, what="the re-application's confirmation")
     (status, done_at), = lab.sql(f"SELECT status, done_at FROM {rows_sql('cachesync')} "
                                  "WHERE ns = %s", (f"g-{lab.suffix}",))
     assert status == "done"
