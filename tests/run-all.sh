@@ -4,9 +4,9 @@
 # service (tests/unit, tests/docs). The second mostly computes while the first mostly waits on
 # the services, so together they take about as long as the first alone. Its output follows
 # the first's; the exit code is non-zero when either failed.
-# The first runs its test files in CACHESYNC_TEST_WORKERS pytest-xdist workers (default 1:
-# no workers; 2: two), each on a devstack of its own (tests/support/stacks.py): the one started here
-# for the first worker, one the worker starts and stops itself for the second.
+# The first runs its test files in CACHESYNC_TEST_WORKERS pytest-xdist workers (default 2; 1:
+# one process, no workers), each on a devstack of its own (tests/support/stacks.py): the one
+# started here for the first worker, one the worker starts and stops itself for the second.
 # Usage: tests/run-all.sh [pytest options for both runs]
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -23,7 +23,7 @@ trap 'kill "$pure" 2>/dev/null; rm -f "$log"' EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-workers="${CACHESYNC_TEST_WORKERS:-1}"
+workers="${CACHESYNC_TEST_WORKERS:-2}"
 parallel=()
 [ "$workers" -gt 1 ] && parallel=(-n "$workers" --dist loadfile)
 devstack/with-stack.sh "$pytest" -p no:cacheprovider --durations=40 "${parallel[@]}" "$@" \
