@@ -23,7 +23,7 @@ from cachesync.producer_outbox.binlog_source import (STREAM_HEARTBEAT_S, BinlogS
                                                      open_stream)
 from cachesync.producer_outbox.unlogged_changes.cascades import Cascades
 from cachesync.producer_outbox.binlog.checkpoint import Checkpoint
-from cachesync.producer_outbox.binlog.dumpstream import READ_LINGER_S, reader_kind
+from cachesync.producer_outbox.binlog.dumpstream import reader_kind
 from cachesync.producer_outbox.unlogged_changes.fkschema import ForeignKeys, keyed
 from cachesync.producer_outbox.decode.matched import MatchedTables
 from cachesync.runtime.mysql import MySQLParams, binlog_status
@@ -224,7 +224,7 @@ class Tailer:
             return open_stream(self._mysql.client_options(), t.server_id, t.reader, info,
                                start, self._opts.heartbeat_s,
                                idle_wait_s=t.pack_linger_ms / 1000 if t.pack_rows > 1 else 0.0,
-                               position=position, read_linger_s=READ_LINGER_S)
+                               position=position, read_linger_s=t.read_linger_ms / 1000)
         # a stored checkpoint of this server: at its file and position, confirmed by its
         # GTID state (else by GTID, BinlogSource); an operator's start as given
         if self._opts.start is None and by_position(start, info):

@@ -55,7 +55,6 @@ _COM_BINLOG_DUMP, _COM_BINLOG_DUMP_GTID = 0x12, 0x1E
 _MAX_PACKET = 0xFFFFFF          # a payload this long continues in the next packet
 _CHUNK = 1 << 18                # bytes asked of the socket per read
 _HEAD_READ = 1 << 14            # a read this short found the reader at the head of the binlog
-READ_LINGER_S = 0.002           # the tailer's read_linger_s (DumpConnection)
 _TABLE_CACHE = 4096             # table-map bodies remembered (cleared when full)
 
 _U16, _U32, _U64 = struct.Struct("<H"), struct.Struct("<I"), struct.Struct("<Q")
@@ -106,8 +105,8 @@ class DumpConnection(FramedConnection):
     ``read_packet`` (what the library calls) returns the packet ``handoff`` gave it, or the
     next one from the socket, or raises ``_Hot`` for one the reader handles itself.
     With ``idle_wait_s`` above 0, a read that finds the buffer empty and the socket silent
-    that long (no time at all after a short read that came alone, with a ``linger``) raises
-    ``_Idle`` once (nothing consumed), then waits. With a ``linger`` (the
+    that long (no time at all after a short read that came alone, or before a wait for the
+    ``linger``) raises ``_Idle`` once (nothing consumed), then waits. With a ``linger`` (the
     reader's ``read_linger_s`` above 0), at the head of the binlog (a short read) while
     transactions arrive closer together than twice that, a read waits until
     ``read_linger_s`` after the one before it, so that one read takes in several
@@ -179,11 +178,12 @@ class DumpConnection(FramedConnection):
         return self._buf[start:self._pos]
 
     def _fill(self, maybe_idle: bool) -> None:
+        if maybe_idle and self.idle_wait_s > 0 and not self._idle_said and (
+                self._lingers() or not self._arrives()):
+            self._idle_said = True      # before a linger: what was read leaves now, not after
+            raise _Idle()
         if maybe_idle and self.linger is not None:
             self.linger.pause()
-        if maybe_idle and self.idle_wait_s > 0 and not self._idle_said and not self._arrives():
-            self._idle_said = True
-            raise _Idle()
         try:
             chunk = self.read_chunk(_CHUNK)
         except OSError as e:
@@ -201,6 +201,11 @@ class DumpConnection(FramedConnection):
         self._idle_said = False
         if self.linger is not None:
             self.linger.arrived(len(chunk) < _HEAD_READ)
+
+    def _lingers(self) -> bool:
+        """Whether the next read waits for the linger (what was read is all there is until
+        then)."""
+        return self.linger is not None and self.linger.remaining() > 0
 
     def _arrives(self) -> bool:
         """Whether more bytes arrive within ``idle_wait_s`` (a reader that drained the

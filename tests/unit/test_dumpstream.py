@@ -132,27 +132,39 @@ def test_at_the_head_reads_close_together_wait_for_more_and_far_apart_do_not():
     assert clock.slept == [0.002, 0.002]
 
 
-def test_at_the_head_a_read_that_came_alone_is_idle_at_once(monkeypatch):
-    """Idleness is said after ``idle_wait_s`` of silence while reads come close together
-    (more may be on the way), and at once after a short read that came alone."""
+def test_at_the_head_a_read_is_idle_at_once_when_it_came_alone_or_before_its_linger(monkeypatch):
+    """Idleness is said at once after a short read that came alone, and before the linger
+    after one that came close to the one before (what was read leaves before the reader
+    sleeps); after ``idle_wait_s`` of silence when a read came close but its linger is over
+    (more may be on the way)."""
     waits = []
     monkeypatch.setattr(dumpstream.select, "select",
                         lambda r, w, x, timeout: waits.append(timeout) or ([], [], []))
-    small = [packet(b"\x00" + bytes([i]) * 200, i + 1) for i in range(3)]
+    small = [packet(b"\x00" + bytes([i]) * 200, i + 1) for i in range(4)]
     conn, clock = _timed_reads([(1000.000, small[0]), (1000.001, small[1]),
-                                (1000.100, small[2])])
+                                (1000.100, small[2]), (1000.101, small[3])])
     conn.raw_socket, conn.idle_wait_s = object, 0.005
-    expected = []
-    for data, wait in ((small[0], 0.0),         # the first read came alone
-                       (small[1], 0.005),       # 1 ms after it: close together
-                       (small[2], 0.0)):        # 99 ms later: alone
-        with pytest.raises(_Idle):
-            conn.next_raw()
-        assert conn.next_raw() == data[4:]
-        expected.append(wait)
+    with pytest.raises(_Idle):          # before any read: after the whole silence
+        conn.next_raw()
+    assert waits == [0.005]
+    assert conn.next_raw() == small[0][4:]
+    with pytest.raises(_Idle):          # the first read came alone: idle at once
+        conn.next_raw()
+    assert waits == [0.005, 0.0]
+    assert conn.next_raw() == small[1][4:]
+    with pytest.raises(_Idle):          # 1 ms after it: idle before the linger, no wait
+        conn.next_raw()
+    assert waits == [0.005, 0.0] and clock.slept == []
+    assert conn.next_raw() == small[2][4:]      # the linger, then the read
+    assert clock.slept == [0.002]
+    with pytest.raises(_Idle):          # 99 ms later: alone
+        conn.next_raw()
+    assert waits == [0.005, 0.0, 0.0]
+    assert conn.next_raw() == small[3][4:]
+    clock.now += 0.01                   # close, but the linger is over by the next read
     with pytest.raises(_Idle):
         conn.next_raw()
-    assert waits == [0.005, *expected]          # before any read: the whole silence
+    assert waits == [0.005, 0.0, 0.0, 0.005] and clock.slept == [0.002]
 
 
 def _reader_over(conn: DumpConnection) -> DumpStreamReader:
