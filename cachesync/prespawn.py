@@ -8,13 +8,14 @@ imports kafka-python on the other core while the parent does the rest; the publi
 adopts it (:func:`take`) and sends it its settings over the pipe as it would a child of its
 own. A child that nobody adopts sees its input end when this process exits, and exits.
 
-A child inherits the environment it was started with: if the command changed the
-environment since (``--env-file``, ``kafka.aws_region`` sets ``AWS_DEFAULT_REGION``), the
+A child inherits the environment it was started with, which is the command's once its
+``--env-file`` is loaded (read here too, as the command will load it). If the command changed
+the environment otherwise since (``kafka.aws_region`` sets ``AWS_DEFAULT_REGION``), the
 early child is not the one the settings describe, so :func:`take` ends it and returns None
 (the publisher then starts its own, as without this module).
 
-Only this module's names are imported here: anything heavier would delay the very thing it
-is for.
+Only this module's names and the env file reader are imported here: anything heavier would
+delay the very thing it is for.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ import sys
 from typing import Mapping
 
 from cachesync import NO_SPEEDUPS
+from cachesync.runtime.env_file import with_env_file
+from cachesync.schema.errors import ConfigError
 
 PUBLISHER_MODULE = "cachesync.producer_outbox.publish.process_publisher"
 
@@ -38,10 +41,29 @@ _early: dict[str, tuple[subprocess.Popen, dict[str, str]]] = {}
 
 def for_command(argv: list[str], environ: Mapping[str, str] = os.environ) -> None:
     """Start the children ``argv``'s command will need (``tail``: its publisher process,
-    where it will likely publish through one)."""
-    if (argv[1:2] == ["tail"] and not {"-h", "--help"} & set(argv[2:])
-            and publisher_process_likely(environ)):
-        start("publisher", PUBLISHER_MODULE)
+    where it will likely publish through one), in the environment the command will have
+    once its ``--env-file`` is loaded (:func:`command_environ`)."""
+    if argv[1:2] != ["tail"] or {"-h", "--help"} & set(argv[2:]):
+        return
+    env = command_environ(argv, environ)
+    if env is not None and publisher_process_likely(env):
+        start("publisher", PUBLISHER_MODULE, env)
+
+
+def command_environ(argv: list[str], environ: Mapping[str, str]) -> dict[str, str] | None:
+    """``environ`` with the command's env file added as ``--env-file`` adds it (the option,
+    else CACHESYNC_ENV_FILE; the variables already set win), or None when the file cannot
+    be read (the command says why)."""
+    path = environ.get("CACHESYNC_ENV_FILE")
+    for i, arg in enumerate(argv):
+        if arg == "--env-file" and i + 1 < len(argv):
+            path = argv[i + 1]
+        elif arg.startswith("--env-file="):
+            path = arg.split("=", 1)[1]
+    try:
+        return with_env_file(dict(environ), path)
+    except ConfigError:
+        return None
 
 
 def publisher_process_likely(environ: Mapping[str, str]) -> bool:
@@ -58,16 +80,18 @@ def publisher_process_likely(environ: Mapping[str, str]) -> bool:
             or importlib.util.find_spec("confluent_kafka") is None)
 
 
-def start(name: str, module: str) -> None:
-    """Start ``python -m module`` with pipes on its stdin and stdout, kept under ``name``."""
+def start(name: str, module: str, environ: Mapping[str, str] | None = None) -> None:
+    """Start ``python -m module`` with pipes on its stdin and stdout, kept under ``name``,
+    in ``environ`` (default: this process's)."""
     if name in _early:
         return
+    env = dict(os.environ if environ is None else environ)
     try:
         child = subprocess.Popen([sys.executable, "-m", module], stdin=subprocess.PIPE,
-                                 stdout=subprocess.PIPE, close_fds=True)
+                                 stdout=subprocess.PIPE, close_fds=True, env=env)
     except OSError:             # the command starts its own child later, and says why then
         return
-    _early[name] = (child, dict(os.environ))
+    _early[name] = (child, env)
 
 
 def take(name: str) -> subprocess.Popen | None:

@@ -11,6 +11,7 @@ import sys
 import click
 
 from cachesync.runtime import config, logs, startup
+from cachesync.runtime.env_file import with_env_file
 from cachesync import install_hint
 from cachesync.schema.errors import ConfigError, FatalError, RetryableError
 
@@ -31,9 +32,7 @@ def load_options(fn):
     @functools.wraps(fn)
     def wrapper(config_path, env_file, **kwargs):
         def load():
-            if env_file:
-                for key, value in config.read_env_file(env_file).items():
-                    os.environ.setdefault(key, value)
+            with_env_file(os.environ, env_file)
             return config.load_with_origins(config_path)
         return fn(load=load, **kwargs)
     return wrapper

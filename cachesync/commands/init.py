@@ -39,12 +39,11 @@ def command(databases, output: str, env_file, framework, strict: bool) -> None:
     names the grant it lacks. Lint's warnings are printed; exit 4 on them with --strict.
     """
     from cachesync.runtime import config
+    from cachesync.runtime.env_file import with_env_file
     from cachesync.scaffold import propose, read_schema, render, unreadable, visible_databases
     from cachesync.wiring import mysql_params
     with handle_errors():
-        if env_file:
-            for key, value in config.read_env_file(env_file).items():
-                os.environ.setdefault(key, value)
+        with_env_file(os.environ, env_file)
         if os.path.exists(output):
             raise click.UsageError(f"{output} exists; choose another --output")
         # only the connection: the config this command writes does not exist yet

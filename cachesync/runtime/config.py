@@ -18,6 +18,7 @@ from typing import Any, Callable, Mapping
 import yaml
 
 from cachesync.runtime.config_env import ENV_PREFIX, service_links, unknown_variables
+from cachesync.runtime.env_file import read_env_file  # noqa: F401 -- config.read_env_file
 from cachesync.schema.errors import ConfigError
 from cachesync.schema.key_formats import FORMATS, KeyFormat
 from cachesync.schema.mapping import MappingSet, parse_mappings
@@ -950,21 +951,6 @@ def _check_outbox_not_mapped(tailer: TailerSettings, tables: MappingSet, source:
         raise ConfigError(f"{source}: tailer.outbox_tables lists {', '.join(both)}, which "
                           "tables: also maps; an outbox table's rows are published as the "
                           "events they carry, so it cannot be a mapped table")
-
-
-def read_env_file(path: str | os.PathLike) -> dict[str, str]:
-    """Parse KEY=VALUE lines (the devstack's env file); raises ConfigError if unreadable."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as e:
-        raise ConfigError(f"cannot read env file {path}: {e.strerror}") from None
-    out = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if line and not line.startswith("#") and "=" in line:
-            key, value = line.split("=", 1)
-            out[key.strip()] = value.strip()
-    return out
 
 
 def _read_yaml(path: Path) -> dict:

@@ -4,6 +4,7 @@ started in the background."""
 from __future__ import annotations
 
 import logging
+import os
 import re
 import subprocess
 import sys
@@ -175,7 +176,8 @@ def test_connections_without_tls_options_share_one_tls_context():
 # -- children started with the command (cachesync.prespawn) ---------------------------------
 def test_tail_starts_its_publisher_process_with_the_command_line(monkeypatch):
     started = []
-    monkeypatch.setattr(prespawn, "start", lambda name, module: started.append((name, module)))
+    monkeypatch.setattr(prespawn, "start",
+                        lambda name, module, env: started.append((name, module, env)))
     process = {"CACHESYNC_TAILER_PUBLISHER": "process"}
     prespawn.for_command(["cachesync", "tail", "--config", "x.yaml"], process)
     for argv in (["cachesync", "consume"], ["cachesync", "tail", "--help"], ["cachesync"],
@@ -183,7 +185,7 @@ def test_tail_starts_its_publisher_process_with_the_command_line(monkeypatch):
         prespawn.for_command(argv, process)
     prespawn.for_command(["cachesync", "tail"], {"CACHESYNC_TAILER_PUBLISHER": "thread"})
     from cachesync.producer_outbox.publish import process_publisher as procpublisher
-    assert started == [("publisher", procpublisher.__name__)]
+    assert started == [("publisher", procpublisher.__name__, process)]
 
 
 @pytest.mark.parametrize("environ, likely", [
@@ -229,6 +231,35 @@ def test_an_early_child_started_before_the_environment_changed_is_ended(monkeypa
     monkeypatch.setenv("CACHESYNC_UNIT_EARLY", "set by --env-file")
     assert prespawn.take("unit") is None
     assert child.poll() is not None            # ended, not left behind
+
+
+def test_an_early_child_gets_the_environment_the_env_file_will_give_the_command(
+        monkeypatch, tmp_path):
+    from cachesync.runtime.env_file import with_env_file
+    env_file = tmp_path / "env"
+    env_file.write_text("CACHESYNC_UNIT_EARLY=from the file\nCACHESYNC_UNIT_SET=from the file\n")
+    monkeypatch.delenv("CACHESYNC_UNIT_EARLY", raising=False)
+    monkeypatch.delenv("CACHESYNC_ENV_FILE", raising=False)
+    monkeypatch.setenv("CACHESYNC_UNIT_SET", "set before")
+    for argv in (["cachesync", "tail", "--env-file", str(env_file)],
+                 ["cachesync", "tail", f"--env-file={env_file}"]):
+        env = prespawn.command_environ(argv, os.environ)
+        assert env["CACHESYNC_UNIT_EARLY"] == "from the file"
+        assert env["CACHESYNC_UNIT_SET"] == "set before"       # what is set wins, as in the command
+    monkeypatch.setenv("CACHESYNC_ENV_FILE", str(env_file))
+    assert prespawn.command_environ(["cachesync", "tail"], os.environ)["CACHESYNC_UNIT_EARLY"] \
+        == "from the file"
+    assert prespawn.command_environ(["cachesync", "tail"], {"CACHESYNC_ENV_FILE": "/absent"}) is None
+
+    prespawn.start("unit", "base64", prespawn.command_environ(["cachesync", "tail"], os.environ))
+    with_env_file(os.environ, env_file)         # what the command's --env-file does
+    try:
+        child = prespawn.take("unit")
+        assert child is not None and child.poll() is None       # same environment: adopted
+    finally:
+        os.environ.pop("CACHESYNC_UNIT_EARLY", None)
+        if child is not None:
+            prespawn.discard(child)
 
 
 @pytest.mark.parametrize("settings, linger", [
