@@ -55,6 +55,10 @@ _COM_BINLOG_DUMP, _COM_BINLOG_DUMP_GTID = 0x12, 0x1E
 _MAX_PACKET = 0xFFFFFF          # a payload this long continues in the next packet
 _CHUNK = 1 << 18                # bytes asked of the socket per read
 _HEAD_READ = 1 << 14            # a read this short found the reader at the head of the binlog
+# what a read at the head lingers for at most (Linger's enough): about 16 single-row
+# transactions (some 250 bytes each), so a busy head is read in steps of about that size
+# rather than every read_linger_s, and its lag falls as its rate rises
+_HEAD_ENOUGH = 1 << 12
 _TABLE_CACHE = 4096             # table-map bodies remembered (cleared when full)
 
 _U16, _U32, _U64 = struct.Struct("<H"), struct.Struct("<I"), struct.Struct("<Q")
@@ -200,7 +204,7 @@ class DumpConnection(FramedConnection):
         self._pos = 0
         self._idle_said = False
         if self.linger is not None:
-            self.linger.arrived(len(chunk) < _HEAD_READ)
+            self.linger.arrived(len(chunk) < _HEAD_READ, len(chunk))
 
     def _lingers(self) -> bool:
         """Whether the next read waits for the linger (what was read is all there is until
@@ -371,7 +375,7 @@ class DumpStreamReader(GtidPositioned, RowsGuarded, BinLogStreamReader):
         conn = DumpConnection(**settings)
         conn.idle_wait_s = self.idle_wait_s
         if self.read_linger_s > 0:      # reads spaced by the linger: "close" is twice that
-            conn.linger = Linger(self.read_linger_s, 2 * self.read_linger_s)
+            conn.linger = Linger(self.read_linger_s, 2 * self.read_linger_s, enough=_HEAD_ENOUGH)
         return self._framed(conn)
 
     def fetchone(self):

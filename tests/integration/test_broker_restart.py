@@ -30,7 +30,10 @@ from tests.support import REPO, create_topics, stack_command, wait_for
 pytestmark = pytest.mark.integration
 
 ROWS = 50
-APPLIED_WITHIN_S = 5.0        # from the broker's first acknowledged produce to every key gone
+# from the broker's first acknowledged produce to every key gone: about 1 s on a quiet host,
+# 5.4 s measured beside a second test worker on 2 cores; a consumer that left its old member
+# to the coordinator would add its session timeout (6 s; 7.7 s measured), about 8.7 s in all
+APPLIED_WITHIN_S = 6.5
 IDLE_WINDOW_S = 3.0           # how long the pipeline's CPU is measured while the broker is away
 IDLE_MAX_CORE = 0.3           # a process tree's share of a core then (the spinning producer: ~1)
 
