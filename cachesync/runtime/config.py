@@ -559,10 +559,12 @@ class TailerSettings(_Validated):
     read_linger_ms: float = setting(
         15.0, "with the fast reader, at the head of the binlog while transactions arrive "
         "within twice this of each other: a read waits until this long after the one before "
-        "it, so that it takes in every transaction that arrived meanwhile, and they are "
-        "published and applied as one batch; adds up to this long to the lag of a change, "
-        "never while transactions are further apart or the binlog is read from behind; `0` "
-        "= each read as soon as bytes arrive", lo=0, hi=100)
+        "it (or less, once about 4 KB would have arrived at the recent pace), so that it "
+        "takes in every transaction that arrived meanwhile, and they are published together; "
+        "fewer, larger reads, Kafka records and consumer batches cost less CPU per commit, "
+        "and each adds up to this long to the lag of a change, never while transactions are "
+        "further apart or the binlog is read from behind; `0` = each read as soon as bytes "
+        "arrive", lo=0, hi=100)
     # under Kafka's default 1 MB record limit
     pack_bytes: int = setting(262144, "a pack also closes at this size (1024 to 900000, under "
                               "Kafka's 1 MB record limit)", lo=1024, hi=900_000)
