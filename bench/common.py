@@ -24,6 +24,7 @@ import yaml
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 
 from cachesync.runtime import config
+from cachesync.runtime.env_file import read_env_file
 from cachesync.schema.event import decode_record
 from cachesync.schema.keys import (DEDUP_PREFIX, LEASE_PREFIX, TABLE_FENCE_PREFIX, TABLE_JOB_PREFIX,
                                     VERSION_PREFIX, dedup_retention_key)
@@ -183,7 +184,7 @@ class Stack(DevStack):
         if not self.env_path.exists():
             raise SystemExit(f"{self.env_path} is missing: start the devstack first "
                              "(`devstack/stack.sh up` or `make bench`)")
-        super().__init__(config.read_env_file(self.env_path))
+        super().__init__(read_env_file(self.env_path))
 
     @property
     def environ(self) -> dict[str, str]:

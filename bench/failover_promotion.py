@@ -28,6 +28,7 @@ from bench.common import Worker, log, wait_for
 from bench.lag import _alive, _checkpoint_stored
 from bench.start import start_steps
 from cachesync.runtime import config
+from cachesync.runtime.env_file import read_env_file
 
 PHASE_MAX_S = 600.0
 RECOVERY_TIMEOUT_S = 120.0
@@ -92,7 +93,7 @@ class PromotionFault:
         """Start (or rebuild, after the last run's promotion) the replica; its port."""
         log("failover: starting the MariaDB replica (a promoted one is rebuilt)")
         self._stack_sh(self.box.stack, "up", "mariadb-replica")
-        env = config.read_env_file(self.box.stack.env_path)
+        env = read_env_file(self.box.stack.env_path)
         return int(env["DEVSTACK_MYSQL_REPLICA_PORT"])
 
     def _configs(self, replica_port: int):

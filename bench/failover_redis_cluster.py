@@ -36,7 +36,7 @@ from redis.cluster import RedisCluster
 
 from bench.common import ROOT, Sandbox, Worker, log, median, percentile, wait_for
 from bench.lag import _alive, _checkpoint_stored
-from cachesync.runtime import config
+from cachesync.runtime.env_file import read_env_file
 from cachesync.consumer.adapters.redis_cluster import refresh
 
 NAME = "failover_redis_cluster"
@@ -306,7 +306,7 @@ def _stack_sh(stack, *args: str) -> dict:
                           capture_output=True, text=True, timeout=180)
     if done.returncode != 0:
         raise RuntimeError(f"stack.sh {' '.join(args)} failed: {done.stderr[-2000:]}")
-    return config.read_env_file(stack.env_path)
+    return read_env_file(stack.env_path)
 
 
 def _r(x):

@@ -157,11 +157,11 @@ def _warm_executor(spark) -> None:
 
 def _cluster() -> dict[str, str]:
     """Start the devstack's spark variant (idempotent); its facts from the env file."""
-    from cachesync.runtime import config
+    from cachesync.runtime.env_file import read_env_file
     from cachesync.devstack import default_env_file
     subprocess.run([str(ROOT / "devstack" / "stack.sh"), "up", "spark"], check=True,
                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
-    env = config.read_env_file(default_env_file(ROOT))
+    env = read_env_file(default_env_file(ROOT))
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     os.environ.setdefault("CACHESYNC_SPARK_EXECUTOR_PYTHON", env["DEVSTACK_SPARK_PYTHON"])
     return env

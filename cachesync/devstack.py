@@ -17,7 +17,7 @@ from kafka import KafkaAdminClient
 from kafka.errors import (CoordinatorLoadInProgressError, CoordinatorNotAvailableError,
                           NotCoordinatorError)
 
-from cachesync.runtime import config
+from cachesync.runtime.env_file import read_env_file
 
 _COORDINATOR_NOT_READY = (CoordinatorNotAvailableError, CoordinatorLoadInProgressError,
                           NotCoordinatorError)
@@ -39,7 +39,7 @@ class DevStack:
     @classmethod
     def from_env_file(cls, path: Path | str) -> "DevStack":
         """Raises ConfigError when the file is unreadable."""
-        return cls(config.read_env_file(path))
+        return cls(read_env_file(path))
 
     @property
     def bootstrap(self) -> str:

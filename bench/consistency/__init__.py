@@ -28,7 +28,7 @@ from bench.consistency.strategies import (APP, CACHESYNC, CACHESYNC_DOUBLE_DELET
                                           headline, tables_config)
 from bench.consistency.workload import (FILL_DELAY_S, PROBES, REPLICA_WAIT_S, Cell, Databases,
                                         probe)
-from cachesync.runtime import config
+from cachesync.runtime.env_file import read_env_file
 
 NAME = "consistency"
 ROWS = 32
@@ -186,7 +186,7 @@ def ensure_replica(stack) -> None:
     log("consistency: the devstack's mariadb-replica (replica-lag fills), started or checked")
     subprocess.run([str(ROOT / "devstack" / "stack.sh"), "up", "mariadb-replica"],
                    check=True, capture_output=True, timeout=300)
-    stack.env.update(config.read_env_file(stack.env_path))
+    stack.env.update(read_env_file(stack.env_path))
 
 
 def warm_up(dbs: Databases, prefix: str, alive, tail_replica: bool = False) -> None:

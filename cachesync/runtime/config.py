@@ -18,7 +18,6 @@ from typing import Any, Callable, Mapping
 import yaml
 
 from cachesync.runtime.config_env import ENV_PREFIX, service_links, unknown_variables
-from cachesync.runtime.env_file import read_env_file  # noqa: F401 -- config.read_env_file
 from cachesync.schema.errors import ConfigError
 from cachesync.schema.key_formats import FORMATS, KeyFormat
 from cachesync.schema.mapping import MappingSet, parse_mappings

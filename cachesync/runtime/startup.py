@@ -39,7 +39,7 @@ def _clock() -> float:
 def _launched() -> float:
     """When this process was created on :func:`_clock` (from /proc; tick precision, 10 ms),
     or when this module was imported where /proc does not say."""
-    if _BOOT_CLOCK == getattr(time, "CLOCK_BOOTTIME", None):
+    if hasattr(time, "CLOCK_BOOTTIME"):
         try:
             with open("/proc/self/stat", "rb") as f:
                 # the command name (field 2) may hold spaces: count the fields after its ')'

@@ -16,6 +16,7 @@ import redis
 from redis.cluster import RedisCluster
 
 from cachesync.runtime import config
+from cachesync.runtime.env_file import read_env_file
 from cachesync.devstack import default_env_file
 from cachesync.runtime.kafka_security import client_security
 from tests.support import create_topics, stack_command
@@ -29,7 +30,7 @@ def start(variant: str) -> dict[str, str]:
         stack_command("up", variant)
     except subprocess.CalledProcessError as e:
         pytest.fail(f"stack.sh up {variant} failed:\n{e.stderr.decode(errors='replace')}")
-    return config.read_env_file(default_env_file(ROOT))
+    return read_env_file(default_env_file(ROOT))
 
 
 def secret(env: dict[str, str], key: str) -> str:

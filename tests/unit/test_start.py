@@ -253,6 +253,7 @@ def test_an_early_child_gets_the_environment_the_env_file_will_give_the_command(
 
     prespawn.start("unit", "base64", prespawn.command_environ(["cachesync", "tail"], os.environ))
     with_env_file(os.environ, env_file)         # what the command's --env-file does
+    child = None
     try:
         child = prespawn.take("unit")
         assert child is not None and child.poll() is None       # same environment: adopted
