@@ -367,10 +367,14 @@ class KafkaSettings(_Validated):
     ssl_keyfile: str = setting("", "PEM private key of `kafka.ssl_certfile`")
     ssl_check_hostname: bool = setting(True, "check that the broker's certificate names the "
                                        "host connected to")
-    # Record batch compression of every producer (the tailer, the relay, dead letters):
-    # zstd by measurement (bench/compression.py); every consumer must read it
+    # Record batch compression of every producer (the tailer, the relay, dead letters): lz4
+    # by measurement. At the head of the binlog each batch holds a read's rows of one
+    # partition, and zstd's fixed cost per batch (a fresh compression context in librdkafka,
+    # kafka-python and the broker) made it the dearest codec per commit (bench/compression.py
+    # head_*_us_per_batch, bench/head_cost.py); lz4 costs little more than none there and
+    # still shrinks large packs about 6 times. Every consumer must read it.
     compression_type: str = setting(
-        "zstd", "record batch compression of every producer (tailer, relay, dead letters): "
+        "lz4", "record batch compression of every producer (tailer, relay, dead letters): "
         "`zstd`, `lz4`, `snappy`, `gzip` or `none`; every consumer must be able to read it",
         choices=("zstd", "lz4", "snappy", "gzip", "none"))
     client: str = setting(

@@ -18,7 +18,7 @@ def test_compression_and_producer_properties_reach_the_producer():
                                    "compression_type": "lz4", "security_protocol": "PLAINTEXT",
                                    "bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS}
     assert producer_options(KafkaSettings(compression_type="none"))["compression_type"] is None
-    assert producer_options(KafkaSettings())["compression_type"] == "zstd"
+    assert producer_options(KafkaSettings())["compression_type"] == "lz4"
 
 
 def test_consumer_and_admin_properties_reach_their_clients_only():
