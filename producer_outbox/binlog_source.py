@@ -489,7 +489,8 @@ def by_position(start: Checkpoint, info: ServerInfo) -> bool:
 
 def open_stream(client_options: dict, server_id: int, reader: str, info: ServerInfo,
                 start: Checkpoint, heartbeat_s: float = STREAM_HEARTBEAT_S, blocking: bool = True,
-                idle_wait_s: float = 0.0, position: bool = False, read_linger_s: float = 0.0):
+                idle_wait_s: float = 0.0, position: bool = False, read_linger_s: float = 0.0,
+                before_wait: Callable[[bool], None] | None = None):
     """The binlog stream from ``start``: our fast reader (whole transactions at once) or the
     library's (``reader``); ``blocking=False`` ends at the end of the server's binlog (a
     whole file read once). ``idle_wait_s`` above 0: the fast reader yields IDLE when the
@@ -497,6 +498,8 @@ def open_stream(client_options: dict, server_id: int, reader: str, info: ServerI
     came alone when ``read_linger_s`` is above 0 (the library's never does).
     ``read_linger_s`` above 0: the fast reader's reads at the head of the binlog wait that
     long after the one before while transactions arrive close together (DumpConnection).
+    ``before_wait``: called by the fast reader before a read that may wait for the server
+    (DumpConnection).
     ``start`` is connected to by its GTID state when it has one, unless ``position``."""
     kwargs = {"is_mariadb": info.flavor == "mariadb"}
     if start.gtid is not None and not position:
@@ -505,7 +508,8 @@ def open_stream(client_options: dict, server_id: int, reader: str, info: ServerI
     else:
         kwargs.update(log_file=start.log_file, log_pos=start.log_pos, resume_stream=True)
     if reader_kind(reader) == "fast":
-        kwargs.update(groups=True, idle_wait_s=idle_wait_s, read_linger_s=read_linger_s)
+        kwargs.update(groups=True, idle_wait_s=idle_wait_s, read_linger_s=read_linger_s,
+                      before_wait=before_wait)
     return (DumpStreamReader if "groups" in kwargs else LibraryStreamReader)(
         connection_settings=client_options, server_id=server_id, blocking=blocking,
         # No only_schemas/only_tables: the library would drop the table maps of the

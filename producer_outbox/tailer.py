@@ -224,7 +224,8 @@ class Tailer:
             return open_stream(self._mysql.client_options(), t.server_id, t.reader, info,
                                start, self._opts.heartbeat_s,
                                idle_wait_s=t.pack_linger_ms / 1000 if t.pack_rows > 1 else 0.0,
-                               position=position, read_linger_s=t.read_linger_ms / 1000)
+                               position=position, read_linger_s=t.read_linger_ms / 1000,
+                               before_wait=self.pipeline.source_waits)
         # a stored checkpoint of this server: at its file and position, confirmed by its
         # GTID state (else by GTID, BinlogSource); an operator's start as given
         if self._opts.start is None and by_position(start, info):

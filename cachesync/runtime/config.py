@@ -560,7 +560,7 @@ class TailerSettings(_Validated):
     # the head of the binlog: how far apart the fast reader's reads are while transactions
     # arrive close together (each read's transactions are packed and sent together)
     read_linger_ms: float = setting(
-        15.0, "with the fast reader, at the head of the binlog while transactions arrive "
+        20.0, "with the fast reader, at the head of the binlog while transactions arrive "
         "within twice this of each other: a read waits until this long after the one before "
         "it (or less, once about 4 KB would have arrived at the recent pace), so that it "
         "takes in every transaction that arrived meanwhile, and they are published together; "

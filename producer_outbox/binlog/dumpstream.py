@@ -116,6 +116,10 @@ class DumpConnection(FramedConnection):
     ``read_linger_s`` after the one before it, so that one read takes in several
     transactions: at 1,000 commits/s each would otherwise wake the reader and run its Python
     on its own. Reading from behind (full reads), or transactions further apart, never waits.
+    ``before_wait`` (when set) is called with nothing buffered, right before a read that may
+    wait for the server, with whether the newest arrival came alone (idleness follows): the
+    caller's chance to do what it would otherwise wake another thread for (the tailer serves
+    its publisher's acknowledgements then).
     """
 
     dumping = False
@@ -123,6 +127,7 @@ class DumpConnection(FramedConnection):
     handoff_error: Exception | None = None
     idle_wait_s = 0.0     # how long the socket may stay silent before a read says idle
     linger: Linger | None = None   # the reads' pace at the head (read_linger_s; None: never)
+    before_wait: Callable[[bool], None] | None = None     # see the class doc
     seq = 0               # the sequence number of the next packet from the server
     _idle_said = False    # idleness was said since the last bytes arrived
 
@@ -188,6 +193,8 @@ class DumpConnection(FramedConnection):
             raise _Idle()
         if maybe_idle and self.linger is not None:
             self.linger.pause()
+        if maybe_idle and self.before_wait is not None:
+            self.before_wait(self.linger is not None and self.linger.alone)
         try:
             chunk = self.read_chunk(_CHUNK)
         except OSError as e:
@@ -340,17 +347,20 @@ class DumpStreamReader(GtidPositioned, RowsGuarded, BinLogStreamReader):
     ``read_linger_s``), before it waits for the server (the caller may flush what it
     batches). ``groups``: ``fetchone`` may return a whole transaction as
     one FastGroup (the binlog source reads them), and ``plain_run`` takes whole
-    transactions for the compiled run. ``read_linger_s``: DumpConnection's.
+    transactions for the compiled run. ``read_linger_s`` and ``before_wait``:
+    DumpConnection's.
     """
 
     def __init__(self, *args, idle_wait_s: float = 0.0, groups: bool = False,
-                 read_linger_s: float = 0.0, **kwargs):
+                 read_linger_s: float = 0.0, before_wait: Callable[[bool], None] | None = None,
+                 **kwargs):
         if kwargs.get("pymysql_wrapper") or kwargs.get("end_log_pos") or kwargs.get(
                 "skip_to_timestamp") or kwargs.get("only_tables") or kwargs.get("only_schemas"):
             raise ValueError("DumpStreamReader does not support pymysql_wrapper, end_log_pos, "
                              "skip_to_timestamp or table/schema filters")
         kwargs["pymysql_wrapper"] = self._connection
         self.idle_wait_s, self.groups, self.read_linger_s = idle_wait_s, groups, read_linger_s
+        self.before_wait = before_wait
         super().__init__(*args, **kwargs)
         allowed = frozenset(kwargs.get("only_events") or ())
         self._fast_allowed = frozenset(f for f, lib in _LIBRARY_CLASS.items() if lib in allowed)
@@ -373,7 +383,7 @@ class DumpStreamReader(GtidPositioned, RowsGuarded, BinLogStreamReader):
 
     def _connection(self, **settings) -> DumpConnection:
         conn = DumpConnection(**settings)
-        conn.idle_wait_s = self.idle_wait_s
+        conn.idle_wait_s, conn.before_wait = self.idle_wait_s, self.before_wait
         if self.read_linger_s > 0:      # reads spaced by the linger: "close" is twice that
             conn.linger = Linger(self.read_linger_s, 2 * self.read_linger_s, enough=_HEAD_ENOUGH)
         return self._framed(conn)

@@ -335,6 +335,16 @@ class Pipeline:
             self._await_room()
             self._raise_if_failed()
 
+    def source_waits(self, alone: bool = False) -> None:
+        """The source is about to wait for its server (``alone``: after a transaction that
+        came alone, so idleness follows): a publisher that can (``serve_acks``) serves the
+        acknowledgements that arrived on this thread now, instead of waking a thread of its
+        own for each, and has that thread serve what is still in flight while the source
+        waits."""
+        serve = getattr(self._publisher, "serve_acks", None)
+        if serve is not None:
+            serve(alone)
+
     def _await_room(self) -> None:
         """Back-pressure: wait until the rows sent and not acknowledged are down to
         RESUME_SHARE of ``tailer.max_inflight``, a send failed, or a stop was asked; raises
@@ -343,6 +353,7 @@ class Pipeline:
         count here: a group far larger than the bound goes out a pack at a time.)"""
         resume_at = int(self._settings.max_inflight * RESUME_SHARE)
         while not self._stop.is_set():
+            self.source_waits()     # the acknowledgements come on the publisher's thread
             with self._room:
                 if self._unacked <= resume_at or self._failure is not None:
                     return
@@ -482,9 +493,10 @@ class Pipeline:
         log.warning(message)
         raise PublisherWedged(message)
 
-    def _raise_if_unreachable(self) -> None:
+    def _raise_if_unreachable(self, served: bool = False) -> None:
         """Raises KafkaUnreachable when sends have been in flight with none acknowledged for
-        ``outage_after_s`` (never without it)."""
+        ``outage_after_s`` (never without it); acknowledgements waiting to be served on this
+        thread (``source_waits``) are served first (``served``: they were)."""
         if self.outage_after_s is None:
             return
         with self._lock:
@@ -493,6 +505,10 @@ class Pipeline:
             return
         waited = self._clock() - stalled
         if waited < self.outage_after_s:
+            return
+        if not served:
+            self.source_waits()
+            self._raise_if_unreachable(served=True)
             return
         self.kafka_outages = 1
         raise KafkaUnreachable(f"Kafka acknowledged none of {pending} send(s) for "

@@ -36,6 +36,10 @@ log = logging.getLogger(__name__)
 CONNECT_TIMEOUT_S = BOOTSTRAP_TIMEOUT_MS / 1000
 MAX_BLOCK_S = 60.0           # a send waits this long for room in a full queue (kafka-python's)
 POLL_S = 1.0                 # the callback thread's wait when nothing is acknowledged
+# serve_acks after a transaction that came alone: how long the sending thread waits for its
+# acknowledgements itself (a broker on the same network answers within a few ms) before it
+# hands them to the callback thread
+SETTLE_S = 0.005
 # kafka-python's max_request_size default: a record over it fails before it is queued
 MAX_REQUEST_BYTES = 1_048_576
 
@@ -92,7 +96,15 @@ def _error(err) -> Exception:
 class RdKafkaPublisher:
     """``KafkaPublisher`` on librdkafka: records go out from librdkafka's own threads; one
     thread of ours serves the delivery reports (each record's ``on_ack`` or ``on_error``,
-    called on it, as kafka-python calls them on its I/O thread)."""
+    called on it, as kafka-python calls them on its I/O thread).
+
+    Once the sending thread calls ``serve_acks`` (the tailer's, each time its binlog reader
+    is about to wait for the server), the delivery reports are served there when it does,
+    and the callback thread serves them only while records are in flight at such a wait (or
+    once per POLL_S, a safety net): at the head of the binlog the reports of one read's
+    records arrive while the reader lingers before the next, and waking a thread for each
+    cost as much CPU as the reader's own Python.
+    """
 
     def __init__(self, bootstrap_servers: str, *, linger_ms: int = 5,
                  batch_size: int = 256 * 1024, client_id: str = "cachesync-tailer",
@@ -122,6 +134,8 @@ class RdKafkaPublisher:
                     raise RetryableError(f"Kafka unavailable at {bootstrap_servers}: "
                                          f"{e.args[0].str()}") from e
         self._closed = threading.Event()
+        self._handed = False               # the sending thread serves reports (serve_acks)
+        self._armed = threading.Event()    # ... and asks the callback thread to, meanwhile
         self._poller = threading.Thread(target=self._serve, name="cachesync-librdkafka-acks",
                                         daemon=True)
         self._poller.start()
@@ -130,8 +144,35 @@ class RdKafkaPublisher:
         return f"RdKafkaPublisher({self._bootstrap!r})"
 
     def _serve(self) -> None:
+        producer, armed = self._producer, self._armed
         while not self._closed.is_set():
-            self._producer.poll(POLL_S)
+            if not self._handed or armed.is_set():
+                producer.poll(POLL_S)
+                if self._handed and not len(producer):     # all settled: park
+                    armed.clear()
+                    if len(producer):                       # a send raced the clear
+                        armed.set()
+            else:
+                armed.wait(POLL_S)
+                producer.poll(0)
+
+    def serve_acks(self, alone: bool = False) -> None:
+        """Serve the delivery reports that arrived, on this thread; with records still in
+        flight, have the callback thread serve them while this one waits (after waiting up
+        to SETTLE_S for them here when the last transaction came ``alone``: one wake-up of
+        this thread instead of two of the other)."""
+        self._handed = True
+        producer = self._producer
+        producer.poll(0)
+        if alone and len(producer):
+            deadline = time.monotonic() + SETTLE_S
+            while len(producer):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                producer.poll(left)
+        if len(producer) and not self._armed.is_set():
+            self._armed.set()
 
     def send(self, topic: str, key: str, value: bytes, msg_id: str,
              on_ack: Callable[[], None], on_error: Callable[[Exception], None],
@@ -196,4 +237,5 @@ class RdKafkaPublisher:
             self._producer.purge()          # each one's callback gets a purge error
             self._producer.poll(0)
         self._closed.set()
+        self._armed.set()                   # a parked callback thread ends too
         self._poller.join()

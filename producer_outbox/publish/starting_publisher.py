@@ -24,6 +24,10 @@ from cachesync.schema.errors import RetryableError
 START_SLACK_S = 2.0
 
 
+def _nothing_to_serve(alone: bool = False) -> None:
+    """``serve_acks`` of a publisher that serves its acknowledgements itself."""
+
+
 class StartingPublisher:
     """The publisher ``start()`` returns, started in a daemon thread at construction."""
 
@@ -56,6 +60,7 @@ class StartingPublisher:
         publisher = self._publisher
         # from now on the tailer calls the publisher itself: nothing is added per record
         self.send, self.partitions, self.flush = publisher.send, publisher.partitions, publisher.flush
+        self.serve_acks = getattr(publisher, "serve_acks", _nothing_to_serve)
         return publisher
 
     def send(self, *args, **kwargs) -> None:
@@ -71,6 +76,12 @@ class StartingPublisher:
 
     def flush(self, *args, **kwargs) -> None:
         self.started().flush(*args, **kwargs)
+
+    def serve_acks(self, alone: bool = False) -> None:
+        """The started publisher's ``serve_acks`` (RdKafkaPublisher), if it has one; before
+        its start ends nothing was sent, so there is nothing to serve."""
+        if self._ready.is_set() and self._error is None:
+            self.started().serve_acks(alone)
 
     def close(self, *args, **kwargs) -> None:
         """Close the publisher once its start ended (nothing to close if it failed)."""

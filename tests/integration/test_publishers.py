@@ -79,6 +79,31 @@ def test_flush_returns_once_every_record_was_acknowledged_once(publisher, lab):
         assert numbers == sorted(numbers)
 
 
+def test_librdkafka_acknowledgements_served_by_the_sender_come_exactly_once(lab):
+    """Once the sending thread serves the delivery reports (``serve_acks``, the tailer's
+    reader before each wait), each record is still acknowledged exactly once: what arrived
+    is served on the sender's thread, and what is in flight when it waits is served by the
+    callback thread meanwhile, with nobody polling."""
+    publisher = RdKafkaPublisher(lab.stack.bootstrap)
+    try:
+        seen = Callbacks()
+        publisher.serve_acks()                      # handed over, nothing in flight
+        send(publisher, lab.topic, seen, range(100))
+        publisher.serve_acks()                      # in flight: the callback thread serves
+        wait_for(lambda: len(seen.acked) == 100, 30, "the in-flight records' acknowledgements")
+        send(publisher, lab.topic, seen, range(100, 150))
+        wait_for(lambda: len(lab.topic_records()) == 150, 30, "Kafka holding every record")
+        publisher.serve_acks()                      # the rest, here or already there
+        wait_for(lambda: len(seen.acked) == 150, 30, "every acknowledgement")
+        send(publisher, lab.topic, seen, [150])
+        publisher.serve_acks(alone=True)            # waits a little for it here
+        wait_for(lambda: len(seen.acked) == 151, 30, "the lone record's acknowledgement")
+        publisher.flush()
+        assert sorted(seen.acked) == list(range(151)) and not seen.failed
+    finally:
+        publisher.close()
+
+
 def test_partitions_are_the_topics(publisher, lab):
     assert publisher.partitions(lab.topic) == [0, 1, 2]
 

@@ -167,6 +167,24 @@ def test_at_the_head_a_read_is_idle_at_once_when_it_came_alone_or_before_its_lin
     assert waits == [0.005, 0.0, 0.0, 0.005] and clock.slept == [0.002]
 
 
+def test_before_wait_comes_after_the_linger_before_each_read_that_may_wait():
+    """``before_wait`` runs with nothing buffered, after the linger's sleep and right before
+    the read that may wait for the server, saying whether the newest arrival came alone;
+    never between the pieces of a packet."""
+    small = [packet(b"\x00" + bytes([i]) * 200, i + 1) for i in range(3)]
+    conn, clock = _timed_reads([(1000.000, small[0]), (1000.001, small[1][:50]),
+                                (1000.001, small[1][50:]), (1000.100, small[2])])
+    calls = []
+    conn.before_wait = lambda alone: calls.append((clock.now, alone, list(clock.slept)))
+    assert conn.next_raw() == small[0][4:]
+    assert calls == [(1000.0, False, [])]               # before the first read: nothing came
+    assert conn.next_raw() == small[1][4:]              # its second piece: no call
+    assert calls[1:] == [(1000.0, True, [])]            # the first came alone
+    assert conn.next_raw() == small[2][4:]
+    # the second came 1 ms after the first: the read waits the linger, then says so
+    assert calls[2:] == [(pytest.approx(1000.003), False, [0.002])]
+
+
 def _reader_over(conn: DumpConnection) -> DumpStreamReader:
     reader = object.__new__(DumpStreamReader)   # no server: only what await_bytes reads
     reader._buffered_connection = lambda: conn

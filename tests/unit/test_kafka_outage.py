@@ -71,6 +71,46 @@ def test_sends_unacknowledged_for_the_limit_stop_the_run_at_the_acknowledged_che
         assert p.kafka_outages == 0 and len(publisher.sent) == 4
 
 
+class Served(MemoryPublisher):
+    """A publisher whose acknowledgements wait for the sending thread (``serve_acks``), as
+    librdkafka's do once the tailer serves them: Kafka answered, nobody served it yet."""
+
+    def __init__(self):
+        super().__init__(auto_ack=False)
+        self.serves = []
+
+    def serve_acks(self, alone: bool = False) -> None:
+        self.serves.append(alone)
+        self.ack_all()
+
+
+def test_acknowledgements_waiting_to_be_served_are_served_before_an_outage_is_declared():
+    clock, publisher = Clock(), Served()
+    p, store = outage_pipeline(clock, publisher)
+
+    def items():
+        yield from group(42, 1, 2)
+        clock.now += AFTER_S * 5        # the reader waited long; the acks came meanwhile
+        yield PULSE
+        yield from group(43, 3)
+    p.run(source(items))
+    assert p.kafka_outages == 0 and len(publisher.sent) == 3 and publisher.serves == [False]
+    assert store.saved[-1] == cp(42)
+
+
+def test_the_wait_for_room_serves_the_acknowledgements_on_the_senders_thread():
+    publisher = Served()
+    p, store = outage_pipeline(Clock(), publisher, after_s=None, max_inflight=2)
+    run = threading.Thread(target=p.run, args=(source(lambda: group(42, 1, 2, 3, 4)),),
+                           daemon=True)
+    run.start()
+    run.join(10)
+    assert not run.is_alive(), "the wait for room waits for acknowledgements nobody serves"
+    assert len(publisher.sent) == 4 and publisher.serves     # no other thread acknowledged
+    p.save_checkpoint()
+    assert store.saved[-1] == cp(42)
+
+
 def test_without_packs_the_first_group_asks_kafka_within_the_limit():
     """pack_rows 1: no partition count is needed, yet the first group asks for it once, so a
     publisher that cannot reach Kafka stops the run within the limit (KafkaUnreachable)

@@ -119,6 +119,31 @@ def test_a_starting_publisher_waits_for_its_start_then_delegates():
     assert real.sent == [("t", "k", b"v", "id", None, None)] and real.closed
 
 
+def test_a_starting_publisher_passes_serve_acks_on_once_started():
+    """The tailer's reader asks its publisher to serve acknowledgements before each wait:
+    nothing to do before the start ended (nothing was sent), the started publisher's own
+    ``serve_acks`` after, and nothing for a publisher that serves them itself."""
+    release, served = threading.Event(), []
+
+    class Serving(_Publisher):
+        def serve_acks(self, alone=False):
+            served.append(alone)
+
+    def start():
+        release.wait(5)
+        return Serving()
+    publisher = StartingPublisher(start)
+    publisher.serve_acks(True)              # still starting: returns at once
+    release.set()
+    publisher.started()
+    publisher.serve_acks(True)
+    publisher.serve_acks()
+    assert served == [True, False]
+    plain = StartingPublisher(_Publisher)
+    plain.started()
+    plain.serve_acks(True)                  # a publisher without it: nothing to do
+
+
 def test_a_bounded_call_does_not_wait_for_a_start_stuck_on_an_unreachable_kafka(monkeypatch):
     """The tailer's outage limit bounds its partition request: a publisher whose start still
     waits for Kafka (its bootstrap gives up only after 10 s) makes it raise RetryableError
