@@ -493,27 +493,31 @@ class Pipeline:
         log.warning(message)
         raise PublisherWedged(message)
 
-    def _raise_if_unreachable(self, served: bool = False) -> None:
+    def _raise_if_unreachable(self) -> None:
         """Raises KafkaUnreachable when sends have been in flight with none acknowledged for
         ``outage_after_s`` (never without it); acknowledgements waiting to be served on this
-        thread (``source_waits``) are served first (``served``: they were)."""
-        if self.outage_after_s is None:
+        thread (``source_waits``) are served before that is judged."""
+        if self.outage_after_s is None or self._stalled_for() is None:
             return
-        with self._lock:
-            stalled, pending = self._tracker.stalled_since(), self._tracker.pending
+        self.source_waits()
+        stalled = self._stalled_for()
         if stalled is None:
             return
-        waited = self._clock() - stalled
-        if waited < self.outage_after_s:
-            return
-        if not served:
-            self.source_waits()
-            self._raise_if_unreachable(served=True)
-            return
+        stalled, waited, pending = stalled
         self.kafka_outages = 1
         raise KafkaUnreachable(f"Kafka acknowledged none of {pending} send(s) for "
                                f"{waited:.1f}s (limit {self.outage_after_s:g}s)",
                                self._lookback(stalled))
+
+    def _stalled_for(self) -> tuple[float, float, int] | None:
+        """(since when, how long, how many sends) sends have been in flight with none
+        acknowledged, when that is ``outage_after_s`` or more; else None."""
+        with self._lock:
+            stalled, pending = self._tracker.stalled_since(), self._tracker.pending
+        if stalled is None:
+            return None
+        waited = self._clock() - stalled
+        return (stalled, waited, pending) if waited >= self.outage_after_s else None
 
     def save_checkpoint(self) -> None:
         """Store the progress acknowledged since the last save, if any: the newest checkpoint
