@@ -24,7 +24,8 @@ thread's wake-ups (the times the kernel put it on a CPU, from ``schedstat``), pe
 (``<process>_wakes``, ``threads_wakes``) and idle per second (``<process>_wakes_per_s``,
 ``threads_wakes_per_s``): what an arrival costs is mostly how many threads it wakes.
 
-``BENCH_HEAD_COST_RATES=0,100`` and ``BENCH_HEAD_COST_CONFIGS=run`` narrow a run; a
+``BENCH_HEAD_COST_RATES=0,100`` and ``BENCH_HEAD_COST_CONFIGS=run`` narrow a run,
+``BENCH_HEAD_COST_PARTITIONS`` sets the topic's partitions (3); a
 configuration ``<shape>@<client>`` sets ``kafka.client`` (``tail+consume@kafka-python``: every
 Kafka client on kafka-python, ``tail+consume@librdkafka``: the consumer on librdkafka too),
 and ``{section.key=value,...}`` after it other settings (``tail+consume{tailer.publisher=thread}``);
@@ -70,6 +71,9 @@ def configs(text: str) -> tuple[str, ...]:
 
 
 CONFIGS = configs(os.environ.get("BENCH_HEAD_COST_CONFIGS", "tail+consume,run,run --direct"))
+# the topic's partitions: a read's transactions go out as one produce request per partition
+# they touch (librdkafka's), and reach the consumer as as many fetch responses
+PARTITIONS = int(os.environ.get("BENCH_HEAD_COST_PARTITIONS", "3"))
 SETTLE_S = 5.0              # after warm-up, before an idle measurement
 # Before a configuration's first figure, writes at WARM_UP_RATE for this long that are not
 # measured (BENCH_HEAD_COST_WARM_UP_S): the broker's JVM, just started with the devstack, spent
@@ -115,7 +119,7 @@ def run(stack, quick: bool, runs: int) -> dict:
                        "warm_up": f"{WARM_UP_S['quick' if quick else 'full']:g} s of writes at "
                                   f"{WARM_UP_RATE:g}/s per configuration, not measured",
                        "runs": runs, "configs": list(CONFIGS), "keys_per_row": KEYS_PER_ROW,
-                       "writer_nice": WRITER_NICE, "partitions": 3,
+                       "writer_nice": WRITER_NICE, "partitions": PARTITIONS,
                        "cpu": "user + system from /proc, process trees, over first commit due "
                               "-> last key gone; writers from their rusage",
                        "broker_requests": broker.how},
@@ -130,7 +134,7 @@ def _measure_config(stack, config: str, services: dict, broker, seconds: float,
     box.tree = tree
     try:
         box.create_schema(DDL)
-        topic = box.new_topic(3)
+        topic = box.new_topic(PARTITIONS)
         group = box.new_group()
         shape, client, overrides = _parse(config)
         cfg = box.write_config({f"{box.db}.lag": {"keys": [box.prefix + "lag:{id}",

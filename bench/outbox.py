@@ -118,7 +118,7 @@ class TimedPublisher(KafkaPublisher):
         super().__init__(bootstrap, client_id="cachesync-bench-outbox")
         self.acked: dict[str, float] = {}
 
-    def send(self, topic, key, value, msg_id, on_ack, on_error, partition=None):
+    def send(self, topic, key, value, msg_id, on_ack, on_error, partition=None, flush=None):
         def ack():
             now = time.time()
             ids = [e.id for e in decode_record(value)] if value.startswith(PACK_PREFIX) else [msg_id]

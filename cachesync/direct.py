@@ -50,8 +50,9 @@ class InProcessQueue:
     # -- publisher side (tailer thread) --------------------------------------------
     def send(self, topic: str, key: str, value: bytes, msg_id: str,
              on_ack: Callable[[], None], on_error: Callable[[Exception], None],
-             partition: int | None = None) -> None:
-        """One in-process partition: ``partition`` has nothing to choose from."""
+             partition: int | None = None, flush: bytes | None = None) -> None:
+        """One in-process partition: ``partition`` has nothing to choose from, ``flush``
+        nothing to gather (a flush is one batch already)."""
         with self._cond:
             if self._failure is not None:
                 on_error(self._failure)

@@ -28,6 +28,7 @@ class Sent:
     value: bytes
     msg_id: str
     partition: int      # the one given, else Kafka's default partitioner's for the key
+    flush: bytes | None = None      # the flush header (schema.flushes)
 
 
 class MemoryPublisher:
@@ -43,11 +44,11 @@ class MemoryPublisher:
 
     def send(self, topic: str, key: str, value: bytes, msg_id: str,
              on_ack: Callable[[], None], on_error: Callable[[Exception], None],
-             partition: int | None = None) -> None:
+             partition: int | None = None, flush: bytes | None = None) -> None:
         if partition is None:
             partition = partition_for(key.encode("utf-8"), self._partitions)
         with self._lock:
-            self.sent.append(Sent(topic, key, value, msg_id, partition))
+            self.sent.append(Sent(topic, key, value, msg_id, partition, flush))
             if not self.auto_ack:
                 self._waiting.append((on_ack, on_error, msg_id))
                 return

@@ -169,13 +169,14 @@ class IdleSignals(Protocol):
 
 
 class Publisher(Protocol):
-    """Sends keyed records with an ``id`` header; each ``send`` ends in exactly one of its
-    callbacks (``on_ack`` once the broker has it, ``on_error`` after retries), possibly on
-    another thread. ``send`` may raise KafkaError synchronously (buffer full)."""
+    """Sends keyed records with an ``id`` header (and a ``flush`` one when given:
+    schema.flushes); each ``send`` ends in exactly one of its callbacks (``on_ack`` once
+    the broker has it, ``on_error`` after retries), possibly on another thread. ``send``
+    may raise KafkaError synchronously (buffer full)."""
 
     def send(self, topic: str, key: str, value: bytes, msg_id: str,
              on_ack: Callable[[], None], on_error: Callable[[Exception], None],
-             partition: int | None = None) -> None: ...
+             partition: int | None = None, flush: bytes | None = None) -> None: ...
 
     def partitions(self, topic: str, timeout_s: float | None = None) -> list[int]:
         """The topic's partition ids, sorted; raises RetryableError without metadata (after

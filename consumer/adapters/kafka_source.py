@@ -17,6 +17,7 @@ from kafka.errors import (CommitFailedError, FencedInstanceIdError, IllegalGener
                           KafkaError, RebalanceInProgressError, UnknownMemberIdError)
 from kafka.structs import OffsetAndMetadata
 
+from cachesync.consumer.core.flushes import unfinished
 from cachesync.consumer.core.offsets import Record
 from cachesync.runtime.kafka_login import refused_login_is_fatal
 from cachesync.runtime.kafka_security import BOOTSTRAP_TIMEOUT_MS
@@ -60,6 +61,10 @@ CLOSE_COMMIT_TIMEOUT_MS = 5000
 # the shortest a held fetch waits (kafka-python's default): a short poll timeout, chosen for a
 # quick stop, does not multiply the fetches an idle consumer sends
 FETCH_WAIT_MIN_S = 0.5
+# how long a poll that came back short waits for the rest of a tailer's flush it holds part
+# of (schema.flushes): the other partitions' parts were sent in the same moment and come
+# a fetch response later, well within this on one network
+GATHER_S = 0.005
 
 # kafka.assignment_strategy: cooperative-sticky (KIP-429) lets the members that stay keep
 # consuming their partitions through a rebalance; the eager ones stop every member.
@@ -229,14 +234,44 @@ class KafkaSource:
             time.sleep(TOPIC_POLL_S)
 
     def poll(self, max_records: int, timeout_s: float) -> list[Record]:
+        """Up to ``max_records`` records, waiting up to ``timeout_s`` for the first; a poll
+        that came back short with part of a tailer's flush waits up to GATHER_S more for
+        its other partitions' parts (``_gather``)."""
         if self._commits.due and self._interval_over():
             self._send(self._commits.due)
         try:
-            return self._fetch(max_records, timeout_s)
+            records = self._fetch(max_records, timeout_s)
+            if records and len(records) < max_records:
+                records = self._gather(records, max_records)
+            return records
         except FencedInstanceIdError as e:
             raise self._fenced(e) from e
         except KafkaError as e:
             raise RetryableError(f"Kafka poll failed: {e}") from e
+
+    def _gather(self, records: list[Record], max_records: int) -> list[Record]:
+        """``records`` and the rest of the flushes they hold part of, from this consumer's
+        partitions (``consumer.core.flushes.unfinished``), polled for up to GATHER_S.
+
+        At the head of the binlog one tailer read goes out as one produce request per
+        partition it touches, and comes back here as as many fetch responses: applied
+        one by one, each would cost a batch (a Redis round trip, an offset commit, two
+        wake-ups); gathered, the read is one batch again."""
+        owned = getattr(self._consumer, "owned", self._consumer.assignment)
+        missing = unfinished(records, owned)
+        if not missing:
+            return records
+        deadline = self._clock() + GATHER_S
+        while missing and len(records) < max_records:
+            left = deadline - self._clock()
+            if left <= 0:
+                break
+            more = self._fetch(max_records - len(records), left)
+            if not more:
+                break
+            records = records + more
+            missing = unfinished(records, owned)
+        return records
 
     def _fetch(self, max_records: int, timeout_s: float) -> list[Record]:
         """The records of one poll of the client (kafka-python's errors raised as they are)."""

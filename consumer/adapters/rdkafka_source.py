@@ -149,6 +149,8 @@ class RdKafkaConsumer:
         self._member = ""               # the group member id at the last poll
         self._errors = librdkafka.ClientErrors(bootstrap_servers)
         self._answers: list[tuple[frozenset, object]] = []   # (offsets, callback) in flight
+        # (topic, partition)s assigned, as the rebalance callbacks said (``owned``)
+        self._owned: set[tuple[str, int]] = set()
         self._closed = False
         self._consumer = Consumer({**config, "bootstrap.servers": bootstrap_servers,
                                    "on_commit": self._committed, "error_cb": self._errors,
@@ -182,14 +184,25 @@ class RdKafkaConsumer:
         return set(found.partitions)
 
     def subscribe(self, topics: list[str], listener) -> None:
+        # (the client assigns what it is given once on_assign returns: the default)
+        def assigned(_consumer, partitions):
+            self._owned.update((p.topic, p.partition) for p in partitions)
+
         def revoked(_consumer, partitions):
+            self._owned.difference_update((p.topic, p.partition) for p in partitions)
             listener.on_partitions_revoked({TopicPartition(p.topic, p.partition)
                                             for p in partitions})
 
         def lost(_consumer, partitions):
+            self._owned.difference_update((p.topic, p.partition) for p in partitions)
             listener.on_partitions_lost({TopicPartition(p.topic, p.partition)
                                          for p in partitions})
-        self._consumer.subscribe(topics, on_revoke=revoked, on_lost=lost)
+        self._consumer.subscribe(topics, on_assign=assigned, on_revoke=revoked, on_lost=lost)
+
+    def owned(self) -> set[tuple[str, int]]:
+        """The (topic, partition)s assigned, from the rebalance callbacks: ``assignment``
+        asks librdkafka's main thread (a round trip, two wake-ups); this is for hints."""
+        return self._owned
 
     _membership_due = 0.0        # when a poll reads the member id next
 

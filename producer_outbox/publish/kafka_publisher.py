@@ -12,6 +12,7 @@ from kafka.errors import (AuthorizationError, InvalidTopicError, KafkaError, Kaf
 from cachesync.runtime.kafka_login import refused_login_is_fatal
 from cachesync.runtime.kafka_security import BOOTSTRAP_TIMEOUT_MS
 from cachesync.schema.errors import RetryableError
+from cachesync.schema.flushes import HEADER as FLUSH_HEADER
 
 log = logging.getLogger(__name__)
 
@@ -114,11 +115,14 @@ class KafkaPublisher:
 
     def send(self, topic: str, key: str, value: bytes, msg_id: str,
              on_ack: Callable[[], None], on_error: Callable[[Exception], None],
-             partition: int | None = None) -> None:
-        """``partition`` None: Kafka's default partitioner picks it from the key."""
+             partition: int | None = None, flush: bytes | None = None) -> None:
+        """``partition`` None: Kafka's default partitioner picks it from the key; ``flush``:
+        the flush header's value (schema.flushes), if any."""
+        headers = [("id", msg_id.encode("ascii"))]
+        if flush is not None:
+            headers.append((FLUSH_HEADER, flush))
         future = self._producer.send(topic, key=key.encode("utf-8"), value=value,
-                                     headers=[("id", msg_id.encode("ascii"))],
-                                     partition=partition)
+                                     headers=headers, partition=partition)
         future.add_callback(lambda _meta: on_ack())
         future.add_errback(on_error)
 

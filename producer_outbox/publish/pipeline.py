@@ -14,6 +14,7 @@ before it), until ``Decide`` sends it or drops it.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections import deque
@@ -34,6 +35,7 @@ from cachesync.producer_outbox.binlog.statements import TableChange
 from cachesync.producer_outbox.binlog.xa import Prepared as PreparedGroup, XaGroup
 from cachesync.schema.errors import FatalError, RetryableError
 from cachesync.schema.event import encode
+from cachesync.schema.flushes import mark
 from cachesync.schema.keys import kafka_key
 
 log = logging.getLogger(__name__)
@@ -88,6 +90,8 @@ class Pipeline:
         self._partitions = 0          # the topic's partition count, read once per group
         self._partitions_read = -1.0  # when (monotonic), for packs spanning groups
         self._span = False            # packs span groups (the source signals idleness)
+        # the flush header's process token and the last flush marked (schema.flushes)
+        self._flush_token, self._flushes = os.urandom(4).hex(), 0
         self._lock = threading.Lock()  # acks arrive on the publisher's thread
         self._room = threading.Condition(self._lock)    # back-pressure: acks made room
         self._resume_at: int | None = None   # what a wait for room waits for (_unacked rows)
@@ -293,22 +297,38 @@ class Pipeline:
             index += 1
 
     def flush_packs(self, txn=None) -> None:
-        """Send every open pack (``txn``: the group of packs not counted yet)."""
+        """Send every open pack (``txn``: the group of packs not counted yet); when they go
+        to several partitions, the last one of each partition carries the flush header
+        (schema.flushes), so that a consumer applies them as one batch."""
         if self._packer:
-            for pack in self._packer.drain():
-                self._send_pack(pack, txn)
+            packs = self._packer.drain()
+            marks = self._flush_marks(packs)
+            for i, pack in enumerate(packs):
+                self._send_pack(pack, txn, marks.get(i))
 
-    def _send_pack(self, pack: Pack, txn) -> None:
+    def _flush_marks(self, packs: list[Pack]) -> dict[int, bytes]:
+        """{index of the last pack of each partition: the flush header} for ``packs``, when
+        they touch two partitions or more (else nothing to gather)."""
+        last = {pack.partition: i for i, pack in enumerate(packs)}
+        if len(last) < 2:
+            return {}
+        self._flushes += 1
+        value = mark(self._flush_token, self._flushes, last)
+        return {i: value for i in last.values()}
+
+    def _send_pack(self, pack: Pack, txn, flush: bytes | None = None) -> None:
         if pack.txns:      # rows of groups counted when they entered the pack
             self._send(pack.key, pack.record_value(), pack.msg_id, pack.txns, pack.rows,
-                       pack.partition, counted=True)
+                       pack.partition, counted=True, flush=flush)
         else:
             self._send(pack.key, pack.record_value(), pack.msg_id, txn, pack.rows,
-                       pack.partition)
+                       pack.partition, flush=flush)
 
     def _send(self, key: str, value: bytes, msg_id: str, txn, rows: int,
-              partition: int | None, row: bool = True, counted: bool = False) -> None:
-        """``counted``: ``txn`` is a pack's [group, rows] list, already counted."""
+              partition: int | None, row: bool = True, counted: bool = False,
+              flush: bytes | None = None) -> None:
+        """``counted``: ``txn`` is a pack's [group, rows] list, already counted; ``flush``:
+        the record's flush header (schema.flushes)."""
         if self._xa is not None and not counted:    # an XA group: held until its XA COMMIT
             self._xa.hold((key, value, msg_id, rows, partition, row), rows)
             return
@@ -322,8 +342,8 @@ class Pipeline:
                 self._unacked += rows
             on_ack = lambda: self._on_ack(txn, rows)    # noqa: E731
         try:
-            self._publisher.send(self._topic, key, value, msg_id,
-                                 on_ack=on_ack, on_error=self._on_error, partition=partition)
+            self._publisher.send(self._topic, key, value, msg_id, on_ack=on_ack,
+                                 on_error=self._on_error, partition=partition, flush=flush)
         except KafkaError as e:   # e.g. buffer full / metadata timeout, raised synchronously
             self._refused = True
             if is_permanent(e):

@@ -84,9 +84,9 @@ class ProcessPublisher:
     # -- the publisher interface ------------------------------------------------------------
     def send(self, topic: str, key: str, value: bytes, msg_id: str,
              on_ack: Callable[[], None], on_error: Callable[[Exception], None],
-             partition: int | None = None) -> None:
+             partition: int | None = None, flush: bytes | None = None) -> None:
         seq = self._register(self._pending, (on_ack, on_error))
-        self._enqueue(("send", seq, topic, key, value, msg_id, partition))
+        self._enqueue(("send", seq, topic, key, value, msg_id, partition, flush))
 
     def partitions(self, topic: str, timeout_s: float | None = None) -> list[int]:
         """The topic's partition ids, sorted; raises RetryableError without metadata."""
@@ -422,12 +422,12 @@ class _Child:
                 elif self._answer(*one):
                     return 0
 
-    def _send(self, seq, topic, key, value, msg_id, partition) -> None:
+    def _send(self, seq, topic, key, value, msg_id, partition, flush) -> None:
         try:
             self._publisher.send(topic, key, value, msg_id,
                                  on_ack=lambda: self.ack(seq),
                                  on_error=lambda e: self.write(("error", seq, _portable(e))),
-                                 partition=partition)
+                                 partition=partition, flush=flush)
         except Exception as e:      # raised at once (buffer full, no metadata): that record's error
             self.write(("error", seq, _portable(e)))
 

@@ -29,6 +29,7 @@ from cachesync.runtime import librdkafka
 from cachesync.runtime.kafka_security import BOOTSTRAP_TIMEOUT_MS
 from cachesync.runtime.librdkafka import Unmappable, translate  # noqa: F401 (Unmappable: API)
 from cachesync.schema.errors import RetryableError
+from cachesync.schema.flushes import HEADER as FLUSH_HEADER
 
 log = logging.getLogger(__name__)
 
@@ -176,8 +177,9 @@ class RdKafkaPublisher:
 
     def send(self, topic: str, key: str, value: bytes, msg_id: str,
              on_ack: Callable[[], None], on_error: Callable[[Exception], None],
-             partition: int | None = None) -> None:
-        """``partition`` None: the key's default partition (murmur2, as Kafka's clients)."""
+             partition: int | None = None, flush: bytes | None = None) -> None:
+        """``partition`` None: the key's default partition (murmur2, as Kafka's clients);
+        ``flush``: the flush header's value (schema.flushes), if any."""
         from confluent_kafka import KafkaException
 
         def delivered(err, _msg) -> None:
@@ -186,12 +188,14 @@ class RdKafkaPublisher:
             else:
                 on_error(_error(err))
         extra = {} if partition is None else {"partition": partition}
+        headers = [("id", msg_id.encode("ascii"))]
+        if flush is not None:
+            headers.append((FLUSH_HEADER, flush))
         deadline = None
         while True:
             try:
                 self._producer.produce(topic, value, key.encode("utf-8"),
-                                       headers=[("id", msg_id.encode("ascii"))],
-                                       on_delivery=delivered, **extra)
+                                       headers=headers, on_delivery=delivered, **extra)
                 return
             except BufferError:          # the queue is full: wait for acknowledgements
                 deadline = deadline or time.monotonic() + MAX_BLOCK_S

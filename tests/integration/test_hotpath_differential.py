@@ -111,7 +111,7 @@ class Capture:
         self.sent = []
         self.lock = threading.Lock()
 
-    def send(self, topic, key, value, msg_id, on_ack, on_error, partition=None):
+    def send(self, topic, key, value, msg_id, on_ack, on_error, partition=None, flush=None):
         with self.lock:
             self.sent.append((key, value, msg_id, partition))
         on_ack()

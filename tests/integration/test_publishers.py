@@ -250,3 +250,56 @@ def test_a_tailer_closes_the_publisher_process_it_made_when_it_ends(lab, ends):
     assert not thread.is_alive()
     assert [type(e).__name__ for e in errors] == ([] if ends == "stopped" else ["FatalError"])
     assert child.wait(30) == 0
+
+
+@pytest.mark.parametrize("client", ["librdkafka", "kafka-python"])
+def test_a_flush_over_two_partitions_is_polled_as_one_batch(lab, client, monkeypatch):
+    """The tailer's flush header on the real broker: a consumer polls the part of a flush in
+    partition 0 before the part in partition 2 is even sent; its poll waits for that part
+    and returns both (here with a 10 s window, so that a slow host cannot split them; the
+    shipped window is GATHER_S). The same records without the header: the first part alone."""
+    from cachesync.consumer.adapters import kafka_source
+    from cachesync.schema.flushes import mark
+    monkeypatch.setattr(kafka_source, "GATHER_S", 10.0)
+    waiting = threading.Event()       # the poll holds part of a flush and waits for the rest
+
+    def unfinished(records, owned):
+        missing = real(records, owned)
+        if missing:
+            waiting.set()
+        return missing
+    real = kafka_source.unfinished
+    monkeypatch.setattr(kafka_source, "unfinished", unfinished)
+    source = kafka_source.KafkaSource(lab.stack.bootstrap, lab.topic, f"g-flush-{client}",
+                                      auto_offset_reset="latest", fetch_wait_s=0.5,
+                                      client=client)
+    publisher = RdKafkaPublisher(lab.stack.bootstrap)
+    seen = Callbacks()
+
+    def send(n: int, partition: int, flush=None):
+        publisher.send(lab.topic, f"k{n}", b"v", f"id-{n}", seen.ack(n), seen.error(n),
+                       partition=partition, flush=flush)
+        publisher.flush()
+    try:
+        wait_for(lambda: source.poll(10, 0.2) == [] and len(source._consumer.assignment()) == 3,
+                 30, "the consumer owning the topic's three partitions")
+        flush = mark("tok", 1, [0, 2])
+        send(0, 0, flush)
+        polled: list = []
+        poll = threading.Thread(target=lambda: polled.extend(source.poll(10, 10.0)))
+        poll.start()
+        assert waiting.wait(10), "the poll never held part of the flush"
+        send(1, 2, flush)
+        poll.join(15)
+        assert sorted((r.partition, r.header("flush")) for r in polled) == [(0, flush), (2, flush)]
+
+        waiting.clear()
+        send(2, 0)                      # unmarked: nothing to wait for
+        first = source.poll(10, 10.0)
+        send(3, 2)
+        second = source.poll(10, 10.0)
+        assert [r.partition for r in first] == [0] and [r.partition for r in second] == [2]
+        assert not waiting.is_set() and not seen.failed
+    finally:
+        publisher.close()
+        source.close()

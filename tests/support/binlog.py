@@ -127,7 +127,7 @@ class _Publisher:
     def __init__(self):
         self.sent = []
 
-    def send(self, topic, key, value, msg_id, on_ack, on_error, partition=None):
+    def send(self, topic, key, value, msg_id, on_ack, on_error, partition=None, flush=None):
         self.sent.append((key, decode(value)))
         on_ack()
 

@@ -249,7 +249,7 @@ class _HeldAcks:
     def partitions(self, topic):
         return [0, 1, 2]
 
-    def send(self, topic, key, value, msg_id, on_ack, on_error, partition=None):
+    def send(self, topic, key, value, msg_id, on_ack, on_error, partition=None, flush=None):
         self.records.append(decode_record(value))
         self.pending.append(on_ack)
 

@@ -161,7 +161,7 @@ class _PackPublisher:
     def partitions(self, topic):
         return list(range(self._n))
 
-    def send(self, topic, key, value, msg_id, on_ack, on_error, partition=None):
+    def send(self, topic, key, value, msg_id, on_ack, on_error, partition=None, flush=None):
         self.records.append((partition, key, msg_id, decode_record(value)))
         on_ack()
 

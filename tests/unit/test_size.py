@@ -75,7 +75,7 @@ class _Failing(_Publisher):
         super().__init__()
         self.sync, self.later = sync, later
 
-    def send(self, topic, key, value, msg_id, on_ack, on_error, partition=None):
+    def send(self, topic, key, value, msg_id, on_ack, on_error, partition=None, flush=None):
         if self.sync:
             raise self.sync
         on_error(self.later)
