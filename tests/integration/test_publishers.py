@@ -270,8 +270,10 @@ def test_a_flush_over_two_partitions_is_polled_as_one_batch(lab, client, monkeyp
         return missing
     real = kafka_source.unfinished
     monkeypatch.setattr(kafka_source, "unfinished", unfinished)
+    # the lab's topic is new and empty: "earliest" reads every record sent below, where
+    # "latest" would skip one sent before the client's asynchronous offset lookup ended
     source = kafka_source.KafkaSource(lab.stack.bootstrap, lab.topic, f"g-flush-{client}",
-                                      auto_offset_reset="latest", fetch_wait_s=0.5,
+                                      auto_offset_reset="earliest", fetch_wait_s=0.5,
                                       client=client)
     publisher = RdKafkaPublisher(lab.stack.bootstrap)
     seen = Callbacks()
