@@ -168,17 +168,13 @@ def test_every_type_is_written_as_the_servers_text_in_update_mode(lab, typed, ta
 def test_audit_reads_the_same_key_text_and_values(lab, typed):
     """The Spark audit (JDBC) renders every type's key and value as the consumer wrote them:
     all consistent, nothing stale, missing or extra."""
-    from pathlib import Path
-
     from click.testing import CliRunner
 
     from cachesync.cli import cli
-    from cachesync.consumer.spark.session import spark_session
+    from cachesync.consumer.spark.session import jar_paths, spark_session
     types, rows = typed["library"]
     cfg = str(lab.tmp / "cachesync.yaml")
-    jars = sorted(str(p) for p in (Path(lab.stack.env["DEVSTACK_DIR"]) / "spark" / "jars")
-                  .glob("*.jar"))
-    with spark_session("cachesync-key-text", "local[2]", jars=jars):
+    with spark_session("cachesync-key-text", "local[2]", jars=jar_paths()):
         result = CliRunner().invoke(cli, ["audit", "--config", cfg, "--table",
                                           f"{lab.db}.library", "--partitions", "2"],
                                     env=lab.stack.env)
