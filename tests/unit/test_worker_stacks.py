@@ -1,6 +1,8 @@
 """The devstacks of the service tests' xdist workers (tests/support/stacks.py) never share a
-port or a directory with the default stack, whatever the variants use."""
+port or a directory with the default stack, whatever the variants use, and find the Spark jars `make install` fetched into the default
+stack."""
 
+import os
 import re
 
 import pytest
@@ -42,3 +44,23 @@ def test_each_worker_has_its_own_ports_below_the_ephemeral_range_and_its_own_dir
 def test_a_worker_without_a_stack_is_refused(index):
     with pytest.raises(ValueError, match="at most"):
         worker_env(index)
+
+
+def test_a_worker_stack_uses_the_spark_jars_make_install_fetched_into_the_default_stack(monkeypatch):
+    from consumer.spark.session import JARS_ENV, jars_dir
+    from tests.support.stacks import use_worker_stack
+    environ = {k: v for k, v in os.environ.items()
+               if k not in (JARS_ENV, "DEVSTACK_DIR", "CACHESYNC_DEVSTACK_DIR")}
+    monkeypatch.setattr(os, "environ", environ)
+    use_worker_stack(1)
+    assert environ["CACHESYNC_DEVSTACK_DIR"] == worker_env(1)["CACHESYNC_DEVSTACK_DIR"]
+    assert jars_dir() == ROOT / ".devstack" / "spark" / "jars"
+
+
+def test_tests_and_benches_find_the_spark_jars_through_the_session_module():
+    """A path built from a stack's own directory misses the jars on a worker's stack."""
+    builders = [str(path.relative_to(ROOT))
+                for top in ("tests/integration", "tests/contract", "tests/support", "bench")
+                for path in (ROOT / top).rglob("*.py")
+                if re.search(r'"spark"\s*/\s*"jars"|spark/jars', path.read_text())]
+    assert builders == []
