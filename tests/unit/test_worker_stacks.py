@@ -1,6 +1,6 @@
 """The devstacks of the service tests' xdist workers (tests/support/stacks.py) never share a
-port or a directory with the default stack, whatever the variants use, and find the Spark jars `make install` fetched into the default
-stack."""
+port or a directory with the default stack, whatever the variants use, and find the Spark jars
+`make install` fetched into the default stack's directory."""
 
 import os
 import re
