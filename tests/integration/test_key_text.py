@@ -171,10 +171,10 @@ def test_audit_reads_the_same_key_text_and_values(lab, typed):
     from click.testing import CliRunner
 
     from cachesync.cli import cli
-    from cachesync.consumer.spark.session import jar_paths, spark_session
+    from cachesync.consumer.spark.session import spark_session
     types, rows = typed["library"]
     cfg = str(lab.tmp / "cachesync.yaml")
-    with spark_session("cachesync-key-text", "local[2]", jars=jar_paths()):
+    with spark_session("cachesync-key-text", "local[2]"):
         result = CliRunner().invoke(cli, ["audit", "--config", cfg, "--table",
                                           f"{lab.db}.library", "--partitions", "2"],
                                     env=lab.stack.env)

@@ -57,12 +57,11 @@ def cluster_env() -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def spark(stack):
-    from cachesync.consumer.spark.session import jar_paths, spark_session
+    from cachesync.consumer.spark.session import spark_session
     env = cluster_env()
-    # the jars `make install` fetched into the default stack's directory, whichever worker's
-    # stack this is (tests/support/stacks.py points CACHESYNC_SPARK_JARS_DIR at them)
-    jars = jar_paths()
-    with spark_session("cachesync-tests", env["DEVSTACK_SPARK_MASTER_URL"], jars=jars,
+    # the session's jars are jar_paths(): those `make install` fetched into the default stack's
+    # directory, whichever worker's stack this is (tests/support/stacks.py)
+    with spark_session("cachesync-tests", env["DEVSTACK_SPARK_MASTER_URL"],
                        conf=APP_CONF) as session:
         assert session.sparkContext.master == env["DEVSTACK_SPARK_MASTER_URL"]
         yield session
